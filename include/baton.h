@@ -1,0 +1,143 @@
+/*
+ * baton — distributed locks and coordination for C.
+ *
+ * The only header applications include. Every call returns 0 or a negative
+ * BATON_E* code; baton_error_last() gives the message and the engine's native
+ * code of the last failure on the calling thread.
+ */
+#ifndef BATON_H
+#define BATON_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(BATON_BUILDING) && defined(__GNUC__)
+#define BATON_EXTERN(type) __attribute__((visibility("default"))) type
+#else
+#define BATON_EXTERN(type) extern type
+#endif
+
+#define BATON_VERSION_STRING "0.1.0"
+#define BATON_VERSION_MAJOR 0
+#define BATON_VERSION_MINOR 1
+#define BATON_VERSION_PATCH 0
+
+/* X(name, value, message). Codes are never renumbered; new ones are appended. */
+#define BATON_ERRORS(X)                                                        \
+    X(OK, 0, "success")                                                        \
+    X(ELOCKED, -1, "held by another owner")                                    \
+    X(ETIMEDOUT, -2, "timed out")                                              \
+    X(ELOST, -3, "lease or session lost")                                      \
+    X(ENOTOWNER, -4, "not the owner")                                          \
+    X(EUNAVAILABLE, -5, "engine unavailable")                                  \
+    X(EAUTH, -6, "authentication failed")                                      \
+    X(ENOTSUP, -7, "not supported by this engine")                             \
+    X(EDISABLED, -8, "backend compiled out")                                   \
+    X(EINVAL, -9, "invalid argument")                                          \
+    X(ECANCELED, -10, "canceled")                                              \
+    X(ENOMEM, -11, "out of memory")                                            \
+    X(EPROTO, -12, "protocol error")                                           \
+    X(EDEADLK, -13, "would deadlock")                                          \
+    X(EIO, -14, "i/o error")                                                   \
+    X(ENOTHELD, -15, "not held")
+
+typedef enum {
+#define BATON__ERR_ENUM(name, value, msg) BATON_##name = value,
+    BATON_ERRORS(BATON__ERR_ENUM)
+#undef BATON__ERR_ENUM
+} baton_error_code;
+
+typedef struct {
+    int code;          /* BATON_E* */
+    long native;       /* errno, HTTP status, ...; 0 when none */
+    const char *message;
+} baton_error;
+
+/* Static text for a code; never NULL. */
+BATON_EXTERN(const char *) baton_strerror(int code);
+/* The last error on this thread; never NULL (code 0 when none). */
+BATON_EXTERN(const baton_error *) baton_error_last(void);
+BATON_EXTERN(void) baton_error_clear(void);
+BATON_EXTERN(const char *) baton_version(void);
+
+/* ---- client ---------------------------------------------------------- */
+
+typedef struct baton_client baton_client;
+
+typedef struct {
+    unsigned int version;
+    int connect_timeout_ms;  /* default 2000 */
+    int io_timeout_ms;       /* default 5000 */
+    const char *password;    /* overrides the URI and the environment */
+} baton_client_options;
+
+#define BATON_CLIENT_OPTIONS_VERSION 1
+#define BATON_CLIENT_OPTIONS_INIT { BATON_CLIENT_OPTIONS_VERSION, 2000, 5000, NULL }
+
+/* uri NULL or "" = the embedded file backend in the default directory. */
+BATON_EXTERN(int) baton_client_open(baton_client **out, const char *uri,
+                                    const baton_client_options *opts);
+/* Releases every lock the client still holds, then frees it. */
+BATON_EXTERN(void) baton_client_close(baton_client *c);
+/* The backend name ("file", "redis", ...). */
+BATON_EXTERN(const char *) baton_client_backend(const baton_client *c);
+/* The URI with any password removed; safe to print or export. */
+BATON_EXTERN(const char *) baton_client_uri(const baton_client *c);
+
+/* ---- lock ------------------------------------------------------------ */
+
+typedef struct baton_lock baton_lock;
+
+/* Called on the keeper thread when a held lock is lost. Keep it short. */
+typedef void (*baton_lost_cb)(baton_lock *l, void *payload);
+
+typedef struct {
+    unsigned int version;
+    uint32_t lease_ms;       /* default 30000; ignored by engines without leases */
+    uint32_t renew_ms;       /* 0 = lease/3; ignored when fixed_lease */
+    int fixed_lease;         /* 1 = no renewal: the lock expires after lease_ms */
+    int reentrant;           /* 1 = the holding thread may acquire again */
+    int fair;                /* 1 = FIFO grants; BATON_ENOTSUP where the engine cannot */
+    baton_lost_cb on_lost;
+    void *on_lost_payload;
+} baton_lock_options;
+
+#define BATON_LOCK_OPTIONS_VERSION 1
+#define BATON_LOCK_OPTIONS_INIT { BATON_LOCK_OPTIONS_VERSION, 30000, 0, 0, 0, 0, NULL, NULL }
+
+BATON_EXTERN(int) baton_lock_open(baton_lock **out, baton_client *c, const char *name,
+                                  const baton_lock_options *opts);
+/* wait_ms: 0 = try once, > 0 = wait at most that long, < 0 = wait forever. */
+BATON_EXTERN(int) baton_lock_acquire(baton_lock *l, int64_t wait_ms);
+BATON_EXTERN(int) baton_lock_release(baton_lock *l);
+/* The fencing token of the current grant; 0 when not held. */
+BATON_EXTERN(uint64_t) baton_lock_fence(const baton_lock *l);
+/* 1 while held and not lost. */
+BATON_EXTERN(int) baton_lock_held(const baton_lock *l);
+/* Wakes a blocked acquire on this lock (any thread); it returns BATON_ECANCELED. */
+BATON_EXTERN(int) baton_lock_cancel(baton_lock *l);
+/* Releases if held, then frees. */
+BATON_EXTERN(void) baton_lock_free(baton_lock *l);
+BATON_EXTERN(const char *) baton_lock_name(const baton_lock *l);
+
+typedef struct {
+    unsigned int version;
+    int held;                 /* 1 when someone holds it */
+    char holder[256];         /* "host pid tid" of the holder, "" when unknown */
+    uint64_t fence;           /* the last fence granted for this name (0 if never) */
+    int64_t remaining_ms;     /* remaining lease; -1 when the engine does not know */
+} baton_lockinfo;
+
+#define BATON_LOCK_INFO_VERSION 1
+
+/* What the engine knows about NAME, held by anyone. */
+BATON_EXTERN(int) baton_lock_info(baton_client *c, const char *name, baton_lockinfo *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,137 @@
+/*
+ * The interface a baton backend implements (for backend authors).
+ *
+ * A backend is a versioned table of function pointers plus capability bits,
+ * in the spirit of SQLite's VFS. The core never asks which engine it talks to:
+ * it asks for a capability and calls the table. Each member says whether a
+ * backend must or may provide it; a NULL "may" member makes the core answer
+ * BATON_ENOTSUP.
+ *
+ * Threading: every member may be called from any thread, concurrently, for
+ * different lock states. The core serializes calls on one lock state
+ * (acquire, renew, release, free never overlap for the same state).
+ * Members never hold a client-wide mutex across a round trip.
+ */
+#ifndef BATON_SYS_BACKEND_H
+#define BATON_SYS_BACKEND_H
+
+#include "../../baton.h"
+#include <pthread.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define BATON_BACKEND_VERSION 1
+
+/* Capability bits. */
+#define BATON_CAP_LEASE   (1u << 0) /* locks expire unless renewed; core renews them */
+#define BATON_CAP_NOTIFY  (1u << 1) /* waiting is woken by the engine, not by polling */
+#define BATON_CAP_FAIR    (1u << 2) /* FIFO grants when baton_lock_options.fair */
+#define BATON_CAP_INFO    (1u << 3) /* lock_info is provided */
+
+/* A parsed URI: scheme://[user[:password]@]host[:port][,host[:port]...][/path][?k=v&...]
+ * Every string is percent-decoded and NUL-terminated; absent parts are NULL
+ * (port 0). hosts[0] mirrors host/port. */
+typedef struct {
+    char *host;
+    int port;
+} baton_uri_host;
+
+typedef struct {
+    char *key;
+    char *value;
+} baton_uri_param;
+
+typedef struct baton_uri {
+    char *scheme;
+    char *user;
+    char *password;
+    char *host;
+    int port;
+    baton_uri_host *hosts;
+    size_t nhosts;
+    char *path;              /* without the leading '/'; "" when absent; file: the whole path */
+    baton_uri_param *params;
+    size_t nparams;
+    char *redacted;          /* the URI without its password */
+} baton_uri;
+
+/* NULL when the parameter is absent. */
+const char *baton_uri_get(const baton_uri *u, const char *key);
+
+/* Who holds a lock: 128 random bits plus a readable description. */
+typedef struct {
+    unsigned char id[16];
+    char hex[33];            /* id as 32 lowercase hex digits */
+    char uuid[37];           /* id as 8-4-4-4-12 */
+    unsigned long tid;       /* the acquiring thread (gettid) */
+    char desc[200];          /* "host pid tid" */
+} baton_owner;
+
+/* A parking spot for one blocked call. Notifications bump a generation so a
+ * wake-up between "check" and "park" is never missed: read the generation
+ * with baton_waiter_gen() before the check, pass it to baton_waiter_park(). */
+typedef struct baton_waiter baton_waiter;
+unsigned baton_waiter_gen(baton_waiter *w);
+/* Returns 0 when woken or the deadline (monotonic ns, INT64_MAX = none) passed,
+ * BATON_ECANCELED when the call was cancelled. */
+int baton_waiter_park(baton_waiter *w, unsigned seen_gen, int64_t deadline_ns);
+void baton_waiter_wake(baton_waiter *w);
+int baton_waiter_canceled(baton_waiter *w);
+
+/* Monotonic clock, ns. */
+int64_t baton_now_ns(void);
+
+/* Sets the thread's last error and returns code. */
+int baton_seterr(int code, long native, const char *fmt, ...)
+#ifdef __GNUC__
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+
+/* One acquire call. */
+typedef struct {
+    const baton_owner *owner;
+    uint32_t lease_ms;       /* engines with BATON_CAP_LEASE grant for this long */
+    int fair;
+    int64_t deadline_ns;     /* 0 = one attempt; INT64_MAX = wait forever; else monotonic */
+    baton_waiter *waiter;    /* park here while waiting; cancel wakes it */
+    uint64_t fence;          /* out: fencing token of the grant */
+    int64_t sent_ns;         /* out: when the granting request was sent (the lease starts then) */
+} baton_acquire_req;
+
+typedef struct baton_backend {
+    unsigned int version;        /* BATON_BACKEND_VERSION */
+    const char *name;            /* "file", "redis", ... */
+    const char *const *schemes;  /* NULL-terminated URI schemes this backend answers */
+    unsigned int caps;
+
+    /* must: connect (or prepare to) and return engine state in *eng. */
+    int (*open)(void **eng, const baton_uri *uri, const baton_client_options *opts);
+    /* must: free the engine state; called after every lock state was freed. */
+    void (*close)(void *eng);
+
+    /* must: prepare per-lock state for NAME (validated non-empty by the core). */
+    int (*lock_new)(void *eng, const char *name, const baton_lock_options *opts, void **st);
+    /* must: free per-lock state; the lock is not held. */
+    void (*lock_free)(void *eng, void *st);
+    /* must: acquire. 0 on grant (fill fence, sent_ns), BATON_ELOCKED when a try
+     * finds it held, BATON_ETIMEDOUT when the deadline passes, BATON_ECANCELED,
+     * or an error. Must confirm ownership before returning 0 after a wait. */
+    int (*lock_acquire)(void *eng, void *st, baton_acquire_req *req);
+    /* must: owner-checked release. BATON_ELOST (or BATON_ENOTOWNER) when the
+     * engine says someone else holds it now. */
+    int (*lock_release)(void *eng, void *st, const baton_owner *owner);
+    /* must with BATON_CAP_LEASE: owner-checked renewal to lease_ms; finish
+     * by deadline_ns. BATON_ELOST when the lock is no longer ours. */
+    int (*lock_renew)(void *eng, void *st, const baton_owner *owner, uint32_t lease_ms,
+                      int64_t deadline_ns);
+    /* may: what the engine knows about NAME. */
+    int (*lock_info)(void *eng, const char *name, baton_lockinfo *out);
+} baton_backend;
+
+#ifdef __cplusplus
+}
+#endif
+#endif
