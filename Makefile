@@ -1,0 +1,42 @@
+# Common entry points. The build lives in build/ (and build-asan/ for the sanitizer run).
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+CMAKE_FLAGS ?=
+ifeq ($(CI),true)
+export BATON_REQUIRE_ALL := 1
+endif
+
+.PHONY: all build demo deps test test-plain test-asan asan clean install
+
+all: build
+
+build:
+	cmake -S . -B build $(CMAKE_FLAGS) >/dev/null
+	cmake --build build -j$(JOBS)
+
+demo: build
+	@bash scripts/demo.sh build/baton
+
+deps:
+	bash scripts/install-deps.sh
+
+asan:
+	cmake -S . -B build-asan -DBATON_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug $(CMAKE_FLAGS) >/dev/null
+	cmake --build build-asan -j$(JOBS)
+
+test-plain: build
+	cd build && ctest --output-on-failure -j$(JOBS)
+
+test-asan: asan
+	cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+		ctest --output-on-failure -j$(JOBS)
+
+# install-deps, build every backend, run the suite, then again under ASan+UBSan.
+test: deps
+	$(MAKE) test-plain
+	$(MAKE) test-asan
+
+install: build
+	cmake --install build
+
+clean:
+	rm -rf build build-asan

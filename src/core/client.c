@@ -1,0 +1,94 @@
+/* Clients: URI → backend, the keeper thread, and the list of open locks. */
+#include "lock.h"
+#include <stdlib.h>
+#include <string.h>
+
+void baton__lock_destroy(struct baton_lock *l);
+
+int baton_client_open(baton_client **out, const char *uri, const baton_client_options *opts)
+{
+    baton_client_options o = BATON_CLIENT_OPTIONS_INIT;
+    baton_client *c;
+    int rc;
+
+    if (!out) return baton_seterr(BATON_EINVAL, 0, "baton_client_open: NULL out");
+    *out = NULL;
+    if (opts) {
+        if (opts->version < 1 || opts->version > BATON_CLIENT_OPTIONS_VERSION)
+            return baton_seterr(BATON_EINVAL, 0, "client options: unknown version %u", opts->version);
+        o = *opts;
+        if (o.connect_timeout_ms <= 0) o.connect_timeout_ms = 2000;
+        if (o.io_timeout_ms <= 0) o.io_timeout_ms = 5000;
+    }
+    if (!uri || !*uri) uri = "file://";
+    c = calloc(1, sizeof *c);
+    if (!c) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+    c->opts = o;
+    pthread_mutex_init(&c->mu, NULL);
+    if ((rc = baton__uri_parse(uri, &c->uri))) goto fail;
+    if ((rc = baton__registry_find(c->uri->scheme, &c->be))) goto fail;
+    if ((rc = c->be->open(&c->eng, c->uri, &c->opts))) goto fail;
+    if ((rc = baton__keeper_start(&c->keeper))) {
+        c->be->close(c->eng);
+        goto fail;
+    }
+    *out = c;
+    return 0;
+fail:
+    baton__uri_free(c->uri);
+    pthread_mutex_destroy(&c->mu);
+    free(c);
+    return rc;
+}
+
+void baton__client_link(baton_client *c, struct baton_lock *l)
+{
+    pthread_mutex_lock(&c->mu);
+    l->cnext = c->locks;
+    l->cprev = NULL;
+    if (c->locks) c->locks->cprev = l;
+    c->locks = l;
+    pthread_mutex_unlock(&c->mu);
+}
+
+void baton__client_unlink(baton_client *c, struct baton_lock *l)
+{
+    pthread_mutex_lock(&c->mu);
+    if (l->cprev) l->cprev->cnext = l->cnext;
+    else c->locks = l->cnext;
+    if (l->cnext) l->cnext->cprev = l->cprev;
+    l->cnext = l->cprev = NULL;
+    pthread_mutex_unlock(&c->mu);
+}
+
+void baton_client_close(baton_client *c)
+{
+    if (!c) return;
+    for (;;) {
+        struct baton_lock *l;
+        pthread_mutex_lock(&c->mu);
+        l = c->locks;
+        if (l) {
+            c->locks = l->cnext;
+            if (c->locks) c->locks->cprev = NULL;
+        }
+        pthread_mutex_unlock(&c->mu);
+        if (!l) break;
+        baton__lock_destroy(l);
+    }
+    baton__keeper_stop(c->keeper);
+    c->be->close(c->eng);
+    baton__uri_free(c->uri);
+    pthread_mutex_destroy(&c->mu);
+    free(c);
+}
+
+const char *baton_client_backend(const baton_client *c)
+{
+    return c ? c->be->name : NULL;
+}
+
+const char *baton_client_uri(const baton_client *c)
+{
+    return c ? c->uri->redacted : NULL;
+}

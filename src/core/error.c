@@ -1,0 +1,48 @@
+/* The error list and the thread-local last error. */
+#include "internal.h"
+#include <stdarg.h>
+#include <stdio.h>
+
+static _Thread_local baton_error tl_err;
+static _Thread_local char tl_msg[512];
+
+const char *baton_strerror(int code)
+{
+    switch (code) {
+#define BATON__ERR_CASE(name, value, msg) case value: return msg;
+        BATON_ERRORS(BATON__ERR_CASE)
+#undef BATON__ERR_CASE
+    }
+    return "unknown error";
+}
+
+const baton_error *baton_error_last(void)
+{
+    if (!tl_err.message)
+        tl_err.message = tl_err.code ? baton_strerror(tl_err.code) : "";
+    return &tl_err;
+}
+
+void baton_error_clear(void)
+{
+    tl_err.code = 0;
+    tl_err.native = 0;
+    tl_err.message = "";
+}
+
+int baton_seterr(int code, long native, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(tl_msg, sizeof tl_msg, fmt, ap);
+    va_end(ap);
+    tl_err.code = code;
+    tl_err.native = native;
+    tl_err.message = tl_msg;
+    return code;
+}
+
+const char *baton_version(void)
+{
+    return BATON_VERSION_STRING;
+}

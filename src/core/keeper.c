@@ -1,0 +1,135 @@
+/* The keeper: one thread per client that renews leases before they run out and
+ * declares a lock LOST the moment its monotonic lease deadline passes. It holds
+ * its own mutex only while scanning; renewals run without it, so adding or
+ * removing a lock never waits for a round trip of another lock. */
+#include "internal.h"
+#include "lock.h"
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <time.h>
+
+struct baton__keeper {
+    pthread_t th;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;      /* CLOCK_MONOTONIC; wakes the loop */
+    pthread_cond_t idle;    /* signalled when a lock stops being kept */
+    struct baton_lock *head;
+    int stop;
+};
+
+static void *keeper_main(void *arg)
+{
+    baton__keeper *k = arg;
+    pthread_mutex_lock(&k->mu);
+    while (!k->stop) {
+        int64_t now = baton_now_ns(), due = INT64_MAX;
+        struct baton_lock *l, *run = NULL;
+        for (l = k->head; l; l = l->knext) {
+            int64_t d = baton__lock_next_due(l);
+            if (d <= now && !l->kbusy) { run = l; break; }
+            if (d < due) due = d;
+        }
+        if (run) {
+            run->kbusy = 1;
+            pthread_mutex_unlock(&k->mu);
+            baton__lock_keep(run, now);
+            pthread_mutex_lock(&k->mu);
+            run->kbusy = 0;
+            pthread_cond_broadcast(&k->idle);
+            continue;
+        }
+        if (due == INT64_MAX) {
+            pthread_cond_wait(&k->cv, &k->mu);
+        } else {
+            struct timespec ts = { due / 1000000000LL, due % 1000000000LL };
+            pthread_cond_timedwait(&k->cv, &k->mu, &ts);
+        }
+    }
+    pthread_mutex_unlock(&k->mu);
+    return NULL;
+}
+
+int baton__keeper_start(baton__keeper **out)
+{
+    baton__keeper *k = calloc(1, sizeof *k);
+    pthread_condattr_t ca;
+    sigset_t all, old;
+    if (!k) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+    pthread_mutex_init(&k->mu, NULL);
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&k->cv, &ca);
+    pthread_cond_init(&k->idle, &ca);
+    pthread_condattr_destroy(&ca);
+    /* The keeper never takes process signals: they belong to the application. */
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
+    int e = pthread_create(&k->th, NULL, keeper_main, k);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (e) {
+        pthread_cond_destroy(&k->cv);
+        pthread_cond_destroy(&k->idle);
+        pthread_mutex_destroy(&k->mu);
+        free(k);
+        return baton_seterr(BATON_ENOMEM, e, "cannot start the keeper thread");
+    }
+    *out = k;
+    return 0;
+}
+
+void baton__keeper_stop(baton__keeper *k)
+{
+    if (!k) return;
+    pthread_mutex_lock(&k->mu);
+    k->stop = 1;
+    pthread_cond_broadcast(&k->cv);
+    pthread_mutex_unlock(&k->mu);
+    pthread_join(k->th, NULL);
+    pthread_cond_destroy(&k->cv);
+    pthread_cond_destroy(&k->idle);
+    pthread_mutex_destroy(&k->mu);
+    free(k);
+}
+
+void baton__keeper_add(baton__keeper *k, struct baton_lock *l)
+{
+    pthread_mutex_lock(&k->mu);
+    if (!l->kept) {
+        l->knext = k->head;
+        k->head = l;
+        l->kept = 1;
+    }
+    pthread_cond_broadcast(&k->cv);
+    pthread_mutex_unlock(&k->mu);
+}
+
+/* Also waits until the keeper is done with l, so the caller may free it. */
+void baton__keeper_remove(baton__keeper *k, struct baton_lock *l)
+{
+    pthread_mutex_lock(&k->mu);
+    while (l->kbusy)
+        pthread_cond_wait(&k->idle, &k->mu);
+    if (l->kept) {
+        struct baton_lock **pp = &k->head;
+        while (*pp && *pp != l) pp = &(*pp)->knext;
+        if (*pp) *pp = l->knext;
+        l->kept = 0;
+        l->knext = NULL;
+    }
+    pthread_mutex_unlock(&k->mu);
+}
+
+/* Called from the keeper thread itself (inside keep), so no waiting on kbusy. */
+void baton__keeper_drop_self(baton__keeper *k, struct baton_lock *l)
+{
+    pthread_mutex_lock(&k->mu);
+    if (l->kept) {
+        struct baton_lock **pp = &k->head;
+        while (*pp && *pp != l) pp = &(*pp)->knext;
+        if (*pp) *pp = l->knext;
+        l->kept = 0;
+        l->knext = NULL;
+    }
+    pthread_mutex_unlock(&k->mu);
+}

@@ -1,0 +1,296 @@
+/* The lock front-end: reentrancy, leases, renewal and loss on top of any backend. */
+#include "lock.h"
+#include <stdlib.h>
+#include <string.h>
+
+static int64_t ms_to_ns(int64_t ms) { return ms * 1000000LL; }
+
+int baton__name_check(const char *name)
+{
+    size_t n;
+    if (!name || !*name) return baton_seterr(BATON_EINVAL, 0, "lock name is empty");
+    n = strlen(name);
+    if (n > BATON_MAX_NAME)
+        return baton_seterr(BATON_EINVAL, 0, "lock name is %zu bytes; the limit is %d", n, BATON_MAX_NAME);
+    return 0;
+}
+
+int baton_lock_open(baton_lock **out, baton_client *c, const char *name, const baton_lock_options *opts)
+{
+    baton_lock_options def = BATON_LOCK_OPTIONS_INIT;
+    baton_lock *l;
+    int rc;
+
+    if (!out || !c) return baton_seterr(BATON_EINVAL, 0, "baton_lock_open: NULL argument");
+    *out = NULL;
+    if ((rc = baton__name_check(name))) return rc;
+    if (opts) {
+        if (opts->version < 1 || opts->version > BATON_LOCK_OPTIONS_VERSION)
+            return baton_seterr(BATON_EINVAL, 0, "lock options: unknown version %u", opts->version);
+        def = *opts;
+    }
+    if (def.lease_ms == 0) def.lease_ms = 30000;
+    if (def.lease_ms < 10)
+        return baton_seterr(BATON_EINVAL, 0, "lease of %u ms is too short (minimum 10 ms)", def.lease_ms);
+    if (def.renew_ms == 0) def.renew_ms = def.lease_ms / 3;
+    if (def.renew_ms >= def.lease_ms)
+        return baton_seterr(BATON_EINVAL, 0, "renew period %u ms must be shorter than the lease %u ms",
+                            def.renew_ms, def.lease_ms);
+    if (def.fair && !(c->be->caps & BATON_CAP_FAIR))
+        return baton_seterr(BATON_ENOTSUP, 0, "the %s backend has no fair lock", c->be->name);
+
+    l = calloc(1, sizeof *l);
+    if (!l) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+    l->c = c;
+    l->opts = def;
+    l->lease_deadline = l->next_renew = INT64_MAX;
+    if (!(l->name = strdup(name))) { free(l); return baton_seterr(BATON_ENOMEM, 0, "out of memory"); }
+    if ((rc = baton__owner_init(&l->owner))) goto fail_name;
+    if ((rc = baton__waiter_init(&l->waiter))) goto fail_name;
+    pthread_mutex_init(&l->io, NULL);
+    pthread_mutex_init(&l->smu, NULL);
+    if ((rc = c->be->lock_new(c->eng, l->name, &l->opts, &l->st))) goto fail_sync;
+    baton__client_link(c, l);
+    *out = l;
+    return 0;
+fail_sync:
+    pthread_mutex_destroy(&l->io);
+    pthread_mutex_destroy(&l->smu);
+    baton__waiter_destroy(&l->waiter);
+fail_name:
+    free(l->name);
+    free(l);
+    return rc;
+}
+
+int baton_lock_acquire(baton_lock *l, int64_t wait_ms)
+{
+    unsigned long me = baton__gettid();
+    baton_acquire_req req;
+    int rc, leased;
+
+    if (!l) return baton_seterr(BATON_EINVAL, 0, "baton_lock_acquire: NULL lock");
+    pthread_mutex_lock(&l->smu);
+    if (l->state == LOCK_HELD) {
+        if (l->holder_tid != me) {
+            pthread_mutex_unlock(&l->smu);
+            return baton_seterr(BATON_EINVAL, 0, "lock '%s': this handle is held by another thread; "
+                                "open one handle per thread", l->name);
+        }
+        if (!l->opts.reentrant) {
+            pthread_mutex_unlock(&l->smu);
+            return baton_seterr(BATON_EDEADLK, 0, "lock '%s' is already held by this thread "
+                                "and is not reentrant", l->name);
+        }
+        l->depth++;
+        pthread_mutex_unlock(&l->smu);
+        return 0;
+    }
+    if (l->acquiring) {
+        pthread_mutex_unlock(&l->smu);
+        return baton_seterr(BATON_EINVAL, 0, "lock '%s': another thread is acquiring this handle", l->name);
+    }
+    l->acquiring = 1;
+    if (l->state == LOCK_LOST) {
+        /* The loss was reported; a new acquire starts afresh. */
+        l->state = LOCK_FREE;
+        l->depth = 0;
+    }
+    pthread_mutex_unlock(&l->smu);
+    baton__keeper_remove(l->c->keeper, l);
+
+    baton__waiter_reset(&l->waiter);
+    memset(&req, 0, sizeof req);
+    baton__owner_set_thread(&l->owner);
+    req.owner = &l->owner;
+    req.lease_ms = l->opts.lease_ms;
+    req.fair = l->opts.fair;
+    req.waiter = &l->waiter;
+    req.deadline_ns = wait_ms == 0 ? 0 : wait_ms < 0 ? INT64_MAX : baton_now_ns() + ms_to_ns(wait_ms);
+
+    pthread_mutex_lock(&l->io);
+    rc = l->c->be->lock_acquire(l->c->eng, l->st, &req);
+    pthread_mutex_unlock(&l->io);
+
+    leased = (l->c->be->caps & BATON_CAP_LEASE) != 0;
+    pthread_mutex_lock(&l->smu);
+    l->acquiring = 0;
+    if (rc == 0) {
+        l->state = LOCK_HELD;
+        l->holder_tid = me;
+        l->depth = 1;
+        l->fence = req.fence;
+        if (leased) {
+            l->lease_deadline = req.sent_ns + ms_to_ns(l->opts.lease_ms);
+            l->next_renew = l->opts.fixed_lease ? INT64_MAX : req.sent_ns + ms_to_ns(l->opts.renew_ms);
+        }
+    }
+    pthread_mutex_unlock(&l->smu);
+    if (rc == 0 && leased)
+        baton__keeper_add(l->c->keeper, l);
+    if (rc == BATON_ELOCKED && wait_ms != 0)
+        rc = baton_seterr(BATON_ETIMEDOUT, 0, "lock '%s': wait timed out", l->name);
+    return rc;
+}
+
+/* Marks the lock lost (smu held by the caller) and reports it after unlocking. */
+static void lose(baton_lock *l)
+{
+    baton_lost_cb cb = l->opts.on_lost;
+    l->state = LOCK_LOST;
+    pthread_mutex_unlock(&l->smu);
+    baton__keeper_drop_self(l->c->keeper, l);
+    if (cb) cb(l, l->opts.on_lost_payload);
+}
+
+int64_t baton__lock_next_due(baton_lock *l)
+{
+    int64_t d;
+    pthread_mutex_lock(&l->smu);
+    d = l->state != LOCK_HELD ? INT64_MAX : l->next_renew < l->lease_deadline ? l->next_renew : l->lease_deadline;
+    pthread_mutex_unlock(&l->smu);
+    return d;
+}
+
+void baton__lock_keep(baton_lock *l, int64_t now)
+{
+    int64_t sent, deadline;
+    int rc;
+
+    pthread_mutex_lock(&l->smu);
+    if (l->state != LOCK_HELD) { pthread_mutex_unlock(&l->smu); return; }
+    if (now >= l->lease_deadline) { lose(l); return; }
+    if (now < l->next_renew) { pthread_mutex_unlock(&l->smu); return; }
+    deadline = l->lease_deadline;
+    pthread_mutex_unlock(&l->smu);
+
+    pthread_mutex_lock(&l->io);
+    sent = baton_now_ns();
+    rc = l->c->be->lock_renew(l->c->eng, l->st, &l->owner, l->opts.lease_ms, deadline);
+    pthread_mutex_unlock(&l->io);
+
+    pthread_mutex_lock(&l->smu);
+    if (l->state != LOCK_HELD) { pthread_mutex_unlock(&l->smu); return; }
+    if (rc == 0) {
+        l->lease_deadline = sent + ms_to_ns(l->opts.lease_ms);
+        l->next_renew = sent + ms_to_ns(l->opts.renew_ms);
+    } else if (rc == BATON_ELOST || rc == BATON_ENOTOWNER || baton_now_ns() >= l->lease_deadline) {
+        lose(l);
+        return;
+    } else {
+        /* Engine unreachable: retry soon; the deadline decides when it is lost. */
+        int64_t retry = ms_to_ns(l->opts.renew_ms) / 4;
+        if (retry < ms_to_ns(20)) retry = ms_to_ns(20);
+        if (retry > ms_to_ns(1000)) retry = ms_to_ns(1000);
+        l->next_renew = baton_now_ns() + retry;
+    }
+    pthread_mutex_unlock(&l->smu);
+}
+
+int baton_lock_release(baton_lock *l)
+{
+    int rc;
+    if (!l) return baton_seterr(BATON_EINVAL, 0, "baton_lock_release: NULL lock");
+    pthread_mutex_lock(&l->smu);
+    if (l->state == LOCK_FREE) {
+        pthread_mutex_unlock(&l->smu);
+        return baton_seterr(BATON_ENOTHELD, 0, "lock '%s' is not held", l->name);
+    }
+    if (l->state == LOCK_LOST) {
+        l->state = LOCK_FREE;
+        l->depth = 0;
+        l->fence = 0;
+        pthread_mutex_unlock(&l->smu);
+        baton__keeper_remove(l->c->keeper, l);
+        return baton_seterr(BATON_ELOST, 0, "lock '%s' was lost before this release", l->name);
+    }
+    if (l->depth > 1) {
+        l->depth--;
+        pthread_mutex_unlock(&l->smu);
+        return 0;
+    }
+    l->state = LOCK_FREE;
+    l->depth = 0;
+    l->fence = 0;
+    l->lease_deadline = l->next_renew = INT64_MAX;
+    pthread_mutex_unlock(&l->smu);
+    baton__keeper_remove(l->c->keeper, l);
+
+    pthread_mutex_lock(&l->io);
+    rc = l->c->be->lock_release(l->c->eng, l->st, &l->owner);
+    pthread_mutex_unlock(&l->io);
+    if (rc == BATON_ENOTOWNER)
+        rc = baton_seterr(BATON_ELOST, 0, "lock '%s' was lost: the engine has another owner", l->name);
+    return rc;
+}
+
+uint64_t baton_lock_fence(const baton_lock *l)
+{
+    uint64_t f;
+    if (!l) return 0;
+    pthread_mutex_lock((pthread_mutex_t *)&l->smu);
+    f = l->state == LOCK_HELD ? l->fence : 0;
+    pthread_mutex_unlock((pthread_mutex_t *)&l->smu);
+    return f;
+}
+
+int baton_lock_held(const baton_lock *l)
+{
+    int h;
+    if (!l) return 0;
+    pthread_mutex_lock((pthread_mutex_t *)&l->smu);
+    h = l->state == LOCK_HELD && baton_now_ns() < l->lease_deadline;
+    pthread_mutex_unlock((pthread_mutex_t *)&l->smu);
+    return h;
+}
+
+int baton_lock_cancel(baton_lock *l)
+{
+    if (!l) return baton_seterr(BATON_EINVAL, 0, "baton_lock_cancel: NULL lock");
+    baton__waiter_cancel(&l->waiter);
+    return 0;
+}
+
+const char *baton_lock_name(const baton_lock *l)
+{
+    return l ? l->name : NULL;
+}
+
+/* Frees without unlinking from the client (the client does that). */
+void baton__lock_destroy(baton_lock *l)
+{
+    int held;
+    pthread_mutex_lock(&l->smu);
+    held = l->state != LOCK_FREE;
+    if (l->depth > 1) l->depth = 1;   /* freeing releases every reentrant hold */
+    pthread_mutex_unlock(&l->smu);
+    if (held)
+        baton_lock_release(l);
+    baton__keeper_remove(l->c->keeper, l);
+    l->c->be->lock_free(l->c->eng, l->st);
+    pthread_mutex_destroy(&l->io);
+    pthread_mutex_destroy(&l->smu);
+    baton__waiter_destroy(&l->waiter);
+    free(l->name);
+    free(l);
+}
+
+void baton_lock_free(baton_lock *l)
+{
+    if (!l) return;
+    baton__client_unlink(l->c, l);
+    baton__lock_destroy(l);
+}
+
+int baton_lock_info(baton_client *c, const char *name, baton_lockinfo *out)
+{
+    int rc;
+    if (!c || !out) return baton_seterr(BATON_EINVAL, 0, "baton_lock_info: NULL argument");
+    if ((rc = baton__name_check(name))) return rc;
+    memset(out, 0, sizeof *out);
+    out->version = BATON_LOCK_INFO_VERSION;
+    out->remaining_ms = -1;
+    if (!c->be->lock_info)
+        return baton_seterr(BATON_ENOTSUP, 0, "the %s backend cannot describe locks", c->be->name);
+    return c->be->lock_info(c->eng, name, out);
+}

@@ -1,0 +1,32 @@
+/* The lock front-end's state, shared with the keeper. */
+#ifndef BATON_CORE_LOCK_H
+#define BATON_CORE_LOCK_H
+
+#include "internal.h"
+
+enum { LOCK_FREE, LOCK_HELD, LOCK_LOST };
+
+struct baton_lock {
+    struct baton_client *c;
+    char *name;
+    baton_lock_options opts;
+    void *st;                   /* backend state */
+    baton_owner owner;
+    baton_waiter waiter;
+    pthread_mutex_t io;         /* serializes backend calls on st */
+    pthread_mutex_t smu;        /* guards the fields below; never held across I/O */
+    int state;
+    int acquiring;
+    unsigned long holder_tid;
+    unsigned depth;
+    uint64_t fence;
+    int64_t lease_deadline;     /* monotonic ns; INT64_MAX when the engine has no lease */
+    int64_t next_renew;         /* monotonic ns; INT64_MAX when not renewed */
+    /* keeper bookkeeping, guarded by the keeper's mutex */
+    struct baton_lock *knext;
+    int kept, kbusy;
+    /* client list, guarded by the client's mutex */
+    struct baton_lock *cnext, *cprev;
+};
+
+#endif

@@ -1,0 +1,39 @@
+/* URI scheme → backend. Every scheme baton knows is listed, compiled in or not,
+ * so a compiled-out backend answers BATON_EDISABLED instead of "unknown". */
+#include "internal.h"
+#include <string.h>
+
+extern const baton_backend baton__backend_file;
+#ifdef BATON_WITH_REDIS
+extern const baton_backend baton__backend_redis;
+#endif
+
+static const baton_backend *const compiled[] = {
+    &baton__backend_file,
+#ifdef BATON_WITH_REDIS
+    &baton__backend_redis,
+#endif
+};
+
+static const char *const known[] = {
+    "file", "redis", "rediss", "redlock", "sqlite", "postgres", "postgresql",
+    "mysql", "mariadb", "zk", "zookeeper", "etcd", "etcds", NULL,
+};
+
+int baton__registry_find(const char *scheme, const baton_backend **out)
+{
+    for (size_t i = 0; i < sizeof compiled / sizeof compiled[0]; i++) {
+        if (compiled[i]->version != BATON_BACKEND_VERSION)
+            continue;
+        for (const char *const *s = compiled[i]->schemes; *s; s++)
+            if (!strcmp(*s, scheme)) {
+                *out = compiled[i];
+                return 0;
+            }
+    }
+    for (const char *const *s = known; *s; s++)
+        if (!strcmp(*s, scheme))
+            return baton_seterr(BATON_EDISABLED, 0,
+                                "scheme '%s': this backend is not compiled into this build", scheme);
+    return baton_seterr(BATON_EINVAL, 0, "unknown URI scheme '%s'", scheme);
+}

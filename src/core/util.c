@@ -1,0 +1,142 @@
+/* Clocks, owner ids and the waiter (a parking spot for one blocked call). */
+#include "internal.h"
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+int64_t baton_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+unsigned long baton__gettid(void)
+{
+    return (unsigned long)syscall(SYS_gettid);
+}
+
+int baton__owner_init(baton_owner *o)
+{
+    static const char hx[] = "0123456789abcdef";
+    size_t got = 0;
+    memset(o, 0, sizeof *o);
+    while (got < sizeof o->id) {
+        ssize_t n = getrandom(o->id + got, sizeof o->id - got, 0);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return baton_seterr(BATON_EIO, errno, "getrandom: %s", strerror(errno));
+        }
+        got += (size_t)n;
+    }
+    for (int i = 0, j = 0; i < 16; i++) {
+        o->hex[2 * i] = hx[o->id[i] >> 4];
+        o->hex[2 * i + 1] = hx[o->id[i] & 15];
+        if (i == 4 || i == 6 || i == 8 || i == 10)
+            o->uuid[j++] = '-';
+        o->uuid[j++] = hx[o->id[i] >> 4];
+        o->uuid[j++] = hx[o->id[i] & 15];
+    }
+    return 0;
+}
+
+/* Called at acquire time: the thread that acquires is the holder. */
+void baton__owner_set_thread(baton_owner *o)
+{
+    char host[128] = "?";
+    gethostname(host, sizeof host - 1);
+    host[sizeof host - 1] = 0;
+    o->tid = baton__gettid();
+    snprintf(o->desc, sizeof o->desc, "%s %ld %lu", host, (long)getpid(), o->tid);
+}
+
+int baton__waiter_init(baton_waiter *w)
+{
+    pthread_condattr_t ca;
+    memset(w, 0, sizeof *w);
+    if (pthread_mutex_init(&w->mu, NULL))
+        return BATON_ENOMEM;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    if (pthread_cond_init(&w->cv, &ca)) {
+        pthread_condattr_destroy(&ca);
+        pthread_mutex_destroy(&w->mu);
+        return BATON_ENOMEM;
+    }
+    pthread_condattr_destroy(&ca);
+    return 0;
+}
+
+void baton__waiter_destroy(baton_waiter *w)
+{
+    pthread_cond_destroy(&w->cv);
+    pthread_mutex_destroy(&w->mu);
+}
+
+unsigned baton_waiter_gen(baton_waiter *w)
+{
+    unsigned g;
+    pthread_mutex_lock(&w->mu);
+    g = w->gen;
+    pthread_mutex_unlock(&w->mu);
+    return g;
+}
+
+int baton_waiter_park(baton_waiter *w, unsigned seen_gen, int64_t deadline_ns)
+{
+    int rc = 0;
+    struct timespec ts;
+    if (deadline_ns != INT64_MAX) {
+        ts.tv_sec = deadline_ns / 1000000000LL;
+        ts.tv_nsec = deadline_ns % 1000000000LL;
+    }
+    pthread_mutex_lock(&w->mu);
+    while (!w->canceled && w->gen == seen_gen) {
+        int e = deadline_ns == INT64_MAX ? pthread_cond_wait(&w->cv, &w->mu)
+                                         : pthread_cond_timedwait(&w->cv, &w->mu, &ts);
+        if (e == ETIMEDOUT)
+            break;
+    }
+    if (w->canceled)
+        rc = BATON_ECANCELED;
+    pthread_mutex_unlock(&w->mu);
+    return rc;
+}
+
+void baton_waiter_wake(baton_waiter *w)
+{
+    pthread_mutex_lock(&w->mu);
+    w->gen++;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
+int baton_waiter_canceled(baton_waiter *w)
+{
+    int c;
+    pthread_mutex_lock(&w->mu);
+    c = w->canceled;
+    pthread_mutex_unlock(&w->mu);
+    return c;
+}
+
+void baton__waiter_cancel(baton_waiter *w)
+{
+    pthread_mutex_lock(&w->mu);
+    w->canceled = 1;
+    w->gen++;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
+void baton__waiter_reset(baton_waiter *w)
+{
+    pthread_mutex_lock(&w->mu);
+    w->canceled = 0;
+    pthread_mutex_unlock(&w->mu);
+}
