@@ -1,0 +1,495 @@
+/*
+ * Redis connections: nonblocking TCP connect with a deadline, optional TLS
+ * (OpenSSL over our own socket BIO, so no SIGPIPE), RESP formatting and
+ * parsing with hiredis' formatter and reader, and a small connection pool.
+ *
+ * Every wait goes through poll() with a monotonic deadline; no call can block
+ * longer than the deadline it was given.
+ */
+#include "redis_int.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+
+#include <openssl/err.h>
+#include <openssl/x509v3.h>
+
+#define POOL_MAX_IDLE 32
+
+int64_t rdeadline_ms(int ms) {
+    if (ms < 0) return INT64_MAX;
+    return baton_now_ns() + (int64_t)ms * 1000000;
+}
+
+int64_t rmin64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+/* Waits for EV on FD until DEADLINE: 1 ready, 0 timed out, -1 error (errno). */
+static int wait_fd(int fd, short ev, int64_t deadline) {
+    for (;;) {
+        int64_t now = baton_now_ns();
+        if (now >= deadline) return 0;
+        int64_t ms = (deadline - now + 999999) / 1000000;
+        if (ms > 1000) ms = 1000;
+        struct pollfd p = { .fd = fd, .events = ev, .revents = 0 };
+        int r = poll(&p, 1, (int)ms);
+        if (r > 0) return 1;
+        if (r < 0 && errno != EINTR) return -1;
+    }
+}
+
+/* ---- socket BIO: send/recv with MSG_NOSIGNAL ---------------------------- */
+
+static BIO_METHOD *sock_method;
+static pthread_once_t sock_once = PTHREAD_ONCE_INIT;
+
+static int sbio_write(BIO *b, const char *buf, int len) {
+    int fd = (int)(intptr_t)BIO_get_data(b);
+    BIO_clear_retry_flags(b);
+    ssize_t n = send(fd, buf, (size_t)len, MSG_NOSIGNAL);
+    if (n < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) BIO_set_retry_write(b);
+        return -1;
+    }
+    return (int)n;
+}
+
+static int sbio_read(BIO *b, char *buf, int len) {
+    int fd = (int)(intptr_t)BIO_get_data(b);
+    BIO_clear_retry_flags(b);
+    ssize_t n = recv(fd, buf, (size_t)len, 0);
+    if (n < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) BIO_set_retry_read(b);
+        return -1;
+    }
+    return (int)n;
+}
+
+static long sbio_ctrl(BIO *b, int cmd, long num, void *ptr) {
+    (void)b; (void)num; (void)ptr;
+    return cmd == BIO_CTRL_FLUSH ? 1 : 0;
+}
+
+static int sbio_create(BIO *b) { BIO_set_init(b, 1); return 1; }
+static int sbio_destroy(BIO *b) { (void)b; return 1; }
+
+static void sock_method_init(void) {
+    BIO_METHOD *m = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "baton-socket");
+    if (!m) return;
+    BIO_meth_set_write(m, sbio_write);
+    BIO_meth_set_read(m, sbio_read);
+    BIO_meth_set_ctrl(m, sbio_ctrl);
+    BIO_meth_set_create(m, sbio_create);
+    BIO_meth_set_destroy(m, sbio_destroy);
+    sock_method = m;
+}
+
+/* ---- TLS context -------------------------------------------------------- */
+
+static const char *ssl_errstr(char *buf, size_t n) {
+    unsigned long e = ERR_peek_last_error();
+    if (!e) { snprintf(buf, n, "unknown TLS error"); return buf; }
+    ERR_error_string_n(e, buf, n);
+    return buf;
+}
+
+int rtls_ctx_new(SSL_CTX **out, const char *cacert, const char *cert, const char *key, int insecure) {
+    char eb[256];
+    ERR_clear_error();
+    SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+    if (!ctx) return baton_seterr(BATON_ENOMEM, 0, "redis: cannot create a TLS context: %s", ssl_errstr(eb, sizeof eb));
+    SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+    SSL_CTX_set_mode(ctx, SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER | SSL_MODE_ENABLE_PARTIAL_WRITE);
+    if (cacert) {
+        if (SSL_CTX_load_verify_locations(ctx, cacert, NULL) != 1) {
+            SSL_CTX_free(ctx);
+            return baton_seterr(BATON_EINVAL, 0, "redis: cannot load cacert '%s': %s", cacert, ssl_errstr(eb, sizeof eb));
+        }
+    } else if (!insecure) {
+        SSL_CTX_set_default_verify_paths(ctx);
+    }
+    if (cert) {
+        if (SSL_CTX_use_certificate_chain_file(ctx, cert) != 1) {
+            SSL_CTX_free(ctx);
+            return baton_seterr(BATON_EINVAL, 0, "redis: cannot load cert '%s': %s", cert, ssl_errstr(eb, sizeof eb));
+        }
+        const char *k = key ? key : cert;
+        if (SSL_CTX_use_PrivateKey_file(ctx, k, SSL_FILETYPE_PEM) != 1 || SSL_CTX_check_private_key(ctx) != 1) {
+            SSL_CTX_free(ctx);
+            return baton_seterr(BATON_EINVAL, 0, "redis: cannot load key '%s': %s", k, ssl_errstr(eb, sizeof eb));
+        }
+    }
+    SSL_CTX_set_verify(ctx, insecure ? SSL_VERIFY_NONE : SSL_VERIFY_PEER, NULL);
+    ERR_clear_error();
+    *out = ctx;
+    return 0;
+}
+
+/* ---- connect ------------------------------------------------------------ */
+
+static int tcp_connect(const rcfg *cfg, int64_t deadline, int *out) {
+    struct addrinfo hints, *res = NULL;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    char port[16];
+    snprintf(port, sizeof port, "%d", cfg->port);
+    int g = getaddrinfo(cfg->host, port, &hints, &res);
+    if (g != 0)
+        return baton_seterr(BATON_EUNAVAILABLE, g, "redis: cannot resolve '%s': %s", cfg->host, gai_strerror(g));
+    int err = ECONNREFUSED;
+    for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
+        int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol);
+        if (fd < 0) { err = errno; continue; }
+        int ok = 0;
+        if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) {
+            ok = 1;
+        } else if (errno == EINPROGRESS) {
+            int r = wait_fd(fd, POLLOUT, deadline);
+            if (r == 1) {
+                int soerr = 0;
+                socklen_t sl = sizeof soerr;
+                if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) == 0 && soerr == 0) ok = 1;
+                else err = soerr ? soerr : errno;
+            } else if (r == 0) {
+                err = ETIMEDOUT;
+            } else {
+                err = errno;
+            }
+        } else {
+            err = errno;
+        }
+        if (ok) {
+            int one = 1;
+            setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+            setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+            freeaddrinfo(res);
+            *out = fd;
+            return 0;
+        }
+        close(fd);
+        if (err == ETIMEDOUT) break;
+    }
+    freeaddrinfo(res);
+    return baton_seterr(BATON_EUNAVAILABLE, err, "redis: cannot connect to %s:%d: %s", cfg->host, cfg->port,
+                        err == ETIMEDOUT ? "connect timed out" : strerror(err));
+}
+
+static int is_ip_literal(const char *h) {
+    unsigned char buf[sizeof(struct in6_addr)];
+    return inet_pton(AF_INET, h, buf) == 1 || inet_pton(AF_INET6, h, buf) == 1;
+}
+
+static int tls_handshake(rconn *c, const rcfg *cfg, int64_t deadline) {
+    char eb[256];
+    pthread_once(&sock_once, sock_method_init);
+    if (!sock_method) return baton_seterr(BATON_ENOMEM, 0, "redis: cannot create the TLS socket method");
+    ERR_clear_error();
+    c->ssl = SSL_new(cfg->ssl_ctx);
+    if (!c->ssl) return baton_seterr(BATON_ENOMEM, 0, "redis: SSL_new failed: %s", ssl_errstr(eb, sizeof eb));
+    BIO *b = BIO_new(sock_method);
+    if (!b) return baton_seterr(BATON_ENOMEM, 0, "redis: BIO_new failed");
+    BIO_set_data(b, (void *)(intptr_t)c->fd);
+    SSL_set_bio(c->ssl, b, b);
+    int ip = is_ip_literal(cfg->host);
+    if (!ip) SSL_set_tlsext_host_name(c->ssl, cfg->host);
+    if (!cfg->insecure) {
+        if (ip) X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(c->ssl), cfg->host);
+        else SSL_set1_host(c->ssl, cfg->host);
+    }
+    for (;;) {
+        ERR_clear_error();
+        int r = SSL_connect(c->ssl);
+        if (r == 1) return 0;
+        int e = SSL_get_error(c->ssl, r);
+        int w;
+        if (e == SSL_ERROR_WANT_READ) w = wait_fd(c->fd, POLLIN, deadline);
+        else if (e == SSL_ERROR_WANT_WRITE) w = wait_fd(c->fd, POLLOUT, deadline);
+        else {
+            long v = SSL_get_verify_result(c->ssl);
+            if (v != X509_V_OK)
+                return baton_seterr(BATON_EAUTH, v, "redis: TLS certificate of %s:%d not trusted: %s",
+                                    cfg->host, cfg->port, X509_verify_cert_error_string(v));
+            int en = errno;
+            if (e == SSL_ERROR_SYSCALL && ERR_peek_last_error() == 0)
+                return baton_seterr(BATON_EUNAVAILABLE, en, "redis: TLS handshake with %s:%d failed: %s",
+                                    cfg->host, cfg->port, en ? strerror(en) : "connection closed");
+            return baton_seterr(BATON_EUNAVAILABLE, e, "redis: TLS handshake with %s:%d failed: %s",
+                                cfg->host, cfg->port, ssl_errstr(eb, sizeof eb));
+        }
+        if (w == 0)
+            return baton_seterr(BATON_EUNAVAILABLE, ETIMEDOUT, "redis: TLS handshake with %s:%d timed out",
+                                cfg->host, cfg->port);
+        if (w < 0)
+            return baton_seterr(BATON_EUNAVAILABLE, errno, "redis: poll failed: %s", strerror(errno));
+    }
+}
+
+int rreply_error(const redisReply *r, const char *what) {
+    const char *s = r->str ? r->str : "";
+    int code = BATON_EPROTO;
+    if (!strncmp(s, "NOAUTH", 6) || !strncmp(s, "WRONGPASS", 9) || !strncmp(s, "NOPERM", 6) ||
+        !strncmp(s, "DENIED", 6) || strstr(s, "invalid password") || strstr(s, "invalid username-password"))
+        code = BATON_EAUTH;
+    else if (!strncmp(s, "LOADING", 7) || !strncmp(s, "BUSY", 4) || !strncmp(s, "MASTERDOWN", 10) ||
+             !strncmp(s, "READONLY", 8) || !strncmp(s, "CLUSTERDOWN", 11) || !strncmp(s, "TRYAGAIN", 8) ||
+             !strncmp(s, "OOM", 3))
+        code = BATON_EUNAVAILABLE;
+    return baton_seterr(code, 0, "redis: %s: %s", what, s);
+}
+
+static int simple_cmd(rconn *c, const char *what, int argc, const char **argv, int64_t deadline) {
+    size_t lens[8];
+    for (int i = 0; i < argc; i++) lens[i] = strlen(argv[i]);
+    redisReply *r = NULL;
+    int rc = rconn_command(c, argc, argv, lens, &r, deadline);
+    if (rc) return rc;
+    if (r->type == REDIS_REPLY_ERROR) {
+        /* A password given to a server without one is not fatal (redis-cli does the same). */
+        if (!strcmp(argv[0], "AUTH") && r->str && strstr(r->str, "without any password configured")) {
+            freeReplyObject(r);
+            return 0;
+        }
+        rc = rreply_error(r, what);
+        freeReplyObject(r);
+        c->broken = 1;
+        return rc;
+    }
+    freeReplyObject(r);
+    return 0;
+}
+
+int rconn_open(const rcfg *cfg, rconn **out, int64_t deadline) {
+    *out = NULL;
+    rconn *c = calloc(1, sizeof *c);
+    if (!c) return baton_seterr(BATON_ENOMEM, 0, "redis: out of memory");
+    c->fd = -1;
+    c->rd = redisReaderCreate();
+    if (!c->rd) { free(c); return baton_seterr(BATON_ENOMEM, 0, "redis: out of memory"); }
+    int rc = tcp_connect(cfg, deadline, &c->fd);
+    if (!rc && cfg->tls) rc = tls_handshake(c, cfg, deadline);
+    if (!rc && cfg->password) {
+        const char *argv[3] = { "AUTH", cfg->user ? cfg->user : cfg->password, cfg->password };
+        rc = simple_cmd(c, "AUTH failed", cfg->user ? 3 : 2, argv, deadline);
+    }
+    if (!rc && cfg->db) {
+        char db[16];
+        snprintf(db, sizeof db, "%d", cfg->db);
+        const char *argv[2] = { "SELECT", db };
+        rc = simple_cmd(c, "SELECT failed", 2, argv, deadline);
+    }
+    if (rc) { rconn_free(c); return rc; }
+    *out = c;
+    return 0;
+}
+
+void rconn_free(rconn *c) {
+    if (!c) return;
+    if (c->ssl) {
+        if (!c->broken) { ERR_clear_error(); SSL_shutdown(c->ssl); }
+        SSL_free(c->ssl);
+        ERR_clear_error();
+    }
+    if (c->fd >= 0) close(c->fd);
+    if (c->rd) redisReaderFree(c->rd);
+    free(c);
+}
+
+/* ---- I/O ---------------------------------------------------------------- */
+
+static int io_fail(rconn *c, int code, long native, const char *what) {
+    c->broken = 1;
+    return baton_seterr(code, native, "redis: %s", what);
+}
+
+static int write_all(rconn *c, const char *buf, size_t len, int64_t deadline) {
+    size_t off = 0;
+    while (off < len) {
+        short ev = POLLOUT;
+        if (c->ssl) {
+            ERR_clear_error();
+            size_t chunk = len - off > INT_MAX ? INT_MAX : len - off;
+            int n = SSL_write(c->ssl, buf + off, (int)chunk);
+            if (n > 0) { off += (size_t)n; continue; }
+            int e = SSL_get_error(c->ssl, n);
+            if (e == SSL_ERROR_WANT_READ) ev = POLLIN;
+            else if (e != SSL_ERROR_WANT_WRITE)
+                return io_fail(c, BATON_EUNAVAILABLE, errno, "TLS write failed (connection lost)");
+        } else {
+            ssize_t n = send(c->fd, buf + off, len - off, MSG_NOSIGNAL);
+            if (n > 0) { off += (size_t)n; continue; }
+            if (n < 0 && errno == EINTR) continue;
+            if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
+                char m[160];
+                snprintf(m, sizeof m, "write failed: %s", strerror(errno));
+                return io_fail(c, BATON_EUNAVAILABLE, errno, m);
+            }
+        }
+        int w = wait_fd(c->fd, ev, deadline);
+        if (w == 0) return io_fail(c, BATON_EUNAVAILABLE, ETIMEDOUT, "write timed out");
+        if (w < 0) return io_fail(c, BATON_EUNAVAILABLE, errno, "poll failed");
+    }
+    return 0;
+}
+
+/* Reads once: >0 bytes fed, 0 would block (*want = poll events), <0 error. */
+static int read_once(rconn *c, short *want) {
+    char buf[16384];
+    *want = POLLIN;
+    if (c->ssl) {
+        ERR_clear_error();
+        int n = SSL_read(c->ssl, buf, sizeof buf);
+        if (n <= 0) {
+            int e = SSL_get_error(c->ssl, n);
+            if (e == SSL_ERROR_WANT_READ) return 0;
+            if (e == SSL_ERROR_WANT_WRITE) { *want = POLLOUT; return 0; }
+            if (e == SSL_ERROR_ZERO_RETURN || (e == SSL_ERROR_SYSCALL && errno == 0))
+                return io_fail(c, BATON_EUNAVAILABLE, ECONNRESET, "connection closed by the server");
+            return io_fail(c, BATON_EUNAVAILABLE, errno, "TLS read failed (connection lost)");
+        }
+        if (redisReaderFeed(c->rd, buf, (size_t)n) != REDIS_OK)
+            return io_fail(c, BATON_ENOMEM, 0, "out of memory");
+        return n;
+    }
+    for (;;) {
+        ssize_t n = recv(c->fd, buf, sizeof buf, 0);
+        if (n > 0) {
+            if (redisReaderFeed(c->rd, buf, (size_t)n) != REDIS_OK)
+                return io_fail(c, BATON_ENOMEM, 0, "out of memory");
+            return (int)n;
+        }
+        if (n == 0) return io_fail(c, BATON_EUNAVAILABLE, ECONNRESET, "connection closed by the server");
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
+        char m[160];
+        snprintf(m, sizeof m, "read failed: %s", strerror(errno));
+        return io_fail(c, BATON_EUNAVAILABLE, errno, m);
+    }
+}
+
+int rconn_next_reply(rconn *c, redisReply **out) {
+    void *r = NULL;
+    if (redisReaderGetReply(c->rd, &r) != REDIS_OK) {
+        c->broken = 1;
+        return baton_seterr(BATON_EPROTO, 0, "redis: bad reply from the server: %s", c->rd->errstr);
+    }
+    if (!r) return 0;
+    *out = r;
+    return 1;
+}
+
+int rconn_read_avail(rconn *c) {
+    for (;;) {
+        short want;
+        int n = read_once(c, &want);
+        if (n < 0) return n;
+        if (n == 0) return 0; /* would block: everything available was read */
+    }
+}
+
+int rconn_send(rconn *c, int argc, const char **argv, const size_t *lens, int64_t deadline) {
+    if (c->broken) return baton_seterr(BATON_EUNAVAILABLE, 0, "redis: connection is broken");
+    char *cmd = NULL;
+    int len = redisFormatCommandArgv(&cmd, argc, argv, lens);
+    if (len < 0 || !cmd) return baton_seterr(BATON_ENOMEM, 0, "redis: out of memory");
+    int rc = write_all(c, cmd, (size_t)len, deadline);
+    redisFreeCommand(cmd);
+    return rc;
+}
+
+int rconn_command(rconn *c, int argc, const char **argv, const size_t *lens, redisReply **out,
+                  int64_t deadline) {
+    *out = NULL;
+    int rc = rconn_send(c, argc, argv, lens, deadline);
+    if (rc) return rc;
+    for (;;) {
+        redisReply *r = NULL;
+        int g = rconn_next_reply(c, &r);
+        if (g < 0) return g;
+        if (g > 0) { *out = r; return 0; }
+        short want;
+        int n = read_once(c, &want);
+        if (n < 0) return n;
+        if (n > 0) continue;
+        int w = wait_fd(c->fd, want, deadline);
+        if (w == 0) return io_fail(c, BATON_EUNAVAILABLE, ETIMEDOUT, "no reply from the server within the I/O timeout");
+        if (w < 0) return io_fail(c, BATON_EUNAVAILABLE, errno, "poll failed");
+    }
+}
+
+/* ---- pool --------------------------------------------------------------- */
+
+/* A pooled connection is reused only if the server has not closed it and
+ * sent nothing unexpected while it sat idle. */
+static int conn_alive(rconn *c) {
+    struct pollfd p = { .fd = c->fd, .events = POLLIN, .revents = 0 };
+    int r = poll(&p, 1, 0);
+    if (r == 0) return 1;
+    if (r < 0) return 0;
+    if (p.revents & (POLLERR | POLLHUP | POLLNVAL)) return 0;
+    if (!c->ssl) return 0;
+    /* TLS: the readable bytes may be post-handshake messages (session tickets). */
+    char b[1];
+    ERR_clear_error();
+    int n = SSL_read(c->ssl, b, 1);
+    if (n > 0) return 0;
+    int e = SSL_get_error(c->ssl, n);
+    ERR_clear_error();
+    return e == SSL_ERROR_WANT_READ;
+}
+
+int rpool_init(rpool *p, const rcfg *cfg) {
+    memset(p, 0, sizeof *p);
+    p->cfg = cfg;
+    if (pthread_mutex_init(&p->mu, NULL) != 0) return baton_seterr(BATON_ENOMEM, 0, "redis: mutex init failed");
+    return 0;
+}
+
+void rpool_destroy(rpool *p) {
+    for (size_t i = 0; i < p->nidle; i++) rconn_free(p->idle[i]);
+    free(p->idle);
+    p->idle = NULL;
+    p->nidle = p->cap = 0;
+    pthread_mutex_destroy(&p->mu);
+}
+
+int rpool_get(rpool *p, rconn **out) {
+    for (;;) {
+        rconn *c = NULL;
+        pthread_mutex_lock(&p->mu);
+        if (p->nidle) c = p->idle[--p->nidle];
+        pthread_mutex_unlock(&p->mu);
+        if (!c) break;
+        if (conn_alive(c)) { *out = c; return 0; }
+        c->broken = 1;
+        rconn_free(c);
+    }
+    return rconn_open(p->cfg, out, rdeadline_ms(p->cfg->connect_timeout_ms));
+}
+
+void rpool_put(rpool *p, rconn *c) {
+    if (!c) return;
+    if (c->broken) { rconn_free(c); return; }
+    pthread_mutex_lock(&p->mu);
+    if (p->nidle == p->cap && p->cap < POOL_MAX_IDLE) {
+        size_t nc = p->cap ? p->cap * 2 : 4;
+        if (nc > POOL_MAX_IDLE) nc = POOL_MAX_IDLE;
+        rconn **ni = realloc(p->idle, nc * sizeof *ni);
+        if (ni) { p->idle = ni; p->cap = nc; }
+    }
+    if (p->nidle < p->cap) {
+        p->idle[p->nidle++] = c;
+        c = NULL;
+    }
+    pthread_mutex_unlock(&p->mu);
+    if (c) rconn_free(c);
+}

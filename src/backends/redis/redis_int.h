@@ -1,0 +1,97 @@
+/*
+ * Internal declarations shared by the Redis backend modules:
+ *   conn.c   sockets, TLS, RESP round trips, the connection pool
+ *   sub.c    the per-client subscriber thread (pub/sub wake-ups)
+ *   redis.c  URI/options, lock scripts, the backend table
+ */
+#ifndef BATON_REDIS_INT_H
+#define BATON_REDIS_INT_H
+
+#include "baton/sys/backend.h"
+
+#include <hiredis/hiredis.h>
+#include <openssl/ssl.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Where and how to connect. Owned by the engine, read-only after open. */
+typedef struct {
+    char *host;
+    int port;
+    char *user;              /* NULL = AUTH with password only */
+    char *password;          /* NULL = no AUTH */
+    int db;                  /* SELECT when non-zero */
+    int tls;
+    int insecure;            /* TLS without verification (only when asked) */
+    SSL_CTX *ssl_ctx;        /* when tls */
+    int connect_timeout_ms;
+    int io_timeout_ms;
+} rcfg;
+
+/* One connection: a socket, optionally TLS, and a RESP reader. */
+typedef struct rconn {
+    int fd;
+    SSL *ssl;
+    redisReader *rd;
+    int broken;              /* set on any I/O or protocol error: never reused */
+} rconn;
+
+/* Deadline helpers (monotonic ns). */
+int64_t rdeadline_ms(int ms);
+int64_t rmin64(int64_t a, int64_t b);
+
+/* conn.c */
+int rconn_open(const rcfg *cfg, rconn **out, int64_t deadline_ns);
+void rconn_free(rconn *c);
+/* Sends one command and reads its reply (which may be an error reply). */
+int rconn_command(rconn *c, int argc, const char **argv, const size_t *lens,
+                  redisReply **out, int64_t deadline_ns);
+/* Writes one formatted command (subscriber). */
+int rconn_send(rconn *c, int argc, const char **argv, const size_t *lens, int64_t deadline_ns);
+/* Reads whatever is available without blocking into the reader.
+ * Returns 0 (possibly nothing read), or an error code (EOF, I/O, TLS). */
+int rconn_read_avail(rconn *c);
+/* Takes the next complete reply from the reader: 1 = *out set, 0 = none yet, <0 = error. */
+int rconn_next_reply(rconn *c, redisReply **out);
+/* Maps a server error reply to a baton code and sets the thread's error. */
+int rreply_error(const redisReply *r, const char *what);
+int rtls_ctx_new(SSL_CTX **out, const char *cacert, const char *cert, const char *key, int insecure);
+
+/* The subscriber (sub.c). */
+typedef struct rsub_entry rsub_entry;
+typedef struct rchan rchan;
+
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_t thr;
+    int started;
+    int stop;
+    int evfd;                /* eventfd: wakes the subscriber thread */
+    rchan *chans;
+    const rcfg *cfg;
+} rsub;
+
+int rsub_init(rsub *s, const rcfg *cfg);
+void rsub_destroy(rsub *s);
+/* Registers W for messages on CHANNEL; the subscriber wakes W on every message,
+ * on subscription confirmation and when its connection is lost. */
+int rsub_register(rsub *s, const char *channel, baton_waiter *w, rsub_entry **out);
+/* 1 when the channel's subscription is confirmed on the live connection. */
+int rsub_ready(rsub *s, rsub_entry *e);
+void rsub_unregister(rsub *s, rsub_entry *e);
+
+/* The connection pool (conn.c). */
+typedef struct {
+    pthread_mutex_t mu;
+    rconn **idle;
+    size_t nidle, cap;
+    const rcfg *cfg;
+} rpool;
+
+int rpool_init(rpool *p, const rcfg *cfg);
+void rpool_destroy(rpool *p);
+int rpool_get(rpool *p, rconn **out);
+void rpool_put(rpool *p, rconn *c);
+
+#endif

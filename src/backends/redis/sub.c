@@ -1,0 +1,320 @@
+/*
+ * The subscriber: one pub/sub connection per client, on its own thread,
+ * shared by every waiter of that client.
+ *
+ * A waiter registers its baton_waiter on a channel; the thread SUBSCRIBEs,
+ * and wakes every waiter of the channel when the subscription is confirmed,
+ * on every message, and when the connection is lost (so they re-check). The
+ * thread UNSUBSCRIBEs a channel when its last waiter leaves. If the
+ * connection dies it reconnects with backoff and subscribes again.
+ *
+ * Channel bookkeeping (all under s->mu):
+ *   intended  we want to be subscribed on the current connection (SUBSCRIBE sent)
+ *   pending   SUBSCRIBE/UNSUBSCRIBE commands sent whose confirmation is still due
+ *   server    the last confirmation said "subscribed"
+ * A channel is ready when intended && pending == 0 && server: only then can a
+ * waiter's retry rely on seeing the next unlock message.
+ */
+#include "redis_int.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+struct rsub_entry {
+    rsub_entry *next, *prev;
+    baton_waiter *w;
+    rchan *ch;
+};
+
+struct rchan {
+    rchan *next;
+    char *name;
+    rsub_entry *waiters;
+    int intended, pending, server;
+};
+
+#define KEEPALIVE_NS (10LL * 1000000000LL)
+
+static void signal_thread(rsub *s) {
+    uint64_t one = 1;
+    ssize_t n;
+    do n = write(s->evfd, &one, sizeof one); while (n < 0 && errno == EINTR);
+}
+
+static void wake_chan(rchan *ch) {
+    for (rsub_entry *e = ch->waiters; e; e = e->next) baton_waiter_wake(e->w);
+}
+
+static rchan *find_chan(rsub *s, const char *name, size_t len) {
+    for (rchan *c = s->chans; c; c = c->next)
+        if (strlen(c->name) == len && !memcmp(c->name, name, len)) return c;
+    return NULL;
+}
+
+/* Forgets every subscription (connection lost); frees idle channels and wakes
+ * all waiters so they re-check. Called with s->mu held. */
+static void reset_locked(rsub *s) {
+    rchan **pp = &s->chans;
+    while (*pp) {
+        rchan *c = *pp;
+        c->intended = c->pending = c->server = 0;
+        if (!c->waiters) {
+            *pp = c->next;
+            free(c->name);
+            free(c);
+            continue;
+        }
+        wake_chan(c);
+        pp = &c->next;
+    }
+}
+
+/* Sends the SUBSCRIBE/UNSUBSCRIBE commands the registrations call for. */
+static int reconcile(rsub *s, rconn *conn) {
+    int rc = 0;
+    for (;;) {
+        char *name = NULL;
+        const char *verb = NULL;
+        pthread_mutex_lock(&s->mu);
+        rchan **pp = &s->chans;
+        while (*pp) {
+            rchan *c = *pp;
+            if (c->waiters && !c->intended) {
+                c->intended = 1;
+                c->pending++;
+                verb = "SUBSCRIBE";
+            } else if (!c->waiters && c->intended) {
+                c->intended = 0;
+                c->pending++;
+                verb = "UNSUBSCRIBE";
+            } else if (!c->waiters && !c->pending) {
+                *pp = c->next;
+                free(c->name);
+                free(c);
+                continue;
+            }
+            if (verb) {
+                name = strdup(c->name);
+                break;
+            }
+            pp = &c->next;
+        }
+        pthread_mutex_unlock(&s->mu);
+        if (!verb) return 0;
+        if (!name) return baton_seterr(BATON_ENOMEM, 0, "redis: out of memory");
+        const char *argv[2] = { verb, name };
+        size_t lens[2] = { strlen(verb), strlen(name) };
+        rc = rconn_send(conn, 2, argv, lens, rdeadline_ms(s->cfg->io_timeout_ms));
+        free(name);
+        if (rc) return rc;
+    }
+}
+
+static int is_str(const redisReply *r) {
+    return r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS;
+}
+
+/* Handles one push reply. Returns 0, or <0 when the connection must go. */
+static int handle_reply(rsub *s, redisReply *r, int *pong) {
+    if (r->type == REDIS_REPLY_ERROR) return rreply_error(r, "subscriber");
+    if (r->type != REDIS_REPLY_ARRAY || r->elements < 2 || !is_str(r->element[0]))
+        return baton_seterr(BATON_EPROTO, 0, "redis: unexpected reply on the subscriber connection");
+    const char *kind = r->element[0]->str;
+    if (!strcasecmp(kind, "pong")) { *pong = 1; return 0; }
+    if (!is_str(r->element[1])) return 0;
+    const char *name = r->element[1]->str;
+    size_t len = r->element[1]->len;
+    pthread_mutex_lock(&s->mu);
+    rchan *c = find_chan(s, name, len);
+    if (c) {
+        if (!strcasecmp(kind, "message")) {
+            wake_chan(c);
+        } else if (!strcasecmp(kind, "subscribe") || !strcasecmp(kind, "unsubscribe")) {
+            if (c->pending > 0) c->pending--;
+            c->server = kind[0] == 's' || kind[0] == 'S';
+            if (c->intended && !c->pending && c->server) wake_chan(c);
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+    return 0;
+}
+
+static void drain_evfd(rsub *s) {
+    uint64_t v;
+    while (read(s->evfd, &v, sizeof v) > 0) {}
+}
+
+static int stopping(rsub *s) {
+    pthread_mutex_lock(&s->mu);
+    int st = s->stop;
+    pthread_mutex_unlock(&s->mu);
+    return st;
+}
+
+static void *sub_main(void *arg) {
+    rsub *s = arg;
+    rconn *conn = NULL;
+    int backoff_ms = 50;
+    int64_t last_rx = 0, ping_sent = 0;
+
+    while (!stopping(s)) {
+        if (!conn) {
+            if (rconn_open(s->cfg, &conn, rdeadline_ms(s->cfg->connect_timeout_ms)) != 0) {
+                conn = NULL;
+                struct pollfd p = { .fd = s->evfd, .events = POLLIN, .revents = 0 };
+                poll(&p, 1, backoff_ms);
+                drain_evfd(s);
+                backoff_ms = backoff_ms * 2 > 1000 ? 1000 : backoff_ms * 2;
+                continue;
+            }
+            backoff_ms = 50;
+            last_rx = baton_now_ns();
+            ping_sent = 0;
+        }
+        int rc = reconcile(s, conn);
+        if (rc == 0) {
+            struct pollfd p[2] = {
+                { .fd = s->evfd, .events = POLLIN, .revents = 0 },
+                { .fd = conn->fd, .events = POLLIN, .revents = 0 },
+            };
+            int r = poll(p, 2, 1000);
+            if (r < 0 && errno != EINTR) rc = BATON_EUNAVAILABLE;
+            if (r > 0 && p[0].revents) drain_evfd(s);
+            if (r > 0 && p[1].revents) {
+                rc = rconn_read_avail(conn);
+                if (!rc) last_rx = baton_now_ns();
+                while (!rc) {
+                    redisReply *rep = NULL;
+                    int g = rconn_next_reply(conn, &rep);
+                    if (g < 0) { rc = g; break; }
+                    if (g == 0) break;
+                    int pong = 0;
+                    rc = handle_reply(s, rep, &pong);
+                    freeReplyObject(rep);
+                    if (pong) ping_sent = 0;
+                }
+            }
+            /* Keepalive: a silent connection gets a PING; no answer within the
+             * I/O timeout means it is dead. */
+            int64_t now = baton_now_ns();
+            if (!rc && ping_sent && now - ping_sent > (int64_t)s->cfg->io_timeout_ms * 1000000) {
+                rc = baton_seterr(BATON_EUNAVAILABLE, ETIMEDOUT, "redis: subscriber ping timed out");
+            } else if (!rc && !ping_sent && now - last_rx > KEEPALIVE_NS) {
+                const char *argv[1] = { "PING" };
+                size_t lens[1] = { 4 };
+                rc = rconn_send(conn, 1, argv, lens, rdeadline_ms(s->cfg->io_timeout_ms));
+                ping_sent = now;
+            }
+        }
+        if (rc) {
+            conn->broken = 1;
+            rconn_free(conn);
+            conn = NULL;
+            pthread_mutex_lock(&s->mu);
+            reset_locked(s);
+            pthread_mutex_unlock(&s->mu);
+        }
+    }
+    rconn_free(conn);
+    return NULL;
+}
+
+int rsub_init(rsub *s, const rcfg *cfg) {
+    memset(s, 0, sizeof *s);
+    s->cfg = cfg;
+    s->evfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (s->evfd < 0) return baton_seterr(BATON_ENOMEM, errno, "redis: eventfd failed: %s", strerror(errno));
+    if (pthread_mutex_init(&s->mu, NULL) != 0) {
+        close(s->evfd);
+        return baton_seterr(BATON_ENOMEM, 0, "redis: mutex init failed");
+    }
+    return 0;
+}
+
+void rsub_destroy(rsub *s) {
+    pthread_mutex_lock(&s->mu);
+    s->stop = 1;
+    int started = s->started;
+    pthread_mutex_unlock(&s->mu);
+    if (started) {
+        signal_thread(s);
+        pthread_join(s->thr, NULL);
+    }
+    while (s->chans) {
+        rchan *c = s->chans;
+        s->chans = c->next;
+        while (c->waiters) {
+            rsub_entry *e = c->waiters;
+            c->waiters = e->next;
+            free(e);
+        }
+        free(c->name);
+        free(c);
+    }
+    pthread_mutex_destroy(&s->mu);
+    close(s->evfd);
+}
+
+int rsub_register(rsub *s, const char *channel, baton_waiter *w, rsub_entry **out) {
+    *out = NULL;
+    rsub_entry *e = calloc(1, sizeof *e);
+    if (!e) return baton_seterr(BATON_ENOMEM, 0, "redis: out of memory");
+    e->w = w;
+    pthread_mutex_lock(&s->mu);
+    if (!s->started) {
+        if (pthread_create(&s->thr, NULL, sub_main, s) != 0) {
+            pthread_mutex_unlock(&s->mu);
+            free(e);
+            return baton_seterr(BATON_ENOMEM, 0, "redis: cannot start the subscriber thread");
+        }
+        s->started = 1;
+    }
+    rchan *c = find_chan(s, channel, strlen(channel));
+    if (!c) {
+        c = calloc(1, sizeof *c);
+        if (c) c->name = strdup(channel);
+        if (!c || !c->name) {
+            pthread_mutex_unlock(&s->mu);
+            if (c) free(c);
+            free(e);
+            return baton_seterr(BATON_ENOMEM, 0, "redis: out of memory");
+        }
+        c->next = s->chans;
+        s->chans = c;
+    }
+    e->ch = c;
+    e->next = c->waiters;
+    if (c->waiters) c->waiters->prev = e;
+    c->waiters = e;
+    pthread_mutex_unlock(&s->mu);
+    signal_thread(s);
+    *out = e;
+    return 0;
+}
+
+int rsub_ready(rsub *s, rsub_entry *e) {
+    if (!e) return 0;
+    pthread_mutex_lock(&s->mu);
+    rchan *c = e->ch;
+    int r = c->intended && c->pending == 0 && c->server;
+    pthread_mutex_unlock(&s->mu);
+    return r;
+}
+
+void rsub_unregister(rsub *s, rsub_entry *e) {
+    if (!e) return;
+    pthread_mutex_lock(&s->mu);
+    rchan *c = e->ch;
+    if (e->prev) e->prev->next = e->next;
+    else c->waiters = e->next;
+    if (e->next) e->next->prev = e->prev;
+    int last = c->waiters == NULL;
+    pthread_mutex_unlock(&s->mu);
+    free(e);
+    if (last) signal_thread(s);
+}
