@@ -1,0 +1,367 @@
+#!/bin/bash
+# CLI tests for `baton run`, `baton status`, `baton version`, `baton --help`.
+#
+#   cli.sh file  PATH/TO/baton     the embedded file backend (BATON_DIR=<tmp>)
+#   cli.sh redis PATH/TO/baton     the test Redis server ($BATON_TEST_SRV/redis/port)
+#
+# Prints "N passed, N failed"; exits 1 on failure, 77 when the Redis server is
+# missing (unless BATON_REQUIRE_ALL=1).
+set -u
+
+MODE=${1:?mode}
+BATON=${2:?path to baton}
+HERE=$(cd "$(dirname "$0")" && pwd)
+REDIS_SH="$HERE/../servers/redis.sh"
+TMP=${BATON_TEST_TMP:-$PWD}/cli_$MODE.$$
+mkdir -p "$TMP"
+chmod 700 "$TMP"
+
+PASS=0
+FAIL=0
+BG_PIDS=()
+PW_SRV=""
+
+cleanup() {
+    local p
+    for p in "${BG_PIDS[@]}"; do kill -KILL "$p" 2>/dev/null; done
+    [ -n "$PW_SRV" ] && "$REDIS_SH" stop "$PW_SRV" >/dev/null 2>&1
+    [ $FAIL -eq 0 ] && rm -rf "$TMP"
+}
+trap cleanup EXIT
+
+ok()   { PASS=$((PASS + 1)); echo "ok   - $*" >&2; }
+bad()  { FAIL=$((FAIL + 1)); echo "FAIL - $*" >&2; }
+check() { # DESC COND...
+    local d=$1; shift
+    if "$@"; then ok "$d"; else bad "$d"; fi
+}
+skip_or_fail() {
+    if [ "${BATON_REQUIRE_ALL:-}" = 1 ]; then
+        echo "FAIL: $* (BATON_REQUIRE_ALL=1)" >&2; echo "0 passed, 1 failed"; exit 1
+    fi
+    echo "SKIP: $*" >&2; echo "0 passed, 0 failed"; exit 77
+}
+
+now_ms() { date +%s%3N; }
+
+# Runs baton with default signal dispositions (a background job of a
+# non-interactive shell would otherwise start with SIGINT ignored).
+# B is used for background jobs, so that $! is baton's own pid (env execs it).
+B=(env --default-signal=INT,QUIT,TERM,HUP "$BATON")
+b() { "${B[@]}" "$@"; }
+not() { ! "$@"; }
+gt() { [[ "$1" =~ ^[0-9]+$ ]] && [[ "$2" =~ ^[0-9]+$ ]] && [ "$1" -gt "$2" ]; }
+
+# expect_rc WANT DESC CMD... : runs CMD (stdout/stderr to $TMP/out, $TMP/err)
+expect_rc() {
+    local want=$1 desc=$2 rc; shift 2
+    "$@" >"$TMP/out" 2>"$TMP/err"; rc=$?
+    if [ "$rc" = "$want" ]; then ok "$desc (exit $rc)"
+    else bad "$desc: exit $rc, want $want; stderr: $(head -c 300 "$TMP/err")"; fi
+}
+
+wait_file() { # FILE [TIMEOUT_S]: 0 when it exists
+    local f=$1 t=${2:-10} i
+    for ((i = 0; i < t * 20; i++)); do [ -e "$f" ] && return 0; sleep 0.05; done
+    return 1
+}
+
+# wait_pid PID TIMEOUT_S: waits for a background job; sets RC (or 999 on timeout)
+wait_pid() {
+    local pid=$1 t=${2:-10} i
+    for ((i = 0; i < t * 20; i++)); do
+        if not kill -0 "$pid" 2>/dev/null; then wait "$pid"; RC=$?; return 0; fi
+        sleep 0.05
+    done
+    kill -KILL "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
+    RC=999
+    return 1
+}
+
+# A holder: `baton run NAME` whose command writes its fence to $TMP/h.TAG.fence
+# and waits until $TMP/h.TAG.go exists.
+start_holder() { # TAG NAME [baton run options...]
+    local tag=$1 name=$2; shift 2
+    rm -f "$TMP/h.$tag.fence" "$TMP/h.$tag.go"
+    "${B[@]}" run "${U[@]}" "$@" "$name" -- sh -c \
+        'echo "$BATON_FENCE" > "$1.fence.tmp" && mv "$1.fence.tmp" "$1.fence"; while [ ! -e "$1.go" ]; do sleep 0.05; done' \
+        sh "$TMP/h.$tag" >"$TMP/h.$tag.out" 2>"$TMP/h.$tag.err" &
+    HOLDER_PID=$!
+    BG_PIDS+=("$HOLDER_PID")
+    wait_file "$TMP/h.$tag.fence" 15
+}
+stop_holder() { # TAG
+    touch "$TMP/h.$1.go"
+    wait_pid "$HOLDER_PID" 15
+}
+
+# ---- setup -----------------------------------------------------------------
+case "$MODE" in
+file)
+    export BATON_DIR="$TMP/locks"
+    unset BATON_URI BATON_REDIS_PASSWORD REDISCLI_AUTH
+    U=()
+    URI_DESC="file"
+    ;;
+redis)
+    PORT=$(cat "${BATON_TEST_SRV:-/nonexistent}/redis/port" 2>/dev/null) || PORT=""
+    [ -n "$PORT" ] || skip_or_fail "no test redis server"
+    command -v redis-cli >/dev/null || skip_or_fail "redis-cli is missing"
+    unset BATON_DIR BATON_URI BATON_REDIS_PASSWORD REDISCLI_AUTH
+    URI="redis://127.0.0.1:$PORT/0"
+    U=(-u "$URI")
+    URI_DESC="redis"
+    RCLI=(redis-cli -h 127.0.0.1 -p "$PORT" -n 0)
+    ;;
+*) echo "usage: $0 file|redis BATON" >&2; exit 2 ;;
+esac
+[ -x "$BATON" ] || { echo "no baton at $BATON" >&2; exit 1; }
+P="cli-$$-"   # per-run name prefix
+
+# ---- version, help ----------------------------------------------------------
+if [ "$MODE" = file ]; then
+    expect_rc 0 "baton version" b version
+    check "version prints the version" grep -q "0\.1\.0" "$TMP/out"
+    expect_rc 0 "baton --help" b --help
+    check "--help shows run and status" grep -q "run" "$TMP/out"
+    check "--help shows status" grep -q "status" "$TMP/out"
+    expect_rc 0 "baton run --help" b run --help
+    expect_rc 64 "no command" b
+    expect_rc 64 "unknown command" b frobnicate
+fi
+
+# ---- exit status passthrough ---------------------------------------------
+N="${P}exit"
+expect_rc 0 "[$URI_DESC] child true" b run "${U[@]}" "$N" -- true
+expect_rc 1 "[$URI_DESC] child false" b run "${U[@]}" "$N" -- false
+expect_rc 42 "[$URI_DESC] child exit 42" b run "${U[@]}" "$N" -- sh -c 'exit 42'
+expect_rc 143 "[$URI_DESC] child killed by SIGTERM = 128+15" b run "${U[@]}" "$N" -- sh -c 'kill -TERM $$'
+expect_rc 137 "[$URI_DESC] child killed by SIGKILL = 128+9" b run "${U[@]}" "$N" -- sh -c 'kill -KILL $$'
+expect_rc 0 "[$URI_DESC] lock free again after the runs" b run -n "${U[@]}" "$N" -- true
+# stdout and stdin pass through
+out=$(echo hello | b run "${U[@]}" "$N" -- cat)
+check "[$URI_DESC] child's stdin/stdout are baton's" [ "$out" = hello ]
+
+# ---- busy: -n, -w, -E ------------------------------------------------------
+N="${P}busy"
+if start_holder busy "$N"; then
+    ok "[$URI_DESC] holder started"
+    rm -f "$TMP/ran"
+    expect_rc 1 "[$URI_DESC] -n while held" b run -n "${U[@]}" "$N" -- touch "$TMP/ran"
+    expect_rc 7 "[$URI_DESC] -n -E 7 while held" b run -n -E 7 "${U[@]}" "$N" -- touch "$TMP/ran"
+    t0=$(now_ms)
+    expect_rc 1 "[$URI_DESC] -w 1 while held" b run -w 1 "${U[@]}" "$N" -- touch "$TMP/ran"
+    el=$(( $(now_ms) - t0 ))
+    check "[$URI_DESC] -w 1 waited about 1 s ($el ms)" [ "$el" -ge 900 -a "$el" -lt 6000 ]
+    expect_rc 9 "[$URI_DESC] -w 1 -E 9 while held" b run -w 1 -E 9 "${U[@]}" "$N" -- touch "$TMP/ran"
+    check "[$URI_DESC] the command never ran while busy" [ ! -e "$TMP/ran" ]
+    # status while held
+    expect_rc 0 "[$URI_DESC] status while held" b status "${U[@]}" "$N"
+    fence=$(cat "$TMP/h.busy.fence")
+    check "[$URI_DESC] status says held" grep -qiE "held: *yes" "$TMP/out"
+    check "[$URI_DESC] status shows the fence $fence" grep -qE "(^|[^0-9])$fence([^0-9]|$)" "$TMP/out"
+    check "[$URI_DESC] status shows the holder pid $HOLDER_PID" grep -qE "(^|[^0-9])$HOLDER_PID([^0-9]|$)" "$TMP/out"
+    # a waiter started now gets it when the holder ends
+    "${B[@]}" run -w 20 "${U[@]}" "$N" -- sh -c 'echo "$BATON_FENCE" > "$1"' sh "$TMP/waiter.fence" 2>"$TMP/waiter.err" &
+    wpid=$!
+    BG_PIDS+=("$wpid")
+    sleep 0.3
+    check "[$URI_DESC] the waiter is still waiting" kill -0 "$wpid"
+    stop_holder busy
+    check "[$URI_DESC] holder exited 0 (rc $RC)" [ "$RC" = 0 ]
+    wait_pid "$wpid" 15
+    check "[$URI_DESC] the waiter got it after the release (rc $RC)" [ "$RC" = 0 ]
+    wf=$(cat "$TMP/waiter.fence" 2>/dev/null)
+    check "[$URI_DESC] waiter fence $wf > holder fence $fence" gt "$wf" "$fence"
+    expect_rc 0 "[$URI_DESC] status when free" b status "${U[@]}" "$N"
+    check "[$URI_DESC] status says not held" grep -qiE "held: *no" "$TMP/out"
+else
+    bad "[$URI_DESC] holder did not start: $(cat "$TMP/h.busy.err")"
+fi
+
+# ---- the child's environment ----------------------------------------------
+N="${P}env/a b"
+prev=0
+good=1
+for i in 1 2 3; do
+    b run "${U[@]}" "$N" -- sh -c 'printf "%s\n%s\n%s\n" "$BATON_LOCK" "$BATON_FENCE" "$BATON_URI"' >"$TMP/env.$i" 2>"$TMP/env.err" || good=0
+    lock=$(sed -n 1p "$TMP/env.$i"); fence=$(sed -n 2p "$TMP/env.$i"); uri=$(sed -n 3p "$TMP/env.$i")
+    [ "$lock" = "$N" ] || { good=0; echo "   BATON_LOCK='$lock'" >&2; }
+    [[ "$fence" =~ ^[0-9]+$ ]] && [ "$fence" -gt "$prev" ] || { good=0; echo "   BATON_FENCE='$fence' after $prev" >&2; }
+    prev=${fence:-0}
+done
+check "[$URI_DESC] BATON_LOCK is the name, BATON_FENCE decimal and increasing" [ $good = 1 ]
+uri=$(sed -n 3p "$TMP/env.1")
+if [ "$MODE" = file ]; then
+    check "[file] BATON_URI is a file URI ($uri)" [[ "$uri" == file://* ]]
+    # the lock lives in $BATON_DIR
+    check "[file] the lock dir is \$BATON_DIR" [ -d "$BATON_DIR" ]
+    # -u with an explicit file URI
+    mkdir -p "$TMP/other"; chmod 700 "$TMP/other"
+    expect_rc 0 "[file] -u file:///dir" b run -u "file://$TMP/other" "${P}u" -- sh -c 'echo "$BATON_URI"'
+    check "[file] BATON_URI follows -u" grep -q "$TMP/other" "$TMP/out"
+    # $BATON_URI is the default for -u
+    BATON_URI="file://$TMP/other" expect_rc 0 "[file] \$BATON_URI" b run "${P}u2" -- sh -c 'echo "$BATON_URI"'
+    check "[file] \$BATON_URI is used" grep -q "$TMP/other" "$TMP/out"
+else
+    check "[redis] BATON_URI is the redis URI ($uri)" [[ "$uri" == redis://127.0.0.1:$PORT* ]]
+    BATON_URI="$URI" expect_rc 0 "[redis] \$BATON_URI is the default for -u" b run "${P}envuri" -- sh -c 'echo "$BATON_URI"'
+    check "[redis] the child sees that URI" grep -q "127.0.0.1:$PORT" "$TMP/out"
+    check "[redis] ...and it took the lock in redis" [ "$("${RCLI[@]}" GET "redisson_lock_token:{${P}envuri}")" -ge 1 ] 2>/dev/null
+fi
+
+# ---- signals are forwarded -------------------------------------------------
+for sig in TERM INT HUP; do
+    N="${P}sig$sig"
+    rm -f "$TMP/sig.ready" "$TMP/sig.got"
+    "${B[@]}" run "${U[@]}" "$N" -- sh -c '
+        trap "echo TERM > \"$1.got\"; exit 3" TERM
+        trap "echo INT > \"$1.got\"; exit 3" INT
+        trap "echo HUP > \"$1.got\"; exit 3" HUP
+        : > "$1.ready"
+        while :; do sleep 0.05; done' sh "$TMP/sig" 2>"$TMP/sig.err" &
+    pid=$!
+    BG_PIDS+=("$pid")
+    if wait_file "$TMP/sig.ready" 10; then
+        kill -"$sig" "$pid"
+        wait_pid "$pid" 10
+        check "[$URI_DESC] SIG$sig: baton exits with the child's status 3 (rc $RC)" [ "$RC" = 3 ]
+        check "[$URI_DESC] SIG$sig reached the child" [ "$(cat "$TMP/sig.got" 2>/dev/null)" = "$sig" ]
+        expect_rc 0 "[$URI_DESC] SIG$sig: the lock is free after" b run -n "${U[@]}" "$N" -- true
+    else
+        bad "[$URI_DESC] SIG$sig: child never started"; kill -KILL "$pid" 2>/dev/null
+    fi
+done
+
+# ---- usage errors: 64 ------------------------------------------------------
+expect_rc 64 "run without NAME" b run
+expect_rc 64 "run without COMMAND" b run "${U[@]}" "${P}u"
+expect_rc 64 "run NAME -- (empty command)" b run "${U[@]}" "${P}u" --
+expect_rc 64 "bad option" b run --bogus "${U[@]}" "${P}u" -- true
+expect_rc 64 "-w not a number" b run -w abc "${U[@]}" "${P}u" -- true
+expect_rc 64 "-t not a number" b run -t abc "${U[@]}" "${P}u" -- true
+expect_rc 64 "-E not a number" b run -n -E x "${U[@]}" "${P}u" -- true
+expect_rc 64 "--kill-after not a number" b run --kill-after x "${U[@]}" "${P}u" -- true
+expect_rc 64 "-n and -w together" b run -n -w 1 "${U[@]}" "${P}u" -- true
+expect_rc 64 "unknown scheme" b run -u nope://x "${P}u" -- true
+expect_rc 64 "relative file URI" b run -u file://relative "${P}u" -- true
+expect_rc 64 "empty lock name" b run "${U[@]}" "" -- true
+expect_rc 64 "status without NAME" b status "${U[@]}"
+expect_rc 64 "status bad URI" b status -u nope://x "${P}u"
+check "a usage error says so on stderr" [ -s "$TMP/err" ]
+
+# ---- Redis only: 64 bad URI, 69 unreachable/auth, 75 lease lost ------------
+if [ "$MODE" = redis ]; then
+    expect_rc 64 "[redis] malformed URI redis://:bad" b run -u "redis://:bad" "${P}u" -- true
+    expect_rc 64 "[redis] port out of range" b run -u "redis://127.0.0.1:99999" "${P}u" -- true
+    closed=$(/usr/bin/python3 -c 'import socket
+s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()' 2>/dev/null || echo 1)
+    t0=$(now_ms)
+    expect_rc 69 "[redis] unreachable engine (closed port $closed)" b run -u "redis://127.0.0.1:$closed/0" "${P}u" -- touch "$TMP/ran69"
+    check "[redis] unreachable: fast ($(( $(now_ms) - t0 )) ms)" [ $(( $(now_ms) - t0 )) -lt 8000 ]
+    check "[redis] unreachable: the command did not run" [ ! -e "$TMP/ran69" ]
+    expect_rc 69 "[redis] status on an unreachable engine" b status -u "redis://127.0.0.1:$closed/0" "${P}u"
+
+    # A password-protected server: 69 on a wrong or missing password; the
+    # password comes from the URI or the environment and never reaches BATON_URI.
+    PW_SRV="$TMP/redis-pw"
+    if pwport=$("$REDIS_SH" start "$PW_SRV" --requirepass s3cret 2>"$TMP/pw.err"); then
+        PWURI="redis://127.0.0.1:$pwport/0"
+        expect_rc 69 "[redis] no password on a protected server" b run -u "$PWURI" "${P}pw" -- true
+        expect_rc 69 "[redis] wrong password in the URI" b run -u "redis://:wrong@127.0.0.1:$pwport/0" "${P}pw" -- true
+        BATON_REDIS_PASSWORD=wrong expect_rc 69 "[redis] wrong \$BATON_REDIS_PASSWORD" b run -u "$PWURI" "${P}pw" -- true
+        check "[redis] auth error does not print the password" not grep -q wrong "$TMP/err"
+        expect_rc 0 "[redis] password in the URI" b run -u "redis://:s3cret@127.0.0.1:$pwport/0" "${P}pw" -- sh -c 'echo "$BATON_URI"'
+        check "[redis] BATON_URI has no password" not grep -q s3cret "$TMP/out"
+        check "[redis] BATON_URI is still the server" grep -q "127.0.0.1:$pwport" "$TMP/out"
+        BATON_REDIS_PASSWORD=s3cret expect_rc 0 "[redis] \$BATON_REDIS_PASSWORD" b run -u "$PWURI" "${P}pw" -- sh -c 'echo "$BATON_URI"'
+        check "[redis] BATON_URI has no password (env)" not grep -q s3cret "$TMP/out"
+        REDISCLI_AUTH=s3cret expect_rc 0 "[redis] \$REDISCLI_AUTH" b run -u "$PWURI" "${P}pw" -- true
+        REDISCLI_AUTH=s3cret expect_rc 0 "[redis] status with \$REDISCLI_AUTH" b status -u "$PWURI" "${P}pw"
+        check "[redis] status output has no password" not grep -q s3cret "$TMP/out"
+        "$REDIS_SH" stop "$PW_SRV" >/dev/null 2>&1
+        PW_SRV=""
+    else
+        bad "[redis] could not start a password-protected redis: $(cat "$TMP/pw.err")"
+    fi
+
+    # 75: the lease is lost while the command runs (the key is deleted, so
+    # the renewal fails); the child gets SIGTERM and exits.
+    N="${P}lost-del"
+    rm -f "$TMP/lost.ready" "$TMP/lost.got"
+    "${B[@]}" run "${U[@]}" -t 1 --kill-after 5 "$N" -- sh -c '
+        trap "echo TERM >> \"$1.got\"; exit 0" TERM
+        : > "$1.ready"
+        while :; do sleep 0.05; done' sh "$TMP/lost" 2>"$TMP/lost.err" &
+    pid=$!
+    BG_PIDS+=("$pid")
+    if wait_file "$TMP/lost.ready" 10; then
+        "${RCLI[@]}" DEL "$N" >/dev/null
+        t0=$(now_ms)
+        wait_pid "$pid" 10
+        el=$(( $(now_ms) - t0 ))
+        check "[redis] lease lost (key deleted): exit 75 (rc $RC)" [ "$RC" = 75 ]
+        check "[redis] lease lost: the child got SIGTERM" grep -q TERM "$TMP/lost.got"
+        check "[redis] lease lost: noticed within a renewal period + slack ($el ms)" [ "$el" -lt 3000 ]
+    else
+        bad "[redis] lease-lost child never started: $(cat "$TMP/lost.err")"
+    fi
+
+    # 75 with a child that ignores SIGTERM: SIGKILL after --kill-after.
+    N="${P}lost-kill"
+    rm -f "$TMP/kill.ready" "$TMP/kill.got" "$TMP/kill.pid"
+    "${B[@]}" run "${U[@]}" -t 1 --kill-after 1 "$N" -- sh -c '
+        trap "echo TERM >> \"$1.got\"" TERM
+        echo $$ > "$1.pid"
+        : > "$1.ready"
+        while :; do sleep 0.05; done' sh "$TMP/kill" 2>"$TMP/kill.err" &
+    pid=$!
+    BG_PIDS+=("$pid")
+    if wait_file "$TMP/kill.ready" 10; then
+        "${RCLI[@]}" DEL "$N" >/dev/null
+        t0=$(now_ms)
+        wait_pid "$pid" 15
+        el=$(( $(now_ms) - t0 ))
+        check "[redis] --kill-after: exit 75 (rc $RC)" [ "$RC" = 75 ]
+        check "[redis] --kill-after: SIGTERM came first" grep -q TERM "$TMP/kill.got"
+        check "[redis] --kill-after: killed after about 1 s ($el ms)" [ "$el" -ge 900 -a "$el" -lt 8000 ]
+        cpid=$(cat "$TMP/kill.pid")
+        sleep 0.2
+        check "[redis] --kill-after: the child is gone" not kill -0 "$cpid" 2>/dev/null
+    else
+        bad "[redis] kill-after child never started: $(cat "$TMP/kill.err")"
+    fi
+
+    # 75 after SIGSTOP/SIGCONT of baton itself: while it is stopped past its
+    # lease another client gets the lock; once resumed, baton notices.
+    N="${P}lost-stop"
+    rm -f "$TMP/stop.ready" "$TMP/stop.got"
+    "${B[@]}" run "${U[@]}" -t 1 --kill-after 5 "$N" -- sh -c '
+        trap "echo TERM >> \"$1.got\"; exit 0" TERM
+        : > "$1.ready"
+        while :; do sleep 0.05; done' sh "$TMP/stop" 2>"$TMP/stop.err" &
+    pid=$!
+    BG_PIDS+=("$pid")
+    if wait_file "$TMP/stop.ready" 10; then
+        kill -STOP "$pid"
+        expect_rc 0 "[redis] another client gets the lock while the holder is stopped" \
+            b run -w 5 "${U[@]}" "$N" -- true
+        kill -CONT "$pid"
+        t0=$(now_ms)
+        wait_pid "$pid" 10
+        el=$(( $(now_ms) - t0 ))
+        check "[redis] SIGSTOP past the lease: exit 75 (rc $RC)" [ "$RC" = 75 ]
+        check "[redis] SIGSTOP past the lease: the child got SIGTERM" grep -q TERM "$TMP/stop.got"
+        check "[redis] SIGSTOP past the lease: noticed promptly ($el ms)" [ "$el" -lt 3000 ]
+    else
+        bad "[redis] stopped child never started: $(cat "$TMP/stop.err")"
+    fi
+
+    # the lease is renewed while CMD runs longer than the lease
+    N="${P}renew"
+    expect_rc 0 "[redis] -t 1 with a 2.5 s command keeps the lock" \
+        b run "${U[@]}" -t 1 "$N" -- sh -c 'sleep 2.5; [ "$(redis-cli -h 127.0.0.1 -p '"$PORT"' EXISTS "$BATON_LOCK")" = 1 ]'
+fi
+
+echo "$PASS passed, $FAIL failed"
+[ $FAIL -eq 0 ]
