@@ -372,7 +372,7 @@ int main(void) {
     snprintf(g_root, sizeof g_root, "%s/unit_names/%ld", tt ? tt : ".", (long)getpid());
     mkdirs(g_root, 0700);
     char real[PATH_MAX];
-    if (realpath(g_root, real)) snprintf(g_root, sizeof g_root, "%s", real);
+    if (realpath(g_root, real)) snprintf(g_root, sizeof g_root, "%.1000s", real);
     snprintf(g_lockdir, sizeof g_lockdir, "%s/outer/inner/locks", g_root);
     mkdirs(g_lockdir, 0700);
     build_names();

@@ -94,7 +94,7 @@ static void test_default_file(void) {
 }
 
 static void test_file_uri(void) {
-    char dir[1100], uri[1200];
+    char dir[1100], uri[1400];
     snprintf(dir, sizeof dir, "%s/fileuri", g_tmp);
     mkdirs(dir);
     snprintf(uri, sizeof uri, "file://%s", dir);
@@ -110,7 +110,7 @@ static void test_file_uri(void) {
     snprintf(uri, sizeof uri, "file://%s/", dir);
     expect_open(uri, 0);
     /* a regular file where the dir should be */
-    char f[1200];
+    char f[1300];
     snprintf(f, sizeof f, "%s/plainfile", dir);
     FILE *fp = fopen(f, "w");
     if (fp) fclose(fp);
