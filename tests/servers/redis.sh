@@ -41,11 +41,19 @@ s.close()'
     return 1
 }
 
+# Alive = exists and is not a zombie (a daemon's zombie waits for PID 1 to reap it).
+pid_alive() {
+    local st
+    kill -0 "$1" 2>/dev/null || return 1
+    st=$(cut -d' ' -f3 "/proc/$1/stat" 2>/dev/null) || return 1
+    [ "$st" != Z ] && [ "$st" != X ]
+}
+
 is_running() {
     local pid
     [ -s "$1/pid" ] || return 1
     pid=$(cat "$1/pid" 2>/dev/null) || return 1
-    [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null
+    [ -n "$pid" ] && pid_alive "$pid"
 }
 
 launch() { # DIR PORT args...
@@ -65,12 +73,12 @@ launch() { # DIR PORT args...
         cat "$dir/stdout" "$dir/log" >&2; return 1; }
     # Wait until the server is ready (10 s max).
     local i
-    for i in $(seq 1 200); do
+    for i in $(seq 1 400); do
         if grep -q "Ready to accept connections" "$dir/log" 2>/dev/null && is_running "$dir"; then
             echo "$port" >"$dir/port"
             return 0
         fi
-        sleep 0.05
+        sleep 0.025
     done
     echo "redis.sh: redis-server did not become ready on port $port" >&2
     cat "$dir/log" >&2
@@ -82,15 +90,15 @@ do_stop() {
     local dir=$1 pid i
     [ -s "$dir/pid" ] || return 0
     pid=$(cat "$dir/pid")
-    if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+    if [ -n "$pid" ] && pid_alive "$pid"; then
         kill -TERM "$pid" 2>/dev/null
-        for i in $(seq 1 200); do
-            kill -0 "$pid" 2>/dev/null || break
-            sleep 0.05
+        for i in $(seq 1 400); do
+            pid_alive "$pid" || break
+            sleep 0.025
         done
-        if kill -0 "$pid" 2>/dev/null; then
+        if pid_alive "$pid"; then
             kill -KILL "$pid" 2>/dev/null
-            for i in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
+            for i in $(seq 1 100); do pid_alive "$pid" || break; sleep 0.05; done
         fi
     fi
     rm -f "$dir/pid"

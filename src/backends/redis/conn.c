@@ -25,6 +25,76 @@
 #include <openssl/x509v3.h>
 
 #define POOL_MAX_IDLE 32
+#define MAX_REPLY_ELEMENTS (1 << 20)
+
+/* ---- reply objects -------------------------------------------------------
+ * Our own constructors for hiredis' reader, so a hostile or broken server
+ * cannot make us allocate a huge array ("*2147483647\r\n"): such a reply is
+ * a protocol error. The objects are plain redisReply structs. */
+
+static void *attach(const redisReadTask *t, redisReply *r) {
+    if (t->parent) {
+        redisReply *p = t->parent->obj;
+        if (p && p->type == REDIS_REPLY_ARRAY && t->idx >= 0 && (size_t)t->idx < p->elements)
+            p->element[t->idx] = r;
+    }
+    return r;
+}
+
+static void *mk_string(const redisReadTask *t, char *s, size_t len) {
+    redisReply *r = calloc(1, sizeof *r);
+    if (!r) return NULL;
+    r->type = t->type;
+    r->str = malloc(len + 1);
+    if (!r->str) { free(r); return NULL; }
+    memcpy(r->str, s, len);
+    r->str[len] = 0;
+    r->len = len;
+    return attach(t, r);
+}
+
+static void *mk_array(const redisReadTask *t, int n) {
+    if (n < 0 || n > MAX_REPLY_ELEMENTS) return NULL;
+    redisReply *r = calloc(1, sizeof *r);
+    if (!r) return NULL;
+    r->type = REDIS_REPLY_ARRAY;
+    if (n > 0) {
+        r->element = calloc((size_t)n, sizeof *r->element);
+        if (!r->element) { free(r); return NULL; }
+    }
+    r->elements = (size_t)n;
+    return attach(t, r);
+}
+
+static void *mk_integer(const redisReadTask *t, long long v) {
+    redisReply *r = calloc(1, sizeof *r);
+    if (!r) return NULL;
+    r->type = REDIS_REPLY_INTEGER;
+    r->integer = v;
+    return attach(t, r);
+}
+
+static void *mk_nil(const redisReadTask *t) {
+    redisReply *r = calloc(1, sizeof *r);
+    if (!r) return NULL;
+    r->type = REDIS_REPLY_NIL;
+    return attach(t, r);
+}
+
+void rreply_free(void *p) {
+    redisReply *r = p;
+    if (!r) return;
+    if (r->type == REDIS_REPLY_ARRAY && r->element) {
+        for (size_t i = 0; i < r->elements; i++) rreply_free(r->element[i]);
+        free(r->element);
+    }
+    free(r->str);
+    free(r);
+}
+
+static redisReplyObjectFunctions reply_fns = {
+    mk_string, mk_array, mk_integer, mk_nil, rreply_free,
+};
 
 int64_t rdeadline_ms(int ms) {
     if (ms < 0) return INT64_MAX;
@@ -256,15 +326,15 @@ static int simple_cmd(rconn *c, const char *what, int argc, const char **argv, i
     if (r->type == REDIS_REPLY_ERROR) {
         /* A password given to a server without one is not fatal (redis-cli does the same). */
         if (!strcmp(argv[0], "AUTH") && r->str && strstr(r->str, "without any password configured")) {
-            freeReplyObject(r);
+            rreply_free(r);
             return 0;
         }
         rc = rreply_error(r, what);
-        freeReplyObject(r);
+        rreply_free(r);
         c->broken = 1;
         return rc;
     }
-    freeReplyObject(r);
+    rreply_free(r);
     return 0;
 }
 
@@ -273,7 +343,7 @@ int rconn_open(const rcfg *cfg, rconn **out, int64_t deadline) {
     rconn *c = calloc(1, sizeof *c);
     if (!c) return baton_seterr(BATON_ENOMEM, 0, "redis: out of memory");
     c->fd = -1;
-    c->rd = redisReaderCreate();
+    c->rd = redisReaderCreateWithFunctions(&reply_fns);
     if (!c->rd) { free(c); return baton_seterr(BATON_ENOMEM, 0, "redis: out of memory"); }
     int rc = tcp_connect(cfg, deadline, &c->fd);
     if (!rc && cfg->tls) rc = tls_handshake(c, cfg, deadline);

@@ -151,7 +151,7 @@ static int run_script(reng *e, int sid, int nkeys, const char **keys, int nargs,
     if (sent_ns) *sent_ns = baton_now_ns();
     rc = rconn_command(c, argc, argv, lens, &r, deadline);
     if (!rc && r->type == REDIS_REPLY_ERROR && r->str && !strncmp(r->str, "NOSCRIPT", 8)) {
-        freeReplyObject(r);
+        rreply_free(r);
         r = NULL;
         argv[0] = "EVAL";
         lens[0] = 4;
@@ -164,7 +164,7 @@ static int run_script(reng *e, int sid, int nkeys, const char **keys, int nargs,
     if (rc) return rc;
     if (r->type == REDIS_REPLY_ERROR) {
         rc = rreply_error(r, "script failed");
-        freeReplyObject(r);
+        rreply_free(r);
         return rc;
     }
     *out = r;
@@ -172,7 +172,7 @@ static int run_script(reng *e, int sid, int nkeys, const char **keys, int nargs,
 }
 
 static int bad_reply(redisReply *r, const char *what) {
-    if (r) freeReplyObject(r);
+    if (r) rreply_free(r);
     return baton_seterr(BATON_EPROTO, 0, "redis: unexpected reply to %s", what);
 }
 
@@ -289,7 +289,7 @@ static int r_open(void **out, const baton_uri *u, const baton_client_options *o)
             if (r->type == REDIS_REPLY_ERROR) rc = rreply_error(r, "PING failed");
             else if (r->type != REDIS_REPLY_STATUS || strcasecmp(r->str, "PONG") != 0)
                 rc = baton_seterr(BATON_EPROTO, 0, "redis: unexpected reply to PING");
-            freeReplyObject(r);
+            rreply_free(r);
         }
         if (rc) c->broken = 1;
         rpool_put(&e->pool, c);
@@ -378,7 +378,7 @@ static int try_once(reng *e, rlock *l, baton_acquire_req *req, int *granted, int
         long long t = r->element[1]->integer;
         *ttl_ms = t >= 0 ? t : (t == -2 ? 0 : -1);
     }
-    freeReplyObject(r);
+    rreply_free(r);
     return 0;
 }
 
@@ -474,7 +474,7 @@ static int r_lock_release(void *eng, void *st, const baton_owner *owner) {
     if (rc) return rc;
     if (r->type != REDIS_REPLY_INTEGER) return bad_reply(r, "the release script");
     long long v = r->integer;
-    freeReplyObject(r);
+    rreply_free(r);
     if (v != 1) return baton_seterr(BATON_ELOST, 0, "redis: '%s' is no longer held by this owner", l->key);
     return 0;
 }
@@ -504,7 +504,7 @@ static int r_lock_renew(void *eng, void *st, const baton_owner *owner, uint32_t 
     if (rc) return rc;
     if (r->type != REDIS_REPLY_INTEGER) return bad_reply(r, "the renewal script");
     long long v = r->integer;
-    freeReplyObject(r);
+    rreply_free(r);
     if (v != 1) return baton_seterr(BATON_ELOST, 0, "redis: '%s' is no longer held by this owner", l->key);
     return 0;
 }
@@ -532,7 +532,7 @@ static int r_lock_info(void *eng, const char *name, baton_lockinfo *out) {
     errno = 0;
     unsigned long long f = strtoull(r->element[3]->str, &end, 10);
     out->fence = (errno || *end) ? 0 : (uint64_t)f;
-    freeReplyObject(r);
+    rreply_free(r);
     return 0;
 }
 

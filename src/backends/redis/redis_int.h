@@ -54,6 +54,8 @@ int rconn_send(rconn *c, int argc, const char **argv, const size_t *lens, int64_
 int rconn_read_avail(rconn *c);
 /* Takes the next complete reply from the reader: 1 = *out set, 0 = none yet, <0 = error. */
 int rconn_next_reply(rconn *c, redisReply **out);
+/* Frees a reply from rconn_command / rconn_next_reply. */
+void rreply_free(void *reply);
 /* Maps a server error reply to a baton code and sets the thread's error. */
 int rreply_error(const redisReply *r, const char *what);
 int rtls_ctx_new(SSL_CTX **out, const char *cacert, const char *cert, const char *key, int insecure);

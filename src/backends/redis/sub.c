@@ -195,7 +195,7 @@ static void *sub_main(void *arg) {
                     if (g == 0) break;
                     int pong = 0;
                     rc = handle_reply(s, rep, &pong);
-                    freeReplyObject(rep);
+                    rreply_free(rep);
                     if (pong) ping_sent = 0;
                 }
             }
