@@ -239,8 +239,8 @@ static int parse_config(reng *e, const baton_uri *u, const baton_client_options 
         } else if (!strcmp(k, "cacert") || !strcmp(k, "cert") || !strcmp(k, "key")) {
             if (!cfg->tls) return einval("redis: option '%s' needs a rediss:// URI%s", k, "");
             if (!*v) return einval("redis: option '%s' needs a file name%s", k, "");
-            if (k[1] == 'a') cacert = v;
-            else if (k[1] == 'e') cert = v;
+            if (!strcmp(k, "cacert")) cacert = v;
+            else if (!strcmp(k, "cert")) cert = v;
             else key = v;
         } else if (!strcmp(k, "insecure")) {
             if (!cfg->tls) return einval("redis: option '%s' needs a rediss:// URI%s", k, "");
