@@ -532,7 +532,7 @@ void rpool_destroy(rpool *p) {
     pthread_mutex_destroy(&p->mu);
 }
 
-int rpool_get(rpool *p, rconn **out) {
+int rpool_get(rpool *p, rconn **out, int64_t deadline) {
     for (;;) {
         rconn *c = NULL;
         pthread_mutex_lock(&p->mu);
@@ -543,7 +543,7 @@ int rpool_get(rpool *p, rconn **out) {
         c->broken = 1;
         rconn_free(c);
     }
-    return rconn_open(p->cfg, out, rdeadline_ms(p->cfg->connect_timeout_ms));
+    return rconn_open(p->cfg, out, rmin64(deadline, rdeadline_ms(p->cfg->connect_timeout_ms)));
 }
 
 void rpool_put(rpool *p, rconn *c) {

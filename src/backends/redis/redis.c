@@ -41,6 +41,7 @@ static const char *const script_body[S_COUNT] = {
  * the subscription is not (yet) confirmed and while the server is unreachable. */
 #define BACKOFF_START_MS 2
 #define BACKOFF_MAX_MS 200
+#define SUB_READY_WAIT_MS 250
 
 typedef struct {
     rcfg cfg;
@@ -145,7 +146,7 @@ static int run_script(reng *e, int sid, int nkeys, const char **keys, int nargs,
     for (int i = 0; i < argc; i++) lens[i] = strlen(argv[i]);
 
     rconn *c = NULL;
-    int rc = rpool_get(&e->pool, &c);
+    int rc = rpool_get(&e->pool, &c, deadline);
     if (rc) return rc;
     redisReply *r = NULL;
     if (sent_ns) *sent_ns = baton_now_ns();
@@ -279,7 +280,7 @@ static int r_open(void **out, const baton_uri *u, const baton_client_options *o)
 
     /* Connect now, so a wrong address, password or TLS setup fails here. */
     rconn *c = NULL;
-    rc = rpool_get(&e->pool, &c);
+    rc = rpool_get(&e->pool, &c, INT64_MAX);
     if (!rc) {
         const char *argv[1] = { "PING" };
         size_t lens[1] = { 4 };
@@ -413,8 +414,9 @@ static int r_lock_acquire(void *eng, void *st, baton_acquire_req *req) {
      * the next attempt, so an unlock in between cannot be missed. */
     rsub_entry *se = NULL;
     if (rsub_register(&e->sub, l->channel, req->waiter, &se) != 0) se = NULL; /* degrade to backoff */
-    int64_t ready_by = rmin64(req->deadline_ns,
-                              baton_now_ns() + (int64_t)(e->cfg.connect_timeout_ms + e->cfg.io_timeout_ms) * 1000000);
+    /* The confirmation normally takes one round trip; if it is late (server
+     * down, no pub/sub permission) the loop below re-checks with backoff. */
+    int64_t ready_by = rmin64(req->deadline_ns, baton_now_ns() + (int64_t)SUB_READY_WAIT_MS * 1000000);
     for (;;) {
         unsigned g = baton_waiter_gen(req->waiter);
         if (!se || rsub_ready(&e->sub, se) || baton_now_ns() >= ready_by) break;

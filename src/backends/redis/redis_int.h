@@ -93,7 +93,9 @@ typedef struct {
 
 int rpool_init(rpool *p, const rcfg *cfg);
 void rpool_destroy(rpool *p);
-int rpool_get(rpool *p, rconn **out);
+/* An idle live connection, or a new one (connecting by the earlier of
+ * DEADLINE and the connect timeout). */
+int rpool_get(rpool *p, rconn **out, int64_t deadline);
 void rpool_put(rpool *p, rconn *c);
 
 #endif
