@@ -22,9 +22,10 @@ typedef struct {
 
 static void *waiter_main(void *p) {
     waiter_arg *a = p;
-    a->rc = baton_lock_acquire(a->l, a->wait_ms);
+    int rc = baton_lock_acquire(a->l, a->wait_ms);
     a->granted_at = ft_now_ms();
-    if (a->rc == 0) a->fence = baton_lock_fence(a->l);
+    if (rc == 0) a->fence = baton_lock_fence(a->l);
+    __atomic_store_n(&a->rc, rc, __ATOMIC_SEQ_CST);
     return NULL;
 }
 
@@ -56,7 +57,7 @@ static void run(const char *dir, int persistent, const char *layout) {
     pthread_t t;
     pthread_create(&t, NULL, waiter_main, &w);
     ft_sleep_ms(300);
-    CHECK(w.rc == 1); /* still waiting */
+    CHECK(__atomic_load_n(&w.rc, __ATOMIC_SEQ_CST) == 1); /* still waiting */
 
     int64_t t0 = ft_now_ms();
     CHECK(ft_redis_restart(dir) == port);
@@ -65,7 +66,7 @@ static void run(const char *dir, int persistent, const char *layout) {
 
     if (persistent) {
         ft_sleep_ms(500);
-        CHECK(w.rc == 1);                 /* the lock survived: still waiting */
+        CHECK(__atomic_load_n(&w.rc, __ATOMIC_SEQ_CST) == 1); /* the lock survived: still waiting */
         int64_t rel = ft_now_ms();
         CHECK_RC(baton_lock_release(la), 0);
         pthread_join(t, NULL);
