@@ -1,5 +1,7 @@
 #!/bin/bash
 # Start / stop a throwaway redis-server on a free loopback port.
+# DIR/port holds the port while the server runs (removed by stop);
+# DIR/last_port keeps it for restart.
 #
 #   redis.sh start   DIR [extra redis-server args...]   prints the port
 #   redis.sh stop    DIR
@@ -76,6 +78,7 @@ launch() { # DIR PORT args...
     for i in $(seq 1 400); do
         if grep -q "Ready to accept connections" "$dir/log" 2>/dev/null && is_running "$dir"; then
             echo "$port" >"$dir/port"
+            echo "$port" >"$dir/last_port"
             return 0
         fi
         sleep 0.025
@@ -127,13 +130,14 @@ start)
 stop)
     [ -d "$dir" ] || exit 0
     do_stop "$dir"
+    rm -f "$dir/port"   # DIR/port exists only while the server runs
     ;;
 restart)
     need_server
     [ -d "$dir" ] || die "$dir does not exist"
     dir=$(cd "$dir" && pwd)
-    [ -s "$dir/port" ] || die "$dir/port is missing (was the server started with redis.sh start?)"
-    port=$(cat "$dir/port")
+    [ -s "$dir/last_port" ] || die "$dir/last_port is missing (was the server started with redis.sh start?)"
+    port=$(cat "$dir/last_port")
     args=()
     if [ -s "$dir/args" ]; then mapfile -d '' args <"$dir/args"; fi
     do_stop "$dir"
