@@ -55,7 +55,10 @@ gt() { [[ "$1" =~ ^[0-9]+$ ]] && [[ "$2" =~ ^[0-9]+$ ]] && [ "$1" -gt "$2" ]; }
 # expect_rc WANT DESC CMD... : runs CMD (stdout/stderr to $TMP/out, $TMP/err)
 expect_rc() {
     local want=$1 desc=$2 rc; shift 2
-    "$@" >"$TMP/out" 2>"$TMP/err"; rc=$?
+    if [ "$1" = b ]; then shift; set -- "${B[@]}" "$@"; fi
+    # never hang the suite: 30 s is far above anything expected here
+    timeout -k 2 30 "$@" >"$TMP/out" 2>"$TMP/err"; rc=$?
+    [ $rc = 124 ] && echo "   (timed out after 30 s)" >>"$TMP/err"
     if [ "$rc" = "$want" ]; then ok "$desc (exit $rc)"
     else bad "$desc: exit $rc, want $want; stderr: $(head -c 300 "$TMP/err")"; fi
 }
@@ -192,8 +195,12 @@ for i in 1 2 3; do
 done
 check "[$URI_DESC] BATON_LOCK is the name, BATON_FENCE decimal and increasing" [ $good = 1 ]
 uri=$(sed -n 3p "$TMP/env.1")
+# BATON_URI names the same lock store: a nested baton on the same name is busy
+expect_rc 0 "[$URI_DESC] nested run" b run "${U[@]}" "$N" -- sh -c '"$0" run -n "$BATON_LOCK" -- true; echo "nested=$?"' "$BATON"
+check "[$URI_DESC] BATON_URI reaches the same lock (nested -n is busy)" grep -qx "nested=1" "$TMP/out"
 if [ "$MODE" = file ]; then
-    check "[file] BATON_URI is a file URI ($uri)" [[ "$uri" == file://* ]]
+    is_file_uri() { [[ "$1" == file://* ]]; }
+    check "[file] BATON_URI is a file URI ($uri)" is_file_uri "$uri"
     # the lock lives in $BATON_DIR
     check "[file] the lock dir is \$BATON_DIR" [ -d "$BATON_DIR" ]
     # -u with an explicit file URI
@@ -204,7 +211,8 @@ if [ "$MODE" = file ]; then
     BATON_URI="file://$TMP/other" expect_rc 0 "[file] \$BATON_URI" b run "${P}u2" -- sh -c 'echo "$BATON_URI"'
     check "[file] \$BATON_URI is used" grep -q "$TMP/other" "$TMP/out"
 else
-    check "[redis] BATON_URI is the redis URI ($uri)" [[ "$uri" == redis://127.0.0.1:$PORT* ]]
+    is_redis_uri() { [[ "$1" == redis://127.0.0.1:$PORT* ]]; }
+    check "[redis] BATON_URI is the redis URI ($uri)" is_redis_uri "$uri"
     BATON_URI="$URI" expect_rc 0 "[redis] \$BATON_URI is the default for -u" b run "${P}envuri" -- sh -c 'echo "$BATON_URI"'
     check "[redis] the child sees that URI" grep -q "127.0.0.1:$PORT" "$TMP/out"
     check "[redis] ...and it took the lock in redis" [ "$("${RCLI[@]}" GET "redisson_lock_token:{${P}envuri}")" -ge 1 ] 2>/dev/null
