@@ -19,6 +19,7 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -267,7 +268,15 @@ int rsub_register(rsub *s, const char *channel, baton_waiter *w, rsub_entry **ou
     e->w = w;
     pthread_mutex_lock(&s->mu);
     if (!s->started) {
-        if (pthread_create(&s->thr, NULL, sub_main, s) != 0) {
+        /* The thread blocks every signal (it inherits the mask), so signals
+         * meant for the application (e.g. SIGCHLD read from a signalfd) are
+         * never delivered to it. */
+        sigset_t all, old;
+        sigfillset(&all);
+        pthread_sigmask(SIG_BLOCK, &all, &old);
+        int cerr = pthread_create(&s->thr, NULL, sub_main, s);
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        if (cerr != 0) {
             pthread_mutex_unlock(&s->mu);
             free(e);
             return baton_seterr(BATON_ENOMEM, 0, "redis: cannot start the subscriber thread");
