@@ -65,7 +65,7 @@ PREFIX = "interop-py-%d-" % os.getpid()
 def baton_run(name, cmd, *opts, wait=True):
     argv = [BATON, "run", "-u", URI] + list(opts) + [name, "--"] + cmd
     if wait:
-        p = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
+        p = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=30)
         return p.returncode, p.stdout.decode(errors="replace"), p.stderr.decode(errors="replace")
     return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
@@ -103,7 +103,7 @@ def test_redispy_holds():
     rc, out, err = baton_run(name, ["sh", "-c", 'redis-cli -h 127.0.0.1 -p %d GET "$BATON_LOCK"; '
                                     'redis-cli -h 127.0.0.1 -p %d PTTL "$BATON_LOCK"' % (PORT, PORT)], "-n")
     check("baton run -n gets it after redis-py released (rc 0)", rc == 0, "rc %d: %s" % (rc, err))
-    lines = out.split()
+    lines = out.splitlines()
     check("while baton holds, the key holds baton's owner token",
           len(lines) == 2 and lines[0] != "" and lines[0].encode() != token, repr(out))
     check("while baton holds, the key has a TTL",
@@ -120,7 +120,7 @@ def test_baton_holds():
         p.kill()
         log(p.communicate()[1].decode(errors="replace"))
         return
-    lk = r.lock(name, timeout=30)
+    lk = r.lock(name, timeout=30, thread_local=False)
     check("redis-py cannot acquire while baton holds", not lk.acquire(blocking=False))
     check("redis-py with a 0.5 s blocking timeout also fails", not lk.acquire(blocking=True, blocking_timeout=0.5))
     check("the key is a plain string with a TTL", r.type(name) == b"string" and r.pttl(name) > 0)

@@ -132,7 +132,7 @@ check "the fence counter stays ($FENCE)" eq "$(R GET "$TOKEN")" "$FENCE"
 res=$(R EVAL "$ACQUIRE" 1 "$X" 30000 "$FOREIGN")
 check "Redisson-style acquire of the free lock succeeds (nil)" eq "$res" ""
 t0=$(now_ms)
-"$BATON" run -n -u "$URI" "$X" -- true 2>"$TMP/err"
+timeout -k 2 30 "$BATON" run -n -u "$URI" "$X" -- true 2>"$TMP/err"
 rc=$?
 check "baton run -n is busy while a Redisson client holds (rc $rc)" eq "$rc" 1
 check "...and leaves the foreign hash alone" eq "$(R HGET "$X" "$FOREIGN")" 1
@@ -144,7 +144,7 @@ res=$(R EVAL "$UNLOCK" 2 "$X" "$CHAN" 0 30000 "$FOREIGN")
 check "Redisson-style unlock, count 2 -> 1 (returns 0)" eq "$res" 0
 res=$(R EVAL "$UNLOCK" 2 "$X" "$CHAN" 0 30000 "$FOREIGN")
 check "Redisson-style final unlock (returns 1)" eq "$res" 1
-"$BATON" run -n -u "$URI" "$X" -- true 2>"$TMP/err"
+timeout -k 2 30 "$BATON" run -n -u "$URI" "$X" -- true 2>"$TMP/err"
 rc=$?
 check "baton run -n gets it after the Redisson unlock (rc $rc)" eq "$rc" 0
 F2=$(R GET "$TOKEN")
@@ -178,10 +178,11 @@ F3=$(cat "$TMP/w.fence" 2>/dev/null)
 check "...with a higher fence ($F2 -> $F3)" num_gt "${F3:-0}" "$F2"
 
 # ---- 4. baton continues an RFencedLock's token counter ----------------------
-R SET "$TOKEN" 1000 >/dev/null
-out=$("$BATON" run -n -u "$URI" "$X" -- sh -c 'echo "$BATON_FENCE"' 2>"$TMP/err")
+Y="interop-rs-$$-y"
+R SET "redisson_lock_token:{$Y}" 1000 >/dev/null
+out=$(timeout -k 2 30 "$BATON" run -n -u "$URI" "$Y" -- sh -c 'echo "$BATON_FENCE"' 2>"$TMP/err")
 check "baton's fence continues the shared token counter (1000 -> $out)" eq "$out" 1001
 
-R DEL "$X" "$TOKEN" >/dev/null
+R DEL "$X" "$TOKEN" "$Y" "redisson_lock_token:{$Y}" >/dev/null
 echo "$PASS passed, $FAIL failed"
 [ $FAIL -eq 0 ]
