@@ -140,6 +140,8 @@ expect_rc 1 "[$URI_DESC] child false" b run "${U[@]}" "$N" -- false
 expect_rc 42 "[$URI_DESC] child exit 42" b run "${U[@]}" "$N" -- sh -c 'exit 42'
 expect_rc 143 "[$URI_DESC] child killed by SIGTERM = 128+15" b run "${U[@]}" "$N" -- sh -c 'kill -TERM $$'
 expect_rc 137 "[$URI_DESC] child killed by SIGKILL = 128+9" b run "${U[@]}" "$N" -- sh -c 'kill -KILL $$'
+expect_rc 127 "[$URI_DESC] command not found" b run "${U[@]}" "$N" -- /nonexistent/command
+expect_rc 126 "[$URI_DESC] command not executable" b run "${U[@]}" "$N" -- /dev/null
 expect_rc 0 "[$URI_DESC] lock free again after the runs" b run -n "${U[@]}" "$N" -- true
 # stdout and stdin pass through
 out=$(echo hello | b run "${U[@]}" "$N" -- cat)
