@@ -137,6 +137,86 @@ typedef struct {
 /* What the engine knows about NAME, held by anyone. */
 BATON_EXTERN(int) baton_lock_info(baton_client *c, const char *name, baton_lockinfo *out);
 
+/* ---- read-write lock ---------------------------------------------------
+ * Many readers or one writer. The two sides are ordinary baton_lock handles
+ * owned by the rwlock (acquire/release/fence/held/cancel work on them); do not
+ * free them. Both sides share one owner: the thread holding the write side may
+ * take the read side (downgrade), then release the write side. Taking the
+ * write side while holding the read side is refused with BATON_EDEADLK (no
+ * upgrade). A waiting writer is not starved by a stream of new readers. */
+typedef struct baton_rwlock baton_rwlock;
+
+BATON_EXTERN(int) baton_rwlock_open(baton_rwlock **out, baton_client *c, const char *name,
+                                    const baton_lock_options *opts);
+BATON_EXTERN(baton_lock *) baton_rwlock_read(baton_rwlock *rw);
+BATON_EXTERN(baton_lock *) baton_rwlock_write(baton_rwlock *rw);
+/* Releases whatever side is held, then frees both. */
+BATON_EXTERN(void) baton_rwlock_free(baton_rwlock *rw);
+
+/* ---- semaphore -----------------------------------------------------------
+ * N permits shared by every client; permits are not owned (like Redisson's
+ * RSemaphore): anyone may release. */
+typedef struct baton_semaphore baton_semaphore;
+
+BATON_EXTERN(int) baton_semaphore_open(baton_semaphore **out, baton_client *c, const char *name);
+/* wait_ms as for locks; BATON_ELOCKED when a try finds too few permits. */
+BATON_EXTERN(int) baton_semaphore_acquire(baton_semaphore *s, uint32_t permits, int64_t wait_ms);
+BATON_EXTERN(int) baton_semaphore_release(baton_semaphore *s, uint32_t permits);
+/* Sets the number of permits if it was never set; *was_set = 1 when this call set it. */
+BATON_EXTERN(int) baton_semaphore_try_set(baton_semaphore *s, uint32_t permits, int *was_set);
+BATON_EXTERN(int) baton_semaphore_add(baton_semaphore *s, int64_t delta);
+BATON_EXTERN(int) baton_semaphore_drain(baton_semaphore *s, uint64_t *drained);
+BATON_EXTERN(int) baton_semaphore_available(baton_semaphore *s, uint64_t *out);
+BATON_EXTERN(int) baton_semaphore_cancel(baton_semaphore *s);
+BATON_EXTERN(void) baton_semaphore_free(baton_semaphore *s);
+
+/* ---- permit-expirable semaphore --------------------------------------------
+ * Each acquired permit has an id and its own lease; an expired permit returns
+ * to the pool by itself. */
+typedef struct baton_permits baton_permits;
+#define BATON_PERMIT_ID_SIZE 33   /* 32 hex digits + NUL */
+
+BATON_EXTERN(int) baton_permits_open(baton_permits **out, baton_client *c, const char *name);
+BATON_EXTERN(int) baton_permits_acquire(baton_permits *p, uint32_t lease_ms, int64_t wait_ms,
+                                        char id[BATON_PERMIT_ID_SIZE]);
+/* BATON_ENOTOWNER for an unknown or expired id. */
+BATON_EXTERN(int) baton_permits_release(baton_permits *p, const char *id);
+BATON_EXTERN(int) baton_permits_renew(baton_permits *p, const char *id, uint32_t lease_ms);
+BATON_EXTERN(int) baton_permits_try_set(baton_permits *p, uint32_t permits, int *was_set);
+BATON_EXTERN(int) baton_permits_add(baton_permits *p, int64_t delta);
+BATON_EXTERN(int) baton_permits_available(baton_permits *p, uint64_t *out);
+BATON_EXTERN(int) baton_permits_cancel(baton_permits *p);
+BATON_EXTERN(void) baton_permits_free(baton_permits *p);
+
+/* ---- count-down latch ------------------------------------------------------ */
+typedef struct baton_latch baton_latch;
+
+BATON_EXTERN(int) baton_latch_open(baton_latch **out, baton_client *c, const char *name);
+/* Sets the count if the latch is not active; *was_set = 1 when this call set it. */
+BATON_EXTERN(int) baton_latch_try_set(baton_latch *l, uint64_t count, int *was_set);
+BATON_EXTERN(int) baton_latch_count_down(baton_latch *l);
+BATON_EXTERN(int) baton_latch_count(baton_latch *l, uint64_t *out);
+/* Waits until the count is zero: 0, BATON_ETIMEDOUT, BATON_ECANCELED. */
+BATON_EXTERN(int) baton_latch_await(baton_latch *l, int64_t wait_ms);
+BATON_EXTERN(int) baton_latch_cancel(baton_latch *l);
+BATON_EXTERN(void) baton_latch_free(baton_latch *l);
+
+/* ---- multilock --------------------------------------------------------------
+ * All-or-nothing over baton locks of any engines and clients. Members are
+ * taken in one global order (engine, URI, name), so two multilocks over
+ * overlapping sets never deadlock; on failure what was taken is released.
+ * The multilock does not own its members: free them after it. */
+typedef struct baton_multilock baton_multilock;
+
+BATON_EXTERN(int) baton_multilock_open(baton_multilock **out, baton_lock *const *locks, size_t n);
+BATON_EXTERN(int) baton_multilock_acquire(baton_multilock *m, int64_t wait_ms);
+BATON_EXTERN(int) baton_multilock_release(baton_multilock *m);
+BATON_EXTERN(int) baton_multilock_held(const baton_multilock *m);
+/* The members' fences, in the order the locks were given; returns the member count. */
+BATON_EXTERN(size_t) baton_multilock_fences(const baton_multilock *m, uint64_t *out, size_t cap);
+BATON_EXTERN(int) baton_multilock_cancel(baton_multilock *m);
+BATON_EXTERN(void) baton_multilock_free(baton_multilock *m);
+
 #ifdef __cplusplus
 }
 #endif

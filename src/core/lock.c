@@ -15,7 +15,19 @@ int baton__name_check(const char *name)
     return 0;
 }
 
+int baton__wait_deadline_ns(int64_t wait_ms, int64_t *out)
+{
+    *out = wait_ms == 0 ? 0 : wait_ms < 0 ? INT64_MAX : baton_now_ns() + ms_to_ns(wait_ms);
+    return 0;
+}
+
 int baton_lock_open(baton_lock **out, baton_client *c, const char *name, const baton_lock_options *opts)
+{
+    return baton__lock_create(out, c, name, opts, NULL);
+}
+
+int baton__lock_create(baton_lock **out, baton_client *c, const char *name,
+                       const baton_lock_options *opts, void *st)
 {
     baton_lock_options def = BATON_LOCK_OPTIONS_INIT;
     baton_lock *l;
@@ -49,7 +61,8 @@ int baton_lock_open(baton_lock **out, baton_client *c, const char *name, const b
     if ((rc = baton__waiter_init(&l->waiter))) goto fail_name;
     pthread_mutex_init(&l->io, NULL);
     pthread_mutex_init(&l->smu, NULL);
-    if ((rc = c->be->lock_new(c->eng, l->name, &l->opts, &l->st))) goto fail_sync;
+    if (st) l->st = st;
+    else if ((rc = c->be->lock_new(c->eng, l->name, &l->opts, &l->st))) goto fail_sync;
     baton__client_link(c, l);
     *out = l;
     return 0;
@@ -70,6 +83,15 @@ int baton_lock_acquire(baton_lock *l, int64_t wait_ms)
     int rc, leased;
 
     if (!l) return baton_seterr(BATON_EINVAL, 0, "baton_lock_acquire: NULL lock");
+    if (l->sibling && l->is_write) {
+        int upgrade;
+        pthread_mutex_lock(&l->sibling->smu);
+        upgrade = l->sibling->state == LOCK_HELD && l->sibling->holder_tid == me;
+        pthread_mutex_unlock(&l->sibling->smu);
+        if (upgrade)
+            return baton_seterr(BATON_EDEADLK, 0, "lock '%s': this thread holds the read side; "
+                                "a read lock cannot be upgraded", l->name);
+    }
     pthread_mutex_lock(&l->smu);
     if (l->state == LOCK_HELD) {
         if (l->holder_tid != me) {
@@ -106,7 +128,7 @@ int baton_lock_acquire(baton_lock *l, int64_t wait_ms)
     req.lease_ms = l->opts.lease_ms;
     req.fair = l->opts.fair;
     req.waiter = &l->waiter;
-    req.deadline_ns = wait_ms == 0 ? 0 : wait_ms < 0 ? INT64_MAX : baton_now_ns() + ms_to_ns(wait_ms);
+    baton__wait_deadline_ns(wait_ms, &req.deadline_ns);
 
     pthread_mutex_lock(&l->io);
     rc = l->c->be->lock_acquire(l->c->eng, l->st, &req);

@@ -25,8 +25,17 @@ struct baton_lock {
     /* keeper bookkeeping, guarded by the keeper's mutex */
     struct baton_lock *knext;
     int kept, kbusy;
+    struct baton_lock *sibling; /* the other side of a read-write lock */
+    int is_write;               /* the write side of a read-write lock */
     /* client list, guarded by the client's mutex */
     struct baton_lock *cnext, *cprev;
 };
+
+/* Creates a lock handle around backend state st (NULL = ask lock_new). */
+int baton__lock_create(baton_lock **out, struct baton_client *c, const char *name,
+                       const baton_lock_options *opts, void *st);
+void baton__lock_destroy(baton_lock *l);
+int baton__name_check(const char *name);
+int baton__wait_deadline_ns(int64_t wait_ms, int64_t *out);
 
 #endif

@@ -29,6 +29,10 @@ extern "C" {
 #define BATON_CAP_NOTIFY  (1u << 1) /* waiting is woken by the engine, not by polling */
 #define BATON_CAP_FAIR    (1u << 2) /* FIFO grants when baton_lock_options.fair */
 #define BATON_CAP_INFO    (1u << 3) /* lock_info is provided */
+#define BATON_CAP_RWLOCK  (1u << 4) /* rwlock_new */
+#define BATON_CAP_SEM     (1u << 5) /* sem_* */
+#define BATON_CAP_PERMITS (1u << 6) /* permits_* */
+#define BATON_CAP_LATCH   (1u << 7) /* latch_* */
 
 /* A parsed URI: scheme://[user[:password]@]host[:port][,host[:port]...][/path][?k=v&...]
  * Every string is percent-decoded and NUL-terminated; absent parts are NULL
@@ -129,7 +133,49 @@ typedef struct baton_backend {
                       int64_t deadline_ns);
     /* may: what the engine knows about NAME. */
     int (*lock_info)(void *eng, const char *name, baton_lockinfo *out);
+
+    /* must with BATON_CAP_RWLOCK: the read and write sides of a read-write lock
+     * on NAME, as two lock states driven by lock_acquire/release/renew/free.
+     * Both are used with one owner. The read side must be granted to the
+     * holder of the write side (downgrade). A waiting writer must not be
+     * starved by new readers. The core refuses upgrades itself. */
+    int (*rwlock_new)(void *eng, const char *name, const baton_lock_options *opts,
+                      void **rd, void **wr);
+
+    /* must with BATON_CAP_SEM: a counting semaphore without owners.
+     * sem_acquire waits like lock_acquire (deadline 0 = one try, BATON_ELOCKED
+     * when too few permits). sem_ctl ops: see BATON_SEM_*. */
+    int (*sem_new)(void *eng, const char *name, void **st);
+    void (*sem_free)(void *eng, void *st);
+    int (*sem_acquire)(void *eng, void *st, uint32_t permits, int64_t deadline_ns, baton_waiter *w);
+    int (*sem_release)(void *eng, void *st, uint32_t permits);
+    int (*sem_ctl)(void *eng, void *st, int op, int64_t arg, int64_t *out);
+
+    /* must with BATON_CAP_PERMITS: permits with ids and leases. id is 32 hex digits. */
+    int (*permits_new)(void *eng, const char *name, void **st);
+    void (*permits_free)(void *eng, void *st);
+    int (*permits_acquire)(void *eng, void *st, uint32_t lease_ms, int64_t deadline_ns,
+                           baton_waiter *w, char id[BATON_PERMIT_ID_SIZE]);
+    int (*permits_release)(void *eng, void *st, const char *id);
+    int (*permits_renew)(void *eng, void *st, const char *id, uint32_t lease_ms);
+    int (*permits_ctl)(void *eng, void *st, int op, int64_t arg, int64_t *out);
+
+    /* must with BATON_CAP_LATCH: a count-down latch. latch_await returns 0 when
+     * the count is zero (or the latch does not exist), BATON_ETIMEDOUT, BATON_ECANCELED. */
+    int (*latch_new)(void *eng, const char *name, void **st);
+    void (*latch_free)(void *eng, void *st);
+    int (*latch_ctl)(void *eng, void *st, int op, int64_t arg, int64_t *out);
+    int (*latch_await)(void *eng, void *st, int64_t deadline_ns, baton_waiter *w);
 } baton_backend;
+
+/* sem_ctl / permits_ctl / latch_ctl operations. */
+enum {
+    BATON_CTL_TRY_SET = 1,   /* arg = count; *out = 1 when this call set it, else 0 */
+    BATON_CTL_ADD,           /* arg = delta (may be negative) */
+    BATON_CTL_DRAIN,         /* *out = permits taken */
+    BATON_CTL_AVAILABLE,     /* *out = available permits (latch: the count) */
+    BATON_CTL_COUNT_DOWN,    /* latch: one down; wakes every waiter at zero */
+};
 
 #ifdef __cplusplus
 }

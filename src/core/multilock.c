@@ -1,0 +1,124 @@
+/* Multilock: all-or-nothing over locks of any engines, taken in one global order. */
+#include "lock.h"
+#include <stdlib.h>
+#include <stdio.h>
+#include <string.h>
+
+struct baton_multilock {
+    size_t n;
+    baton_lock **locks;     /* in the caller's order */
+    baton_lock **order;     /* in the global acquisition order */
+    int held;
+};
+
+static int cmp_lock(const void *a, const void *b)
+{
+    const baton_lock *x = *(baton_lock *const *)a, *y = *(baton_lock *const *)b;
+    int r = strcmp(x->c->be->name, y->c->be->name);
+    if (!r) r = strcmp(x->c->uri->redacted, y->c->uri->redacted);
+    if (!r) r = strcmp(x->name, y->name);
+    return r;
+}
+
+int baton_multilock_open(baton_multilock **out, baton_lock *const *locks, size_t n)
+{
+    baton_multilock *m;
+    if (!out || (!locks && n)) return baton_seterr(BATON_EINVAL, 0, "baton_multilock_open: NULL argument");
+    *out = NULL;
+    if (n == 0) return baton_seterr(BATON_EINVAL, 0, "a multilock needs at least one lock");
+    for (size_t i = 0; i < n; i++)
+        if (!locks[i]) return baton_seterr(BATON_EINVAL, 0, "multilock member %zu is NULL", i);
+    if (!(m = calloc(1, sizeof *m))) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+    m->n = n;
+    m->locks = malloc(n * sizeof *m->locks);
+    m->order = malloc(n * sizeof *m->order);
+    if (!m->locks || !m->order) {
+        free(m->locks); free(m->order); free(m);
+        return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+    }
+    memcpy(m->locks, locks, n * sizeof *locks);
+    memcpy(m->order, locks, n * sizeof *locks);
+    qsort(m->order, n, sizeof *m->order, cmp_lock);
+    for (size_t i = 1; i < n; i++)
+        if (!cmp_lock(&m->order[i - 1], &m->order[i])) {
+            const char *name = m->order[i]->name;
+            free(m->locks); free(m->order); free(m);
+            return baton_seterr(BATON_EINVAL, 0, "multilock: '%s' appears twice on one engine; "
+                                "it would wait for itself", name);
+        }
+    *out = m;
+    return 0;
+}
+
+int baton_multilock_acquire(baton_multilock *m, int64_t wait_ms)
+{
+    int64_t deadline;
+    size_t i;
+    int rc = 0;
+    if (!m) return baton_seterr(BATON_EINVAL, 0, "baton_multilock_acquire: NULL");
+    if (m->held) return baton_seterr(BATON_EDEADLK, 0, "multilock already held");
+    baton__wait_deadline_ns(wait_ms, &deadline);
+    for (i = 0; i < m->n; i++) {
+        int64_t left = 0;
+        if (deadline == INT64_MAX) left = -1;
+        else if (deadline) {
+            left = (deadline - baton_now_ns()) / 1000000;
+            if (left <= 0) left = 0;   /* the rest get a final try */
+        }
+        if ((rc = baton_lock_acquire(m->order[i], left))) break;
+    }
+    if (rc) {
+        baton_error saved = *baton_error_last();
+        char msg[512];
+        snprintf(msg, sizeof msg, "multilock member '%s': %s", m->order[i]->name, saved.message);
+        while (i-- > 0) baton_lock_release(m->order[i]);
+        if (rc == BATON_ELOCKED && wait_ms != 0) rc = BATON_ETIMEDOUT;
+        return baton_seterr(rc, saved.native, "%s", msg);
+    }
+    m->held = 1;
+    return 0;
+}
+
+int baton_multilock_release(baton_multilock *m)
+{
+    int rc = 0;
+    if (!m) return baton_seterr(BATON_EINVAL, 0, "baton_multilock_release: NULL");
+    if (!m->held) return baton_seterr(BATON_ENOTHELD, 0, "multilock is not held");
+    m->held = 0;
+    for (size_t i = m->n; i-- > 0;) {
+        int r = baton_lock_release(m->order[i]);
+        if (r && !rc) rc = r;   /* the first failure (e.g. BATON_ELOST) is the answer */
+    }
+    return rc;
+}
+
+int baton_multilock_held(const baton_multilock *m)
+{
+    if (!m || !m->held) return 0;
+    for (size_t i = 0; i < m->n; i++)
+        if (!baton_lock_held(m->locks[i])) return 0;
+    return 1;
+}
+
+size_t baton_multilock_fences(const baton_multilock *m, uint64_t *out, size_t cap)
+{
+    if (!m) return 0;
+    for (size_t i = 0; i < m->n && i < cap; i++) out[i] = baton_lock_fence(m->locks[i]);
+    return m->n;
+}
+
+int baton_multilock_cancel(baton_multilock *m)
+{
+    if (!m) return baton_seterr(BATON_EINVAL, 0, "baton_multilock_cancel: NULL");
+    for (size_t i = 0; i < m->n; i++) baton_lock_cancel(m->order[i]);
+    return 0;
+}
+
+void baton_multilock_free(baton_multilock *m)
+{
+    if (!m) return;
+    if (m->held) baton_multilock_release(m);
+    free(m->locks);
+    free(m->order);
+    free(m);
+}

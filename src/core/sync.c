@@ -1,0 +1,282 @@
+/* Front-ends of the ownerless synchronizers: semaphore, permit-expirable
+ * semaphore and count-down latch. Each is a backend state plus a waiter so a
+ * blocked call can be cancelled from another thread. */
+#include "lock.h"
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    baton_client *c;
+    void *st;
+    baton_waiter w;
+} sync_obj;
+
+struct baton_semaphore { sync_obj o; };
+struct baton_permits { sync_obj o; };
+struct baton_latch { sync_obj o; };
+
+typedef int (*new_fn)(void *eng, const char *name, void **st);
+
+static int sync_open(sync_obj *o, baton_client *c, const char *name, unsigned cap, new_fn fn, const char *what)
+{
+    int rc;
+    if (!c) return baton_seterr(BATON_EINVAL, 0, "%s: NULL client", what);
+    if ((rc = baton__name_check(name))) return rc;
+    if (!(c->be->caps & cap) || !fn)
+        return baton_seterr(BATON_ENOTSUP, 0, "the %s backend has no %s", c->be->name, what);
+    if ((rc = baton__waiter_init(&o->w))) return baton_seterr(rc, 0, "out of memory");
+    if ((rc = fn(c->eng, name, &o->st))) {
+        baton__waiter_destroy(&o->w);
+        return rc;
+    }
+    o->c = c;
+    return 0;
+}
+
+static int64_t deadline_of(sync_obj *o, int64_t wait_ms)
+{
+    int64_t d;
+    baton__waiter_reset(&o->w);
+    baton__wait_deadline_ns(wait_ms, &d);
+    return d;
+}
+
+static int out_u64(int rc, int64_t v, uint64_t *out)
+{
+    if (!rc && out) *out = v < 0 ? 0 : (uint64_t)v;
+    return rc;
+}
+
+#define NEED(x, what) do { if (!(x)) return baton_seterr(BATON_EINVAL, 0, "%s: NULL argument", what); } while (0)
+
+/* ---- semaphore ---- */
+
+int baton_semaphore_open(baton_semaphore **out, baton_client *c, const char *name)
+{
+    baton_semaphore *s;
+    int rc;
+    NEED(out, "baton_semaphore_open");
+    *out = NULL;
+    if (!(s = calloc(1, sizeof *s))) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+    if ((rc = sync_open(&s->o, c, name, BATON_CAP_SEM, c ? c->be->sem_new : NULL, "semaphore"))) {
+        free(s);
+        return rc;
+    }
+    *out = s;
+    return 0;
+}
+
+int baton_semaphore_acquire(baton_semaphore *s, uint32_t permits, int64_t wait_ms)
+{
+    int rc;
+    NEED(s, "baton_semaphore_acquire");
+    if (permits == 0) return baton_seterr(BATON_EINVAL, 0, "acquire of 0 permits");
+    rc = s->o.c->be->sem_acquire(s->o.c->eng, s->o.st, permits, deadline_of(&s->o, wait_ms), &s->o.w);
+    if (rc == BATON_ELOCKED && wait_ms != 0) rc = baton_seterr(BATON_ETIMEDOUT, 0, "semaphore wait timed out");
+    return rc;
+}
+
+int baton_semaphore_release(baton_semaphore *s, uint32_t permits)
+{
+    NEED(s, "baton_semaphore_release");
+    if (permits == 0) return baton_seterr(BATON_EINVAL, 0, "release of 0 permits");
+    return s->o.c->be->sem_release(s->o.c->eng, s->o.st, permits);
+}
+
+int baton_semaphore_try_set(baton_semaphore *s, uint32_t permits, int *was_set)
+{
+    int64_t v = 0;
+    int rc;
+    NEED(s, "baton_semaphore_try_set");
+    rc = s->o.c->be->sem_ctl(s->o.c->eng, s->o.st, BATON_CTL_TRY_SET, permits, &v);
+    if (!rc && was_set) *was_set = v != 0;
+    return rc;
+}
+
+int baton_semaphore_add(baton_semaphore *s, int64_t delta)
+{
+    NEED(s, "baton_semaphore_add");
+    return s->o.c->be->sem_ctl(s->o.c->eng, s->o.st, BATON_CTL_ADD, delta, NULL);
+}
+
+int baton_semaphore_drain(baton_semaphore *s, uint64_t *drained)
+{
+    int64_t v = 0;
+    NEED(s, "baton_semaphore_drain");
+    return out_u64(s->o.c->be->sem_ctl(s->o.c->eng, s->o.st, BATON_CTL_DRAIN, 0, &v), v, drained);
+}
+
+int baton_semaphore_available(baton_semaphore *s, uint64_t *out)
+{
+    int64_t v = 0;
+    NEED(s && out, "baton_semaphore_available");
+    return out_u64(s->o.c->be->sem_ctl(s->o.c->eng, s->o.st, BATON_CTL_AVAILABLE, 0, &v), v, out);
+}
+
+int baton_semaphore_cancel(baton_semaphore *s)
+{
+    NEED(s, "baton_semaphore_cancel");
+    baton__waiter_cancel(&s->o.w);
+    return 0;
+}
+
+void baton_semaphore_free(baton_semaphore *s)
+{
+    if (!s) return;
+    s->o.c->be->sem_free(s->o.c->eng, s->o.st);
+    baton__waiter_destroy(&s->o.w);
+    free(s);
+}
+
+/* ---- permit-expirable semaphore ---- */
+
+int baton_permits_open(baton_permits **out, baton_client *c, const char *name)
+{
+    baton_permits *p;
+    int rc;
+    NEED(out, "baton_permits_open");
+    *out = NULL;
+    if (!(p = calloc(1, sizeof *p))) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+    if ((rc = sync_open(&p->o, c, name, BATON_CAP_PERMITS, c ? c->be->permits_new : NULL,
+                        "permit-expirable semaphore"))) {
+        free(p);
+        return rc;
+    }
+    *out = p;
+    return 0;
+}
+
+int baton_permits_acquire(baton_permits *p, uint32_t lease_ms, int64_t wait_ms, char id[BATON_PERMIT_ID_SIZE])
+{
+    int rc;
+    NEED(p && id, "baton_permits_acquire");
+    if (lease_ms == 0) return baton_seterr(BATON_EINVAL, 0, "a permit needs a lease");
+    id[0] = 0;
+    rc = p->o.c->be->permits_acquire(p->o.c->eng, p->o.st, lease_ms, deadline_of(&p->o, wait_ms), &p->o.w, id);
+    if (rc == BATON_ELOCKED && wait_ms != 0) rc = baton_seterr(BATON_ETIMEDOUT, 0, "permit wait timed out");
+    return rc;
+}
+
+static int check_id(const char *id)
+{
+    if (!id || strlen(id) != 32 || strspn(id, "0123456789abcdef") != 32)
+        return baton_seterr(BATON_EINVAL, 0, "a permit id is 32 lowercase hex digits");
+    return 0;
+}
+
+int baton_permits_release(baton_permits *p, const char *id)
+{
+    int rc;
+    NEED(p, "baton_permits_release");
+    if ((rc = check_id(id))) return rc;
+    return p->o.c->be->permits_release(p->o.c->eng, p->o.st, id);
+}
+
+int baton_permits_renew(baton_permits *p, const char *id, uint32_t lease_ms)
+{
+    int rc;
+    NEED(p, "baton_permits_renew");
+    if ((rc = check_id(id))) return rc;
+    if (lease_ms == 0) return baton_seterr(BATON_EINVAL, 0, "a permit needs a lease");
+    return p->o.c->be->permits_renew(p->o.c->eng, p->o.st, id, lease_ms);
+}
+
+int baton_permits_try_set(baton_permits *p, uint32_t permits, int *was_set)
+{
+    int64_t v = 0;
+    int rc;
+    NEED(p, "baton_permits_try_set");
+    rc = p->o.c->be->permits_ctl(p->o.c->eng, p->o.st, BATON_CTL_TRY_SET, permits, &v);
+    if (!rc && was_set) *was_set = v != 0;
+    return rc;
+}
+
+int baton_permits_add(baton_permits *p, int64_t delta)
+{
+    NEED(p, "baton_permits_add");
+    return p->o.c->be->permits_ctl(p->o.c->eng, p->o.st, BATON_CTL_ADD, delta, NULL);
+}
+
+int baton_permits_available(baton_permits *p, uint64_t *out)
+{
+    int64_t v = 0;
+    NEED(p && out, "baton_permits_available");
+    return out_u64(p->o.c->be->permits_ctl(p->o.c->eng, p->o.st, BATON_CTL_AVAILABLE, 0, &v), v, out);
+}
+
+int baton_permits_cancel(baton_permits *p)
+{
+    NEED(p, "baton_permits_cancel");
+    baton__waiter_cancel(&p->o.w);
+    return 0;
+}
+
+void baton_permits_free(baton_permits *p)
+{
+    if (!p) return;
+    p->o.c->be->permits_free(p->o.c->eng, p->o.st);
+    baton__waiter_destroy(&p->o.w);
+    free(p);
+}
+
+/* ---- count-down latch ---- */
+
+int baton_latch_open(baton_latch **out, baton_client *c, const char *name)
+{
+    baton_latch *l;
+    int rc;
+    NEED(out, "baton_latch_open");
+    *out = NULL;
+    if (!(l = calloc(1, sizeof *l))) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+    if ((rc = sync_open(&l->o, c, name, BATON_CAP_LATCH, c ? c->be->latch_new : NULL, "count-down latch"))) {
+        free(l);
+        return rc;
+    }
+    *out = l;
+    return 0;
+}
+
+int baton_latch_try_set(baton_latch *l, uint64_t count, int *was_set)
+{
+    int64_t v = 0;
+    int rc;
+    NEED(l, "baton_latch_try_set");
+    if (count == 0 || count > INT64_MAX) return baton_seterr(BATON_EINVAL, 0, "latch count must be 1..2^63-1");
+    rc = l->o.c->be->latch_ctl(l->o.c->eng, l->o.st, BATON_CTL_TRY_SET, (int64_t)count, &v);
+    if (!rc && was_set) *was_set = v != 0;
+    return rc;
+}
+
+int baton_latch_count_down(baton_latch *l)
+{
+    NEED(l, "baton_latch_count_down");
+    return l->o.c->be->latch_ctl(l->o.c->eng, l->o.st, BATON_CTL_COUNT_DOWN, 0, NULL);
+}
+
+int baton_latch_count(baton_latch *l, uint64_t *out)
+{
+    int64_t v = 0;
+    NEED(l && out, "baton_latch_count");
+    return out_u64(l->o.c->be->latch_ctl(l->o.c->eng, l->o.st, BATON_CTL_AVAILABLE, 0, &v), v, out);
+}
+
+int baton_latch_await(baton_latch *l, int64_t wait_ms)
+{
+    NEED(l, "baton_latch_await");
+    return l->o.c->be->latch_await(l->o.c->eng, l->o.st, deadline_of(&l->o, wait_ms), &l->o.w);
+}
+
+int baton_latch_cancel(baton_latch *l)
+{
+    NEED(l, "baton_latch_cancel");
+    baton__waiter_cancel(&l->o.w);
+    return 0;
+}
+
+void baton_latch_free(baton_latch *l)
+{
+    if (!l) return;
+    l->o.c->be->latch_free(l->o.c->eng, l->o.st);
+    baton__waiter_destroy(&l->o.w);
+    free(l);
+}
