@@ -7,11 +7,17 @@ extern const baton_backend baton__backend_file;
 #ifdef BATON_WITH_REDIS
 extern const baton_backend baton__backend_redis;
 #endif
+#ifdef BATON_WITH_REDLOCK
+extern const baton_backend baton__backend_redlock;
+#endif
 
 static const baton_backend *const compiled[] = {
     &baton__backend_file,
 #ifdef BATON_WITH_REDIS
     &baton__backend_redis,
+#endif
+#ifdef BATON_WITH_REDLOCK
+    &baton__backend_redlock,
 #endif
 };
 
