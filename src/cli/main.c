@@ -26,8 +26,11 @@ static const char *prog = "baton";
 static void usage(FILE *f)
 {
     fprintf(f,
-        "usage: baton run [-u URI] [-n | -w SECS] [-t LEASE_SECS] [-E CODE] [--kill-after SECS] NAME -- CMD...\n"
+        "usage: baton run [-u URI] [-n | -w SECS] [-t LEASE_SECS] [-E CODE] [--kill-after SECS]\n"
+        "                 [--fair | --shared | --write | --permits N] NAME -- CMD...\n"
         "       baton status [-u URI] NAME\n"
+        "       baton latch [-u URI] NAME set N | down | count | wait [-w SECS]\n"
+        "       baton sem [-u URI] NAME set N | add N | available | drain\n"
         "       baton version\n"
         "\n"
         "  -u URI          engine (default $BATON_URI, else the file backend)\n"
@@ -36,6 +39,10 @@ static void usage(FILE *f)
         "  -t LEASE_SECS   lease, renewed while CMD runs (default 30)\n"
         "  -E CODE         exit code when busy or the wait ran out (default 1)\n"
         "  --kill-after S  after a lost lease, SIGKILL the child S seconds after SIGTERM (default 10)\n"
+        "  --fair          FIFO grants (engines with fair locks)\n"
+        "  --shared        take the read side of read-write lock NAME\n"
+        "  --write         take the write side of read-write lock NAME\n"
+        "  --permits N     take one of N permits of semaphore NAME\n"
         "\n"
         "exit: the child's status (128+signal if killed), 1 busy, 64 usage, 69 engine\n"
         "unreachable or authentication failed, 75 lease lost while CMD ran.\n");
@@ -87,11 +94,19 @@ static int cmd_run(int argc, char **argv)
 {
     static const struct option lo[] = {
         { "kill-after", required_argument, NULL, 'K' },
+        { "fair", no_argument, NULL, 'F' },
+        { "shared", no_argument, NULL, 'S' },
+        { "write", no_argument, NULL, 'W' },
+        { "permits", required_argument, NULL, 'P' },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
     const char *uri = NULL, *name;
     double wait_s = -1, lease_s = 30, kill_after = 10;
+    int fair = 0, shared = 0, write_side = 0;
+    long permits = 0;
+    baton_rwlock *rw = NULL;
+    baton_semaphore *sem = NULL;
     int nowait = 0, busy_code = EX_BUSY_DEFAULT, opt, rc, status = 0, lost = 0, sfd, code;
     baton_client *c = NULL;
     baton_lock *l = NULL;
@@ -110,6 +125,15 @@ static int cmd_run(int argc, char **argv)
         case 'w': if (parse_secs(optarg, &wait_s)) goto bad_num; break;
         case 't': if (parse_secs(optarg, &lease_s) || lease_s < 0.05) goto bad_num; break;
         case 'K': if (parse_secs(optarg, &kill_after)) goto bad_num; break;
+        case 'F': fair = 1; break;
+        case 'S': shared = 1; break;
+        case 'W': write_side = 1; break;
+        case 'P': {
+            char *end;
+            permits = strtol(optarg, &end, 10);
+            if (*end || end == optarg || permits < 1 || permits > 1000000) goto bad_num;
+            break;
+        }
         case 'E': {
             char *end;
             long v = strtol(optarg, &end, 10);
@@ -123,6 +147,10 @@ static int cmd_run(int argc, char **argv)
     }
     if (nowait && wait_s >= 0) {
         fprintf(stderr, "%s: -n and -w exclude each other\n", prog);
+        return EX_USAGE;
+    }
+    if (shared + write_side + (permits > 0) > 1 || (fair && (shared || write_side || permits))) {
+        fprintf(stderr, "%s: choose one of --shared, --write, --permits (--fair is for plain locks)\n", prog);
         return EX_USAGE;
     }
     if (optind >= argc) { fprintf(stderr, "%s: run: missing NAME\n", prog); return EX_USAGE; }
@@ -140,10 +168,28 @@ static int cmd_run(int argc, char **argv)
     if ((rc = baton_client_open(&c, uri, NULL))) { report("open", rc); return exit_for(rc); }
     lo_opts.lease_ms = (uint32_t)(lease_s * 1000);
     lo_opts.on_lost = on_lost;
-    if ((rc = baton_lock_open(&l, c, name, &lo_opts))) { report("lock", rc); code = exit_for(rc); goto out; }
+    lo_opts.fair = fair;
     wait_ms = nowait ? 0 : wait_s < 0 ? -1 : (int64_t)(wait_s * 1000);
     if (wait_s == 0) wait_ms = 0;
-    rc = baton_lock_acquire(l, wait_ms);
+    if (permits) {
+        /* One of N permits: the first user sets N; later users join it. */
+        if ((rc = baton_semaphore_open(&sem, c, name)) || (rc = baton_semaphore_try_set(sem, (uint32_t)permits, NULL))) {
+            report("semaphore", rc);
+            code = exit_for(rc);
+            goto out;
+        }
+        rc = baton_semaphore_acquire(sem, 1, wait_ms);
+    } else {
+        if (shared || write_side) {
+            if ((rc = baton_rwlock_open(&rw, c, name, &lo_opts))) { report("rwlock", rc); code = exit_for(rc); goto out; }
+            l = shared ? baton_rwlock_read(rw) : baton_rwlock_write(rw);
+        } else if ((rc = baton_lock_open(&l, c, name, &lo_opts))) {
+            report("lock", rc);
+            code = exit_for(rc);
+            goto out;
+        }
+        rc = baton_lock_acquire(l, wait_ms);
+    }
     if (rc == BATON_ELOCKED || rc == BATON_ETIMEDOUT) {
         fprintf(stderr, "%s: %s: %s\n", prog, name, rc == BATON_ELOCKED ? "busy" : "wait timed out");
         code = busy_code;
@@ -161,9 +207,9 @@ static int cmd_run(int argc, char **argv)
     }
     if (child == 0) {
         sigprocmask(SIG_SETMASK, &old, NULL);
-        snprintf(buf, sizeof buf, "%" PRIu64, baton_lock_fence(l));
+        snprintf(buf, sizeof buf, "%" PRIu64, l ? baton_lock_fence(l) : 0);
         setenv("BATON_LOCK", name, 1);
-        setenv("BATON_FENCE", buf, 1);
+        if (l) setenv("BATON_FENCE", buf, 1);
         setenv("BATON_URI", baton_client_uri(c), 1);
         execvp(argv[optind], argv + optind);
         fprintf(stderr, "%s: %s: %s\n", prog, argv[optind], strerror(errno));
@@ -200,7 +246,7 @@ static int cmd_run(int argc, char **argv)
         if (w == child) break;
     }
     close(sfd);
-    rc = baton_lock_release(l);
+    rc = sem ? baton_semaphore_release(sem, 1) : baton_lock_release(l);
     if (lost || rc == BATON_ELOST) {
         code = EX_LOST;
         if (!lost) fprintf(stderr, "%s: %s: lease lost while the command ran\n", prog, name);
@@ -211,7 +257,9 @@ static int cmd_run(int argc, char **argv)
         if (rc) report("release", rc);
     }
 out:
-    baton_lock_free(l);
+    if (rw) baton_rwlock_free(rw);
+    else baton_lock_free(l);
+    baton_semaphore_free(sem);
     baton_client_close(c);
     close(lost_pipe[0]);
     close(lost_pipe[1]);
@@ -254,11 +302,104 @@ static int cmd_status(int argc, char **argv)
     return 0;
 }
 
+static int parse_count(const char *s, int64_t lo, int64_t hi, int64_t *out)
+{
+    char *end;
+    long long v;
+    errno = 0;
+    v = strtoll(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) return -1;
+    *out = v;
+    return 0;
+}
+
+/* baton latch NAME set N | down | count | wait [-w SECS]
+ * baton sem NAME set N | add N | available | drain */
+static int cmd_sync(int argc, char **argv, int latch)
+{
+    const char *uri = NULL, *name, *op;
+    double wait_s = -1;
+    baton_client *c = NULL;
+    baton_latch *la = NULL;
+    baton_semaphore *se = NULL;
+    int opt, rc, code = 0, was = 0;
+    int64_t n = 0;
+    uint64_t v = 0;
+
+    optind = 1;
+    while ((opt = getopt(argc, argv, "+u:w:h")) != -1) {
+        switch (opt) {
+        case 'u': uri = optarg; break;
+        case 'w': if (parse_secs(optarg, &wait_s)) { fprintf(stderr, "%s: bad -w\n", prog); return EX_USAGE; } break;
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return EX_USAGE;
+        }
+    }
+    if (argc - optind < 2) { usage(stderr); return EX_USAGE; }
+    name = argv[optind];
+    op = argv[optind + 1];
+    /* options may also follow the operation: baton latch NAME wait -w 5 */
+    optind += 2;
+    while ((opt = getopt(argc, argv, "u:w:")) != -1) {
+        if (opt == 'w' && !parse_secs(optarg, &wait_s)) continue;
+        if (opt == 'u') { uri = optarg; continue; }
+        usage(stderr);
+        return EX_USAGE;
+    }
+    int need_n = !strcmp(op, "set") || (!latch && !strcmp(op, "add"));
+    if (need_n != (optind < argc) || (need_n && optind + 1 != argc)) {
+        fprintf(stderr, "%s: %s: bad arguments for '%s'\n", prog, latch ? "latch" : "sem", op);
+        return EX_USAGE;
+    }
+    if (need_n && parse_count(argv[optind], !strcmp(op, "add") ? -1000000000LL : 1, 1000000000LL, &n)) {
+        fprintf(stderr, "%s: bad count '%s'\n", prog, argv[optind]);
+        return EX_USAGE;
+    }
+    if ((rc = baton_client_open(&c, default_uri(uri), NULL))) { report("open", rc); return exit_for(rc); }
+    rc = latch ? baton_latch_open(&la, c, name) : baton_semaphore_open(&se, c, name);
+    if (rc) { report(latch ? "latch" : "sem", rc); code = exit_for(rc); goto out; }
+    if (latch && !strcmp(op, "set")) {
+        if (!(rc = baton_latch_try_set(la, (uint64_t)n, &was)) && !was) {
+            fprintf(stderr, "%s: latch %s is already set\n", prog, name);
+            code = 1;
+        }
+    } else if (latch && !strcmp(op, "down")) {
+        rc = baton_latch_count_down(la);
+    } else if (latch && !strcmp(op, "count")) {
+        if (!(rc = baton_latch_count(la, &v))) printf("%" PRIu64 "\n", v);
+    } else if (latch && !strcmp(op, "wait")) {
+        rc = baton_latch_await(la, wait_s < 0 ? -1 : (int64_t)(wait_s * 1000));
+        if (rc == BATON_ETIMEDOUT) { fprintf(stderr, "%s: latch %s: wait timed out\n", prog, name); code = 1; rc = 0; }
+    } else if (!latch && !strcmp(op, "set")) {
+        if (!(rc = baton_semaphore_try_set(se, (uint32_t)n, &was)) && !was) {
+            fprintf(stderr, "%s: semaphore %s is already set\n", prog, name);
+            code = 1;
+        }
+    } else if (!latch && !strcmp(op, "add")) {
+        rc = baton_semaphore_add(se, n);
+    } else if (!latch && !strcmp(op, "available")) {
+        if (!(rc = baton_semaphore_available(se, &v))) printf("%" PRIu64 "\n", v);
+    } else if (!latch && !strcmp(op, "drain")) {
+        if (!(rc = baton_semaphore_drain(se, &v))) printf("%" PRIu64 "\n", v);
+    } else {
+        fprintf(stderr, "%s: unknown operation '%s'\n", prog, op);
+        code = EX_USAGE;
+    }
+    if (rc) { report(op, rc); code = exit_for(rc); }
+out:
+    baton_latch_free(la);
+    baton_semaphore_free(se);
+    baton_client_close(c);
+    return code;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) { usage(stderr); return EX_USAGE; }
     if (!strcmp(argv[1], "run")) return cmd_run(argc - 1, argv + 1);
     if (!strcmp(argv[1], "status")) return cmd_status(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "latch")) return cmd_sync(argc - 1, argv + 1, 1);
+    if (!strcmp(argv[1], "sem")) return cmd_sync(argc - 1, argv + 1, 0);
     if (!strcmp(argv[1], "version") || !strcmp(argv[1], "--version")) {
         printf("baton %s\n", baton_version());
         return 0;
