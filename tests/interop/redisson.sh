@@ -153,7 +153,12 @@ check "the fence went up ($FENCE -> $F2)" num_gt "$F2" "$FENCE"
 # ---- 3. a blocked baton waiter is woken by Redisson's unlock message --------
 R HSET "$X" "$FOREIGN" 1 >/dev/null
 R PEXPIRE "$X" 30000 >/dev/null
-rm -f "$TMP/w.fence"
+rm -f "$TMP/w.fence" "$TMP/mon.out"
+# watch the server: the waiter must not poll
+timeout 20 redis-cli -h 127.0.0.1 -p "$PORT" MONITOR >"$TMP/mon.out" 2>/dev/null &
+MPID=$!
+BG+=("$MPID")
+sleep 0.2
 "$BATON" run -w 25 -u "$URI" "$X" -- sh -c 'echo "$BATON_FENCE" > "$1"' sh "$TMP/w.fence" 2>"$TMP/w.err" &
 WPID=$!
 BG+=("$WPID")
@@ -166,12 +171,19 @@ for i in $(seq 1 150); do
 done
 check "the waiting baton subscribed to $CHAN" eq "$sub" 1
 sleep 0.3
+sleep 1.7
 check "baton is still waiting for the foreign holder" kill -0 "$WPID"
+# over ~2 s of waiting on a 30 s foreign lease: the first try, maybe a
+# bounded re-check, no polling loop
+tries=$(grep -iE '"(evalsha|eval)"' "$TMP/mon.out" | grep -cF "\"$X\"")
+check "the waiter did not poll the lock ($tries acquire attempts in ~2 s)" [ "$tries" -ge 1 -a "$tries" -le 4 ]
 R DEL "$X" >/dev/null
 t0=$(now_ms)
 R PUBLISH "$CHAN" 0 >/dev/null
 wait_pid "$WPID" 25
 el=$(( $(now_ms) - t0 ))
+kill "$MPID" 2>/dev/null
+wait "$MPID" 2>/dev/null
 check "the waiter was granted (rc $RC)" eq "$RC" 0
 check "...promptly after the unlock message ($el ms; the foreign TTL was 30 s)" [ "$el" -lt 3000 ]
 F3=$(cat "$TMP/w.fence" 2>/dev/null)
