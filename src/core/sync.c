@@ -41,8 +41,11 @@ static int64_t deadline_of(sync_obj *o, int64_t wait_ms)
     return d;
 }
 
-static int out_u64(int rc, int64_t v, uint64_t *out)
+/* Runs a ctl op whose answer is a count; negative counts read as 0. */
+static int ctl_u64(sync_obj *o, int (*ctl)(void *, void *, int, int64_t, int64_t *), int op, uint64_t *out)
 {
+    int64_t v = 0;
+    int rc = ctl(o->c->eng, o->st, op, 0, &v);
     if (!rc && out) *out = v < 0 ? 0 : (uint64_t)v;
     return rc;
 }
@@ -101,16 +104,14 @@ int baton_semaphore_add(baton_semaphore *s, int64_t delta)
 
 int baton_semaphore_drain(baton_semaphore *s, uint64_t *drained)
 {
-    int64_t v = 0;
     NEED(s, "baton_semaphore_drain");
-    return out_u64(s->o.c->be->sem_ctl(s->o.c->eng, s->o.st, BATON_CTL_DRAIN, 0, &v), v, drained);
+    return ctl_u64(&s->o, s->o.c->be->sem_ctl, BATON_CTL_DRAIN, drained);
 }
 
 int baton_semaphore_available(baton_semaphore *s, uint64_t *out)
 {
-    int64_t v = 0;
-    NEED(s && out, "baton_semaphore_available");
-    return out_u64(s->o.c->be->sem_ctl(s->o.c->eng, s->o.st, BATON_CTL_AVAILABLE, 0, &v), v, out);
+    NEED(s, "baton_semaphore_available");
+    return ctl_u64(&s->o, s->o.c->be->sem_ctl, BATON_CTL_AVAILABLE, out);
 }
 
 int baton_semaphore_cancel(baton_semaphore *s)
@@ -199,9 +200,8 @@ int baton_permits_add(baton_permits *p, int64_t delta)
 
 int baton_permits_available(baton_permits *p, uint64_t *out)
 {
-    int64_t v = 0;
-    NEED(p && out, "baton_permits_available");
-    return out_u64(p->o.c->be->permits_ctl(p->o.c->eng, p->o.st, BATON_CTL_AVAILABLE, 0, &v), v, out);
+    NEED(p, "baton_permits_available");
+    return ctl_u64(&p->o, p->o.c->be->permits_ctl, BATON_CTL_AVAILABLE, out);
 }
 
 int baton_permits_cancel(baton_permits *p)
@@ -255,9 +255,8 @@ int baton_latch_count_down(baton_latch *l)
 
 int baton_latch_count(baton_latch *l, uint64_t *out)
 {
-    int64_t v = 0;
-    NEED(l && out, "baton_latch_count");
-    return out_u64(l->o.c->be->latch_ctl(l->o.c->eng, l->o.st, BATON_CTL_AVAILABLE, 0, &v), v, out);
+    NEED(l, "baton_latch_count");
+    return ctl_u64(&l->o, l->o.c->be->latch_ctl, BATON_CTL_AVAILABLE, out);
 }
 
 int baton_latch_await(baton_latch *l, int64_t wait_ms)

@@ -21,6 +21,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
+#include <sys/inotify.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -28,13 +30,42 @@
 #define REC_SIZE 256
 #define REC_FMT "baton-lock 1\nfence %020" PRIu64 "\nheld %d\nholder %-200.200s\n"
 
-typedef struct {
-    int dirfd;
-} file_engine;
+/* One waiter on a semaphore file, woken by the inotify watcher. */
+typedef struct watch_reg {
+    int wd;
+    baton_waiter *w;
+    struct watch_reg *next;
+} watch_reg;
 
 typedef struct {
+    int dirfd;
+    char dir[4096];
+    /* The inotify watcher: started by the first semaphore wait. */
+    pthread_mutex_t wmu;
+    int ino_fd, stop_pipe[2];
+    pthread_t wth;
+    int wth_started;
+    watch_reg *regs;
+} file_engine;
+
+enum { K_PLAIN, K_READ, K_WRITE };
+
+struct file_lock;
+
+/* What the two sides of a read-write lock share. */
+typedef struct {
+    pthread_mutex_t mu;
+    int wr_fd;                 /* the write side's fd while it is held, else -1 */
+    int rd_borrows;            /* the read side rides on wr_fd (a downgrade) */
+    struct file_lock *rd;
+    int refs;
+} file_rw;
+
+typedef struct file_lock {
     char fname[256];
     int fd;          /* open and locked while held, else -1 */
+    int kind;
+    file_rw *rw;
 } file_lock;
 
 static int resolve_dir(const baton_uri *u, char *out, size_t n)
@@ -81,6 +112,9 @@ static int file_open(void **eng, const baton_uri *u, const baton_client_options 
     e = calloc(1, sizeof *e);
     if (!e) { close(fd); return baton_seterr(BATON_ENOMEM, 0, "out of memory"); }
     e->dirfd = fd;
+    snprintf(e->dir, sizeof e->dir, "%s", dir);
+    e->ino_fd = e->stop_pipe[0] = e->stop_pipe[1] = -1;
+    pthread_mutex_init(&e->wmu, NULL);
     *eng = e;
     return 0;
 }
@@ -88,6 +122,14 @@ static int file_open(void **eng, const baton_uri *u, const baton_client_options 
 static void file_close(void *eng)
 {
     file_engine *e = eng;
+    if (e->wth_started) {
+        char c = 'q';
+        if (write(e->stop_pipe[1], &c, 1) < 0) { /* the thread also stops on POLLHUP */ }
+        pthread_join(e->wth, NULL);
+    }
+    if (e->ino_fd >= 0) close(e->ino_fd);
+    if (e->stop_pipe[0] >= 0) { close(e->stop_pipe[0]); close(e->stop_pipe[1]); }
+    pthread_mutex_destroy(&e->wmu);
     close(e->dirfd);
     free(e);
 }
@@ -140,16 +182,62 @@ static void file_lock_free(void *eng, void *st)
     file_lock *fl = st;
     (void)eng;
     if (fl->fd >= 0) close(fl->fd);
+    if (fl->rw) {
+        int last;
+        pthread_mutex_lock(&fl->rw->mu);
+        if (fl->rw->rd == fl) fl->rw->rd = NULL;
+        last = --fl->rw->refs == 0;
+        pthread_mutex_unlock(&fl->rw->mu);
+        if (last) {
+            pthread_mutex_destroy(&fl->rw->mu);
+            free(fl->rw);
+        }
+    }
     free(fl);
 }
 
-static int setlk(int fd, int cmd, short type)
+static int file_rwlock_new(void *eng, const char *name, const baton_lock_options *o, void **rd, void **wr)
+{
+    file_lock *r = NULL, *w = NULL;
+    file_rw *rw = calloc(1, sizeof *rw);
+    if (!rw || file_lock_new(eng, name, o, (void **)&r) || file_lock_new(eng, name, o, (void **)&w)) {
+        free(rw); free(r); free(w);
+        return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+    }
+    pthread_mutex_init(&rw->mu, NULL);
+    rw->wr_fd = -1;
+    rw->rd = r;
+    rw->refs = 2;
+    r->kind = K_READ;
+    w->kind = K_WRITE;
+    r->rw = w->rw = rw;
+    *rd = r;
+    *wr = w;
+    return 0;
+}
+
+/* Byte ranges: a plain lock covers the whole file; a read-write lock uses a
+ * gate byte (writers hold it while they wait for readers to leave, so new
+ * readers queue behind a waiting writer) and a data byte (shared by readers,
+ * exclusive for the writer). A plain lock therefore excludes both sides. */
+#define WHOLE 0, 0
+#define GATE 0, 1
+#define DATA 1, 1
+
+static int setlk_range(int fd, int cmd, short type, off_t start, off_t len)
 {
     struct flock f;
     memset(&f, 0, sizeof f);
     f.l_type = type;
     f.l_whence = SEEK_SET;
+    f.l_start = start;
+    f.l_len = len;
     return fcntl(fd, cmd, &f);
+}
+
+static int setlk(int fd, int cmd, short type)
+{
+    return setlk_range(fd, cmd, type, WHOLE);
 }
 
 static int read_rec(int fd, uint64_t *fence, int *held, char *holder, size_t hn)
@@ -189,6 +277,8 @@ typedef struct {
     pthread_mutex_t mu;
     baton_waiter *w;     /* NULL once abandoned */
     int fd, done, err, refs;
+    short type;
+    off_t start, len;
 } file_wait;
 
 static void wait_unref(file_wait *fw)
@@ -207,7 +297,7 @@ static void *wait_main(void *arg)
 {
     file_wait *fw = arg;
     int r, err = 0;
-    do r = setlk(fw->fd, F_OFD_SETLKW, F_WRLCK);
+    do r = setlk_range(fw->fd, F_OFD_SETLKW, fw->type, fw->start, fw->len);
     while (r < 0 && errno == EINTR);
     if (r < 0) err = errno;
     pthread_mutex_lock(&fw->mu);
@@ -225,8 +315,10 @@ static void *wait_main(void *arg)
     return NULL;
 }
 
-/* Blocks until fd is locked, the deadline passes or the call is cancelled. */
-static int wait_lock(int fd, baton_acquire_req *req, const char *fname)
+/* Blocks until the range of fd is locked, the deadline passes or the call is
+ * cancelled. On failure fd is closed (now, or by the abandoned helper once it
+ * is granted: an abandoned grant must not outlive the wait). */
+static int wait_range(int fd, short type, off_t start, off_t len, baton_acquire_req *req, const char *fname)
 {
     file_wait *fw = calloc(1, sizeof *fw);
     pthread_attr_t at;
@@ -239,6 +331,9 @@ static int wait_lock(int fd, baton_acquire_req *req, const char *fname)
     fw->w = req->waiter;
     fw->fd = fd;
     fw->refs = 2;
+    fw->type = type;
+    fw->start = start;
+    fw->len = len;
     pthread_attr_init(&at);
     pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
     pthread_attr_setstacksize(&at, 64 * 1024);
@@ -289,6 +384,118 @@ static int wait_lock(int fd, baton_acquire_req *req, const char *fname)
     return rc;
 }
 
+/* Takes a range of fd: at once, or by waiting when the request allows it.
+ * On failure fd is closed. */
+static int take_range(int fd, short type, off_t start, off_t len, baton_acquire_req *req, const char *fname)
+{
+    int rc;
+    if (setlk_range(fd, F_OFD_SETLK, type, start, len) == 0)
+        return 0;
+    if (errno != EAGAIN && errno != EACCES) {
+        rc = baton_seterr(BATON_EIO, errno, "lock file %s: %s", fname, strerror(errno));
+        close(fd);
+        return rc;
+    }
+    if (req->deadline_ns == 0) {
+        close(fd);
+        return baton_seterr(BATON_ELOCKED, 0, "lock file %s is held", fname);
+    }
+    return wait_range(fd, type, start, len, req, fname);
+}
+
+static int open_lock_file(file_engine *e, const char *fname)
+{
+    int fd = openat(e->dirfd, fname, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return baton_seterr(BATON_EIO, errno, "lock file %s: %s", fname, strerror(errno));
+    return fd;
+}
+
+/* The write side: the gate first (new readers now queue behind us), then the
+ * data byte once the readers inside have left. */
+static int rw_acquire_write(file_engine *e, file_lock *fl, baton_acquire_req *req)
+{
+    uint64_t fence;
+    int held, fd, rc;
+    if ((fd = open_lock_file(e, fl->fname)) < 0) return fd;
+    req->sent_ns = baton_now_ns();
+    if ((rc = take_range(fd, F_WRLCK, GATE, req, fl->fname))) return rc;
+    if ((rc = take_range(fd, F_WRLCK, DATA, req, fl->fname))) return rc;   /* closing fd drops the gate */
+    read_rec(fd, &fence, &held, NULL, 0);
+    if ((rc = write_rec(fd, ++fence, 1, req->owner->desc))) { close(fd); return rc; }
+    fl->fd = fd;
+    req->fence = fence;
+    pthread_mutex_lock(&fl->rw->mu);
+    fl->rw->wr_fd = fd;
+    pthread_mutex_unlock(&fl->rw->mu);
+    return 0;
+}
+
+/* The read side: pass the gate (waiting behind any writer), share the data
+ * byte, leave the gate. The fence of a read grant is the last write's fence. */
+static int rw_acquire_read(file_engine *e, file_lock *fl, baton_acquire_req *req)
+{
+    uint64_t fence;
+    int held, fd, rc;
+    pthread_mutex_lock(&fl->rw->mu);
+    if (fl->rw->wr_fd >= 0) {
+        /* Downgrade: the write side's own data lock turns shared in place. */
+        rc = setlk_range(fl->rw->wr_fd, F_OFD_SETLK, F_RDLCK, DATA);
+        if (rc == 0) {
+            fl->rw->rd_borrows = 1;
+            read_rec(fl->rw->wr_fd, &fence, &held, NULL, 0);
+            req->fence = fence;
+            req->sent_ns = baton_now_ns();
+        }
+        pthread_mutex_unlock(&fl->rw->mu);
+        return rc ? baton_seterr(BATON_EIO, errno, "downgrade: %s", strerror(errno)) : 0;
+    }
+    pthread_mutex_unlock(&fl->rw->mu);
+    if ((fd = open_lock_file(e, fl->fname)) < 0) return fd;
+    req->sent_ns = baton_now_ns();
+    if ((rc = take_range(fd, F_RDLCK, GATE, req, fl->fname))) return rc;
+    if ((rc = take_range(fd, F_RDLCK, DATA, req, fl->fname))) return rc;
+    setlk_range(fd, F_OFD_SETLK, F_UNLCK, GATE);
+    read_rec(fd, &fence, &held, NULL, 0);
+    fl->fd = fd;
+    req->fence = fence;
+    return 0;
+}
+
+static int rw_release(file_lock *fl)
+{
+    file_rw *rw = fl->rw;
+    uint64_t fence;
+    int held;
+    pthread_mutex_lock(&rw->mu);
+    if (fl->kind == K_WRITE) {
+        read_rec(fl->fd, &fence, &held, NULL, 0);
+        write_rec(fl->fd, fence, 0, "");
+        if (rw->rd_borrows && rw->rd) {
+            /* Finish a downgrade: the read side keeps the fd and its shared data lock. */
+            setlk_range(fl->fd, F_OFD_SETLK, F_UNLCK, GATE);
+            rw->rd->fd = fl->fd;
+            rw->rd_borrows = 0;
+        } else {
+            setlk(fl->fd, F_OFD_SETLK, F_UNLCK);
+            close(fl->fd);
+        }
+        rw->wr_fd = -1;
+        fl->fd = -1;
+    } else if (rw->rd_borrows) {
+        /* The read side leaves first: the writer's data lock is exclusive again.
+         * Nobody else can hold it meanwhile: the gate is still ours. */
+        setlk_range(rw->wr_fd, F_OFD_SETLK, F_WRLCK, DATA);
+        rw->rd_borrows = 0;
+    } else {
+        setlk(fl->fd, F_OFD_SETLK, F_UNLCK);
+        close(fl->fd);
+        fl->fd = -1;
+    }
+    pthread_mutex_unlock(&rw->mu);
+    return 0;
+}
+
 static int file_acquire(void *eng, void *st, baton_acquire_req *req)
 {
     file_engine *e = eng;
@@ -296,9 +503,9 @@ static int file_acquire(void *eng, void *st, baton_acquire_req *req)
     uint64_t fence;
     int held, fd, rc;
 
-    fd = openat(e->dirfd, fl->fname, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (fd < 0)
-        return baton_seterr(BATON_EIO, errno, "lock file %s: %s", fl->fname, strerror(errno));
+    if (fl->kind == K_WRITE) return rw_acquire_write(e, fl, req);
+    if (fl->kind == K_READ) return rw_acquire_read(e, fl, req);
+    if ((fd = open_lock_file(e, fl->fname)) < 0) return fd;
     req->sent_ns = baton_now_ns();
     if (setlk(fd, F_OFD_SETLK, F_WRLCK) < 0) {
         if (errno != EAGAIN && errno != EACCES) {
@@ -310,7 +517,7 @@ static int file_acquire(void *eng, void *st, baton_acquire_req *req)
             close(fd);
             return baton_seterr(BATON_ELOCKED, 0, "lock file %s is held", fl->fname);
         }
-        if ((rc = wait_lock(fd, req, fl->fname)))
+        if ((rc = wait_range(fd, F_WRLCK, WHOLE, req, fl->fname)))
             return rc;
     }
     if (read_rec(fd, &fence, &held, NULL, 0) < 0) {
@@ -333,6 +540,7 @@ static int file_release(void *eng, void *st, const baton_owner *o)
     uint64_t fence;
     int held;
     (void)eng; (void)o;
+    if (fl->rw) return rw_release(fl);
     if (fl->fd < 0) return baton_seterr(BATON_ENOTHELD, 0, "not held");
     if (read_rec(fl->fd, &fence, &held, NULL, 0) == 0)
         write_rec(fl->fd, fence, 0, "");
@@ -371,13 +579,204 @@ static int file_info(void *eng, const char *name, baton_lockinfo *out)
     return 0;
 }
 
+/* ---- semaphore ----------------------------------------------------------
+ * A counter in its own file ("sem.<name>"), changed under a short exclusive
+ * lock. Waiters are woken by inotify when the file changes, not by polling;
+ * like Redisson's RSemaphore, permits have no owner, so a crashed holder's
+ * permits are not returned by themselves. */
+
+#define SEM_FMT "baton-sem 1\npermits %020" PRId64 "\nset %d\n"
+
+typedef struct {
+    char fname[256];
+    char path[4096 + 300];
+} file_sem;
+
+static void *watch_main(void *arg)
+{
+    file_engine *e = arg;
+    char buf[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
+    for (;;) {
+        struct pollfd p[2] = { { e->ino_fd, POLLIN, 0 }, { e->stop_pipe[0], POLLIN, 0 } };
+        if (poll(p, 2, -1) < 0) {
+            if (errno == EINTR) continue;
+            break;
+        }
+        if (p[1].revents) break;
+        ssize_t n = read(e->ino_fd, buf, sizeof buf);
+        if (n <= 0) continue;
+        pthread_mutex_lock(&e->wmu);
+        for (char *q = buf; q < buf + n;) {
+            const struct inotify_event *ev = (const struct inotify_event *)q;
+            for (watch_reg *r = e->regs; r; r = r->next)
+                if (r->wd == ev->wd || (ev->mask & IN_Q_OVERFLOW))
+                    baton_waiter_wake(r->w);
+            q += sizeof *ev + ev->len;
+        }
+        pthread_mutex_unlock(&e->wmu);
+    }
+    return NULL;
+}
+
+/* Registers w to be woken when the semaphore file changes. */
+static int watch_add(file_engine *e, file_sem *fs, watch_reg *reg, baton_waiter *w)
+{
+    int rc = 0;
+    pthread_mutex_lock(&e->wmu);
+    if (!e->wth_started) {
+        sigset_t all, old;
+        e->ino_fd = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
+        if (e->ino_fd < 0 || pipe2(e->stop_pipe, O_CLOEXEC)) {
+            rc = baton_seterr(BATON_EIO, errno, "inotify: %s", strerror(errno));
+            goto out;
+        }
+        sigfillset(&all);
+        pthread_sigmask(SIG_BLOCK, &all, &old);
+        if (pthread_create(&e->wth, NULL, watch_main, e)) rc = baton_seterr(BATON_ENOMEM, 0, "cannot start the watcher");
+        else e->wth_started = 1;
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        if (rc) goto out;
+    }
+    reg->wd = inotify_add_watch(e->ino_fd, fs->path, IN_MODIFY | IN_CLOSE_WRITE);
+    if (reg->wd < 0) {
+        rc = baton_seterr(BATON_EIO, errno, "inotify %s: %s", fs->path, strerror(errno));
+        goto out;
+    }
+    reg->w = w;
+    reg->next = e->regs;
+    e->regs = reg;
+out:
+    pthread_mutex_unlock(&e->wmu);
+    return rc;
+}
+
+static void watch_remove(file_engine *e, watch_reg *reg)
+{
+    pthread_mutex_lock(&e->wmu);
+    for (watch_reg **pp = &e->regs; *pp; pp = &(*pp)->next)
+        if (*pp == reg) { *pp = reg->next; break; }
+    pthread_mutex_unlock(&e->wmu);
+}
+
+static int file_sem_new(void *eng, const char *name, void **st)
+{
+    file_engine *e = eng;
+    file_sem *fs = calloc(1, sizeof *fs);
+    int fd;
+    if (!fs) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+    baton__file_name(name, fs->fname, sizeof fs->fname);
+    memcpy(fs->fname, "sem.", 4);   /* "lock." → "sem.." keeps the two name spaces apart */
+    snprintf(fs->path, sizeof fs->path, "%s/%s", e->dir, fs->fname);
+    fd = openat(e->dirfd, fs->fname, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        int err = errno;
+        free(fs);
+        return baton_seterr(BATON_EIO, err, "semaphore file: %s", strerror(err));
+    }
+    close(fd);
+    *st = fs;
+    return 0;
+}
+
+static void file_sem_free(void *eng, void *st)
+{
+    (void)eng;
+    free(st);
+}
+
+enum { SEM_TAKE = 100, SEM_GIVE };
+
+/* One read-modify-write of the counter under an exclusive lock. */
+static int sem_update(file_engine *e, file_sem *fs, int op, int64_t arg, int64_t *out)
+{
+    char buf[128];
+    int64_t permits = 0;
+    int set = 0, fd, rc = 0, changed = 0;
+    ssize_t n;
+    fd = openat(e->dirfd, fs->fname, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return baton_seterr(BATON_EIO, errno, "semaphore file: %s", strerror(errno));
+    while (setlk(fd, F_OFD_SETLKW, F_WRLCK) < 0)
+        if (errno != EINTR) { rc = baton_seterr(BATON_EIO, errno, "semaphore lock: %s", strerror(errno)); goto out; }
+    n = pread(fd, buf, sizeof buf - 1, 0);
+    if (n > 0) {
+        char *p;
+        buf[n] = 0;
+        if (strncmp(buf, "baton-sem 1\n", 12)) { rc = baton_seterr(BATON_EPROTO, 0, "%s is not a baton semaphore", fs->fname); goto out; }
+        if ((p = strstr(buf, "\npermits "))) permits = strtoll(p + 9, NULL, 10);
+        if ((p = strstr(buf, "\nset "))) set = atoi(p + 5);
+    }
+    switch (op) {
+    case SEM_TAKE:
+        if (permits < arg) { rc = BATON_ELOCKED; break; }
+        permits -= arg; changed = 1; break;
+    case SEM_GIVE: permits += arg; set = 1; changed = 1; break;
+    case BATON_CTL_TRY_SET:
+        if (out) *out = !set;
+        if (!set) { permits = arg; set = 1; changed = 1; }
+        break;
+    case BATON_CTL_ADD: permits += arg; set = 1; changed = 1; break;
+    case BATON_CTL_DRAIN:
+        if (out) *out = permits > 0 ? permits : 0;
+        if (permits > 0) { permits = 0; changed = 1; }
+        break;
+    case BATON_CTL_AVAILABLE: if (out) *out = permits; break;
+    default: rc = baton_seterr(BATON_ENOTSUP, 0, "semaphore operation %d", op);
+    }
+    if (changed) {
+        int len = snprintf(buf, sizeof buf, SEM_FMT, permits, set);
+        if (pwrite(fd, buf, (size_t)len, 0) != len) rc = baton_seterr(BATON_EIO, errno, "semaphore write: %s", strerror(errno));
+    }
+out:
+    close(fd);   /* also drops the lock */
+    return rc;
+}
+
+static int file_sem_acquire(void *eng, void *st, uint32_t permits, int64_t deadline_ns, baton_waiter *w)
+{
+    file_engine *e = eng;
+    watch_reg reg;
+    int rc, watching = 0;
+    for (;;) {
+        unsigned gen = baton_waiter_gen(w);
+        rc = sem_update(e, st, SEM_TAKE, permits, NULL);
+        if (rc != BATON_ELOCKED) break;
+        if (deadline_ns == 0) { rc = baton_seterr(BATON_ELOCKED, 0, "too few permits"); break; }
+        if (!watching) {
+            /* Watch before parking, then re-check: a release in between is seen. */
+            if ((rc = watch_add(e, st, &reg, w))) break;
+            watching = 1;
+            continue;
+        }
+        if (deadline_ns != INT64_MAX && baton_now_ns() >= deadline_ns) {
+            rc = baton_seterr(BATON_ETIMEDOUT, 0, "semaphore wait timed out");
+            break;
+        }
+        if ((rc = baton_waiter_park(w, gen, deadline_ns))) {
+            rc = baton_seterr(rc, 0, "semaphore wait canceled");
+            break;
+        }
+    }
+    if (watching) watch_remove(e, &reg);
+    return rc;
+}
+
+static int file_sem_release(void *eng, void *st, uint32_t permits)
+{
+    return sem_update(eng, st, SEM_GIVE, permits, NULL);
+}
+
+static int file_sem_ctl(void *eng, void *st, int op, int64_t arg, int64_t *out)
+{
+    return sem_update(eng, st, op, arg, out);
+}
+
 static const char *const file_schemes[] = { "file", NULL };
 
 const baton_backend baton__backend_file = {
     .version = BATON_BACKEND_VERSION,
     .name = "file",
     .schemes = file_schemes,
-    .caps = BATON_CAP_NOTIFY | BATON_CAP_INFO,
+    .caps = BATON_CAP_NOTIFY | BATON_CAP_INFO | BATON_CAP_RWLOCK | BATON_CAP_SEM,
     .open = file_open,
     .close = file_close,
     .lock_new = file_lock_new,
@@ -386,4 +785,10 @@ const baton_backend baton__backend_file = {
     .lock_release = file_release,
     .lock_renew = NULL,
     .lock_info = file_info,
+    .rwlock_new = file_rwlock_new,
+    .sem_new = file_sem_new,
+    .sem_free = file_sem_free,
+    .sem_acquire = file_sem_acquire,
+    .sem_release = file_sem_release,
+    .sem_ctl = file_sem_ctl,
 };
