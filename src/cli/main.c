@@ -22,6 +22,7 @@
 #define EX_LOST 75
 
 static const char *prog = "baton";
+int baton__cli_bench(int argc, char **argv);
 
 static void usage(FILE *f)
 {
@@ -398,6 +399,7 @@ int main(int argc, char **argv)
     if (argc < 2) { usage(stderr); return EX_USAGE; }
     if (!strcmp(argv[1], "run")) return cmd_run(argc - 1, argv + 1);
     if (!strcmp(argv[1], "status")) return cmd_status(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "bench")) return baton__cli_bench(argc - 1, argv + 1);
     if (!strcmp(argv[1], "latch")) return cmd_sync(argc - 1, argv + 1, 1);
     if (!strcmp(argv[1], "sem")) return cmd_sync(argc - 1, argv + 1, 0);
     if (!strcmp(argv[1], "version") || !strcmp(argv[1], "--version")) {
