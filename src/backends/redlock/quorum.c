@@ -1,0 +1,356 @@
+/*
+ * RedLock rounds: one command sent to several independent Redis nodes at
+ * once, the replies read in one poll loop over their sockets with a common
+ * deadline (the small per-node timeout), so an attempt costs one round trip
+ * to the slowest live node, never the sum of them.
+ *
+ * Connections come from a small pool per node. A node without an idle
+ * connection is connected before the round's first request goes out (the
+ * validity clock starts at that first send); when several nodes need one,
+ * they connect in parallel on short-lived threads. A node whose connect
+ * failed is not tried again for a short, growing while (20 ms doubling to
+ * 1 s), so a dead node costs nothing per attempt.
+ */
+#include "redlock_int.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <openssl/err.h>
+
+#define DOWN_FIRST_NS (20LL * 1000000)
+#define DOWN_MAX_NS (1000LL * 1000000)
+
+/* ---- slots ----------------------------------------------------------------- */
+
+static void slot_fail(rl_slot *s, int code, const char *fmt, ...)
+#ifdef __GNUC__
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+
+static void slot_fail(rl_slot *s, int code, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(s->msg, sizeof s->msg, fmt, ap);
+    va_end(ap);
+    s->err = code;
+    s->state = RS_FAIL;
+}
+
+/* Fails the slot with the thread's last error (set by the rconn layer). */
+static void slot_fail_last(rl_slot *s, const rl_node *nd, int code) {
+    const baton_error *le = baton_error_last();
+    slot_fail(s, code, "%s: %s", nd->label, le->message && *le->message ? le->message : baton_strerror(code));
+}
+
+/* ---- the per-node pool ------------------------------------------------------- */
+
+/* An idle connection is reused only if the server has not closed it and sent
+ * nothing while it sat idle (TLS: unless it was a post-handshake message). */
+static int conn_alive(rconn *c) {
+    struct pollfd p = { .fd = c->fd, .events = POLLIN, .revents = 0 };
+    int r = poll(&p, 1, 0);
+    if (r == 0) return 1;
+    if (r < 0 || (p.revents & (POLLERR | POLLHUP | POLLNVAL))) return 0;
+    if (!c->ssl) return 0;
+    char b[1];
+    ERR_clear_error();
+    int n = SSL_read(c->ssl, b, 1);
+    if (n > 0) return 0;
+    int e = SSL_get_error(c->ssl, n);
+    ERR_clear_error();
+    return e == SSL_ERROR_WANT_READ;
+}
+
+static rconn *pool_pop(rl_node *nd) {
+    for (;;) {
+        rconn *c = NULL;
+        pthread_mutex_lock(&nd->mu);
+        if (nd->nidle) c = nd->idle[--nd->nidle];
+        pthread_mutex_unlock(&nd->mu);
+        if (!c) return NULL;
+        if (conn_alive(c)) return c;
+        c->broken = 1;
+        rconn_free(c);
+    }
+}
+
+static void pool_put(rl_node *nd, rconn *c) {
+    if (!c) return;
+    if (!c->broken) {
+        pthread_mutex_lock(&nd->mu);
+        if (nd->nidle < RL_POOL_MAX) {
+            nd->idle[nd->nidle++] = c;
+            c = NULL;
+        }
+        pthread_mutex_unlock(&nd->mu);
+    }
+    if (c) rconn_free(c);
+}
+
+/* 1 when a recent connect to the node failed and the next is not due yet. */
+static int node_down(rl_node *nd, int64_t now) {
+    pthread_mutex_lock(&nd->mu);
+    int d = nd->down_until > now;
+    pthread_mutex_unlock(&nd->mu);
+    return d;
+}
+
+static void node_connected(rl_node *nd, int ok) {
+    pthread_mutex_lock(&nd->mu);
+    if (ok) {
+        nd->fails = 0;
+        nd->down_until = 0;
+    } else {
+        int64_t d = DOWN_FIRST_NS << (nd->fails < 6 ? nd->fails : 6);
+        if (d > DOWN_MAX_NS) d = DOWN_MAX_NS;
+        nd->fails++;
+        nd->down_until = baton_now_ns() + d;
+    }
+    pthread_mutex_unlock(&nd->mu);
+}
+
+typedef struct {
+    rl_node *nd;
+    rl_slot *s;
+    int64_t deadline;
+    pthread_t th;
+    int started;
+} conn_job;
+
+static void *conn_run(void *arg) {
+    conn_job *j = arg;
+    rconn *c = NULL;
+    int rc = rconn_open(&j->nd->cfg, &c, j->deadline);
+    node_connected(j->nd, rc == 0);
+    if (rc) slot_fail_last(j->s, j->nd, rc);
+    else j->s->c = c;
+    return NULL;
+}
+
+/* Gives every RS_ON slot a connection, or fails it. */
+static void connect_all(rl_eng *e, rl_slot *s) {
+    conn_job jobs[RL_MAX_NODES];
+    size_t nj = 0;
+    int64_t now = baton_now_ns();
+    for (size_t i = 0; i < e->n; i++) {
+        if (s[i].state != RS_ON) continue;
+        rl_node *nd = &e->nodes[i];
+        s[i].c = pool_pop(nd);
+        if (s[i].c) continue;
+        if (node_down(nd, now)) {
+            slot_fail(&s[i], BATON_EUNAVAILABLE, "%s: not reachable (the last connect failed; retrying shortly)",
+                      nd->label);
+            continue;
+        }
+        jobs[nj].nd = nd;
+        jobs[nj].s = &s[i];
+        jobs[nj].deadline = now + (int64_t)nd->cfg.connect_timeout_ms * 1000000;
+        jobs[nj].started = 0;
+        nj++;
+    }
+    if (nj == 0) return;
+    /* All but the last on their own threads (which take no process signals). */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
+    for (size_t j = 0; j + 1 < nj; j++)
+        jobs[j].started = pthread_create(&jobs[j].th, NULL, conn_run, &jobs[j]) == 0;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    conn_run(&jobs[nj - 1]);
+    for (size_t j = 0; j + 1 < nj; j++) {
+        if (jobs[j].started) pthread_join(jobs[j].th, NULL);
+        else conn_run(&jobs[j]);
+    }
+}
+
+/* ---- one round ------------------------------------------------------------------ */
+
+static void test_pause(rl_eng *e) {
+    if (e->pause_ms < 0) {
+        raise(SIGSTOP);
+        return;
+    }
+    struct timespec ts = { e->pause_ms / 1000, (long)(e->pause_ms % 1000) * 1000000L };
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
+}
+
+typedef struct {
+    const char *argv[4 + 2 * 8];
+    size_t lens[4 + 2 * 8];
+    int argc;
+    char nk[8];
+} cmdv;
+
+static void build_cmd(const rl_call *call, int eval, cmdv *v) {
+    if (call->raw) {
+        v->argc = 0;
+        for (int i = 0; i < call->nraw && i < 8; i++) v->argv[v->argc++] = call->raw[i];
+        for (int i = 0; i < v->argc; i++) v->lens[i] = strlen(v->argv[i]);
+        return;
+    }
+    snprintf(v->nk, sizeof v->nk, "%d", call->nkeys);
+    v->argc = 0;
+    v->argv[v->argc++] = eval ? "EVAL" : "EVALSHA";
+    v->argv[v->argc++] = eval ? call->body : call->sha;
+    v->argv[v->argc++] = v->nk;
+    for (int i = 0; i < call->nkeys && i < 8; i++) v->argv[v->argc++] = call->keys[i];
+    for (int i = 0; i < call->nargs && i < 8; i++) v->argv[v->argc++] = call->args[i];
+    for (int i = 0; i < v->argc; i++) v->lens[i] = strlen(v->argv[i]);
+}
+
+/* Takes the slot's reply if a complete one is in. 1 = the slot is settled or
+ * waits for a resent request, 0 = nothing yet. */
+static int take_reply(rl_eng *e, rl_slot *s, rl_node *nd, const rl_call *call, int64_t deadline) {
+    redisReply *r = NULL;
+    int g = rconn_next_reply(s->c, &r);
+    if (g < 0) {
+        slot_fail_last(s, nd, g);
+        return 1;
+    }
+    if (g == 0) return 0;
+    if (r->type == REDIS_REPLY_ERROR) {
+        if (!s->evaled && !call->raw && r->str && !strncmp(r->str, "NOSCRIPT", 8)) {
+            rreply_free(r);
+            cmdv v;
+            build_cmd(call, 1, &v);
+            s->evaled = 1;
+            int rc = rconn_send(s->c, v.argc, v.argv, v.lens, deadline);
+            if (rc) slot_fail_last(s, nd, rc);
+            return 1;
+        }
+        int code = rreply_error(r, "script failed");
+        rreply_free(r);
+        slot_fail_last(s, nd, code);
+        return 1;
+    }
+    (void)e;
+    s->reply = r;
+    s->state = RS_DONE;
+    return 1;
+}
+
+void rl_round(rl_eng *e, rl_slot *s, const rl_call *call, int64_t timeout_ns, size_t enough, int64_t grace_ns,
+              int64_t hard_deadline, int hook, int64_t *first_sent) {
+    if (first_sent) *first_sent = 0;
+    connect_all(e, s);
+
+    cmdv v;
+    build_cmd(call, 0, &v);
+    int64_t first = 0;
+    for (size_t i = 0; i < e->n; i++) {
+        if (s[i].state != RS_ON) continue;
+        if (!first) first = baton_now_ns();
+        int rc = rconn_send(s[i].c, v.argc, v.argv, v.lens, first + timeout_ns);
+        if (rc) slot_fail_last(&s[i], &e->nodes[i], rc);
+        else s[i].state = RS_SENT;
+    }
+    if (first_sent) *first_sent = first;
+    if (!first) return;
+    if (hook != RL_HOOK_NONE && hook == e->pause_at) test_pause(e);
+
+    int64_t deadline = first + timeout_ns, grace_end = deadline + grace_ns;
+    if (hard_deadline > 0 && hard_deadline < deadline) deadline = hard_deadline;
+    if (hard_deadline > 0 && hard_deadline < grace_end) grace_end = hard_deadline;
+    for (;;) {
+        struct pollfd pf[RL_MAX_NODES];
+        size_t map[RL_MAX_NODES], np = 0;
+        for (size_t i = 0; i < e->n; i++) {
+            if (s[i].state != RS_SENT) continue;
+            pf[np].fd = s[i].c->fd;
+            pf[np].events = POLLIN;
+            pf[np].revents = 0;
+            map[np++] = i;
+        }
+        if (!np) break;
+        int64_t left = deadline - baton_now_ns();
+        if (left < 0) left = 0;
+        struct timespec ts = { left / 1000000000LL, left % 1000000000LL };
+        int r = ppoll(pf, np, &ts, NULL);
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            int en = errno;
+            for (size_t k = 0; k < np; k++) {
+                s[map[k]].c->broken = 1;
+                slot_fail(&s[map[k]], BATON_EUNAVAILABLE, "%s: poll failed: %s", e->nodes[map[k]].label,
+                          strerror(en));
+            }
+            break;
+        }
+        if (r == 0) {
+            if (left > 0) continue;
+            if (grace_end > deadline) {
+                size_t done = 0;
+                for (size_t i = 0; i < e->n; i++) done += s[i].state == RS_DONE;
+                if (done < enough) {
+                    deadline = grace_end; /* too few answers yet: wait for the slow ones */
+                    continue;
+                }
+            }
+            /* Past the deadline and nothing more arrived: the rest timed out. */
+            for (size_t k = 0; k < np; k++) {
+                s[map[k]].c->broken = 1; /* a late reply would be read as the next one */
+                slot_fail(&s[map[k]], BATON_EUNAVAILABLE, "%s: no reply within %lld ms", e->nodes[map[k]].label,
+                          (long long)((deadline - first) / 1000000));
+            }
+            break;
+        }
+        for (size_t k = 0; k < np; k++) {
+            if (!pf[k].revents) continue;
+            size_t i = map[k];
+            rl_slot *sl = &s[i];
+            /* Read what is there, then take a reply even if the read ended
+             * in EOF (the reply may have come just before the close). */
+            int rc = rconn_read_avail(sl->c);
+            int took = take_reply(e, sl, &e->nodes[i], call, deadline);
+            if (!took && rc) slot_fail_last(sl, &e->nodes[i], rc);
+        }
+    }
+}
+
+void rl_slots_reset(rl_eng *e, rl_slot *s) {
+    for (size_t i = 0; i < e->n; i++) {
+        if (s[i].reply) rreply_free(s[i].reply);
+        if (s[i].c) {
+            if (s[i].state == RS_SENT || s[i].state == RS_ON) s[i].c->broken = 1;
+            pool_put(&e->nodes[i], s[i].c);
+        }
+        memset(&s[i], 0, sizeof s[i]);
+    }
+}
+
+/* ---- nodes ------------------------------------------------------------------------- */
+
+int rl_nodes_init(rl_eng *e) {
+    for (size_t i = 0; i < e->n; i++) {
+        rl_node *nd = &e->nodes[i];
+        if (pthread_mutex_init(&nd->mu, NULL) != 0) return baton_seterr(BATON_ENOMEM, 0, "redlock: mutex init failed");
+        int rc = rsub_init(&nd->sub, &nd->cfg);
+        if (rc) {
+            pthread_mutex_destroy(&nd->mu);
+            return rc;
+        }
+        nd->sub_init = 1;
+    }
+    return 0;
+}
+
+void rl_nodes_destroy(rl_eng *e) {
+    for (size_t i = 0; i < e->n; i++) {
+        rl_node *nd = &e->nodes[i];
+        if (!nd->sub_init) continue;
+        rsub_destroy(&nd->sub);
+        for (size_t k = 0; k < nd->nidle; k++) rconn_free(nd->idle[k]);
+        nd->nidle = 0;
+        pthread_mutex_destroy(&nd->mu);
+        nd->sub_init = 0;
+    }
+}

@@ -1,0 +1,91 @@
+/*
+ * Internal declarations of the RedLock backend:
+ *   quorum.c   the nodes, their connection pools, and one "round": the same
+ *              command sent to several nodes at once and their replies read
+ *              in one poll loop with a common deadline
+ *   redlock.c  URI/options, the scripts, acquire/renew/release/info, the table
+ *
+ * The socket/TLS/RESP layer (rconn_*) and the subscriber (rsub_*) are the
+ * Redis backend's (src/backends/redis/), reused as they are.
+ */
+#ifndef BATON_REDLOCK_INT_H
+#define BATON_REDLOCK_INT_H
+
+#include "../redis/redis_int.h"
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define RL_MAX_NODES 64
+#define RL_POOL_MAX 16
+
+/* One independent Redis master. */
+typedef struct {
+    rcfg cfg;                /* host/port own; user/password/ssl_ctx shared with the engine */
+    char label[128];         /* "host:port", for messages */
+    pthread_mutex_t mu;      /* guards the fields below; never held across I/O */
+    rconn *idle[RL_POOL_MAX];
+    size_t nidle;
+    unsigned fails;          /* consecutive failed connects */
+    int64_t down_until;      /* no new connect before this (monotonic ns) */
+    rsub sub;                /* unlock notifications from this node (started lazily) */
+    int sub_init;
+} rl_node;
+
+/* Test hooks (environment, read at open): pause between sending a round's
+ * requests and reading the replies. */
+enum { RL_HOOK_NONE, RL_HOOK_ACQUIRE, RL_HOOK_FENCE };
+
+typedef struct {
+    rl_node *nodes;
+    size_t n, quorum;
+    int node_timeout_ms;
+    int retry_delay_ms;
+    char *prefix;
+    char *user, *password;
+    SSL_CTX *ssl_ctx;
+    int pause_at;            /* RL_HOOK_*: which round the test pause applies to */
+    int pause_ms;            /* > 0 sleep; -1 raise(SIGSTOP) */
+} rl_eng;
+
+/* One node's part of a round. The caller sets state RS_ON for the nodes that
+ * take part (RS_OFF for the others) before rl_round. */
+enum { RS_OFF, RS_ON, RS_SENT, RS_DONE, RS_FAIL };
+
+typedef struct {
+    int state;
+    rconn *c;
+    redisReply *reply;       /* RS_DONE: the reply (never an error reply) */
+    int err;                 /* RS_FAIL: a BATON_E* code */
+    int evaled;              /* the NOSCRIPT fallback (EVAL) was sent */
+    char msg[400];           /* RS_FAIL: why */
+} rl_slot;
+
+/* A script call: EVALSHA sha nkeys keys... args..., EVAL body on NOSCRIPT;
+ * or, when raw is set, that command as it is (PING). At most 8 keys and 8 args. */
+typedef struct {
+    const char *body;
+    const char *sha;
+    int nkeys, nargs;
+    const char *const *keys;
+    const char *const *args;
+    const char *const *raw;
+    int nraw;
+} rl_call;
+
+/* Sends CALL to every RS_ON slot (connecting first where needed, in parallel),
+ * then reads the replies until each is in, or TIMEOUT_NS past the first send;
+ * if by then fewer than ENOUGH slots have a reply, it waits up to GRACE_NS
+ * longer for the rest. Never past HARD_DEADLINE (0 = none). *first_sent (may
+ * be NULL) is when the first request went out, 0 when none did. HOOK is the
+ * round's kind for the test pause. Every slot ends RS_OFF, RS_DONE or RS_FAIL. */
+void rl_round(rl_eng *e, rl_slot *s, const rl_call *call, int64_t timeout_ns, size_t enough, int64_t grace_ns,
+              int64_t hard_deadline, int hook, int64_t *first_sent);
+/* Frees the replies and returns the connections; slots become RS_OFF. */
+void rl_slots_reset(rl_eng *e, rl_slot *s);
+
+int rl_nodes_init(rl_eng *e);
+void rl_nodes_destroy(rl_eng *e);
+
+#endif
