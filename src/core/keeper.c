@@ -15,6 +15,7 @@ struct baton__keeper {
     pthread_cond_t cv;      /* CLOCK_MONOTONIC; wakes the loop */
     pthread_cond_t idle;    /* signalled when a lock stops being kept */
     struct baton_lock *head;
+    int64_t sleeping_until;   /* when the loop will look again on its own */
     int stop;
 };
 
@@ -39,6 +40,7 @@ static void *keeper_main(void *arg)
             pthread_cond_broadcast(&k->idle);
             continue;
         }
+        k->sleeping_until = due;
         if (due == INT64_MAX) {
             pthread_cond_wait(&k->cv, &k->mu);
         } else {
@@ -100,7 +102,11 @@ void baton__keeper_add(baton__keeper *k, struct baton_lock *l)
         k->head = l;
         l->kept = 1;
     }
-    pthread_cond_broadcast(&k->cv);
+    /* Wake the loop only when this lock is due before it would look anyway:
+     * most locks are released long before their first renewal, and a wake-up
+     * per acquire would cost a context switch on the hot path. */
+    if (baton__lock_next_due(l) < k->sleeping_until)
+        pthread_cond_broadcast(&k->cv);
     pthread_mutex_unlock(&k->mu);
 }
 

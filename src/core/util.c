@@ -15,9 +15,32 @@ int64_t baton_now_ns(void)
     return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
+/* The thread id and the holder description's host and pid are asked for on
+ * every acquire; they are cached (the pid is refreshed in a forked child). */
+static _Thread_local unsigned long tl_tid;
+static _Thread_local long tl_tid_pid;
+static char g_host[128];
+static long g_pid;
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+
+static void refresh_pid(void) { g_pid = (long)getpid(); }
+
+static void ident_init(void)
+{
+    if (gethostname(g_host, sizeof g_host - 1)) strcpy(g_host, "?");
+    g_host[sizeof g_host - 1] = 0;
+    refresh_pid();
+    pthread_atfork(NULL, NULL, refresh_pid);
+}
+
 unsigned long baton__gettid(void)
 {
-    return (unsigned long)syscall(SYS_gettid);
+    pthread_once(&g_once, ident_init);
+    if (!tl_tid || tl_tid_pid != g_pid) {
+        tl_tid = (unsigned long)syscall(SYS_gettid);
+        tl_tid_pid = g_pid;
+    }
+    return tl_tid;
 }
 
 int baton__owner_init(baton_owner *o)
@@ -48,11 +71,11 @@ int baton__owner_init(baton_owner *o)
 /* Called at acquire time: the thread that acquires is the holder. */
 void baton__owner_set_thread(baton_owner *o)
 {
-    char host[128] = "?";
-    gethostname(host, sizeof host - 1);
-    host[sizeof host - 1] = 0;
-    o->tid = baton__gettid();
-    snprintf(o->desc, sizeof o->desc, "%s %ld %lu", host, (long)getpid(), o->tid);
+    unsigned long tid = baton__gettid();
+    if (o->tid == tid && o->desc[0])
+        return;   /* the same thread again: the description stands */
+    o->tid = tid;
+    snprintf(o->desc, sizeof o->desc, "%s %ld %lu", g_host, g_pid, tid);
 }
 
 int baton__waiter_init(baton_waiter *w)
