@@ -5,9 +5,11 @@
  *
  * URI: redis://[user[:password]@]host[:port][/db][?options], rediss:// = TLS.
  * Options: prefix, layout=redisson|simple, cacert, cert, key, insecure,
- * connect_timeout_ms, io_timeout_ms. See docs/redis-layout.md.
+ * connect_timeout_ms, io_timeout_ms, wait_replicas, wait_ms. See
+ * docs/redis-layout.md. The fair and read-write locks live in locks.c, the
+ * semaphores and the latch in prims.c.
  */
-#include "redis_int.h"
+#include "rb.h"
 #include "scripts.h"
 
 #include <errno.h>
@@ -21,18 +23,35 @@
 
 #include <openssl/sha.h>
 
-enum { LAYOUT_REDISSON, LAYOUT_SIMPLE };
-
-enum {
-    S_ACQ_REDISSON, S_REL_REDISSON, S_RENEW_REDISSON,
-    S_ACQ_SIMPLE, S_REL_SIMPLE, S_RENEW_SIMPLE,
-    S_INFO, S_COUNT
-};
+#define LAYOUT_REDISSON RB_LAYOUT_REDISSON
+#define LAYOUT_SIMPLE RB_LAYOUT_SIMPLE
 
 static const char *const script_body[S_COUNT] = {
-    BATON_LUA_ACQ_REDISSON, BATON_LUA_REL_REDISSON, BATON_LUA_RENEW_REDISSON,
-    BATON_LUA_ACQ_SIMPLE, BATON_LUA_REL_SIMPLE, BATON_LUA_RENEW_SIMPLE,
-    BATON_LUA_INFO,
+    [S_ACQ_REDISSON] = BATON_LUA_ACQ_REDISSON,
+    [S_REL_REDISSON] = BATON_LUA_REL_REDISSON,
+    [S_RENEW_REDISSON] = BATON_LUA_RENEW_REDISSON,
+    [S_ACQ_SIMPLE] = BATON_LUA_ACQ_SIMPLE,
+    [S_REL_SIMPLE] = BATON_LUA_REL_SIMPLE,
+    [S_RENEW_SIMPLE] = BATON_LUA_RENEW_SIMPLE,
+    [S_INFO] = BATON_LUA_INFO,
+    [S_FAIR_ACQ] = BATON_LUA_FAIR_ACQ,
+    [S_FAIR_REL] = BATON_LUA_FAIR_REL,
+    [S_FAIR_LEAVE] = BATON_LUA_FAIR_LEAVE,
+    [S_RW_READ_ACQ] = BATON_LUA_RW_READ_ACQ,
+    [S_RW_WRITE_ACQ] = BATON_LUA_RW_WRITE_ACQ,
+    [S_RW_READ_REL] = BATON_LUA_RW_READ_REL,
+    [S_RW_WRITE_REL] = BATON_LUA_RW_WRITE_REL,
+    [S_RW_READ_RENEW] = BATON_LUA_RW_READ_RENEW,
+    [S_RW_WRITE_RENEW] = BATON_LUA_RW_WRITE_RENEW,
+    [S_RW_LEAVE] = BATON_LUA_RW_LEAVE,
+    [S_SEM_ACQ] = BATON_LUA_SEM_ACQ,
+    [S_SEM_REL] = BATON_LUA_SEM_REL,
+    [S_SEM_CTL] = BATON_LUA_SEM_CTL,
+    [S_PERMITS_ACQ] = BATON_LUA_PERMITS_ACQ,
+    [S_PERMITS_REL] = BATON_LUA_PERMITS_REL,
+    [S_PERMITS_RENEW] = BATON_LUA_PERMITS_RENEW,
+    [S_PERMITS_CTL] = BATON_LUA_PERMITS_CTL,
+    [S_LATCH_CTL] = BATON_LUA_LATCH_CTL,
 };
 
 /* Waiting in the simple layout: foreign clients (redis-py, redlock, redsync)
@@ -42,22 +61,6 @@ static const char *const script_body[S_COUNT] = {
 #define BACKOFF_START_MS 2
 #define BACKOFF_MAX_MS 200
 #define SUB_READY_WAIT_MS 250
-
-typedef struct {
-    rcfg cfg;
-    rpool pool;
-    rsub sub;
-    char *prefix;
-    int layout;
-    char sha[S_COUNT][41];
-} reng;
-
-typedef struct {
-    char *key;       /* prefix + name */
-    char *fence;     /* redisson_lock_token:{key} | baton_fence:{key} */
-    char *holder;    /* baton_holder:{key} (redisson layout) */
-    char *channel;   /* redisson_lock__channel:{key} | baton_lock__channel:{key} */
-} rlock;
 
 /* ---- helpers ------------------------------------------------------------ */
 
@@ -81,7 +84,7 @@ static int parse_bool(const char *s, int *out) {
 
 /* Redisson's rule for derived names: "prefix:{name}", or "prefix:name" when
  * the name already carries a hash tag. Keeps every key of a lock in one slot. */
-static char *derived(const char *prefix, const char *key) {
+char *baton__redis_prefixed(const char *prefix, const char *key) {
     int tagged = strchr(key, '{') != NULL;
     size_t n = strlen(prefix) + strlen(key) + 4;
     char *s = malloc(n);
@@ -90,36 +93,75 @@ static char *derived(const char *prefix, const char *key) {
     return s;
 }
 
-static void rlock_clear(rlock *l) {
+/* The suffix form (Redisson's suffixName): "{name}:suffix" or "name:suffix";
+ * "{name}" ("name") alone when suffix is NULL. */
+char *baton__redis_suffixed(const char *key, const char *suffix) {
+    int tagged = strchr(key, '{') != NULL;
+    size_t n = strlen(key) + (suffix ? strlen(suffix) : 0) + 4;
+    char *s = malloc(n);
+    if (!s) return NULL;
+    snprintf(s, n, tagged ? "%s%s%s" : "{%s}%s%s", key, suffix ? ":" : "", suffix ? suffix : "");
+    return s;
+}
+
+#define derived baton__redis_prefixed
+
+void baton__redis_lock_clear(rlock *l) {
     free(l->key);
     free(l->fence);
     free(l->holder);
     free(l->channel);
+    free(l->queue);
+    free(l->timeouts);
+    free(l->tprefix);
     memset(l, 0, sizeof *l);
 }
 
-static int rlock_init(reng *e, const char *name, rlock *l) {
+int baton__redis_lock_init(reng *e, const char *name, int kind, rlock *l) {
     memset(l, 0, sizeof *l);
+    l->kind = kind;
     size_t n = strlen(e->prefix) + strlen(name) + 1;
     l->key = malloc(n);
-    if (l->key) snprintf(l->key, n, "%s%s", e->prefix, name);
-    if (l->key) {
-        if (e->layout == LAYOUT_REDISSON) {
+    int ok = l->key != NULL;
+    if (ok) {
+        snprintf(l->key, n, "%s%s", e->prefix, name);
+        if (kind != RK_PLAIN || e->layout == LAYOUT_REDISSON) {
             l->fence = derived("redisson_lock_token", l->key);
             l->holder = derived("baton_holder", l->key);
-            l->channel = derived("redisson_lock__channel", l->key);
         } else {
             l->fence = derived("baton_fence", l->key);
             l->holder = derived("baton_fence", l->key);
-            l->channel = derived("baton_lock__channel", l->key);
+        }
+        ok = l->fence && l->holder;
+    }
+    if (ok) {
+        switch (kind) {
+        case RK_PLAIN:
+            l->channel = derived(e->layout == LAYOUT_REDISSON ? "redisson_lock__channel" : "baton_lock__channel", l->key);
+            ok = l->channel != NULL;
+            break;
+        case RK_FAIR:
+            l->channel = derived("redisson_lock__channel", l->key);
+            l->queue = derived("redisson_lock_queue", l->key);
+            l->timeouts = derived("redisson_lock_timeout", l->key);
+            ok = l->channel && l->queue && l->timeouts;
+            break;
+        default: /* RK_READ, RK_WRITE */
+            l->channel = derived("redisson_rwlock", l->key);
+            l->timeouts = derived("baton_rwlock_writers", l->key);
+            l->tprefix = baton__redis_suffixed(l->key, NULL);
+            ok = l->channel && l->timeouts && l->tprefix;
+            break;
         }
     }
-    if (!l->key || !l->fence || !l->holder || !l->channel) {
-        rlock_clear(l);
+    if (!ok) {
+        baton__redis_lock_clear(l);
         return baton_seterr(BATON_ENOMEM, 0, "redis: out of memory");
     }
     return 0;
 }
+
+static void rlock_clear(rlock *l) { baton__redis_lock_clear(l); }
 
 static void sha1_hex(const char *s, char out[41]) {
     unsigned char d[SHA_DIGEST_LENGTH];
@@ -127,30 +169,30 @@ static void sha1_hex(const char *s, char out[41]) {
     for (int i = 0; i < SHA_DIGEST_LENGTH; i++) snprintf(out + 2 * i, 3, "%02x", d[i]);
 }
 
-/* Runs script SID with EVALSHA, falling back to EVAL on NOSCRIPT. Error
- * replies become baton errors; *out is the reply otherwise. *sent_ns (if
- * given) is when the request that produced the reply was sent. */
-static int run_script(reng *e, int sid, int nkeys, const char **keys, int nargs, const char **args,
-                      int64_t deadline, redisReply **out, int64_t *sent_ns) {
+int64_t baton__redis_io_deadline(reng *e) { return rdeadline_ms(e->cfg.io_timeout_ms); }
+
+#define MAX_SCRIPT_ARGS 16
+
+int baton__redis_script_on(reng *e, rconn *c, int sid, int nkeys, int argc, const char *const *args,
+                           const size_t *arglens, int64_t deadline, redisReply **out, int64_t *sent_ns) {
     *out = NULL;
-    const char *argv[12];
-    size_t lens[12];
+    if (argc > MAX_SCRIPT_ARGS || nkeys > argc)
+        return baton_seterr(BATON_EINVAL, 0, "redis: too many script arguments");
+    const char *argv[MAX_SCRIPT_ARGS + 3];
+    size_t lens[MAX_SCRIPT_ARGS + 3];
     char nk[8];
     snprintf(nk, sizeof nk, "%d", nkeys);
-    int argc = 0;
-    argv[argc++] = "EVALSHA";
-    argv[argc++] = e->sha[sid];
-    argv[argc++] = nk;
-    for (int i = 0; i < nkeys; i++) argv[argc++] = keys[i];
-    for (int i = 0; i < nargs; i++) argv[argc++] = args[i];
-    for (int i = 0; i < argc; i++) lens[i] = strlen(argv[i]);
-
-    rconn *c = NULL;
-    int rc = rpool_get(&e->pool, &c, deadline);
-    if (rc) return rc;
+    int n = 0;
+    argv[n] = "EVALSHA", lens[n++] = 7;
+    argv[n] = e->sha[sid], lens[n++] = 40;
+    argv[n] = nk, lens[n++] = strlen(nk);
+    for (int i = 0; i < argc; i++, n++) {
+        argv[n] = args[i];
+        lens[n] = arglens ? arglens[i] : strlen(args[i]);
+    }
     redisReply *r = NULL;
     if (sent_ns) *sent_ns = baton_now_ns();
-    rc = rconn_command(c, argc, argv, lens, &r, deadline);
+    int rc = rconn_command(c, n, argv, lens, &r, deadline);
     if (!rc && r->type == REDIS_REPLY_ERROR && r->str && !strncmp(r->str, "NOSCRIPT", 8)) {
         rreply_free(r);
         r = NULL;
@@ -159,9 +201,8 @@ static int run_script(reng *e, int sid, int nkeys, const char **keys, int nargs,
         argv[1] = script_body[sid];
         lens[1] = strlen(script_body[sid]);
         if (sent_ns) *sent_ns = baton_now_ns();
-        rc = rconn_command(c, argc, argv, lens, &r, deadline);
+        rc = rconn_command(c, n, argv, lens, &r, deadline);
     }
-    rpool_put(&e->pool, c);
     if (rc) return rc;
     if (r->type == REDIS_REPLY_ERROR) {
         rc = rreply_error(r, "script failed");
@@ -172,9 +213,141 @@ static int run_script(reng *e, int sid, int nkeys, const char **keys, int nargs,
     return 0;
 }
 
-static int bad_reply(redisReply *r, const char *what) {
+int baton__redis_script(reng *e, int sid, int nkeys, int argc, const char *const *argv,
+                        const size_t *lens, int64_t deadline, redisReply **out, int64_t *sent_ns) {
+    *out = NULL;
+    rconn *c = NULL;
+    int rc = rpool_get(&e->pool, &c, deadline);
+    if (rc) return rc;
+    rc = baton__redis_script_on(e, c, sid, nkeys, argc, argv, lens, deadline, out, sent_ns);
+    rpool_put(&e->pool, c);
+    return rc;
+}
+
+/* The old signature, for the plain lock code below. */
+static int run_script(reng *e, int sid, int nkeys, const char **keys, int nargs, const char **args,
+                      int64_t deadline, redisReply **out, int64_t *sent_ns) {
+    const char *argv[MAX_SCRIPT_ARGS];
+    if (nkeys + nargs > MAX_SCRIPT_ARGS) return baton_seterr(BATON_EINVAL, 0, "redis: too many script arguments");
+    for (int i = 0; i < nkeys; i++) argv[i] = keys[i];
+    for (int i = 0; i < nargs; i++) argv[nkeys + i] = args[i];
+    return baton__redis_script(e, sid, nkeys, nkeys + nargs, argv, NULL, deadline, out, sent_ns);
+}
+
+int baton__redis_bad_reply(redisReply *r, const char *what) {
     if (r) rreply_free(r);
     return baton_seterr(BATON_EPROTO, 0, "redis: unexpected reply to %s", what);
+}
+
+#define bad_reply baton__redis_bad_reply
+
+int baton__redis_pair(const redisReply *r, long long *flag, long long *n) {
+    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 2 || r->element[0]->type != REDIS_REPLY_INTEGER ||
+        r->element[1]->type != REDIS_REPLY_INTEGER)
+        return BATON_EPROTO;
+    *flag = r->element[0]->integer;
+    *n = r->element[1]->integer;
+    return 0;
+}
+
+/* ---- replica acknowledgement (WAIT) ---------------------------------------- */
+
+int baton__redis_wait_replicas(reng *e, rconn *c, const char *what) {
+    if (e->wait_replicas <= 0) return 0;
+    char nr[16], ms[16];
+    snprintf(nr, sizeof nr, "%d", e->wait_replicas);
+    snprintf(ms, sizeof ms, "%d", e->wait_ms);
+    const char *argv[3] = { "WAIT", nr, ms };
+    size_t lens[3] = { 4, strlen(nr), strlen(ms) };
+    redisReply *r = NULL;
+    int rc = rconn_command(c, 3, argv, lens, &r, baton_now_ns() + ((int64_t)e->wait_ms + e->cfg.io_timeout_ms) * 1000000);
+    if (rc) return baton_seterr(BATON_EUNAVAILABLE, baton_error_last()->native,
+                                "redis: %s: no answer to WAIT (%s)", what, baton_error_last()->message);
+    if (r->type == REDIS_REPLY_ERROR) {
+        /* A server (or proxy, or ACL) without WAIT: degrade, say so once. */
+        if (!__atomic_exchange_n(&e->wait_warned, 1, __ATOMIC_RELAXED))
+            fprintf(stderr, "baton: warning: redis %s:%d rejected WAIT (%s); grants are not confirmed by replicas\n",
+                    e->cfg.host, e->cfg.port, r->str ? r->str : "error");
+        rreply_free(r);
+        return 0;
+    }
+    if (r->type != REDIS_REPLY_INTEGER) return bad_reply(r, "WAIT");
+    long long acked = r->integer;
+    rreply_free(r);
+    if (acked < e->wait_replicas)
+        return baton_seterr(BATON_EUNAVAILABLE, 0, "redis: %s: only %lld of %d replicas acknowledged within %d ms",
+                            what, acked, e->wait_replicas, e->wait_ms);
+    return 0;
+}
+
+/* ---- the waiting loop ---------------------------------------------------------- */
+
+static unsigned jitter_rand(void) {
+    static _Thread_local unsigned x;
+    if (!x) x = (unsigned)baton_now_ns() ^ (unsigned)(uintptr_t)&x ^ 0x9e3779b9u;
+    x ^= x << 13;
+    x ^= x >> 17;
+    x ^= x << 5;
+    return x;
+}
+
+/* A park of about BACKOFF ms, jittered into [backoff/2, backoff]. */
+static int64_t backoff_ns(int backoff_ms) {
+    int64_t ns = (int64_t)backoff_ms * 1000000;
+    return ns / 2 + (int64_t)(jitter_rand() % (unsigned)(ns / 2 + 1));
+}
+
+int baton__redis_wait_loop(reng *e, const char *channel, baton_waiter *w, int64_t deadline,
+                           int64_t refresh_ms, int poll_anyway, rb_attempt_fn attempt, void *ctx,
+                           const char *what) {
+    /* Subscribe to the wake-up channel, and wait for the confirmation before
+     * the next attempt, so a wake-up in between cannot be missed. */
+    rsub_entry *se = NULL;
+    if (rsub_register(&e->sub, channel, w, &se) != 0) se = NULL; /* degrade to backoff */
+    /* The confirmation normally takes one round trip; if it is late (server
+     * down, no pub/sub permission) the loop below re-checks with backoff. */
+    int64_t ready_by = rmin64(deadline, baton_now_ns() + (int64_t)SUB_READY_WAIT_MS * 1000000);
+    for (;;) {
+        unsigned g = baton_waiter_gen(w);
+        if (!se || rsub_ready(&e->sub, se) || baton_now_ns() >= ready_by) break;
+        if (baton_waiter_park(w, g, ready_by) == BATON_ECANCELED || baton_waiter_canceled(w)) {
+            rsub_unregister(&e->sub, se);
+            return baton_seterr(BATON_ECANCELED, 0, "redis: %s canceled", what);
+        }
+    }
+
+    int backoff = BACKOFF_START_MS, rc;
+    for (;;) {
+        if (baton_waiter_canceled(w)) {
+            rc = baton_seterr(BATON_ECANCELED, 0, "redis: %s canceled", what);
+            break;
+        }
+        unsigned g = baton_waiter_gen(w);
+        int ready = rsub_ready(&e->sub, se);
+        int done = 0;
+        int64_t hint = -1;
+        rc = attempt(ctx, &done, &hint);
+        if (done) break;
+        if (rc && rc != BATON_EUNAVAILABLE) break; /* auth, protocol, memory: give up */
+        int64_t now = baton_now_ns();
+        if (now >= deadline) {
+            if (!rc) rc = baton_seterr(BATON_ETIMEDOUT, 0, "redis: %s: the wait ran out", what);
+            break;
+        }
+        int64_t until = deadline;
+        if (!rc && hint >= 0) until = rmin64(until, now + hint * 1000000 + 1000000);
+        if (refresh_ms > 0) until = rmin64(until, now + refresh_ms * 1000000);
+        if (rc || !ready || poll_anyway) {
+            until = rmin64(until, now + backoff_ns(backoff));
+            backoff = backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : backoff * 2;
+        }
+        if (baton_waiter_park(w, g, until) == BATON_ECANCELED) {
+            rc = baton_seterr(BATON_ECANCELED, 0, "redis: %s canceled", what);
+            break;
+        }
+    }
+    rsub_unregister(&e->sub, se);
+    return rc;
 }
 
 /* ---- open / close ------------------------------------------------------- */
@@ -246,16 +419,23 @@ static int parse_config(reng *e, const baton_uri *u, const baton_client_options 
         } else if (!strcmp(k, "insecure")) {
             if (!cfg->tls) return einval("redis: option '%s' needs a rediss:// URI%s", k, "");
             if (parse_bool(v, &cfg->insecure)) return einval("redis: bad value '%s' for insecure%s (want 0 or 1)", v, "");
+        } else if (!strcmp(k, "wait_replicas")) {
+            if (parse_int(v, 0, 1000, &n)) return einval("redis: bad value '%s' for %s (want 0..1000)", v, k);
+            e->wait_replicas = (int)n;
+        } else if (!strcmp(k, "wait_ms")) {
+            if (parse_int(v, 1, 3600000, &n)) return einval("redis: bad value '%s' for %s (want 1..3600000)", v, k);
+            e->wait_ms = (int)n;
         } else if (!strcmp(k, "connect_timeout_ms") || !strcmp(k, "io_timeout_ms")) {
             if (parse_int(v, 1, 3600000, &n)) return einval("redis: bad value '%s' for %s (want 1..3600000)", v, k);
             if (k[0] == 'c') cfg->connect_timeout_ms = (int)n;
             else cfg->io_timeout_ms = (int)n;
         } else {
             return einval("redis: unknown option '%s'%s (known: prefix, layout, cacert, cert, key, insecure, "
-                          "connect_timeout_ms, io_timeout_ms)", k, "");
+                          "connect_timeout_ms, io_timeout_ms, wait_replicas, wait_ms)", k, "");
         }
     }
     if (key && !cert) return einval("redis: option 'key' needs 'cert'%s%s", "", "");
+    if (!e->wait_ms) e->wait_ms = 1000;
     e->prefix = xstrdup(prefix);
     if (!cfg->host || !e->prefix || (pw && !cfg->password) || (u->user && *u->user && !cfg->user))
         return baton_seterr(BATON_ENOMEM, 0, "redis: out of memory");
@@ -318,11 +498,12 @@ static void r_close(void *eng) {
 static int r_lock_new(void *eng, const char *name, const baton_lock_options *opts, void **st) {
     reng *e = eng;
     *st = NULL;
-    if (opts && opts->fair)
-        return baton_seterr(BATON_ENOTSUP, 0, "redis: fair locks are not supported by this backend yet");
+    int fair = opts && opts->fair;
+    if (fair && e->layout != LAYOUT_REDISSON)
+        return baton_seterr(BATON_ENOTSUP, 0, "redis: fair locks need layout=redisson (the simple layout has no queue)");
     rlock *l = malloc(sizeof *l);
     if (!l) return baton_seterr(BATON_ENOMEM, 0, "redis: out of memory");
-    int rc = rlock_init(e, name, l);
+    int rc = baton__redis_lock_init(e, name, fair ? RK_FAIR : RK_PLAIN, l);
     if (rc) { free(l); return rc; }
     *st = l;
     return 0;
@@ -336,132 +517,104 @@ static void r_lock_free(void *eng, void *st) {
     free(l);
 }
 
-typedef struct {
-    char field[80];      /* redisson: "<uuid>:<tid>" */
-    char value[300];     /* simple: "<hex> <desc>" */
-} owner_strs;
-
-static void owner_fill(const baton_owner *o, owner_strs *s) {
+void baton__redis_owner(const baton_owner *o, rb_owner *s) {
     snprintf(s->field, sizeof s->field, "%s:%lu", o->uuid, o->tid);
     snprintf(s->value, sizeof s->value, "%s %s", o->hex, o->desc);
 }
 
-/* One acquire attempt: 0 with *granted, or *ttl_ms (-1 = no expiry). */
+static int r_lock_release(void *eng, void *st, const baton_owner *owner);
+
+/* One acquire attempt: 0 with *granted, or *ttl_ms (-1 = no expiry).
+ * RB_EFINAL (message set) when the grant was undone because too few
+ * replicas acknowledged it. */
 static int try_once(reng *e, rlock *l, baton_acquire_req *req, int *granted, int64_t *ttl_ms) {
-    owner_strs os;
-    owner_fill(req->owner, &os);
+    rb_owner os;
+    baton__redis_owner(req->owner, &os);
     char lease[24];
     snprintf(lease, sizeof lease, "%" PRIu32, req->lease_ms ? req->lease_ms : 30000);
     redisReply *r = NULL;
-    int64_t sent = 0;
-    int rc;
+    int64_t sent = 0, dl = baton__redis_io_deadline(e);
     *granted = 0;
     *ttl_ms = -1;
+    rconn *c = NULL;
+    int rc = rpool_get(&e->pool, &c, dl);
+    if (rc) return rc;
     if (e->layout == LAYOUT_REDISSON) {
-        const char *keys[3] = { l->key, l->fence, l->holder };
-        const char *args[3] = { lease, os.field, req->owner->desc };
-        rc = run_script(e, S_ACQ_REDISSON, 3, keys, 3, args, rdeadline_ms(e->cfg.io_timeout_ms), &r, &sent);
+        const char *argv[6] = { l->key, l->fence, l->holder, lease, os.field, req->owner->desc };
+        rc = baton__redis_script_on(e, c, S_ACQ_REDISSON, 3, 6, argv, NULL, dl, &r, &sent);
     } else {
-        const char *keys[2] = { l->key, l->fence };
-        const char *args[2] = { os.value, lease };
-        rc = run_script(e, S_ACQ_SIMPLE, 2, keys, 2, args, rdeadline_ms(e->cfg.io_timeout_ms), &r, &sent);
+        const char *argv[4] = { l->key, l->fence, os.value, lease };
+        rc = baton__redis_script_on(e, c, S_ACQ_SIMPLE, 2, 4, argv, NULL, dl, &r, &sent);
+    }
+    long long flag = 0, n = 0;
+    if (!rc && baton__redis_pair(r, &flag, &n)) rc = bad_reply(r, "the acquire script"), r = NULL;
+    else if (!rc && flag == 1 && n <= 0) rc = bad_reply(r, "the acquire script (fence)"), r = NULL;
+    if (!rc && flag == 1) rc = baton__redis_wait_replicas(e, c, "acquire") ? RB_EFINAL : 0;
+    rpool_put(&e->pool, c);
+    if (r) rreply_free(r);
+    if (rc == RB_EFINAL) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", baton_error_last()->message ? baton_error_last()->message : "");
+        r_lock_release(e, l, req->owner);
+        baton_seterr(BATON_EUNAVAILABLE, 0, "%s; the lock was released", msg);
+        return RB_EFINAL;
     }
     if (rc) return rc;
-    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 || r->element[0]->type != REDIS_REPLY_INTEGER ||
-        r->element[1]->type != REDIS_REPLY_INTEGER)
-        return bad_reply(r, "the acquire script");
-    if (r->element[0]->integer == 1) {
-        if (r->element[1]->integer <= 0) return bad_reply(r, "the acquire script (fence)");
+    if (flag == 1) {
         *granted = 1;
-        req->fence = (uint64_t)r->element[1]->integer;
+        req->fence = (uint64_t)n;
         req->sent_ns = sent;
     } else {
-        long long t = r->element[1]->integer;
-        *ttl_ms = t >= 0 ? t : (t == -2 ? 0 : -1);
+        *ttl_ms = n >= 0 ? n : (n == -2 ? 0 : -1);
     }
-    rreply_free(r);
     return 0;
 }
 
-static unsigned jitter_rand(void) {
-    static _Thread_local unsigned x;
-    if (!x) x = (unsigned)baton_now_ns() ^ (unsigned)(uintptr_t)&x ^ 0x9e3779b9u;
-    x ^= x << 13;
-    x ^= x >> 17;
-    x ^= x << 5;
-    return x;
-}
+typedef struct {
+    reng *e;
+    rlock *l;
+    baton_acquire_req *req;
+} plain_ctx;
 
-/* A park of about BACKOFF ms, jittered into [backoff/2, backoff]. */
-static int64_t backoff_ns(int backoff_ms) {
-    int64_t ns = (int64_t)backoff_ms * 1000000;
-    return ns / 2 + (int64_t)(jitter_rand() % (unsigned)(ns / 2 + 1));
+static int plain_attempt(void *p, int *done, int64_t *hint) {
+    plain_ctx *x = p;
+    int granted = 0;
+    int rc = try_once(x->e, x->l, x->req, &granted, hint);
+    if (granted || rc == RB_EFINAL) {
+        *done = 1;
+        if (rc == RB_EFINAL) rc = BATON_EUNAVAILABLE;
+    }
+    return rc;
 }
 
 static int r_lock_acquire(void *eng, void *st, baton_acquire_req *req) {
     reng *e = eng;
     rlock *l = st;
+    if (l->kind == RK_FAIR) return baton__redis_fair_acquire(e, l, req);
+    if (l->kind != RK_PLAIN) return baton__redis_rw_acquire(e, l, req);
     int granted = 0;
     int64_t ttl = -1;
     int rc = try_once(e, l, req, &granted, &ttl);
+    if (rc == RB_EFINAL) return BATON_EUNAVAILABLE;
     if (rc) return rc;
     if (granted) return 0;
     if (req->deadline_ns == 0)
         return baton_seterr(BATON_ELOCKED, 0, "redis: '%s' is held by another owner", l->key);
     if (!req->waiter) return baton_seterr(BATON_EINVAL, 0, "redis: a waiting acquire needs a waiter");
-
-    /* Subscribe to the unlock channel, and wait for the confirmation before
-     * the next attempt, so an unlock in between cannot be missed. */
-    rsub_entry *se = NULL;
-    if (rsub_register(&e->sub, l->channel, req->waiter, &se) != 0) se = NULL; /* degrade to backoff */
-    /* The confirmation normally takes one round trip; if it is late (server
-     * down, no pub/sub permission) the loop below re-checks with backoff. */
-    int64_t ready_by = rmin64(req->deadline_ns, baton_now_ns() + (int64_t)SUB_READY_WAIT_MS * 1000000);
-    for (;;) {
-        unsigned g = baton_waiter_gen(req->waiter);
-        if (!se || rsub_ready(&e->sub, se) || baton_now_ns() >= ready_by) break;
-        if (baton_waiter_park(req->waiter, g, ready_by) == BATON_ECANCELED || baton_waiter_canceled(req->waiter)) {
-            rsub_unregister(&e->sub, se);
-            return baton_seterr(BATON_ECANCELED, 0, "redis: acquire of '%s' canceled", l->key);
-        }
-    }
-
-    int backoff = BACKOFF_START_MS;
-    for (;;) {
-        if (baton_waiter_canceled(req->waiter)) {
-            rc = baton_seterr(BATON_ECANCELED, 0, "redis: acquire of '%s' canceled", l->key);
-            break;
-        }
-        unsigned g = baton_waiter_gen(req->waiter);
-        int ready = rsub_ready(&e->sub, se);
-        rc = try_once(e, l, req, &granted, &ttl);
-        if (!rc && granted) break;
-        if (rc && rc != BATON_EUNAVAILABLE) break; /* auth, protocol, memory: give up */
-        int64_t now = baton_now_ns();
-        if (now >= req->deadline_ns) {
-            if (!rc) rc = baton_seterr(BATON_ETIMEDOUT, 0, "redis: '%s' still held when the wait ran out", l->key);
-            break;
-        }
-        int64_t until = req->deadline_ns;
-        if (!rc && ttl >= 0) until = rmin64(until, now + ttl * 1000000 + 1000000);
-        if (rc || !ready || e->layout == LAYOUT_SIMPLE) {
-            until = rmin64(until, now + backoff_ns(backoff));
-            backoff = backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : backoff * 2;
-        }
-        if (baton_waiter_park(req->waiter, g, until) == BATON_ECANCELED) {
-            rc = baton_seterr(BATON_ECANCELED, 0, "redis: acquire of '%s' canceled", l->key);
-            break;
-        }
-    }
-    rsub_unregister(&e->sub, se);
-    return rc;
+    plain_ctx x = { e, l, req };
+    char what[64];
+    snprintf(what, sizeof what, "acquire of '%.40s'", l->key);
+    return baton__redis_wait_loop(e, l->channel, req->waiter, req->deadline_ns, 0, e->layout == LAYOUT_SIMPLE,
+                                  plain_attempt, &x, what);
 }
 
 static int r_lock_release(void *eng, void *st, const baton_owner *owner) {
     reng *e = eng;
     rlock *l = st;
-    owner_strs os;
-    owner_fill(owner, &os);
+    if (l->kind == RK_FAIR) return baton__redis_fair_release(e, l, owner);
+    if (l->kind != RK_PLAIN) return baton__redis_rw_release(e, l, owner);
+    rb_owner os;
+    baton__redis_owner(owner, &os);
     redisReply *r = NULL;
     int rc;
     if (e->layout == LAYOUT_REDISSON) {
@@ -484,8 +637,9 @@ static int r_lock_release(void *eng, void *st, const baton_owner *owner) {
 static int r_lock_renew(void *eng, void *st, const baton_owner *owner, uint32_t lease_ms, int64_t deadline_ns) {
     reng *e = eng;
     rlock *l = st;
-    owner_strs os;
-    owner_fill(owner, &os);
+    if (l->kind == RK_READ || l->kind == RK_WRITE) return baton__redis_rw_renew(e, l, owner, lease_ms, deadline_ns);
+    rb_owner os;
+    baton__redis_owner(owner, &os);
     char lease[24];
     snprintf(lease, sizeof lease, "%" PRIu32, lease_ms ? lease_ms : 30000);
     int64_t dl = rdeadline_ms(e->cfg.io_timeout_ms);
@@ -494,7 +648,7 @@ static int r_lock_renew(void *eng, void *st, const baton_owner *owner, uint32_t 
         return baton_seterr(BATON_EUNAVAILABLE, ETIMEDOUT, "redis: renewal of '%s' is past its deadline", l->key);
     redisReply *r = NULL;
     int rc;
-    if (e->layout == LAYOUT_REDISSON) {
+    if (e->layout == LAYOUT_REDISSON || l->kind == RK_FAIR) {
         const char *keys[2] = { l->key, l->holder };
         const char *args[2] = { lease, os.field };
         rc = run_script(e, S_RENEW_REDISSON, 2, keys, 2, args, dl, &r, NULL);
@@ -514,7 +668,7 @@ static int r_lock_renew(void *eng, void *st, const baton_owner *owner, uint32_t 
 static int r_lock_info(void *eng, const char *name, baton_lockinfo *out) {
     reng *e = eng;
     rlock l;
-    int rc = rlock_init(e, name, &l);
+    int rc = baton__redis_lock_init(e, name, RK_PLAIN, &l);
     if (rc) return rc;
     const char *keys[3] = { l.key, l.fence, l.holder };
     redisReply *r = NULL;
@@ -544,7 +698,8 @@ const baton_backend baton__backend_redis = {
     .version = BATON_BACKEND_VERSION,
     .name = "redis",
     .schemes = redis_schemes,
-    .caps = BATON_CAP_LEASE | BATON_CAP_NOTIFY | BATON_CAP_INFO,
+    .caps = BATON_CAP_LEASE | BATON_CAP_NOTIFY | BATON_CAP_INFO | BATON_CAP_FAIR | BATON_CAP_RWLOCK |
+            BATON_CAP_SEM | BATON_CAP_PERMITS | BATON_CAP_LATCH,
     .open = r_open,
     .close = r_close,
     .lock_new = r_lock_new,
@@ -553,4 +708,20 @@ const baton_backend baton__backend_redis = {
     .lock_release = r_lock_release,
     .lock_renew = r_lock_renew,
     .lock_info = r_lock_info,
+    .rwlock_new = baton__redis_rwlock_new,
+    .sem_new = baton__redis_sem_new,
+    .sem_free = baton__redis_sem_free,
+    .sem_acquire = baton__redis_sem_acquire,
+    .sem_release = baton__redis_sem_release,
+    .sem_ctl = baton__redis_sem_ctl,
+    .permits_new = baton__redis_permits_new,
+    .permits_free = baton__redis_permits_free,
+    .permits_acquire = baton__redis_permits_acquire,
+    .permits_release = baton__redis_permits_release,
+    .permits_renew = baton__redis_permits_renew,
+    .permits_ctl = baton__redis_permits_ctl,
+    .latch_new = baton__redis_latch_new,
+    .latch_free = baton__redis_latch_free,
+    .latch_ctl = baton__redis_latch_ctl,
+    .latch_await = baton__redis_latch_await,
 };

@@ -81,8 +81,375 @@
     "  if sp then holder = string.sub(v, sp + 1) else holder = v end\n"        \
     "elseif t == 'hash' then\n"                                                \
     "  holder = redis.call('get', KEYS[3])\n"                                  \
-    "  if not holder then holder = redis.call('hkeys', KEYS[1])[1] or '' end\n"\
+    "  if not holder then\n"                                                   \
+    "    for _, f in ipairs(redis.call('hkeys', KEYS[1])) do\n"                 \
+    "      if f ~= 'mode' then holder = f break end\n"                          \
+    "    end\n"                                                               \
+    "  end\n"                                                                 \
     "end\n"                                                                    \
     "return {1, redis.call('pttl', KEYS[1]), holder, fence}\n"
+
+/* ---- server time -----------------------------------------------------------
+ * Scripts that keep deadlines use the server's clock (TIME), never a client's.
+ * Old servers (< 5) need effects replication for a script that calls TIME
+ * and then writes; Redis >= 5 does it by default (7 always). */
+#define BATON_LUA_NOW                                                          \
+    "if redis.replicate_commands then pcall(redis.replicate_commands) end\n"   \
+    "local tm = redis.call('time')\n"                                          \
+    "local now = tonumber(tm[1]) * 1000 + math.floor(tonumber(tm[2]) / 1000)\n"
+
+/* ---- fair lock (Redisson RedissonFairLock layout) ---------------------------
+ * KEYS[2] = redisson_lock_queue:{K} (list of owner fields, FIFO),
+ * KEYS[3] = redisson_lock_timeout:{K} (zset field -> server-time deadline of
+ * the queue entry). A waiter refreshes its deadline on every attempt; one that
+ * stops refreshing (gave up without leaving, crashed) is dropped here. Every
+ * fair script starts with NOW + PURGE; nothing in them loops over the queue
+ * (only over entries that expired), so a handoff costs the same number of
+ * commands with 1 or 1000 waiters. */
+#define BATON_LUA_FAIR_PURGE                                                   \
+    "local dead = redis.call('zrangebyscore', KEYS[3], '-inf', now)\n"         \
+    "for i = 1, #dead do redis.call('lrem', KEYS[2], 0, dead[i]) end\n"        \
+    "if #dead > 0 then redis.call('zremrangebyscore', KEYS[3], '-inf', now) end\n"
+
+/* KEYS lock hash, queue, timeouts, fence counter, holder string;
+ * ARGV lease ms, field, holder description, queue-entry lease ms, channel
+ * prefix redisson_lock__channel:{K}, "wait" | "try".
+ * Granted when the lock is free and the queue is empty or headed by us.
+ * Otherwise "wait" enqueues (or refreshes) us and returns how long until
+ * something may change: the lock's PTTL when we are the head, else the head
+ * entry's remaining lease. A "try" never enqueues.
+ * -> {1, fence} | {0, ms} (-1: no expiry known). */
+#define BATON_LUA_FAIR_ACQ_BODY                                                \
+    "local head = redis.call('lindex', KEYS[2], 0)\n"                          \
+    "local free = redis.call('exists', KEYS[1]) == 0\n"                        \
+    "if free and (not head or head == ARGV[2]) then\n"                         \
+    "  if head then\n"                                                         \
+    "    redis.call('lpop', KEYS[2])\n"                                        \
+    "    redis.call('zrem', KEYS[3], ARGV[2])\n"                               \
+    "  end\n"                                                                  \
+    "  local fence = redis.call('incr', KEYS[4])\n"                            \
+    "  redis.call('hset', KEYS[1], ARGV[2], 1)\n"                              \
+    "  redis.call('pexpire', KEYS[1], ARGV[1])\n"                              \
+    "  redis.call('set', KEYS[5], ARGV[3], 'px', ARGV[1])\n"                   \
+    "  return {1, fence}\n"                                                    \
+    "end\n"                                                                    \
+    "if free and #dead > 0 then redis.call('publish', ARGV[5] .. ':' .. head, 0) end\n" \
+    "if ARGV[6] ~= 'wait' then return {0, redis.call('pttl', KEYS[1])} end\n"  \
+    "if redis.call('zadd', KEYS[3], now + tonumber(ARGV[4]), ARGV[2]) == 1 then\n" \
+    "  redis.call('rpush', KEYS[2], ARGV[2])\n"                                \
+    "  if not head then head = ARGV[2] end\n"                                  \
+    "end\n"                                                                    \
+    "if head == ARGV[2] then return {0, redis.call('pttl', KEYS[1])} end\n"    \
+    "local hs = redis.call('zscore', KEYS[3], head)\n"                         \
+    "if not hs then return {0, -1} end\n"                                      \
+    "return {0, math.max(0, tonumber(hs) - now)}\n"
+
+/* KEYS lock hash, queue, timeouts, holder string; ARGV field, channel prefix.
+ * Releases and signals the head waiter only, on its own channel.
+ * -> 1 released, 0 not ours. */
+#define BATON_LUA_FAIR_REL_BODY                                                \
+    "if redis.call('type', KEYS[1]).ok ~= 'hash'\n"                            \
+    "   or redis.call('hexists', KEYS[1], ARGV[1]) == 0 then\n"                \
+    "  return 0\n"                                                             \
+    "end\n"                                                                    \
+    "redis.call('del', KEYS[1], KEYS[4])\n"                                    \
+    "local head = redis.call('lindex', KEYS[2], 0)\n"                          \
+    "if head then redis.call('publish', ARGV[2] .. ':' .. head, 0) end\n"      \
+    "return 1\n"
+
+/* KEYS lock hash, queue, timeouts; ARGV field, channel prefix. A waiter that
+ * gives up leaves the queue; when it was the head (or expired entries went)
+ * and the lock is free, the new head is signalled. -> 1. */
+#define BATON_LUA_FAIR_LEAVE_BODY                                              \
+    "local head = redis.call('lindex', KEYS[2], 0)\n"                          \
+    "redis.call('lrem', KEYS[2], 0, ARGV[1])\n"                                \
+    "redis.call('zrem', KEYS[3], ARGV[1])\n"                                   \
+    "if (head == ARGV[1] or #dead > 0) and redis.call('exists', KEYS[1]) == 0 then\n" \
+    "  local nh = redis.call('lindex', KEYS[2], 0)\n"                          \
+    "  if nh then redis.call('publish', ARGV[2] .. ':' .. nh, 0) end\n"        \
+    "end\n"                                                                    \
+    "return 1\n"
+
+#define BATON_LUA_FAIR_ACQ BATON_LUA_NOW BATON_LUA_FAIR_PURGE BATON_LUA_FAIR_ACQ_BODY
+#define BATON_LUA_FAIR_REL BATON_LUA_NOW BATON_LUA_FAIR_PURGE BATON_LUA_FAIR_REL_BODY
+#define BATON_LUA_FAIR_LEAVE BATON_LUA_NOW BATON_LUA_FAIR_PURGE BATON_LUA_FAIR_LEAVE_BODY
+
+/* ---- read-write lock (Redisson RReadWriteLock layout + writer intents) -------
+ * KEYS[1] hash K: mode = read|write, <field> = read holds (each with a key
+ * {K}:<field>:rwlock_timeout:<n> carrying its own lease), <field>:write =
+ * write holds. KEYS[2] = "{K}" (the timeout key prefix), KEYS[3] fence
+ * counter, KEYS[4] baton_rwlock_writers:{K} (zset writer field -> server-time
+ * deadline: writers waiting; while one is there, new readers wait too).
+ *
+ * Read: ARGV lease ms, field. Granted in mode read or free when no writer
+ * waits, and in mode write to the write holder itself (downgrade).
+ * -> {1, fence} | {0, ms until a re-check is worth it}. */
+#define BATON_LUA_RW_READ_ACQ_BODY                                             \
+    "redis.call('zremrangebyscore', KEYS[4], '-inf', now)\n"                   \
+    "local t = redis.call('type', KEYS[1]).ok\n"                               \
+    "if t ~= 'none' and t ~= 'hash' then return {0, redis.call('pttl', KEYS[1])} end\n" \
+    "local mode = false\n"                                                     \
+    "if t == 'hash' then\n"                                                    \
+    "  mode = redis.call('hget', KEYS[1], 'mode')\n"                           \
+    "  if not mode then return {0, redis.call('pttl', KEYS[1])} end\n"         \
+    "end\n"                                                                    \
+    "local ok\n"                                                               \
+    "if mode == 'write' then\n"                                                \
+    "  ok = redis.call('hexists', KEYS[1], ARGV[2] .. ':write') == 1\n"        \
+    "else\n"                                                                   \
+    "  ok = redis.call('zcard', KEYS[4]) == 0\n"                               \
+    "end\n"                                                                    \
+    "if ok then\n"                                                             \
+    "  if not mode then redis.call('hset', KEYS[1], 'mode', 'read') end\n"     \
+    "  local n = redis.call('hincrby', KEYS[1], ARGV[2], 1)\n"                 \
+    "  redis.call('set', KEYS[2] .. ':' .. ARGV[2] .. ':rwlock_timeout:' .. n, 1, 'px', ARGV[1])\n" \
+    "  if redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then\n"              \
+    "    redis.call('pexpire', KEYS[1], ARGV[1])\n"                            \
+    "  end\n"                                                                  \
+    "  return {1, redis.call('incr', KEYS[3])}\n"                              \
+    "end\n"                                                                    \
+    "if mode == 'write' then return {0, redis.call('pttl', KEYS[1])} end\n"    \
+    "local first = redis.call('zrange', KEYS[4], 0, 0, 'withscores')\n"        \
+    "return {0, math.max(0, tonumber(first[2]) - now)}\n"
+
+/* Write: KEYS as read + KEYS[5] holder string; ARGV lease ms, field, holder
+ * description, "wait" | "try". Readers whose timeout keys are all gone
+ * (crashed, stopped past their lease) are dropped first. "wait" records the
+ * writer's intent (refreshed on every attempt). -> {1, fence} | {0, pttl}. */
+#define BATON_LUA_RW_WRITE_ACQ_BODY                                            \
+    "redis.call('zremrangebyscore', KEYS[4], '-inf', now)\n"                   \
+    "local t = redis.call('type', KEYS[1]).ok\n"                               \
+    "if t == 'hash' and redis.call('hget', KEYS[1], 'mode') == 'read' then\n"  \
+    "  local fs = redis.call('hgetall', KEYS[1])\n"                            \
+    "  local live = 0\n"                                                       \
+    "  for i = 1, #fs, 2 do\n"                                                 \
+    "    local f = fs[i]\n"                                                    \
+    "    if f ~= 'mode' then\n"                                                \
+    "      local alive = false\n"                                              \
+    "      for n = tonumber(fs[i + 1]) or 0, 1, -1 do\n"                       \
+    "        if redis.call('exists', KEYS[2] .. ':' .. f .. ':rwlock_timeout:' .. n) == 1 then\n" \
+    "          alive = true\n"                                                 \
+    "          break\n"                                                        \
+    "        end\n"                                                            \
+    "      end\n"                                                              \
+    "      if alive then live = live + 1 else redis.call('hdel', KEYS[1], f) end\n" \
+    "    end\n"                                                                \
+    "  end\n"                                                                  \
+    "  if live == 0 then\n"                                                    \
+    "    redis.call('del', KEYS[1])\n"                                         \
+    "    t = 'none'\n"                                                         \
+    "  end\n"                                                                  \
+    "end\n"                                                                    \
+    "if t == 'none' then\n"                                                    \
+    "  redis.call('hset', KEYS[1], 'mode', 'write', ARGV[2] .. ':write', 1)\n" \
+    "  redis.call('pexpire', KEYS[1], ARGV[1])\n"                              \
+    "  redis.call('set', KEYS[5], ARGV[3], 'px', ARGV[1])\n"                   \
+    "  redis.call('zrem', KEYS[4], ARGV[2])\n"                                 \
+    "  return {1, redis.call('incr', KEYS[3])}\n"                              \
+    "end\n"                                                                    \
+    "if ARGV[4] == 'wait' then\n"                                              \
+    "  redis.call('zadd', KEYS[4], now + tonumber(ARGV[1]), ARGV[2])\n"        \
+    "end\n"                                                                    \
+    "return {0, redis.call('pttl', KEYS[1])}\n"
+
+#define BATON_LUA_RW_READ_ACQ BATON_LUA_NOW BATON_LUA_RW_READ_ACQ_BODY
+#define BATON_LUA_RW_WRITE_ACQ BATON_LUA_NOW BATON_LUA_RW_WRITE_ACQ_BODY
+
+/* KEYS hash, "{K}"; ARGV field, channel redisson_rwlock:{K}. The hash then
+ * lives as long as the longest remaining reader lease; the last reader
+ * deletes it and publishes. -> 1 | 0 not ours. */
+#define BATON_LUA_RW_READ_REL                                                  \
+    "if redis.call('type', KEYS[1]).ok ~= 'hash'\n"                            \
+    "   or redis.call('hexists', KEYS[1], ARGV[1]) == 0 then\n"                \
+    "  return 0\n"                                                             \
+    "end\n"                                                                    \
+    "local n = redis.call('hincrby', KEYS[1], ARGV[1], -1)\n"                  \
+    "redis.call('del', KEYS[2] .. ':' .. ARGV[1] .. ':rwlock_timeout:' .. (n + 1))\n" \
+    "if n <= 0 then redis.call('hdel', KEYS[1], ARGV[1]) end\n"                \
+    "if redis.call('hget', KEYS[1], 'mode') == 'write' then return 1 end\n"    \
+    "local fs = redis.call('hgetall', KEYS[1])\n"                              \
+    "local maxr, live = 0, 0\n"                                                \
+    "for i = 1, #fs, 2 do\n"                                                   \
+    "  local f = fs[i]\n"                                                      \
+    "  if f ~= 'mode' then\n"                                                  \
+    "    local alive = false\n"                                                \
+    "    for k = tonumber(fs[i + 1]) or 0, 1, -1 do\n"                         \
+    "      local r = redis.call('pttl', KEYS[2] .. ':' .. f .. ':rwlock_timeout:' .. k)\n" \
+    "      if r > 0 or r == -1 then\n"                                         \
+    "        alive = true\n"                                                   \
+    "        if r > maxr then maxr = r end\n"                                  \
+    "      end\n"                                                              \
+    "    end\n"                                                                \
+    "    if alive then live = live + 1 else redis.call('hdel', KEYS[1], f) end\n" \
+    "  end\n"                                                                  \
+    "end\n"                                                                    \
+    "if live > 0 then\n"                                                       \
+    "  if maxr > 0 then redis.call('pexpire', KEYS[1], maxr) end\n"            \
+    "  return 1\n"                                                             \
+    "end\n"                                                                    \
+    "redis.call('del', KEYS[1])\n"                                             \
+    "redis.call('publish', ARGV[2], 0)\n"                                      \
+    "return 1\n"
+
+/* KEYS hash, holder string; ARGV field, channel. A downgraded holder's read
+ * hold stays (mode becomes read). Always publishes. -> 1 | 0 not ours. */
+#define BATON_LUA_RW_WRITE_REL                                                 \
+    "if redis.call('type', KEYS[1]).ok ~= 'hash'\n"                            \
+    "   or redis.call('hexists', KEYS[1], ARGV[1] .. ':write') == 0 then\n"    \
+    "  return 0\n"                                                             \
+    "end\n"                                                                    \
+    "redis.call('hdel', KEYS[1], ARGV[1] .. ':write')\n"                       \
+    "redis.call('del', KEYS[2])\n"                                             \
+    "if redis.call('hlen', KEYS[1]) <= 1 then\n"                               \
+    "  redis.call('del', KEYS[1])\n"                                           \
+    "else\n"                                                                   \
+    "  redis.call('hset', KEYS[1], 'mode', 'read')\n"                          \
+    "end\n"                                                                    \
+    "redis.call('publish', ARGV[2], 0)\n"                                      \
+    "return 1\n"
+
+/* KEYS hash, "{K}"; ARGV lease ms, field. -> 1 | 0 not ours (any more). */
+#define BATON_LUA_RW_READ_RENEW                                                \
+    "if redis.call('type', KEYS[1]).ok ~= 'hash' then return 0 end\n"          \
+    "local c = tonumber(redis.call('hget', KEYS[1], ARGV[2]))\n"               \
+    "if not c then return 0 end\n"                                             \
+    "local alive = false\n"                                                    \
+    "for n = c, 1, -1 do\n"                                                    \
+    "  if redis.call('pexpire', KEYS[2] .. ':' .. ARGV[2] .. ':rwlock_timeout:' .. n, ARGV[1]) == 1 then\n" \
+    "    alive = true\n"                                                       \
+    "  end\n"                                                                  \
+    "end\n"                                                                    \
+    "if not alive then return 0 end\n"                                         \
+    "if redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then\n"                \
+    "  redis.call('pexpire', KEYS[1], ARGV[1])\n"                              \
+    "end\n"                                                                    \
+    "return 1\n"
+
+/* KEYS hash, holder string; ARGV lease ms, field. -> 1 | 0. */
+#define BATON_LUA_RW_WRITE_RENEW                                               \
+    "if redis.call('type', KEYS[1]).ok ~= 'hash'\n"                            \
+    "   or redis.call('hexists', KEYS[1], ARGV[2] .. ':write') == 0 then\n"    \
+    "  return 0\n"                                                             \
+    "end\n"                                                                    \
+    "if redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then\n"                \
+    "  redis.call('pexpire', KEYS[1], ARGV[1])\n"                              \
+    "end\n"                                                                    \
+    "redis.call('pexpire', KEYS[2], ARGV[1])\n"                                \
+    "return 1\n"
+
+/* KEYS writers zset; ARGV field, channel: a waiting writer gives up; readers
+ * it held back are woken. -> 1. */
+#define BATON_LUA_RW_LEAVE                                                     \
+    "if redis.call('zrem', KEYS[1], ARGV[1]) == 1 then\n"                      \
+    "  redis.call('publish', ARGV[2], 0)\n"                                    \
+    "end\n"                                                                    \
+    "return 1\n"
+
+/* ---- semaphore (Redisson RSemaphore layout) ---------------------------------
+ * KEYS[1] K = available permits (string integer); channel redisson_sc:{K}.
+ * Acquire: ARGV permits -> 1 taken, 0 too few. */
+#define BATON_LUA_SEM_ACQ                                                      \
+    "local v = tonumber(redis.call('get', KEYS[1]) or '0')\n"                  \
+    "if v and v >= tonumber(ARGV[1]) then\n"                                   \
+    "  redis.call('decrby', KEYS[1], ARGV[1])\n"                               \
+    "  return 1\n"                                                             \
+    "end\n"                                                                    \
+    "return 0\n"
+
+/* ARGV permits, channel -> the new count (published). */
+#define BATON_LUA_SEM_REL                                                      \
+    "local v = redis.call('incrby', KEYS[1], ARGV[1])\n"                       \
+    "redis.call('publish', ARGV[2], v)\n"                                      \
+    "return v\n"
+
+/* ARGV "get" | "set" (if never set) | "add" | "drain", value, channel.
+ * get -> count; set -> 1 set, 0 was set; add -> new count; drain -> taken. */
+#define BATON_LUA_CTL_BODY                                                     \
+    "local cur = redis.call('get', KEYS[1])\n"                                 \
+    "if ARGV[1] == 'get' then return tonumber(cur or '0') or 0 end\n"          \
+    "if ARGV[1] == 'set' then\n"                                               \
+    "  if cur then return 0 end\n"                                             \
+    "  redis.call('set', KEYS[1], ARGV[2])\n"                                  \
+    "  redis.call('publish', ARGV[3], ARGV[2])\n"                              \
+    "  return 1\n"                                                             \
+    "end\n"                                                                    \
+    "if ARGV[1] == 'add' then\n"                                               \
+    "  local v = redis.call('incrby', KEYS[1], ARGV[2])\n"                     \
+    "  redis.call('publish', ARGV[3], v)\n"                                    \
+    "  return v\n"                                                             \
+    "end\n"                                                                    \
+    "if ARGV[1] == 'drain' then\n"                                             \
+    "  if not cur then return 0 end\n"                                         \
+    "  redis.call('set', KEYS[1], 0)\n"                                        \
+    "  return math.max(0, tonumber(cur) or 0)\n"                               \
+    "end\n"                                                                    \
+    "return redis.error_reply('ERR baton: unknown operation')\n"
+
+#define BATON_LUA_SEM_CTL BATON_LUA_CTL_BODY
+
+/* ---- permit-expirable semaphore (Redisson RPermitExpirableSemaphore) --------
+ * KEYS[1] K = available permits, KEYS[2] {K}:timeout = zset raw 16-byte
+ * permit id -> server-time expiry; channel redisson_sc:{K}. Expired permits
+ * go back to the pool at the start of every script. */
+#define BATON_LUA_RECLAIM                                                      \
+    "local function reclaim(ch)\n"                                             \
+    "  local n = redis.call('zcount', KEYS[2], '-inf', now)\n"                 \
+    "  if n > 0 then\n"                                                        \
+    "    redis.call('zremrangebyscore', KEYS[2], '-inf', now)\n"               \
+    "    redis.call('publish', ch, redis.call('incrby', KEYS[1], n))\n"        \
+    "  end\n"                                                                  \
+    "end\n"
+
+/* ARGV id, lease ms, channel -> {1, 0} | {0, ms until the next expiry, -1 none}. */
+#define BATON_LUA_PERMITS_ACQ_BODY                                             \
+    "reclaim(ARGV[3])\n"                                                       \
+    "local v = tonumber(redis.call('get', KEYS[1]) or '0') or 0\n"             \
+    "if v >= 1 then\n"                                                         \
+    "  redis.call('decr', KEYS[1])\n"                                          \
+    "  redis.call('zadd', KEYS[2], now + tonumber(ARGV[2]), ARGV[1])\n"        \
+    "  return {1, 0}\n"                                                        \
+    "end\n"                                                                    \
+    "local first = redis.call('zrange', KEYS[2], 0, 0, 'withscores')\n"        \
+    "if first[2] then return {0, math.max(0, tonumber(first[2]) - now)} end\n" \
+    "return {0, -1}\n"
+
+/* ARGV id, channel -> 1 | 0 unknown or expired. */
+#define BATON_LUA_PERMITS_REL_BODY                                             \
+    "reclaim(ARGV[2])\n"                                                       \
+    "if redis.call('zrem', KEYS[2], ARGV[1]) == 0 then return 0 end\n"         \
+    "redis.call('publish', ARGV[2], redis.call('incr', KEYS[1]))\n"            \
+    "return 1\n"
+
+/* ARGV id, lease ms, channel -> 1 | 0 unknown or expired. */
+#define BATON_LUA_PERMITS_RENEW_BODY                                           \
+    "reclaim(ARGV[3])\n"                                                       \
+    "if not redis.call('zscore', KEYS[2], ARGV[1]) then return 0 end\n"        \
+    "redis.call('zadd', KEYS[2], now + tonumber(ARGV[2]), ARGV[1])\n"          \
+    "return 1\n"
+
+#define BATON_LUA_PERMITS_ACQ BATON_LUA_NOW BATON_LUA_RECLAIM BATON_LUA_PERMITS_ACQ_BODY
+#define BATON_LUA_PERMITS_REL BATON_LUA_NOW BATON_LUA_RECLAIM BATON_LUA_PERMITS_REL_BODY
+#define BATON_LUA_PERMITS_RENEW BATON_LUA_NOW BATON_LUA_RECLAIM BATON_LUA_PERMITS_RENEW_BODY
+#define BATON_LUA_PERMITS_CTL BATON_LUA_NOW BATON_LUA_RECLAIM "reclaim(ARGV[3])\n" BATON_LUA_CTL_BODY
+
+/* ---- count-down latch (Redisson RCountDownLatch layout) ----------------------
+ * KEYS[1] K = the count; channel redisson_countdownlatch__channel__{K}.
+ * ARGV "set" (only when not set; publishes 1) | "down" (deletes at zero and
+ * publishes 0) | "get", value, channel. */
+#define BATON_LUA_LATCH_CTL                                                    \
+    "if ARGV[1] == 'set' then\n"                                               \
+    "  if redis.call('exists', KEYS[1]) == 1 then return 0 end\n"              \
+    "  redis.call('set', KEYS[1], ARGV[2])\n"                                  \
+    "  redis.call('publish', ARGV[3], 1)\n"                                    \
+    "  return 1\n"                                                             \
+    "end\n"                                                                    \
+    "if ARGV[1] == 'down' then\n"                                              \
+    "  local v = redis.call('decr', KEYS[1])\n"                                \
+    "  if v <= 0 then redis.call('del', KEYS[1]) end\n"                        \
+    "  if v == 0 then redis.call('publish', ARGV[3], 0) end\n"                 \
+    "  return math.max(v, 0)\n"                                                \
+    "end\n"                                                                    \
+    "if ARGV[1] == 'get' then return math.max(0, tonumber(redis.call('get', KEYS[1]) or '0') or 0) end\n" \
+    "return redis.error_reply('ERR baton: unknown operation')\n"
 
 #endif

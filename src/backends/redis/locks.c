@@ -1,0 +1,325 @@
+/*
+ * The fair lock and the read-write lock of the Redis backend (layouts in
+ * docs/redis-layout.md, scripts in scripts.h).
+ *
+ * Fair lock: Redisson's RedissonFairLock keys. A waiter queues once, refreshes
+ * its queue entry's server-time deadline on every attempt (at least every
+ * lease/3), and is woken only by a message on its own channel, sent by the
+ * release script to the head of the queue alone. A waiter that gives up
+ * leaves the queue; one that dies is dropped when its entry's deadline passes.
+ *
+ * Read-write lock: Redisson's RReadWriteLock hash plus a zset of waiting
+ * writers; while a writer waits, new readers wait too.
+ */
+#include "rb.h"
+#include "scripts.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Keeps the thread's last error across a cleanup call that may overwrite it. */
+typedef struct {
+    int code;
+    long native;
+    char msg[512];
+} saved_err;
+
+static void err_save(saved_err *s, int code) {
+    const baton_error *le = baton_error_last();
+    s->code = code;
+    s->native = le->native;
+    snprintf(s->msg, sizeof s->msg, "%s", le->message ? le->message : baton_strerror(code));
+}
+
+static int err_restore(const saved_err *s) {
+    return baton_seterr(s->code, s->native, "%s", s->msg);
+}
+
+/* Runs a granting script (reply {1, fence} | {0, ms}) on one connection and,
+ * after a grant, WAITs for replicas there. Too few: UNDO(e, l, owner) runs
+ * and RB_EFINAL is returned with the message set. */
+typedef int (*undo_fn)(reng *e, rlock *l, const baton_owner *owner);
+
+static int grant_script(reng *e, rlock *l, int sid, int nkeys, int argc, const char *const *argv,
+                        baton_acquire_req *req, undo_fn undo, int *granted, int64_t *hint) {
+    int64_t dl = baton__redis_io_deadline(e), sent = 0;
+    redisReply *r = NULL;
+    rconn *c = NULL;
+    *granted = 0;
+    *hint = -1;
+    int rc = rpool_get(&e->pool, &c, dl);
+    if (rc) return rc;
+    rc = baton__redis_script_on(e, c, sid, nkeys, argc, argv, NULL, dl, &r, &sent);
+    long long flag = 0, n = 0;
+    if (!rc && baton__redis_pair(r, &flag, &n)) rc = baton__redis_bad_reply(r, "a lock script"), r = NULL;
+    else if (!rc && flag == 1 && n <= 0) rc = baton__redis_bad_reply(r, "a lock script (fence)"), r = NULL;
+    if (!rc && flag == 1 && baton__redis_wait_replicas(e, c, "acquire")) rc = RB_EFINAL;
+    rpool_put(&e->pool, c);
+    if (r) rreply_free(r);
+    if (rc == RB_EFINAL) {
+        saved_err s;
+        err_save(&s, BATON_EUNAVAILABLE);
+        undo(e, l, req->owner);
+        baton_seterr(BATON_EUNAVAILABLE, 0, "%s; the lock was released", s.msg);
+        return RB_EFINAL;
+    }
+    if (rc) return rc;
+    if (flag == 1) {
+        *granted = 1;
+        req->fence = (uint64_t)n;
+        req->sent_ns = sent;
+    } else {
+        *hint = n >= 0 ? n : (n == -2 ? 0 : -1);
+    }
+    return 0;
+}
+
+static int int_script(reng *e, int sid, int nkeys, int argc, const char *const *argv, int64_t deadline,
+                      long long *out, const char *what) {
+    redisReply *r = NULL;
+    int rc = baton__redis_script(e, sid, nkeys, argc, argv, NULL, deadline, &r, NULL);
+    if (rc) return rc;
+    if (r->type != REDIS_REPLY_INTEGER) return baton__redis_bad_reply(r, what);
+    *out = r->integer;
+    rreply_free(r);
+    return 0;
+}
+
+/* Queue entries and writer intents are refreshed this often while waiting. */
+static int64_t refresh_of(uint32_t lease_ms) {
+    int64_t r = (lease_ms ? lease_ms : 30000) / 3;
+    return r < 10 ? 10 : r;
+}
+
+/* ---- fair lock -------------------------------------------------------------- */
+
+typedef struct {
+    reng *e;
+    rlock *l;
+    baton_acquire_req *req;
+    rb_owner os;
+    char lease[24];
+} fair_ctx;
+
+int baton__redis_fair_release(reng *e, rlock *l, const baton_owner *owner) {
+    rb_owner os;
+    baton__redis_owner(owner, &os);
+    const char *argv[6] = { l->key, l->queue, l->timeouts, l->holder, os.field, l->channel };
+    long long v = 0;
+    int rc = int_script(e, S_FAIR_REL, 4, 6, argv, baton__redis_io_deadline(e), &v, "the fair release script");
+    if (rc) return rc;
+    if (v != 1) return baton_seterr(BATON_ELOST, 0, "redis: '%s' is no longer held by this owner", l->key);
+    return 0;
+}
+
+static int fair_undo(reng *e, rlock *l, const baton_owner *owner) { return baton__redis_fair_release(e, l, owner); }
+
+static int fair_once(fair_ctx *x, int wait, int *granted, int64_t *hint) {
+    const char *argv[11] = {
+        x->l->key, x->l->queue, x->l->timeouts, x->l->fence, x->l->holder,
+        x->lease, x->os.field, x->req->owner->desc, x->lease, x->l->channel, wait ? "wait" : "try",
+    };
+    return grant_script(x->e, x->l, S_FAIR_ACQ, 5, 11, argv, x->req, fair_undo, granted, hint);
+}
+
+static int fair_attempt(void *p, int *done, int64_t *hint) {
+    int granted = 0;
+    int rc = fair_once(p, 1, &granted, hint);
+    if (granted || rc == RB_EFINAL) *done = 1;
+    return rc == RB_EFINAL ? BATON_EUNAVAILABLE : rc;
+}
+
+static void fair_leave(fair_ctx *x) {
+    const char *argv[5] = { x->l->key, x->l->queue, x->l->timeouts, x->os.field, x->l->channel };
+    long long v;
+    int64_t dl = baton__redis_io_deadline(x->e);
+    if (int_script(x->e, S_FAIR_LEAVE, 3, 5, argv, dl, &v, "the fair leave script") == BATON_EUNAVAILABLE)
+        int_script(x->e, S_FAIR_LEAVE, 3, 5, argv, dl, &v, "the fair leave script"); /* one retry; else the entry expires */
+}
+
+int baton__redis_fair_acquire(reng *e, rlock *l, baton_acquire_req *req) {
+    fair_ctx x;
+    memset(&x, 0, sizeof x);
+    x.e = e;
+    x.l = l;
+    x.req = req;
+    baton__redis_owner(req->owner, &x.os);
+    snprintf(x.lease, sizeof x.lease, "%" PRIu32, req->lease_ms ? req->lease_ms : 30000);
+    int waiting = req->deadline_ns != 0;
+    if (waiting && !req->waiter) return baton_seterr(BATON_EINVAL, 0, "redis: a waiting acquire needs a waiter");
+
+    /* The first attempt already takes a place in the queue. */
+    int granted = 0;
+    int64_t hint = -1;
+    int rc = fair_once(&x, waiting, &granted, &hint);
+    if (rc == RB_EFINAL) return BATON_EUNAVAILABLE;
+    if (rc || granted) {
+        if (rc && waiting) {
+            saved_err s;
+            err_save(&s, rc);
+            fair_leave(&x);
+            return err_restore(&s);
+        }
+        return rc;
+    }
+    if (!waiting) return baton_seterr(BATON_ELOCKED, 0, "redis: '%s' is held or has waiters queued", l->key);
+
+    /* Our own channel: the release script signals the head waiter only. */
+    size_t n = strlen(l->channel) + strlen(x.os.field) + 2;
+    char *chan = malloc(n);
+    if (!chan) {
+        rc = baton_seterr(BATON_ENOMEM, 0, "redis: out of memory");
+    } else {
+        snprintf(chan, n, "%s:%s", l->channel, x.os.field);
+        char what[80];
+        snprintf(what, sizeof what, "fair acquire of '%.40s'", l->key);
+        rc = baton__redis_wait_loop(e, chan, req->waiter, req->deadline_ns, refresh_of(req->lease_ms), 0,
+                                    fair_attempt, &x, what);
+        free(chan);
+    }
+    if (rc) {
+        saved_err s;
+        err_save(&s, rc);
+        fair_leave(&x);
+        return err_restore(&s);
+    }
+    return 0;
+}
+
+/* ---- read-write lock --------------------------------------------------------- */
+
+typedef struct {
+    reng *e;
+    rlock *l;
+    baton_acquire_req *req;
+    rb_owner os;
+    char lease[24];
+} rw_ctx;
+
+int baton__redis_rw_release(reng *e, rlock *l, const baton_owner *owner) {
+    rb_owner os;
+    baton__redis_owner(owner, &os);
+    long long v = 0;
+    int rc;
+    if (l->kind == RK_READ) {
+        const char *argv[4] = { l->key, l->tprefix, os.field, l->channel };
+        rc = int_script(e, S_RW_READ_REL, 2, 4, argv, baton__redis_io_deadline(e), &v, "the read release script");
+    } else {
+        const char *argv[4] = { l->key, l->holder, os.field, l->channel };
+        rc = int_script(e, S_RW_WRITE_REL, 2, 4, argv, baton__redis_io_deadline(e), &v, "the write release script");
+    }
+    if (rc) return rc;
+    if (v != 1)
+        return baton_seterr(BATON_ELOST, 0, "redis: the %s side of '%s' is no longer held by this owner",
+                            l->kind == RK_READ ? "read" : "write", l->key);
+    return 0;
+}
+
+int baton__redis_rw_renew(reng *e, rlock *l, const baton_owner *owner, uint32_t lease_ms, int64_t deadline) {
+    rb_owner os;
+    baton__redis_owner(owner, &os);
+    char lease[24];
+    snprintf(lease, sizeof lease, "%" PRIu32, lease_ms ? lease_ms : 30000);
+    int64_t dl = baton__redis_io_deadline(e);
+    if (deadline > 0) dl = rmin64(dl, deadline);
+    if (baton_now_ns() >= dl)
+        return baton_seterr(BATON_EUNAVAILABLE, ETIMEDOUT, "redis: renewal of '%s' is past its deadline", l->key);
+    long long v = 0;
+    int rc;
+    if (l->kind == RK_READ) {
+        const char *argv[4] = { l->key, l->tprefix, lease, os.field };
+        rc = int_script(e, S_RW_READ_RENEW, 2, 4, argv, dl, &v, "the read renewal script");
+    } else {
+        const char *argv[4] = { l->key, l->holder, lease, os.field };
+        rc = int_script(e, S_RW_WRITE_RENEW, 2, 4, argv, dl, &v, "the write renewal script");
+    }
+    if (rc) return rc;
+    if (v != 1)
+        return baton_seterr(BATON_ELOST, 0, "redis: the %s side of '%s' is no longer held by this owner",
+                            l->kind == RK_READ ? "read" : "write", l->key);
+    return 0;
+}
+
+static int rw_undo(reng *e, rlock *l, const baton_owner *owner) { return baton__redis_rw_release(e, l, owner); }
+
+static int rw_once(rw_ctx *x, int wait, int *granted, int64_t *hint) {
+    rlock *l = x->l;
+    if (l->kind == RK_READ) {
+        const char *argv[6] = { l->key, l->tprefix, l->fence, l->timeouts, x->lease, x->os.field };
+        return grant_script(x->e, l, S_RW_READ_ACQ, 4, 6, argv, x->req, rw_undo, granted, hint);
+    }
+    const char *argv[9] = {
+        l->key, l->tprefix, l->fence, l->timeouts, l->holder,
+        x->lease, x->os.field, x->req->owner->desc, wait ? "wait" : "try",
+    };
+    return grant_script(x->e, l, S_RW_WRITE_ACQ, 5, 9, argv, x->req, rw_undo, granted, hint);
+}
+
+static int rw_attempt(void *p, int *done, int64_t *hint) {
+    int granted = 0;
+    int rc = rw_once(p, 1, &granted, hint);
+    if (granted || rc == RB_EFINAL) *done = 1;
+    return rc == RB_EFINAL ? BATON_EUNAVAILABLE : rc;
+}
+
+/* A waiting writer that gives up withdraws its intent (else it expires). */
+static void rw_leave(rw_ctx *x) {
+    const char *argv[3] = { x->l->timeouts, x->os.field, x->l->channel };
+    long long v;
+    int_script(x->e, S_RW_LEAVE, 1, 3, argv, baton__redis_io_deadline(x->e), &v, "the writer leave script");
+}
+
+int baton__redis_rw_acquire(reng *e, rlock *l, baton_acquire_req *req) {
+    rw_ctx x;
+    memset(&x, 0, sizeof x);
+    x.e = e;
+    x.l = l;
+    x.req = req;
+    baton__redis_owner(req->owner, &x.os);
+    snprintf(x.lease, sizeof x.lease, "%" PRIu32, req->lease_ms ? req->lease_ms : 30000);
+    int waiting = req->deadline_ns != 0, writer = l->kind == RK_WRITE;
+    if (waiting && !req->waiter) return baton_seterr(BATON_EINVAL, 0, "redis: a waiting acquire needs a waiter");
+
+    int granted = 0;
+    int64_t hint = -1;
+    int rc = rw_once(&x, waiting, &granted, &hint);
+    if (rc == RB_EFINAL) return BATON_EUNAVAILABLE;
+    if (!rc && !granted && !waiting)
+        return baton_seterr(BATON_ELOCKED, 0, "redis: the %s side of '%s' is not available",
+                            writer ? "write" : "read", l->key);
+    if (!rc && !granted) {
+        char what[80];
+        snprintf(what, sizeof what, "%s acquire of '%.40s'", writer ? "write" : "read", l->key);
+        rc = baton__redis_wait_loop(e, l->channel, req->waiter, req->deadline_ns,
+                                    writer ? refresh_of(req->lease_ms) : 0, 0, rw_attempt, &x, what);
+    }
+    if (rc && writer && waiting) {
+        saved_err s;
+        err_save(&s, rc);
+        rw_leave(&x);
+        return err_restore(&s);
+    }
+    return rc;
+}
+
+int baton__redis_rwlock_new(void *eng, const char *name, const baton_lock_options *opts, void **rd, void **wr) {
+    reng *e = eng;
+    (void)opts;
+    *rd = *wr = NULL;
+    rlock *r = malloc(sizeof *r), *w = malloc(sizeof *w);
+    int rc = (!r || !w) ? baton_seterr(BATON_ENOMEM, 0, "redis: out of memory") : 0;
+    if (!rc && (rc = baton__redis_lock_init(e, name, RK_READ, r)) == 0) {
+        if ((rc = baton__redis_lock_init(e, name, RK_WRITE, w)) != 0) baton__redis_lock_clear(r);
+    }
+    if (rc) {
+        free(r);
+        free(w);
+        return rc;
+    }
+    *rd = r;
+    *wr = w;
+    return 0;
+}

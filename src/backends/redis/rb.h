@@ -1,0 +1,138 @@
+/*
+ * Declarations shared by the backend-level modules of the Redis backend
+ * (the engine, its scripts and the primitives built on them):
+ *   redis.c   URI/options, scripts, plain locks, WAIT, the backend table
+ *   locks.c   fair lock, read-write lock
+ *   prims.c   semaphore, permit-expirable semaphore, count-down latch
+ * The connection layer (conn.c, sub.c, redis_int.h) knows nothing of these.
+ */
+#ifndef BATON_REDIS_RB_H
+#define BATON_REDIS_RB_H
+
+#include "redis_int.h"
+
+enum { RB_LAYOUT_REDISSON, RB_LAYOUT_SIMPLE };
+
+/* Script ids; the bodies are in scripts.h, the table in redis.c. */
+enum {
+    S_ACQ_REDISSON, S_REL_REDISSON, S_RENEW_REDISSON,
+    S_ACQ_SIMPLE, S_REL_SIMPLE, S_RENEW_SIMPLE,
+    S_INFO,
+    S_FAIR_ACQ, S_FAIR_REL, S_FAIR_LEAVE,
+    S_RW_READ_ACQ, S_RW_WRITE_ACQ, S_RW_READ_REL, S_RW_WRITE_REL,
+    S_RW_READ_RENEW, S_RW_WRITE_RENEW, S_RW_LEAVE,
+    S_SEM_ACQ, S_SEM_REL, S_SEM_CTL,
+    S_PERMITS_ACQ, S_PERMITS_REL, S_PERMITS_RENEW, S_PERMITS_CTL,
+    S_LATCH_CTL,
+    S_COUNT
+};
+
+typedef struct {
+    rcfg cfg;
+    rpool pool;
+    rsub sub;
+    char *prefix;
+    int layout;
+    int wait_replicas;       /* > 0: WAIT after every granting acquire */
+    int wait_ms;
+    int wait_warned;         /* the server rejected WAIT; warned once (atomic) */
+    char sha[S_COUNT][41];
+} reng;
+
+/* Runs script SID on connection C (EVALSHA, falling back to EVAL on NOSCRIPT).
+ * argv = the keys, then the arguments; lens NULL = NUL-terminated strings.
+ * Error replies become baton errors. *sent_ns (if given) is when the request
+ * that produced the reply was sent. */
+int baton__redis_script_on(reng *e, rconn *c, int sid, int nkeys, int argc, const char *const *argv,
+                           const size_t *lens, int64_t deadline, redisReply **out, int64_t *sent_ns);
+/* The same on a pooled connection. */
+int baton__redis_script(reng *e, int sid, int nkeys, int argc, const char *const *argv,
+                        const size_t *lens, int64_t deadline, redisReply **out, int64_t *sent_ns);
+/* The I/O deadline of one round trip from now. */
+int64_t baton__redis_io_deadline(reng *e);
+
+/* After a grant on connection C: when wait_replicas is set, WAIT for them.
+ * 0 = enough replicas acknowledged (or the server rejected WAIT: warned once),
+ * BATON_EUNAVAILABLE = too few, or the connection failed; the caller then
+ * undoes the grant. */
+int baton__redis_wait_replicas(reng *e, rconn *c, const char *what);
+
+/* Not a baton code: "unavailable, do not retry" (a grant undone because too
+ * few replicas acknowledged it); the message is set. Callers map it to
+ * BATON_EUNAVAILABLE before returning to the core. */
+#define RB_EFINAL (-1000)
+
+/* Frees R and sets BATON_EPROTO. */
+int baton__redis_bad_reply(redisReply *r, const char *what);
+/* Parses {flag, n} replies: 0 and *flag, *n; or EPROTO. Frees nothing. */
+int baton__redis_pair(const redisReply *r, long long *flag, long long *n);
+
+/* Redisson's derived names: "P:{K}" ("P:K" when K has a hash tag), and the
+ * suffix form "{K}:S" ("K:S"); "{K}" alone when S is NULL. malloc'ed. */
+char *baton__redis_prefixed(const char *prefix, const char *key);
+char *baton__redis_suffixed(const char *key, const char *suffix);
+
+/* Owner strings. */
+typedef struct {
+    char field[80];      /* redisson: "<uuid>:<tid>" */
+    char value[300];     /* simple: "<hex> <desc>" */
+} rb_owner;
+void baton__redis_owner(const baton_owner *o, rb_owner *s);
+
+/* The waiting loop shared by every primitive: subscribe to CHANNEL, wait for
+ * the confirmation, then attempt / park until done, the deadline, or cancel.
+ * ATTEMPT returns 0 with *done, or an error; *hint_ms (-1 = none) bounds the
+ * next park (a lease or queue entry that runs out). refresh_ms > 0 also bounds
+ * every park (queue entries refreshed by the attempt). Returns 0 when an
+ * attempt said done, BATON_ETIMEDOUT, BATON_ECANCELED or an error. */
+typedef int (*rb_attempt_fn)(void *ctx, int *done, int64_t *hint_ms);
+int baton__redis_wait_loop(reng *e, const char *channel, baton_waiter *w, int64_t deadline,
+                           int64_t refresh_ms, int poll_anyway, rb_attempt_fn attempt, void *ctx,
+                           const char *what);
+
+/* Lock states (redis.c owns the plain kind; locks.c fair and read/write). */
+enum { RK_PLAIN, RK_FAIR, RK_READ, RK_WRITE };
+
+typedef struct {
+    int kind;
+    char *key;       /* prefix + name */
+    char *fence;     /* redisson_lock_token:{key} | baton_fence:{key} */
+    char *holder;    /* baton_holder:{key} (redisson layout) */
+    char *channel;   /* unlock channel: plain redisson_lock__channel:{key} | baton_lock__channel:{key};
+                        fair: the per-waiter prefix redisson_lock__channel:{key};
+                        read/write: redisson_rwlock:{key} */
+    char *queue;     /* fair: redisson_lock_queue:{key} */
+    char *timeouts;  /* fair: redisson_lock_timeout:{key}; rw: baton_rwlock_writers:{key} */
+    char *tprefix;   /* rw: "{key}" (reader timeout keys are tprefix:<field>:rwlock_timeout:<n>) */
+} rlock;
+
+int baton__redis_lock_init(reng *e, const char *name, int kind, rlock *l);
+void baton__redis_lock_clear(rlock *l);
+
+/* locks.c */
+int baton__redis_fair_acquire(reng *e, rlock *l, baton_acquire_req *req);
+int baton__redis_fair_release(reng *e, rlock *l, const baton_owner *owner);
+int baton__redis_rw_acquire(reng *e, rlock *l, baton_acquire_req *req);
+int baton__redis_rw_release(reng *e, rlock *l, const baton_owner *owner);
+int baton__redis_rw_renew(reng *e, rlock *l, const baton_owner *owner, uint32_t lease_ms, int64_t deadline);
+int baton__redis_rwlock_new(void *eng, const char *name, const baton_lock_options *opts, void **rd, void **wr);
+
+/* prims.c */
+int baton__redis_sem_new(void *eng, const char *name, void **st);
+void baton__redis_sem_free(void *eng, void *st);
+int baton__redis_sem_acquire(void *eng, void *st, uint32_t permits, int64_t deadline_ns, baton_waiter *w);
+int baton__redis_sem_release(void *eng, void *st, uint32_t permits);
+int baton__redis_sem_ctl(void *eng, void *st, int op, int64_t arg, int64_t *out);
+int baton__redis_permits_new(void *eng, const char *name, void **st);
+void baton__redis_permits_free(void *eng, void *st);
+int baton__redis_permits_acquire(void *eng, void *st, uint32_t lease_ms, int64_t deadline_ns,
+                                 baton_waiter *w, char id[BATON_PERMIT_ID_SIZE]);
+int baton__redis_permits_release(void *eng, void *st, const char *id);
+int baton__redis_permits_renew(void *eng, void *st, const char *id, uint32_t lease_ms);
+int baton__redis_permits_ctl(void *eng, void *st, int op, int64_t arg, int64_t *out);
+int baton__redis_latch_new(void *eng, const char *name, void **st);
+void baton__redis_latch_free(void *eng, void *st);
+int baton__redis_latch_ctl(void *eng, void *st, int op, int64_t arg, int64_t *out);
+int baton__redis_latch_await(void *eng, void *st, int64_t deadline_ns, baton_waiter *w);
+
+#endif

@@ -1,0 +1,525 @@
+/*
+ * The fair lock suite (baton_lock_options.fair = 1):
+ *
+ *   test_prims_fair URI          FIFO order, no barging, timeouts and cancels
+ *                                leave the queue, a SIGKILLed waiter does not
+ *                                stall it, exclusion under N processes
+ *   test_prims_fair --herd       Redis only, on a server of its own: the number
+ *                                of server commands per handoff is the same with
+ *                                1, 16 and 128 waiters (INFO commandstats)
+ *
+ * "{port}" in URI is the test Redis server's port. An engine without fair
+ * locks (BATON_ENOTSUP at open) is a skip.
+ */
+#include "prims.h"
+
+static baton_lock_options fair_opts(uint32_t lease_ms) {
+    baton_lock_options o = BATON_LOCK_OPTIONS_INIT;
+    o.fair = 1;
+    if (lease_ms) o.lease_ms = lease_ms;
+    return o;
+}
+
+/* How many waiters the engine has queued for NAME: Redis only (LLEN of
+ * Redisson's queue list); -1 elsewhere. */
+static long queued(int port, const char *name) {
+    if (!port) return -1;
+    rcli c;
+    if (rcli_open(&c, port)) return -1;
+    char key[1200];
+    snprintf(key, sizeof key, strchr(name, '{') ? "redisson_lock_queue:%s" : "redisson_lock_queue:{%s}", name);
+    const char *argv[2] = { "LLEN", key };
+    long long v = rcli_int(&c, 2, argv);
+    rcli_close(&c);
+    return (long)v;
+}
+
+/* Waits until N waiters are queued (Redis), or a fixed pause elsewhere. */
+static void wait_queued(int port, const char *name, long n) {
+    if (!port) {
+        sleep_ms(250);
+        return;
+    }
+    int64_t end = now_ms() + 10000;
+    while (queued(port, name) != n && now_ms() < end) sleep_ms(5);
+    if (queued(port, name) != n) fprintf(stderr, "   queue of %s never reached %ld\n", name, n);
+}
+
+/* ---- workers ------------------------------------------------------------------ */
+
+/* Prints WAITING, waits for the fair lock forever, prints GOT <fence>, then
+ * holds it until stdin says RELEASE (or EOF). */
+static int worker_wait(const char *uri, const char *name, uint32_t lease) {
+    baton_client *c = client_of(uri);
+    baton_lock_options o = fair_opts(lease);
+    baton_lock *l = lock_on(c, name, &o);
+    out_line("WAITING\n");
+    int rc = baton_lock_acquire(l, -1);
+    if (rc) {
+        out_line("ERR %d\n", rc);
+        return 2;
+    }
+    out_line("GOT %llu\n", (unsigned long long)baton_lock_fence(l));
+    wait_for_line("RELEASE");
+    baton_lock_free(l);
+    baton_client_close(c);
+    return 0;
+}
+
+/* M times: fair lock, non-atomic read-modify-write of FILE, unlock. */
+static int worker_incr(const char *uri, const char *name, const char *file, int m) {
+    baton_client *c = client_of(uri);
+    baton_lock_options o = fair_opts(0);
+    baton_lock *l = lock_on(c, name, &o);
+    int fd = open(file, O_RDWR | O_CLOEXEC), bad = 0;
+    if (fd < 0) return 2;
+    for (int i = 0; i < m && !bad; i++) {
+        int rc = baton_lock_acquire(l, 60000);
+        if (rc) {
+            fprintf(stderr, "worker: acquire %d (%s)\n", rc, baton_strerror(rc));
+            bad = 1;
+            break;
+        }
+        char buf[32] = { 0 };
+        ssize_t r = pread(fd, buf, sizeof buf - 1, 0);
+        long v = r > 0 ? strtol(buf, NULL, 10) : 0;
+        usleep(200);
+        int len = snprintf(buf, sizeof buf, "%ld\n", v + 1);
+        if (pwrite(fd, buf, (size_t)len, 0) != len) bad = 1;
+        if (baton_lock_release(l)) bad = 1;
+    }
+    close(fd);
+    baton_lock_free(l);
+    baton_client_close(c);
+    return bad;
+}
+
+/* ---- cases ----------------------------------------------------------------------- */
+
+static void test_basic(void) {
+    char n[256];
+    lname(n, sizeof n, "basic");
+    baton_client *c1 = client(), *c2 = client();
+    baton_lock_options o = fair_opts(0);
+    baton_lock *a = lock_on(c1, n, &o), *b = lock_on(c2, n, &o);
+    CHECK_RC(baton_lock_acquire(a, 0), 0);
+    uint64_t f1 = baton_lock_fence(a);
+    CHECK(f1 > 0);
+    CHECK_RC(baton_lock_acquire(b, 0), BATON_ELOCKED);
+    int64_t t0 = now_ms();
+    CHECK_RC(baton_lock_acquire(b, 300), BATON_ETIMEDOUT);
+    CHECK(now_ms() - t0 >= 250);
+    CHECK_RC(baton_lock_release(a), 0);
+    CHECK_RC(baton_lock_release(a), BATON_ENOTHELD);
+    CHECK_RC(baton_lock_acquire(b, 0), 0); /* the timed-out wait left no queue entry behind */
+    CHECK(baton_lock_fence(b) > f1);
+    baton_lockinfo info;
+    memset(&info, 0, sizeof info);
+    CHECK_RC(baton_lock_info(c1, n, &info), 0);
+    CHECK(info.held == 1 && info.fence == baton_lock_fence(b));
+    CHECK_RC(baton_lock_release(b), 0);
+
+    /* reentrancy works for fair locks too */
+    baton_lock_options ro = fair_opts(0);
+    ro.reentrant = 1;
+    baton_lock *r = lock_on(c1, n, &ro);
+    CHECK_RC(baton_lock_acquire(r, 0), 0);
+    CHECK_RC(baton_lock_acquire(r, 1000), 0);
+    CHECK_RC(baton_lock_release(r), 0);
+    CHECK_RC(baton_lock_acquire(b, 0), BATON_ELOCKED);
+    CHECK_RC(baton_lock_release(r), 0);
+    CHECK_RC(baton_lock_acquire(b, 0), 0);
+    CHECK_RC(baton_lock_release(b), 0);
+    baton_lock_free(r);
+    baton_lock_free(a);
+    baton_lock_free(b);
+    baton_client_close(c1);
+    baton_client_close(c2);
+}
+
+#define FIFO_N 6
+
+static void test_fifo_order(void) {
+    char n[256];
+    lname(n, sizeof n, "fifo");
+    baton_client *h = client(), *c[2] = { client(), client() };
+    baton_lock_options o = fair_opts(0);
+    baton_lock *hl = lock_on(h, n, &o), *w[FIFO_N];
+    acq_thread t[FIFO_N];
+    atomic_int ctr;
+    atomic_init(&ctr, 0);
+    CHECK_RC(baton_lock_acquire(hl, 0), 0);
+    for (int i = 0; i < FIFO_N; i++) {
+        w[i] = lock_on(c[i % 2], n, &o);
+        acq_start_ex(&t[i], w[i], 30000, 0, 20, &ctr);
+        wait_queued(g_redis_port, n, i + 1);
+    }
+    CHECK(!atomic_load(&t[0].done));
+    CHECK_RC(baton_lock_release(hl), 0);
+    int bad = 0;
+    for (int i = 0; i < FIFO_N; i++) {
+        CHECK(acq_wait(&t[i], 20000));
+        acq_join(&t[i]);
+        CHECK_RC(t[i].rc, 0);
+        if (t[i].order != i + 1) bad++;
+        fprintf(stderr, "   waiter %d (queued %d.) was granted %d.\n", i + 1, i + 1, t[i].order);
+    }
+    CHECK(bad == 0);
+    /* fences follow the grant order */
+    for (int i = 1; i < FIFO_N; i++) CHECK(t[i].fence > t[i - 1].fence);
+    for (int i = 0; i < FIFO_N; i++) baton_lock_free(w[i]);
+    baton_lock_free(hl);
+    baton_client_close(h);
+    baton_client_close(c[0]);
+    baton_client_close(c[1]);
+}
+
+/* A try never jumps the queue: right after a release the lock belongs to the
+ * queued waiter, even if the lock is momentarily free. */
+static void test_no_barging(void) {
+    char n[256];
+    lname(n, sizeof n, "barge");
+    baton_client *c1 = client(), *c2 = client(), *c3 = client();
+    baton_lock_options o = fair_opts(0);
+    baton_lock *a = lock_on(c1, n, &o), *b = lock_on(c2, n, &o), *x = lock_on(c3, n, &o);
+    int barged = 0;
+    for (int round = 0; round < 5; round++) {
+        CHECK_RC(baton_lock_acquire(a, 0), 0);
+        acq_thread t;
+        acq_start(&t, b, 10000);
+        wait_queued(g_redis_port, n, 1);
+        CHECK_RC(baton_lock_release(a), 0);
+        int rc = baton_lock_acquire(x, 0);
+        if (rc == 0) {
+            barged++;
+            baton_lock_release(x);
+        }
+        CHECK(acq_wait(&t, 10000));
+        acq_join(&t);
+        CHECK_RC(t.rc, 0);
+    }
+    CHECK(barged == 0);
+    baton_lock_free(a);
+    baton_lock_free(b);
+    baton_lock_free(x);
+    baton_client_close(c1);
+    baton_client_close(c2);
+    baton_client_close(c3);
+}
+
+/* Waiters that time out or are cancelled leave the queue at once: the next
+ * waiter is granted promptly, not after their queue leases. */
+static void test_leave_queue(void) {
+    char n[256];
+    lname(n, sizeof n, "leave");
+    baton_client *c1 = client(), *c2 = client();
+    baton_lock_options o = fair_opts(30000);
+    baton_lock *a = lock_on(c1, n, &o), *t1 = lock_on(c2, n, &o), *t2 = lock_on(c2, n, &o), *t3 = lock_on(c1, n, &o);
+    CHECK_RC(baton_lock_acquire(a, 0), 0);
+    /* t1 times out (queued first) */
+    CHECK_RC(baton_lock_acquire(t1, 300), BATON_ETIMEDOUT);
+    if (g_redis_port) CHECK(queued(g_redis_port, n) == 0);
+    /* t2 queues, then is cancelled */
+    acq_thread c;
+    acq_start(&c, t2, 30000);
+    wait_queued(g_redis_port, n, 1);
+    CHECK_RC(baton_lock_cancel(t2), 0);
+    CHECK(acq_wait(&c, 5000));
+    acq_join(&c);
+    CHECK_RC(c.rc, BATON_ECANCELED);
+    if (g_redis_port) CHECK(queued(g_redis_port, n) == 0);
+    /* t3 queues behind nothing stale: granted as soon as a releases */
+    acq_thread w;
+    acq_start(&w, t3, 30000);
+    wait_queued(g_redis_port, n, 1);
+    int64_t t0 = now_ms();
+    CHECK_RC(baton_lock_release(a), 0);
+    CHECK(acq_wait(&w, 10000));
+    CHECK(w.t_done - t0 < 1500);
+    acq_join(&w);
+    CHECK_RC(w.rc, 0);
+    /* a head that gives up passes its place on */
+    CHECK_RC(baton_lock_acquire(a, 0), 0);
+    acq_thread w1, w2;
+    acq_start(&w1, t1, 700);
+    wait_queued(g_redis_port, n, 1);
+    acq_start(&w2, t3, 30000);
+    wait_queued(g_redis_port, n, 2);
+    CHECK(acq_wait(&w1, 5000));
+    CHECK_RC(w1.rc, BATON_ETIMEDOUT);
+    t0 = now_ms();
+    CHECK_RC(baton_lock_release(a), 0);
+    CHECK(acq_wait(&w2, 10000));
+    CHECK(w2.t_done - t0 < 1500);
+    acq_join(&w1);
+    acq_join(&w2);
+    CHECK_RC(w2.rc, 0);
+    baton_lock_free(a);
+    baton_lock_free(t1);
+    baton_lock_free(t2);
+    baton_lock_free(t3);
+    baton_client_close(c1);
+    baton_client_close(c2);
+}
+
+/* A waiter SIGKILLed while queued (ahead of another) does not stall the
+ * queue for longer than its queue lease. */
+static void test_killed_waiter(void) {
+    char n[256];
+    lname(n, sizeof n, "killed");
+    const uint32_t lease = 1000;
+    baton_client *c1 = client(), *c2 = client();
+    baton_lock_options o = fair_opts(0);
+    baton_lock *a = lock_on(c1, n, &o), *b = lock_on(c2, n, &o);
+    CHECK_RC(baton_lock_acquire(a, 0), 0);
+    worker w;
+    char ls[16], line[128];
+    snprintf(ls, sizeof ls, "%u", lease);
+    char *argv[] = { "test_prims_fair", "--worker", "wait", g_uri, n, ls, NULL };
+    CHECK(spawn_worker(&w, argv) == 0);
+    CHECK(expect_line(&w, "WAITING", line, sizeof line, 15000) == 0);
+    wait_queued(g_redis_port, n, 1);
+    acq_thread t;
+    acq_start(&t, b, 20000);
+    wait_queued(g_redis_port, n, 2);
+    kill(w.pid, SIGKILL);
+    int st = reap(&w, 10000);
+    CHECK(WIFSIGNALED(st));
+    /* the release signals the dead head; b must not wait for more than the
+     * dead entry's lease */
+    int64_t t0 = now_ms();
+    CHECK_RC(baton_lock_release(a), 0);
+    CHECK(acq_wait(&t, 15000));
+    int64_t el = t.t_done - t0;
+    fprintf(stderr, "   granted %lld ms after the release (dead waiter's queue lease %u ms)\n", (long long)el, lease);
+    CHECK(el < lease + 2500);
+    acq_join(&t);
+    CHECK_RC(t.rc, 0);
+    if (g_redis_port) CHECK(queued(g_redis_port, n) == 0);
+    baton_lock_free(a);
+    baton_lock_free(b);
+    baton_client_close(c1);
+    baton_client_close(c2);
+}
+
+#define P_PROCS 4
+#define P_ITERS 25
+
+static void test_exclusion_processes(void) {
+    char n[256], file[1200];
+    lname(n, sizeof n, "procs");
+    snprintf(file, sizeof file, "%s/counter", g_tmp);
+    file_init(file, 0);
+    worker w[P_PROCS];
+    char m[16];
+    snprintf(m, sizeof m, "%d", P_ITERS);
+    for (int i = 0; i < P_PROCS; i++) {
+        char *argv[] = { "test_prims_fair", "--worker", "incr", g_uri, n, file, m, NULL };
+        CHECK(spawn_worker(&w[i], argv) == 0);
+    }
+    for (int i = 0; i < P_PROCS; i++) CHECK(exited_ok(reap(&w[i], 120000)));
+    long total = file_read(file);
+    CHECK(total == P_PROCS * P_ITERS);
+    if (total != P_PROCS * P_ITERS) fprintf(stderr, "   counter = %ld, want %d\n", total, P_PROCS * P_ITERS);
+}
+
+/* ---- herd: server commands per handoff -------------------------------------------- */
+
+#ifdef PR_REDIS_SH
+#define MAXCMD 128
+typedef struct {
+    int n;
+    char name[MAXCMD][48];
+    long long calls[MAXCMD];
+} cmdstats;
+
+static int stats_get(rcli *c, cmdstats *s) {
+    const char *argv[2] = { "INFO", "commandstats" };
+    char *r = rcli_cmd(c, 2, argv, NULL);
+    if (!r || r[0] != '$') { free(r); return -1; }
+    memset(s, 0, sizeof *s);
+    for (char *p = strstr(r, "cmdstat_"); p; p = strstr(p + 1, "cmdstat_")) {
+        char nm[48];
+        long long calls;
+        if (sscanf(p, "cmdstat_%47[^:]:calls=%lld", nm, &calls) == 2 && s->n < MAXCMD) {
+            /* INFO is ours; PING is the subscriber's keepalive (time-driven) */
+            if (!strcmp(nm, "info") || !strcmp(nm, "ping")) continue;
+            snprintf(s->name[s->n], sizeof s->name[0], "%s", nm);
+            s->calls[s->n++] = calls;
+        }
+    }
+    free(r);
+    return 0;
+}
+
+static long long stats_total(const cmdstats *s) {
+    long long t = 0;
+    for (int i = 0; i < s->n; i++) t += s->calls[i];
+    return t;
+}
+
+static long long stats_of(const cmdstats *s, const char *nm) {
+    for (int i = 0; i < s->n; i++)
+        if (!strcmp(s->name[i], nm)) return s->calls[i];
+    return 0;
+}
+
+/* Waits until the counters stop moving (nothing in flight), returns them. */
+static void stats_settle(rcli *c, cmdstats *s) {
+    cmdstats prev;
+    stats_get(c, &prev);
+    for (int i = 0; i < 200; i++) {
+        sleep_ms(100);
+        stats_get(c, s);
+        if (stats_total(s) == stats_total(&prev)) return;
+        prev = *s;
+    }
+}
+
+static void stats_delta(const cmdstats *a, const cmdstats *b, char *out, size_t n) {
+    size_t off = 0;
+    out[0] = 0;
+    for (int i = 0; i < b->n && off < n; i++) {
+        long long d = b->calls[i] - stats_of(a, b->name[i]);
+        if (d) off += (size_t)snprintf(out + off, n - off, " %s=%lld", b->name[i], d);
+    }
+}
+
+#define HERD_MAX 128
+
+/* Holder + NW queued waiters; measures the handoffs holder -> w1 and (with
+ * two or more waiters) w1 -> w2. Returns the per-handoff command counts. */
+static int herd_round(const char *uri, int port, int nw, long long out[2], char desc[2][512]) {
+    char n[256];
+    snprintf(n, sizeof n, "%sherd-%d", g_prefix, nw);
+    baton_client *c = client_of(uri), *hc = client_of(uri);
+    baton_lock_options o = fair_opts(60000); /* no queue refresh within the test */
+    baton_lock *h = lock_on(hc, n, &o);
+    static baton_lock *w[HERD_MAX];
+    static acq_thread t[HERD_MAX];
+    int ok = 1;
+    MUST(baton_lock_acquire(h, 0));
+    for (int i = 0; i < nw; i++) {
+        w[i] = lock_on(c, n, &o);
+        acq_start(&t[i], w[i], 60000);
+        wait_queued(port, n, i + 1);
+    }
+    /* every waiter subscribed to its own channel */
+    rcli r;
+    if (rcli_open(&r, port)) return -1;
+    char pat[400];
+    snprintf(pat, sizeof pat, "redisson_lock__channel:{%s}:*", n);
+    int64_t end = now_ms() + 20000;
+    for (;;) {
+        const char *argv[3] = { "PUBSUB", "CHANNELS", pat };
+        char *rep = rcli_cmd(&r, 3, argv, NULL);
+        int subs = rep && rep[0] == '*' ? atoi(rep + 1) : -1;
+        free(rep);
+        if (subs == nw) break;
+        if (now_ms() > end) {
+            fprintf(stderr, "   only %d of %d waiters subscribed\n", subs, nw);
+            ok = 0;
+            break;
+        }
+        sleep_ms(10);
+    }
+    cmdstats s0, s1, s2;
+    stats_settle(&r, &s0);
+    baton_lock_release(h);
+    if (!acq_wait(&t[0], 10000)) ok = 0;
+    stats_settle(&r, &s1);
+    out[0] = stats_total(&s1) - stats_total(&s0);
+    stats_delta(&s0, &s1, desc[0], sizeof desc[0]);
+    out[1] = -1;
+    desc[1][0] = 0;
+    for (int i = 1; i < nw; i++) if (atomic_load(&t[i].done)) ok = 0; /* nobody else moved */
+    if (t[0].rc != 0) ok = 0;
+    if (nw >= 2) {
+        atomic_store(&t[0].release_now, 1);
+        if (!acq_wait(&t[1], 10000)) ok = 0;
+        stats_settle(&r, &s2);
+        out[1] = stats_total(&s2) - stats_total(&s1) ;
+        stats_delta(&s1, &s2, desc[1], sizeof desc[1]);
+        if (t[1].rc != 0) ok = 0;
+        for (int i = 2; i < nw; i++) if (atomic_load(&t[i].done)) ok = 0;
+    }
+    rcli_close(&r);
+    for (int i = 0; i < nw; i++) {
+        acq_join(&t[i]);
+        baton_lock_free(w[i]);
+    }
+    baton_lock_free(h);
+    baton_client_close(c);
+    baton_client_close(hc);
+    return ok ? 0 : -1;
+}
+
+static int herd_main(void) {
+    const char *tt = getenv("BATON_TEST_TMP");
+    char dir[1100];
+    snprintf(dir, sizeof dir, "%s/prims_fair_herd", tt && *tt ? tt : "/tmp");
+    mkdirs(dir);
+    pr_redis("stop", dir, NULL);
+    int port = pr_redis("start", dir, NULL);
+    char uri[128];
+    snprintf(uri, sizeof uri, "redis://127.0.0.1:%d/0", port);
+    snprintf(g_uri, sizeof g_uri, "%s", uri);
+    snprintf(g_prefix, sizeof g_prefix, "herd/%ld/", (long)getpid());
+    th_current = "herd";
+    static const int sizes[] = { 1, 16, 128 };
+    long long ref = -1;
+    /* a warm-up round loads the scripts (the first EVALSHA of each is a NOSCRIPT) */
+    long long warm[2];
+    char d[2][512];
+    CHECK(herd_round(uri, port, 2, warm, d) == 0);
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+        long long v[2];
+        int rc = herd_round(uri, port, sizes[k], v, d);
+        CHECK(rc == 0);
+        fprintf(stderr, "   %3d waiters: %lld commands per handoff:%s\n", sizes[k], v[0], d[0]);
+        if (v[1] >= 0) fprintf(stderr, "   %3d waiters: %lld commands for the next handoff:%s\n", sizes[k], v[1], d[1]);
+        if (ref < 0) ref = v[0];
+        CHECK(v[0] == ref);
+        if (v[1] >= 0) CHECK(v[1] == ref);
+        CHECK(v[0] > 0);
+    }
+    pr_redis("stop", dir, NULL);
+    return th_finish();
+}
+#endif
+
+int main(int argc, char **argv) {
+    signal(SIGPIPE, SIG_IGN);
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    if (argc >= 2 && !strcmp(argv[1], "--worker")) {
+        if (argc == 6 && !strcmp(argv[2], "wait")) return worker_wait(argv[3], argv[4], (uint32_t)atoi(argv[5]));
+        if (argc == 7 && !strcmp(argv[2], "incr")) return worker_incr(argv[3], argv[4], argv[5], atoi(argv[6]));
+        fprintf(stderr, "bad worker arguments\n");
+        return 2;
+    }
+#ifdef PR_REDIS_SH
+    if (argc == 2 && !strcmp(argv[1], "--herd")) return herd_main();
+#endif
+    if (argc != 2) {
+        fprintf(stderr, "usage: %s URI | --herd\n", argv[0]);
+        return 2;
+    }
+    int rc = pr_setup("fair", argv[1]);
+    if (rc) return rc;
+    {
+        baton_client *c = client();
+        baton_lock_options o = fair_opts(0);
+        baton_lock *l = NULL;
+        rc = baton_lock_open(&l, c, "probe", &o);
+        baton_lock_free(l);
+        baton_client_close(c);
+        if (rc == BATON_ENOTSUP) return pr_skip("this engine has no fair lock");
+    }
+    RUN(test_basic);
+    RUN(test_fifo_order);
+    RUN(test_no_barging);
+    RUN(test_leave_queue);
+    RUN(test_killed_waiter);
+    RUN(test_exclusion_processes);
+    return th_finish();
+}
