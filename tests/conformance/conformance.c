@@ -690,12 +690,23 @@ static void test_reentrant(void) {
     baton_client_close(c2);
 }
 
+static atomic_int g_lost_calls;
+static void count_lost(baton_lock *l, void *payload) {
+    (void)l;
+    atomic_fetch_add(&g_lost_calls, 1);
+    if (payload) atomic_fetch_add((atomic_int *)payload, 1);
+}
+
 static void test_renewal_keeps_lock(void) {
     char n[256];
     lname(n, sizeof n, "renewal");
     baton_client *c1 = client(), *c2 = client();
+    atomic_int lost;
+    atomic_init(&lost, 0);
     baton_lock_options o = BATON_LOCK_OPTIONS_INIT;
     o.lease_ms = 600;
+    o.on_lost = count_lost;
+    o.on_lost_payload = &lost;
     baton_lock *a = lock_on(c1, n, &o), *b = lock_on(c2, n, NULL);
     CHECK_RC(baton_lock_acquire(a, 0), 0);
     uint64_t f = baton_lock_fence(a);
@@ -716,19 +727,14 @@ static void test_renewal_keeps_lock(void) {
     CHECK(remaining_ok == rounds);
     CHECK(baton_lock_fence(a) == f);
     CHECK_RC(baton_lock_release(a), 0);
+    sleep_ms(100);
+    CHECK(atomic_load(&lost) == 0); /* renewed, never lost; a release is not a loss */
     CHECK_RC(baton_lock_acquire(b, 0), 0);
     CHECK_RC(baton_lock_release(b), 0);
     baton_lock_free(a);
     baton_lock_free(b);
     baton_client_close(c1);
     baton_client_close(c2);
-}
-
-static atomic_int g_lost_calls;
-static void count_lost(baton_lock *l, void *payload) {
-    (void)l;
-    atomic_fetch_add(&g_lost_calls, 1);
-    if (payload) atomic_fetch_add((atomic_int *)payload, 1);
 }
 
 static void test_fixed_lease_expires(void) {
@@ -1012,6 +1018,69 @@ static void test_info(void) {
     baton_client_close(c2);
 }
 
+/* One client shared by threads: a thread blocked on one lock does not hold
+ * up other threads' operations on other locks of the same client. */
+static void test_shared_client_progress(void) {
+    char nx[256], ny[256];
+    lname(nx, sizeof nx, "progress-x");
+    lname(ny, sizeof ny, "progress-y");
+    baton_client *c = client(), *c2 = client();
+    baton_lock *hold = lock_on(c2, nx, NULL);
+    CHECK_RC(baton_lock_acquire(hold, 0), 0);
+    baton_lock *wx = lock_on(c, nx, NULL), *wx2 = lock_on(c, nx, NULL);
+    acq_thread t1, t2;
+    acq_start(&t1, wx, -1);
+    acq_start(&t2, wx2, 30000);
+    sleep_ms(200);
+    baton_lock *y = lock_on(c, ny, NULL);
+    int64_t t0 = now_ms();
+    int bad = 0;
+    for (int i = 0; i < 20; i++) {
+        if (baton_lock_acquire(y, 0) != 0) bad++;
+        if (baton_lock_release(y) != 0) bad++;
+    }
+    int64_t el = now_ms() - t0;
+    CHECK(bad == 0);
+    CHECK(el < 3000); /* 40 round trips, not stuck behind the blocked waiters */
+    if (el >= 3000) fprintf(stderr, "   20 acquire/release pairs took %lld ms\n", (long long)el);
+    baton_lockinfo info;
+    CHECK_RC(info_of(c, nx, &info), 0);
+    CHECK(info.held == 1);
+    CHECK(!atomic_load(&t1.done) && !atomic_load(&t2.done));
+    CHECK_RC(baton_lock_release(hold), 0);
+    /* both waiters get it in turn */
+    int64_t end = now_ms() + 10000;
+    int granted = 0;
+    while (now_ms() < end && granted < 2) {
+        if (atomic_load(&t1.done) && t1.rc == 0 && baton_lock_held(wx)) {
+            CHECK_RC(baton_lock_acquire(y, 0), 0); /* still usable meanwhile */
+            CHECK_RC(baton_lock_release(y), 0);
+            pthread_join(t1.th, NULL);
+            CHECK_RC(baton_lock_release(wx), 0);
+            t1.rc = 1;
+            granted++;
+        }
+        if (atomic_load(&t2.done) && t2.rc == 0 && baton_lock_held(wx2)) {
+            pthread_join(t2.th, NULL);
+            CHECK_RC(baton_lock_release(wx2), 0);
+            t2.rc = 1;
+            granted++;
+        }
+        sleep_ms(5);
+    }
+    CHECK(granted == 2);
+    if (granted < 2) {
+        if (t1.rc != 1) acq_join(&t1);
+        if (t2.rc != 1) acq_join(&t2);
+    }
+    baton_lock_free(wx);
+    baton_lock_free(wx2);
+    baton_lock_free(y);
+    baton_lock_free(hold);
+    baton_client_close(c);
+    baton_client_close(c2);
+}
+
 /* fair=1: FIFO grants where the engine can, else BATON_ENOTSUP (at open or
  * at acquire) -- never silently unfair and never a crash. */
 static void test_fair_option(void) {
@@ -1135,6 +1204,7 @@ int main(int argc, char **argv) {
     RUN(test_close_releases);
     RUN(test_info);
     RUN(test_sigkill_holder);
+    RUN(test_shared_client_progress);
     RUN(test_fair_option);
     if (g_leases) {
         RUN(test_owner_checked);
