@@ -290,7 +290,7 @@ static int worker_incr(const char *uri, const char *name, const char *file, int 
         fprintf(stderr, "worker: lock_open %d\n", rc);
         return 2;
     }
-    char fpath[1100];
+    char fpath[4200];
     snprintf(fpath, sizeof fpath, "%s.fences", file);
     int fd = open(file, O_RDWR | O_CLOEXEC);
     int ffd = open(fpath, O_WRONLY | O_APPEND | O_CLOEXEC);
@@ -530,7 +530,7 @@ static void test_exclusion_threads(void) {
 #define P_ITERS 50
 
 static void test_exclusion_processes(const char *tmpdir) {
-    char n[256], file[1024], fences[1100];
+    char n[256], file[1200], fences[1300];
     lname(n, sizeof n, "procs");
     snprintf(file, sizeof file, "%s/counter-%s", tmpdir, g_backend);
     snprintf(fences, sizeof fences, "%s.fences", file);
