@@ -9,7 +9,8 @@
  * validity clock starts at that first send); when several nodes need one,
  * they connect in parallel on short-lived threads. A node whose connect
  * failed is not tried again for a short, growing while (20 ms doubling to
- * 1 s), so a dead node costs nothing per attempt.
+ * 500 ms), so a dead node costs nothing per attempt -- unless the round
+ * needs it for a quorum, or is a release (which tries every node).
  */
 #include "redlock_int.h"
 
@@ -26,7 +27,7 @@
 #include <openssl/err.h>
 
 #define DOWN_FIRST_NS (20LL * 1000000)
-#define DOWN_MAX_NS (1000LL * 1000000)
+#define DOWN_MAX_NS (500LL * 1000000)
 
 /* ---- slots ----------------------------------------------------------------- */
 
@@ -137,16 +138,29 @@ static void *conn_run(void *arg) {
 }
 
 /* Gives every RS_ON slot a connection, or fails it. */
-static void connect_all(rl_eng *e, rl_slot *s) {
+static void connect_all(rl_eng *e, rl_slot *s, int all_nodes) {
     conn_job jobs[RL_MAX_NODES];
     size_t nj = 0;
     int64_t now = baton_now_ns();
+    unsigned char down[RL_MAX_NODES];
+    size_t on = 0, ndown = 0;
+    for (size_t i = 0; i < e->n; i++) {
+        down[i] = 0;
+        if (s[i].state != RS_ON) continue;
+        on++;
+        if (!all_nodes && node_down(&e->nodes[i], now)) {
+            down[i] = 1;
+            ndown++;
+        }
+    }
+    /* Skipping the nodes that just failed must leave enough for a quorum. */
+    if (ndown && on - ndown < e->quorum) memset(down, 0, sizeof down);
     for (size_t i = 0; i < e->n; i++) {
         if (s[i].state != RS_ON) continue;
         rl_node *nd = &e->nodes[i];
         s[i].c = pool_pop(nd);
         if (s[i].c) continue;
-        if (node_down(nd, now)) {
+        if (down[i]) {
             slot_fail(&s[i], BATON_EUNAVAILABLE, "%s: not reachable (the last connect failed; retrying shortly)",
                       nd->label);
             continue;
@@ -238,10 +252,12 @@ static int take_reply(rl_eng *e, rl_slot *s, rl_node *nd, const rl_call *call, i
     return 1;
 }
 
-void rl_round(rl_eng *e, rl_slot *s, const rl_call *call, int64_t timeout_ns, size_t enough, int64_t grace_ns,
-              int64_t hard_deadline, int hook, int64_t *first_sent) {
+void rl_round(rl_eng *e, rl_slot *s, const rl_call *call, const rl_round_opts *o, int64_t *first_sent) {
+    int64_t timeout_ns = o->timeout_ns, grace_ns = o->grace_ns, hard_deadline = o->hard_deadline;
+    size_t enough = o->enough;
+    int hook = o->hook;
     if (first_sent) *first_sent = 0;
-    connect_all(e, s);
+    connect_all(e, s, o->all_nodes);
 
     cmdv v;
     build_cmd(call, 0, &v);

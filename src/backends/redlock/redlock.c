@@ -403,7 +403,8 @@ static int rl_open(void **out, const baton_uri *u, const baton_client_options *o
     memset(&call, 0, sizeof call);
     call.raw = ping;
     call.nraw = 1;
-    rl_round(e, s, &call, (int64_t)e->nodes[0].cfg.connect_timeout_ms * MS, 0, 0, 0, RL_HOOK_NONE, NULL);
+    rl_round_opts ro = { .timeout_ns = (int64_t)e->nodes[0].cfg.connect_timeout_ms * MS, .all_nodes = 1 };
+    rl_round(e, s, &call, &ro, NULL);
     size_t ok = 0;
     int auth = 0;
     for (size_t i = 0; i < e->n; i++) {
@@ -483,7 +484,8 @@ static void release_round(rl_eng *e, rl_lock *l, const char *value, const unsign
     const char *keys[2] = { l->key, l->channel };
     const char *args[1] = { value };
     rl_call call = script(S_REL, 2, keys, 1, args);
-    rl_round(e, s, &call, node_timeout_ns(e), e->quorum, slow_ns(e), 0, RL_HOOK_NONE, NULL);
+    rl_round_opts ro = { .timeout_ns = node_timeout_ns(e), .enough = e->quorum, .grace_ns = slow_ns(e), .all_nodes = 1 };
+    rl_round(e, s, &call, &ro, NULL);
     for (size_t i = 0; i < e->n; i++) {
         long long v;
         if (s[i].state == RS_DONE) {
@@ -529,7 +531,8 @@ static int attempt(rl_eng *e, rl_lock *l, baton_acquire_req *req, const char *va
     int64_t tmo = node_timeout_ns(e);
     if (tmo > lease_ns - drift) tmo = lease_ns - drift > MS ? lease_ns - drift : MS;
     int64_t first = 0;
-    rl_round(e, s, &acq, tmo, 0, 0, 0, RL_HOOK_ACQUIRE, &first);
+    rl_round_opts ro = { .timeout_ns = tmo, .hook = RL_HOOK_ACQUIRE };
+    rl_round(e, s, &acq, &ro, &first);
 
     unsigned char yes_node[RL_MAX_NODES] = { 0 }, mine[RL_MAX_NODES] = { 0 };
     long long pttl[RL_MAX_NODES];
@@ -575,7 +578,8 @@ static int attempt(rl_eng *e, rl_lock *l, baton_acquire_req *req, const char *va
             snprintf(fs, sizeof fs, "%" PRIu64, F);
             const char *a2[2] = { value, fs };
             rl_call fc = script(S_FENCE, 2, keys, 2, a2);
-            rl_round(e, s2, &fc, node_timeout_ns(e), 0, 0, validity_end, RL_HOOK_FENCE, NULL);
+            rl_round_opts ro2 = { .timeout_ns = node_timeout_ns(e), .hard_deadline = validity_end, .hook = RL_HOOK_FENCE };
+            rl_round(e, s2, &fc, &ro2, NULL);
             size_t ok = 0;
             long long v;
             for (size_t i = 0; i < e->n; i++) {
@@ -750,7 +754,8 @@ static int rl_lock_renew(void *eng, void *st, const baton_owner *owner, uint32_t
     rl_call call = script(S_RENEW, 1, keys, 2, args);
     rl_slot s[RL_MAX_NODES];
     slots_on(e, s);
-    rl_round(e, s, &call, node_timeout_ns(e), e->quorum, slow_ns(e), hard, RL_HOOK_NONE, NULL);
+    rl_round_opts ro = { .timeout_ns = node_timeout_ns(e), .enough = e->quorum, .grace_ns = slow_ns(e), .hard_deadline = hard };
+    rl_round(e, s, &call, &ro, NULL);
     size_t ext = 0, rep = 0, other = 0, failed = 0;
     for (size_t i = 0; i < e->n; i++) {
         long long x;
@@ -808,7 +813,8 @@ static int rl_lock_info(void *eng, const char *name, baton_lockinfo *out) {
     rl_call call = script(S_INFO, 2, keys, 0, NULL);
     rl_slot s[RL_MAX_NODES];
     slots_on(e, s);
-    rl_round(e, s, &call, node_timeout_ns(e), e->quorum, slow_ns(e), 0, RL_HOOK_NONE, NULL);
+    rl_round_opts ro = { .timeout_ns = node_timeout_ns(e), .enough = e->quorum, .grace_ns = slow_ns(e) };
+    rl_round(e, s, &call, &ro, NULL);
     size_t answered = 0;
     uint64_t fence = 0;
     for (size_t i = 0; i < e->n; i++) {

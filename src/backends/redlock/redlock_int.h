@@ -74,14 +74,22 @@ typedef struct {
     int nraw;
 } rl_call;
 
+/* How a round waits. */
+typedef struct {
+    int64_t timeout_ns;      /* for the replies, from the first send */
+    size_t enough;           /* fewer replies than this by then: wait ... */
+    int64_t grace_ns;        /* ... up to this much longer for the rest */
+    int64_t hard_deadline;   /* never past this (monotonic ns; 0 = none) */
+    int hook;                /* RL_HOOK_*: the round's kind for the test pause */
+    int all_nodes;           /* also connect to nodes whose last connect just failed */
+} rl_round_opts;
+
 /* Sends CALL to every RS_ON slot (connecting first where needed, in parallel),
- * then reads the replies until each is in, or TIMEOUT_NS past the first send;
- * if by then fewer than ENOUGH slots have a reply, it waits up to GRACE_NS
- * longer for the rest. Never past HARD_DEADLINE (0 = none). *first_sent (may
- * be NULL) is when the first request went out, 0 when none did. HOOK is the
- * round's kind for the test pause. Every slot ends RS_OFF, RS_DONE or RS_FAIL. */
-void rl_round(rl_eng *e, rl_slot *s, const rl_call *call, int64_t timeout_ns, size_t enough, int64_t grace_ns,
-              int64_t hard_deadline, int hook, int64_t *first_sent);
+ * then reads the replies as O says. *first_sent (may be NULL) is when the
+ * first request went out, 0 when none did. Every slot ends RS_OFF, RS_DONE or
+ * RS_FAIL. Nodes whose last connect failed a moment ago are skipped (failed)
+ * unless O->all_nodes, or unless too few others are left for a quorum. */
+void rl_round(rl_eng *e, rl_slot *s, const rl_call *call, const rl_round_opts *o, int64_t *first_sent);
 /* Frees the replies and returns the connections; slots become RS_OFF. */
 void rl_slots_reset(rl_eng *e, rl_slot *s);
 
