@@ -296,7 +296,7 @@ static void test_killed_holder(void) {
     CHECK(spawn_worker(&w, argv) == 0);
     CHECK(expect_line(&w, "ID ", line, sizeof line, 15000) == 0);
     char wid[BATON_PERMIT_ID_SIZE];
-    snprintf(wid, sizeof wid, "%s", line + 3);
+    snprintf(wid, sizeof wid, "%.32s", line + 3);
     CHECK(is_id(wid));
     char id[BATON_PERMIT_ID_SIZE];
     CHECK_RC(baton_permits_acquire(p, 10000, 0, id), BATON_ELOCKED);

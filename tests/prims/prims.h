@@ -54,7 +54,10 @@ static inline void sleep_ms(int ms) {
 }
 
 static inline const char *lname(char *buf, size_t n, const char *suffix) {
-    snprintf(buf, n, "%s%s", g_prefix, suffix);
+    size_t a = strlen(g_prefix), b = strlen(suffix);
+    if (a + b + 1 > n) { fprintf(stderr, "FATAL: name too long\n"); exit(1); }
+    memcpy(buf, g_prefix, a);
+    memcpy(buf + a, suffix, b + 1);
     return buf;
 }
 
