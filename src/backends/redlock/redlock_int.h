@@ -17,7 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define RL_MAX_NODES 64
+#define RL_MAX_NODES 16
 #define RL_POOL_MAX 16
 
 /* One independent Redis master. */
@@ -59,7 +59,7 @@ typedef struct {
     redisReply *reply;       /* RS_DONE: the reply (never an error reply) */
     int err;                 /* RS_FAIL: a BATON_E* code */
     int evaled;              /* the NOSCRIPT fallback (EVAL) was sent */
-    char msg[400];           /* RS_FAIL: why */
+    char msg[256];           /* RS_FAIL: why */
 } rl_slot;
 
 /* A script call: EVALSHA sha nkeys keys... args..., EVAL body on NOSCRIPT;
