@@ -249,6 +249,12 @@ static void test_uri(void) {
     rl_uri(u, sizeof u, "tls=maybe");
     CHECK_RC(baton_client_open(&c, u, NULL), BATON_EINVAL);
     CHECK(c == NULL);
+    {
+        char big[4096];
+        int off = snprintf(big, sizeof big, "redlock://");
+        for (int i = 0; i < 17; i++) off += snprintf(big + off, sizeof big - (size_t)off, "%sh%d:6379", i ? "," : "", i);
+        CHECK_RC(baton_client_open(&c, big, NULL), BATON_EINVAL);
+    }
 
     /* a majority unreachable: a clean, quick failure */
     snprintf(u, sizeof u, "redlock://127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d/0", rl_port[0],
@@ -784,6 +790,73 @@ static void test_interop(void) {
 #endif
 }
 
+/* Three TLS-only nodes: tls=1 with the right CA works (pub/sub wake-up
+ * included), the wrong CA is BATON_EAUTH, plain TCP to TLS ports fails cleanly. */
+static void test_tls(void) {
+    if (rl_sh("command -v openssl >/dev/null 2>&1") != 0) {
+        fprintf(stderr, "   skipped: no openssl command\n");
+        return;
+    }
+    char d[1200];
+    snprintf(d, sizeof d, "%s/tls", rl_base);
+    int rc = rl_sh("mkdir -p '%s' && cd '%s' && set -e; K='-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes'; "
+                   "openssl req -x509 $K -keyout ca.key -out ca.crt -days 1 -subj '/CN=redlock test CA' 2>/dev/null; "
+                   "openssl req -x509 $K -keyout other.key -out other.crt -days 1 -subj '/CN=other CA' 2>/dev/null; "
+                   "openssl req $K -keyout node.key -out node.csr -subj '/CN=127.0.0.1' 2>/dev/null; "
+                   "echo 'subjectAltName=IP:127.0.0.1' > node.ext; "
+                   "openssl x509 -req -in node.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out node.crt -days 1 "
+                   "-extfile node.ext 2>/dev/null; chmod 644 *.key", d, d);
+    CHECK(rc == 0);
+    if (rc) return;
+    char args[4096], nd[3][1300];
+    snprintf(args, sizeof args, "--port 0 --tls-port @PORT@ --tls-cert-file '%s/node.crt' --tls-key-file '%s/node.key' "
+             "--tls-ca-cert-file '%s/ca.crt' --tls-auth-clients no", d, d, d);
+    int port[3];
+    for (int i = 0; i < 3; i++) {
+        snprintf(nd[i], sizeof nd[i], "%s/n%d", d, i);
+        port[i] = rl_redis("start", nd[i], args);
+    }
+    char u[2048], n[128];
+    lname(n, sizeof n, "tls");
+    snprintf(u, sizeof u, "redlock://127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d/0?tls=1&cacert=%s/ca.crt", port[0], port[1],
+             port[2], d);
+    baton_client *c1 = NULL, *c2 = NULL;
+    CHECK_RC(baton_client_open(&c1, u, NULL), 0);
+    CHECK_RC(baton_client_open(&c2, u, NULL), 0);
+    if (c1 && c2) {
+        baton_lock *a = lock_on(c1, n, 5000), *b = lock_on(c2, n, 5000);
+        CHECK_RC(baton_lock_acquire(a, 0), 0);
+        CHECK_RC(baton_lock_acquire(b, 0), BATON_ELOCKED);
+        waiter_arg w = { b, 5000, -100, 0 };
+        pthread_t th;
+        pthread_create(&th, NULL, waiter_main, &w);
+        rl_sleep_ms(400);
+        int64_t t_rel = rl_now_ms();
+        CHECK_RC(baton_lock_release(a), 0);
+        pthread_join(th, NULL);
+        CHECK_RC(w.rc, 0);
+        fprintf(stderr, "   release -> grant over TLS: %lld ms\n", (long long)(w.t_done - t_rel));
+        CHECK(w.t_done - t_rel < 150);
+        CHECK_RC(baton_lock_release(b), 0);
+        baton_lock_free(a);
+        baton_lock_free(b);
+    }
+    if (c1) baton_client_close(c1);
+    if (c2) baton_client_close(c2);
+    baton_client *c = NULL;
+    snprintf(u, sizeof u, "redlock://127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d/0?tls=1&cacert=%s/other.crt", port[0],
+             port[1], port[2], d);
+    CHECK_RC(baton_client_open(&c, u, NULL), BATON_EAUTH);
+    snprintf(u, sizeof u, "redlock://127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d/0?connect_timeout_ms=500", port[0], port[1],
+             port[2]);
+    int64_t t0 = rl_now_ms();
+    rc = baton_client_open(&c, u, NULL);
+    CHECK(rc == BATON_EUNAVAILABLE || rc == BATON_EPROTO);
+    CHECK(rl_now_ms() - t0 < 3000);
+    CHECK(c == NULL);
+    for (int i = 0; i < 3; i++) rl_redis("stop", nd[i], NULL);
+}
+
 int main(int argc, char **argv) {
     if (argc >= 3 && !strcmp(argv[1], "--worker")) {
         if (argc == 7 && !strcmp(argv[2], "incr")) return worker_incr(argv[3], argv[4], argv[5], atoi(argv[6]));
@@ -807,6 +880,7 @@ int main(int argc, char **argv) {
     RUN(test_exclusion_processes);
     RUN(test_silent_nodes);
     RUN(test_interop);
+    RUN(test_tls);
     RUN(test_pause_acquire);
     RUN(test_pause_fence);
     RUN(test_pause_sleep);
