@@ -261,6 +261,55 @@ expect_rc 64 "status bad URI" b status -u nope://x "${P}u"
 check "a usage error says so on stderr" [ -s "$TMP/err" ]
 
 # ---- Redis only: 64 bad URI, 69 unreachable/auth, 75 lease lost ------------
+# ---- read-write lock, semaphore, latch from the CLI (engines that have them) ----
+N="${P}rw"
+if b run -n "${U[@]}" --shared "$N" -- true 2>/dev/null; then
+    start_holder rwr "$N" --shared
+    expect_rc 0 "[$URI_DESC] --shared: a second reader runs beside the first" b run -n "${U[@]}" --shared "$N" -- true
+    expect_rc 1 "[$URI_DESC] --write is busy while a reader holds" b run -n "${U[@]}" --write "$N" -- true
+    stop_holder rwr
+    expect_rc 0 "[$URI_DESC] --write runs once the reader is gone" b run -w 5 "${U[@]}" --write "$N" -- true
+else
+    ok "[$URI_DESC] no read-write lock on this engine (ENOTSUP)"
+fi
+expect_rc 64 "[$URI_DESC] --shared and --write together" b run "${U[@]}" --shared --write "$N" -- true
+expect_rc 64 "[$URI_DESC] --permits 0" b run "${U[@]}" --permits 0 "$N" -- true
+
+N="${P}sem"
+if b sem "${U[@]}" "$N" set 2 2>/dev/null; then
+    expect_rc 1 "[$URI_DESC] sem set twice: already set" b sem "${U[@]}" "$N" set 5
+    out=$(b sem "${U[@]}" "$N" available); check "[$URI_DESC] sem available = 2 ($out)" [ "$out" = 2 ]
+    start_holder sem1 "$N" --permits 2; p1=$HOLDER_PID
+    start_holder sem2 "$N" --permits 2; p2=$HOLDER_PID
+    expect_rc 1 "[$URI_DESC] --permits 2: a third run is busy" b run -n "${U[@]}" --permits 2 "$N" -- true
+    touch "$TMP/h.sem1.go"; wait_pid "$p1" 15
+    expect_rc 0 "[$URI_DESC] --permits 2: a permit comes back" b run -w 5 "${U[@]}" --permits 2 "$N" -- true
+    touch "$TMP/h.sem2.go"; wait_pid "$p2" 15
+    out=$(b sem "${U[@]}" "$N" available); check "[$URI_DESC] all permits back ($out)" [ "$out" = 2 ]
+    out=$(b sem "${U[@]}" "$N" drain); check "[$URI_DESC] sem drain returns 2 ($out)" [ "$out" = 2 ]
+    expect_rc 0 "[$URI_DESC] sem add" b sem "${U[@]}" "$N" add 3
+    out=$(b sem "${U[@]}" "$N" available); check "[$URI_DESC] sem available after add = 3 ($out)" [ "$out" = 3 ]
+else
+    ok "[$URI_DESC] no semaphore on this engine (ENOTSUP)"
+fi
+expect_rc 64 "[$URI_DESC] sem bad operation" b sem "${U[@]}" "$N" frobnicate
+expect_rc 64 "[$URI_DESC] sem set without a count" b sem "${U[@]}" "$N" set
+
+N="${P}latch"
+if b latch "${U[@]}" "$N" set 2 2>/dev/null; then
+    expect_rc 1 "[$URI_DESC] latch wait -w 0.2 times out" b latch "${U[@]}" "$N" wait -w 0.2
+    ( "${B[@]}" latch "${U[@]}" "$N" wait -w 10; echo "rc=$?" > "$TMP/latch.rc" ) &
+    BG_PIDS+=("$!")
+    sleep 0.2
+    expect_rc 0 "[$URI_DESC] latch down" b latch "${U[@]}" "$N" down
+    out=$(b latch "${U[@]}" "$N" count); check "[$URI_DESC] latch count = 1 ($out)" [ "$out" = 1 ]
+    expect_rc 0 "[$URI_DESC] latch down to zero" b latch "${U[@]}" "$N" down
+    wait_file "$TMP/latch.rc" 10
+    check "[$URI_DESC] the waiter woke at zero" grep -qx "rc=0" "$TMP/latch.rc"
+else
+    ok "[$URI_DESC] no latch on this engine (ENOTSUP)"
+fi
+
 if [ "$MODE" = redis ]; then
     expect_rc 64 "[redis] malformed URI redis://:bad" b run -u "redis://:bad" "${P}u" -- true
     expect_rc 64 "[redis] port out of range" b run -u "redis://127.0.0.1:99999" "${P}u" -- true
