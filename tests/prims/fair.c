@@ -130,6 +130,23 @@ static void test_basic(void) {
     CHECK_RC(baton_lock_release(r), 0);
     CHECK_RC(baton_lock_acquire(b, 0), 0);
     CHECK_RC(baton_lock_release(b), 0);
+
+    /* owner checks: a fixed lease runs out, the next owner's lock is never
+     * touched by the stale holder */
+    baton_lock_options fo = fair_opts(300);
+    fo.fixed_lease = 1;
+    baton_lock *s = lock_on(c1, n, &fo);
+    CHECK_RC(baton_lock_acquire(s, 0), 0);
+    uint64_t fs = baton_lock_fence(s);
+    t0 = now_ms();
+    CHECK_RC(baton_lock_acquire(b, 5000), 0); /* queued, granted when the lease ran out */
+    CHECK(now_ms() - t0 >= 200 && now_ms() - t0 < 3000);
+    CHECK(baton_lock_fence(b) > fs);
+    CHECK_RC(baton_lock_release(s), BATON_ELOST);
+    CHECK(baton_lock_held(b) == 1);
+    CHECK_RC(baton_lock_acquire(a, 0), BATON_ELOCKED);
+    CHECK_RC(baton_lock_release(b), 0);
+    baton_lock_free(s);
     baton_lock_free(r);
     baton_lock_free(a);
     baton_lock_free(b);

@@ -446,7 +446,7 @@ static void test_renewal(void) {
     baton_lock *ar = baton_rwlock_read(a), *aw = baton_rwlock_write(a);
     CHECK_RC(baton_lock_acquire(aw, 0), 0);
     CHECK_RC(baton_lock_acquire(ar, 0), 0);
-    int64_t end = now_ms() + 2000;
+    int64_t end = now_ms() + 1500;
     int rounds = 0, ok = 0;
     while (now_ms() < end) {
         sleep_ms(250);
@@ -458,7 +458,7 @@ static void test_renewal(void) {
     CHECK(ok == rounds);
     CHECK_RC(baton_lock_release(aw), 0);
     /* the read side alone keeps renewing */
-    end = now_ms() + 1500;
+    end = now_ms() + 1000;
     rounds = ok = 0;
     while (now_ms() < end) {
         sleep_ms(250);
