@@ -266,6 +266,7 @@ void rl_round(rl_eng *e, rl_slot *s, const rl_call *call, const rl_round_opts *o
         if (s[i].state != RS_ON) continue;
         if (!first) first = baton_now_ns();
         int rc = rconn_send(s[i].c, v.argc, v.argv, v.lens, first + timeout_ns);
+        s[i].sent = 1; /* even a failed write may have delivered it */
         if (rc) slot_fail_last(&s[i], &e->nodes[i], rc);
         else s[i].state = RS_SENT;
     }

@@ -560,7 +560,7 @@ static int attempt(rl_eng *e, rl_lock *l, baton_acquire_req *req, const char *va
         }
         if (s[i].state == RS_FAIL) {
             failed++;
-            mine[i] = 1; /* the request may have been applied */
+            mine[i] = (unsigned char)s[i].sent; /* the request may have been applied */
             if (s[i].err == BATON_EAUTH) auth = 1;
         }
     }

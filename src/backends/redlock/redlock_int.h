@@ -59,6 +59,7 @@ typedef struct {
     redisReply *reply;       /* RS_DONE: the reply (never an error reply) */
     int err;                 /* RS_FAIL: a BATON_E* code */
     int evaled;              /* the NOSCRIPT fallback (EVAL) was sent */
+    int sent;                /* the request went out (it may have been applied) */
     char msg[256];           /* RS_FAIL: why */
 } rl_slot;
 
