@@ -215,6 +215,35 @@ static void test_cancel(void) {
     baton_client_close(c);
 }
 
+/* Redis: Redisson's layout. A Redisson count_down to zero (DEL + PUBLISH 0 on
+ * redisson_countdownlatch__channel__{K}) releases a baton waiter. */
+static void test_redisson_layout(void) {
+    if (!g_redis_port) return;
+    char n[256], ch[400];
+    lname(n, sizeof n, "redisson");
+    snprintf(ch, sizeof ch, "redisson_countdownlatch__channel__{%s}", n);
+    baton_client *c = client();
+    baton_latch *l = latch_on(c, n);
+    int set;
+    CHECK_RC(baton_latch_try_set(l, 2, &set), 0);
+    char *r = redis_raw(g_redis_port, "GET", n, NULL);
+    CHECK(r && !strcmp(r, "$1\r\n2\r\n"));
+    free(r);
+    await_thread t;
+    await_start(&t, l, 10000);
+    sleep_ms(300);
+    CHECK(!atomic_load(&t.done));
+    int64_t t0 = now_ms();
+    free(redis_raw(g_redis_port, "DEL", n, NULL));
+    free(redis_raw(g_redis_port, "PUBLISH", ch, "0", NULL));
+    CHECK(await_done(&t, 5000));
+    CHECK(t.t_done - t0 < 1500);
+    await_join(&t);
+    CHECK_RC(t.rc, 0);
+    baton_latch_free(l);
+    baton_client_close(c);
+}
+
 int main(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -242,5 +271,6 @@ int main(int argc, char **argv) {
     RUN(test_everyone_wakes);
     RUN(test_processes);
     RUN(test_cancel);
+    RUN(test_redisson_layout);
     return th_finish();
 }

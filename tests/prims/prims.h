@@ -410,6 +410,22 @@ static inline long long rcli_int(rcli *c, int argc, const char *const *argv) {
     return v;
 }
 
+/* One command on a fresh connection to the test server; the raw reply
+ * (malloc'ed) or NULL. Up to 8 arguments, NULL-terminated. */
+static inline char *redis_raw(int port, const char *a0, ...) {
+    const char *argv[9];
+    int argc = 0;
+    va_list ap;
+    va_start(ap, a0);
+    for (const char *a = a0; a && argc < 8; a = va_arg(ap, const char *)) argv[argc++] = a;
+    va_end(ap);
+    rcli c;
+    if (rcli_open(&c, port)) return NULL;
+    char *r = rcli_cmd(&c, argc, argv, NULL);
+    rcli_close(&c);
+    return r;
+}
+
 /* redis.sh ACTION DIR [ARGS]; returns the port (start/restart), exits 77 when
  * redis-server is missing. PR_REDIS_SH is set by CMake. */
 #ifdef PR_REDIS_SH

@@ -497,6 +497,51 @@ static void test_processes(void) {
     if (v != 2L * WRITERS * ROUNDS) fprintf(stderr, "   counter %ld, want %d\n", v, 2 * WRITERS * ROUNDS);
 }
 
+/* Redis: Redisson's layout. A Redisson reader (hash K mode=read, its field,
+ * its timeout key) shares with baton readers and holds baton writers off;
+ * Redisson's unlock message wakes a waiting baton writer, whose hold is a
+ * Redisson write hold. */
+static void test_redisson_layout(void) {
+    if (!g_redis_port) return;
+    char n[256], tk[600], ch[400];
+    lname(n, sizeof n, "redisson");
+    const char *field = "2a1c6e0e-5c7e-4b0e-9a53-0d2b7f1f3c11:77";
+    snprintf(tk, sizeof tk, "{%s}:%s:rwlock_timeout:1", n, field);
+    snprintf(ch, sizeof ch, "redisson_rwlock:{%s}", n);
+    free(redis_raw(g_redis_port, "HSET", n, "mode", "read", field, "1", NULL));
+    free(redis_raw(g_redis_port, "SET", tk, "1", "PX", "30000", NULL));
+    free(redis_raw(g_redis_port, "PEXPIRE", n, "30000", NULL));
+    baton_client *c = client();
+    baton_rwlock *a = rw_on(c, n, NULL), *w = rw_on(c, n, NULL);
+    CHECK_RC(baton_lock_acquire(baton_rwlock_read(a), 0), 0);
+    CHECK_RC(baton_lock_acquire(baton_rwlock_write(w), 0), BATON_ELOCKED);
+    CHECK_RC(baton_lock_release(baton_rwlock_read(a)), 0);
+    CHECK_RC(baton_lock_acquire(baton_rwlock_write(w), 0), BATON_ELOCKED); /* the Redisson reader is alive */
+    acq_thread t;
+    acq_start(&t, baton_rwlock_write(w), 10000);
+    sleep_ms(300);
+    CHECK(!atomic_load(&t.done));
+    int64_t t0 = now_ms();
+    free(redis_raw(g_redis_port, "DEL", n, tk, NULL));
+    free(redis_raw(g_redis_port, "PUBLISH", ch, "0", NULL));
+    CHECK(acq_wait(&t, 5000));
+    CHECK(t.t_done - t0 < 1500);
+    CHECK_RC(t.rc, 0);
+    char *r = redis_raw(g_redis_port, "HGET", n, "mode", NULL);
+    CHECK(r && !strcmp(r, "$5\r\nwrite\r\n"));
+    free(r);
+    r = redis_raw(g_redis_port, "HKEYS", n, NULL);
+    CHECK(r && strstr(r, ":write\r\n"));
+    free(r);
+    acq_join(&t);
+    r = redis_raw(g_redis_port, "EXISTS", n, NULL);
+    CHECK(r && !strcmp(r, ":0\r\n"));
+    free(r);
+    baton_rwlock_free(a);
+    baton_rwlock_free(w);
+    baton_client_close(c);
+}
+
 int main(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -530,5 +575,6 @@ int main(int argc, char **argv) {
     RUN(test_sigstop_holders);
     RUN(test_renewal);
     RUN(test_processes);
+    RUN(test_redisson_layout);
     return th_finish();
 }

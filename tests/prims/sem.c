@@ -278,6 +278,35 @@ static void test_killed_waiter(void) {
     baton_client_close(c);
 }
 
+/* Redis: Redisson's layout. A Redisson-style release (INCRBY + PUBLISH on
+ * redisson_sc:{K}) wakes a baton waiter; baton's count is the plain string. */
+static void test_redisson_layout(void) {
+    if (!g_redis_port) return;
+    char n[256], ch[400];
+    lname(n, sizeof n, "redisson");
+    snprintf(ch, sizeof ch, "redisson_sc:{%s}", n);
+    free(redis_raw(g_redis_port, "SET", n, "0", NULL));
+    baton_client *c = client();
+    baton_semaphore *s = sem_on(c, n);
+    sem_thread t;
+    sem_start(&t, s, 1, 10000);
+    sleep_ms(300);
+    CHECK(!atomic_load(&t.done));
+    int64_t t0 = now_ms();
+    free(redis_raw(g_redis_port, "INCRBY", n, "1", NULL));
+    free(redis_raw(g_redis_port, "PUBLISH", ch, "1", NULL));
+    CHECK(sem_wait_done(&t, 5000));
+    CHECK(t.t_done - t0 < 1500);
+    sem_join(&t);
+    CHECK_RC(t.rc, 0);
+    CHECK_RC(baton_semaphore_release(s, 2), 0);
+    char *r = redis_raw(g_redis_port, "GET", n, NULL);
+    CHECK(r && !strcmp(r, "$1\r\n2\r\n"));
+    free(r);
+    baton_semaphore_free(s);
+    baton_client_close(c);
+}
+
 int main(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -306,5 +335,6 @@ int main(int argc, char **argv) {
     RUN(test_cancel);
     RUN(test_processes);
     RUN(test_killed_waiter);
+    RUN(test_redisson_layout);
     return th_finish();
 }
