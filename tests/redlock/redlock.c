@@ -481,6 +481,41 @@ static void on_lost(baton_lock *l, void *p) {
     atomic_store(&g_lost, 1);
 }
 
+/* Renewal re-creates the key where it vanished (a minority), but counts only
+ * the nodes where it was ours all along: keys deleted by hand on a majority
+ * make the lock LOST at the next renewal, and the repairs are taken back. */
+static void test_renew_repair(void) {
+    char n[128], v[400], pid_s[32];
+    lname(n, sizeof n, "repair");
+    snprintf(pid_s, sizeof pid_s, " %ld ", (long)getpid());
+    baton_client *c = client();
+    baton_lock_options o = BATON_LOCK_OPTIONS_INIT;
+    o.lease_ms = 900;
+    o.on_lost = on_lost;
+    atomic_store(&g_lost, 0);
+    baton_lock *l = NULL;
+    CHECK_RC(baton_lock_open(&l, c, n, &o), 0);
+    CHECK_RC(baton_lock_acquire(l, 0), 0);
+    rl_raw_del(0, n);
+    rl_raw_del(1, n);
+    rl_sleep_ms(450); /* at least one renewal (every 300 ms) */
+    int mine = 0;
+    for (int i = 0; i < RL_NODES; i++) mine += rl_raw_get(i, n, v, sizeof v) == 1 && strstr(v, pid_s) != NULL;
+    CHECK(mine == RL_NODES);
+    CHECK(baton_lock_held(l) && !atomic_load(&g_lost));
+    for (int i = 0; i < 3; i++) rl_raw_del(i, n);
+    int64_t t0 = rl_now_ms();
+    while (!atomic_load(&g_lost) && rl_now_ms() - t0 < 2000) rl_sleep_ms(5);
+    CHECK(atomic_load(&g_lost));
+    fprintf(stderr, "   lost %lld ms after its keys vanished from a majority\n", (long long)(rl_now_ms() - t0));
+    CHECK(rl_now_ms() - t0 < 600);
+    rl_sleep_ms(100);
+    for (int i = 0; i < RL_NODES; i++) CHECK(rl_raw_exists(i, n) == 0);
+    CHECK_RC(baton_lock_release(l), BATON_ELOST);
+    baton_lock_free(l);
+    baton_client_close(c);
+}
+
 /* Kill 2 of 5 nodes while a lock is held and another is taken: everything
  * keeps working on the remaining majority. */
 static void test_kill_two(void) {
@@ -884,6 +919,7 @@ int main(int argc, char **argv) {
     RUN(test_pause_acquire);
     RUN(test_pause_fence);
     RUN(test_pause_sleep);
+    RUN(test_renew_repair);
     RUN(test_kill_two);
     RUN(test_kill_three);
     RUN(test_fences_under_faults);
