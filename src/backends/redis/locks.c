@@ -88,11 +88,17 @@ static int int_script(reng *e, int sid, int nkeys, int argc, const char *const *
     return 0;
 }
 
-/* Queue entries and writer intents are refreshed this often while waiting. */
-static int64_t refresh_of(uint32_t lease_ms) {
-    int64_t r = (lease_ms ? lease_ms : 30000) / 3;
-    return r < 10 ? 10 : r;
+/* Queue entries and writer intents live for the lock's lease (at least
+ * QLEASE_MIN_MS, so a tiny lease does not make waiters drop out between two
+ * refreshes) and are refreshed every third of it while their owner waits. */
+#define QLEASE_MIN_MS 500
+
+static uint32_t qlease_of(uint32_t lease_ms) {
+    uint32_t q = lease_ms ? lease_ms : 30000;
+    return q < QLEASE_MIN_MS ? QLEASE_MIN_MS : q;
 }
+
+static int64_t refresh_of(uint32_t lease_ms) { return qlease_of(lease_ms) / 3; }
 
 /* ---- fair lock -------------------------------------------------------------- */
 
@@ -102,6 +108,7 @@ typedef struct {
     baton_acquire_req *req;
     rb_owner os;
     char lease[24];
+    char qlease[24];
 } fair_ctx;
 
 int baton__redis_fair_release(reng *e, rlock *l, const baton_owner *owner) {
@@ -120,7 +127,7 @@ static int fair_undo(reng *e, rlock *l, const baton_owner *owner) { return baton
 static int fair_once(fair_ctx *x, int wait, int *granted, int64_t *hint) {
     const char *argv[11] = {
         x->l->key, x->l->queue, x->l->timeouts, x->l->fence, x->l->holder,
-        x->lease, x->os.field, x->req->owner->desc, x->lease, x->l->channel, wait ? "wait" : "try",
+        x->lease, x->os.field, x->req->owner->desc, x->qlease, x->l->channel, wait ? "wait" : "try",
     };
     return grant_script(x->e, x->l, S_FAIR_ACQ, 5, 11, argv, x->req, fair_undo, granted, hint);
 }
@@ -148,6 +155,7 @@ int baton__redis_fair_acquire(reng *e, rlock *l, baton_acquire_req *req) {
     x.req = req;
     baton__redis_owner(req->owner, &x.os);
     snprintf(x.lease, sizeof x.lease, "%" PRIu32, req->lease_ms ? req->lease_ms : 30000);
+    snprintf(x.qlease, sizeof x.qlease, "%" PRIu32, qlease_of(req->lease_ms));
     int waiting = req->deadline_ns != 0;
     if (waiting && !req->waiter) return baton_seterr(BATON_EINVAL, 0, "redis: a waiting acquire needs a waiter");
 
@@ -197,6 +205,7 @@ typedef struct {
     baton_acquire_req *req;
     rb_owner os;
     char lease[24];
+    char qlease[24];
 } rw_ctx;
 
 int baton__redis_rw_release(reng *e, rlock *l, const baton_owner *owner) {
@@ -251,11 +260,11 @@ static int rw_once(rw_ctx *x, int wait, int *granted, int64_t *hint) {
         const char *argv[6] = { l->key, l->tprefix, l->fence, l->timeouts, x->lease, x->os.field };
         return grant_script(x->e, l, S_RW_READ_ACQ, 4, 6, argv, x->req, rw_undo, granted, hint);
     }
-    const char *argv[9] = {
+    const char *argv[10] = {
         l->key, l->tprefix, l->fence, l->timeouts, l->holder,
-        x->lease, x->os.field, x->req->owner->desc, wait ? "wait" : "try",
+        x->lease, x->os.field, x->req->owner->desc, wait ? "wait" : "try", x->qlease,
     };
-    return grant_script(x->e, l, S_RW_WRITE_ACQ, 5, 9, argv, x->req, rw_undo, granted, hint);
+    return grant_script(x->e, l, S_RW_WRITE_ACQ, 5, 10, argv, x->req, rw_undo, granted, hint);
 }
 
 static int rw_attempt(void *p, int *done, int64_t *hint) {
@@ -280,6 +289,7 @@ int baton__redis_rw_acquire(reng *e, rlock *l, baton_acquire_req *req) {
     x.req = req;
     baton__redis_owner(req->owner, &x.os);
     snprintf(x.lease, sizeof x.lease, "%" PRIu32, req->lease_ms ? req->lease_ms : 30000);
+    snprintf(x.qlease, sizeof x.qlease, "%" PRIu32, qlease_of(req->lease_ms));
     int waiting = req->deadline_ns != 0, writer = l->kind == RK_WRITE;
     if (waiting && !req->waiter) return baton_seterr(BATON_EINVAL, 0, "redis: a waiting acquire needs a waiter");
 

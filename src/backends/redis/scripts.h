@@ -213,7 +213,7 @@
     "return {0, math.max(0, tonumber(first[2]) - now)}\n"
 
 /* Write: KEYS as read + KEYS[5] holder string; ARGV lease ms, field, holder
- * description, "wait" | "try". Readers whose timeout keys are all gone
+ * description, "wait" | "try", intent lease ms. Readers whose timeout keys are gone
  * (crashed, stopped past their lease) are dropped first. "wait" records the
  * writer's intent (refreshed on every attempt). -> {1, fence} | {0, pttl}. */
 #define BATON_LUA_RW_WRITE_ACQ_BODY                                            \
@@ -248,7 +248,7 @@
     "  return {1, redis.call('incr', KEYS[3])}\n"                              \
     "end\n"                                                                    \
     "if ARGV[4] == 'wait' then\n"                                              \
-    "  redis.call('zadd', KEYS[4], now + tonumber(ARGV[1]), ARGV[2])\n"        \
+    "  redis.call('zadd', KEYS[4], now + tonumber(ARGV[5]), ARGV[2])\n"        \
     "end\n"                                                                    \
     "return {0, redis.call('pttl', KEYS[1])}\n"
 
