@@ -359,8 +359,9 @@ static int stats_get(rcli *c, cmdstats *s) {
         char nm[48];
         long long calls;
         if (sscanf(p, "cmdstat_%47[^:]:calls=%lld", nm, &calls) == 2 && s->n < MAXCMD) {
-            /* INFO is ours; PING is the subscriber's keepalive (time-driven) */
-            if (!strcmp(nm, "info") || !strcmp(nm, "ping")) continue;
+            /* INFO and PUBSUB are the test's own; PING is the subscriber's
+             * keepalive (time-driven, not per handoff) */
+            if (!strcmp(nm, "info") || !strcmp(nm, "ping") || !strncmp(nm, "pubsub", 6)) continue;
             snprintf(s->name[s->n], sizeof s->name[0], "%s", nm);
             s->calls[s->n++] = calls;
         }
@@ -404,37 +405,56 @@ static void stats_delta(const cmdstats *a, const cmdstats *b, char *out, size_t 
 
 #define HERD_MAX 128
 
+/* Waits until exactly WANT waiters of NAME are subscribed to their channels. */
+static int wait_subscribed(rcli *r, const char *name, int want) {
+    char pat[400];
+    snprintf(pat, sizeof pat, "redisson_lock__channel:{%s}:*", name);
+    int64_t end = now_ms() + 20000;
+    for (;;) {
+        const char *argv[3] = { "PUBSUB", "CHANNELS", pat };
+        char *rep = rcli_cmd(r, 3, argv, NULL);
+        int subs = rep && rep[0] == '*' ? atoi(rep + 1) : -1;
+        free(rep);
+        if (subs == want) return 0;
+        if (now_ms() > end) {
+            fprintf(stderr, "   %d waiters subscribed, want %d\n", subs, want);
+            return -1;
+        }
+        sleep_ms(10);
+    }
+}
+
 /* Holder + NW queued waiters; measures the handoffs holder -> w1 and (with
  * two or more waiters) w1 -> w2. Returns the per-handoff command counts. */
 static int herd_round(const char *uri, int port, int nw, long long out[2], char desc[2][512]) {
     char n[256];
     snprintf(n, sizeof n, "%sherd-%d", g_prefix, nw);
     baton_client *c = client_of(uri), *hc = client_of(uri);
-    baton_lock_options o = fair_opts(60000); /* no queue refresh within the test */
+    baton_lock_options o = fair_opts(300000); /* no queue refresh (every 100 s) within the test */
     baton_lock *h = lock_on(hc, n, &o);
     static baton_lock *w[HERD_MAX];
     static acq_thread t[HERD_MAX];
     int ok = 1;
+    rcli r;
+    if (rcli_open(&r, port)) return -1;
+    cmdstats sb;
+    stats_get(&r, &sb);
     MUST(baton_lock_acquire(h, 0));
     for (int i = 0; i < nw; i++) {
         w[i] = lock_on(c, n, &o);
         acq_start(&t[i], w[i], 60000);
         wait_queued(port, n, i + 1);
     }
-    /* every waiter subscribed to its own channel */
-    rcli r;
-    if (rcli_open(&r, port)) return -1;
-    char pat[400];
-    snprintf(pat, sizeof pat, "redisson_lock__channel:{%s}:*", n);
-    int64_t end = now_ms() + 20000;
-    for (;;) {
-        const char *argv[3] = { "PUBSUB", "CHANNELS", pat };
-        char *rep = rcli_cmd(&r, 3, argv, NULL);
-        int subs = rep && rep[0] == '*' ? atoi(rep + 1) : -1;
-        free(rep);
-        if (subs == nw) break;
+    /* every waiter subscribed to its own channel and parked: one attempt
+     * before subscribing, one after the confirmation (+ the holder's) */
+    if (wait_subscribed(&r, n, nw)) ok = 0;
+    for (int64_t end = now_ms() + 20000;;) {
+        cmdstats sn;
+        stats_get(&r, &sn);
+        long long scripts = stats_of(&sn, "evalsha") + stats_of(&sn, "eval") - stats_of(&sb, "evalsha") - stats_of(&sb, "eval");
+        if (scripts >= 1 + 2LL * nw) break;
         if (now_ms() > end) {
-            fprintf(stderr, "   only %d of %d waiters subscribed\n", subs, nw);
+            fprintf(stderr, "   only %lld acquire scripts ran, want %d\n", scripts, 1 + 2 * nw);
             ok = 0;
             break;
         }
@@ -444,6 +464,7 @@ static int herd_round(const char *uri, int port, int nw, long long out[2], char 
     stats_settle(&r, &s0);
     baton_lock_release(h);
     if (!acq_wait(&t[0], 10000)) ok = 0;
+    if (wait_subscribed(&r, n, nw - 1)) ok = 0; /* the new holder's UNSUBSCRIBE is in */
     stats_settle(&r, &s1);
     out[0] = stats_total(&s1) - stats_total(&s0);
     stats_delta(&s0, &s1, desc[0], sizeof desc[0]);
@@ -454,6 +475,7 @@ static int herd_round(const char *uri, int port, int nw, long long out[2], char 
     if (nw >= 2) {
         atomic_store(&t[0].release_now, 1);
         if (!acq_wait(&t[1], 10000)) ok = 0;
+        if (wait_subscribed(&r, n, nw - 2)) ok = 0;
         stats_settle(&r, &s2);
         out[1] = stats_total(&s2) - stats_total(&s1) ;
         stats_delta(&s1, &s2, desc[1], sizeof desc[1]);
