@@ -223,6 +223,7 @@ static int file_rwlock_new(void *eng, const char *name, const baton_lock_options
 #define WHOLE 0, 0
 #define GATE 0, 1
 #define DATA 1, 1
+#define COUNTER 2, 1   /* serializes fence bumps by concurrent readers */
 
 static int setlk_range(int fd, int cmd, short type, off_t start, off_t len)
 {
@@ -272,116 +273,144 @@ static int write_rec(int fd, uint64_t fence, int held, const char *holder)
     return 0;
 }
 
-/* The helper that blocks in F_OFD_SETLKW for one wait. */
+/* The helper that blocks in F_OFD_SETLKW for one wait, so the kernel queues
+ * us and grants the range the instant it is free. Giving up (deadline or
+ * cancel) interrupts the helper with a signal of our own (a real-time signal
+ * whose disposition was the default, given a handler that does nothing and no
+ * SA_RESTART), joins it, and closes the fd: nothing of an abandoned wait
+ * outlives the call. Only the helper thread ever unblocks that signal. */
 typedef struct {
     pthread_mutex_t mu;
-    baton_waiter *w;     /* NULL once abandoned */
-    int fd, done, err, refs;
+    baton_waiter *w;
+    int fd, done, granted, err, abandon;
     short type;
     off_t start, len;
 } file_wait;
 
-static void wait_unref(file_wait *fw)
+static int g_intr_sig;
+static pthread_once_t g_sig_once = PTHREAD_ONCE_INIT;
+
+static void intr_handler(int sig) { (void)sig; }
+
+static void sig_init(void)
 {
-    int last;
-    pthread_mutex_lock(&fw->mu);
-    last = --fw->refs == 0;
-    pthread_mutex_unlock(&fw->mu);
-    if (last) {
-        pthread_mutex_destroy(&fw->mu);
-        free(fw);
+    for (int sig = SIGRTMIN + 4; sig <= SIGRTMAX - 4; sig++) {
+        struct sigaction old, sa;
+        if (sigaction(sig, NULL, &old) || old.sa_handler != SIG_DFL || (old.sa_flags & SA_SIGINFO))
+            continue;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = intr_handler;
+        sigemptyset(&sa.sa_mask);
+        if (sigaction(sig, &sa, NULL) == 0) {
+            g_intr_sig = sig;
+            return;
+        }
     }
 }
 
 static void *wait_main(void *arg)
 {
     file_wait *fw = arg;
-    int r, err = 0;
-    do r = setlk_range(fw->fd, F_OFD_SETLKW, fw->type, fw->start, fw->len);
-    while (r < 0 && errno == EINTR);
-    if (r < 0) err = errno;
-    pthread_mutex_lock(&fw->mu);
-    if (fw->w) {
-        fw->done = 1;
-        fw->err = err;
-        baton_waiter_wake(fw->w);
-        pthread_mutex_unlock(&fw->mu);
-    } else {
-        /* Abandoned: nobody wants this grant. */
-        pthread_mutex_unlock(&fw->mu);
-        close(fw->fd);
+    int r = -1, err = 0, abandon;
+    if (g_intr_sig) {
+        sigset_t one;
+        sigemptyset(&one);
+        sigaddset(&one, g_intr_sig);
+        pthread_sigmask(SIG_UNBLOCK, &one, NULL);
     }
-    wait_unref(fw);
+    for (int backoff_us = 500;;) {
+        pthread_mutex_lock(&fw->mu);
+        abandon = fw->abandon;
+        pthread_mutex_unlock(&fw->mu);
+        if (abandon) break;
+        if (g_intr_sig) {
+            r = setlk_range(fw->fd, F_OFD_SETLKW, fw->type, fw->start, fw->len);
+        } else {
+            /* No signal to spare: poll with capped backoff instead. */
+            r = setlk_range(fw->fd, F_OFD_SETLK, fw->type, fw->start, fw->len);
+            if (r < 0 && (errno == EAGAIN || errno == EACCES)) {
+                usleep((useconds_t)backoff_us);
+                if (backoff_us < 20000) backoff_us *= 2;
+                errno = EINTR;
+            }
+        }
+        if (r == 0 || errno != EINTR) break;
+    }
+    if (r < 0 && !abandon && errno != EINTR) err = errno;
+    pthread_mutex_lock(&fw->mu);
+    fw->done = 1;
+    fw->granted = r == 0;
+    fw->err = err;
+    baton_waiter_wake(fw->w);
+    pthread_mutex_unlock(&fw->mu);
     return NULL;
 }
 
 /* Blocks until the range of fd is locked, the deadline passes or the call is
- * cancelled. On failure fd is closed (now, or by the abandoned helper once it
- * is granted: an abandoned grant must not outlive the wait). */
+ * cancelled. On failure fd is closed. */
 static int wait_range(int fd, short type, off_t start, off_t len, baton_acquire_req *req, const char *fname)
 {
-    file_wait *fw = calloc(1, sizeof *fw);
+    file_wait fw;
     pthread_attr_t at;
     pthread_t th;
     sigset_t all, old;
-    int e, rc = 0;
+    int e, rc = 0, granted;
 
-    if (!fw) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
-    pthread_mutex_init(&fw->mu, NULL);
-    fw->w = req->waiter;
-    fw->fd = fd;
-    fw->refs = 2;
-    fw->type = type;
-    fw->start = start;
-    fw->len = len;
+    pthread_once(&g_sig_once, sig_init);
+    memset(&fw, 0, sizeof fw);
+    pthread_mutex_init(&fw.mu, NULL);
+    fw.w = req->waiter;
+    fw.fd = fd;
+    fw.type = type;
+    fw.start = start;
+    fw.len = len;
     pthread_attr_init(&at);
-    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
     pthread_attr_setstacksize(&at, 64 * 1024);
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, &old);
-    e = pthread_create(&th, &at, wait_main, fw);
+    e = pthread_create(&th, &at, wait_main, &fw);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     pthread_attr_destroy(&at);
     if (e) {
-        pthread_mutex_destroy(&fw->mu);
-        free(fw);
+        pthread_mutex_destroy(&fw.mu);
+        close(fd);
         return baton_seterr(BATON_ENOMEM, e, "cannot start a wait thread");
     }
     for (;;) {
         unsigned gen = baton_waiter_gen(req->waiter);
-        pthread_mutex_lock(&fw->mu);
-        if (fw->done) {
-            fw->w = NULL;
-            if (fw->err)
-                rc = baton_seterr(BATON_EIO, fw->err, "lock file %s: %s", fname, strerror(fw->err));
-            pthread_mutex_unlock(&fw->mu);
-            break;
-        }
-        pthread_mutex_unlock(&fw->mu);
+        int done;
+        pthread_mutex_lock(&fw.mu);
+        done = fw.done;
+        pthread_mutex_unlock(&fw.mu);
+        if (done) break;
         if (req->deadline_ns != INT64_MAX && baton_now_ns() >= req->deadline_ns)
             rc = BATON_ETIMEDOUT;
         else
             rc = baton_waiter_park(req->waiter, gen, req->deadline_ns);
-        if (rc) {
-            pthread_mutex_lock(&fw->mu);
-            if (fw->done) {
-                /* Granted as we gave up: hand the lock back at once. */
-                fw->w = NULL;
-                pthread_mutex_unlock(&fw->mu);
-                close(fd);
-            } else {
-                fw->w = NULL;   /* the helper closes fd when it is granted */
-                pthread_mutex_unlock(&fw->mu);
-            }
-            rc = rc == BATON_ECANCELED ? baton_seterr(BATON_ECANCELED, 0, "acquire canceled")
-                                       : baton_seterr(BATON_ETIMEDOUT, 0, "lock wait timed out");
-            wait_unref(fw);
-            return rc;
-        }
+        if (rc) break;
     }
-    wait_unref(fw);
-    if (rc) close(fd);
-    return rc;
+    if (rc) {
+        /* Give up: interrupt the helper until it has left fcntl. */
+        pthread_mutex_lock(&fw.mu);
+        fw.abandon = 1;
+        while (!fw.done) {
+            pthread_mutex_unlock(&fw.mu);
+            if (g_intr_sig) pthread_kill(th, g_intr_sig);
+            usleep(200);
+            pthread_mutex_lock(&fw.mu);
+        }
+        pthread_mutex_unlock(&fw.mu);
+    }
+    pthread_join(th, NULL);
+    pthread_mutex_destroy(&fw.mu);
+    granted = fw.granted;
+    if (rc || !granted) {
+        close(fd);   /* also hands back a grant that came as we gave up */
+        if (rc == BATON_ECANCELED) return baton_seterr(BATON_ECANCELED, 0, "acquire canceled");
+        if (rc) return baton_seterr(BATON_ETIMEDOUT, 0, "lock wait timed out");
+        return baton_seterr(BATON_EIO, fw.err, "lock file %s: %s", fname, strerror(fw.err));
+    }
+    return 0;
 }
 
 /* Takes a range of fd: at once, or by waiting when the request allows it.
@@ -432,7 +461,7 @@ static int rw_acquire_write(file_engine *e, file_lock *fl, baton_acquire_req *re
 }
 
 /* The read side: pass the gate (waiting behind any writer), share the data
- * byte, leave the gate. The fence of a read grant is the last write's fence. */
+ * byte, leave the gate. */
 static int rw_acquire_read(file_engine *e, file_lock *fl, baton_acquire_req *req)
 {
     uint64_t fence;
@@ -444,6 +473,7 @@ static int rw_acquire_read(file_engine *e, file_lock *fl, baton_acquire_req *req
         if (rc == 0) {
             fl->rw->rd_borrows = 1;
             read_rec(fl->rw->wr_fd, &fence, &held, NULL, 0);
+            write_rec(fl->rw->wr_fd, ++fence, 1, req->owner->desc);
             req->fence = fence;
             req->sent_ns = baton_now_ns();
         }
@@ -456,7 +486,12 @@ static int rw_acquire_read(file_engine *e, file_lock *fl, baton_acquire_req *req
     if ((rc = take_range(fd, F_RDLCK, GATE, req, fl->fname))) return rc;
     if ((rc = take_range(fd, F_RDLCK, DATA, req, fl->fname))) return rc;
     setlk_range(fd, F_OFD_SETLK, F_UNLCK, GATE);
+    /* Every grant gets a new fence, readers too; readers bump it one at a time. */
+    while (setlk_range(fd, F_OFD_SETLKW, F_WRLCK, COUNTER) < 0 && errno == EINTR) {}
     read_rec(fd, &fence, &held, NULL, 0);
+    rc = write_rec(fd, ++fence, 1, req->owner->desc);
+    setlk_range(fd, F_OFD_SETLK, F_UNLCK, COUNTER);
+    if (rc) { close(fd); return rc; }
     fl->fd = fd;
     req->fence = fence;
     return 0;
