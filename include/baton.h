@@ -130,6 +130,11 @@ typedef struct {
     char holder[256];         /* "host pid tid" of the holder, "" when unknown */
     uint64_t fence;           /* the last fence granted for this name (0 if never) */
     int64_t remaining_ms;     /* remaining lease; -1 when the engine does not know */
+    /* -1 below = the engine does not know */
+    int64_t queue_length;     /* waiters queued for a fair lock */
+    int64_t readers;          /* holders of a read-write lock's read side */
+    int writer;               /* 1 when a read-write lock's write side is held */
+    int64_t waiting_writers;  /* writers waiting on a read-write lock */
 } baton_lockinfo;
 
 #define BATON_LOCK_INFO_VERSION 1

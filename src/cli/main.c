@@ -299,6 +299,10 @@ static int cmd_status(int argc, char **argv)
     if (info.held && info.holder[0]) printf("holder: %s\n", info.holder);
     printf("fence: %" PRIu64 "\n", info.fence);
     if (info.held && info.remaining_ms >= 0) printf("remaining_ms: %" PRId64 "\n", info.remaining_ms);
+    if (info.writer > 0) printf("writer: yes\n");
+    if (info.readers > 0) printf("readers: %" PRId64 "\n", info.readers);
+    if (info.waiting_writers > 0) printf("waiting_writers: %" PRId64 "\n", info.waiting_writers);
+    if (info.queue_length >= 0) printf("queue: %" PRId64 "\n", info.queue_length);
     baton_client_close(c);
     return 0;
 }

@@ -667,17 +667,23 @@ static int r_lock_renew(void *eng, void *st, const baton_owner *owner, uint32_t 
 
 static int r_lock_info(void *eng, const char *name, baton_lockinfo *out) {
     reng *e = eng;
-    rlock l;
-    int rc = baton__redis_lock_init(e, name, RK_PLAIN, &l);
+    rlock l, rw;
+    /* The fair kind names the queue too (redisson layout); the read kind names
+     * the read-write lock's waiting-writers set. */
+    int rc = baton__redis_lock_init(e, name, e->layout == LAYOUT_REDISSON ? RK_FAIR : RK_PLAIN, &l);
     if (rc) return rc;
-    const char *keys[3] = { l.key, l.fence, l.holder };
+    if ((rc = baton__redis_lock_init(e, name, RK_READ, &rw))) { rlock_clear(&l); return rc; }
+    const char *keys[5] = { l.key, l.fence, l.holder, l.queue ? l.queue : l.fence, rw.timeouts };
     redisReply *r = NULL;
-    rc = run_script(e, S_INFO, 3, keys, 0, NULL, rdeadline_ms(e->cfg.io_timeout_ms), &r, NULL);
+    rc = run_script(e, S_INFO, 5, keys, 0, NULL, rdeadline_ms(e->cfg.io_timeout_ms), &r, NULL);
     rlock_clear(&l);
+    rlock_clear(&rw);
     if (rc) return rc;
-    if (r->type != REDIS_REPLY_ARRAY || r->elements != 4 || r->element[0]->type != REDIS_REPLY_INTEGER ||
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 8 || r->element[0]->type != REDIS_REPLY_INTEGER ||
         r->element[1]->type != REDIS_REPLY_INTEGER || r->element[2]->type != REDIS_REPLY_STRING ||
-        r->element[3]->type != REDIS_REPLY_STRING)
+        r->element[3]->type != REDIS_REPLY_STRING || r->element[4]->type != REDIS_REPLY_INTEGER ||
+        r->element[5]->type != REDIS_REPLY_STRING || r->element[6]->type != REDIS_REPLY_INTEGER ||
+        r->element[7]->type != REDIS_REPLY_INTEGER)
         return bad_reply(r, "the info script");
     out->version = BATON_LOCK_INFO_VERSION;
     out->held = r->element[0]->integer == 1;
@@ -688,6 +694,10 @@ static int r_lock_info(void *eng, const char *name, baton_lockinfo *out) {
     errno = 0;
     unsigned long long f = strtoull(r->element[3]->str, &end, 10);
     out->fence = (errno || *end) ? 0 : (uint64_t)f;
+    if (e->layout == LAYOUT_REDISSON) out->queue_length = r->element[4]->integer;
+    out->writer = !strcmp(r->element[5]->str, "write");
+    out->readers = r->element[6]->integer;
+    out->waiting_writers = r->element[7]->integer;
     rreply_free(r);
     return 0;
 }

@@ -68,26 +68,41 @@
     "return 0\n"
 
 /* Both layouts: KEYS lock, fence counter, holder string (redisson; the fence
- * key again for simple). -> {held, pttl, holder, fence}. A foreign holder
- * without a description shows its hash field (Redisson) or its value. */
+ * key again for simple), fair queue (the fence key again for simple), the
+ * rwlock's waiting writers. -> {held, pttl, holder, fence, queue length,
+ * mode, readers, waiting writers}. A foreign holder without a description
+ * shows its hash field (Redisson) or its value. */
 #define BATON_LUA_INFO                                                         \
     "local t = redis.call('type', KEYS[1]).ok\n"                               \
     "local fence = redis.call('get', KEYS[2]) or '0'\n"                        \
-    "if t == 'none' then return {0, -2, '', fence} end\n"                      \
+    "local q = 0\n"                                                            \
+    "if KEYS[4] ~= KEYS[2] and redis.call('type', KEYS[4]).ok == 'list' then\n"\
+    "  q = redis.call('llen', KEYS[4])\n"                                      \
+    "end\n"                                                                    \
+    "local ww = 0\n"                                                           \
+    "local wt = redis.call('type', KEYS[5]).ok\n"                              \
+    "if wt == 'set' then ww = redis.call('scard', KEYS[5])\n"                  \
+    "elseif wt == 'zset' then ww = redis.call('zcard', KEYS[5]) end\n"         \
+    "if t == 'none' then return {0, -2, '', fence, q, '', 0, ww} end\n"        \
     "local holder = ''\n"                                                      \
+    "local mode = ''\n"                                                        \
+    "local readers = 0\n"                                                      \
     "if t == 'string' then\n"                                                  \
     "  local v = redis.call('get', KEYS[1])\n"                                 \
     "  local sp = string.find(v, ' ', 1, true)\n"                              \
     "  if sp then holder = string.sub(v, sp + 1) else holder = v end\n"        \
     "elseif t == 'hash' then\n"                                                \
+    "  mode = redis.call('hget', KEYS[1], 'mode') or ''\n"                     \
+    "  if mode == 'read' then readers = redis.call('hlen', KEYS[1]) - 1 end\n" \
     "  holder = redis.call('get', KEYS[3])\n"                                  \
     "  if not holder then\n"                                                   \
+    "    holder = ''\n"                                                        \
     "    for _, f in ipairs(redis.call('hkeys', KEYS[1])) do\n"                 \
     "      if f ~= 'mode' then holder = f break end\n"                          \
     "    end\n"                                                               \
     "  end\n"                                                                 \
     "end\n"                                                                    \
-    "return {1, redis.call('pttl', KEYS[1]), holder, fence}\n"
+    "return {1, redis.call('pttl', KEYS[1]), holder, fence, q, mode, readers, ww}\n"
 
 /* ---- server time -----------------------------------------------------------
  * Scripts that keep deadlines use the server's clock (TIME), never a client's.
