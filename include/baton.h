@@ -88,6 +88,13 @@ BATON_EXTERN(const char *) baton_client_backend(const baton_client *c);
 /* The URI with any password removed; safe to print or export. */
 BATON_EXTERN(const char *) baton_client_uri(const baton_client *c);
 
+/* A quorum client (RedLock) over the engines of N open clients: a majority of
+ * them must grant. The members must be of one kind that has a quorum form
+ * (Redis) and share credentials, database and options; they stay open and
+ * independent (close them yourself). BATON_ENOTSUP otherwise. */
+BATON_EXTERN(int) baton_client_open_quorum(baton_client **out, baton_client *const *members, size_t n,
+                                           const baton_client_options *opts);
+
 /* ---- lock ------------------------------------------------------------ */
 
 typedef struct baton_lock baton_lock;

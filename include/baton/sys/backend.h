@@ -166,6 +166,11 @@ typedef struct baton_backend {
     void (*latch_free)(void *eng, void *st);
     int (*latch_ctl)(void *eng, void *st, int op, int64_t arg, int64_t *out);
     int (*latch_await)(void *eng, void *st, int64_t deadline_ns, baton_waiter *w);
+
+    /* may: the URI scheme of a quorum over several independent engines of this
+     * kind (Redis: "redlock"); baton_client_open_quorum() composes its URI
+     * from the members' hosts. NULL = no quorum over this engine. */
+    const char *quorum_scheme;
 } baton_backend;
 
 /* sem_ctl / permits_ctl / latch_ctl operations. */

@@ -718,6 +718,7 @@ const baton_backend baton__backend_redis = {
     .lock_release = r_lock_release,
     .lock_renew = r_lock_renew,
     .lock_info = r_lock_info,
+    .quorum_scheme = "redlock",
     .rwlock_new = baton__redis_rwlock_new,
     .sem_new = baton__redis_sem_new,
     .sem_free = baton__redis_sem_free,
