@@ -142,6 +142,7 @@ typedef struct {
     int64_t readers;          /* holders of a read-write lock's read side */
     int writer;               /* 1 when a read-write lock's write side is held */
     int64_t waiting_writers;  /* writers waiting on a read-write lock */
+    int64_t permits;          /* available permits of a semaphore of this name (Redis: also a latch's count) */
 } baton_lockinfo;
 
 #define BATON_LOCK_INFO_VERSION 1

@@ -587,6 +587,22 @@ static int file_release(void *eng, void *st, const baton_owner *o)
 
 static int file_info(void *eng, const char *name, baton_lockinfo *out)
 {
+    /* A semaphore of this name: its permits. */
+    {
+        char sname[256], buf[128];
+        baton__file_name(name, sname, sizeof sname);
+        memcpy(sname, "sem.", 4);
+        int sfd = openat(((file_engine *)eng)->dirfd, sname, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+        if (sfd >= 0) {
+            ssize_t n = pread(sfd, buf, sizeof buf - 1, 0);
+            char *p;
+            if (n > 0) {
+                buf[n] = 0;
+                if ((p = strstr(buf, "\npermits "))) out->permits = strtoll(p + 9, NULL, 10);
+            }
+            close(sfd);
+        }
+    }
     file_engine *e = eng;
     char fname[256];
     struct flock f;

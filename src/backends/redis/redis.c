@@ -695,6 +695,15 @@ static int r_lock_info(void *eng, const char *name, baton_lockinfo *out) {
     unsigned long long f = strtoull(r->element[3]->str, &end, 10);
     out->fence = (errno || *end) ? 0 : (uint64_t)f;
     if (e->layout == LAYOUT_REDISSON) out->queue_length = r->element[4]->integer;
+    if (!strcmp(r->element[5]->str, "count")) {
+        /* An integer string: a semaphore's permits (or a latch's count), not a lock. */
+        out->permits = r->element[6]->integer;
+        out->writer = 0;
+        out->readers = 0;
+        out->waiting_writers = r->element[7]->integer;
+        rreply_free(r);
+        return 0;
+    }
     out->writer = !strcmp(r->element[5]->str, "write");
     out->readers = r->element[6]->integer;
     out->waiting_writers = r->element[7]->integer;

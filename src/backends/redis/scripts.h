@@ -89,6 +89,9 @@
     "local readers = 0\n"                                                      \
     "if t == 'string' then\n"                                                  \
     "  local v = redis.call('get', KEYS[1])\n"                                 \
+    "  if string.match(v, '^%-?%d+$') then\n"                                 \
+    "    return {0, -2, '', fence, q, 'count', tonumber(v), ww}\n"           \
+    "  end\n"                                                                 \
     "  local sp = string.find(v, ' ', 1, true)\n"                              \
     "  if sp then holder = string.sub(v, sp + 1) else holder = v end\n"        \
     "elseif t == 'hash' then\n"                                                \
