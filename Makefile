@@ -5,7 +5,7 @@ ifeq ($(CI),true)
 export BATON_REQUIRE_ALL := 1
 endif
 
-.PHONY: all build demo deps test test-plain test-asan asan clean install
+.PHONY: all build demo deps test test-plain test-asan asan clean install bench
 
 all: build
 
@@ -34,6 +34,10 @@ test-asan: asan
 test: deps
 	$(MAKE) test-plain
 	$(MAKE) test-asan
+
+# Baton's workloads and the peers', side by side in one run; see docs/PERFORMANCE.md.
+bench: deps build
+	/usr/bin/python3 bench/run.py build/baton
 
 install: build
 	cmake --install build
