@@ -563,3 +563,30 @@ void rpool_put(rpool *p, rconn *c) {
     pthread_mutex_unlock(&p->mu);
     if (c) rconn_free(c);
 }
+
+/* ---- option values and derived key names (shared with RedLock) ---- */
+
+int rparse_int(const char *s, long lo, long hi, long *out) {
+    if (!s || !*s) return -1;
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || *end || v < lo || v > hi) return -1;
+    *out = v;
+    return 0;
+}
+
+int rparse_bool(const char *s, int *out) {
+    if (!strcmp(s, "1") || !strcasecmp(s, "true") || !strcasecmp(s, "yes") || !strcasecmp(s, "on")) { *out = 1; return 0; }
+    if (!strcmp(s, "0") || !strcasecmp(s, "false") || !strcasecmp(s, "no") || !strcasecmp(s, "off")) { *out = 0; return 0; }
+    return -1;
+}
+
+char *baton__redis_prefixed(const char *prefix, const char *key) {
+    int tagged = strchr(key, '{') != NULL;
+    size_t n = strlen(prefix) + strlen(key) + 4;
+    char *s = malloc(n);
+    if (!s) return NULL;
+    snprintf(s, n, tagged ? "%s:%s" : "%s:{%s}", prefix, key);
+    return s;
+}

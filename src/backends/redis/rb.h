@@ -69,7 +69,6 @@ int baton__redis_pair(const redisReply *r, long long *flag, long long *n);
 
 /* Redisson's derived names: "P:{K}" ("P:K" when K has a hash tag), and the
  * suffix form "{K}:S" ("K:S"); "{K}" alone when S is NULL. malloc'ed. */
-char *baton__redis_prefixed(const char *prefix, const char *key);
 char *baton__redis_suffixed(const char *key, const char *suffix);
 
 /* Owner strings. */

@@ -66,33 +66,6 @@ static const char *const script_body[S_COUNT] = {
 
 static char *xstrdup(const char *s) { return s ? strdup(s) : NULL; }
 
-static int parse_int(const char *s, long lo, long hi, long *out) {
-    if (!s || !*s) return -1;
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || *end || v < lo || v > hi) return -1;
-    *out = v;
-    return 0;
-}
-
-static int parse_bool(const char *s, int *out) {
-    if (!strcmp(s, "1") || !strcasecmp(s, "true") || !strcasecmp(s, "yes") || !strcasecmp(s, "on")) { *out = 1; return 0; }
-    if (!strcmp(s, "0") || !strcasecmp(s, "false") || !strcasecmp(s, "no") || !strcasecmp(s, "off")) { *out = 0; return 0; }
-    return -1;
-}
-
-/* Redisson's rule for derived names: "prefix:{name}", or "prefix:name" when
- * the name already carries a hash tag. Keeps every key of a lock in one slot. */
-char *baton__redis_prefixed(const char *prefix, const char *key) {
-    int tagged = strchr(key, '{') != NULL;
-    size_t n = strlen(prefix) + strlen(key) + 4;
-    char *s = malloc(n);
-    if (!s) return NULL;
-    snprintf(s, n, tagged ? "%s:%s" : "%s:{%s}", prefix, key);
-    return s;
-}
-
 /* The suffix form (Redisson's suffixName): "{name}:suffix" or "name:suffix";
  * "{name}" ("name") alone when suffix is NULL. */
 char *baton__redis_suffixed(const char *key, const char *suffix) {
@@ -390,7 +363,7 @@ static int parse_config(reng *e, const baton_uri *u, const baton_client_options 
 
     if (u->path && *u->path) {
         long db;
-        if (parse_int(u->path, 0, INT_MAX, &db)) return einval("redis: bad database number '%s' (want /0, /1, ...)%s", u->path, "");
+        if (rparse_int(u->path, 0, INT_MAX, &db)) return einval("redis: bad database number '%s' (want /0, /1, ...)%s", u->path, "");
         cfg->db = (int)db;
     }
 
@@ -418,15 +391,15 @@ static int parse_config(reng *e, const baton_uri *u, const baton_client_options 
             else key = v;
         } else if (!strcmp(k, "insecure")) {
             if (!cfg->tls) return einval("redis: option '%s' needs a rediss:// URI%s", k, "");
-            if (parse_bool(v, &cfg->insecure)) return einval("redis: bad value '%s' for insecure%s (want 0 or 1)", v, "");
+            if (rparse_bool(v, &cfg->insecure)) return einval("redis: bad value '%s' for insecure%s (want 0 or 1)", v, "");
         } else if (!strcmp(k, "wait_replicas")) {
-            if (parse_int(v, 0, 1000, &n)) return einval("redis: bad value '%s' for %s (want 0..1000)", v, k);
+            if (rparse_int(v, 0, 1000, &n)) return einval("redis: bad value '%s' for %s (want 0..1000)", v, k);
             e->wait_replicas = (int)n;
         } else if (!strcmp(k, "wait_ms")) {
-            if (parse_int(v, 1, 3600000, &n)) return einval("redis: bad value '%s' for %s (want 1..3600000)", v, k);
+            if (rparse_int(v, 1, 3600000, &n)) return einval("redis: bad value '%s' for %s (want 1..3600000)", v, k);
             e->wait_ms = (int)n;
         } else if (!strcmp(k, "connect_timeout_ms") || !strcmp(k, "io_timeout_ms")) {
-            if (parse_int(v, 1, 3600000, &n)) return einval("redis: bad value '%s' for %s (want 1..3600000)", v, k);
+            if (rparse_int(v, 1, 3600000, &n)) return einval("redis: bad value '%s' for %s (want 1..3600000)", v, k);
             if (k[0] == 'c') cfg->connect_timeout_ms = (int)n;
             else cfg->io_timeout_ms = (int)n;
         } else {

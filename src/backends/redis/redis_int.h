@@ -37,6 +37,13 @@ typedef struct rconn {
     int broken;              /* set on any I/O or protocol error: never reused */
 } rconn;
 
+/* Option values and derived key names, shared by the Redis and RedLock backends. */
+int rparse_int(const char *s, long lo, long hi, long *out);   /* 0 or -1 */
+int rparse_bool(const char *s, int *out);                     /* 0 or -1 */
+/* Redisson's rule for derived names: "prefix:{key}", or "prefix:key" when the
+ * key already carries a hash tag, so every key of a lock shares one slot. */
+char *baton__redis_prefixed(const char *prefix, const char *key);
+
 /* Deadline helpers (monotonic ns). */
 int64_t rdeadline_ms(int ms);
 int64_t rmin64(int64_t a, int64_t b);

@@ -131,32 +131,7 @@ typedef struct {
 
 static char *xstrdup(const char *s) { return s ? strdup(s) : NULL; }
 
-static int parse_int(const char *s, long lo, long hi, long *out) {
-    if (!s || !*s) return -1;
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || *end || v < lo || v > hi) return -1;
-    *out = v;
-    return 0;
-}
-
-static int parse_bool(const char *s, int *out) {
-    if (!strcmp(s, "1") || !strcasecmp(s, "true") || !strcasecmp(s, "yes") || !strcasecmp(s, "on")) { *out = 1; return 0; }
-    if (!strcmp(s, "0") || !strcasecmp(s, "false") || !strcasecmp(s, "no") || !strcasecmp(s, "off")) { *out = 0; return 0; }
-    return -1;
-}
-
-/* "prefix:{key}", or "prefix:key" when the key already has a hash tag (the
- * Redis backend's rule: every key of a lock in one cluster slot). */
-static char *derived(const char *prefix, const char *key) {
-    int tagged = strchr(key, '{') != NULL;
-    size_t n = strlen(prefix) + strlen(key) + 4;
-    char *s = malloc(n);
-    if (!s) return NULL;
-    snprintf(s, n, tagged ? "%s:%s" : "%s:{%s}", prefix, key);
-    return s;
-}
+#define derived baton__redis_prefixed
 
 static void lock_clear(rl_lock *l) {
     free(l->key);
@@ -305,7 +280,7 @@ static int parse_config(rl_eng *e, const baton_uri *u, const baton_client_option
         return baton_seterr(BATON_ENOMEM, 0, "redlock: out of memory");
 
     long db = 0;
-    if (u->path && *u->path && parse_int(u->path, 0, INT_MAX, &db))
+    if (u->path && *u->path && rparse_int(u->path, 0, INT_MAX, &db))
         return einval("redlock: bad database number '%s' (want /0, /1, ...)%s", u->path, "");
 
     int connect_ms = o && o->connect_timeout_ms > 0 && o->connect_timeout_ms < 250 ? o->connect_timeout_ms : 250;
@@ -321,16 +296,16 @@ static int parse_config(rl_eng *e, const baton_uri *u, const baton_client_option
         if (!strcmp(k, "prefix")) {
             prefix = v;
         } else if (!strcmp(k, "node_timeout_ms") || !strcmp(k, "retry_delay_ms")) {
-            if (parse_int(v, 1, 60000, &x)) return einval("redlock: bad value '%s' for %s (want 1..60000)", v, k);
+            if (rparse_int(v, 1, 60000, &x)) return einval("redlock: bad value '%s' for %s (want 1..60000)", v, k);
             if (k[0] == 'n') e->node_timeout_ms = (int)x;
             else e->retry_delay_ms = (int)x;
         } else if (!strcmp(k, "connect_timeout_ms") || !strcmp(k, "io_timeout_ms")) {
-            if (parse_int(v, 1, 3600000, &x)) return einval("redlock: bad value '%s' for %s (want 1..3600000)", v, k);
+            if (rparse_int(v, 1, 3600000, &x)) return einval("redlock: bad value '%s' for %s (want 1..3600000)", v, k);
             if (k[0] == 'c') connect_ms = (int)x;
             else io_ms = (int)x;
         } else if (!strcmp(k, "tls") || !strcmp(k, "insecure")) {
             int b;
-            if (parse_bool(v, &b)) return einval("redlock: bad value '%s' for %s (want 0 or 1)", v, k);
+            if (rparse_bool(v, &b)) return einval("redlock: bad value '%s' for %s (want 0 or 1)", v, k);
             if (k[0] == 't') tls = b;
             else insecure = b;
         } else if (!strcmp(k, "cacert") || !strcmp(k, "cert") || !strcmp(k, "key")) {
@@ -373,7 +348,7 @@ static int parse_config(rl_eng *e, const baton_uri *u, const baton_client_option
     if (pm && *pm) {
         long ms;
         if (!strcmp(pm, "stop")) e->pause_ms = -1;
-        else if (!parse_int(pm, 1, 600000, &ms)) e->pause_ms = (int)ms;
+        else if (!rparse_int(pm, 1, 600000, &ms)) e->pause_ms = (int)ms;
         if (e->pause_ms) {
             const char *at = getenv("BATON_REDLOCK_TEST_PAUSE_AT");
             e->pause_at = at && !strcmp(at, "fence") ? RL_HOOK_FENCE : RL_HOOK_ACQUIRE;
