@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <time.h>
 
+#define KEEPER_LINGER_NS 1000000000LL
+
 struct baton__keeper {
     pthread_t th;
     pthread_mutex_t mu;
@@ -22,6 +24,7 @@ struct baton__keeper {
 static void *keeper_main(void *arg)
 {
     baton__keeper *k = arg;
+    int lingered = 0;
     pthread_mutex_lock(&k->mu);
     while (!k->stop) {
         int64_t now = baton_now_ns(), due = INT64_MAX;
@@ -40,9 +43,20 @@ static void *keeper_main(void *arg)
             pthread_cond_broadcast(&k->idle);
             continue;
         }
+        /* With nothing to keep, look again in a second before parking for
+         * good: a program that takes and drops locks in a loop then adds
+         * each new lock (due a renewal period from now) without waking this
+         * thread, instead of paying a wake-up and a context switch per pair. */
+        if (due == INT64_MAX && !lingered) {
+            due = now + KEEPER_LINGER_NS;
+            lingered = 1;
+        } else if (due != INT64_MAX) {
+            lingered = 0;
+        }
         k->sleeping_until = due;
         if (due == INT64_MAX) {
             pthread_cond_wait(&k->cv, &k->mu);
+            lingered = 0;
         } else {
             struct timespec ts = { due / 1000000000LL, due % 1000000000LL };
             pthread_cond_timedwait(&k->cv, &k->mu, &ts);

@@ -6,7 +6,8 @@
  *                                stall it, exclusion under N processes
  *   test_prims_fair --herd       Redis only, on a server of its own: the number
  *                                of server commands per handoff is the same with
- *                                1, 16 and 128 waiters (INFO commandstats)
+ *                                1, 16 and 128 waiters, and at most 6 (INFO
+ *                                commandstats)
  *
  * "{port}" in URI is the test Redis server's port. An engine without fair
  * locks (BATON_ENOTSUP at open) is a skip.
@@ -319,6 +320,71 @@ static void test_killed_waiter(void) {
     baton_client_close(c2);
 }
 
+/* Redis: a Redisson fair-lock waiter (a queue entry without baton's ticket)
+ * at the head is not handed the lock by a baton release: the lock is freed,
+ * the entry stays at the head and gets "0" on its channel, and a baton waiter
+ * behind it waits until the Redisson side has had its turn. */
+static void test_redisson_entry(void) {
+    if (!g_redis_port) return;
+    char n[256], q[400], to[400], chan[500];
+    lname(n, sizeof n, "rsn");
+    snprintf(q, sizeof q, "redisson_lock_queue:{%s}", n);
+    snprintf(to, sizeof to, "redisson_lock_timeout:{%s}", n);
+    const char *rf = "0b0c0d0e-aaaa-bbbb-cccc-000000000001:7";
+    snprintf(chan, sizeof chan, "redisson_lock__channel:{%s}:%s", n, rf);
+    baton_client *c1 = client(), *c2 = client();
+    baton_lock_options o = fair_opts(0);
+    baton_lock *a = lock_on(c1, n, &o), *b = lock_on(c2, n, &o);
+    CHECK_RC(baton_lock_acquire(a, 0), 0);
+    free(redis_raw(g_redis_port, "RPUSH", q, rf, NULL));
+    free(redis_raw(g_redis_port, "ZADD", to, "99999999999999", rf, NULL));
+    acq_thread t;
+    acq_start(&t, b, 20000);
+    wait_queued(g_redis_port, n, 2);
+    rcli sub;
+    CHECK(rcli_open(&sub, g_redis_port) == 0);
+    const char *sa[2] = { "SUBSCRIBE", chan };
+    free(rcli_cmd(&sub, 2, sa, NULL));
+    CHECK_RC(baton_lock_release(a), 0);
+    /* the Redisson waiter is told, the lock is free, it is still the head */
+    char *msg = rcli_cmd(&sub, 0, NULL, NULL);
+    CHECK(msg && strstr(msg, "message") && strstr(msg, "$1\r\n0"));
+    free(msg);
+    rcli_close(&sub);
+    char *ex = redis_raw(g_redis_port, "EXISTS", n, NULL);
+    CHECK(ex && !strncmp(ex, ":0", 2));
+    free(ex);
+    char *hd = redis_raw(g_redis_port, "LINDEX", q, "0", NULL);
+    CHECK(hd && strstr(hd, rf));
+    free(hd);
+    sleep_ms(300);
+    CHECK(!atomic_load(&t.done));
+    /* Redisson's script takes it and later releases it, waking the next */
+    free(redis_raw(g_redis_port, "LPOP", q, NULL));
+    free(redis_raw(g_redis_port, "ZREM", to, rf, NULL));
+    free(redis_raw(g_redis_port, "HSET", n, rf, "1", NULL));
+    free(redis_raw(g_redis_port, "DEL", n, NULL));
+    char bch[500], field[200];
+    char *next = redis_raw(g_redis_port, "LINDEX", q, "0", NULL);
+    CHECK(next != NULL);
+    field[0] = 0;
+    if (next) {
+        char *nl = strstr(next, "\r\n"), *bar = nl ? strchr(nl + 2, '|') : NULL;
+        if (nl && bar) snprintf(field, sizeof field, "%.*s", (int)(bar - nl - 2), nl + 2);
+    }
+    free(next);
+    CHECK(field[0] != 0);
+    snprintf(bch, sizeof bch, "redisson_lock__channel:{%s}:%s", n, field);
+    free(redis_raw(g_redis_port, "PUBLISH", bch, "0", NULL));
+    CHECK(acq_wait(&t, 10000));
+    acq_join(&t);
+    CHECK_RC(t.rc, 0);
+    baton_lock_free(a);
+    baton_lock_free(b);
+    baton_client_close(c1);
+    baton_client_close(c2);
+}
+
 #define P_PROCS 4
 #define P_ITERS 25
 
@@ -464,7 +530,8 @@ static int herd_round(const char *uri, int port, int nw, long long out[2], char 
     stats_settle(&r, &s0);
     baton_lock_release(h);
     if (!acq_wait(&t[0], 10000)) ok = 0;
-    if (wait_subscribed(&r, n, nw - 1)) ok = 0; /* the new holder's UNSUBSCRIBE is in */
+    /* No UNSUBSCRIBE follows: a waiter's channel lingers for its next wait
+     * (sub.c), so a handoff is the release script alone. */
     stats_settle(&r, &s1);
     out[0] = stats_total(&s1) - stats_total(&s0);
     stats_delta(&s0, &s1, desc[0], sizeof desc[0]);
@@ -475,7 +542,6 @@ static int herd_round(const char *uri, int port, int nw, long long out[2], char 
     if (nw >= 2) {
         atomic_store(&t[0].release_now, 1);
         if (!acq_wait(&t[1], 10000)) ok = 0;
-        if (wait_subscribed(&r, n, nw - 2)) ok = 0;
         stats_settle(&r, &s2);
         out[1] = stats_total(&s2) - stats_total(&s1) ;
         stats_delta(&s1, &s2, desc[1], sizeof desc[1]);
@@ -521,6 +587,7 @@ static int herd_main(void) {
         CHECK(v[0] == ref);
         if (v[1] >= 0) CHECK(v[1] == ref);
         CHECK(v[0] > 0);
+        CHECK(v[0] <= 6); /* EVALSHA + HDEL, LPOP, HSET, PEXPIRE, PUBLISH (issue 4) */
     }
     pr_redis("stop", dir, NULL);
     return th_finish();
@@ -559,6 +626,7 @@ int main(int argc, char **argv) {
     RUN(test_no_barging);
     RUN(test_leave_queue);
     RUN(test_killed_waiter);
+    RUN(test_redisson_entry);
     RUN(test_exclusion_processes);
     return th_finish();
 }

@@ -2,11 +2,13 @@
  * The fair lock and the read-write lock of the Redis backend (layouts in
  * docs/redis-layout.md, scripts in scripts.h).
  *
- * Fair lock: Redisson's RedissonFairLock keys. A waiter queues once, refreshes
- * its queue entry's server-time deadline on every attempt (at least every
- * lease/3), and is woken only by a message on its own channel, sent by the
- * release script to the head of the queue alone. A waiter that gives up
- * leaves the queue; one that dies is dropped when its entry's deadline passes.
+ * Fair lock: Redisson's RedissonFairLock keys. A waiter queues once with a
+ * ticket (the fence it will hold), refreshes its queue entry's server-time
+ * deadline at least every lease/3, and is woken only by a message on its own
+ * channel: the release script hands the lock to the head entry itself and
+ * publishes its ticket, which the waiter takes as the grant. A waiter that
+ * gives up leaves the queue (passing the lock on if it was handed over
+ * meanwhile); one that dies is dropped when its entry's deadline passes.
  *
  * Read-write lock: Redisson's RReadWriteLock hash plus a zset of waiting
  * writers; while a writer waits, new readers wait too.
@@ -43,8 +45,8 @@ static int err_restore(const saved_err *s) {
  * and RB_EFINAL is returned with the message set. */
 typedef int (*undo_fn)(reng *e, rlock *l, const baton_owner *owner);
 
-static int grant_script(reng *e, rlock *l, int sid, int nkeys, int argc, const char *const *argv,
-                        baton_acquire_req *req, undo_fn undo, int *granted, int64_t *hint) {
+static int grant_script3(reng *e, rlock *l, int sid, int nkeys, int argc, const char *const *argv,
+                         baton_acquire_req *req, undo_fn undo, int *granted, int64_t *hint, long long *third) {
     int64_t dl = baton__redis_io_deadline(e), sent = 0;
     redisReply *r = NULL;
     rconn *c = NULL;
@@ -54,8 +56,18 @@ static int grant_script(reng *e, rlock *l, int sid, int nkeys, int argc, const c
     if (rc) return rc;
     rc = baton__redis_script_on(e, c, sid, nkeys, argc, argv, NULL, dl, &r, &sent);
     long long flag = 0, n = 0;
-    if (!rc && baton__redis_pair(r, &flag, &n)) rc = baton__redis_bad_reply(r, "a lock script"), r = NULL;
-    else if (!rc && flag == 1 && n <= 0) rc = baton__redis_bad_reply(r, "a lock script (fence)"), r = NULL;
+    if (!rc && third && r->type == REDIS_REPLY_ARRAY && r->elements == 3) {
+        /* {0, hint, ticket} */
+        if (r->element[0]->type != REDIS_REPLY_INTEGER || r->element[1]->type != REDIS_REPLY_INTEGER ||
+            r->element[2]->type != REDIS_REPLY_INTEGER || r->element[0]->integer != 0)
+            rc = baton__redis_bad_reply(r, "a lock script"), r = NULL;
+        else
+            flag = 0, n = r->element[1]->integer, *third = r->element[2]->integer;
+    } else if (!rc && baton__redis_pair(r, &flag, &n)) {
+        rc = baton__redis_bad_reply(r, "a lock script"), r = NULL;
+    } else if (!rc && flag == 1 && n <= 0) {
+        rc = baton__redis_bad_reply(r, "a lock script (fence)"), r = NULL;
+    }
     if (!rc && flag == 1 && baton__redis_wait_replicas(e, c, "acquire")) rc = RB_EFINAL;
     rpool_put(&e->pool, c);
     if (r) rreply_free(r);
@@ -75,6 +87,11 @@ static int grant_script(reng *e, rlock *l, int sid, int nkeys, int argc, const c
         *hint = n >= 0 ? n : (n == -2 ? 0 : -1);
     }
     return 0;
+}
+
+static int grant_script(reng *e, rlock *l, int sid, int nkeys, int argc, const char *const *argv,
+                        baton_acquire_req *req, undo_fn undo, int *granted, int64_t *hint) {
+    return grant_script3(e, l, sid, nkeys, argc, argv, req, undo, granted, hint, NULL);
 }
 
 static int int_script(reng *e, int sid, int nkeys, int argc, const char *const *argv, int64_t deadline,
@@ -109,14 +126,16 @@ typedef struct {
     rb_owner os;
     char lease[24];
     char qlease[24];
+    char ticket[24];     /* our place in the queue = the fence we will hold; "0": none */
+    int64_t last_sent;   /* when our last attempt was sent */
 } fair_ctx;
 
 int baton__redis_fair_release(reng *e, rlock *l, const baton_owner *owner) {
     rb_owner os;
     baton__redis_owner(owner, &os);
-    const char *argv[6] = { l->key, l->queue, l->timeouts, l->holder, os.field, l->channel };
+    const char *argv[4] = { l->key, l->queue, os.field, l->channel };
     long long v = 0;
-    int rc = int_script(e, S_FAIR_REL, 4, 6, argv, baton__redis_io_deadline(e), &v, "the fair release script");
+    int rc = int_script(e, S_FAIR_REL, 2, 4, argv, baton__redis_io_deadline(e), &v, "the fair release script");
     if (rc) return rc;
     if (v != 1) return baton_seterr(BATON_ELOST, 0, "redis: '%s' is no longer held by this owner", l->key);
     return 0;
@@ -126,10 +145,17 @@ static int fair_undo(reng *e, rlock *l, const baton_owner *owner) { return baton
 
 static int fair_once(fair_ctx *x, int wait, int *granted, int64_t *hint) {
     const char *argv[11] = {
-        x->l->key, x->l->queue, x->l->timeouts, x->l->fence, x->l->holder,
-        x->lease, x->os.field, x->req->owner->desc, x->qlease, x->l->channel, wait ? "wait" : "try",
+        x->l->key, x->l->queue, x->l->timeouts, x->l->fence,
+        x->lease, x->os.field, x->req->owner->desc, x->qlease, x->l->channel, wait ? "wait" : "try", x->ticket,
     };
-    return grant_script(x->e, x->l, S_FAIR_ACQ, 5, 11, argv, x->req, fair_undo, granted, hint);
+    long long ticket = 0;
+    x->last_sent = baton_now_ns();
+    int rc = grant_script3(x->e, x->l, S_FAIR_ACQ, 4, 11, argv, x->req, fair_undo, granted, hint, &ticket);
+    if (!rc && !*granted && wait) {
+        if (ticket <= 0) return baton_seterr(BATON_EPROTO, 0, "redis: the fair acquire script queued without a ticket");
+        snprintf(x->ticket, sizeof x->ticket, "%lld", ticket);
+    }
+    return rc;
 }
 
 static int fair_attempt(void *p, int *done, int64_t *hint) {
@@ -139,12 +165,34 @@ static int fair_attempt(void *p, int *done, int64_t *hint) {
     return rc == RB_EFINAL ? BATON_EUNAVAILABLE : rc;
 }
 
+/* The release script handed us the lock and published our ticket. With
+ * replica acks required the grant goes through an attempt instead (WAIT
+ * must run on the connection that saw it). The lease was set when the
+ * releaser's script ran: after our last attempt was sent, before the
+ * message was read; we count it from the later of our last send and the
+ * read minus a transit allowance, never from a later time. */
+#define HANDOFF_SLACK_NS (1000LL * 1000000LL)
+
+static int fair_msg(void *p, const char *payload, int64_t at_ns) {
+    fair_ctx *x = p;
+    if (x->e->wait_replicas > 0 || !strcmp(x->ticket, "0") || strcmp(payload, x->ticket) != 0) return 0;
+    int64_t lease_ns = (int64_t)(x->req->lease_ms ? x->req->lease_ms : 30000) * 1000000;
+    int64_t slack = lease_ns / 10 < HANDOFF_SLACK_NS ? lease_ns / 10 : HANDOFF_SLACK_NS;
+    int64_t start = at_ns - slack;
+    x->req->fence = strtoull(x->ticket, NULL, 10);
+    x->req->sent_ns = start > x->last_sent ? start : x->last_sent;
+    return 1;
+}
+
 static void fair_leave(fair_ctx *x) {
-    const char *argv[5] = { x->l->key, x->l->queue, x->l->timeouts, x->os.field, x->l->channel };
+    char lease[24];
+    snprintf(lease, sizeof lease, "%s", x->lease);
+    const char *argv[8] = { x->l->key, x->l->queue, x->l->timeouts, x->os.field, x->ticket, lease,
+                            x->req->owner->desc, x->l->channel };
     long long v;
     int64_t dl = baton__redis_io_deadline(x->e);
-    if (int_script(x->e, S_FAIR_LEAVE, 3, 5, argv, dl, &v, "the fair leave script") == BATON_EUNAVAILABLE)
-        int_script(x->e, S_FAIR_LEAVE, 3, 5, argv, dl, &v, "the fair leave script"); /* one retry; else the entry expires */
+    if (int_script(x->e, S_FAIR_LEAVE, 3, 8, argv, dl, &v, "the fair leave script") == BATON_EUNAVAILABLE)
+        int_script(x->e, S_FAIR_LEAVE, 3, 8, argv, dl, &v, "the fair leave script"); /* one retry; else the entry expires */
 }
 
 int baton__redis_fair_acquire(reng *e, rlock *l, baton_acquire_req *req) {
@@ -156,8 +204,11 @@ int baton__redis_fair_acquire(reng *e, rlock *l, baton_acquire_req *req) {
     baton__redis_owner(req->owner, &x.os);
     snprintf(x.lease, sizeof x.lease, "%" PRIu32, req->lease_ms ? req->lease_ms : 30000);
     snprintf(x.qlease, sizeof x.qlease, "%" PRIu32, qlease_of(req->lease_ms));
+    snprintf(x.ticket, sizeof x.ticket, "0");
     int waiting = req->deadline_ns != 0;
     if (waiting && !req->waiter) return baton_seterr(BATON_EINVAL, 0, "redis: a waiting acquire needs a waiter");
+    if (strchr(req->owner->desc, '|'))
+        return baton_seterr(BATON_EINVAL, 0, "redis: a fair waiter's description cannot contain '|'");
 
     /* The first attempt already takes a place in the queue. */
     int granted = 0;
@@ -184,8 +235,8 @@ int baton__redis_fair_acquire(reng *e, rlock *l, baton_acquire_req *req) {
         snprintf(chan, n, "%s:%s", l->channel, x.os.field);
         char what[80];
         snprintf(what, sizeof what, "fair acquire of '%.40s'", l->key);
-        rc = baton__redis_wait_loop(e, chan, req->waiter, req->deadline_ns, refresh_of(req->lease_ms), 0,
-                                    fair_attempt, &x, what);
+        rc = baton__redis_wait_loop_msg(e, chan, req->waiter, req->deadline_ns, refresh_of(req->lease_ms), 0,
+                                        fair_attempt, fair_msg, &x, what);
         free(chan);
     }
     if (rc) {

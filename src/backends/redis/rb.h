@@ -88,6 +88,12 @@ typedef int (*rb_attempt_fn)(void *ctx, int *done, int64_t *hint_ms);
 int baton__redis_wait_loop(reng *e, const char *channel, baton_waiter *w, int64_t deadline,
                            int64_t refresh_ms, int poll_anyway, rb_attempt_fn attempt, void *ctx,
                            const char *what);
+/* The same, and MSG (may be NULL) sees each message's payload first (AT_NS:
+ * when it was read): 1 = the message itself completes the wait. */
+typedef int (*rb_msg_fn)(void *ctx, const char *payload, int64_t at_ns);
+int baton__redis_wait_loop_msg(reng *e, const char *channel, baton_waiter *w, int64_t deadline,
+                               int64_t refresh_ms, int poll_anyway, rb_attempt_fn attempt, rb_msg_fn msg,
+                               void *ctx, const char *what);
 
 /* Lock states (redis.c owns the plain kind; locks.c fair and read/write). */
 enum { RK_PLAIN, RK_FAIR, RK_READ, RK_WRITE };

@@ -273,6 +273,12 @@ static int64_t backoff_ns(int backoff_ms) {
 int baton__redis_wait_loop(reng *e, const char *channel, baton_waiter *w, int64_t deadline,
                            int64_t refresh_ms, int poll_anyway, rb_attempt_fn attempt, void *ctx,
                            const char *what) {
+    return baton__redis_wait_loop_msg(e, channel, w, deadline, refresh_ms, poll_anyway, attempt, NULL, ctx, what);
+}
+
+int baton__redis_wait_loop_msg(reng *e, const char *channel, baton_waiter *w, int64_t deadline,
+                               int64_t refresh_ms, int poll_anyway, rb_attempt_fn attempt, rb_msg_fn msg,
+                               void *ctx, const char *what) {
     /* Subscribe to the wake-up channel, and wait for the confirmation before
      * the next attempt, so a wake-up in between cannot be missed. */
     rsub_entry *se = NULL;
@@ -299,6 +305,14 @@ int baton__redis_wait_loop(reng *e, const char *channel, baton_waiter *w, int64_
         int ready = rsub_ready(&e->sub, se);
         int done = 0;
         int64_t hint = -1;
+        char payload[RSUB_MSG_MAX];
+        int64_t at = 0;
+        /* A message that itself completes the wait (a fair handoff) saves
+         * the round trip of another attempt. */
+        if (msg && rsub_message(&e->sub, se, payload, sizeof payload, &at) && msg(ctx, payload, at)) {
+            rc = 0;
+            break;
+        }
         rc = attempt(ctx, &done, &hint);
         if (done) break;
         if (rc && rc != BATON_EUNAVAILABLE) break; /* auth, protocol, memory: give up */

@@ -35,6 +35,7 @@ typedef struct rconn {
     SSL *ssl;
     redisReader *rd;
     int broken;              /* set on any I/O or protocol error: never reused */
+    int64_t idle_since;      /* monotonic ns when it went back to the pool */
 } rconn;
 
 /* Option values and derived key names, shared by the Redis and RedLock backends. */
@@ -89,6 +90,11 @@ int rsub_register(rsub *s, const char *channel, baton_waiter *w, rsub_entry **ou
 /* 1 when the channel's subscription is confirmed on the live connection. */
 int rsub_ready(rsub *s, rsub_entry *e);
 void rsub_unregister(rsub *s, rsub_entry *e);
+/* 1 and the payload (truncated to RSUB_MSG_MAX - 1) of the last message on
+ * E's channel when one arrived since E registered or last took one; 0 if not.
+ * *at_ns: when the subscriber read it. */
+#define RSUB_MSG_MAX 48
+int rsub_message(rsub *s, rsub_entry *e, char *buf, size_t n, int64_t *at_ns);
 
 /* The connection pool (conn.c). */
 typedef struct {

@@ -97,11 +97,12 @@
     "elseif t == 'hash' then\n"                                                \
     "  mode = redis.call('hget', KEYS[1], 'mode') or ''\n"                     \
     "  if mode == 'read' then readers = redis.call('hlen', KEYS[1]) - 1 end\n" \
-    "  holder = redis.call('get', KEYS[3])\n"                                  \
+    "  holder = redis.call('hget', KEYS[1], 'baton:holder')\n"                 \
+    "  if not holder then holder = redis.call('get', KEYS[3]) end\n"           \
     "  if not holder then\n"                                                   \
     "    holder = ''\n"                                                        \
     "    for _, f in ipairs(redis.call('hkeys', KEYS[1])) do\n"                 \
-    "      if f ~= 'mode' then holder = f break end\n"                          \
+    "      if f ~= 'mode' and f ~= 'baton:holder' then holder = f break end\n"  \
     "    end\n"                                                               \
     "  end\n"                                                                 \
     "end\n"                                                                    \
@@ -116,81 +117,132 @@
     "local tm = redis.call('time')\n"                                          \
     "local now = tonumber(tm[1]) * 1000 + math.floor(tonumber(tm[2]) / 1000)\n"
 
-/* ---- fair lock (Redisson RedissonFairLock layout) ---------------------------
- * KEYS[2] = redisson_lock_queue:{K} (list of owner fields, FIFO),
- * KEYS[3] = redisson_lock_timeout:{K} (zset field -> server-time deadline of
- * the queue entry). A waiter refreshes its deadline on every attempt; one that
- * stops refreshing (gave up without leaving, crashed) is dropped here. Every
- * fair script starts with NOW + PURGE; nothing in them loops over the queue
- * (only over entries that expired), so a handoff costs the same number of
- * commands with 1 or 1000 waiters. */
+/* ---- fair lock (Redisson RedissonFairLock keys, direct handoff) -------------
+ * KEYS[1] = K (hash: owner field -> fence, and 'baton:holder' -> the holder's
+ * description), KEYS[2] = redisson_lock_queue:{K} (list, FIFO),
+ * KEYS[3] = redisson_lock_timeout:{K} (zset entry -> server-time deadline),
+ * KEYS[4] = redisson_lock_token:{K} (fence counter).
+ * A baton queue entry is "<field>|<ticket>|<lease ms>|<description>": the
+ * ticket is the fence the waiter will hold, drawn from the counter when it
+ * queues, so fences grow in grant order. A release hands the lock straight to
+ * the head entry (HSET, PEXPIRE) and publishes the ticket on the head's own
+ * channel; the waiter takes that message as its grant without another round
+ * trip. A handoff is EVALSHA + HDEL, LPOP, HSET, PEXPIRE, PUBLISH, whatever
+ * the queue length. Entries without '|' are Redisson's: they are woken with
+ * "0" and take the lock with their own script. */
+#define BATON_LUA_FAIR_HANDOFF                                                 \
+    "local function handoff(prefix)\n"                                         \
+    "  local e = redis.call('lpop', KEYS[2])\n"                                \
+    "  if not e then redis.call('del', KEYS[1]) return end\n"                  \
+    "  local f, t, ls, d = string.match(e, '^([^|]*)|(%d+)|(%d+)|(.*)$')\n"   \
+    "  if f then\n"                                                            \
+    "    redis.call('hset', KEYS[1], f, t, 'baton:holder', d)\n"               \
+    "    redis.call('pexpire', KEYS[1], ls)\n"                                 \
+    "    redis.call('publish', prefix .. ':' .. f, t)\n"                       \
+    "    return\n"                                                             \
+    "  end\n"                                                                  \
+    "  redis.call('lpush', KEYS[2], e)\n"                                      \
+    "  redis.call('del', KEYS[1])\n"                                           \
+    "  redis.call('publish', prefix .. ':' .. e, 0)\n"                         \
+    "end\n"
+
+/* Drops the queue entries whose deadline passed (waiters that stopped
+ * refreshing: crashed, paused, gave up without leaving). Loops only over
+ * those, never over the live queue. */
 #define BATON_LUA_FAIR_PURGE                                                   \
     "local dead = redis.call('zrangebyscore', KEYS[3], '-inf', now)\n"         \
     "for i = 1, #dead do redis.call('lrem', KEYS[2], 0, dead[i]) end\n"        \
     "if #dead > 0 then redis.call('zremrangebyscore', KEYS[3], '-inf', now) end\n"
 
-/* KEYS lock hash, queue, timeouts, fence counter, holder string;
- * ARGV lease ms, field, holder description, queue-entry lease ms, channel
- * prefix redisson_lock__channel:{K}, "wait" | "try".
- * Granted when the lock is free and the queue is empty or headed by us.
- * Otherwise "wait" enqueues (or refreshes) us and returns how long until
- * something may change: the lock's PTTL when we are the head, else the head
- * entry's remaining lease. A "try" never enqueues.
- * -> {1, fence} | {0, ms} (-1: no expiry known). */
+/* ARGV lease ms, field, description, queue-entry lease ms, channel prefix
+ * redisson_lock__channel:{K}, "wait" | "try", our ticket ("0": none yet).
+ * -> {1, fence} granted (also when a release already handed it to us), or
+ * {0, ms, ticket}: ms = how long until something may change (the lock's PTTL
+ * when we are the head, else the head entry's remaining lease; -1 unknown),
+ * ticket = the fence we hold our place with (0 for a try). A try never
+ * queues and fails when anyone is queued, so tries cannot barge. */
 #define BATON_LUA_FAIR_ACQ_BODY                                                \
+    "local mine = redis.call('hget', KEYS[1], ARGV[2])\n"                      \
+    "if mine then return {1, tonumber(mine)} end\n"                            \
+    "local function entry(t) return ARGV[2] .. '|' .. t .. '|' .. ARGV[1] .. '|' .. ARGV[3] end\n" \
+    "local me = nil\n"                                                         \
+    "if ARGV[7] ~= '0' then me = entry(ARGV[7]) end\n"                         \
     "local head = redis.call('lindex', KEYS[2], 0)\n"                          \
-    "local free = redis.call('exists', KEYS[1]) == 0\n"                        \
-    "if free and (not head or head == ARGV[2]) then\n"                         \
-    "  if head then\n"                                                         \
-    "    redis.call('lpop', KEYS[2])\n"                                        \
-    "    redis.call('zrem', KEYS[3], ARGV[2])\n"                               \
+    "if redis.call('exists', KEYS[1]) == 0 then\n"                             \
+    "  if not head then\n"                                                     \
+    "    local fence = redis.call('incr', KEYS[4])\n"                          \
+    "    redis.call('hset', KEYS[1], ARGV[2], fence, 'baton:holder', ARGV[3])\n" \
+    "    redis.call('pexpire', KEYS[1], ARGV[1])\n"                            \
+    "    return {1, fence}\n"                                                  \
     "  end\n"                                                                  \
-    "  local fence = redis.call('incr', KEYS[4])\n"                            \
-    "  redis.call('hset', KEYS[1], ARGV[2], 1)\n"                              \
-    "  redis.call('pexpire', KEYS[1], ARGV[1])\n"                              \
-    "  redis.call('set', KEYS[5], ARGV[3], 'px', ARGV[1])\n"                   \
-    "  return {1, fence}\n"                                                    \
+    "  if head == me then\n"                                                   \
+    "    redis.call('lpop', KEYS[2])\n"                                        \
+    "    redis.call('zrem', KEYS[3], me)\n"                                    \
+    "    redis.call('hset', KEYS[1], ARGV[2], ARGV[7], 'baton:holder', ARGV[3])\n" \
+    "    redis.call('pexpire', KEYS[1], ARGV[1])\n"                            \
+    "    return {1, tonumber(ARGV[7])}\n"                                      \
+    "  end\n"                                                                  \
+    "  if string.find(head, '|', 1, true) then\n"                              \
+    "    handoff(ARGV[5])\n"                                                   \
+    "    head = redis.call('lindex', KEYS[2], 0)\n"                            \
+    "  end\n"                                                                  \
     "end\n"                                                                    \
-    "if free and #dead > 0 then redis.call('publish', ARGV[5] .. ':' .. head, 0) end\n" \
-    "if ARGV[6] ~= 'wait' then return {0, redis.call('pttl', KEYS[1])} end\n"  \
-    "if redis.call('zadd', KEYS[3], now + tonumber(ARGV[4]), ARGV[2]) == 1 then\n" \
-    "  redis.call('rpush', KEYS[2], ARGV[2])\n"                                \
-    "  if not head then head = ARGV[2] end\n"                                  \
+    "if ARGV[6] ~= 'wait' then return {0, redis.call('pttl', KEYS[1]), 0} end\n" \
+    "local queued = false\n"                                                   \
+    "if me and head and redis.call('zscore', KEYS[3], me) then\n"              \
+    "  local ht = tonumber(string.match(head, '^[^|]*|(%d+)|'))\n"             \
+    "  queued = ht == nil or ht <= tonumber(ARGV[7])\n"                        \
     "end\n"                                                                    \
-    "if head == ARGV[2] then return {0, redis.call('pttl', KEYS[1])} end\n"    \
-    "local hs = redis.call('zscore', KEYS[3], head)\n"                         \
-    "if not hs then return {0, -1} end\n"                                      \
-    "return {0, math.max(0, tonumber(hs) - now)}\n"
+    "local ticket = ARGV[7]\n"                                                 \
+    "if not queued then\n"                                                     \
+    "  if me then redis.call('zrem', KEYS[3], me) end\n"                       \
+    "  ticket = tostring(redis.call('incr', KEYS[4]))\n"                       \
+    "  me = entry(ticket)\n"                                                   \
+    "  redis.call('rpush', KEYS[2], me)\n"                                     \
+    "  if not head then head = me end\n"                                       \
+    "end\n"                                                                    \
+    "redis.call('zadd', KEYS[3], now + tonumber(ARGV[4]), me)\n"               \
+    "local hint = -1\n"                                                        \
+    "if head == me then\n"                                                     \
+    "  hint = redis.call('pttl', KEYS[1])\n"                                   \
+    "else\n"                                                                   \
+    "  local hs = redis.call('zscore', KEYS[3], head)\n"                       \
+    "  if hs then hint = math.max(0, tonumber(hs) - now) end\n"                \
+    "end\n"                                                                    \
+    "return {0, hint, tonumber(ticket)}\n"
 
-/* KEYS lock hash, queue, timeouts, holder string; ARGV field, channel prefix.
- * Releases and signals the head waiter only, on its own channel.
- * -> 1 released, 0 not ours. */
+/* KEYS K, queue; ARGV field, channel prefix. -> 1 released (and handed to
+ * the head waiter), 0 not ours. */
 #define BATON_LUA_FAIR_REL_BODY                                                \
-    "if redis.call('type', KEYS[1]).ok ~= 'hash'\n"                            \
-    "   or redis.call('hexists', KEYS[1], ARGV[1]) == 0 then\n"                \
-    "  return 0\n"                                                             \
-    "end\n"                                                                    \
-    "redis.call('del', KEYS[1], KEYS[4])\n"                                    \
-    "local head = redis.call('lindex', KEYS[2], 0)\n"                          \
-    "if head then redis.call('publish', ARGV[2] .. ':' .. head, 0) end\n"      \
+    "local n = redis.pcall('hdel', KEYS[1], ARGV[1])\n"                        \
+    "if type(n) ~= 'number' or n == 0 then return 0 end\n"                     \
+    "handoff(ARGV[2])\n"                                                       \
     "return 1\n"
 
-/* KEYS lock hash, queue, timeouts; ARGV field, channel prefix. A waiter that
- * gives up leaves the queue; when it was the head (or expired entries went)
- * and the lock is free, the new head is signalled. -> 1. */
+/* KEYS K, queue, timeouts; ARGV field, ticket, lease ms, description,
+ * channel prefix. A waiter that gives up leaves the queue; if a release
+ * handed it the lock meanwhile, it passes the lock on; if it was the head
+ * of a free lock, the next waiter gets it. -> 1 left, 2 passed on. */
 #define BATON_LUA_FAIR_LEAVE_BODY                                              \
-    "local head = redis.call('lindex', KEYS[2], 0)\n"                          \
-    "redis.call('lrem', KEYS[2], 0, ARGV[1])\n"                                \
-    "redis.call('zrem', KEYS[3], ARGV[1])\n"                                   \
-    "if (head == ARGV[1] or #dead > 0) and redis.call('exists', KEYS[1]) == 0 then\n" \
-    "  local nh = redis.call('lindex', KEYS[2], 0)\n"                          \
-    "  if nh then redis.call('publish', ARGV[2] .. ':' .. nh, 0) end\n"        \
+    "if redis.call('hexists', KEYS[1], ARGV[1]) == 1 then\n"                   \
+    "  redis.call('hdel', KEYS[1], ARGV[1])\n"                                 \
+    "  handoff(ARGV[5])\n"                                                     \
+    "  return 2\n"                                                             \
+    "end\n"                                                                    \
+    "if ARGV[2] ~= '0' then\n"                                                 \
+    "  local e = ARGV[1] .. '|' .. ARGV[2] .. '|' .. ARGV[3] .. '|' .. ARGV[4]\n" \
+    "  redis.call('lrem', KEYS[2], 0, e)\n"                                    \
+    "  redis.call('zrem', KEYS[3], e)\n"                                       \
+    "end\n"                                                                    \
+    "if redis.call('exists', KEYS[1]) == 0 then\n"                             \
+    "  local h = redis.call('lindex', KEYS[2], 0)\n"                           \
+    "  if h and string.find(h, '|', 1, true) then handoff(ARGV[5]) end\n"      \
     "end\n"                                                                    \
     "return 1\n"
 
-#define BATON_LUA_FAIR_ACQ BATON_LUA_NOW BATON_LUA_FAIR_PURGE BATON_LUA_FAIR_ACQ_BODY
-#define BATON_LUA_FAIR_REL BATON_LUA_NOW BATON_LUA_FAIR_PURGE BATON_LUA_FAIR_REL_BODY
-#define BATON_LUA_FAIR_LEAVE BATON_LUA_NOW BATON_LUA_FAIR_PURGE BATON_LUA_FAIR_LEAVE_BODY
+#define BATON_LUA_FAIR_ACQ BATON_LUA_NOW BATON_LUA_FAIR_HANDOFF BATON_LUA_FAIR_PURGE BATON_LUA_FAIR_ACQ_BODY
+#define BATON_LUA_FAIR_REL BATON_LUA_FAIR_HANDOFF BATON_LUA_FAIR_REL_BODY
+#define BATON_LUA_FAIR_LEAVE BATON_LUA_FAIR_HANDOFF BATON_LUA_FAIR_LEAVE_BODY
 
 /* ---- read-write lock (Redisson RReadWriteLock layout + writer intents) -------
  * KEYS[1] hash K: mode = read|write, <field> = read holds (each with a key

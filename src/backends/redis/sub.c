@@ -4,9 +4,12 @@
  *
  * A waiter registers its baton_waiter on a channel; the thread SUBSCRIBEs,
  * and wakes every waiter of the channel when the subscription is confirmed,
- * on every message, and when the connection is lost (so they re-check). The
- * thread UNSUBSCRIBEs a channel when its last waiter leaves. If the
- * connection dies it reconnects with backoff and subscribes again.
+ * on every message (keeping the last payload for them), and when the
+ * connection is lost (so they re-check). A channel whose last waiter left
+ * stays subscribed for LINGER_NS: a thread that waits on the same lock again
+ * soon (every contended loop does) finds it ready, and a handoff costs no
+ * SUBSCRIBE/UNSUBSCRIBE pair. If the connection dies the thread reconnects
+ * with backoff and subscribes again.
  *
  * Channel bookkeeping (all under s->mu):
  *   intended  we want to be subscribed on the current connection (SUBSCRIBE sent)
@@ -30,6 +33,7 @@ struct rsub_entry {
     rsub_entry *next, *prev;
     baton_waiter *w;
     rchan *ch;
+    unsigned seen;           /* msg_seq of the last message this waiter took */
 };
 
 struct rchan {
@@ -37,9 +41,15 @@ struct rchan {
     char *name;
     rsub_entry *waiters;
     int intended, pending, server;
+    int64_t idle_since;      /* when the last waiter left (lingering) */
+    unsigned msg_seq;        /* messages received */
+    int64_t msg_ns;          /* when the last one was read */
+    char msg[RSUB_MSG_MAX];  /* its payload (truncated) */
 };
 
 #define KEEPALIVE_NS (10LL * 1000000000LL)
+#define LINGER_NS (5LL * 1000000000LL)
+#define LINGER_MAX 256       /* idle channels kept at most */
 
 static void signal_thread(rsub *s) {
     uint64_t one = 1;
@@ -81,7 +91,10 @@ static int reconcile(rsub *s, rconn *conn) {
     for (;;) {
         char *name = NULL;
         const char *verb = NULL;
+        int64_t now = baton_now_ns();
         pthread_mutex_lock(&s->mu);
+        int idle = 0;
+        for (rchan *c = s->chans; c; c = c->next) idle += !c->waiters && c->intended;
         rchan **pp = &s->chans;
         while (*pp) {
             rchan *c = *pp;
@@ -89,7 +102,7 @@ static int reconcile(rsub *s, rconn *conn) {
                 c->intended = 1;
                 c->pending++;
                 verb = "SUBSCRIBE";
-            } else if (!c->waiters && c->intended) {
+            } else if (!c->waiters && c->intended && (idle > LINGER_MAX || now - c->idle_since >= LINGER_NS)) {
                 c->intended = 0;
                 c->pending++;
                 verb = "UNSUBSCRIBE";
@@ -134,6 +147,15 @@ static int handle_reply(rsub *s, redisReply *r, int *pong) {
     rchan *c = find_chan(s, name, len);
     if (c) {
         if (!strcasecmp(kind, "message")) {
+            if (r->elements >= 3 && is_str(r->element[2])) {
+                size_t n = r->element[2]->len < RSUB_MSG_MAX - 1 ? r->element[2]->len : RSUB_MSG_MAX - 1;
+                memcpy(c->msg, r->element[2]->str, n);
+                c->msg[n] = 0;
+            } else {
+                c->msg[0] = 0;
+            }
+            c->msg_seq++;
+            c->msg_ns = baton_now_ns();
             wake_chan(c);
         } else if (!strcasecmp(kind, "subscribe") || !strcasecmp(kind, "unsubscribe")) {
             if (c->pending > 0) c->pending--;
@@ -297,11 +319,13 @@ int rsub_register(rsub *s, const char *channel, baton_waiter *w, rsub_entry **ou
         s->chans = c;
     }
     e->ch = c;
+    e->seen = c->msg_seq;
     e->next = c->waiters;
     if (c->waiters) c->waiters->prev = e;
     c->waiters = e;
+    int need = !c->intended; /* a lingering subscription needs no SUBSCRIBE */
     pthread_mutex_unlock(&s->mu);
-    signal_thread(s);
+    if (need) signal_thread(s);
     *out = e;
     return 0;
 }
@@ -322,8 +346,22 @@ void rsub_unregister(rsub *s, rsub_entry *e) {
     if (e->prev) e->prev->next = e->next;
     else c->waiters = e->next;
     if (e->next) e->next->prev = e->prev;
-    int last = c->waiters == NULL;
+    if (!c->waiters) c->idle_since = baton_now_ns();
     pthread_mutex_unlock(&s->mu);
     free(e);
-    if (last) signal_thread(s);
+    /* No signal: the channel lingers; the thread's periodic pass drops it. */
+}
+
+int rsub_message(rsub *s, rsub_entry *e, char *buf, size_t n, int64_t *at_ns) {
+    if (!e || !n) return 0;
+    pthread_mutex_lock(&s->mu);
+    rchan *c = e->ch;
+    int got = e->seen != c->msg_seq;
+    if (got) {
+        e->seen = c->msg_seq;
+        snprintf(buf, n, "%s", c->msg);
+        if (at_ns) *at_ns = c->msg_ns;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return got;
 }
