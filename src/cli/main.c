@@ -32,6 +32,7 @@ static void usage(FILE *f)
         "       baton status [-u URI] NAME\n"
         "       baton latch [-u URI] NAME set N | down | count | wait [-w SECS]\n"
         "       baton sem [-u URI] NAME set N | add N | available | drain\n"
+        "       baton bench [-u URI] --workload W [options]   (baton bench --help)\n"
         "       baton version\n"
         "\n"
         "  -u URI          engine (default $BATON_URI, else the file backend)\n"
