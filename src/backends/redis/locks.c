@@ -210,42 +210,37 @@ int baton__redis_fair_acquire(reng *e, rlock *l, baton_acquire_req *req) {
     if (strchr(req->owner->desc, '|'))
         return baton_seterr(BATON_EINVAL, 0, "redis: a fair waiter's description cannot contain '|'");
 
+    /* Our own channel: the release script signals the head waiter only. */
+    size_t n = strlen(l->channel) + strlen(x.os.field) + 2;
+    char *chan = malloc(n);
+    if (!chan) return baton_seterr(BATON_ENOMEM, 0, "redis: out of memory");
+    snprintf(chan, n, "%s:%s", l->channel, x.os.field);
+    rsub_entry *pre = waiting ? baton__redis_presub(e, chan, req->waiter) : NULL;
+
     /* The first attempt already takes a place in the queue. */
     int granted = 0;
     int64_t hint = -1;
     int rc = fair_once(&x, waiting, &granted, &hint);
-    if (rc == RB_EFINAL) return BATON_EUNAVAILABLE;
-    if (rc || granted) {
-        if (rc && waiting) {
-            saved_err s;
-            err_save(&s, rc);
-            fair_leave(&x);
-            return err_restore(&s);
-        }
-        return rc;
-    }
-    if (!waiting) return baton_seterr(BATON_ELOCKED, 0, "redis: '%s' is held or has waiters queued", l->key);
-
-    /* Our own channel: the release script signals the head waiter only. */
-    size_t n = strlen(l->channel) + strlen(x.os.field) + 2;
-    char *chan = malloc(n);
-    if (!chan) {
-        rc = baton_seterr(BATON_ENOMEM, 0, "redis: out of memory");
-    } else {
-        snprintf(chan, n, "%s:%s", l->channel, x.os.field);
+    if (rc == RB_EFINAL) rc = BATON_EUNAVAILABLE, granted = 1; /* undone and final: no leave */
+    if (!rc && !granted && !waiting)
+        rc = baton_seterr(BATON_ELOCKED, 0, "redis: '%s' is held or has waiters queued", l->key);
+    if (!rc && !granted) {
         char what[80];
         snprintf(what, sizeof what, "fair acquire of '%.40s'", l->key);
         rc = baton__redis_wait_loop_msg(e, chan, req->waiter, req->deadline_ns, refresh_of(req->lease_ms), 0,
-                                        fair_attempt, fair_msg, &x, what);
-        free(chan);
+                                        fair_attempt, fair_msg, &x, what, pre, hint);
+        pre = NULL; /* the loop unregistered it */
+        granted = !rc;
     }
-    if (rc) {
+    if (pre) baton__redis_presub_drop(e, pre);
+    free(chan);
+    if (rc && waiting && !granted) {
         saved_err s;
         err_save(&s, rc);
         fair_leave(&x);
         return err_restore(&s);
     }
-    return 0;
+    return rc;
 }
 
 /* ---- read-write lock --------------------------------------------------------- */

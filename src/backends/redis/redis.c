@@ -273,16 +273,25 @@ static int64_t backoff_ns(int backoff_ms) {
 int baton__redis_wait_loop(reng *e, const char *channel, baton_waiter *w, int64_t deadline,
                            int64_t refresh_ms, int poll_anyway, rb_attempt_fn attempt, void *ctx,
                            const char *what) {
-    return baton__redis_wait_loop_msg(e, channel, w, deadline, refresh_ms, poll_anyway, attempt, NULL, ctx, what);
+    return baton__redis_wait_loop_msg(e, channel, w, deadline, refresh_ms, poll_anyway, attempt, NULL, ctx, what,
+                                      NULL, -1);
 }
+
+rsub_entry *baton__redis_presub(reng *e, const char *channel, baton_waiter *w) {
+    rsub_entry *se = NULL;
+    if (!w || !rsub_register_ready(&e->sub, channel, w, &se)) return NULL;
+    return se;
+}
+
+void baton__redis_presub_drop(reng *e, rsub_entry *pre) { rsub_unregister(&e->sub, pre); }
 
 int baton__redis_wait_loop_msg(reng *e, const char *channel, baton_waiter *w, int64_t deadline,
                                int64_t refresh_ms, int poll_anyway, rb_attempt_fn attempt, rb_msg_fn msg,
-                               void *ctx, const char *what) {
+                               void *ctx, const char *what, rsub_entry *pre, int64_t pre_hint) {
     /* Subscribe to the wake-up channel, and wait for the confirmation before
      * the next attempt, so a wake-up in between cannot be missed. */
-    rsub_entry *se = NULL;
-    if (rsub_register(&e->sub, channel, w, &se) != 0) se = NULL; /* degrade to backoff */
+    rsub_entry *se = pre;
+    if (!se && rsub_register(&e->sub, channel, w, &se) != 0) se = NULL; /* degrade to backoff */
     /* The confirmation normally takes one round trip; if it is late (server
      * down, no pub/sub permission) the loop below re-checks with backoff. */
     int64_t ready_by = rmin64(deadline, baton_now_ns() + (int64_t)SUB_READY_WAIT_MS * 1000000);
@@ -313,7 +322,14 @@ int baton__redis_wait_loop_msg(reng *e, const char *channel, baton_waiter *w, in
             rc = 0;
             break;
         }
-        rc = attempt(ctx, &done, &hint);
+        if (pre) {
+            /* the caller's attempt ran subscribed already: park on its answer */
+            pre = NULL;
+            rc = 0;
+            hint = pre_hint;
+        } else {
+            rc = attempt(ctx, &done, &hint);
+        }
         if (done) break;
         if (rc && rc != BATON_EUNAVAILABLE) break; /* auth, protocol, memory: give up */
         int64_t now = baton_now_ns();
@@ -581,18 +597,21 @@ static int r_lock_acquire(void *eng, void *st, baton_acquire_req *req) {
     if (l->kind != RK_PLAIN) return baton__redis_rw_acquire(e, l, req);
     int granted = 0;
     int64_t ttl = -1;
+    rsub_entry *pre = req->deadline_ns != 0 ? baton__redis_presub(e, l->channel, req->waiter) : NULL;
     int rc = try_once(e, l, req, &granted, &ttl);
-    if (rc == RB_EFINAL) return BATON_EUNAVAILABLE;
-    if (rc) return rc;
-    if (granted) return 0;
-    if (req->deadline_ns == 0)
-        return baton_seterr(BATON_ELOCKED, 0, "redis: '%s' is held by another owner", l->key);
-    if (!req->waiter) return baton_seterr(BATON_EINVAL, 0, "redis: a waiting acquire needs a waiter");
+    if (rc == RB_EFINAL) rc = BATON_EUNAVAILABLE;
+    if (!rc && !granted && req->deadline_ns == 0)
+        rc = baton_seterr(BATON_ELOCKED, 0, "redis: '%s' is held by another owner", l->key);
+    if (!rc && !granted && !req->waiter) rc = baton_seterr(BATON_EINVAL, 0, "redis: a waiting acquire needs a waiter");
+    if (rc || granted) {
+        if (pre) baton__redis_presub_drop(e, pre);
+        return rc;
+    }
     plain_ctx x = { e, l, req };
     char what[64];
     snprintf(what, sizeof what, "acquire of '%.40s'", l->key);
-    return baton__redis_wait_loop(e, l->channel, req->waiter, req->deadline_ns, 0, e->layout == LAYOUT_SIMPLE,
-                                  plain_attempt, &x, what);
+    return baton__redis_wait_loop_msg(e, l->channel, req->waiter, req->deadline_ns, 0, e->layout == LAYOUT_SIMPLE,
+                                      plain_attempt, NULL, &x, what, pre, ttl);
 }
 
 static int r_lock_release(void *eng, void *st, const baton_owner *owner) {

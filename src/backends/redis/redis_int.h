@@ -95,6 +95,9 @@ void rsub_unregister(rsub *s, rsub_entry *e);
  * *at_ns: when the subscriber read it. */
 #define RSUB_MSG_MAX 48
 int rsub_message(rsub *s, rsub_entry *e, char *buf, size_t n, int64_t *at_ns);
+/* Registers W on CHANNEL only if its subscription is live right now (a
+ * lingering one): 1 and *out set, else 0 and nothing registered. */
+int rsub_register_ready(rsub *s, const char *channel, baton_waiter *w, rsub_entry **out);
 
 /* The connection pool (conn.c). */
 typedef struct {

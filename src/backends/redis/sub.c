@@ -106,7 +106,7 @@ static int reconcile(rsub *s, rconn *conn) {
                 c->intended = 0;
                 c->pending++;
                 verb = "UNSUBSCRIBE";
-            } else if (!c->waiters && !c->pending) {
+            } else if (!c->waiters && !c->pending && !c->intended) {
                 *pp = c->next;
                 free(c->name);
                 free(c);
@@ -364,4 +364,23 @@ int rsub_message(rsub *s, rsub_entry *e, char *buf, size_t n, int64_t *at_ns) {
     }
     pthread_mutex_unlock(&s->mu);
     return got;
+}
+
+int rsub_register_ready(rsub *s, const char *channel, baton_waiter *w, rsub_entry **out) {
+    *out = NULL;
+    pthread_mutex_lock(&s->mu);
+    rchan *c = find_chan(s, channel, strlen(channel));
+    int ready = c && c->intended && c->pending == 0 && c->server;
+    rsub_entry *e = ready ? calloc(1, sizeof *e) : NULL;
+    if (e) {
+        e->w = w;
+        e->ch = c;
+        e->seen = c->msg_seq;
+        e->next = c->waiters;
+        if (c->waiters) c->waiters->prev = e;
+        c->waiters = e;
+    }
+    pthread_mutex_unlock(&s->mu);
+    *out = e;
+    return e != NULL;
 }
