@@ -19,7 +19,7 @@ int64_t baton_now_ns(void)
  * every acquire; they are cached (the pid is refreshed in a forked child). */
 static _Thread_local unsigned long tl_tid;
 static _Thread_local long tl_tid_pid;
-static char g_host[128];
+static char g_host[72];   /* HOST_NAME_MAX is 64 */
 static long g_pid;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
@@ -75,7 +75,7 @@ void baton__owner_set_thread(baton_owner *o)
     if (o->tid == tid && o->desc[0])
         return;   /* the same thread again: the description stands */
     o->tid = tid;
-    snprintf(o->desc, sizeof o->desc, "%s %ld %lu", g_host, g_pid, tid);
+    snprintf(o->desc, sizeof o->desc, "%.64s %ld %lu", g_host, g_pid, tid);
 }
 
 int baton__waiter_init(baton_waiter *w)

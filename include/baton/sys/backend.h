@@ -70,7 +70,7 @@ typedef struct {
     char hex[33];            /* id as 32 lowercase hex digits */
     char uuid[37];           /* id as 8-4-4-4-12 */
     unsigned long tid;       /* the acquiring thread (gettid) */
-    char desc[200];          /* "host pid tid" */
+    char desc[96];           /* "host pid tid" (host names are at most 64 bytes) */
 } baton_owner;
 
 /* A parking spot for one blocked call. Notifications bump a generation so a
