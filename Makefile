@@ -36,8 +36,13 @@ test: deps
 	$(MAKE) test-asan
 
 # Baton's workloads and the peers', side by side in one run; see docs/PERFORMANCE.md.
-bench: deps build
-	/usr/bin/python3 bench/run.py build/baton
+# The peers (etcd, node) are installed best effort; baton is a Release build of its own in
+# build/bench, whatever build type build/ was configured with.
+bench:
+	bash scripts/install-deps.sh --bench
+	cmake -S . -B build/bench -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) >/dev/null
+	cmake --build build/bench -j$(JOBS) --target baton
+	/usr/bin/python3 bench/run.py build/bench/baton
 
 install: build
 	cmake --install build

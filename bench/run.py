@@ -1,158 +1,728 @@
 #!/usr/bin/python3
-"""make bench: baton's workloads and the peers' (../shared/peers) back to back in one run, on one
-Redis server started here, then a table of baton/peer ratios.
+"""make bench: baton's workloads and the peers' (../shared/peers) back to back in one run, on
+servers started here (Redis, etcd), then a table of baton/peer ratios against the targets of
+issue 4.
 
-Writes bench/results/<UTC time>.jsonl (one JSON line per result) and rewrites the table in
-docs/PERFORMANCE.md between the RESULTS markers. Benchmarks are not tests: nothing here fails on a
-number. usage: bench/run.py BATON_BINARY
+Writes bench/results/<UTC time>.jsonl (one JSON line per result), the latency plots to
+docs/bench/*.svg (when `baton bench --svg` exists) and rewrites the table in docs/PERFORMANCE.md
+between the RESULTS markers. Benchmarks are not tests: nothing here fails on a number, and a
+missing peer or an unknown workload is a skipped, n/a row, never an error.
+usage: bench/run.py BATON_BINARY
 """
-import datetime, json, os, re, shutil, subprocess, sys
+import datetime, hashlib, json, os, re, resource, shutil, signal, socket, statistics, subprocess, sys, tempfile, time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PEERS = os.path.join(os.path.dirname(ROOT), "shared", "peers")
-BATON = sys.argv[1]
-SRV = os.path.join(ROOT, "build", "bench-srv")
 NODE_MODULES = os.path.join(ROOT, "build", "peers-node", "node_modules")
-results = []
+SVG_DIR = os.path.join(ROOT, "docs", "bench")
+PY = "/usr/bin/python3"
+UNC_N = 20000          # uncontended pairs, baton and redis-py
+RB_N = 20000           # redis-benchmark requests per bound
+CLI_LOOPS = 200        # CLI wall-time runs per command
+HERD_W = (1, 4, 16, 64, 256)
+HERD_ROUNDS = 100
+MEM_N = 1000
+BOUND_REPS = 5         # alternations of redis-benchmark's bound and baton's uncontended run
 
-def run(cmd, env=None, timeout=300):
-    e = dict(os.environ, **(env or {}))
+BATON = os.path.abspath(sys.argv[1]) if len(sys.argv) > 1 else os.path.join(ROOT, "build", "baton")
+results = []           # every JSON line of this run, in order
+PROCS = []             # background servers and monitors: (Popen, name)
+TMPDIRS = []
+
+
+def log(msg):
+    print(msg, flush=True)
+
+
+def record(r, label):
+    r = dict(r, bench_label=label)
+    results.append(r)
+    log("  %s: %s" % (label, json.dumps({k: v for k, v in r.items() if k != "bench_label"})))
+    return r
+
+
+def mktemp(prefix):
+    d = tempfile.mkdtemp(prefix=prefix)
+    TMPDIRS.append(d)
+    return d
+
+
+def child_cpu():
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime, ru.ru_stime
+
+
+def kill_group(p, sig=signal.SIGKILL):
     try:
-        out = subprocess.run(cmd, env=e, capture_output=True, text=True, timeout=timeout)
-    except (subprocess.TimeoutExpired, FileNotFoundError) as x:
-        print("  skipped: %s" % x, file=sys.stderr)
+        os.killpg(p.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def run_raw(cmd, env=None, timeout=300):
+    """Runs cmd in its own process group (a timeout or Ctrl-C ends its workers too). Returns
+    (returncode, stdout, stderr, wall_s, cpu_user_s, cpu_sys_s) or None when it could not run.
+    CPU is the getrusage(RUSAGE_CHILDREN) delta: the child and every descendant it waited for."""
+    e = dict(os.environ, **(env or {}))
+    u0, s0 = child_cpu()
+    t0 = time.perf_counter()
+    try:
+        p = subprocess.Popen(cmd, env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             start_new_session=True)
+    except OSError as x:
+        log("  skipped: %s: %s" % (cmd[0], x))
         return None
-    for line in out.stdout.splitlines():
+    try:
+        out, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        kill_group(p)
+        out, err = p.communicate()
+        log("  skipped: %s timed out after %d s" % (" ".join(map(str, cmd[:4])), timeout))
+        return None
+    except BaseException:
+        kill_group(p)
+        p.wait()
+        raise
+    kill_group(p)          # workers a dead parent left behind
+    wall = time.perf_counter() - t0
+    u1, s1 = child_cpu()
+    return p.returncode, out, err, wall, u1 - u0, s1 - s0
+
+
+def run(cmd, label, env=None, timeout=300):
+    """Runs one benchmark command; its first JSON line is the result (with the process's CPU
+    as _cpu_user_s/_cpu_sys_s), or None, printed as skipped."""
+    r = run_raw(cmd, env, timeout)
+    if r is None:
+        return None
+    rc, out, err, wall, cu, cs = r
+    for line in out.splitlines():
         line = line.strip()
         if line.startswith("{"):
-            r = json.loads(line)
-            results.append(r)
-            print("  " + line, flush=True)
-            return r
-    print("  no result from %s: %s" % (cmd[:3], out.stderr.strip()[-300:]), file=sys.stderr)
+            try:
+                j = json.loads(line)
+            except ValueError:
+                continue
+            j.update(_cpu_user_s=round(cu, 6), _cpu_sys_s=round(cs, 6), _wall_s=round(wall, 3))
+            return record(j, label)
+    log("  skipped %s: no result (exit %s): %s" % (label, rc, (err.strip() or out.strip())[-300:]))
     return None
 
-def start_redis():
-    # node's peer script talks to 6379 only; use it when it is free.
-    port_free = subprocess.run(["redis-cli", "-p", "6379", "ping"], capture_output=True).returncode != 0
-    if os.path.exists(os.path.join(SRV, "pid")):
-        subprocess.run(["bash", os.path.join(ROOT, "tests/servers/redis.sh"), "stop", SRV], capture_output=True)
-    if port_free:
-        os.makedirs(SRV, exist_ok=True)
-        subprocess.run(["redis-server", "--port", "6379", "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                        "--daemonize", "yes", "--pidfile", os.path.join(SRV, "pid"), "--dir", SRV,
-                        "--logfile", os.path.join(SRV, "log")], check=True)
-        for _ in range(100):
-            if subprocess.run(["redis-cli", "-p", "6379", "ping"], capture_output=True).stdout.strip() == b"PONG":
-                break
-            subprocess.run(["sleep", "0.05"])
-        return 6379, True
-    out = subprocess.run(["bash", os.path.join(ROOT, "tests/servers/redis.sh"), "start", SRV],
-                         capture_output=True, text=True, check=True)
-    return int(out.stdout.strip()), False
 
-def stop_redis(own6379):
-    if own6379:
-        subprocess.run(["redis-cli", "-p", "6379", "shutdown", "nosave"], capture_output=True)
-    else:
-        subprocess.run(["bash", os.path.join(ROOT, "tests/servers/redis.sh"), "stop", SRV], capture_output=True)
+# ---- servers ----
+
+def port_free(port):
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        s.bind(("127.0.0.1", port))
+        return True
+    except OSError:
+        return False
+    finally:
+        s.close()
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def background(cmd, name, **kw):
+    p = subprocess.Popen(cmd, start_new_session=True, **kw)
+    PROCS.append((p, name))
+    return p
+
+
+def stop(p, grace=5.0):
+    if p.poll() is None:
+        kill_group(p, signal.SIGTERM)
+        try:
+            p.wait(grace)
+        except subprocess.TimeoutExpired:
+            kill_group(p)
+            p.wait()
+    for i, (q, _) in enumerate(PROCS):
+        if q is p:
+            del PROCS[i]
+            break
+
+
+def cleanup():
+    for p, _ in list(PROCS):
+        stop(p)
+    for d in TMPDIRS:
+        shutil.rmtree(d, ignore_errors=True)
+    TMPDIRS.clear()
+
+
+def redis_ping(port):
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as s:
+            s.sendall(b"PING\r\n")
+            return s.recv(64).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
+def start_redis():
+    """Port 6379 when it is free (the node peer script only talks to 6379), else a free port."""
+    port = 6379 if port_free(6379) else free_port()
+    d = mktemp("baton-bench-redis.")
+    p = background(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                    "--dir", d, "--logfile", os.path.join(d, "log")], "redis-server")
+    for _ in range(200):
+        if redis_ping(port):
+            return port, p
+        if p.poll() is not None:
+            break
+        time.sleep(0.05)
+    raise SystemExit("bench: redis-server did not start (%s)" % open(os.path.join(d, "log")).read()[-500:])
+
+
+def start_etcd():
+    if not (shutil.which("etcd") and shutil.which("etcdctl")):
+        log("  skipped: etcd/etcdctl not installed (scripts/install-deps.sh --bench)")
+        return None
+    d = mktemp("baton-bench-etcd.")
+    cport, pport = free_port(), free_port()
+    curl, purl = "http://127.0.0.1:%d" % cport, "http://127.0.0.1:%d" % pport
+    logf = open(os.path.join(d, "log"), "w")
+    p = background(["etcd", "--name", "bench", "--data-dir", os.path.join(d, "data"),
+                    "--listen-client-urls", curl, "--advertise-client-urls", curl,
+                    "--listen-peer-urls", purl, "--initial-advertise-peer-urls", purl,
+                    "--initial-cluster", "bench=" + purl], "etcd", stdout=logf, stderr=logf)
+    logf.close()
+    for _ in range(100):
+        if p.poll() is not None:
+            break
+        if subprocess.run(["etcdctl", "--endpoints=" + curl, "endpoint", "health"], capture_output=True).returncode == 0:
+            return curl
+        time.sleep(0.1)
+    log("  skipped: etcd did not start: %s" % open(os.path.join(d, "log")).read()[-300:])
+    stop(p)
+    return None
+
+
+# ---- the EVALSHA bound: baton's own scripts, captured with MONITOR ----
+
+_ESC = {"n": b"\n", "r": b"\r", "t": b"\t", "a": b"\a", "b": b"\b", '"': b'"', "\\": b"\\"}
+
+
+def monitor_args(s):
+    """The arguments of one MONITOR line (redis-cli prints them with sdscatrepr quoting)."""
+    out = []
+    for m in re.finditer(r'"((?:[^"\\]|\\.)*)"', s):
+        raw, b, i = m.group(1), bytearray(), 0
+        while i < len(raw):
+            c = raw[i]
+            if c == "\\" and i + 1 < len(raw):
+                n = raw[i + 1]
+                if n == "x" and i + 3 < len(raw):
+                    b.append(int(raw[i + 2:i + 4], 16))
+                    i += 4
+                    continue
+                b += _ESC.get(n, n.encode())
+                i += 2
+                continue
+            b += c.encode("latin-1", "replace") if ord(c) < 256 else c.encode()
+            i += 1
+        out.append(bytes(b))
+    return out
+
+
+def capture_scripts(port, uri, label):
+    """Runs `baton bench --workload uncontended --n 3` under MONITOR; returns
+    {"acquire": [EVALSHA argv], "release": [...], "bodies": {sha: script}} or None."""
+    if not shutil.which("redis-cli"):
+        return None
+    d = mktemp("baton-bench-monitor.")
+    f = open(os.path.join(d, "monitor"), "wb")
+    mon = background(["redis-cli", "-p", str(port), "monitor"], "redis-cli monitor", stdout=f, stderr=subprocess.DEVNULL)
+    f.close()
+    try:
+        for _ in range(100):      # MONITOR answers OK once it is on
+            if open(os.path.join(d, "monitor"), "rb").read(2) == b"OK":
+                break
+            time.sleep(0.02)
+        subprocess.run([BATON, "bench", "-u", uri, "--workload", "uncontended", "--n", "3", "--json"],
+                       capture_output=True, timeout=60)
+        time.sleep(0.3)
+    finally:
+        stop(mon)
+    calls, bodies = [], {}
+    for line in open(os.path.join(d, "monitor"), "rb").read().decode("latin-1").splitlines():
+        m = re.match(r'^[0-9.]+ \[\d+ ([^\]]+)\] (.*)$', line)
+        if not m or m.group(1) == "lua":
+            continue
+        a = monitor_args(m.group(2))
+        if not a:
+            continue
+        cmd = a[0].upper()
+        if cmd == b"EVALSHA" and len(a) >= 3:
+            calls.append(a)
+        elif cmd == b"EVAL" and len(a) >= 3:
+            bodies[hashlib.sha1(a[1]).hexdigest()] = a[1]
+    if not calls:
+        log("  skipped: no EVALSHA seen for %s" % label)
+        return None
+    acq = calls[0]
+    rel = next((c for c in calls[1:] if c[1] != acq[1]), None)
+    if rel is None:
+        log("  skipped: no release EVALSHA seen for %s" % label)
+        return None
+    # make sure both scripts are in the server's cache (baton may have sent EVAL first)
+    for sha in (acq[1], rel[1]):
+        body = bodies.get(sha.decode())
+        ex = subprocess.run(["redis-cli", "-p", str(port), "script", "exists", sha], capture_output=True).stdout.strip()
+        if ex != b"1" and body:
+            subprocess.run([b"redis-cli", b"-p", str(port).encode(), b"script", b"load", body], capture_output=True)
+    # What redis-benchmark's repeats do: the first acquire grants, the next ones find the lock held.
+    cli = [b"redis-cli", b"-p", str(port).encode()]
+    replies = [subprocess.run(cli + c, capture_output=True).stdout.decode("latin-1").split()
+               for c in (acq, acq, rel, rel)]
+    r = {"acquire": acq, "release": rel}
+    record({"peer": "baton", "workload": "scripts", "layout": label,
+            "acquire": [x.decode("latin-1") for x in acq], "release": [x.decode("latin-1") for x in rel],
+            "replies_acquire_acquire_release_release": replies}, "scripts " + label)
+    return r
+
+
+def redis_benchmark(port, argv, clients, label, rand=0, n=RB_N):
+    """redis-benchmark -c CLIENTS -n N with a raw command; requests/s and its own CPU per request."""
+    if not shutil.which("redis-benchmark"):
+        log("  skipped %s: no redis-benchmark" % label)
+        return None
+    cmd = [b"redis-benchmark", b"-p", str(port).encode(), b"-c", str(clients).encode(), b"-n", str(n).encode(), b"-q"]
+    if rand:
+        cmd += [b"-r", str(rand).encode()]
+    r = run_raw(cmd + list(argv), timeout=300)
+    if r is None:
+        return None
+    rc, out, err, wall, cu, cs = r
+    m = re.findall(r"([0-9.]+) requests per second", out.replace("\r", "\n"))
+    if rc != 0 or not m:
+        log("  skipped %s: %s" % (label, (err or out).strip()[-300:]))
+        return None
+    return record({"peer": "redis-benchmark", "workload": label, "clients": clients, "n": n,
+                   "requests_per_s": float(m[-1]), "cpu_user_us_per_req": round(cu / n * 1e6, 3),
+                   "cpu_sys_us_per_req": round(cs / n * 1e6, 3)}, label)
+
+
+def randomize_keys(argv, rand_tag="__rand_int__"):
+    """The acquire EVALSHA with its lock name replaced by bench-r-__rand_int__ in every key."""
+    a = list(argv)
+    try:
+        nk = int(a[2])
+    except ValueError:
+        return None
+    m = re.search(rb"bench-u\d+", a[3]) if nk >= 1 else None
+    for i in range(3, 3 + nk):
+        if m:
+            a[i] = a[i].replace(m.group(0), b"bench-r-" + rand_tag.encode())
+        elif i == 3:
+            a[i] = a[i] + b"-" + rand_tag.encode()
+    return a
+
+
+def median_run(runs, field):
+    """The run whose `field` is the median of those that produced one (None if none did)."""
+    ok = sorted((r for r in runs if r and num(r, field) is not None), key=lambda r: r[field])
+    return ok[(len(ok) - 1) // 2] if ok else None
+
+
+# ---- CPU baselines ----
+
+def startup_cpu(cmd, label, times=5):
+    us, ss = [], []
+    for _ in range(times):
+        r = run_raw(cmd, timeout=60)
+        if r is None or r[0] != 0:
+            log("  skipped baseline %s" % label)
+            return None
+        us.append(r[4])
+        ss.append(r[5])
+    return record({"peer": "baseline", "workload": label, "cpu_user_s": round(statistics.mean(us), 6),
+                   "cpu_sys_s": round(statistics.mean(ss), 6)}, "baseline " + label)
+
+
+def cpu_per_pair(res, base, pairs):
+    """(user µs, sys µs) per pair from a run's getrusage deltas minus a startup baseline."""
+    if not res or not base or "_cpu_user_s" not in res:
+        return None
+    u = (res["_cpu_user_s"] - base["cpu_user_s"]) / pairs * 1e6
+    s = (res["_cpu_sys_s"] - base["cpu_sys_s"]) / pairs * 1e6
+    return max(u, 0.0), max(s, 0.0)
+
+
+# ---- CLI wall time ----
+
+def cli_walls(cmds, loops, label):
+    """Runs each command of cmds (name -> argv) `loops` times, interleaved; median and mean wall."""
+    walls = {k: [] for k in cmds}
+    for i in range(loops):
+        for k, argv in cmds.items():
+            if walls[k] is None:
+                continue
+            t0 = time.perf_counter()
+            try:
+                rc = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=30).returncode
+            except (subprocess.TimeoutExpired, OSError):
+                rc = -1
+            dt = time.perf_counter() - t0
+            if rc != 0:
+                log("  skipped %s/%s: exit %s" % (label, k, rc))
+                walls[k] = None
+                continue
+            walls[k].append(dt)
+    out = {}
+    for k, w in walls.items():
+        if w:
+            out[k] = record({"peer": k, "workload": "cli " + label, "runs": len(w),
+                             "wall_median_ms": round(statistics.median(w) * 1e3, 3),
+                             "wall_mean_ms": round(statistics.mean(w) * 1e3, 3)}, "cli %s %s" % (label, k))
+    return out
+
 
 def node_peers():
-    if os.path.isdir(os.path.join(NODE_MODULES, "redlock")):
+    if not shutil.which("node"):
+        return False
+    if os.path.isdir(os.path.join(NODE_MODULES, "redlock")) and os.path.isdir(os.path.join(NODE_MODULES, "redis-semaphore")):
         return True
     if not shutil.which("npm"):
         return False
     d = os.path.dirname(NODE_MODULES)
     os.makedirs(d, exist_ok=True)
-    r = subprocess.run("cd %s && npm init -y >/dev/null && npm install --silent redlock@4.2.0 ioredis@5 redis-semaphore@5" % d,
+    r = subprocess.run("cd '%s' && npm init -y >/dev/null && npm install --silent redlock@4.2.0 ioredis@5 redis-semaphore@5" % d,
                        shell=True, capture_output=True, text=True)
     return r.returncode == 0
 
-def redis_bench_set(port, clients):
-    out = subprocess.run(["redis-benchmark", "-p", str(port), "-c", str(clients), "-n", "20000", "-q", "-t", "set"],
-                         capture_output=True, text=True).stdout
-    m = re.findall(r"SET: ([0-9.]+) requests per second", out.replace("\r", "\n"))
-    r = {"peer": "redis-benchmark", "workload": "set", "clients": clients, "requests_per_s": float(m[-1]) if m else None}
-    results.append(r)
-    print("  " + json.dumps(r), flush=True)
-    return r
 
-def main():
-    port, own = start_redis()
+def svg_supported(uri, d):
+    f = os.path.join(d, "probe.svg")
+    r = run_raw([BATON, "bench", "-u", uri, "--workload", "uncontended", "--n", "10", "--svg", f, "--json"], timeout=60)
+    return bool(r and r[0] == 0 and os.path.exists(f) and os.path.getsize(f) > 0)
+
+
+def keep_svg(tmp, name, svgs):
+    if os.path.exists(tmp) and os.path.getsize(tmp) > 0:
+        os.makedirs(SVG_DIR, exist_ok=True)
+        shutil.move(tmp, os.path.join(SVG_DIR, name))
+        svgs.append(name)
+
+
+# ---- the run ----
+
+def measure():
+    got = {}
+    svgs = []
+    port, _ = start_redis()
     uri = "redis://127.0.0.1:%d/0" % port
     env = {"PEER_REDIS_PORT": str(port)}
-    py = "/usr/bin/python3"
-    print("bench: Redis on port %d" % port, flush=True)
+    log("bench: baton %s, Redis on port %d" % (BATON, port))
+    work = mktemp("baton-bench-work.")
+    svg = svg_supported(uri, work)
+    if not svg:
+        log("  note: this baton has no --svg; no plots this run")
+
+    def svgarg(name):
+        return ["--svg", os.path.join(work, name)] if svg else []
+
+    bench = lambda *a: [BATON, "bench", "-u"] + list(a) + ["--json"]
+
+    log("EVALSHA bound (redis-benchmark -c 1 with baton's own scripts)")
+    for lay, u in (("default", uri), ("simple", uri + "?layout=simple")):
+        sc = capture_scripts(port, u, lay)
+        # The bound and baton alternate BOUND_REPS times; each keeps its median run, so a burst of
+        # load from elsewhere on the machine hits both sides alike.
+        key = "baton_unc" if lay == "default" else "baton_unc_simple"
+        acqs, rels, uncs = [], [], []
+        for rep in range(BOUND_REPS):
+            if sc:
+                acqs.append(redis_benchmark(port, sc["acquire"], 1, "evalsha-acquire c=1 " + lay))
+                rels.append(redis_benchmark(port, sc["release"], 1, "evalsha-release c=1 " + lay))
+            log("baton uncontended (%s layout)" % lay)
+            uncs.append(run(bench(u, "--workload", "uncontended", "--n", str(UNC_N)), key))
+        got["rb_acq_" + lay] = median_run(acqs, "requests_per_s")
+        got["rb_rel_" + lay] = median_run(rels, "requests_per_s")
+        got[key] = median_run(uncs, "pairs_per_s")
+        if sc and lay == "default":
+            ra = randomize_keys(sc["acquire"])
+            if ra:
+                got["rb_acq_c50"] = redis_benchmark(port, ra, 50, "evalsha-acquire c=50 r=50 default", rand=50)
+    got["rb_set_c1"] = redis_benchmark(port, [b"SET", b"bench-set", b"x", b"NX", b"PX", b"30000"], 1, "set-nx c=1")
+
+    log("redis-py uncontended, CPU baselines")
+    got["py_unc"] = run([PY, os.path.join(PEERS, "pylocks.py"), "redis", "uncontended", str(UNC_N)], "py_unc", env)
+    got["base_py"] = startup_cpu([PY, "-c", "import redis"], "python3 -c 'import redis'")
+    got["base_baton"] = startup_cpu([BATON, "version"], "baton version")
+    if svg:
+        run(bench(uri, "--workload", "uncontended", "--n", "5000") + svgarg("uncontended.svg"), "baton_unc_svg")
+        keep_svg(os.path.join(work, "uncontended.svg"), "uncontended.svg", svgs)
+
+    log("handoff")
+    got["baton_handoff"] = run(bench(uri, "--workload", "handoff", "--rounds", "200"), "baton_handoff")
+    got["baton_handoff_fair"] = run(bench(uri, "--workload", "handoff", "--rounds", "200", "--fair") + svgarg("handoff-fair.svg"),
+                                    "baton_handoff_fair")
+    keep_svg(os.path.join(work, "handoff-fair.svg"), "handoff-fair.svg", svgs)
+    got["py_handoff"] = run([PY, os.path.join(PEERS, "pylocks.py"), "redis", "handoff", "50"], "py_handoff", env)
+
+    log("contended (8 processes, 5 s)")
+    got["baton_cont"] = run(bench(uri, "--workload", "contended", "--clients", "8", "--seconds", "5"), "baton_cont")
+    got["baton_cont_fair"] = run(bench(uri, "--workload", "contended", "--clients", "8", "--seconds", "5", "--fair")
+                                 + svgarg("contended-fair.svg"), "baton_cont_fair")
+    keep_svg(os.path.join(work, "contended-fair.svg"), "contended-fair.svg", svgs)
+    got["py_cont"] = run([PY, os.path.join(PEERS, "pylocks.py"), "redis", "contended", "8", "5"], "py_cont", env)
+    if port != 6379:
+        log("  skipped node peers: port 6379 is taken and nodelocks.js only talks to 6379")
+    elif not node_peers():
+        log("  skipped node peers: no node/npm or the npm install failed")
+    else:
+        nenv = dict(env, NODE_PATH=NODE_MODULES)
+        for kind in ("redlock", "semaphore"):
+            got["node_%s_cont" % kind] = run(["node", os.path.join(PEERS, "nodelocks.js"), kind, "contended", "8", "5"],
+                                             "node_%s_cont" % kind, nenv)
+            got["node_%s_unc" % kind] = run(["node", os.path.join(PEERS, "nodelocks.js"), kind, "uncontended", "10000"],
+                                            "node_%s_unc" % kind, nenv)
+
+    log("many (50 locks, one client)")
+    got["baton_many"] = run(bench(uri, "--workload", "many", "--clients", "50", "--seconds", "3"), "baton_many")
+
+    log("herd (server commands per handoff)")
+    for fair in (True, False):
+        for w in HERD_W:
+            k = "herd_%d_%s" % (w, "fair" if fair else "default")
+            extra = svgarg("herd-64-fair.svg") if (fair and w == 64) else []
+            got[k] = run(bench(uri, "--workload", "herd", "--waiters", str(w), "--rounds", str(HERD_ROUNDS))
+                         + (["--fair"] if fair else []) + extra, k, timeout=300)
+            if not got[k] and w == 1:
+                log("  (no herd workload in this baton: skipping the other sizes)")
+                break
+    keep_svg(os.path.join(work, "herd-64-fair.svg"), "herd-64-fair.svg", svgs)
+
+    log("memory per lock")
+    got["memory"] = run(bench(uri, "--workload", "memory", "--n", str(MEM_N)), "memory", timeout=300)
+
+    log("CLI wall time (%d runs each, interleaved)" % CLI_LOOPS)
+    fdir = mktemp("baton-bench-cli.")
+    got["cli_file"] = cli_walls({"baton": [BATON, "run", "-u", "file://" + fdir, "bench-cli", "--", "true"],
+                                 "flock": ["flock", os.path.join(fdir, "f"), "true"]} if shutil.which("flock") else
+                                {"baton": [BATON, "run", "-u", "file://" + fdir, "bench-cli", "--", "true"]},
+                                CLI_LOOPS, "file")
+    etcd = start_etcd()
+    cmds = {"baton": [BATON, "run", "-u", uri, "bench-cli", "--", "true"]}
+    if etcd:
+        cmds["etcdctl"] = ["etcdctl", "--endpoints=" + etcd, "lock", "bench-cli", "--", "true"]
+    got["cli_redis"] = cli_walls(cmds, CLI_LOOPS, "redis")
+    return got, svgs
+
+
+# ---- the table ----
+
+def num(r, k):
+    v = r.get(k) if isinstance(r, dict) else None
+    return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def rfmt(r):
+    """A ratio: three decimals below 10 (so 0.897 does not read as a met 0.90), one above."""
+    return "n/a" if r is None else ("%.3f" % r if r < 10 else "%.1f" % r)
+
+
+def f(v, spec="%.1f"):
+    return "n/a" if v is None else spec % v
+
+
+def div(a, b):
+    return a / b if a is not None and b not in (None, 0) else None
+
+
+def bound(got, lay):
+    a, r = num(got.get("rb_acq_" + lay), "requests_per_s"), num(got.get("rb_rel_" + lay), "requests_per_s")
+    return 1 / (1 / a + 1 / r) if a and r else None
+
+
+def build_rows(got):
+    rows = []   # (measure, baton, peer, ratio, target, met, short); met: True, False, None (n/a), "info"
+
+    def row(measure, baton, peer, ratio, target, ok=None, info=False, short=None, nval=None):
+        """ratio: a number, None (n/a) or a string ("—": no ratio for this row)."""
+        met = "info" if info else ok
+        rows.append((measure, baton, peer, ratio if isinstance(ratio, str) else rfmt(ratio), target, met,
+                     short or measure, nval))
+
+    g = lambda k, fld: num(got.get(k), fld)
+    unc, py = g("baton_unc", "pairs_per_s"), g("py_unc", "pairs_per_s")
+    r = div(unc, py)
+    row("Redis uncontended pairs/s", f(unc), "redis-py " + f(py), r, "≥ 1.15", None if r is None else r >= 1.15,
+        short="uncontended ≥ 1.15 × redis-py")
+    for lay, key in (("default (Redisson) layout", "default"), ("`?layout=simple`", "simple")):
+        b = bound(got, key)
+        v = g("baton_unc" if key == "default" else "baton_unc_simple", "pairs_per_s")
+        r = div(v, b)
+        row("Redis uncontended pairs/s vs the EVALSHA bound, %s" % lay, f(v),
+            "redis-benchmark c=1 acquire %s / release %s → %s pairs/s" % (
+                f(g("rb_acq_" + key, "requests_per_s"), "%.0f"), f(g("rb_rel_" + key, "requests_per_s"), "%.0f"), f(b)),
+            r, "≥ 0.9", None if r is None else r >= 0.9, short="uncontended ≥ 0.9 × EVALSHA bound (%s layout)" % key)
+
+    pairs = UNC_N + min(UNC_N // 10, 200)     # timed pairs + the warm-up both clients run
+    bc = cpu_per_pair(got.get("baton_unc"), got.get("base_baton"), pairs)
+    pc = cpu_per_pair(got.get("py_unc"), got.get("base_py"), pairs)
+    tot = lambda c: None if c is None else c[0] + c[1]
+    r = div(tot(bc), tot(pc))
+    cell = lambda c: "n/a" if c is None else "%.1f (user %.1f, sys %.1f)" % (c[0] + c[1], c[0], c[1])
+    row("Redis uncontended client CPU µs per pair, user+sys (getrusage of the child, startup subtracted)",
+        cell(bc), "redis-py " + cell(pc), r, "≤ 0.15", None if r is None else r <= 0.15,
+        short="CPU per pair ≤ 0.15 × redis-py")
+    row("… user CPU only", f(bc and bc[0]), "redis-py " + f(pc and pc[0]), div(bc and bc[0], pc and pc[0]), "—", info=True)
+    rb = [got.get("rb_acq_default"), got.get("rb_rel_default")]
+    rbcpu = None
+    if all(rb):
+        rbcpu = statistics.mean(num(x, "cpu_user_us_per_req") + num(x, "cpu_sys_us_per_req") for x in rb)
+    row("… baton CPU per pair vs 2 × redis-benchmark's CPU per request (the loopback round-trip floor)",
+        f(tot(bc)), "2 × %s" % f(rbcpu, "%.2f"), div(tot(bc), rbcpu and 2 * rbcpu), "—", info=True)
+    ip = got.get("baton_unc") or {}
+    row("… baton's in-process CPU per pair (its own getrusage)",
+        f(num(ip, "cpu_us_per_pair"), "%.1f") + ("" if num(ip, "cpu_user_us_per_pair") is None else " (user %.1f, sys %.1f)" % (
+            num(ip, "cpu_user_us_per_pair"), num(ip, "cpu_sys_us_per_pair") or 0)), "", "—", "—", info=True)
+    for kind, label in (("redlock", "node redlock"), ("semaphore", "node redis-semaphore")):
+        v = g("node_%s_unc" % kind, "pairs_per_s")
+        row("Redis uncontended pairs/s vs %s" % label, f(unc), label + " " + f(v), div(unc, v), "—", info=True)
+    s1 = g("rb_set_c1", "requests_per_s")
+    row("redis-py pairs/s vs plain SET NX round trips (c=1, a pair = 2)", f(py), "SET NX/2 " + f(s1 and s1 / 2),
+        div(py, s1 and s1 / 2), "—", info=True)
+
+    for key, label in (("baton_handoff", "default"), ("baton_handoff_fair", "fair")):
+        v, p = g(key, "handoff_p50_us"), g("py_handoff", "handoff_p50_us")
+        row("Redis handoff p50 µs, %s lock (ratio = redis-py / baton)" % label, f(v), "redis-py " + f(p),
+            div(p, v), "≤ 500 µs", None if v is None else v <= 500, short="handoff p50 (%s)" % label)
+
+    v, p = g("baton_cont", "handoffs_per_s"), g("py_cont", "handoffs_per_s")
+    r = div(v, p)
+    row("Redis contended handoffs/s, 8 processes, default lock", f(v), "redis-py " + f(p), r, "≥ 1", None if r is None else r >= 1,
+        short="contended ≥ redis-py")
+    v = g("baton_cont_fair", "handoffs_per_s")
+    p = g("node_redlock_cont", "handoffs_per_s")
+    r = div(v, p)
+    row("Redis contended handoffs/s, 8 processes, `--fair`", f(v), "node redlock " + f(p), r, "≥ 2", None if r is None else r >= 2,
+        short="contended --fair ≥ 2 × node redlock")
+    p = g("node_semaphore_cont", "handoffs_per_s")
+    row("… vs node redis-semaphore", f(v), "redis-semaphore " + f(p), div(v, p), "—", info=True)
+    v, p = g("baton_cont_fair", "wait_p99_ms"), g("node_redlock_cont", "wait_p99_ms")
+    row("Redis contended `--fair` wait p99 ms", f(v, "%.2f"), "node redlock " + f(p, "%.2f"), div(p, v), "≤ 10 ms",
+        None if v is None else v <= 10, short="contended --fair wait p99")
+    mm = lambda k: div(g(k, "min_per_client"), g(k, "max_per_client"))
+    v = mm("baton_cont_fair")
+    row("Redis contended `--fair` min/max grants per client", f(v, "%.2f"), "node redlock " + f(mm("node_redlock_cont"), "%.2f"),
+        "—", "≥ 0.8", None if v is None else v >= 0.8, short="contended --fair min/max")
+    oks = [(k, (got.get(k) or {}).get("counter_ok")) for k in ("baton_cont", "baton_cont_fair")]
+    okv = [o for _, o in oks if o is not None]
+    row("Redis contended counter_ok (default, fair)", ", ".join("n/a" if o is None else str(o).lower() for _, o in oks),
+        "", "—", "true", all(okv) if okv else None, short="contended counter_ok")
+
+    v = g("baton_many", "pairs_per_s")
+    b = g("rb_acq_c50", "requests_per_s")
+    r = div(v and 2 * v, b)
+    row("Many: 50 locks on one client, scripts/s (2 × pairs/s)", f(v and 2 * v), "redis-benchmark c=50 acquire EVALSHA " + f(b),
+        r, "≥ 0.5", None if r is None else r >= 0.5, short="many ≥ 0.5 × EVALSHA c=50")
+
+    fair_cmds = []
+    for fair in (True, False):
+        for w in HERD_W:
+            k = "herd_%d_%s" % (w, "fair" if fair else "default")
+            c, p50 = g(k, "commands_per_handoff"), g(k, "handoff_p50_us")
+            if fair and c is not None:
+                fair_cmds.append(c)
+            cell = "n/a" if c is None else "%.1f (handoff p50 %s µs)" % (c, f(p50))
+            if fair:
+                row("Herd, `--fair`, W = %d: server commands per handoff" % w, cell, "", "—", "≤ 6",
+                    None if c is None else c <= 6, short="herd --fair ≤ 6 commands per handoff W=%d" % w, nval=f(c))
+            else:
+                row("Herd, default lock, W = %d: server commands per handoff" % w, cell, "", "—", "—", info=True)
+    if len(fair_cmds) == len(HERD_W):
+        spread = max(fair_cmds) - min(fair_cmds)
+        row("Herd, `--fair`: commands per handoff constant over 1…256 waiters (max − min)", "%.1f" % spread, "", "—",
+            "≤ 1", spread <= 1, short="herd --fair constant")
+    else:
+        row("Herd, `--fair`: commands per handoff constant over 1…256 waiters (max − min)", "n/a", "", "—", "≤ 1", None,
+            short="herd --fair constant")
+
+    m = got.get("memory") or {}
+    for fld, label, lim in (("held_bytes_per_lock", "held", 1024), ("waiting_bytes_per_lock", "waiting", 2048)):
+        v = num(m, fld)
+        row("Memory: client heap per %s lock, bytes" % label, f(v, "%.0f"), "", "—", "≤ %d" % lim, None if v is None else v <= lim,
+            short="memory per %s lock" % label)
+
+    cf, cr = got.get("cli_file") or {}, got.get("cli_redis") or {}
+    wall = lambda d, k: "n/a" if k not in d else "%s ms (mean %s)" % (f(num(d[k], "wall_median_ms"), "%.2f"), f(num(d[k], "wall_mean_ms"), "%.2f"))
+    med = lambda d, k: num(d.get(k), "wall_median_ms")
+    r = div(med(cf, "baton"), med(cf, "flock"))
+    row("CLI: `baton run -u file://DIR NAME -- true` median wall", wall(cf, "baton"), "`flock FILE true` " + wall(cf, "flock"),
+        r, "≤ 1.5", None if r is None else r <= 1.5, short="CLI file ≤ 1.5 × flock")
+    r = div(med(cr, "baton"), med(cr, "etcdctl"))
+    row("CLI: `baton run -u redis://… NAME -- true` median wall", wall(cr, "baton"), "`etcdctl lock NAME true` " + wall(cr, "etcdctl"),
+        r, "≤ 0.5", None if r is None else r <= 0.5, short="CLI Redis ≤ 0.5 × etcdctl lock")
+    return rows
+
+
+def render(rows, stamp, svgs):
+    metcell = {True: "met", False: "**not met**", None: "n/a", "info": "—"}
+    t = ["| measure | baton | peer / bound | ratio | target | met |", "|---|---|---|---|---|---|"]
+    t += ["| %s | %s | %s | %s | %s | %s |" % (m, b, p, r, tg, metcell[ok]) for m, b, p, r, tg, ok, _, _ in rows]
+    # the narrative: one entry per target; the herd sizes of one target share an entry
+    notmet = {}
+    for m, b, p, r, tg, ok, sh, nv in rows:
+        if ok is False:
+            notmet.setdefault(re.sub(r" W=\d+$", "", sh), []).append(
+                (nv or (r if r not in ("—", "n/a") else b)) + (" at W=" + sh.rsplit("=", 1)[1] if re.search(r" W=\d+$", sh) else ""))
+    notmet = ["%s (%s)" % (k, ", ".join(v)) for k, v in notmet.items()]
+    na = list(dict.fromkeys(re.sub(r" W=\d+$", "", sh) for *_, ok, sh, _ in rows if ok is None))
+    met = sum(1 for row in rows if row[5] is True)
+    s = "Run of %s (`make bench`, results in `bench/results/%s.jsonl`):\n\n%s\n\n" % (stamp, stamp, "\n".join(t))
+    s += "Targets met: %d of %d measured." % (met, met + len(notmet))
+    if notmet:
+        s += " Not met: " + "; ".join(notmet) + "."
+    if na:
+        s += " Not measured in this run (n/a: a peer, server or workload was missing): " + "; ".join(na) + "."
+    if svgs:
+        s += "\n\nLatency distributions (CDF) of this run: " + ", ".join("[%s](bench/%s)" % (n[:-4], n) for n in svgs) + "."
+    return s
+
+
+def main():
+    def on_term(sig, frm):
+        raise KeyboardInterrupt
+    signal.signal(signal.SIGTERM, on_term)
+    if signal.getsignal(signal.SIGHUP) != signal.SIG_IGN:   # nohup keeps it ignored
+        signal.signal(signal.SIGHUP, on_term)
+    if not os.access(BATON, os.X_OK):
+        raise SystemExit("bench: no baton binary at %s" % BATON)
     try:
-        got = {}
-        got["bound_set_c1"] = redis_bench_set(port, 1)
-        got["bound_set_c50"] = redis_bench_set(port, 50)
-        got["baton_unc"] = run([BATON, "bench", "-u", uri, "--workload", "uncontended", "--n", "20000", "--json"])
-        got["baton_unc_simple"] = run([BATON, "bench", "-u", uri + "?layout=simple", "--workload", "uncontended", "--n", "20000", "--json"])
-        got["py_unc"] = run([py, os.path.join(PEERS, "pylocks.py"), "redis", "uncontended", "20000"], env)
-        got["baton_handoff"] = run([BATON, "bench", "-u", uri, "--workload", "handoff", "--rounds", "200", "--json"])
-        got["baton_handoff_fair"] = run([BATON, "bench", "-u", uri, "--workload", "handoff", "--rounds", "200", "--fair", "--json"])
-        got["py_handoff"] = run([py, os.path.join(PEERS, "pylocks.py"), "redis", "handoff", "50"], env)
-        got["baton_cont"] = run([BATON, "bench", "-u", uri, "--workload", "contended", "--clients", "8", "--seconds", "5", "--json"])
-        got["baton_cont_fair"] = run([BATON, "bench", "-u", uri, "--workload", "contended", "--clients", "8", "--seconds", "5", "--fair", "--json"])
-        got["py_cont"] = run([py, os.path.join(PEERS, "pylocks.py"), "redis", "contended", "8", "5"], env)
-        if own and node_peers():
-            nenv = dict(env, NODE_PATH=NODE_MODULES)
-            got["node_cont"] = run(["node", os.path.join(PEERS, "nodelocks.js"), "redlock", "contended", "8", "5"], nenv)
-            got["node_unc"] = run(["node", os.path.join(PEERS, "nodelocks.js"), "redlock", "uncontended", "10000"], nenv)
-        got["baton_many"] = run([BATON, "bench", "-u", uri, "--workload", "many", "--clients", "50", "--seconds", "3", "--json"])
+        got, svgs = measure()
+    except KeyboardInterrupt:
+        cleanup()
+        print("\nbench: interrupted; servers stopped, temporary files removed", file=sys.stderr)
+        sys.exit(130)
     finally:
-        stop_redis(own)
+        cleanup()
 
-    def ratio(a, ka, b, kb):
-        try:
-            return "%.2f" % (got[a][ka] / got[b][kb])
-        except (KeyError, TypeError, ZeroDivisionError):
-            return "n/a"
-
-    def val(a, k, fmt="%.1f"):
-        try:
-            return fmt % got[a][k]
-        except (KeyError, TypeError):
-            return "n/a"
-
-    rows = [
-        ("Redis uncontended pairs/s", val("baton_unc", "pairs_per_s"), "redis-py " + val("py_unc", "pairs_per_s"),
-         ratio("baton_unc", "pairs_per_s", "py_unc", "pairs_per_s"), "≥ 1.15"),
-        ("Redis uncontended pairs/s vs SET round trips (c=1; a pair is 2 round trips)",
-         val("baton_unc", "pairs_per_s"), "SET/2 " + ("%.1f" % (got["bound_set_c1"]["requests_per_s"] / 2) if got.get("bound_set_c1", {}).get("requests_per_s") else "n/a"),
-         ("%.2f" % (got["baton_unc"]["pairs_per_s"] / (got["bound_set_c1"]["requests_per_s"] / 2))) if got.get("baton_unc") and got.get("bound_set_c1", {}).get("requests_per_s") else "n/a",
-         "≥ 0.9 (of the EVALSHA bound)"),
-        ("Redis uncontended, baton CPU µs per pair", val("baton_unc", "cpu_us_per_pair", "%.1f"), "", "", "≤ 0.15 × redis-py"),
-        ("Redis handoff p50 µs (default; ratio = peer/baton)", val("baton_handoff", "handoff_p50_us"), "redis-py " + val("py_handoff", "handoff_p50_us"),
-         ratio("py_handoff", "handoff_p50_us", "baton_handoff", "handoff_p50_us"), "≤ 500 µs"),
-        ("Redis handoff p50 µs (fair)", val("baton_handoff_fair", "handoff_p50_us"), "", "", "≤ 500 µs"),
-        ("Redis contended handoffs/s (8 procs)", val("baton_cont", "handoffs_per_s"), "redis-py " + val("py_cont", "handoffs_per_s"),
-         ratio("baton_cont", "handoffs_per_s", "py_cont", "handoffs_per_s"), "≥ 1"),
-        ("Redis contended fair handoffs/s", val("baton_cont_fair", "handoffs_per_s"), "node redlock " + val("node_cont", "handoffs_per_s"),
-         ratio("baton_cont_fair", "handoffs_per_s", "node_cont", "handoffs_per_s"), "≥ 2"),
-        ("Redis contended fair wait p99 ms", val("baton_cont_fair", "wait_p99_ms", "%.2f"), "", "", "≤ 10"),
-        ("Redis contended fair min/max per client",
-         ("%.2f" % (got["baton_cont_fair"]["min_per_client"] / max(1, got["baton_cont_fair"]["max_per_client"]))) if got.get("baton_cont_fair") else "n/a",
-         "", "", "≥ 0.8"),
-        ("Many: 50 locks on one client, pairs/s", val("baton_many", "pairs_per_s"), "SET c=50 " + val("bound_set_c50", "requests_per_s"),
-         "", "≥ 0.5 × EVALSHA c=50"),
-    ]
-    stamp = datetime.datetime.utcnow().strftime("%Y-%m-%dT%H-%M-%SZ")
+    rows = build_rows(got)
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H-%M-%SZ")
     os.makedirs(os.path.join(ROOT, "bench", "results"), exist_ok=True)
-    with open(os.path.join(ROOT, "bench", "results", stamp + ".jsonl"), "w") as f:
+    with open(os.path.join(ROOT, "bench", "results", stamp + ".jsonl"), "w") as out:
         for r in results:
-            f.write(json.dumps(r) + "\n")
-    table = ["| measure | baton | peer | ratio | target |", "|---|---|---|---|---|"]
-    table += ["| %s | %s | %s | %s | %s |" % r for r in rows]
-    text = "\n".join(table)
+            out.write(json.dumps(r) + "\n")
+    text = render(rows, stamp, svgs)
     print("\n" + text)
     doc = os.path.join(ROOT, "docs", "PERFORMANCE.md")
     if os.path.exists(doc):
         s = open(doc).read()
-        s = re.sub(r"<!-- RESULTS -->.*<!-- /RESULTS -->",
-                   "<!-- RESULTS -->\nRun of %s (`make bench`, results in `bench/results/%s.jsonl`):\n\n%s\n<!-- /RESULTS -->" % (stamp, stamp, text),
-                   s, flags=re.S)
+        s = re.sub(r"<!-- RESULTS -->.*<!-- /RESULTS -->", lambda _: "<!-- RESULTS -->\n%s\n<!-- /RESULTS -->" % text, s, flags=re.S)
         open(doc, "w").write(s)
 
-main()
+
+if __name__ == "__main__":
+    main()

@@ -2,7 +2,18 @@
 # Installs every Debian package the build and the whole test suite need.
 # Idempotent: does nothing when all are present; runs apt-get update only when
 # something is missing.
+#
+#   install-deps.sh           the build and the test suite (a missing package is an error)
+#   install-deps.sh --bench   also the peers of `make bench`: etcd (server and etcdctl) and
+#                             node with npm; best effort: make bench skips a peer it lacks
 set -euo pipefail
+bench=0
+for a in "$@"; do
+  case "$a" in
+    --bench) bench=1 ;;
+    *) echo "usage: install-deps.sh [--bench]" >&2; exit 64 ;;
+  esac
+done
 pkgs=(
   build-essential cmake pkg-config
   libhiredis-dev libssl-dev openssl         # Redis backend (RESP + TLS)
@@ -10,20 +21,34 @@ pkgs=(
   python3 python3-redis                     # interop tests (redis-py)
   procps iproute2                           # ps/pkill/ss used by the test scripts
 )
+installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
 missing=()
 for p in "${pkgs[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  installed "$p" || missing+=("$p")
 done
-if [ ${#missing[@]} -eq 0 ]; then
-  echo "install-deps: all ${#pkgs[@]} packages present"
+# Bench peers: by command, so a node from elsewhere (e.g. a vendor's nodejs with its own npm) counts.
+optional=()
+if [ $bench = 1 ]; then
+  command -v etcd >/dev/null || installed etcd-server || optional+=(etcd-server)
+  command -v etcdctl >/dev/null || installed etcd-client || optional+=(etcd-client)
+  command -v node >/dev/null || optional+=(nodejs)
+  command -v npm >/dev/null || optional+=(npm)
+  command -v flock >/dev/null || optional+=(util-linux)
+fi
+if [ ${#missing[@]} -eq 0 ] && [ ${#optional[@]} -eq 0 ]; then
+  echo "install-deps: all ${#pkgs[@]} packages present$([ $bench = 1 ] && echo ', and the bench peers')"
   exit 0
 fi
-echo "install-deps: missing: ${missing[*]}"
+[ ${#missing[@]} -eq 0 ] || echo "install-deps: missing: ${missing[*]}"
+[ ${#optional[@]} -eq 0 ] || echo "install-deps: bench peers missing: ${optional[*]}"
 if [ "$(id -u)" -ne 0 ]; then
   if command -v sudo >/dev/null && sudo -n true 2>/dev/null; then
     SUDO=sudo
+  elif [ ${#missing[@]} -eq 0 ]; then
+    echo "install-deps: not root; make bench skips what is missing (sudo apt-get install -y ${optional[*]})" >&2
+    exit 0
   else
-    echo "install-deps: not root; run: sudo apt-get install -y ${missing[*]}" >&2
+    echo "install-deps: not root; run: sudo apt-get install -y ${missing[*]} ${optional[*]}" >&2
     exit 1
   fi
 else
@@ -31,7 +56,14 @@ else
 fi
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
-# The Debian package may start a system redis on 6379; the tests never use it,
-# they start their own servers on free ports.
+if [ ${#missing[@]} -gt 0 ]; then
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+# One at a time: a peer that cannot be installed is skipped by make bench, not an error.
+for p in "${optional[@]}"; do
+  $SUDO apt-get install -y -qq --no-install-recommends "$p" >/dev/null ||
+    echo "install-deps: could not install $p; make bench will skip what needs it" >&2
+done
+# The Debian packages may start a system redis on 6379 (or etcd on 2379); the tests
+# and make bench never use them, they start their own servers on free ports.
 echo "install-deps: done"
