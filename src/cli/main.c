@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <spawn.h>
 #include <sys/signalfd.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -92,6 +93,51 @@ static void on_lost(baton_lock *l, void *p)
     if (write(lost_pipe[1], &c, 1) < 0) { /* nothing to do: the pipe is ours */ }
 }
 
+extern char **environ;
+
+/* The command's environment: ours without BATON_LOCK/FENCE/URI, then those. */
+static char **child_env(const char *name, const char *fence, const char *uri)
+{
+    size_t n = 0, k = 0;
+    while (environ && environ[n]) n++;
+    char **e = calloc(n + 4, sizeof *e);
+    if (!e) return NULL;
+    for (size_t i = 0; i < n; i++) {
+        const char *v = environ[i];
+        if (!strncmp(v, "BATON_LOCK=", 11) || !strncmp(v, "BATON_FENCE=", 12) || !strncmp(v, "BATON_URI=", 10)) continue;
+        e[k++] = (char *)v;
+    }
+    const char *keys[3] = { "BATON_LOCK=", "BATON_FENCE=", "BATON_URI=" };
+    const char *vals[3] = { name, fence, uri };
+    size_t first = k;
+    for (int i = 0; i < 3; i++) {
+        if (!vals[i]) continue;
+        size_t len = strlen(keys[i]) + strlen(vals[i]) + 1;
+        char *s = malloc(len);
+        if (!s) {
+            while (k > first) free(e[--k]);
+            free(e);
+            return NULL;
+        }
+        snprintf(s, len, "%s%s", keys[i], vals[i]);
+        e[k++] = s;
+    }
+    e[k] = NULL;
+    return e;
+}
+
+static void free_env(char **e)
+{
+    size_t k = 0;
+    while (e[k]) k++;
+    /* inherited BATON_* entries were left out, so these are ours */
+    for (size_t i = 0; i < k; i++) {
+        if (!strncmp(e[i], "BATON_LOCK=", 11) || !strncmp(e[i], "BATON_FENCE=", 12) || !strncmp(e[i], "BATON_URI=", 10))
+            free(e[i]);
+    }
+    free(e);
+}
+
 static int cmd_run(int argc, char **argv)
 {
     static const struct option lo[] = {
@@ -116,6 +162,8 @@ static int cmd_run(int argc, char **argv)
     sigset_t fwd, old;
     pid_t child;
     char buf[32];
+    char **envp = NULL;
+    posix_spawnattr_t sa;
     int64_t wait_ms;
     struct timespec kill_at = { 0, 0 };
 
@@ -201,21 +249,26 @@ static int cmd_run(int argc, char **argv)
 
     sigprocmask(SIG_BLOCK, &fwd, &old);
     sfd = signalfd(-1, &fwd, SFD_CLOEXEC);
-    child = fork();
-    if (child < 0) {
-        perror("fork");
+    snprintf(buf, sizeof buf, "%" PRIu64, l ? baton_lock_fence(l) : 0);
+    envp = child_env(name, l ? buf : NULL, baton_client_uri(c));
+    if (!envp) {
+        fprintf(stderr, "%s: out of memory\n", prog);
         code = EX_SOFTWARE;
         goto out;
     }
-    if (child == 0) {
-        sigprocmask(SIG_SETMASK, &old, NULL);
-        snprintf(buf, sizeof buf, "%" PRIu64, l ? baton_lock_fence(l) : 0);
-        setenv("BATON_LOCK", name, 1);
-        if (l) setenv("BATON_FENCE", buf, 1);
-        setenv("BATON_URI", baton_client_uri(c), 1);
-        execvp(argv[optind], argv + optind);
-        fprintf(stderr, "%s: %s: %s\n", prog, argv[optind], strerror(errno));
-        _exit(errno == ENOENT ? 127 : 126);
+    /* posix_spawn (vfork underneath) rather than fork: the parent's page
+     * tables (the TLS libraries mapped in) are not copied for a short command. */
+    posix_spawnattr_init(&sa);
+    posix_spawnattr_setsigmask(&sa, &old);
+    posix_spawnattr_setflags(&sa, POSIX_SPAWN_SETSIGMASK);
+    rc = posix_spawnp(&child, argv[optind], NULL, &sa, argv + optind, envp);
+    posix_spawnattr_destroy(&sa);
+    free_env(envp);
+    if (rc) {
+        fprintf(stderr, "%s: %s: %s\n", prog, argv[optind], strerror(rc));
+        code = rc == ENOENT ? 127 : 126;
+        rc = sem ? baton_semaphore_release(sem, 1) : baton_lock_release(l);
+        goto out;
     }
 
     for (;;) {

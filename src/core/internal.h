@@ -39,7 +39,7 @@ typedef struct baton__keeper baton__keeper;
 struct baton_lock;
 int baton__keeper_start(baton__keeper **out);
 void baton__keeper_stop(baton__keeper *k);
-void baton__keeper_add(baton__keeper *k, struct baton_lock *l);
+int baton__keeper_add(baton__keeper *k, struct baton_lock *l);   /* 0 or BATON_ENOMEM (no thread) */
 void baton__keeper_remove(baton__keeper *k, struct baton_lock *l);
 void baton__keeper_drop_self(baton__keeper *k, struct baton_lock *l);
 /* Called by the keeper for each lock whose renewal is due. */

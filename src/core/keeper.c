@@ -19,6 +19,7 @@ struct baton__keeper {
     struct baton_lock *head;
     int64_t sleeping_until;   /* when the loop will look again on its own */
     int stop;
+    int started;              /* the thread runs (started by the first leased lock) */
 };
 
 static void *keeper_main(void *arg)
@@ -66,11 +67,12 @@ static void *keeper_main(void *arg)
     return NULL;
 }
 
+/* The thread starts with the first leased lock: a client of an engine
+ * without leases (the file backend, a CLI run) never pays for it. */
 int baton__keeper_start(baton__keeper **out)
 {
     baton__keeper *k = calloc(1, sizeof *k);
     pthread_condattr_t ca;
-    sigset_t all, old;
     if (!k) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
     pthread_mutex_init(&k->mu, NULL);
     pthread_condattr_init(&ca);
@@ -78,19 +80,23 @@ int baton__keeper_start(baton__keeper **out)
     pthread_cond_init(&k->cv, &ca);
     pthread_cond_init(&k->idle, &ca);
     pthread_condattr_destroy(&ca);
+    k->sleeping_until = INT64_MAX;
+    *out = k;
+    return 0;
+}
+
+/* k->mu held. */
+static int keeper_launch(baton__keeper *k)
+{
+    sigset_t all, old;
+    if (k->started) return 0;
     /* The keeper never takes process signals: they belong to the application. */
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, &old);
     int e = pthread_create(&k->th, NULL, keeper_main, k);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (e) {
-        pthread_cond_destroy(&k->cv);
-        pthread_cond_destroy(&k->idle);
-        pthread_mutex_destroy(&k->mu);
-        free(k);
-        return baton_seterr(BATON_ENOMEM, e, "cannot start the keeper thread");
-    }
-    *out = k;
+    if (e) return baton_seterr(BATON_ENOMEM, e, "cannot start the keeper thread");
+    k->started = 1;
     return 0;
 }
 
@@ -99,18 +105,24 @@ void baton__keeper_stop(baton__keeper *k)
     if (!k) return;
     pthread_mutex_lock(&k->mu);
     k->stop = 1;
+    int started = k->started;
     pthread_cond_broadcast(&k->cv);
     pthread_mutex_unlock(&k->mu);
-    pthread_join(k->th, NULL);
+    if (started) pthread_join(k->th, NULL);
     pthread_cond_destroy(&k->cv);
     pthread_cond_destroy(&k->idle);
     pthread_mutex_destroy(&k->mu);
     free(k);
 }
 
-void baton__keeper_add(baton__keeper *k, struct baton_lock *l)
+int baton__keeper_add(baton__keeper *k, struct baton_lock *l)
 {
     pthread_mutex_lock(&k->mu);
+    int rc = keeper_launch(k);
+    if (rc) {
+        pthread_mutex_unlock(&k->mu);
+        return rc;
+    }
     if (!l->kept) {
         l->knext = k->head;
         k->head = l;
@@ -122,6 +134,7 @@ void baton__keeper_add(baton__keeper *k, struct baton_lock *l)
     if (baton__lock_next_due(l) < k->sleeping_until)
         pthread_cond_broadcast(&k->cv);
     pthread_mutex_unlock(&k->mu);
+    return 0;
 }
 
 /* Also waits until the keeper is done with l, so the caller may free it. */

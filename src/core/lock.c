@@ -1,5 +1,6 @@
 /* The lock front-end: reentrancy, leases, renewal and loss on top of any backend. */
 #include "lock.h"
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -148,8 +149,14 @@ int baton_lock_acquire(baton_lock *l, int64_t wait_ms)
         }
     }
     pthread_mutex_unlock(&l->smu);
-    if (rc == 0 && leased)
-        baton__keeper_add(l->c->keeper, l);
+    if (rc == 0 && leased && baton__keeper_add(l->c->keeper, l) != 0) {
+        /* nobody could renew it or report it lost: give it back */
+        int e = baton_error_last()->code;
+        char msg[256];
+        snprintf(msg, sizeof msg, "%s", baton_error_last()->message ? baton_error_last()->message : "");
+        baton_lock_release(l);
+        return baton_seterr(e, 0, "lock '%s': %s", l->name, msg);
+    }
     if (rc == BATON_ELOCKED && wait_ms != 0)
         rc = baton_seterr(BATON_ETIMEDOUT, 0, "lock '%s': wait timed out", l->name);
     return rc;
