@@ -16,6 +16,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -175,7 +176,7 @@ static void emit(const bench_opts *o, const char *json)
             const char *k = p + 1, *ke = strchr(k, '"');
             if (!ke) break;
             const char *v = ke + 2, *ve = v + strcspn(v, ",}");
-            printf("  %-22.*s %.*s\n", (int)(ke - k), k, (int)(ve - v), v);
+            printf("  %-24.*s %.*s\n", (int)(ke - k), k, (int)(ve - v), v);
             p = ve;
         }
     }
@@ -805,42 +806,81 @@ static int is_request(const char *name)
     return 0;
 }
 
+/* What the per-handoff counts leave out: our own INFO, the subscribers'
+ * keepalive PINGs (reported apart, as a count) and PUBSUB introspection. */
+static int is_counted(const char *name)
+{
+    return strcmp(name, "info") && strcmp(name, "ping") && strncmp(name, "pubsub", 6);
+}
+
+/* 1 when A and B agree on every counted command (counters only grow, so B's
+ * list covers A's). */
+static int cmdstats_same(const cmdstats *a, const cmdstats *b)
+{
+    for (size_t i = 0; i < b->n; i++)
+        if (is_counted(b->v[i].name) && b->v[i].calls != cmdstat_calls(a, b->v[i].name)) return 0;
+    return 1;
+}
+
+/* Adds AFTER - BEFORE, command by command, to ACC. -1 when out of memory. */
+static int cmdstats_accum(cmdstats *acc, const cmdstats *before, const cmdstats *after)
+{
+    for (size_t i = 0; i < after->n; i++) {
+        long long delta = after->v[i].calls - cmdstat_calls(before, after->v[i].name);
+        size_t j;
+        if (delta <= 0) continue;
+        for (j = 0; j < acc->n && strcmp(acc->v[j].name, after->v[i].name); j++) {}
+        if (j == acc->n) {
+            cmdstat *v = realloc(acc->v, (acc->n + 1) * sizeof *v);
+            if (!v) return -1;
+            acc->v = v;
+            acc->v[j] = after->v[i];
+            acc->v[j].calls = 0;
+            acc->n++;
+        }
+        acc->v[j].calls += delta;
+    }
+    return 0;
+}
+
 static int cmp_delta(const void *a, const void *b)
 {
     long long x = ((const cmdstat *)a)->calls, y = ((const cmdstat *)b)->calls;
     return x > y ? -1 : x < y;
 }
 
-/* The JSON fields of a commandstats delta over GRANTS grants; nulls when
- * either snapshot is missing. */
-static void cmdstats_fields(char *out, size_t n, const cmdstats *before, const cmdstats *after, long grants)
+/* The JSON fields of the commands in ACC (deltas) over COUNT events:
+ * "commands_per_PER" (every counted command, including the ones the lock
+ * scripts run inside the server), "requests_per_PER" (the ones clients send
+ * themselves), PINGS (raw keepalive PINGs, a count; NULL: no field) and TOP
+ * (the eight most frequent, per event). Nulls when ACC is NULL. */
+static void cmdstats_fields(char *out, size_t n, const cmdstats *acc, long count, const char *per,
+                            const char *pings, const char *top)
 {
     long long all = 0, req = 0;
     cmdstat *d = NULL;
     size_t nd = 0;
-    char top[256] = "";
-    if (!before || !after || grants <= 0 || !(d = calloc(after->n + 1, sizeof *d))) {
-        snprintf(out, n, "\"commands_per_handoff\": null, \"requests_per_handoff\": null, \"pings\": null, "
-                 "\"commands\": null");
+    char list[320] = "", pf[64] = "";
+    if (!acc || count <= 0 || !(d = calloc(acc->n + 1, sizeof *d))) {
+        if (pings) snprintf(pf, sizeof pf, "\"%s\": null, ", pings);
+        snprintf(out, n, "\"commands_per_%s\": null, \"requests_per_%s\": null, %s\"%s\": null", per, per, pf, top);
         return;
     }
-    for (size_t i = 0; i < after->n; i++) {
-        long long delta = after->v[i].calls - cmdstat_calls(before, after->v[i].name);
-        if (!strcmp(after->v[i].name, "info") || delta <= 0) continue;   /* our own snapshots */
-        all += delta;
-        if (is_request(after->v[i].name)) req += delta;
-        d[nd] = after->v[i];
-        d[nd++].calls = delta;
+    for (size_t i = 0; i < acc->n; i++) {
+        if (!is_counted(acc->v[i].name) || acc->v[i].calls <= 0) continue;
+        all += acc->v[i].calls;
+        if (is_request(acc->v[i].name)) req += acc->v[i].calls;
+        d[nd++] = acc->v[i];
     }
     qsort(d, nd, sizeof *d, cmp_delta);
     for (size_t i = 0, o = 0; i < nd && i < 8; i++) {
-        int k = snprintf(top + o, sizeof top - o, "%s%s=%.2f", i ? " " : "", d[i].name, (double)d[i].calls / grants);
-        if (k < 0 || (size_t)k >= sizeof top - o) { top[o] = 0; break; }
+        int k = snprintf(list + o, sizeof list - o, "%s%s=%.2f", i ? " " : "", d[i].name, (double)d[i].calls / count);
+        if (k < 0 || (size_t)k >= sizeof list - o) { list[o] = 0; break; }
         o += (size_t)k;
     }
-    snprintf(out, n, "\"commands_per_handoff\": %.2f, \"requests_per_handoff\": %.2f, \"pings\": %lld, "
-             "\"commands\": \"%s\"", (double)all / grants, (double)req / grants,
-             cmdstat_calls(after, "ping") - cmdstat_calls(before, "ping"), top);
+    if (pings) snprintf(pf, sizeof pf, "\"%s\": %lld, ", pings, cmdstat_calls(acc, "ping"));
+    snprintf(out, n, "\"commands_per_%s\": %.2f, \"requests_per_%s\": %.2f, %s\"%s\": \"%s\"", per,
+             (double)all / count, per, (double)req / count, pf, top, list);
     free(d);
 }
 
@@ -1160,13 +1200,33 @@ static int w_handoff(bench_opts *o)
 
 /* ---- herd: W waiters on one lock, each thread with a client of its own ----
  *
- * W+1 threads loop acquire/release on one name; a releaser waits until
- * someone else was granted before it queues again, so every grant is a
- * handoff and about W threads are always waiting. The first WARM grants
- * settle the clients (connections, script cache, subscriptions); the holder
- * of grant WARM waits until all W others are blocked in acquire, then
- * snapshots INFO commandstats while holding, and the holder of grant WARM+R
- * snapshots again: between the two lie exactly R handoffs. */
+ * Two phases in one run.
+ *
+ * chain, the handoff itself: thread 0 (the main thread) takes the lock and W
+ * waiter threads block in acquire. Once all W are parked and the server's
+ * counters have settled, INFO commandstats is read and thread 0 releases;
+ * each waiter, once granted, releases at once and does not queue again, so
+ * the lock runs down the line: W handoffs, each timed from a release to the
+ * next grant. The last grantee holds until the counters have settled again
+ * and INFO is read a second time, so between the two reads lie exactly W
+ * releases that hand over and W grants, and nothing of setting the chain up.
+ * The chain runs ceil(R / W) times, set up afresh and counted inside each,
+ * after one uncounted chain that warms the clients (scripts, subscriptions).
+ *
+ * loop, the steady state: W+1 threads loop acquire/release on one name; a
+ * releaser waits until someone else was granted before it queues again, so
+ * every grant is a handoff and about W threads are always waiting, but a
+ * handoff then includes the releaser joining the queue again. The first WARM
+ * grants settle the clients; the holder of grant WARM waits until all W
+ * others are blocked in acquire and the counters settle, then reads INFO
+ * while holding, and the holder of grant WARM+R reads it again: between the
+ * two lie exactly R grants. */
+
+#define HERD_SETTLE_US 100000            /* INFO reads this far apart must agree */
+#define HERD_SETTLE_MAX_NS 10000000000LL /* then read on regardless */
+#define HERD_CHAIN_BUDGET_S 60.0         /* no new chain starts after this */
+#define HERD_SLOW_W 64                   /* from here, a default-lock chain wakes everyone, W times: */
+#define HERD_SLOW_CHAINS 4               /* at most this many of them */
 
 typedef struct herd herd;
 
@@ -1182,11 +1242,21 @@ struct herd {
     const bench_opts *o;
     const char *name;
     long W, R, warm;
-    long grants;             /* atomic: a grant's number is its order */
+    int stop;                /* atomic: the run ends; blocked waiters are cancelled */
     int in_acquire;          /* atomic: threads inside baton_lock_acquire */
-    int stop;                /* atomic */
-    int last_owner;          /* atomic */
     int64_t t_rel;           /* atomic: CLOCK_MONOTONIC ns of the last release */
+    long progress;           /* atomic: grants in both phases, for the progress line */
+    /* chain */
+    pthread_mutex_t cmu;     /* guards chain */
+    pthread_cond_t ccv;
+    long chain;              /* the chain the waiters are to join (1, 2, ...); -1: quit */
+    long chain_grants;       /* atomic: grants in the current chain */
+    long chain_released;     /* atomic: releases in the current chain */
+    long last_go;            /* atomic: the chain whose last grantee may release */
+    double *clat;            /* chain c, grant g (1-based) in slot (c - 1) * W + g - 1 */
+    /* loop */
+    long grants;             /* atomic: a grant's number is its order */
+    int last_owner;          /* atomic */
     long self_grants;        /* atomic: measured grants back to the releaser (no waiter came in 2 s) */
     double *lat;             /* R slots: grant g in slot g - warm - 1 */
     unsigned char *have;
@@ -1198,55 +1268,208 @@ struct herd {
     char errmsg[256];
 };
 
-static void herd_fail(herd *h, int rc, const char *what)
+static void herd_error(herd *h, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+static void herd_error(herd *h, int rc, const char *fmt, ...)
 {
+    va_list ap;
     pthread_mutex_lock(&h->mu);
     if (!h->err) {
         h->err = rc;
-        snprintf(h->errmsg, sizeof h->errmsg, "%s: %s", what, baton_error_last()->message);
+        va_start(ap, fmt);
+        vsnprintf(h->errmsg, sizeof h->errmsg, fmt, ap);
+        va_end(ap);
     }
     pthread_mutex_unlock(&h->mu);
     __atomic_store_n(&h->stop, 1, __ATOMIC_SEQ_CST);
 }
 
+static void herd_fail(herd *h, int rc, const char *what)
+{
+    herd_error(h, rc, "%s: %s", what, baton_error_last()->message);
+}
+
+static int herd_stopped(herd *h)
+{
+    return __atomic_load_n(&h->stop, __ATOMIC_SEQ_CST);
+}
+
+/* INFO commandstats into OUT once two reads HERD_SETTLE_US apart agree on
+ * every counted command (in-flight retries and queue joins have landed);
+ * after HERD_SETTLE_MAX_NS the last read. Under h->mu or from the only thread
+ * using h->rs. -1 (and no more counts) if the server stops answering. */
+static int herd_settled(herd *h, cmdstats *out)
+{
+    cmdstats prev = { NULL, 0 }, cur = { NULL, 0 };
+    int64_t dl = now_ns() + HERD_SETTLE_MAX_NS;
+    char err[512];
+    if (!h->rs_ok) return -1;
+    if (rstat_info(&h->rs, &prev, err, sizeof err)) goto fail;
+    for (;;) {
+        usleep(HERD_SETTLE_US);
+        if (rstat_info(&h->rs, &cur, err, sizeof err)) goto fail;
+        if (cmdstats_same(&prev, &cur) || now_ns() >= dl) break;
+        free(prev.v);
+        prev = cur;
+        cur.v = NULL;
+        cur.n = 0;
+    }
+    free(prev.v);
+    free(out->v);
+    *out = cur;
+    return 0;
+fail:
+    fprintf(stderr, "baton bench: no commands per handoff: %s\n", err);
+    h->rs_ok = 0;
+    free(prev.v);
+    free(cur.v);
+    return -1;
+}
+
 static void herd_snapshot(herd *h, int after)
 {
-    char err[512];
     pthread_mutex_lock(&h->mu);
-    if (h->rs_ok) {
-        if (rstat_info(&h->rs, after ? &h->after : &h->before, err, sizeof err)) {
-            fprintf(stderr, "baton bench: no commands per handoff: %s\n", err);
-            h->rs_ok = 0;
-        } else {
-            *(after ? &h->have_after : &h->have_before) = 1;
-        }
-    }
+    if (!herd_settled(h, after ? &h->after : &h->before)) *(after ? &h->have_after : &h->have_before) = 1;
     pthread_mutex_unlock(&h->mu);
 }
 
-/* Called holding the lock at grant WARM: until the other W are blocked. */
-static void herd_settle(herd *h, herd_thread *t)
+/* Holding the lock: until the W others are blocked in acquire (a fair
+ * lock's queue says it for sure where the engine tells it). 0, or -1 when
+ * they did not get there in time. */
+static int herd_wait_parked(herd *h, baton_client *c)
 {
     int64_t dl = now_ns() + (int64_t)(10 + h->W / 8) * 1000000000;
-    while (__atomic_load_n(&h->in_acquire, __ATOMIC_SEQ_CST) < h->W && now_ns() < dl) usleep(1000);
+    int queued = 0;
+    while (__atomic_load_n(&h->in_acquire, __ATOMIC_SEQ_CST) < h->W && !herd_stopped(h) && now_ns() < dl)
+        usleep(1000);
+    if (__atomic_load_n(&h->in_acquire, __ATOMIC_SEQ_CST) < h->W) return -1;
     if (h->o->fair) {
-        /* a fair lock's queue says it for sure (where the engine tells it) */
         baton_lockinfo info;
-        memset(&info, 0, sizeof info);
-        info.version = BATON_LOCK_INFO_VERSION;
-        while (now_ns() < dl && !baton_lock_info(t->c, h->name, &info) && info.queue_length >= 0 &&
-               info.queue_length < h->W)
+        for (;;) {
+            memset(&info, 0, sizeof info);
+            info.version = BATON_LOCK_INFO_VERSION;
+            if (baton_lock_info(c, h->name, &info) || info.queue_length < 0) break;   /* the engine does not say */
+            if (info.queue_length >= h->W) { queued = 1; break; }
+            if (herd_stopped(h) || now_ns() >= dl) return -1;
             usleep(2000);
+        }
     }
-    /* inside acquire is not yet parked: let the last ones subscribe and fail their retry */
-    usleep((useconds_t)(20000 + h->W * 500));
+    /* inside acquire is not yet parked: let the last ones subscribe and fail their attempt */
+    if (!queued) usleep((useconds_t)(20000 + h->W * 500));
+    return 0;
+}
+
+static void *chain_main(void *p)
+{
+    herd_thread *t = p;
+    herd *h = t->h;
+    long seen = 0;
+    for (;;) {
+        long c, g;
+        int64_t got;
+        int rc;
+        pthread_mutex_lock(&h->cmu);
+        while (h->chain == seen) pthread_cond_wait(&h->ccv, &h->cmu);
+        c = h->chain;
+        pthread_mutex_unlock(&h->cmu);
+        if (c < 0) break;
+        seen = c;
+        __atomic_add_fetch(&h->in_acquire, 1, __ATOMIC_SEQ_CST);
+        rc = baton_lock_acquire(t->l, -1);
+        got = now_ns();
+        __atomic_sub_fetch(&h->in_acquire, 1, __ATOMIC_SEQ_CST);
+        if (rc) {
+            if (!(rc == BATON_ECANCELED && herd_stopped(h))) herd_fail(h, rc, "chain: acquire");
+            break;
+        }
+        g = __atomic_add_fetch(&h->chain_grants, 1, __ATOMIC_SEQ_CST);
+        __atomic_add_fetch(&h->progress, 1, __ATOMIC_RELAXED);
+        if (g <= h->W) h->clat[(c - 1) * h->W + g - 1] = (double)(got - __atomic_load_n(&h->t_rel, __ATOMIC_SEQ_CST)) / 1e9;
+        /* the last one holds while the main thread reads the counters */
+        if (g == h->W)
+            while (__atomic_load_n(&h->last_go, __ATOMIC_SEQ_CST) < c && !herd_stopped(h)) usleep(200);
+        __atomic_store_n(&h->t_rel, now_ns(), __ATOMIC_SEQ_CST);
+        if ((rc = baton_lock_release(t->l))) {
+            herd_fail(h, rc, "chain: release");
+            break;
+        }
+        __atomic_add_fetch(&h->chain_released, 1, __ATOMIC_SEQ_CST);
+    }
+    __atomic_store_n(&t->done, 1, __ATOMIC_SEQ_CST);
+    return NULL;
+}
+
+static void chain_post(herd *h, long c)
+{
+    pthread_mutex_lock(&h->cmu);
+    h->chain = c;
+    pthread_cond_broadcast(&h->ccv);
+    pthread_mutex_unlock(&h->cmu);
+}
+
+/* Chain K, run from the main thread as thread 0 (T0). COUNTED: its commands
+ * go into ACC. 0, or -1 with h->err set. */
+static int herd_chain(herd *h, herd_thread *t0, long k, int counted, cmdstats *acc)
+{
+    cmdstats before = { NULL, 0 }, after = { NULL, 0 };
+    int rc, ok = 0;
+    int64_t dl;
+    if ((rc = baton_lock_acquire(t0->l, 30000))) {
+        herd_fail(h, rc, "chain: thread 0 acquire");
+        return -1;
+    }
+    __atomic_store_n(&h->chain_grants, 0, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&h->chain_released, 0, __ATOMIC_SEQ_CST);
+    chain_post(h, k);
+    if (herd_wait_parked(h, t0->c)) {
+        if (!herd_stopped(h))
+            herd_error(h, EX_SOFTWARE, "chain %ld: only %d of %ld waiters were blocked in acquire after %ld s", k,
+                       __atomic_load_n(&h->in_acquire, __ATOMIC_SEQ_CST), h->W, 10 + h->W / 8);
+        baton_lock_release(t0->l);
+        return -1;
+    }
+    if (counted && h->rs_ok) ok = !herd_settled(h, &before);
+    __atomic_store_n(&h->t_rel, now_ns(), __ATOMIC_SEQ_CST);
+    if ((rc = baton_lock_release(t0->l))) {
+        herd_fail(h, rc, "chain: thread 0 release");
+        goto fail;
+    }
+    /* down the line; a default lock wakes every waiter at every release */
+    dl = now_ns() + (int64_t)(30 + h->W) * 1000000000;
+    while (__atomic_load_n(&h->chain_grants, __ATOMIC_SEQ_CST) < h->W && !herd_stopped(h) && now_ns() < dl)
+        usleep(1000);
+    if (__atomic_load_n(&h->chain_grants, __ATOMIC_SEQ_CST) < h->W) {
+        if (!herd_stopped(h))
+            herd_error(h, EX_SOFTWARE, "chain %ld stalled: %ld of %ld grants in %ld s", k,
+                       __atomic_load_n(&h->chain_grants, __ATOMIC_SEQ_CST), h->W, 30 + h->W);
+        goto fail;
+    }
+    if (ok && !herd_settled(h, &after) && cmdstats_accum(acc, &before, &after)) {
+        fprintf(stderr, "baton bench: no commands per handoff: out of memory\n");
+        h->rs_ok = 0;
+    }
+    __atomic_store_n(&h->last_go, k, __ATOMIC_SEQ_CST);
+    dl = now_ns() + 30000000000LL;
+    while (__atomic_load_n(&h->chain_released, __ATOMIC_SEQ_CST) < h->W && !herd_stopped(h) && now_ns() < dl)
+        usleep(1000);
+    if (__atomic_load_n(&h->chain_released, __ATOMIC_SEQ_CST) < h->W) {
+        if (!herd_stopped(h)) herd_error(h, EX_SOFTWARE, "chain %ld: the last grantee did not release in 30 s", k);
+        goto fail;
+    }
+    free(before.v);
+    free(after.v);
+    return 0;
+fail:
+    free(before.v);
+    free(after.v);
+    return -1;
 }
 
 static void *herd_main(void *p)
 {
     herd_thread *t = p;
     herd *h = t->h;
-    while (!__atomic_load_n(&h->stop, __ATOMIC_SEQ_CST)) {
+    while (!herd_stopped(h)) {
         int rc, prev;
         int64_t got;
         long g;
@@ -1255,14 +1478,15 @@ static void *herd_main(void *p)
         got = now_ns();
         __atomic_sub_fetch(&h->in_acquire, 1, __ATOMIC_SEQ_CST);
         if (rc) {
-            if (!(rc == BATON_ECANCELED && __atomic_load_n(&h->stop, __ATOMIC_SEQ_CST))) herd_fail(h, rc, "acquire");
+            if (!(rc == BATON_ECANCELED && herd_stopped(h))) herd_fail(h, rc, "loop: acquire");
             break;
         }
-        if (__atomic_load_n(&h->stop, __ATOMIC_SEQ_CST)) {
+        if (herd_stopped(h)) {
             baton_lock_release(t->l);
             break;
         }
         g = __atomic_fetch_add(&h->grants, 1, __ATOMIC_SEQ_CST);
+        __atomic_add_fetch(&h->progress, 1, __ATOMIC_RELAXED);
         prev = __atomic_exchange_n(&h->last_owner, t->me, __ATOMIC_SEQ_CST);
         if (g > h->warm && g <= h->warm + h->R) {
             if (prev != t->me) {
@@ -1273,7 +1497,7 @@ static void *herd_main(void *p)
             }
         }
         if (g == h->warm) {
-            herd_settle(h, t);
+            herd_wait_parked(h, t->c);   /* late ones only blur the count a little */
             herd_snapshot(h, 0);
         } else if (g == h->warm + h->R) {
             herd_snapshot(h, 1);
@@ -1281,17 +1505,47 @@ static void *herd_main(void *p)
         }
         __atomic_store_n(&h->t_rel, now_ns(), __ATOMIC_SEQ_CST);
         if ((rc = baton_lock_release(t->l))) {
-            herd_fail(h, rc, "release");
+            herd_fail(h, rc, "loop: release");
             break;
         }
         /* let a waiter have it before queueing again */
         int64_t dl = now_ns() + 2000000000;
-        while (__atomic_load_n(&h->grants, __ATOMIC_SEQ_CST) == g + 1 && !__atomic_load_n(&h->stop, __ATOMIC_SEQ_CST) &&
-               now_ns() < dl)
+        while (__atomic_load_n(&h->grants, __ATOMIC_SEQ_CST) == g + 1 && !herd_stopped(h) && now_ns() < dl)
             usleep(50);
     }
     __atomic_store_n(&t->done, 1, __ATOMIC_SEQ_CST);
     return NULL;
+}
+
+/* Starts T[FROM..TO) on FN; how many started. */
+static int herd_threads_start(herd_thread *t, int from, int to, void *(*fn)(void *))
+{
+    for (int i = from; i < to; i++) {
+        t[i].done = 0;
+        if (pthread_create(&t[i].th, NULL, fn, &t[i])) {
+            fprintf(stderr, "baton bench: herd: cannot start thread %d of %d\n", i - from + 1, to - from);
+            return i - from;
+        }
+    }
+    return to - from;
+}
+
+/* Waits for T[FROM..FROM+N); after a stop, waiters parked in acquire are
+ * woken by cancel (one cancel can land before an acquire begins and be
+ * reset, so repeat). */
+static void herd_threads_join(herd *h, herd_thread *t, int from, int n)
+{
+    for (;;) {
+        int alive = 0;
+        for (int i = from; i < from + n; i++)
+            if (!__atomic_load_n(&t[i].done, __ATOMIC_SEQ_CST)) {
+                alive++;
+                if (herd_stopped(h)) baton_lock_cancel(t[i].l);
+            }
+        if (!alive) break;
+        usleep(2000);
+    }
+    for (int i = from; i < from + n; i++) pthread_join(t[i].th, NULL);
 }
 
 static int w_herd(bench_opts *o)
@@ -1300,14 +1554,18 @@ static int w_herd(bench_opts *o)
     herd_thread *t = NULL;
     rstat_cfg scfg;
     progress pr;
-    char name[64], err[512], cmds[512], out[1024];
-    double *samples = NULL;
-    size_t ns = 0;
-    int n, started = 0, rc = EX_SOFTWARE, redis;
+    cmdstats cacc = { NULL, 0 }, lacc = { NULL, 0 };
+    char name[64], err[512], ccmds[640], lcmds[640], out[2048];
+    double *samples = NULL, *lsamples = NULL, t0;
+    size_t ns = 0, nl = 0;
+    long planned, chains = 0;
+    int n, started, rc = EX_SOFTWARE, redis, counts;
 
     memset(&h, 0, sizeof h);
     memset(&pr, 0, sizeof pr);
     pthread_mutex_init(&h.mu, NULL);
+    pthread_mutex_init(&h.cmu, NULL);
+    pthread_cond_init(&h.ccv, NULL);
     h.rs.fd = -1;
     h.o = o;
     h.W = o->waiters > 0 ? o->waiters : 16;
@@ -1316,10 +1574,14 @@ static int w_herd(bench_opts *o)
     h.last_owner = -1;
     h.name = name;
     n = (int)h.W + 1;
+    planned = (h.R + h.W - 1) / h.W;
+    if (!o->fair && h.W >= HERD_SLOW_W && planned > HERD_SLOW_CHAINS) planned = HERD_SLOW_CHAINS;
     snprintf(name, sizeof name, "bench-herd-%ld", (long)getpid());
     raise_nofile();
     if (!(h.lat = calloc((size_t)h.R, sizeof *h.lat)) || !(h.have = calloc((size_t)h.R, 1)) ||
-        !(t = calloc((size_t)n, sizeof *t)) || !(samples = calloc((size_t)h.R + 1, sizeof *samples)))
+        !(h.clat = calloc((size_t)(planned + 1) * (size_t)h.W, sizeof *h.clat)) ||
+        !(t = calloc((size_t)n, sizeof *t)) || !(samples = calloc((size_t)planned * (size_t)h.W + 1, sizeof *samples)) ||
+        !(lsamples = calloc((size_t)h.R + 1, sizeof *lsamples)))
         goto out;
     for (int i = 0; i < n; i++) {
         int orc;
@@ -1343,50 +1605,61 @@ static int w_herd(bench_opts *o)
         else h.rs_ok = 1;
     }
     explicit_bzero(&scfg, sizeof scfg);
-    progress_start(&pr, "herd", "grants", 0, 0, h.warm + h.R + 1, count_long, &h.grants);
-    for (int i = 0; i < n; i++) {
-        if (pthread_create(&t[i].th, NULL, herd_main, &t[i])) {
-            fprintf(stderr, "baton bench: herd: cannot start thread %d of %d\n", i + 1, n);
-            __atomic_store_n(&h.stop, 1, __ATOMIC_SEQ_CST);
-            break;
-        }
-        started++;
-    }
-    /* After the stop, waiters parked in acquire are woken by cancel; one
-     * cancel can land before an acquire begins (and be reset), so repeat. */
-    for (;;) {
-        int alive = 0;
-        for (int i = 0; i < started; i++)
-            if (!__atomic_load_n(&t[i].done, __ATOMIC_SEQ_CST)) {
-                alive++;
-                if (__atomic_load_n(&h.stop, __ATOMIC_SEQ_CST)) baton_lock_cancel(t[i].l);
-            }
-        if (!alive) break;
-        usleep(2000);
-    }
-    for (int i = 0; i < started; i++) pthread_join(t[i].th, NULL);
-    progress_stop(&pr);
+    counts = h.rs_ok;
+    progress_start(&pr, "herd", "grants", 0, 0, (planned + 1) * h.W + h.warm + h.R + 1, count_long, &h.progress);
+
+    /* chain: thread 0 is this thread; the waiters are t[1..W] */
+    started = herd_threads_start(t, 1, n, chain_main);
+    if (started < n - 1) __atomic_store_n(&h.stop, 1, __ATOMIC_SEQ_CST);
+    t0 = now_s();
+    if (started == n - 1 && !herd_chain(&h, &t[0], 1, 0, NULL))
+        for (chains = 0; chains < planned && now_s() - t0 < HERD_CHAIN_BUDGET_S; chains++)
+            if (herd_chain(&h, &t[0], chains + 2, 1, &cacc)) break;
+    counts = counts && h.rs_ok;
+    chain_post(&h, -1);
+    herd_threads_join(&h, t, 1, started);
+    if (started < n - 1) goto out;
+    if (h.err) goto failed;
+
+    /* loop: all W+1 */
+    __atomic_store_n(&h.in_acquire, 0, __ATOMIC_SEQ_CST);
+    started = herd_threads_start(t, 0, n, herd_main);
+    if (started < n) __atomic_store_n(&h.stop, 1, __ATOMIC_SEQ_CST);
+    herd_threads_join(&h, t, 0, started);
     if (started < n) goto out;
+failed:
+    progress_stop(&pr);
     if (h.err) {
         fprintf(stderr, "baton bench: herd: %s\n", h.errmsg);
         rc = exit_for(h.err);
         goto out;
     }
+    /* the chains' samples, chain by chain (the warm-up chain is slot 0) */
+    for (long c = 1; c <= chains; c++)
+        for (long g = 0; g < h.W; g++) samples[ns++] = h.clat[c * h.W + g];
     for (long i = 0; i < h.R; i++)
-        if (h.have[i]) samples[ns++] = h.lat[i];
+        if (h.have[i]) lsamples[nl++] = h.lat[i];
     qsort(samples, ns, sizeof *samples, cmp_d);
-    cmdstats_fields(cmds, sizeof cmds, h.have_before ? &h.before : NULL, h.have_after ? &h.after : NULL, h.R);
+    qsort(lsamples, nl, sizeof *lsamples, cmp_d);
+    cmdstats_fields(ccmds, sizeof ccmds, counts ? &cacc : NULL, chains * h.W, "handoff", "pings", "commands");
+    if (h.have_before && h.have_after && cmdstats_accum(&lacc, &h.before, &h.after) == 0)
+        cmdstats_fields(lcmds, sizeof lcmds, &lacc, h.R, "grant_loop", NULL, "commands_loop");
+    else
+        cmdstats_fields(lcmds, sizeof lcmds, NULL, 0, "grant_loop", NULL, "commands_loop");
     snprintf(out, sizeof out, "{\"peer\": \"baton\", \"workload\": \"herd\", \"waiters\": %ld, \"fair\": %s, "
-             "\"rounds\": %ld, \"samples\": %zu, %s, \"handoff_p50_us\": %.1f, \"handoff_p99_us\": %.1f}",
-             h.W, o->fair ? "true" : "false", h.R, ns, cmds, pct(samples, ns, 0.5) * 1e6, pct(samples, ns, 0.99) * 1e6);
+             "\"rounds\": %ld, \"chains\": %ld, \"samples\": %zu, %s, \"handoff_p50_us\": %.1f, \"handoff_p99_us\": %.1f, "
+             "\"loop_samples\": %zu, %s, \"loop_handoff_p50_us\": %.1f, \"loop_handoff_p99_us\": %.1f}",
+             h.W, o->fair ? "true" : "false", h.R, chains, ns, ccmds, pct(samples, ns, 0.5) * 1e6,
+             pct(samples, ns, 0.99) * 1e6, nl, lcmds, pct(lsamples, nl, 0.5) * 1e6, pct(lsamples, nl, 0.99) * 1e6);
     emit(o, out);
     {
         char what[96];
-        snprintf(what, sizeof what, "handoff latency, %ld waiters", h.W);
+        snprintf(what, sizeof what, "release to the next grant, chains of %ld waiters", h.W);
         rc = svg_cdf(o, what, samples, ns);
     }
     if (!rc && !ns) rc = 1;
 out:
+    progress_stop(&pr);
     if (t)
         for (int i = 0; i < n; i++) {
             baton_lock_free(t[i].l);
@@ -1395,10 +1668,16 @@ out:
     rstat_close(&h.rs);
     free(h.before.v);
     free(h.after.v);
+    free(cacc.v);
+    free(lacc.v);
     free(h.lat);
     free(h.have);
+    free(h.clat);
     free(samples);
+    free(lsamples);
     free(t);
+    pthread_cond_destroy(&h.ccv);
+    pthread_mutex_destroy(&h.cmu);
     pthread_mutex_destroy(&h.mu);
     return rc;
 }
@@ -1785,8 +2064,9 @@ static void bench_usage(FILE *f)
         "  --workload uncontended  one client, N acquire+release pairs (--n N, default 10000)\n"
         "             contended    C processes on one lock for S seconds (--clients C, --seconds S)\n"
         "             handoff      release to the blocked waiter's grant (--rounds R, default 200)\n"
-        "             herd         W waiters on one lock, a client each: handoff latency and Redis\n"
-        "                          commands per handoff (--waiters W, default 16; --rounds R, default 200)\n"
+        "             herd         W waiters on one lock, a client each: chains of W handoffs (release to\n"
+        "                          the next grant; Redis commands per handoff), then the acquire/release\n"
+        "                          loop (--waiters W, default 16; --rounds R, default 200)\n"
         "             many         K locks from a thread pool on one client (--clients K, --seconds S)\n"
         "             memory       client heap per held and per waiting lock (--n K, default 1000;\n"
         "                          at most %d waiting)\n"
