@@ -216,6 +216,7 @@ int baton__redis_fair_acquire(reng *e, rlock *l, baton_acquire_req *req) {
     if (!chan) return baton_seterr(BATON_ENOMEM, 0, "redis: out of memory");
     snprintf(chan, n, "%s:%s", l->channel, x.os.field);
     rsub_entry *pre = waiting ? baton__redis_presub(e, chan, req->waiter) : NULL;
+    unsigned gen = pre ? baton_waiter_gen(req->waiter) : 0;
 
     /* The first attempt already takes a place in the queue. */
     int granted = 0;
@@ -228,7 +229,7 @@ int baton__redis_fair_acquire(reng *e, rlock *l, baton_acquire_req *req) {
         char what[80];
         snprintf(what, sizeof what, "fair acquire of '%.40s'", l->key);
         rc = baton__redis_wait_loop_msg(e, chan, req->waiter, req->deadline_ns, refresh_of(req->lease_ms), 0,
-                                        fair_attempt, fair_msg, &x, what, pre, hint);
+                                        fair_attempt, fair_msg, &x, what, pre, hint, gen);
         pre = NULL; /* the loop unregistered it */
         granted = !rc;
     }

@@ -274,7 +274,7 @@ int baton__redis_wait_loop(reng *e, const char *channel, baton_waiter *w, int64_
                            int64_t refresh_ms, int poll_anyway, rb_attempt_fn attempt, void *ctx,
                            const char *what) {
     return baton__redis_wait_loop_msg(e, channel, w, deadline, refresh_ms, poll_anyway, attempt, NULL, ctx, what,
-                                      NULL, -1);
+                                      NULL, -1, 0);
 }
 
 rsub_entry *baton__redis_presub(reng *e, const char *channel, baton_waiter *w) {
@@ -287,7 +287,7 @@ void baton__redis_presub_drop(reng *e, rsub_entry *pre) { rsub_unregister(&e->su
 
 int baton__redis_wait_loop_msg(reng *e, const char *channel, baton_waiter *w, int64_t deadline,
                                int64_t refresh_ms, int poll_anyway, rb_attempt_fn attempt, rb_msg_fn msg,
-                               void *ctx, const char *what, rsub_entry *pre, int64_t pre_hint) {
+                               void *ctx, const char *what, rsub_entry *pre, int64_t pre_hint, unsigned pre_gen) {
     /* Subscribe to the wake-up channel, and wait for the confirmation before
      * the next attempt, so a wake-up in between cannot be missed. */
     rsub_entry *se = pre;
@@ -310,7 +310,9 @@ int baton__redis_wait_loop_msg(reng *e, const char *channel, baton_waiter *w, in
             rc = baton_seterr(BATON_ECANCELED, 0, "redis: %s canceled", what);
             break;
         }
-        unsigned g = baton_waiter_gen(w);
+        /* With PRE, the caller's attempt is this round's: take the waiter's
+         * generation from before it, so a wake-up since then is not lost. */
+        unsigned g = pre ? pre_gen : baton_waiter_gen(w);
         int ready = rsub_ready(&e->sub, se);
         int done = 0;
         int64_t hint = -1;
@@ -338,7 +340,8 @@ int baton__redis_wait_loop_msg(reng *e, const char *channel, baton_waiter *w, in
             break;
         }
         int64_t until = deadline;
-        if (!rc && hint >= 0) until = rmin64(until, now + hint * 1000000 + 1000000);
+        /* a hint is a server's number: bound it before scaling (a day is "no hint") */
+        if (!rc && hint >= 0 && hint < 86400000) until = rmin64(until, now + hint * 1000000 + 1000000);
         if (refresh_ms > 0) until = rmin64(until, now + refresh_ms * 1000000);
         if (rc || !ready || poll_anyway) {
             until = rmin64(until, now + backoff_ns(backoff));
@@ -598,6 +601,7 @@ static int r_lock_acquire(void *eng, void *st, baton_acquire_req *req) {
     int granted = 0;
     int64_t ttl = -1;
     rsub_entry *pre = req->deadline_ns != 0 ? baton__redis_presub(e, l->channel, req->waiter) : NULL;
+    unsigned gen = pre ? baton_waiter_gen(req->waiter) : 0;
     int rc = try_once(e, l, req, &granted, &ttl);
     if (rc == RB_EFINAL) rc = BATON_EUNAVAILABLE;
     if (!rc && !granted && req->deadline_ns == 0)
@@ -611,7 +615,7 @@ static int r_lock_acquire(void *eng, void *st, baton_acquire_req *req) {
     char what[64];
     snprintf(what, sizeof what, "acquire of '%.40s'", l->key);
     return baton__redis_wait_loop_msg(e, l->channel, req->waiter, req->deadline_ns, 0, e->layout == LAYOUT_SIMPLE,
-                                      plain_attempt, NULL, &x, what, pre, ttl);
+                                      plain_attempt, NULL, &x, what, pre, ttl, gen);
 }
 
 static int r_lock_release(void *eng, void *st, const baton_owner *owner) {
