@@ -634,9 +634,11 @@ def build_rows(got):
         for w in HERD_W:
             k = "herd_%d_%s" % (w, "fair" if fair else "default")
             c, p50 = g(k, "commands_per_handoff"), g(k, "handoff_p50_us")
+            loop = g(k, "commands_per_grant_loop")
             if fair and c is not None:
                 fair_cmds.append(c)
-            cell = "n/a" if c is None else "%.1f (handoff p50 %s µs)" % (c, f(p50))
+            cell = "n/a" if c is None else "%.1f (handoff p50 %s µs; in an acquire/release loop %s per grant, re-queueing included)" % (
+                c, f(p50), f(loop))
             if fair:
                 row("Herd, `--fair`, W = %d: server commands per handoff" % w, cell, "", "—", "≤ 6",
                     None if c is None else c <= 6, short="herd --fair ≤ 6 commands per handoff W=%d" % w, nval=f(c))

@@ -31,36 +31,12 @@
 #include <malloc.h>
 #endif
 
-/* rediss:// commandstats go over TLS. OpenSSL reaches this binary only through
- * libbaton's Redis backend, so its functions are weak references here: the CLI
- * still links when that backend is compiled out, and then no rediss:// client
- * can open, so the TLS path never runs (and checks for NULL anyway). */
-#if defined(__has_include)
-#if __has_include(<openssl/ssl.h>) && __has_include(<openssl/x509v3.h>)
+/* rediss:// commandstats go over TLS, with the OpenSSL that libbaton's Redis
+ * backend loads on first use (dlopen; see src/backends/redis/ossl.h). Without
+ * that backend no rediss:// client can open, so there is no TLS path. */
+#if defined(BATON_CLI_TLS)
 #define BENCH_TLS 1
-#include <openssl/ssl.h>
-#include <openssl/x509v3.h>
-#pragma weak TLS_client_method
-#pragma weak SSL_CTX_new
-#pragma weak SSL_CTX_free
-#pragma weak SSL_CTX_ctrl
-#pragma weak SSL_CTX_load_verify_locations
-#pragma weak SSL_CTX_set_default_verify_paths
-#pragma weak SSL_CTX_use_certificate_chain_file
-#pragma weak SSL_CTX_use_PrivateKey_file
-#pragma weak SSL_CTX_set_verify
-#pragma weak SSL_new
-#pragma weak SSL_free
-#pragma weak SSL_set_fd
-#pragma weak SSL_ctrl
-#pragma weak SSL_set1_host
-#pragma weak SSL_get0_param
-#pragma weak X509_VERIFY_PARAM_set1_ip_asc
-#pragma weak SSL_connect
-#pragma weak SSL_read
-#pragma weak SSL_write
-#pragma weak SSL_shutdown
-#endif
+#include "backends/redis/ossl.h"
 #endif
 
 #define EX_USAGE 64
@@ -646,8 +622,8 @@ static int rstat_tls(rstat *r, const rstat_cfg *cfg, char *err, size_t en)
 {
     unsigned char ip[16];
     int is_ip = inet_pton(AF_INET, cfg->host, ip) == 1 || inet_pton(AF_INET6, cfg->host, ip) == 1;
-    if (!SSL_CTX_new || !TLS_client_method) {
-        snprintf(err, en, "this baton has no TLS");
+    if (baton__ossl_load() != 0) {
+        snprintf(err, en, "%s", baton_error_last()->message ? baton_error_last()->message : "no TLS library");
         return -1;
     }
     if (!(r->ctx = SSL_CTX_new(TLS_client_method()))) goto fail;

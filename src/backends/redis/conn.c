@@ -21,8 +21,6 @@
 #include <unistd.h>
 #include <arpa/inet.h>
 
-#include <openssl/err.h>
-#include <openssl/x509v3.h>
 
 #define POOL_MAX_IDLE 32
 #define MAX_REPLY_ELEMENTS (1 << 20)

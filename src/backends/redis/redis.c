@@ -21,7 +21,6 @@
 #include <strings.h>
 #include <time.h>
 
-#include <openssl/sha.h>
 
 #define LAYOUT_REDISSON RB_LAYOUT_REDISSON
 #define LAYOUT_SIMPLE RB_LAYOUT_SIMPLE
@@ -454,6 +453,8 @@ static int parse_config(reng *e, const baton_uri *u, const baton_client_options 
 
 static int r_open(void **out, const baton_uri *u, const baton_client_options *o) {
     *out = NULL;
+    int lrc = baton__ossl_load(); /* script digests and TLS */
+    if (lrc) return lrc;
     reng *e = calloc(1, sizeof *e);
     if (!e) return baton_seterr(BATON_ENOMEM, 0, "redis: out of memory");
     int rc = parse_config(e, u, o);

@@ -24,7 +24,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <openssl/err.h>
 
 #define DOWN_FIRST_NS (20LL * 1000000)
 #define DOWN_MAX_NS (500LL * 1000000)

@@ -36,7 +36,6 @@
 #include <string.h>
 #include <strings.h>
 
-#include <openssl/sha.h>
 
 /* ---- scripts -------------------------------------------------------------------- */
 
@@ -359,6 +358,8 @@ static int parse_config(rl_eng *e, const baton_uri *u, const baton_client_option
 
 static int rl_open(void **out, const baton_uri *u, const baton_client_options *o) {
     *out = NULL;
+    int lrc = baton__ossl_load(); /* script digests and TLS */
+    if (lrc) return lrc;
     pthread_once(&sha_once, sha_init);
     rl_eng *e = calloc(1, sizeof *e);
     if (!e) return baton_seterr(BATON_ENOMEM, 0, "redlock: out of memory");
