@@ -57,12 +57,12 @@ static int grant_script3(reng *e, rlock *l, int sid, int nkeys, int argc, const 
     rc = baton__redis_script_on(e, c, sid, nkeys, argc, argv, NULL, dl, &r, &sent);
     long long flag = 0, n = 0;
     if (!rc && third && r->type == REDIS_REPLY_ARRAY && r->elements == 3) {
-        /* {0, hint, ticket} */
+        /* {0, hint, ticket} or {1, fence, pttl} */
         if (r->element[0]->type != REDIS_REPLY_INTEGER || r->element[1]->type != REDIS_REPLY_INTEGER ||
-            r->element[2]->type != REDIS_REPLY_INTEGER || r->element[0]->integer != 0)
+            r->element[2]->type != REDIS_REPLY_INTEGER || (r->element[0]->integer != 0 && r->element[0]->integer != 1))
             rc = baton__redis_bad_reply(r, "a lock script"), r = NULL;
         else
-            flag = 0, n = r->element[1]->integer, *third = r->element[2]->integer;
+            flag = r->element[0]->integer, n = r->element[1]->integer, *third = r->element[2]->integer;
     } else if (!rc && baton__redis_pair(r, &flag, &n)) {
         rc = baton__redis_bad_reply(r, "a lock script"), r = NULL;
     } else if (!rc && flag == 1 && n <= 0) {
@@ -151,6 +151,13 @@ static int fair_once(fair_ctx *x, int wait, int *granted, int64_t *hint) {
     long long ticket = 0;
     x->last_sent = baton_now_ns();
     int rc = grant_script3(x->e, x->l, S_FAIR_ACQ, 4, 11, argv, x->req, fair_undo, granted, hint, &ticket);
+    if (!rc && *granted && ticket != 0) {
+        /* handed over before this attempt: the lease runs from then, and
+         * `ticket` is the PTTL left of it */
+        int64_t lease_ms = x->req->lease_ms ? x->req->lease_ms : 30000;
+        int64_t left = ticket > 0 ? (ticket < lease_ms ? ticket : lease_ms) : 0;
+        x->req->sent_ns -= (lease_ms - left) * 1000000;
+    }
     if (!rc && !*granted && wait) {
         if (ticket <= 0) return baton_seterr(BATON_EPROTO, 0, "redis: the fair acquire script queued without a ticket");
         snprintf(x->ticket, sizeof x->ticket, "%lld", ticket);

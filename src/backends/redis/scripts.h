@@ -156,14 +156,15 @@
 
 /* ARGV lease ms, field, description, queue-entry lease ms, channel prefix
  * redisson_lock__channel:{K}, "wait" | "try", our ticket ("0": none yet).
- * -> {1, fence} granted (also when a release already handed it to us), or
+ * -> {1, fence} granted, {1, fence, pttl} when a release had already handed
+ * it to us (its lease started then: pttl is what is left of it), or
  * {0, ms, ticket}: ms = how long until something may change (the lock's PTTL
  * when we are the head, else the head entry's remaining lease; -1 unknown),
  * ticket = the fence we hold our place with (0 for a try). A try never
  * queues and fails when anyone is queued, so tries cannot barge. */
 #define BATON_LUA_FAIR_ACQ_BODY                                                \
     "local mine = redis.call('hget', KEYS[1], ARGV[2])\n"                      \
-    "if mine then return {1, tonumber(mine)} end\n"                            \
+    "if mine then return {1, tonumber(mine), redis.call('pttl', KEYS[1])} end\n" \
     "local function entry(t) return ARGV[2] .. '|' .. t .. '|' .. ARGV[1] .. '|' .. ARGV[3] end\n" \
     "local me = nil\n"                                                         \
     "if ARGV[7] ~= '0' then me = entry(ARGV[7]) end\n"                         \
