@@ -143,6 +143,12 @@ expect_rc 137 "[$URI_DESC] child killed by SIGKILL = 128+9" b run "${U[@]}" "$N"
 expect_rc 127 "[$URI_DESC] command not found" b run "${U[@]}" "$N" -- /nonexistent/command
 expect_rc 126 "[$URI_DESC] command not executable" b run "${U[@]}" "$N" -- /dev/null
 expect_rc 0 "[$URI_DESC] lock free again after the runs" b run -n "${U[@]}" "$N" -- true
+# the child's BATON_* replace inherited ones (each appears once)
+expect_rc 0 "[$URI_DESC] inherited BATON_LOCK/BATON_FENCE" env BATON_LOCK=stale BATON_FENCE=x "${B[@]}" run "${U[@]}" "$N" -- env
+check "[$URI_DESC] BATON_LOCK is replaced, not duplicated" [ "$(grep -c '^BATON_LOCK=' "$TMP/out")" = 1 ]
+check "[$URI_DESC] BATON_LOCK is this run's" grep -qx "BATON_LOCK=$N" "$TMP/out"
+check "[$URI_DESC] BATON_FENCE is replaced" [ "$(grep -c '^BATON_FENCE=[0-9][0-9]*$' "$TMP/out")" = 1 ]
+check "[$URI_DESC] other variables pass through" grep -q "^PATH=" "$TMP/out"
 # stdout and stdin pass through
 out=$(echo hello | b run "${U[@]}" "$N" -- cat)
 check "[$URI_DESC] child's stdin/stdout are baton's" [ "$out" = hello ]

@@ -15,6 +15,7 @@
  */
 #include <baton.h>
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -697,6 +698,38 @@ static void count_lost(baton_lock *l, void *payload) {
     if (payload) atomic_fetch_add((atomic_int *)payload, 1);
 }
 
+static int thread_count(void) {
+    DIR *d = opendir("/proc/self/task");
+    int n = 0;
+    if (!d) return -1;
+    for (struct dirent *e; (e = readdir(d));) n += e->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
+/* A client starts its renewal thread with its first leased lock: an engine
+ * without leases (file) never has one; one with leases has it while locks
+ * are held and joins it on close. */
+static void test_keeper_thread(void) {
+    char n[256];
+    lname(n, sizeof n, "keeper");
+    int t0 = thread_count();
+    baton_client *c = client();
+    baton_lock *a = lock_on(c, n, NULL);
+    CHECK_RC(baton_lock_acquire(a, 0), 0);
+    int t1 = thread_count();
+    CHECK_RC(baton_lock_release(a), 0);
+    if (!g_leases) {
+        CHECK(t1 == t0);
+        if (t1 != t0) fprintf(stderr, "   threads %d -> %d with a file lock held\n", t0, t1);
+    } else {
+        CHECK(t1 > t0);
+    }
+    baton_lock_free(a);
+    baton_client_close(c);
+    CHECK(thread_count() == t0); /* closing the client joined its threads */
+}
+
 static void test_renewal_keeps_lock(void) {
     char n[256];
     lname(n, sizeof n, "renewal");
@@ -1200,6 +1233,7 @@ int main(int argc, char **argv) {
     RUN(test_fences);
     RUN(test_reentrant);
     RUN(test_renewal_keeps_lock);
+    RUN(test_keeper_thread);
     RUN(test_cancel);
     RUN(test_close_releases);
     RUN(test_info);

@@ -385,6 +385,46 @@ static void test_redisson_entry(void) {
     baton_client_close(c2);
 }
 
+/* Redis: a waiter's channel stays subscribed a few seconds after its wait
+ * (so a thread that waits again soon needs no SUBSCRIBE), then the client
+ * unsubscribes it on its own, while the client stays open. */
+static void test_subscription_lingers(void) {
+    if (!g_redis_port) return;
+    char n[256], pat[400];
+    lname(n, sizeof n, "linger");
+    snprintf(pat, sizeof pat, "redisson_lock__channel:{%s}:*", n);
+    baton_client *c1 = client(), *c2 = client();
+    baton_lock_options o = fair_opts(0);
+    baton_lock *a = lock_on(c1, n, &o), *b = lock_on(c2, n, &o);
+    CHECK_RC(baton_lock_acquire(a, 0), 0);
+    acq_thread t;
+    acq_start(&t, b, 10000);
+    wait_queued(g_redis_port, n, 1);
+    CHECK_RC(baton_lock_release(a), 0);
+    CHECK(acq_wait(&t, 10000));
+    acq_join(&t);
+    CHECK_RC(t.rc, 0);
+    long subs = -1;
+    char *r = redis_raw(g_redis_port, "PUBSUB", "CHANNELS", pat, NULL);
+    subs = r && r[0] == '*' ? atol(r + 1) : -1;
+    free(r);
+    CHECK(subs == 1);
+    int64_t t0 = now_ms();
+    while (now_ms() - t0 < 15000) {
+        r = redis_raw(g_redis_port, "PUBSUB", "CHANNELS", pat, NULL);
+        subs = r && r[0] == '*' ? atol(r + 1) : -1;
+        free(r);
+        if (subs == 0) break;
+        sleep_ms(200);
+    }
+    fprintf(stderr, "   unsubscribed %lld ms after the wait ended\n", (long long)(now_ms() - t0));
+    CHECK(subs == 0);
+    baton_lock_free(a);
+    baton_lock_free(b);
+    baton_client_close(c1);
+    baton_client_close(c2);
+}
+
 #define P_PROCS 4
 #define P_ITERS 25
 
@@ -627,6 +667,7 @@ int main(int argc, char **argv) {
     RUN(test_leave_queue);
     RUN(test_killed_waiter);
     RUN(test_redisson_entry);
+    RUN(test_subscription_lingers);
     RUN(test_exclusion_processes);
     return th_finish();
 }
