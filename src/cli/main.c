@@ -262,11 +262,25 @@ static int cmd_run(int argc, char **argv)
     posix_spawnattr_setsigmask(&sa, &old);
     posix_spawnattr_setflags(&sa, POSIX_SPAWN_SETSIGMASK);
     rc = posix_spawnp(&child, argv[optind], NULL, &sa, argv + optind, envp);
+    if (rc == ENOEXEC) {
+        /* a script without a #! line: what execvp does, run it with sh */
+        int n = argc - optind;
+        char **shv = calloc((size_t)n + 2, sizeof *shv);
+        if (shv) {
+            shv[0] = "sh";
+            for (int i = 0; i < n; i++) shv[i + 1] = argv[optind + i];
+            rc = posix_spawn(&child, "/bin/sh", NULL, &sa, shv, envp);
+            free(shv);
+        }
+    }
     posix_spawnattr_destroy(&sa);
     free_env(envp);
     if (rc) {
         fprintf(stderr, "%s: %s: %s\n", prog, argv[optind], strerror(rc));
-        code = rc == ENOENT ? 127 : 126;
+        /* 127: not found; 126: found but not runnable; the spawn itself failing is ours */
+        code = rc == ENOENT ? 127 : (rc == EAGAIN || rc == ENOMEM) ? EX_SOFTWARE : 126;
+        close(sfd);
+        sigprocmask(SIG_SETMASK, &old, NULL);
         rc = sem ? baton_semaphore_release(sem, 1) : baton_lock_release(l);
         goto out;
     }

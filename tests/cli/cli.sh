@@ -143,6 +143,10 @@ expect_rc 137 "[$URI_DESC] child killed by SIGKILL = 128+9" b run "${U[@]}" "$N"
 expect_rc 127 "[$URI_DESC] command not found" b run "${U[@]}" "$N" -- /nonexistent/command
 expect_rc 126 "[$URI_DESC] command not executable" b run "${U[@]}" "$N" -- /dev/null
 expect_rc 0 "[$URI_DESC] lock free again after the runs" b run -n "${U[@]}" "$N" -- true
+# a script without #! runs with sh, as execvp(3) does
+printf 'echo "noshebang $1"\n' > "$TMP/noshebang.sh"; chmod +x "$TMP/noshebang.sh"
+expect_rc 0 "[$URI_DESC] script without #!" b run "${U[@]}" "$N" -- "$TMP/noshebang.sh" arg1
+check "[$URI_DESC] it ran with its argument" grep -qx "noshebang arg1" "$TMP/out"
 # the child's BATON_* replace inherited ones (each appears once)
 expect_rc 0 "[$URI_DESC] inherited BATON_LOCK/BATON_FENCE" env BATON_LOCK=stale BATON_FENCE=x "${B[@]}" run "${U[@]}" "$N" -- env
 check "[$URI_DESC] BATON_LOCK is replaced, not duplicated" [ "$(grep -c '^BATON_LOCK=' "$TMP/out")" = 1 ]

@@ -364,19 +364,23 @@ static void test_redisson_entry(void) {
     free(redis_raw(g_redis_port, "ZREM", to, rf, NULL));
     free(redis_raw(g_redis_port, "HSET", n, rf, "1", NULL));
     free(redis_raw(g_redis_port, "DEL", n, NULL));
-    char bch[500], field[200];
+    /* Redisson's unlock publishes 0 on "<prefix>:<head entry>" */
+    char bch[1000], head[600];
     char *next = redis_raw(g_redis_port, "LINDEX", q, "0", NULL);
     CHECK(next != NULL);
-    field[0] = 0;
+    head[0] = 0;
     if (next) {
-        char *nl = strstr(next, "\r\n"), *bar = nl ? strchr(nl + 2, '|') : NULL;
-        if (nl && bar) snprintf(field, sizeof field, "%.*s", (int)(bar - nl - 2), nl + 2);
+        char *nl = strstr(next, "\r\n"), *end = nl ? strstr(nl + 2, "\r\n") : NULL;
+        if (nl && end) snprintf(head, sizeof head, "%.*s", (int)(end - nl - 2), nl + 2);
     }
     free(next);
-    CHECK(field[0] != 0);
-    snprintf(bch, sizeof bch, "redisson_lock__channel:{%s}:%s", n, field);
+    CHECK(strchr(head, '|') != NULL);
+    snprintf(bch, sizeof bch, "redisson_lock__channel:{%s}:%s", n, head);
+    int64_t tp = now_ms();
     free(redis_raw(g_redis_port, "PUBLISH", bch, "0", NULL));
     CHECK(acq_wait(&t, 10000));
+    /* woken by that message, not by its refresh (lease/3 = 10 s) */
+    CHECK(t.t_done - tp < 3000);
     acq_join(&t);
     CHECK_RC(t.rc, 0);
     baton_lock_free(a);
@@ -390,9 +394,15 @@ static void test_redisson_entry(void) {
  * unsubscribes it on its own, while the client stays open. */
 static void test_subscription_lingers(void) {
     if (!g_redis_port) return;
-    char n[256], pat[400];
+    char n[256];
     lname(n, sizeof n, "linger");
-    snprintf(pat, sizeof pat, "redisson_lock__channel:{%s}:*", n);
+    /* earlier cases' subscriptions linger too: start from none */
+    for (int64_t t0 = now_ms(); now_ms() - t0 < 15000; sleep_ms(200)) {
+        char *z = redis_raw(g_redis_port, "PUBSUB", "NUMPAT", NULL);
+        long np = z && z[0] == ':' ? atol(z + 1) : -1;
+        free(z);
+        if (np == 0) break;
+    }
     baton_client *c1 = client(), *c2 = client();
     baton_lock_options o = fair_opts(0);
     baton_lock *a = lock_on(c1, n, &o), *b = lock_on(c2, n, &o);
@@ -405,14 +415,14 @@ static void test_subscription_lingers(void) {
     acq_join(&t);
     CHECK_RC(t.rc, 0);
     long subs = -1;
-    char *r = redis_raw(g_redis_port, "PUBSUB", "CHANNELS", pat, NULL);
-    subs = r && r[0] == '*' ? atol(r + 1) : -1;
+    char *r = redis_raw(g_redis_port, "PUBSUB", "NUMPAT", NULL);
+    subs = r && r[0] == ':' ? atol(r + 1) : -1;
     free(r);
     CHECK(subs == 1);
     int64_t t0 = now_ms();
     while (now_ms() - t0 < 15000) {
-        r = redis_raw(g_redis_port, "PUBSUB", "CHANNELS", pat, NULL);
-        subs = r && r[0] == '*' ? atol(r + 1) : -1;
+        r = redis_raw(g_redis_port, "PUBSUB", "NUMPAT", NULL);
+        subs = r && r[0] == ':' ? atol(r + 1) : -1;
         free(r);
         if (subs == 0) break;
         sleep_ms(200);
@@ -511,25 +521,6 @@ static void stats_delta(const cmdstats *a, const cmdstats *b, char *out, size_t 
 
 #define HERD_MAX 128
 
-/* Waits until exactly WANT waiters of NAME are subscribed to their channels. */
-static int wait_subscribed(rcli *r, const char *name, int want) {
-    char pat[400];
-    snprintf(pat, sizeof pat, "redisson_lock__channel:{%s}:*", name);
-    int64_t end = now_ms() + 20000;
-    for (;;) {
-        const char *argv[3] = { "PUBSUB", "CHANNELS", pat };
-        char *rep = rcli_cmd(r, 3, argv, NULL);
-        int subs = rep && rep[0] == '*' ? atoi(rep + 1) : -1;
-        free(rep);
-        if (subs == want) return 0;
-        if (now_ms() > end) {
-            fprintf(stderr, "   %d waiters subscribed, want %d\n", subs, want);
-            return -1;
-        }
-        sleep_ms(10);
-    }
-}
-
 /* Holder + NW queued waiters; measures the handoffs holder -> w1 and (with
  * two or more waiters) w1 -> w2. Returns the per-handoff command counts. */
 static int herd_round(const char *uri, int port, int nw, long long out[2], char desc[2][512]) {
@@ -551,16 +542,18 @@ static int herd_round(const char *uri, int port, int nw, long long out[2], char 
         acq_start(&t[i], w[i], 60000);
         wait_queued(port, n, i + 1);
     }
-    /* every waiter subscribed to its own channel and parked: one attempt
-     * before subscribing, one after the confirmation (+ the holder's) */
-    if (wait_subscribed(&r, n, nw)) ok = 0;
+    /* every waiter subscribed to its own channels (a PSUBSCRIBE each: new
+     * threads, nothing lingering) and parked: one attempt before
+     * subscribing, one after the confirmation (+ the holder's) */
     for (int64_t end = now_ms() + 20000;;) {
         cmdstats sn;
         stats_get(&r, &sn);
         long long scripts = stats_of(&sn, "evalsha") + stats_of(&sn, "eval") - stats_of(&sb, "evalsha") - stats_of(&sb, "eval");
-        if (scripts >= 1 + 2LL * nw) break;
+        long long subs = stats_of(&sn, "psubscribe") - stats_of(&sb, "psubscribe");
+        if (scripts >= 1 + 2LL * nw && subs >= nw) break;
         if (now_ms() > end) {
-            fprintf(stderr, "   only %lld acquire scripts ran, want %d\n", scripts, 1 + 2 * nw);
+            fprintf(stderr, "   only %lld acquire scripts and %lld subscriptions, want %d and %d\n", scripts, subs,
+                    1 + 2 * nw, nw);
             ok = 0;
             break;
         }

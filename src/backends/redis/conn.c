@@ -498,7 +498,6 @@ int rconn_command(rconn *c, int argc, const char **argv, const size_t *lens, red
 
 /* ---- pool --------------------------------------------------------------- */
 
-#define POOL_TRUST_NS 200000000LL
 
 /* A pooled connection is reused only if the server has not closed it and
  * sent nothing unexpected while it sat idle. */
@@ -541,11 +540,10 @@ int rpool_get(rpool *p, rconn **out, int64_t deadline) {
         if (p->nidle) c = p->idle[--p->nidle];
         pthread_mutex_unlock(&p->mu);
         if (!c) break;
-        /* A connection used a moment ago is trusted without the liveness
-         * poll: on the hot path (acquire, release, acquire...) that poll is
-         * a third of the system calls. A server that closed it within that
-         * moment fails the call with EUNAVAILABLE, as a restart mid-call would. */
-        if (baton_now_ns() - c->idle_since < POOL_TRUST_NS || conn_alive(c)) { *out = c; return 0; }
+        /* Always checked, even if it was used a moment ago: a connection the
+         * server closed meanwhile (CLIENT KILL, failover) would fail the call,
+         * and a release that fails leaves the lock to its lease. */
+        if (conn_alive(c)) { *out = c; return 0; }
         c->broken = 1;
         rconn_free(c);
     }
@@ -563,7 +561,6 @@ void rpool_put(rpool *p, rconn *c) {
         if (ni) { p->idle = ni; p->cap = nc; }
     }
     if (p->nidle < p->cap) {
-        c->idle_since = baton_now_ns();
         p->idle[p->nidle++] = c;
         c = NULL;
     }

@@ -17,6 +17,7 @@
 #include "scripts.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -63,6 +64,7 @@ static int grant_script3(reng *e, rlock *l, int sid, int nkeys, int argc, const 
             rc = baton__redis_bad_reply(r, "a lock script"), r = NULL;
         else
             flag = r->element[0]->integer, n = r->element[1]->integer, *third = r->element[2]->integer;
+        if (!rc && flag == 1 && n <= 0) rc = baton__redis_bad_reply(r, "a lock script (fence)"), r = NULL;
     } else if (!rc && baton__redis_pair(r, &flag, &n)) {
         rc = baton__redis_bad_reply(r, "a lock script"), r = NULL;
     } else if (!rc && flag == 1 && n <= 0) {
@@ -127,7 +129,8 @@ typedef struct {
     char lease[24];
     char qlease[24];
     char ticket[24];     /* our place in the queue = the fence we will hold; "0": none */
-    int64_t last_sent;   /* when our last attempt was sent */
+    int64_t queued_at;   /* when the last attempt that was answered "not granted" was sent */
+    int uncertain;       /* an attempt failed after sending: our entry may differ from ticket */
 } fair_ctx;
 
 int baton__redis_fair_release(reng *e, rlock *l, const baton_owner *owner) {
@@ -148,20 +151,22 @@ static int fair_once(fair_ctx *x, int wait, int *granted, int64_t *hint) {
         x->l->key, x->l->queue, x->l->timeouts, x->l->fence,
         x->lease, x->os.field, x->req->owner->desc, x->qlease, x->l->channel, wait ? "wait" : "try", x->ticket,
     };
-    long long ticket = 0;
-    x->last_sent = baton_now_ns();
-    int rc = grant_script3(x->e, x->l, S_FAIR_ACQ, 4, 11, argv, x->req, fair_undo, granted, hint, &ticket);
-    if (!rc && *granted && ticket != 0) {
+    long long third = LLONG_MIN; /* stays so for a two-element reply */
+    int64_t t = baton_now_ns();
+    int rc = grant_script3(x->e, x->l, S_FAIR_ACQ, 4, 11, argv, x->req, fair_undo, granted, hint, &third);
+    if (!rc && *granted && third != LLONG_MIN) {
         /* handed over before this attempt: the lease runs from then, and
-         * `ticket` is the PTTL left of it */
+         * `third` is the PTTL left of it */
         int64_t lease_ms = x->req->lease_ms ? x->req->lease_ms : 30000;
-        int64_t left = ticket > 0 ? (ticket < lease_ms ? ticket : lease_ms) : 0;
+        int64_t left = third > 0 ? (third < lease_ms ? third : lease_ms) : 0;
         x->req->sent_ns -= (lease_ms - left) * 1000000;
     }
     if (!rc && !*granted && wait) {
-        if (ticket <= 0) return baton_seterr(BATON_EPROTO, 0, "redis: the fair acquire script queued without a ticket");
-        snprintf(x->ticket, sizeof x->ticket, "%lld", ticket);
+        if (third <= 0) return baton_seterr(BATON_EPROTO, 0, "redis: the fair acquire script queued without a ticket");
+        snprintf(x->ticket, sizeof x->ticket, "%lld", third);
+        x->queued_at = t;
     }
+    if (rc && rc != RB_EFINAL) x->uncertain = 1;
     return rc;
 }
 
@@ -172,34 +177,45 @@ static int fair_attempt(void *p, int *done, int64_t *hint) {
     return rc == RB_EFINAL ? BATON_EUNAVAILABLE : rc;
 }
 
-/* The release script handed us the lock and published our ticket. With
- * replica acks required the grant goes through an attempt instead (WAIT
- * must run on the connection that saw it). The lease was set when the
- * releaser's script ran: after our last attempt was sent, before the
- * message was read; we count it from the later of our last send and the
- * read minus a transit allowance, never from a later time. */
-#define HANDOFF_SLACK_NS (1000LL * 1000000LL)
-
+/* The release script handed us the lock and published our ticket. The
+ * lease was set when the releaser's script ran, at some moment after the
+ * server answered our last "not granted" attempt, and the message may have
+ * been delayed (network, a paused process) by any amount: the only safe
+ * start is that attempt's send time. If too little of the lease is left
+ * counted from there, the message is not taken: an attempt follows, which
+ * returns the lease actually left. With replica acks required the grant
+ * also goes through an attempt (WAIT must run on the connection that saw it). */
 static int fair_msg(void *p, const char *payload, int64_t at_ns) {
     fair_ctx *x = p;
+    (void)at_ns;
     if (x->e->wait_replicas > 0 || !strcmp(x->ticket, "0") || strcmp(payload, x->ticket) != 0) return 0;
     int64_t lease_ns = (int64_t)(x->req->lease_ms ? x->req->lease_ms : 30000) * 1000000;
-    int64_t slack = lease_ns / 10 < HANDOFF_SLACK_NS ? lease_ns / 10 : HANDOFF_SLACK_NS;
-    int64_t start = at_ns - slack;
+    if (x->queued_at + lease_ns - baton_now_ns() < lease_ns / 3) return 0;
     x->req->fence = strtoull(x->ticket, NULL, 10);
-    x->req->sent_ns = start > x->last_sent ? start : x->last_sent;
+    x->req->sent_ns = x->queued_at;
     return 1;
 }
 
 static void fair_leave(fair_ctx *x) {
     char lease[24];
     snprintf(lease, sizeof lease, "%s", x->lease);
-    const char *argv[8] = { x->l->key, x->l->queue, x->l->timeouts, x->os.field, x->ticket, lease,
-                            x->req->owner->desc, x->l->channel };
+    /* "0": our entry is not known for sure (an attempt failed after it was
+     * sent): the script removes every entry of our field */
+    const char *argv[8] = { x->l->key, x->l->queue, x->l->timeouts, x->os.field, x->uncertain ? "0" : x->ticket,
+                            lease, x->req->owner->desc, x->l->channel };
     long long v;
     int64_t dl = baton__redis_io_deadline(x->e);
     if (int_script(x->e, S_FAIR_LEAVE, 3, 8, argv, dl, &v, "the fair leave script") == BATON_EUNAVAILABLE)
         int_script(x->e, S_FAIR_LEAVE, 3, 8, argv, dl, &v, "the fair leave script"); /* one retry; else the entry expires */
+}
+
+/* Copies S into OUT (room for 2 * strlen(S) + 1) with Redis glob characters escaped. */
+static void glob_escape(char *out, const char *s) {
+    for (; *s; s++) {
+        if (strchr("*?[]\\", *s)) *out++ = '\\';
+        *out++ = *s;
+    }
+    *out = 0;
 }
 
 int baton__redis_fair_acquire(reng *e, rlock *l, baton_acquire_req *req) {
@@ -217,12 +233,19 @@ int baton__redis_fair_acquire(reng *e, rlock *l, baton_acquire_req *req) {
     if (strchr(req->owner->desc, '|'))
         return baton_seterr(BATON_EINVAL, 0, "redis: a fair waiter's description cannot contain '|'");
 
-    /* Our own channel: the release script signals the head waiter only. */
-    size_t n = strlen(l->channel) + strlen(x.os.field) + 2;
+    /* Our own channels, "<prefix>:<queue entry>": the release script (and a
+     * Redisson unlock) signals the head entry only. The entry carries our
+     * ticket, new for each wait, so we listen on the glob of all our entries
+     * ("<prefix>:<field>|*", glob characters escaped): one subscription per
+     * thread and lock, which lingers between waits. */
+    size_t n = 2 * (strlen(l->channel) + strlen(x.os.field)) + 4;
     char *chan = malloc(n);
     if (!chan) return baton_seterr(BATON_ENOMEM, 0, "redis: out of memory");
-    snprintf(chan, n, "%s:%s", l->channel, x.os.field);
-    rsub_entry *pre = waiting ? baton__redis_presub(e, chan, req->waiter) : NULL;
+    glob_escape(chan, l->channel);
+    strcat(chan, ":");
+    glob_escape(chan + strlen(chan), x.os.field);
+    strcat(chan, "|*");
+    rsub_entry *pre = waiting ? baton__redis_presub(e, chan, 1, req->waiter) : NULL;
     unsigned gen = pre ? baton_waiter_gen(req->waiter) : 0;
 
     /* The first attempt already takes a place in the queue. */
@@ -235,7 +258,7 @@ int baton__redis_fair_acquire(reng *e, rlock *l, baton_acquire_req *req) {
     if (!rc && !granted) {
         char what[80];
         snprintf(what, sizeof what, "fair acquire of '%.40s'", l->key);
-        rc = baton__redis_wait_loop_msg(e, chan, req->waiter, req->deadline_ns, refresh_of(req->lease_ms), 0,
+        rc = baton__redis_wait_loop_msg(e, chan, req->waiter, req->deadline_ns, refresh_of(req->lease_ms), RB_WAIT_PATTERN,
                                         fair_attempt, fair_msg, &x, what, pre, hint, gen);
         pre = NULL; /* the loop unregistered it */
         granted = !rc;

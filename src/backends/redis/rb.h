@@ -91,15 +91,19 @@ int baton__redis_wait_loop(reng *e, const char *channel, baton_waiter *w, int64_
 /* The same, and MSG (may be NULL) sees each message's payload first (AT_NS:
  * when it was read): 1 = the message itself completes the wait. */
 typedef int (*rb_msg_fn)(void *ctx, const char *payload, int64_t at_ns);
+enum {
+    RB_WAIT_POLL = 1,    /* re-check with backoff even when subscribed (no unlock messages) */
+    RB_WAIT_PATTERN = 2, /* CHANNEL is a PSUBSCRIBE glob */
+};
 int baton__redis_wait_loop_msg(reng *e, const char *channel, baton_waiter *w, int64_t deadline,
-                               int64_t refresh_ms, int poll_anyway, rb_attempt_fn attempt, rb_msg_fn msg,
+                               int64_t refresh_ms, int flags, rb_attempt_fn attempt, rb_msg_fn msg,
                                void *ctx, const char *what, rsub_entry *pre, int64_t pre_hint, unsigned pre_gen);
 /* Before a waiting acquire's first attempt: when CHANNEL's subscription is
  * still live (it lingers after a wait), registers W on it now, so that
  * attempt already counts as "after subscribing" and the loop can park at
  * once (pass the entry as PRE, with the attempt's hint and the waiter's
  * generation read before the attempt). NULL otherwise. */
-rsub_entry *baton__redis_presub(reng *e, const char *channel, baton_waiter *w);
+rsub_entry *baton__redis_presub(reng *e, const char *channel, int pattern, baton_waiter *w);
 void baton__redis_presub_drop(reng *e, rsub_entry *pre);
 
 /* Lock states (redis.c owns the plain kind; locks.c fair and read/write). */

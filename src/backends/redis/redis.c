@@ -272,25 +272,27 @@ static int64_t backoff_ns(int backoff_ms) {
 int baton__redis_wait_loop(reng *e, const char *channel, baton_waiter *w, int64_t deadline,
                            int64_t refresh_ms, int poll_anyway, rb_attempt_fn attempt, void *ctx,
                            const char *what) {
-    return baton__redis_wait_loop_msg(e, channel, w, deadline, refresh_ms, poll_anyway, attempt, NULL, ctx, what,
+    return baton__redis_wait_loop_msg(e, channel, w, deadline, refresh_ms, poll_anyway ? RB_WAIT_POLL : 0, attempt,
+                                      NULL, ctx, what,
                                       NULL, -1, 0);
 }
 
-rsub_entry *baton__redis_presub(reng *e, const char *channel, baton_waiter *w) {
+rsub_entry *baton__redis_presub(reng *e, const char *channel, int pattern, baton_waiter *w) {
     rsub_entry *se = NULL;
-    if (!w || !rsub_register_ready(&e->sub, channel, w, &se)) return NULL;
+    if (!w || !rsub_register_ready(&e->sub, channel, pattern, w, &se)) return NULL;
     return se;
 }
 
 void baton__redis_presub_drop(reng *e, rsub_entry *pre) { rsub_unregister(&e->sub, pre); }
 
 int baton__redis_wait_loop_msg(reng *e, const char *channel, baton_waiter *w, int64_t deadline,
-                               int64_t refresh_ms, int poll_anyway, rb_attempt_fn attempt, rb_msg_fn msg,
+                               int64_t refresh_ms, int flags, rb_attempt_fn attempt, rb_msg_fn msg,
                                void *ctx, const char *what, rsub_entry *pre, int64_t pre_hint, unsigned pre_gen) {
     /* Subscribe to the wake-up channel, and wait for the confirmation before
      * the next attempt, so a wake-up in between cannot be missed. */
     rsub_entry *se = pre;
-    if (!se && rsub_register(&e->sub, channel, w, &se) != 0) se = NULL; /* degrade to backoff */
+    if (!se && rsub_register(&e->sub, channel, (flags & RB_WAIT_PATTERN) != 0, w, &se) != 0)
+        se = NULL; /* degrade to backoff */
     /* The confirmation normally takes one round trip; if it is late (server
      * down, no pub/sub permission) the loop below re-checks with backoff. */
     int64_t ready_by = rmin64(deadline, baton_now_ns() + (int64_t)SUB_READY_WAIT_MS * 1000000);
@@ -342,7 +344,7 @@ int baton__redis_wait_loop_msg(reng *e, const char *channel, baton_waiter *w, in
         /* a hint is a server's number: bound it before scaling (a day is "no hint") */
         if (!rc && hint >= 0 && hint < 86400000) until = rmin64(until, now + hint * 1000000 + 1000000);
         if (refresh_ms > 0) until = rmin64(until, now + refresh_ms * 1000000);
-        if (rc || !ready || poll_anyway) {
+        if (rc || !ready || (flags & RB_WAIT_POLL)) {
             until = rmin64(until, now + backoff_ns(backoff));
             backoff = backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : backoff * 2;
         }
@@ -601,7 +603,7 @@ static int r_lock_acquire(void *eng, void *st, baton_acquire_req *req) {
     if (l->kind != RK_PLAIN) return baton__redis_rw_acquire(e, l, req);
     int granted = 0;
     int64_t ttl = -1;
-    rsub_entry *pre = req->deadline_ns != 0 ? baton__redis_presub(e, l->channel, req->waiter) : NULL;
+    rsub_entry *pre = req->deadline_ns != 0 ? baton__redis_presub(e, l->channel, 0, req->waiter) : NULL;
     unsigned gen = pre ? baton_waiter_gen(req->waiter) : 0;
     int rc = try_once(e, l, req, &granted, &ttl);
     if (rc == RB_EFINAL) rc = BATON_EUNAVAILABLE;
@@ -615,7 +617,8 @@ static int r_lock_acquire(void *eng, void *st, baton_acquire_req *req) {
     plain_ctx x = { e, l, req };
     char what[64];
     snprintf(what, sizeof what, "acquire of '%.40s'", l->key);
-    return baton__redis_wait_loop_msg(e, l->channel, req->waiter, req->deadline_ns, 0, e->layout == LAYOUT_SIMPLE,
+    return baton__redis_wait_loop_msg(e, l->channel, req->waiter, req->deadline_ns, 0,
+                                      e->layout == LAYOUT_SIMPLE ? RB_WAIT_POLL : 0,
                                       plain_attempt, NULL, &x, what, pre, ttl, gen);
 }
 

@@ -35,7 +35,6 @@ typedef struct rconn {
     SSL *ssl;
     redisReader *rd;
     int broken;              /* set on any I/O or protocol error: never reused */
-    int64_t idle_since;      /* monotonic ns when it went back to the pool */
 } rconn;
 
 /* Option values and derived key names, shared by the Redis and RedLock backends. */
@@ -84,9 +83,10 @@ typedef struct {
 
 int rsub_init(rsub *s, const rcfg *cfg);
 void rsub_destroy(rsub *s);
-/* Registers W for messages on CHANNEL; the subscriber wakes W on every message,
- * on subscription confirmation and when its connection is lost. */
-int rsub_register(rsub *s, const char *channel, baton_waiter *w, rsub_entry **out);
+/* Registers W for messages on CHANNEL (PATTERN: a PSUBSCRIBE glob); the
+ * subscriber wakes W on every message, on subscription confirmation and when
+ * its connection is lost. */
+int rsub_register(rsub *s, const char *channel, int pattern, baton_waiter *w, rsub_entry **out);
 /* 1 when the channel's subscription is confirmed on the live connection. */
 int rsub_ready(rsub *s, rsub_entry *e);
 void rsub_unregister(rsub *s, rsub_entry *e);
@@ -97,7 +97,7 @@ void rsub_unregister(rsub *s, rsub_entry *e);
 int rsub_message(rsub *s, rsub_entry *e, char *buf, size_t n, int64_t *at_ns);
 /* Registers W on CHANNEL only if its subscription is live right now (a
  * lingering one): 1 and *out set, else 0 and nothing registered. */
-int rsub_register_ready(rsub *s, const char *channel, baton_waiter *w, rsub_entry **out);
+int rsub_register_ready(rsub *s, const char *channel, int pattern, baton_waiter *w, rsub_entry **out);
 
 /* The connection pool (conn.c). */
 typedef struct {

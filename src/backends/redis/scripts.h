@@ -138,7 +138,7 @@
     "  if f then\n"                                                            \
     "    redis.call('hset', KEYS[1], f, t, 'baton:holder', d)\n"               \
     "    redis.call('pexpire', KEYS[1], ls)\n"                                 \
-    "    redis.call('publish', prefix .. ':' .. f, t)\n"                       \
+    "    redis.call('publish', prefix .. ':' .. e, t)\n"                       \
     "    return\n"                                                             \
     "  end\n"                                                                  \
     "  redis.call('lpush', KEYS[2], e)\n"                                      \
@@ -192,7 +192,11 @@
     "local queued = false\n"                                                   \
     "if me and head and redis.call('zscore', KEYS[3], me) then\n"              \
     "  local ht = tonumber(string.match(head, '^[^|]*|(%d+)|'))\n"             \
-    "  queued = ht == nil or ht <= tonumber(ARGV[7])\n"                        \
+    "  if ht then queued = ht <= tonumber(ARGV[7])\n"                          \
+    "  else\n"                                                                 \
+    "    local ok, pos = pcall(redis.call, 'lpos', KEYS[2], me)\n"             \
+    "    queued = not ok or pos ~= false\n"                                    \
+    "  end\n"                                                                  \
     "end\n"                                                                    \
     "local ticket = ARGV[7]\n"                                                 \
     "if not queued then\n"                                                     \
@@ -223,7 +227,10 @@
 /* KEYS K, queue, timeouts; ARGV field, ticket, lease ms, description,
  * channel prefix. A waiter that gives up leaves the queue; if a release
  * handed it the lock meanwhile, it passes the lock on; if it was the head
- * of a free lock, the next waiter gets it. -> 1 left, 2 passed on. */
+ * of a free lock, the next waiter gets it. Ticket "0": the waiter does not
+ * know its entry for sure (a request failed after it was sent), so every
+ * entry of its field goes (a scan of the queue, on this failure path only).
+ * -> 1 left, 2 passed on. */
 #define BATON_LUA_FAIR_LEAVE_BODY                                              \
     "if redis.call('hexists', KEYS[1], ARGV[1]) == 1 then\n"                   \
     "  redis.call('hdel', KEYS[1], ARGV[1])\n"                                 \
@@ -234,6 +241,14 @@
     "  local e = ARGV[1] .. '|' .. ARGV[2] .. '|' .. ARGV[3] .. '|' .. ARGV[4]\n" \
     "  redis.call('lrem', KEYS[2], 0, e)\n"                                    \
     "  redis.call('zrem', KEYS[3], e)\n"                                       \
+    "else\n"                                                                   \
+    "  local p = ARGV[1] .. '|'\n"                                              \
+    "  for _, e in ipairs(redis.call('lrange', KEYS[2], 0, -1)) do\n"          \
+    "    if string.sub(e, 1, #p) == p then\n"                                  \
+    "      redis.call('lrem', KEYS[2], 0, e)\n"                                \
+    "      redis.call('zrem', KEYS[3], e)\n"                                   \
+    "    end\n"                                                                \
+    "  end\n"                                                                  \
     "end\n"                                                                    \
     "if redis.call('exists', KEYS[1]) == 0 then\n"                             \
     "  local h = redis.call('lindex', KEYS[2], 0)\n"                           \

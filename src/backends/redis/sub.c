@@ -40,6 +40,7 @@ struct rchan {
     rchan *next;
     char *name;
     rsub_entry *waiters;
+    int pattern;             /* PSUBSCRIBE (a glob) rather than SUBSCRIBE */
     int intended, pending, server;
     int64_t idle_since;      /* when the last waiter left (lingering) */
     unsigned msg_seq;        /* messages received */
@@ -61,9 +62,9 @@ static void wake_chan(rchan *ch) {
     for (rsub_entry *e = ch->waiters; e; e = e->next) baton_waiter_wake(e->w);
 }
 
-static rchan *find_chan(rsub *s, const char *name, size_t len) {
+static rchan *find_chan(rsub *s, const char *name, size_t len, int pattern) {
     for (rchan *c = s->chans; c; c = c->next)
-        if (strlen(c->name) == len && !memcmp(c->name, name, len)) return c;
+        if (c->pattern == pattern && strlen(c->name) == len && !memcmp(c->name, name, len)) return c;
     return NULL;
 }
 
@@ -101,11 +102,11 @@ static int reconcile(rsub *s, rconn *conn) {
             if (c->waiters && !c->intended) {
                 c->intended = 1;
                 c->pending++;
-                verb = "SUBSCRIBE";
+                verb = c->pattern ? "PSUBSCRIBE" : "SUBSCRIBE";
             } else if (!c->waiters && c->intended && (idle > LINGER_MAX || now - c->idle_since >= LINGER_NS)) {
                 c->intended = 0;
                 c->pending++;
-                verb = "UNSUBSCRIBE";
+                verb = c->pattern ? "PUNSUBSCRIBE" : "UNSUBSCRIBE";
             } else if (!c->waiters && !c->pending && !c->intended) {
                 *pp = c->next;
                 free(c->name);
@@ -141,15 +142,21 @@ static int handle_reply(rsub *s, redisReply *r, int *pong) {
     const char *kind = r->element[0]->str;
     if (!strcasecmp(kind, "pong")) { *pong = 1; return 0; }
     if (!is_str(r->element[1])) return 0;
+    /* message: channel, payload; pmessage: pattern, channel, payload;
+     * [p][un]subscribe: name, count */
+    int pat = kind[0] == 'p' || kind[0] == 'P';
     const char *name = r->element[1]->str;
     size_t len = r->element[1]->len;
+    const redisReply *payload = NULL;
+    if (!strcasecmp(kind, "message") && r->elements >= 3) payload = r->element[2];
+    if (!strcasecmp(kind, "pmessage") && r->elements >= 4) payload = r->element[3];
     pthread_mutex_lock(&s->mu);
-    rchan *c = find_chan(s, name, len);
+    rchan *c = find_chan(s, name, len, pat);
     if (c) {
-        if (!strcasecmp(kind, "message")) {
-            if (r->elements >= 3 && is_str(r->element[2])) {
-                size_t n = r->element[2]->len < RSUB_MSG_MAX - 1 ? r->element[2]->len : RSUB_MSG_MAX - 1;
-                memcpy(c->msg, r->element[2]->str, n);
+        if (!strcasecmp(kind, "message") || !strcasecmp(kind, "pmessage")) {
+            if (payload && is_str(payload)) {
+                size_t n = payload->len < RSUB_MSG_MAX - 1 ? payload->len : RSUB_MSG_MAX - 1;
+                memcpy(c->msg, payload->str, n);
                 c->msg[n] = 0;
             } else {
                 c->msg[0] = 0;
@@ -157,9 +164,10 @@ static int handle_reply(rsub *s, redisReply *r, int *pong) {
             c->msg_seq++;
             c->msg_ns = baton_now_ns();
             wake_chan(c);
-        } else if (!strcasecmp(kind, "subscribe") || !strcasecmp(kind, "unsubscribe")) {
+        } else if (!strcasecmp(kind, "subscribe") || !strcasecmp(kind, "unsubscribe") ||
+                   !strcasecmp(kind, "psubscribe") || !strcasecmp(kind, "punsubscribe")) {
             if (c->pending > 0) c->pending--;
-            c->server = kind[0] == 's' || kind[0] == 'S';
+            c->server = kind[pat] == 's' || kind[pat] == 'S';
             if (c->intended && !c->pending && c->server) wake_chan(c);
         }
     }
@@ -283,7 +291,7 @@ void rsub_destroy(rsub *s) {
     close(s->evfd);
 }
 
-int rsub_register(rsub *s, const char *channel, baton_waiter *w, rsub_entry **out) {
+int rsub_register(rsub *s, const char *channel, int pattern, baton_waiter *w, rsub_entry **out) {
     *out = NULL;
     rsub_entry *e = calloc(1, sizeof *e);
     if (!e) return baton_seterr(BATON_ENOMEM, 0, "redis: out of memory");
@@ -305,10 +313,10 @@ int rsub_register(rsub *s, const char *channel, baton_waiter *w, rsub_entry **ou
         }
         s->started = 1;
     }
-    rchan *c = find_chan(s, channel, strlen(channel));
+    rchan *c = find_chan(s, channel, strlen(channel), pattern);
     if (!c) {
         c = calloc(1, sizeof *c);
-        if (c) c->name = strdup(channel);
+        if (c) c->name = strdup(channel), c->pattern = pattern;
         if (!c || !c->name) {
             pthread_mutex_unlock(&s->mu);
             if (c) free(c);
@@ -366,10 +374,10 @@ int rsub_message(rsub *s, rsub_entry *e, char *buf, size_t n, int64_t *at_ns) {
     return got;
 }
 
-int rsub_register_ready(rsub *s, const char *channel, baton_waiter *w, rsub_entry **out) {
+int rsub_register_ready(rsub *s, const char *channel, int pattern, baton_waiter *w, rsub_entry **out) {
     *out = NULL;
     pthread_mutex_lock(&s->mu);
-    rchan *c = find_chan(s, channel, strlen(channel));
+    rchan *c = find_chan(s, channel, strlen(channel), pattern);
     int ready = c && c->intended && c->pending == 0 && c->server;
     rsub_entry *e = ready ? calloc(1, sizeof *e) : NULL;
     if (e) {

@@ -662,7 +662,7 @@ static int rl_lock_acquire(void *eng, void *st, baton_acquire_req *req) {
      * it when they do not come (foreign releasers, expiry, a node down). */
     rsub_entry *se[RL_MAX_NODES];
     for (size_t i = 0; i < e->n; i++)
-        if (rsub_register(&e->nodes[i].sub, l->channel, req->waiter, &se[i]) != 0) se[i] = NULL;
+        if (rsub_register(&e->nodes[i].sub, l->channel, 0, req->waiter, &se[i]) != 0) se[i] = NULL;
     int64_t backoff = BACKOFF_START_NS;
     for (;;) {
         if (baton_waiter_canceled(req->waiter)) {
