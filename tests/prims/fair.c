@@ -435,6 +435,52 @@ static void test_subscription_lingers(void) {
     baton_client_close(c2);
 }
 
+/* A waiter paused (SIGSTOP) while it is handed the lock, past the lease of
+ * that grant, and resumed after someone else took the lock: it must not take
+ * the late handoff message as a grant; it queues again and gets the lock
+ * only after the other holder releases, with a larger fence. */
+static void test_paused_waiter_handoff(void) {
+    if (!g_redis_port) return;
+    char n[256], line[128];
+    lname(n, sizeof n, "paused");
+    const uint32_t lease = 1000;
+    baton_client *c1 = client(), *c2 = client();
+    baton_lock_options o = fair_opts(lease);
+    baton_lock *a = lock_on(c1, n, &o), *x = lock_on(c2, n, NULL);
+    baton_lock_options xo = fair_opts(0);
+    baton_lock_free(x);
+    x = lock_on(c2, n, &xo);
+    CHECK_RC(baton_lock_acquire(a, 0), 0);
+    worker w;
+    char ls[16];
+    snprintf(ls, sizeof ls, "%u", lease);
+    char *argv[] = { "test_prims_fair", "--worker", "wait", g_uri, n, ls, NULL };
+    CHECK(spawn_worker(&w, argv) == 0);
+    CHECK(expect_line(&w, "WAITING", line, sizeof line, 15000) == 0);
+    wait_queued(g_redis_port, n, 1);
+    sleep_ms(100); /* parked */
+    kill(w.pid, SIGSTOP);
+    CHECK_RC(baton_lock_release(a), 0); /* handed to the stopped waiter */
+    sleep_ms(lease + 500);              /* that grant's lease runs out on the server */
+    CHECK_RC(baton_lock_acquire(x, 5000), 0);
+    uint64_t fx = baton_lock_fence(x);
+    kill(w.pid, SIGCONT);
+    /* while x holds, the resumed waiter must not believe it holds too */
+    CHECK(read_line(w.from, line, sizeof line, 1500) < 0);
+    CHECK(baton_lock_held(x) == 1);
+    CHECK_RC(baton_lock_release(x), 0);
+    CHECK(expect_line(&w, "GOT", line, sizeof line, 10000) == 0);
+    uint64_t fw = strtoull(line + 4, NULL, 10);
+    CHECK(fw > fx);
+    if (!(fw > fx)) fprintf(stderr, "   waiter fence %llu, other holder's %llu\n", (unsigned long long)fw, (unsigned long long)fx);
+    send_line(&w, "RELEASE\n");
+    CHECK(exited_ok(reap(&w, 10000)));
+    baton_lock_free(a);
+    baton_lock_free(x);
+    baton_client_close(c1);
+    baton_client_close(c2);
+}
+
 #define P_PROCS 4
 #define P_ITERS 25
 
@@ -659,6 +705,7 @@ int main(int argc, char **argv) {
     RUN(test_no_barging);
     RUN(test_leave_queue);
     RUN(test_killed_waiter);
+    RUN(test_paused_waiter_handoff);
     RUN(test_redisson_entry);
     RUN(test_subscription_lingers);
     RUN(test_exclusion_processes);
