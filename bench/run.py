@@ -12,7 +12,24 @@ usage: bench/run.py BATON_BINARY
 import datetime, hashlib, json, os, re, resource, shutil, signal, socket, statistics, subprocess, sys, tempfile, time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PEERS = os.path.join(os.path.dirname(ROOT), "shared", "peers")
+def find_peers():
+    """The peer clients: $BATON_PEERS_DIR, else ../shared/peers next to this checkout, else next
+    to the repository it was cloned from (a fresh clone in /tmp still finds them)."""
+    cands = [os.environ.get("BATON_PEERS_DIR", ""), os.path.join(os.path.dirname(ROOT), "shared", "peers")]
+    try:
+        origin = subprocess.run(["git", "-C", ROOT, "config", "--get", "remote.origin.url"],
+                                capture_output=True, text=True).stdout.strip()
+        if origin and os.path.isdir(origin):
+            cands.append(os.path.join(os.path.dirname(os.path.abspath(origin)), "shared", "peers"))
+    except OSError:
+        pass
+    for c in cands:
+        if c and os.path.isfile(os.path.join(c, "pylocks.py")):
+            return c
+    return cands[1]
+
+
+PEERS = find_peers()
 NODE_MODULES = os.path.join(ROOT, "build", "peers-node", "node_modules")
 SVG_DIR = os.path.join(ROOT, "docs", "bench")
 PY = "/usr/bin/python3"
