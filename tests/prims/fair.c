@@ -446,10 +446,8 @@ static void test_paused_waiter_handoff(void) {
     const uint32_t lease = 1000;
     baton_client *c1 = client(), *c2 = client();
     baton_lock_options o = fair_opts(lease);
-    baton_lock *a = lock_on(c1, n, &o), *x = lock_on(c2, n, NULL);
     baton_lock_options xo = fair_opts(0);
-    baton_lock_free(x);
-    x = lock_on(c2, n, &xo);
+    baton_lock *a = lock_on(c1, n, &o), *x = lock_on(c2, n, &xo);
     CHECK_RC(baton_lock_acquire(a, 0), 0);
     worker w;
     char ls[16];

@@ -185,9 +185,8 @@ static int fair_attempt(void *p, int *done, int64_t *hint) {
  * counted from there, the message is not taken: an attempt follows, which
  * returns the lease actually left. With replica acks required the grant
  * also goes through an attempt (WAIT must run on the connection that saw it). */
-static int fair_msg(void *p, const char *payload, int64_t at_ns) {
+static int fair_msg(void *p, const char *payload) {
     fair_ctx *x = p;
-    (void)at_ns;
     if (x->e->wait_replicas > 0 || !strcmp(x->ticket, "0") || strcmp(payload, x->ticket) != 0) return 0;
     int64_t lease_ns = (int64_t)(x->req->lease_ms ? x->req->lease_ms : 30000) * 1000000;
     if (x->queued_at + lease_ns - baton_now_ns() < lease_ns / 3) return 0;
@@ -197,12 +196,10 @@ static int fair_msg(void *p, const char *payload, int64_t at_ns) {
 }
 
 static void fair_leave(fair_ctx *x) {
-    char lease[24];
-    snprintf(lease, sizeof lease, "%s", x->lease);
     /* "0": our entry is not known for sure (an attempt failed after it was
      * sent): the script removes every entry of our field */
     const char *argv[8] = { x->l->key, x->l->queue, x->l->timeouts, x->os.field, x->uncertain ? "0" : x->ticket,
-                            lease, x->req->owner->desc, x->l->channel };
+                            x->lease, x->req->owner->desc, x->l->channel };
     long long v;
     int64_t dl = baton__redis_io_deadline(x->e);
     if (int_script(x->e, S_FAIR_LEAVE, 3, 8, argv, dl, &v, "the fair leave script") == BATON_EUNAVAILABLE)

@@ -88,9 +88,9 @@ typedef int (*rb_attempt_fn)(void *ctx, int *done, int64_t *hint_ms);
 int baton__redis_wait_loop(reng *e, const char *channel, baton_waiter *w, int64_t deadline,
                            int64_t refresh_ms, int poll_anyway, rb_attempt_fn attempt, void *ctx,
                            const char *what);
-/* The same, and MSG (may be NULL) sees each message's payload first (AT_NS:
- * when it was read): 1 = the message itself completes the wait. */
-typedef int (*rb_msg_fn)(void *ctx, const char *payload, int64_t at_ns);
+/* The same, and MSG (may be NULL) sees each message's payload first:
+ * 1 = the message itself completes the wait. */
+typedef int (*rb_msg_fn)(void *ctx, const char *payload);
 enum {
     RB_WAIT_POLL = 1,    /* re-check with backoff even when subscribed (no unlock messages) */
     RB_WAIT_PATTERN = 2, /* CHANNEL is a PSUBSCRIBE glob */

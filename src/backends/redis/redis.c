@@ -318,10 +318,9 @@ int baton__redis_wait_loop_msg(reng *e, const char *channel, baton_waiter *w, in
         int done = 0;
         int64_t hint = -1;
         char payload[RSUB_MSG_MAX];
-        int64_t at = 0;
         /* A message that itself completes the wait (a fair handoff) saves
          * the round trip of another attempt. */
-        if (msg && rsub_message(&e->sub, se, payload, sizeof payload, &at) && msg(ctx, payload, at)) {
+        if (msg && rsub_message(&e->sub, se, payload, sizeof payload) && msg(ctx, payload)) {
             rc = 0;
             break;
         }

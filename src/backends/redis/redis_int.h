@@ -91,10 +91,9 @@ int rsub_register(rsub *s, const char *channel, int pattern, baton_waiter *w, rs
 int rsub_ready(rsub *s, rsub_entry *e);
 void rsub_unregister(rsub *s, rsub_entry *e);
 /* 1 and the payload (truncated to RSUB_MSG_MAX - 1) of the last message on
- * E's channel when one arrived since E registered or last took one; 0 if not.
- * *at_ns: when the subscriber read it. */
+ * E's channel when one arrived since E registered or last took one; 0 if not. */
 #define RSUB_MSG_MAX 48
-int rsub_message(rsub *s, rsub_entry *e, char *buf, size_t n, int64_t *at_ns);
+int rsub_message(rsub *s, rsub_entry *e, char *buf, size_t n);
 /* Registers W on CHANNEL only if its subscription is live right now (a
  * lingering one): 1 and *out set, else 0 and nothing registered. */
 int rsub_register_ready(rsub *s, const char *channel, int pattern, baton_waiter *w, rsub_entry **out);

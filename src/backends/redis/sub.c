@@ -44,7 +44,6 @@ struct rchan {
     int intended, pending, server;
     int64_t idle_since;      /* when the last waiter left (lingering) */
     unsigned msg_seq;        /* messages received */
-    int64_t msg_ns;          /* when the last one was read */
     char msg[RSUB_MSG_MAX];  /* its payload (truncated) */
 };
 
@@ -162,7 +161,6 @@ static int handle_reply(rsub *s, redisReply *r, int *pong) {
                 c->msg[0] = 0;
             }
             c->msg_seq++;
-            c->msg_ns = baton_now_ns();
             wake_chan(c);
         } else if (!strcasecmp(kind, "subscribe") || !strcasecmp(kind, "unsubscribe") ||
                    !strcasecmp(kind, "psubscribe") || !strcasecmp(kind, "punsubscribe")) {
@@ -360,7 +358,7 @@ void rsub_unregister(rsub *s, rsub_entry *e) {
     /* No signal: the channel lingers; the thread's periodic pass drops it. */
 }
 
-int rsub_message(rsub *s, rsub_entry *e, char *buf, size_t n, int64_t *at_ns) {
+int rsub_message(rsub *s, rsub_entry *e, char *buf, size_t n) {
     if (!e || !n) return 0;
     pthread_mutex_lock(&s->mu);
     rchan *c = e->ch;
@@ -368,7 +366,6 @@ int rsub_message(rsub *s, rsub_entry *e, char *buf, size_t n, int64_t *at_ns) {
     if (got) {
         e->seen = c->msg_seq;
         snprintf(buf, n, "%s", c->msg);
-        if (at_ns) *at_ns = c->msg_ns;
     }
     pthread_mutex_unlock(&s->mu);
     return got;
