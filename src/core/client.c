@@ -1,6 +1,7 @@
 /* Clients: URI → backend, the keeper thread, and the list of open locks. */
 #include "lock.h"
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 
 void baton__lock_destroy(struct baton_lock *l);
@@ -32,6 +33,14 @@ int baton_client_open(baton_client **out, const char *uri, const baton_client_op
         c->be->close(c->eng);
         goto fail;
     }
+    c->host.c = c;
+    snprintf(c->ident, sizeof c->ident, "%s", c->uri->redacted ? c->uri->redacted : uri);
+    if (c->be->identity) {
+        char id[sizeof c->ident];
+        if (c->be->identity(c->eng, id, sizeof id) == 0 && id[0])
+            snprintf(c->ident, sizeof c->ident, "%s", id);
+    }
+    if (c->be->attach) c->be->attach(c->eng, &c->host);
     *out = c;
     return 0;
 fail:
@@ -91,4 +100,25 @@ const char *baton_client_backend(const baton_client *c)
 const char *baton_client_uri(const baton_client *c)
 {
     return c ? c->uri->redacted : NULL;
+}
+
+/* Every held, renewed lock is due for its owner-checked renewal now: the
+ * engine said it may have lost them (see backend.h). */
+void baton_host_recheck(baton_host *h)
+{
+    baton_client *c;
+    int any = 0;
+    if (!h || !(c = h->c)) return;
+    int64_t now = baton_now_ns();
+    pthread_mutex_lock(&c->mu);
+    for (struct baton_lock *l = c->locks; l; l = l->cnext) {
+        pthread_mutex_lock(&l->smu);
+        if (l->state == LOCK_HELD && l->next_renew != INT64_MAX) {
+            l->next_renew = now;
+            any = 1;
+        }
+        pthread_mutex_unlock(&l->smu);
+    }
+    pthread_mutex_unlock(&c->mu);
+    if (any) baton__keeper_kick(c->keeper);
 }

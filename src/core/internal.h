@@ -42,12 +42,20 @@ void baton__keeper_stop(baton__keeper *k);
 int baton__keeper_add(baton__keeper *k, struct baton_lock *l);   /* 0 or BATON_ENOMEM (no thread) */
 void baton__keeper_remove(baton__keeper *k, struct baton_lock *l);
 void baton__keeper_drop_self(baton__keeper *k, struct baton_lock *l);
+/* Makes the keeper look at its locks again now (their due times changed). */
+void baton__keeper_kick(baton__keeper *k);
 /* Called by the keeper for each lock whose renewal is due. */
 void baton__lock_keep(struct baton_lock *l, int64_t now);
 int64_t baton__lock_next_due(struct baton_lock *l);
 
 /* Client internals the lock front-end needs. */
+struct baton_host {
+    struct baton_client *c;
+};
+
 struct baton_client {
+    struct baton_host host;      /* handed to the backend's attach() */
+    char ident[256];             /* the engine's identity (multilock order) */
     const baton_backend *be;
     void *eng;
     baton_uri *uri;

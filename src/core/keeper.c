@@ -166,3 +166,10 @@ void baton__keeper_drop_self(baton__keeper *k, struct baton_lock *l)
     }
     pthread_mutex_unlock(&k->mu);
 }
+
+void baton__keeper_kick(baton__keeper *k)
+{
+    pthread_mutex_lock(&k->mu);
+    pthread_cond_broadcast(&k->cv);
+    pthread_mutex_unlock(&k->mu);
+}

@@ -15,7 +15,7 @@ static int cmp_lock(const void *a, const void *b)
 {
     const baton_lock *x = *(baton_lock *const *)a, *y = *(baton_lock *const *)b;
     int r = strcmp(x->c->be->name, y->c->be->name);
-    if (!r) r = strcmp(x->c->uri->redacted, y->c->uri->redacted);
+    if (!r) r = strcmp(x->c->ident, y->c->ident);
     if (!r) r = strcmp(x->name, y->name);
     return r;
 }

@@ -22,7 +22,7 @@
 extern "C" {
 #endif
 
-#define BATON_BACKEND_VERSION 1
+#define BATON_BACKEND_VERSION 2
 
 /* Capability bits. */
 #define BATON_CAP_LEASE   (1u << 0) /* locks expire unless renewed; core renews them */
@@ -83,6 +83,19 @@ unsigned baton_waiter_gen(baton_waiter *w);
 int baton_waiter_park(baton_waiter *w, unsigned seen_gen, int64_t deadline_ns);
 void baton_waiter_wake(baton_waiter *w);
 int baton_waiter_canceled(baton_waiter *w);
+
+/* The core's side of one client, handed to the backend by attach() after
+ * open. Every call below may be made from any thread (a subscriber or session
+ * thread included) at any time between attach and close, and never blocks on
+ * I/O. */
+typedef struct baton_host baton_host;
+/* The engine may have lost locks it cannot name (its connection dropped: a
+ * restart without persistence, a failover): re-check every lock this client
+ * holds now, by the owner-checked renewal, instead of at the next renewal
+ * period. A lock the engine no longer has becomes LOST at once (held()
+ * false, on_lost once). Locks with a fixed lease are not renewed, so not
+ * re-checked. */
+void baton_host_recheck(baton_host *h);
 
 /* Monotonic clock, ns. */
 int64_t baton_now_ns(void);
@@ -171,6 +184,20 @@ typedef struct baton_backend {
      * kind (Redis: "redlock"); baton_client_open_quorum() composes its URI
      * from the members' hosts. NULL = no quorum over this engine. */
     const char *quorum_scheme;
+
+    /* ---- version 2 ---- */
+
+    /* may: called once, right after open, with the core's side of the client
+     * (valid until close). Backends that learn of loss on their own (a
+     * dropped connection, a session expiry) keep it to tell the core. */
+    void (*attach)(void *eng, baton_host *host);
+    /* may: a stable name of the engine instance this client talks to, the
+     * same however the URI spelled it (resolved addresses, database, key
+     * prefix): two clients of one engine must give equal strings, clients
+     * of different engines different ones. A multilock orders its members
+     * by it, so two processes always take shared locks in the same order.
+     * NULL = the core uses the redacted URI. Writes at most n bytes. */
+    int (*identity)(void *eng, char *buf, size_t n);
 } baton_backend;
 
 /* sem_ctl / permits_ctl / latch_ctl operations. */
