@@ -33,6 +33,7 @@ int baton_client_open(baton_client **out, const char *uri, const baton_client_op
         c->be->close(c->eng);
         goto fail;
     }
+    pthread_mutex_init(&c->host.mu, NULL);
     c->host.c = c;
     snprintf(c->ident, sizeof c->ident, "%s", c->uri->redacted ? c->uri->redacted : uri);
     if (c->be->identity) {
@@ -73,6 +74,10 @@ void baton__client_unlink(baton_client *c, struct baton_lock *l)
 void baton_client_close(baton_client *c)
 {
     if (!c) return;
+    /* From here on a backend thread's call into the host does nothing. */
+    pthread_mutex_lock(&c->host.mu);
+    c->host.c = NULL;
+    pthread_mutex_unlock(&c->host.mu);
     for (;;) {
         struct baton_lock *l;
         pthread_mutex_lock(&c->mu);
@@ -88,6 +93,7 @@ void baton_client_close(baton_client *c)
     baton__keeper_stop(c->keeper);
     c->be->close(c->eng);
     baton__uri_free(c->uri);
+    pthread_mutex_destroy(&c->host.mu);
     pthread_mutex_destroy(&c->mu);
     free(c);
 }
@@ -108,7 +114,12 @@ void baton_host_recheck(baton_host *h)
 {
     baton_client *c;
     int any = 0;
-    if (!h || !(c = h->c)) return;
+    if (!h) return;
+    pthread_mutex_lock(&h->mu);
+    if (!(c = h->c)) {
+        pthread_mutex_unlock(&h->mu);
+        return;
+    }
     int64_t now = baton_now_ns();
     pthread_mutex_lock(&c->mu);
     for (struct baton_lock *l = c->locks; l; l = l->cnext) {
@@ -121,4 +132,5 @@ void baton_host_recheck(baton_host *h)
     }
     pthread_mutex_unlock(&c->mu);
     if (any) baton__keeper_kick(c->keeper);
+    pthread_mutex_unlock(&h->mu);
 }

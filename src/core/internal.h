@@ -42,14 +42,18 @@ void baton__keeper_stop(baton__keeper *k);
 int baton__keeper_add(baton__keeper *k, struct baton_lock *l);   /* 0 or BATON_ENOMEM (no thread) */
 void baton__keeper_remove(baton__keeper *k, struct baton_lock *l);
 void baton__keeper_drop_self(baton__keeper *k, struct baton_lock *l);
+/* keeper_remove for a lock about to be freed (possibly from its own on_lost). */
+void baton__keeper_forget(baton__keeper *k, struct baton_lock *l);
 /* Makes the keeper look at its locks again now (their due times changed). */
 void baton__keeper_kick(baton__keeper *k);
-/* Called by the keeper for each lock whose renewal is due. */
-void baton__lock_keep(struct baton_lock *l, int64_t now);
+/* Called by the keeper for each lock whose renewal is due; *cb is set (with
+ * its payload) when the lock was just lost and on_lost is to be called. */
+void baton__lock_keep(struct baton_lock *l, int64_t now, baton_lost_cb *cb, void **payload);
 int64_t baton__lock_next_due(struct baton_lock *l);
 
 /* Client internals the lock front-end needs. */
 struct baton_host {
+    pthread_mutex_t mu;          /* held while a backend thread calls in; close clears c */
     struct baton_client *c;
 };
 

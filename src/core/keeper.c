@@ -20,7 +20,23 @@ struct baton__keeper {
     int64_t sleeping_until;   /* when the loop will look again on its own */
     int stop;
     int started;              /* the thread runs (started by the first leased lock) */
+    struct baton_lock *cur;   /* the lock being kept (or whose on_lost runs) */
+    int cur_gone;             /* ... was freed meanwhile, by its own on_lost */
+    int self_free;            /* the client was closed from on_lost: the thread frees k */
 };
+
+static int on_keeper(baton__keeper *k)
+{
+    return k->started && pthread_equal(pthread_self(), k->th);
+}
+
+static void keeper_free(baton__keeper *k)
+{
+    pthread_cond_destroy(&k->cv);
+    pthread_cond_destroy(&k->idle);
+    pthread_mutex_destroy(&k->mu);
+    free(k);
+}
 
 static void *keeper_main(void *arg)
 {
@@ -36,11 +52,22 @@ static void *keeper_main(void *arg)
             if (d < due) due = d;
         }
         if (run) {
+            baton_lost_cb cb;
+            void *payload;
             run->kbusy = 1;
+            k->cur = run;
+            k->cur_gone = 0;
             pthread_mutex_unlock(&k->mu);
-            baton__lock_keep(run, now);
+            baton__lock_keep(run, now, &cb, &payload);
+            /* on_lost runs here, with no mutex of ours held and the lock
+             * still marked busy (so another thread's free waits for it);
+             * calls from the callback on this very lock do not wait for
+             * that mark (see keeper_remove), and a free sets cur_gone. */
+            if (cb) cb(run, payload);
             pthread_mutex_lock(&k->mu);
-            run->kbusy = 0;
+            if (!k->cur_gone) run->kbusy = 0;
+            k->cur = NULL;
+            k->cur_gone = 0;
             pthread_cond_broadcast(&k->idle);
             continue;
         }
@@ -63,7 +90,9 @@ static void *keeper_main(void *arg)
             pthread_cond_timedwait(&k->cv, &k->mu, &ts);
         }
     }
+    int self_free = k->self_free;
     pthread_mutex_unlock(&k->mu);
+    if (self_free) keeper_free(k);
     return NULL;
 }
 
@@ -106,13 +135,18 @@ void baton__keeper_stop(baton__keeper *k)
     pthread_mutex_lock(&k->mu);
     k->stop = 1;
     int started = k->started;
+    if (on_keeper(k)) {
+        /* baton_client_close from on_lost: the thread cannot join itself; it
+         * leaves its loop when the callback returns and frees k. */
+        k->self_free = 1;
+        pthread_detach(k->th);
+        pthread_mutex_unlock(&k->mu);
+        return;
+    }
     pthread_cond_broadcast(&k->cv);
     pthread_mutex_unlock(&k->mu);
     if (started) pthread_join(k->th, NULL);
-    pthread_cond_destroy(&k->cv);
-    pthread_cond_destroy(&k->idle);
-    pthread_mutex_destroy(&k->mu);
-    free(k);
+    keeper_free(k);
 }
 
 int baton__keeper_add(baton__keeper *k, struct baton_lock *l)
@@ -137,12 +171,18 @@ int baton__keeper_add(baton__keeper *k, struct baton_lock *l)
     return 0;
 }
 
-/* Also waits until the keeper is done with l, so the caller may free it. */
-void baton__keeper_remove(baton__keeper *k, struct baton_lock *l)
+/* Also waits until the keeper is done with l, so the caller may free it;
+ * except on the keeper thread itself, inside l's on_lost, which would wait
+ * for itself. */
+static void keeper_unlink(baton__keeper *k, struct baton_lock *l, int freeing)
 {
     pthread_mutex_lock(&k->mu);
-    while (l->kbusy)
-        pthread_cond_wait(&k->idle, &k->mu);
+    if (on_keeper(k) && k->cur == l) {
+        if (freeing) k->cur_gone = 1;
+    } else {
+        while (l->kbusy)
+            pthread_cond_wait(&k->idle, &k->mu);
+    }
     if (l->kept) {
         struct baton_lock **pp = &k->head;
         while (*pp && *pp != l) pp = &(*pp)->knext;
@@ -152,6 +192,9 @@ void baton__keeper_remove(baton__keeper *k, struct baton_lock *l)
     }
     pthread_mutex_unlock(&k->mu);
 }
+
+void baton__keeper_remove(baton__keeper *k, struct baton_lock *l) { keeper_unlink(k, l, 0); }
+void baton__keeper_forget(baton__keeper *k, struct baton_lock *l) { keeper_unlink(k, l, 1); }
 
 /* Called from the keeper thread itself (inside keep), so no waiting on kbusy. */
 void baton__keeper_drop_self(baton__keeper *k, struct baton_lock *l)

@@ -16,10 +16,24 @@ int baton__name_check(const char *name)
     return 0;
 }
 
+/* "Wait a very long time" (up to INT64_MAX ms) saturates to "forever" rather
+ * than overflowing into a deadline in the past. */
 int baton__wait_deadline_ns(int64_t wait_ms, int64_t *out)
 {
-    *out = wait_ms == 0 ? 0 : wait_ms < 0 ? INT64_MAX : baton_now_ns() + ms_to_ns(wait_ms);
+    int64_t now;
+    if (wait_ms == 0) { *out = 0; return 0; }
+    if (wait_ms < 0) { *out = INT64_MAX; return 0; }
+    now = baton_now_ns();
+    *out = wait_ms >= (INT64_MAX - now) / 1000000LL ? INT64_MAX : now + ms_to_ns(wait_ms);
     return 0;
+}
+
+/* The part of a lease the holder may count on: the engine's clock may run a
+ * little faster than ours, so the lease ends for us a margin earlier than
+ * for the engine (RedLock's 1% + 2 ms rule, for every leased engine). */
+static int64_t lease_validity_ns(uint32_t lease_ms)
+{
+    return ms_to_ns(lease_ms) - ms_to_ns(lease_ms) / 100 - ms_to_ns(2);
 }
 
 int baton_lock_open(baton_lock **out, baton_client *c, const char *name, const baton_lock_options *opts)
@@ -105,9 +119,23 @@ int baton_lock_acquire(baton_lock *l, int64_t wait_ms)
             return baton_seterr(BATON_EDEADLK, 0, "lock '%s' is already held by this thread "
                                 "and is not reentrant", l->name);
         }
+        if (baton_now_ns() >= l->lease_deadline) {
+            /* The keeper has not said so yet, but the outer section has lost
+             * exclusion: a nested grant must not hide that. */
+            pthread_mutex_unlock(&l->smu);
+            return baton_seterr(BATON_ELOST, 0, "lock '%s': the lease ran out while held; "
+                                "release it to its outermost level first", l->name);
+        }
         l->depth++;
         pthread_mutex_unlock(&l->smu);
         return 0;
+    }
+    if (l->state == LOCK_LOST && l->opts.reentrant && l->depth > 0) {
+        /* A nested acquire on a lost lock would take a new grant and leave
+         * the outer sections believing they never lost exclusion. */
+        pthread_mutex_unlock(&l->smu);
+        return baton_seterr(BATON_ELOST, 0, "lock '%s' was lost while held; release it to its "
+                            "outermost level before acquiring again", l->name);
     }
     if (l->acquiring) {
         pthread_mutex_unlock(&l->smu);
@@ -131,11 +159,31 @@ int baton_lock_acquire(baton_lock *l, int64_t wait_ms)
     req.waiter = &l->waiter;
     baton__wait_deadline_ns(wait_ms, &req.deadline_ns);
 
-    pthread_mutex_lock(&l->io);
-    rc = l->c->be->lock_acquire(l->c->eng, l->st, &req);
-    pthread_mutex_unlock(&l->io);
-
     leased = (l->c->be->caps & BATON_CAP_LEASE) != 0;
+    for (;;) {
+        pthread_mutex_lock(&l->io);
+        rc = l->c->be->lock_acquire(l->c->eng, l->st, &req);
+        pthread_mutex_unlock(&l->io);
+        if (rc || !leased || baton_now_ns() < req.sent_ns + lease_validity_ns(l->opts.lease_ms))
+            break;
+        /* Granted, but the lease was already over when the answer came (a
+         * paused process, a slow handoff): never report that as held. Give
+         * the grant back (owner-checked) and try again while time is left. */
+        pthread_mutex_lock(&l->io);
+        l->c->be->lock_release(l->c->eng, l->st, &l->owner);
+        pthread_mutex_unlock(&l->io);
+        if (req.deadline_ns != INT64_MAX && baton_now_ns() >= req.deadline_ns) {
+            rc = baton_seterr(req.deadline_ns ? BATON_ETIMEDOUT : BATON_ELOCKED, 0,
+                              "lock '%s': granted only after its lease of %u ms was over", l->name,
+                              l->opts.lease_ms);
+            break;
+        }
+        if (baton_waiter_canceled(&l->waiter)) {
+            rc = baton_seterr(BATON_ECANCELED, 0, "lock '%s': acquire canceled", l->name);
+            break;
+        }
+    }
+
     pthread_mutex_lock(&l->smu);
     l->acquiring = 0;
     if (rc == 0) {
@@ -144,7 +192,7 @@ int baton_lock_acquire(baton_lock *l, int64_t wait_ms)
         l->depth = 1;
         l->fence = req.fence;
         if (leased) {
-            l->lease_deadline = req.sent_ns + ms_to_ns(l->opts.lease_ms);
+            l->lease_deadline = req.sent_ns + lease_validity_ns(l->opts.lease_ms);
             l->next_renew = l->opts.fixed_lease ? INT64_MAX : req.sent_ns + ms_to_ns(l->opts.renew_ms);
         }
     }
@@ -162,14 +210,16 @@ int baton_lock_acquire(baton_lock *l, int64_t wait_ms)
     return rc;
 }
 
-/* Marks the lock lost (smu held by the caller) and reports it after unlocking. */
-static void lose(baton_lock *l)
+/* Marks the lock lost (smu held by the caller, unlocked here). The keeper
+ * calls on_lost itself, once it holds no lock of ours, so the callback may
+ * release, re-acquire or free the lock. */
+static void lose(baton_lock *l, baton_lost_cb *cb, void **payload)
 {
-    baton_lost_cb cb = l->opts.on_lost;
+    *cb = l->opts.on_lost;
+    *payload = l->opts.on_lost_payload;
     l->state = LOCK_LOST;
     pthread_mutex_unlock(&l->smu);
     baton__keeper_drop_self(l->c->keeper, l);
-    if (cb) cb(l, l->opts.on_lost_payload);
 }
 
 int64_t baton__lock_next_due(baton_lock *l)
@@ -181,14 +231,16 @@ int64_t baton__lock_next_due(baton_lock *l)
     return d;
 }
 
-void baton__lock_keep(baton_lock *l, int64_t now)
+void baton__lock_keep(baton_lock *l, int64_t now, baton_lost_cb *cb, void **payload)
 {
     int64_t sent, deadline;
     int rc;
 
+    *cb = NULL;
+    *payload = NULL;
     pthread_mutex_lock(&l->smu);
     if (l->state != LOCK_HELD) { pthread_mutex_unlock(&l->smu); return; }
-    if (now >= l->lease_deadline) { lose(l); return; }
+    if (now >= l->lease_deadline) { lose(l, cb, payload); return; }
     if (now < l->next_renew) { pthread_mutex_unlock(&l->smu); return; }
     deadline = l->lease_deadline;
     pthread_mutex_unlock(&l->smu);
@@ -201,10 +253,10 @@ void baton__lock_keep(baton_lock *l, int64_t now)
     pthread_mutex_lock(&l->smu);
     if (l->state != LOCK_HELD) { pthread_mutex_unlock(&l->smu); return; }
     if (rc == 0) {
-        l->lease_deadline = sent + ms_to_ns(l->opts.lease_ms);
+        l->lease_deadline = sent + lease_validity_ns(l->opts.lease_ms);
         l->next_renew = sent + ms_to_ns(l->opts.renew_ms);
     } else if (rc == BATON_ELOST || rc == BATON_ENOTOWNER || baton_now_ns() >= l->lease_deadline) {
-        lose(l);
+        lose(l, cb, payload);
         return;
     } else {
         /* Engine unreachable: retry soon; the deadline decides when it is lost. */
@@ -226,6 +278,12 @@ int baton_lock_release(baton_lock *l)
         return baton_seterr(BATON_ENOTHELD, 0, "lock '%s' is not held", l->name);
     }
     if (l->state == LOCK_LOST) {
+        if (l->depth > 1) {
+            /* Every level of a reentrant hold learns of the loss. */
+            l->depth--;
+            pthread_mutex_unlock(&l->smu);
+            return baton_seterr(BATON_ELOST, 0, "lock '%s' was lost while held", l->name);
+        }
         l->state = LOCK_FREE;
         l->depth = 0;
         l->fence = 0;
@@ -234,10 +292,13 @@ int baton_lock_release(baton_lock *l)
         return baton_seterr(BATON_ELOST, 0, "lock '%s' was lost before this release", l->name);
     }
     if (l->depth > 1) {
+        int over = baton_now_ns() >= l->lease_deadline;
         l->depth--;
         pthread_mutex_unlock(&l->smu);
+        if (over) return baton_seterr(BATON_ELOST, 0, "lock '%s': the lease ran out while held", l->name);
         return 0;
     }
+    int over = l->lease_deadline != INT64_MAX && baton_now_ns() >= l->lease_deadline;
     l->state = LOCK_FREE;
     l->depth = 0;
     l->fence = 0;
@@ -250,6 +311,8 @@ int baton_lock_release(baton_lock *l)
     pthread_mutex_unlock(&l->io);
     if (rc == BATON_ENOTOWNER)
         rc = baton_seterr(BATON_ELOST, 0, "lock '%s' was lost: the engine has another owner", l->name);
+    if (!rc && over)
+        rc = baton_seterr(BATON_ELOST, 0, "lock '%s': the lease ran out before this release", l->name);
     return rc;
 }
 
@@ -295,7 +358,7 @@ void baton__lock_destroy(baton_lock *l)
     pthread_mutex_unlock(&l->smu);
     if (held)
         baton_lock_release(l);
-    baton__keeper_remove(l->c->keeper, l);
+    baton__keeper_forget(l->c->keeper, l);
     l->c->be->lock_free(l->c->eng, l->st);
     pthread_mutex_destroy(&l->io);
     pthread_mutex_destroy(&l->smu);

@@ -280,6 +280,7 @@ typedef struct {
     rb_owner os;
     char lease[24];
     char qlease[24];
+    int uncertain;       /* an attempt failed, maybe after the server granted it */
 } rw_ctx;
 
 int baton__redis_rw_release(reng *e, rlock *l, const baton_owner *owner) {
@@ -310,17 +311,16 @@ int baton__redis_rw_renew(reng *e, rlock *l, const baton_owner *owner, uint32_t 
     if (deadline > 0) dl = rmin64(dl, deadline);
     if (baton_now_ns() >= dl)
         return baton_seterr(BATON_EUNAVAILABLE, ETIMEDOUT, "redis: renewal of '%s' is past its deadline", l->key);
-    long long v = 0;
-    int rc;
+    int rc, renewed = 0;
     if (l->kind == RK_READ) {
         const char *argv[4] = { l->key, l->tprefix, lease, os.field };
-        rc = int_script(e, S_RW_READ_RENEW, 2, 4, argv, dl, &v, "the read renewal script");
+        rc = baton__redis_renew_script(e, S_RW_READ_RENEW, 2, 4, argv, dl, &renewed, "the read renewal script");
     } else {
         const char *argv[4] = { l->key, l->holder, lease, os.field };
-        rc = int_script(e, S_RW_WRITE_RENEW, 2, 4, argv, dl, &v, "the write renewal script");
+        rc = baton__redis_renew_script(e, S_RW_WRITE_RENEW, 2, 4, argv, dl, &renewed, "the write renewal script");
     }
     if (rc) return rc;
-    if (v != 1)
+    if (!renewed)
         return baton_seterr(BATON_ELOST, 0, "redis: the %s side of '%s' is no longer held by this owner",
                             l->kind == RK_READ ? "read" : "write", l->key);
     return 0;
@@ -328,17 +328,32 @@ int baton__redis_rw_renew(reng *e, rlock *l, const baton_owner *owner, uint32_t 
 
 static int rw_undo(reng *e, rlock *l, const baton_owner *owner) { return baton__redis_rw_release(e, l, owner); }
 
+/* A grant nobody heard of is given back (owner-checked) before the next
+ * attempt and when the acquire gives up. */
+static void rw_drop_uncertain(rw_ctx *x) {
+    if (!x->uncertain) return;
+    saved_err s;
+    err_save(&s, baton_error_last()->code);
+    if (baton__redis_rw_release(x->e, x->l, x->req->owner) != BATON_EUNAVAILABLE) x->uncertain = 0;
+    err_restore(&s);
+}
+
 static int rw_once(rw_ctx *x, int wait, int *granted, int64_t *hint) {
     rlock *l = x->l;
+    int rc;
+    rw_drop_uncertain(x);
     if (l->kind == RK_READ) {
         const char *argv[6] = { l->key, l->tprefix, l->fence, l->timeouts, x->lease, x->os.field };
-        return grant_script(x->e, l, S_RW_READ_ACQ, 4, 6, argv, x->req, rw_undo, granted, hint);
+        rc = grant_script(x->e, l, S_RW_READ_ACQ, 4, 6, argv, x->req, rw_undo, granted, hint);
+    } else {
+        const char *argv[10] = {
+            l->key, l->tprefix, l->fence, l->timeouts, l->holder,
+            x->lease, x->os.field, x->req->owner->desc, wait ? "wait" : "try", x->qlease,
+        };
+        rc = grant_script(x->e, l, S_RW_WRITE_ACQ, 5, 10, argv, x->req, rw_undo, granted, hint);
     }
-    const char *argv[10] = {
-        l->key, l->tprefix, l->fence, l->timeouts, l->holder,
-        x->lease, x->os.field, x->req->owner->desc, wait ? "wait" : "try", x->qlease,
-    };
-    return grant_script(x->e, l, S_RW_WRITE_ACQ, 5, 10, argv, x->req, rw_undo, granted, hint);
+    if (rc == BATON_EUNAVAILABLE) x->uncertain = 1;
+    return rc;
 }
 
 static int rw_attempt(void *p, int *done, int64_t *hint) {
@@ -371,6 +386,10 @@ int baton__redis_rw_acquire(reng *e, rlock *l, baton_acquire_req *req) {
     int64_t hint = -1;
     int rc = rw_once(&x, waiting, &granted, &hint);
     if (rc == RB_EFINAL) return BATON_EUNAVAILABLE;
+    if (rc && !waiting) {
+        rw_drop_uncertain(&x);
+        return rc;
+    }
     if (!rc && !granted && !waiting)
         return baton_seterr(BATON_ELOCKED, 0, "redis: the %s side of '%s' is not available",
                             writer ? "write" : "read", l->key);
@@ -380,6 +399,7 @@ int baton__redis_rw_acquire(reng *e, rlock *l, baton_acquire_req *req) {
         rc = baton__redis_wait_loop(e, l->channel, req->waiter, req->deadline_ns,
                                     writer ? refresh_of(req->lease_ms) : 0, 0, rw_attempt, &x, what);
     }
+    if (rc) rw_drop_uncertain(&x);
     if (rc && writer && waiting) {
         saved_err s;
         err_save(&s, rc);

@@ -37,6 +37,9 @@ typedef struct {
     int wait_ms;
     int wait_warned;         /* the server rejected WAIT; warned once (atomic) */
     char sha[S_COUNT][41];
+    baton_host *host;        /* the core's side (attach) */
+    int watching;            /* the subscriber watches for drops (atomic) */
+    char ident[200];         /* resolved address, db, layout, prefix */
 } reng;
 
 /* Runs script SID on connection C (EVALSHA, falling back to EVAL on NOSCRIPT).
@@ -56,6 +59,18 @@ int64_t baton__redis_io_deadline(reng *e);
  * BATON_EUNAVAILABLE = too few, or the connection failed; the caller then
  * undoes the grant. */
 int baton__redis_wait_replicas(reng *e, rconn *c, const char *what);
+
+/* A renewal script (reply 1 = renewed, 0 = not ours) on one connection and,
+ * when it renewed and replicas are required, WAIT there: a renewal too few
+ * replicas acknowledged is BATON_EUNAVAILABLE, so the core does not move the
+ * lease deadline on it (a failover would promote a replica whose copy
+ * expires at the old deadline). 0 and *renewed, or an error. */
+int baton__redis_renew_script(reng *e, int sid, int nkeys, int argc, const char *const *argv, int64_t deadline,
+                              int *renewed, const char *what);
+
+/* After a grant: the subscriber starts watching its connection, so a drop
+ * (restart, failover) makes the core re-check every held lock at once. */
+void baton__redis_watch(reng *e);
 
 /* Not a baton code: "unavailable, do not retry" (a grant undone because too
  * few replicas acknowledged it); the message is set. Callers map it to

@@ -20,6 +20,9 @@
 #include <string.h>
 #include <strings.h>
 #include <time.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 
 #define LAYOUT_REDISSON RB_LAYOUT_REDISSON
@@ -60,6 +63,11 @@ static const char *const script_body[S_COUNT] = {
 #define BACKOFF_START_MS 2
 #define BACKOFF_MAX_MS 200
 #define SUB_READY_WAIT_MS 250
+/* A waiter never depends on a notification alone: foreign clients release
+ * without publishing (redis-py, Redisson's expiry, a DEL by hand) and a
+ * message can be lost with a connection. Every park is capped at the key's
+ * TTL (the attempt's hint) and at RECHECK_MAX_MS (docs/redis-layout.md). */
+#define RECHECK_MAX_MS 2000
 
 /* ---- helpers ------------------------------------------------------------ */
 
@@ -213,6 +221,22 @@ int baton__redis_bad_reply(redisReply *r, const char *what) {
 
 #define bad_reply baton__redis_bad_reply
 
+/* Keeps the thread's last error across a clean-up call. */
+typedef struct {
+    int code;
+    long native;
+    char msg[512];
+} saved_err_t;
+
+static void save_err(saved_err_t *s) {
+    const baton_error *le = baton_error_last();
+    s->code = le->code;
+    s->native = le->native;
+    snprintf(s->msg, sizeof s->msg, "%s", le->message ? le->message : "");
+}
+
+static void restore_err(const saved_err_t *s) { baton_seterr(s->code, s->native, "%s", s->msg); }
+
 int baton__redis_pair(const redisReply *r, long long *flag, long long *n) {
     if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 2 || r->element[0]->type != REDIS_REPLY_INTEGER ||
         r->element[1]->type != REDIS_REPLY_INTEGER)
@@ -250,6 +274,32 @@ int baton__redis_wait_replicas(reng *e, rconn *c, const char *what) {
         return baton_seterr(BATON_EUNAVAILABLE, 0, "redis: %s: only %lld of %d replicas acknowledged within %d ms",
                             what, acked, e->wait_replicas, e->wait_ms);
     return 0;
+}
+
+int baton__redis_renew_script(reng *e, int sid, int nkeys, int argc, const char *const *argv, int64_t deadline,
+                              int *renewed, const char *what) {
+    rconn *c = NULL;
+    redisReply *r = NULL;
+    *renewed = 0;
+    int rc = rpool_get(&e->pool, &c, deadline);
+    if (rc) return rc;
+    rc = baton__redis_script_on(e, c, sid, nkeys, argc, argv, NULL, deadline, &r, NULL);
+    if (!rc && r->type != REDIS_REPLY_INTEGER) rc = bad_reply(r, what), r = NULL;
+    if (!rc && r->integer == 1) {
+        *renewed = 1;
+        if (baton__redis_wait_replicas(e, c, "renewal")) rc = BATON_EUNAVAILABLE;
+    }
+    rpool_put(&e->pool, c);
+    if (r) rreply_free(r);
+    return rc;
+}
+
+static void watch_cb(void *arg) { baton_host_recheck(arg); }
+
+void baton__redis_watch(reng *e) {
+    if (!e->host || __atomic_load_n(&e->watching, __ATOMIC_RELAXED)) return;
+    if (!__atomic_exchange_n(&e->watching, 1, __ATOMIC_RELAXED) && rsub_watch(&e->sub, watch_cb, e->host) != 0)
+        __atomic_store_n(&e->watching, 0, __ATOMIC_RELAXED); /* try again at the next grant */
 }
 
 /* ---- the waiting loop ---------------------------------------------------------- */
@@ -343,6 +393,7 @@ int baton__redis_wait_loop_msg(reng *e, const char *channel, baton_waiter *w, in
         /* a hint is a server's number: bound it before scaling (a day is "no hint") */
         if (!rc && hint >= 0 && hint < 86400000) until = rmin64(until, now + hint * 1000000 + 1000000);
         if (refresh_ms > 0) until = rmin64(until, now + refresh_ms * 1000000);
+        until = rmin64(until, now + (int64_t)RECHECK_MAX_MS * 1000000);
         if (rc || !ready || (flags & RB_WAIT_POLL)) {
             until = rmin64(until, now + backoff_ns(backoff));
             backoff = backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : backoff * 2;
@@ -452,6 +503,39 @@ static int parse_config(reng *e, const baton_uri *u, const baton_client_options 
     return 0;
 }
 
+/* The server as connected to (its address, not the host name's spelling),
+ * the database, layout and prefix: "localhost" and "127.0.0.1" give one
+ * identity, so a multilock orders their locks the same way. */
+static void set_ident(reng *e, rconn *c) {
+    struct sockaddr_storage sa;
+    socklen_t sl = sizeof sa;
+    char host[INET6_ADDRSTRLEN] = "";
+    int port = e->cfg.port;
+    if (getpeername(c->fd, (struct sockaddr *)&sa, &sl) == 0) {
+        if (sa.ss_family == AF_INET) {
+            struct sockaddr_in *a = (struct sockaddr_in *)&sa;
+            inet_ntop(AF_INET, &a->sin_addr, host, sizeof host);
+            port = ntohs(a->sin_port);
+        } else if (sa.ss_family == AF_INET6) {
+            struct sockaddr_in6 *a = (struct sockaddr_in6 *)&sa;
+            inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof host);
+            port = ntohs(a->sin6_port);
+        }
+    }
+    if (!host[0]) snprintf(host, sizeof host, "%.45s", e->cfg.host);
+    snprintf(e->ident, sizeof e->ident, "redis:[%s]:%d/%d %s %.100s", host, port, e->cfg.db,
+             e->layout == LAYOUT_REDISSON ? "redisson" : "simple", e->prefix);
+}
+
+static int r_identity(void *eng, char *buf, size_t n) {
+    reng *e = eng;
+    if (!e->ident[0]) return BATON_ENOTSUP;
+    snprintf(buf, n, "%s", e->ident);
+    return 0;
+}
+
+static void r_attach(void *eng, baton_host *host) { ((reng *)eng)->host = host; }
+
 static int r_open(void **out, const baton_uri *u, const baton_client_options *o) {
     *out = NULL;
     int lrc = baton__ossl_load(); /* script digests and TLS */
@@ -481,6 +565,7 @@ static int r_open(void **out, const baton_uri *u, const baton_client_options *o)
             rreply_free(r);
         }
         if (rc) c->broken = 1;
+        else set_ident(e, c);
         rpool_put(&e->pool, c);
     }
     if (rc) {
@@ -535,7 +620,7 @@ static int r_lock_release(void *eng, void *st, const baton_owner *owner);
 /* One acquire attempt: 0 with *granted, or *ttl_ms (-1 = no expiry).
  * RB_EFINAL (message set) when the grant was undone because too few
  * replicas acknowledged it. */
-static int try_once(reng *e, rlock *l, baton_acquire_req *req, int *granted, int64_t *ttl_ms) {
+static int try_once(reng *e, rlock *l, baton_acquire_req *req, int *granted, int64_t *ttl_ms, int *uncertain) {
     rb_owner os;
     baton__redis_owner(req->owner, &os);
     char lease[24];
@@ -554,6 +639,8 @@ static int try_once(reng *e, rlock *l, baton_acquire_req *req, int *granted, int
         const char *argv[4] = { l->key, l->fence, os.value, lease };
         rc = baton__redis_script_on(e, c, S_ACQ_SIMPLE, 2, 4, argv, NULL, dl, &r, &sent);
     }
+    /* No answer after sending: the server may have granted it anyway. */
+    if (rc == BATON_EUNAVAILABLE && uncertain) *uncertain = 1;
     long long flag = 0, n = 0;
     if (!rc && baton__redis_pair(r, &flag, &n)) rc = bad_reply(r, "the acquire script"), r = NULL;
     else if (!rc && flag == 1 && n <= 0) rc = bad_reply(r, "the acquire script (fence)"), r = NULL;
@@ -582,12 +669,26 @@ typedef struct {
     reng *e;
     rlock *l;
     baton_acquire_req *req;
+    int uncertain;           /* an attempt got no answer after it was sent */
 } plain_ctx;
+
+/* An attempt that got no answer may have been granted, and the acquire
+ * script answers "held" even to its own owner: give such a grant back
+ * (owner-checked, so it never touches another holder's lock) before trying
+ * again or giving up, instead of leaving it to expire a lease later. */
+static void drop_uncertain(plain_ctx *x) {
+    if (!x->uncertain) return;
+    saved_err_t s;
+    save_err(&s);
+    if (r_lock_release(x->e, x->l, x->req->owner) != BATON_EUNAVAILABLE) x->uncertain = 0;
+    restore_err(&s);
+}
 
 static int plain_attempt(void *p, int *done, int64_t *hint) {
     plain_ctx *x = p;
     int granted = 0;
-    int rc = try_once(x->e, x->l, x->req, &granted, hint);
+    drop_uncertain(x);
+    int rc = try_once(x->e, x->l, x->req, &granted, hint, &x->uncertain);
     if (granted || rc == RB_EFINAL) {
         *done = 1;
         if (rc == RB_EFINAL) rc = BATON_EUNAVAILABLE;
@@ -598,27 +699,35 @@ static int plain_attempt(void *p, int *done, int64_t *hint) {
 static int r_lock_acquire(void *eng, void *st, baton_acquire_req *req) {
     reng *e = eng;
     rlock *l = st;
-    if (l->kind == RK_FAIR) return baton__redis_fair_acquire(e, l, req);
-    if (l->kind != RK_PLAIN) return baton__redis_rw_acquire(e, l, req);
+    if (l->kind != RK_PLAIN) {
+        int rc = l->kind == RK_FAIR ? baton__redis_fair_acquire(e, l, req) : baton__redis_rw_acquire(e, l, req);
+        if (!rc) baton__redis_watch(e);
+        return rc;
+    }
     int granted = 0;
     int64_t ttl = -1;
+    plain_ctx x = { e, l, req, 0 };
     rsub_entry *pre = req->deadline_ns != 0 ? baton__redis_presub(e, l->channel, 0, req->waiter) : NULL;
     unsigned gen = pre ? baton_waiter_gen(req->waiter) : 0;
-    int rc = try_once(e, l, req, &granted, &ttl);
+    int rc = try_once(e, l, req, &granted, &ttl, &x.uncertain);
     if (rc == RB_EFINAL) rc = BATON_EUNAVAILABLE;
     if (!rc && !granted && req->deadline_ns == 0)
         rc = baton_seterr(BATON_ELOCKED, 0, "redis: '%s' is held by another owner", l->key);
     if (!rc && !granted && !req->waiter) rc = baton_seterr(BATON_EINVAL, 0, "redis: a waiting acquire needs a waiter");
     if (rc || granted) {
         if (pre) baton__redis_presub_drop(e, pre);
+        if (rc) drop_uncertain(&x);
+        else baton__redis_watch(e);
         return rc;
     }
-    plain_ctx x = { e, l, req };
     char what[64];
     snprintf(what, sizeof what, "acquire of '%.40s'", l->key);
-    return baton__redis_wait_loop_msg(e, l->channel, req->waiter, req->deadline_ns, 0,
-                                      e->layout == LAYOUT_SIMPLE ? RB_WAIT_POLL : 0,
-                                      plain_attempt, NULL, &x, what, pre, ttl, gen);
+    rc = baton__redis_wait_loop_msg(e, l->channel, req->waiter, req->deadline_ns, 0,
+                                    e->layout == LAYOUT_SIMPLE ? RB_WAIT_POLL : 0,
+                                    plain_attempt, NULL, &x, what, pre, ttl, gen);
+    if (rc) drop_uncertain(&x);
+    else baton__redis_watch(e);
+    return rc;
 }
 
 static int r_lock_release(void *eng, void *st, const baton_owner *owner) {
@@ -659,22 +768,16 @@ static int r_lock_renew(void *eng, void *st, const baton_owner *owner, uint32_t 
     if (deadline_ns > 0) dl = rmin64(dl, deadline_ns);
     if (baton_now_ns() >= dl)
         return baton_seterr(BATON_EUNAVAILABLE, ETIMEDOUT, "redis: renewal of '%s' is past its deadline", l->key);
-    redisReply *r = NULL;
-    int rc;
+    int rc, renewed = 0;
     if (e->layout == LAYOUT_REDISSON || l->kind == RK_FAIR) {
-        const char *keys[2] = { l->key, l->holder };
-        const char *args[2] = { lease, os.field };
-        rc = run_script(e, S_RENEW_REDISSON, 2, keys, 2, args, dl, &r, NULL);
+        const char *argv[4] = { l->key, l->holder, lease, os.field };
+        rc = baton__redis_renew_script(e, S_RENEW_REDISSON, 2, 4, argv, dl, &renewed, "the renewal script");
     } else {
-        const char *keys[1] = { l->key };
-        const char *args[2] = { os.value, lease };
-        rc = run_script(e, S_RENEW_SIMPLE, 1, keys, 2, args, dl, &r, NULL);
+        const char *argv[3] = { l->key, os.value, lease };
+        rc = baton__redis_renew_script(e, S_RENEW_SIMPLE, 1, 3, argv, dl, &renewed, "the renewal script");
     }
     if (rc) return rc;
-    if (r->type != REDIS_REPLY_INTEGER) return bad_reply(r, "the renewal script");
-    long long v = r->integer;
-    rreply_free(r);
-    if (v != 1) return baton_seterr(BATON_ELOST, 0, "redis: '%s' is no longer held by this owner", l->key);
+    if (!renewed) return baton_seterr(BATON_ELOST, 0, "redis: '%s' is no longer held by this owner", l->key);
     return 0;
 }
 
@@ -757,4 +860,6 @@ const baton_backend baton__backend_redis = {
     .latch_free = baton__redis_latch_free,
     .latch_ctl = baton__redis_latch_ctl,
     .latch_await = baton__redis_latch_await,
+    .attach = r_attach,
+    .identity = r_identity,
 };

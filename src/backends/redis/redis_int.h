@@ -79,6 +79,8 @@ typedef struct {
     int evfd;                /* eventfd: wakes the subscriber thread */
     rchan *chans;
     const rcfg *cfg;
+    void (*on_reconnect)(void *arg);   /* rsub_watch */
+    void *on_reconnect_arg;
 } rsub;
 
 int rsub_init(rsub *s, const rcfg *cfg);
@@ -97,6 +99,11 @@ int rsub_message(rsub *s, rsub_entry *e, char *buf, size_t n);
 /* Registers W on CHANNEL only if its subscription is live right now (a
  * lingering one): 1 and *out set, else 0 and nothing registered. */
 int rsub_register_ready(rsub *s, const char *channel, int pattern, baton_waiter *w, rsub_entry **out);
+/* Keeps the subscriber connected from now on (starting its thread), and calls
+ * FN(ARG) on that thread, with no lock held, each time it connects again after
+ * losing the connection: the server may have restarted or failed over, so
+ * what the client holds must be re-checked. 0 or BATON_ENOMEM. */
+int rsub_watch(rsub *s, void (*fn)(void *), void *arg);
 
 /* The connection pool (conn.c). */
 typedef struct {

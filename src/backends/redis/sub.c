@@ -188,7 +188,7 @@ static int stopping(rsub *s) {
 static void *sub_main(void *arg) {
     rsub *s = arg;
     rconn *conn = NULL;
-    int backoff_ms = 50;
+    int backoff_ms = 50, lost = 0;
     int64_t last_rx = 0, ping_sent = 0;
 
     while (!stopping(s)) {
@@ -204,6 +204,18 @@ static void *sub_main(void *arg) {
             backoff_ms = 50;
             last_rx = baton_now_ns();
             ping_sent = 0;
+            if (lost) {
+                /* Connected again after a drop: a restart without persistence
+                 * or a failover may have taken what this client holds. */
+                void (*fn)(void *);
+                void *arg;
+                pthread_mutex_lock(&s->mu);
+                fn = s->on_reconnect;
+                arg = s->on_reconnect_arg;
+                pthread_mutex_unlock(&s->mu);
+                if (fn) fn(arg);
+                lost = 0;
+            }
         }
         int rc = reconcile(s, conn);
         if (rc == 0) {
@@ -244,6 +256,7 @@ static void *sub_main(void *arg) {
             conn->broken = 1;
             rconn_free(conn);
             conn = NULL;
+            lost = 1;
             pthread_mutex_lock(&s->mu);
             reset_locked(s);
             pthread_mutex_unlock(&s->mu);
@@ -289,27 +302,41 @@ void rsub_destroy(rsub *s) {
     close(s->evfd);
 }
 
+/* s->mu held. */
+static int start_locked(rsub *s) {
+    if (s->started) return 0;
+    /* The thread blocks every signal (it inherits the mask), so signals
+     * meant for the application (e.g. SIGCHLD read from a signalfd) are
+     * never delivered to it. */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
+    int cerr = pthread_create(&s->thr, NULL, sub_main, s);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (cerr != 0) return baton_seterr(BATON_ENOMEM, 0, "redis: cannot start the subscriber thread");
+    s->started = 1;
+    return 0;
+}
+
+int rsub_watch(rsub *s, void (*fn)(void *), void *arg) {
+    pthread_mutex_lock(&s->mu);
+    s->on_reconnect = fn;
+    s->on_reconnect_arg = arg;
+    int rc = start_locked(s);
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
 int rsub_register(rsub *s, const char *channel, int pattern, baton_waiter *w, rsub_entry **out) {
     *out = NULL;
     rsub_entry *e = calloc(1, sizeof *e);
     if (!e) return baton_seterr(BATON_ENOMEM, 0, "redis: out of memory");
     e->w = w;
     pthread_mutex_lock(&s->mu);
-    if (!s->started) {
-        /* The thread blocks every signal (it inherits the mask), so signals
-         * meant for the application (e.g. SIGCHLD read from a signalfd) are
-         * never delivered to it. */
-        sigset_t all, old;
-        sigfillset(&all);
-        pthread_sigmask(SIG_BLOCK, &all, &old);
-        int cerr = pthread_create(&s->thr, NULL, sub_main, s);
-        pthread_sigmask(SIG_SETMASK, &old, NULL);
-        if (cerr != 0) {
-            pthread_mutex_unlock(&s->mu);
-            free(e);
-            return baton_seterr(BATON_ENOMEM, 0, "redis: cannot start the subscriber thread");
-        }
-        s->started = 1;
+    if (start_locked(s) != 0) {
+        pthread_mutex_unlock(&s->mu);
+        free(e);
+        return BATON_ENOMEM;
     }
     rchan *c = find_chan(s, channel, strlen(channel), pattern);
     if (!c) {
