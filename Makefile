@@ -5,7 +5,7 @@ ifeq ($(CI),true)
 export BATON_REQUIRE_ALL := 1
 endif
 
-.PHONY: all build demo deps test test-plain test-asan asan clean install bench
+.PHONY: all build demo bare deps test test-plain test-asan asan clean install bench
 
 all: build
 
@@ -13,8 +13,21 @@ build:
 	cmake -S . -B build $(CMAKE_FLAGS) >/dev/null
 	cmake --build build -j$(JOBS)
 
-demo: build
+# The library and the CLI only (no test program), with whatever optional backends
+# this machine has: needs nothing but a C compiler, make and cmake (installed
+# first when missing, or named, by install-deps.sh --demo).
+demo:
+	@command -v cc >/dev/null && command -v cmake >/dev/null || bash scripts/install-deps.sh --demo
+	cmake -S . -B build $(CMAKE_FLAGS) >/dev/null
+	cmake --build build -j$(JOBS) --target baton
 	@bash scripts/demo.sh build/baton
+
+# What CI proves first: every optional backend switched off, no tests, the demo runs.
+bare:
+	bash scripts/install-deps.sh --demo
+	cmake -S . -B build-bare -DBATON_WITH_REDIS=OFF -DBUILD_TESTING=OFF >/dev/null
+	cmake --build build-bare -j$(JOBS)
+	bash scripts/demo.sh build-bare/baton
 
 deps:
 	bash scripts/install-deps.sh
@@ -23,7 +36,9 @@ asan:
 	cmake -S . -B build-asan -DBATON_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug $(CMAKE_FLAGS) >/dev/null
 	cmake --build build-asan -j$(JOBS)
 
-test-plain: build
+test-plain:
+	cmake -S . -B build -DBUILD_TESTING=ON $(CMAKE_FLAGS) >/dev/null
+	cmake --build build -j$(JOBS)
 	cd build && ctest --output-on-failure -j$(JOBS)
 
 test-asan: asan
@@ -48,4 +63,4 @@ install: build
 	cmake --install build
 
 clean:
-	rm -rf build build-asan
+	rm -rf build build-asan build-bare

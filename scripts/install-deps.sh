@@ -4,16 +4,31 @@
 # something is missing.
 #
 #   install-deps.sh           the build and the test suite (a missing package is an error)
+#   install-deps.sh --demo    only the toolchain `make demo` needs (a C compiler, make, cmake):
+#                             the library and the CLI build without any optional backend
 #   install-deps.sh --bench   also the peers of `make bench`: etcd (server and etcdctl) and
 #                             node with npm; best effort: make bench skips a peer it lacks
 set -euo pipefail
 bench=0
+demo=0
 for a in "$@"; do
   case "$a" in
     --bench) bench=1 ;;
-    *) echo "usage: install-deps.sh [--bench]" >&2; exit 64 ;;
+    --demo) demo=1 ;;
+    *) echo "usage: install-deps.sh [--bench | --demo]" >&2; exit 64 ;;
   esac
 done
+if [ $demo = 1 ]; then
+  # By command, so a compiler or cmake from elsewhere counts.
+  pkgs=()
+  command -v cc >/dev/null || pkgs+=(gcc libc6-dev)
+  command -v make >/dev/null || pkgs+=(make)
+  command -v cmake >/dev/null || pkgs+=(cmake)
+  if [ ${#pkgs[@]} -eq 0 ]; then
+    echo "install-deps: the toolchain is present"
+    exit 0
+  fi
+else
 pkgs=(
   build-essential cmake pkg-config
   libhiredis-dev libssl-dev openssl         # Redis backend (RESP + TLS)
@@ -21,6 +36,7 @@ pkgs=(
   python3 python3-redis                     # interop tests (redis-py)
   procps iproute2                           # ps/pkill/ss used by the test scripts
 )
+fi
 installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
 missing=()
 for p in "${pkgs[@]}"; do

@@ -13,11 +13,13 @@
 
 static char g_tmp[1024];
 
+#ifdef BATON_TEST_HAVE_REDIS
 static int64_t now_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
+#endif
 
 static void mkdirs(const char *path) {
     char buf[1024];
