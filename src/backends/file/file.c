@@ -25,8 +25,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <poll.h>
-#include <sys/inotify.h>
 #include <limits.h>
+#include <sys/inotify.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -143,6 +143,30 @@ static uint64_t fnv1a(const char *s, uint64_t h)
 {
     for (; *s; s++) { h ^= (unsigned char)*s; h *= 0x100000001b3ULL; }
     return h;
+}
+
+/* The engine instance is the lock directory itself, however the URI or
+ * BATON_DIR spelled it: its real path (no ".", "..", symlinks or doubled
+ * slashes), so every client of one directory orders multilock members the
+ * same way. A path too long for buf keeps its head and ends in a hash of the
+ * whole, which stays stable and distinct. */
+static int file_identity(void *eng, char *buf, size_t n)
+{
+    file_engine *e = eng;
+    char real[PATH_MAX];
+    int len;
+    if (!realpath(e->dir, real))
+        return baton_seterr(BATON_EIO, errno, "lock dir %s: %s", e->dir, strerror(errno));
+    len = snprintf(buf, n, "file:%s", real);
+    if (len >= 0 && (size_t)len >= n) {
+        char tail[34];
+        snprintf(tail, sizeof tail, "#%016" PRIx64 "%016" PRIx64, fnv1a(real, 0xcbf29ce484222325ULL),
+                 fnv1a(real, 0x84222325cbf29ce4ULL));
+        if (n <= sizeof tail + 5)
+            return baton_seterr(BATON_EINVAL, 0, "identity buffer of %zu bytes is too small", n);
+        memcpy(buf + n - sizeof tail, tail, sizeof tail);
+    }
+    return 0;
 }
 
 /* Any name maps to one file name inside the dir: bytes outside [A-Za-z0-9_-]
@@ -928,4 +952,5 @@ const baton_backend baton__backend_file = {
     .sem_acquire = file_sem_acquire,
     .sem_release = file_sem_release,
     .sem_ctl = file_sem_ctl,
+    .identity = file_identity,
 };
