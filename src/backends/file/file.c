@@ -15,6 +15,9 @@
  * and grants it the instant the holder lets go (no polling). A wait that times
  * out or is cancelled abandons its helper: when that helper is finally granted
  * it unlocks at once and exits.
+ *
+ * Semaphores keep a counter file; permit-expirable semaphores keep one lock
+ * file per permit (see their sections below).
  */
 #include "core/internal.h"
 #include <errno.h>
@@ -1154,7 +1157,8 @@ static int permits_try(file_engine *e, file_permits *fp, int64_t deadline_ns, ba
         if (taken < 0) { rc = (int)taken; goto out; }
         free_low = pc.n - taken;
         if (free_low <= over) {
-            rc = baton_seterr(BATON_ELOCKED, 0, "permits of '%s': all %" PRId64 " are taken", fp->name, pc.n);
+            rc = baton_seterr(BATON_ELOCKED, 0, "permits of '%s': all %" PRId64 " are taken (the count was lowered "
+                              "while %" PRId64 " more were held)", fp->name, pc.n, over);
             goto out;
         }
     }
