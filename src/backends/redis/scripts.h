@@ -7,13 +7,44 @@
 #ifndef BATON_REDIS_SCRIPTS_H
 #define BATON_REDIS_SCRIPTS_H
 
+/* ---- fences -----------------------------------------------------------------
+ * fence_next(K) hands out the next fence of counter K: max(INCR K, the
+ * server clock in microseconds from TIME), and when the clock wins it is
+ * stored back (SET), so every later grant -- ours, or Redisson's RFencedLock
+ * doing INCR on the same token key -- continues above it. A server that lost
+ * the counter (restarted without persistence, a replica promoted before it
+ * saw the last grants) still hands out fences above every earlier one, as
+ * long as the servers' clocks are within the failover time of each other and
+ * no name is granted more than a million times a second (docs/fencing.md).
+ * Lua 5.1 numbers are doubles: microseconds since the epoch (~1.8e15) are
+ * exact below 2^53, but tostring() prints them with an exponent, so a fence
+ * is formatted with '%.0f' wherever it becomes a string (a number returned
+ * from a script becomes an integer reply). A script that uses it calls TIME
+ * and then writes: it must start with BATON_LUA_EFFECTS (below). */
+#define BATON_LUA_EFFECTS                                                      \
+    "if redis.replicate_commands then pcall(redis.replicate_commands) end\n"
+
+#define BATON_LUA_FENCE                                                        \
+    "local function fence_next(k)\n"                                           \
+    "  local f = redis.call('incr', k)\n"                                      \
+    "  local tm = redis.call('time')\n"                                        \
+    "  local us = tonumber(tm[1]) * 1000000 + tonumber(tm[2])\n"               \
+    "  if f < us then\n"                                                       \
+    "    f = us\n"                                                             \
+    "    redis.call('set', k, string.format('%.0f', us))\n"                    \
+    "  end\n"                                                                  \
+    "  return f\n"                                                             \
+    "end\n"                                                                    \
+    "local function fence_str(f) return string.format('%.0f', f) end\n"
+
 /* layout=redisson: KEYS lock hash, fence counter, holder string;
  * ARGV lease ms, field "<uuid>:<tid>", holder description.
  * -> {1, fence} granted, or {0, pttl} held by someone (even by our field:
  * the core does reentrancy itself). */
 #define BATON_LUA_ACQ_REDISSON                                                 \
+    BATON_LUA_EFFECTS BATON_LUA_FENCE                                          \
     "if redis.call('exists', KEYS[1]) == 0 then\n"                             \
-    "  local fence = redis.call('incr', KEYS[2])\n"                            \
+    "  local fence = fence_next(KEYS[2])\n"                                    \
     "  redis.call('hset', KEYS[1], ARGV[2], 1)\n"                              \
     "  redis.call('pexpire', KEYS[1], ARGV[1])\n"                              \
     "  redis.call('set', KEYS[3], ARGV[3], 'px', ARGV[1])\n"                   \
@@ -43,8 +74,9 @@
 
 /* layout=simple: KEYS lock string, fence counter; ARGV value, lease ms. */
 #define BATON_LUA_ACQ_SIMPLE                                                   \
+    BATON_LUA_EFFECTS BATON_LUA_FENCE                                          \
     "if redis.call('set', KEYS[1], ARGV[1], 'nx', 'px', ARGV[2]) then\n"       \
-    "  return {1, redis.call('incr', KEYS[2])}\n"                              \
+    "  return {1, fence_next(KEYS[2])}\n"                                      \
     "end\n"                                                                    \
     "return {0, redis.call('pttl', KEYS[1])}\n"
 
@@ -113,7 +145,7 @@
  * Old servers (< 5) need effects replication for a script that calls TIME
  * and then writes; Redis >= 5 does it by default (7 always). */
 #define BATON_LUA_NOW                                                          \
-    "if redis.replicate_commands then pcall(redis.replicate_commands) end\n"   \
+    BATON_LUA_EFFECTS                                                          \
     "local tm = redis.call('time')\n"                                          \
     "local now = tonumber(tm[1]) * 1000 + math.floor(tonumber(tm[2]) / 1000)\n"
 
@@ -171,8 +203,8 @@
     "local head = redis.call('lindex', KEYS[2], 0)\n"                          \
     "if redis.call('exists', KEYS[1]) == 0 then\n"                             \
     "  if not head then\n"                                                     \
-    "    local fence = redis.call('incr', KEYS[4])\n"                          \
-    "    redis.call('hset', KEYS[1], ARGV[2], fence, 'baton:holder', ARGV[3])\n" \
+    "    local fence = fence_next(KEYS[4])\n"                                  \
+    "    redis.call('hset', KEYS[1], ARGV[2], fence_str(fence), 'baton:holder', ARGV[3])\n" \
     "    redis.call('pexpire', KEYS[1], ARGV[1])\n"                            \
     "    return {1, fence}\n"                                                  \
     "  end\n"                                                                  \
@@ -201,7 +233,7 @@
     "local ticket = ARGV[7]\n"                                                 \
     "if not queued then\n"                                                     \
     "  if me then redis.call('zrem', KEYS[3], me) end\n"                       \
-    "  ticket = tostring(redis.call('incr', KEYS[4]))\n"                       \
+    "  ticket = fence_str(fence_next(KEYS[4]))\n"                             \
     "  me = entry(ticket)\n"                                                   \
     "  redis.call('rpush', KEYS[2], me)\n"                                     \
     "  if not head then head = me end\n"                                       \
@@ -256,7 +288,7 @@
     "end\n"                                                                    \
     "return 1\n"
 
-#define BATON_LUA_FAIR_ACQ BATON_LUA_NOW BATON_LUA_FAIR_HANDOFF BATON_LUA_FAIR_PURGE BATON_LUA_FAIR_ACQ_BODY
+#define BATON_LUA_FAIR_ACQ BATON_LUA_NOW BATON_LUA_FENCE BATON_LUA_FAIR_HANDOFF BATON_LUA_FAIR_PURGE BATON_LUA_FAIR_ACQ_BODY
 #define BATON_LUA_FAIR_REL BATON_LUA_FAIR_HANDOFF BATON_LUA_FAIR_REL_BODY
 #define BATON_LUA_FAIR_LEAVE BATON_LUA_FAIR_HANDOFF BATON_LUA_FAIR_LEAVE_BODY
 
@@ -292,7 +324,7 @@
     "  if redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then\n"              \
     "    redis.call('pexpire', KEYS[1], ARGV[1])\n"                            \
     "  end\n"                                                                  \
-    "  return {1, redis.call('incr', KEYS[3])}\n"                              \
+    "  return {1, fence_next(KEYS[3])}\n"                                      \
     "end\n"                                                                    \
     "if mode == 'write' then return {0, redis.call('pttl', KEYS[1])} end\n"    \
     "local first = redis.call('zrange', KEYS[4], 0, 0, 'withscores')\n"        \
@@ -331,15 +363,15 @@
     "  redis.call('pexpire', KEYS[1], ARGV[1])\n"                              \
     "  redis.call('set', KEYS[5], ARGV[3], 'px', ARGV[1])\n"                   \
     "  redis.call('zrem', KEYS[4], ARGV[2])\n"                                 \
-    "  return {1, redis.call('incr', KEYS[3])}\n"                              \
+    "  return {1, fence_next(KEYS[3])}\n"                                      \
     "end\n"                                                                    \
     "if ARGV[4] == 'wait' then\n"                                              \
     "  redis.call('zadd', KEYS[4], now + tonumber(ARGV[5]), ARGV[2])\n"        \
     "end\n"                                                                    \
     "return {0, redis.call('pttl', KEYS[1])}\n"
 
-#define BATON_LUA_RW_READ_ACQ BATON_LUA_NOW BATON_LUA_RW_READ_ACQ_BODY
-#define BATON_LUA_RW_WRITE_ACQ BATON_LUA_NOW BATON_LUA_RW_WRITE_ACQ_BODY
+#define BATON_LUA_RW_READ_ACQ BATON_LUA_NOW BATON_LUA_FENCE BATON_LUA_RW_READ_ACQ_BODY
+#define BATON_LUA_RW_WRITE_ACQ BATON_LUA_NOW BATON_LUA_FENCE BATON_LUA_RW_WRITE_ACQ_BODY
 
 /* KEYS hash, "{K}"; ARGV field, channel redisson_rwlock:{K}. The hash then
  * lives as long as the longest remaining reader lease; the last reader

@@ -27,6 +27,7 @@
  * any node; bounded by the deadline.
  */
 #include "redlock_int.h"
+#include "../redis/scripts.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -39,12 +40,17 @@
 
 /* ---- scripts -------------------------------------------------------------------- */
 
-/* KEYS lock, fence counter; ARGV value, lease ms -> {1, fence} | {0, pttl}. */
+/* KEYS lock, fence counter; ARGV value, lease ms -> {1, fence} | {0, pttl}.
+ * The node's fence is max(INCR counter, its clock in µs), stored back
+ * (fence_next in ../redis/scripts.h, docs/fencing.md): a node that lost its
+ * counter still hands out fences above the ones it granted before. */
 #define LUA_ACQ                                                                \
+    BATON_LUA_EFFECTS BATON_LUA_FENCE                                          \
     "if redis.call('set', KEYS[1], ARGV[1], 'nx', 'px', ARGV[2]) then\n"       \
-    "  return {1, redis.call('incr', KEYS[2])}\n"                              \
+    "  return {1, fence_next(KEYS[2])}\n"                                      \
     "end\n"                                                                    \
     "return {0, redis.call('pttl', KEYS[1])}\n"
+
 
 /* KEYS lock, fence counter; ARGV value, F -> 1 when the key is ours (the
  * counter is then >= F), 0 otherwise. Decimal strings compared exactly. */
