@@ -159,8 +159,9 @@
  * queues, so fences grow in grant order. A release hands the lock straight to
  * the head entry (HSET, PEXPIRE) and publishes the ticket on the head's own
  * channel; the waiter takes that message as its grant without another round
- * trip. A handoff is EVALSHA + HDEL, LPOP, HSET, PEXPIRE, PUBLISH, whatever
- * the queue length. Entries without '|' are Redisson's: they are woken with
+ * trip. A handoff is EVALSHA + HDEL, TIME, ZRANGEBYSCORE (the purge of
+ * expired entries, below), LPOP, HSET, PEXPIRE, PUBLISH, whatever the queue
+ * length. Entries without '|' are Redisson's: they are woken with
  * "0" and take the lock with their own script. */
 #define BATON_LUA_FAIR_HANDOFF                                                 \
     "local function handoff(prefix)\n"                                         \
@@ -180,11 +181,22 @@
 
 /* Drops the queue entries whose deadline passed (waiters that stopped
  * refreshing: crashed, paused, gave up without leaving). Loops only over
- * those, never over the live queue. */
-#define BATON_LUA_FAIR_PURGE                                                   \
-    "local dead = redis.call('zrangebyscore', KEYS[3], '-inf', now)\n"         \
-    "for i = 1, #dead do redis.call('lrem', KEYS[2], 0, dead[i]) end\n"        \
-    "if #dead > 0 then redis.call('zremrangebyscore', KEYS[3], '-inf', now) end\n"
+ * those, never over the live queue. Every script that hands the lock to the
+ * queue's head runs it first, so a dead waiter is never handed the lock
+ * once its entry expired. purge(now) needs server time (ms); the acquire
+ * script has it already, the release and leave scripts read TIME for it. */
+#define BATON_LUA_FAIR_PURGE_FN                                                \
+    "local function purge(now)\n"                                              \
+    "  local dead = redis.call('zrangebyscore', KEYS[3], '-inf', now)\n"       \
+    "  for i = 1, #dead do redis.call('lrem', KEYS[2], 0, dead[i]) end\n"      \
+    "  if #dead > 0 then redis.call('zremrangebyscore', KEYS[3], '-inf', now) end\n" \
+    "end\n"                                                                    \
+    "local function server_ms()\n"                                             \
+    "  local t = redis.call('time')\n"                                         \
+    "  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"     \
+    "end\n"
+
+#define BATON_LUA_FAIR_PURGE "purge(now)\n"
 
 /* ARGV lease ms, field, description, queue-entry lease ms, channel prefix
  * redisson_lock__channel:{K}, "wait" | "try", our ticket ("0": none yet).
@@ -248,11 +260,15 @@
     "end\n"                                                                    \
     "return {0, hint, tonumber(ticket)}\n"
 
-/* KEYS K, queue; ARGV field, channel prefix. -> 1 released (and handed to
- * the head waiter), 0 not ours. */
+/* KEYS K, queue, timeouts; ARGV field, channel prefix. -> 1 released (and
+ * handed to the head waiter that is still alive), 0 not ours. Expired queue
+ * entries are dropped before the handoff. Called with two keys (no
+ * timeouts: the C side before it passed the third key) it hands off
+ * without the purge. */
 #define BATON_LUA_FAIR_REL_BODY                                                \
     "local n = redis.pcall('hdel', KEYS[1], ARGV[1])\n"                        \
     "if type(n) ~= 'number' or n == 0 then return 0 end\n"                     \
+    "if KEYS[3] then purge(server_ms()) end\n"                                 \
     "handoff(ARGV[2])\n"                                                       \
     "return 1\n"
 
@@ -262,8 +278,10 @@
  * of a free lock, the next waiter gets it. Ticket "0": the waiter does not
  * know its entry for sure (a request failed after it was sent), so every
  * entry of its field goes (a scan of the queue, on this failure path only).
- * -> 1 left, 2 passed on. */
+ * Expired entries are dropped first, so the lock is never passed on to a
+ * dead waiter whose entry expired. -> 1 left, 2 passed on. */
 #define BATON_LUA_FAIR_LEAVE_BODY                                              \
+    "purge(server_ms())\n"                                                     \
     "if redis.call('hexists', KEYS[1], ARGV[1]) == 1 then\n"                   \
     "  redis.call('hdel', KEYS[1], ARGV[1])\n"                                 \
     "  handoff(ARGV[5])\n"                                                     \
@@ -288,9 +306,13 @@
     "end\n"                                                                    \
     "return 1\n"
 
-#define BATON_LUA_FAIR_ACQ BATON_LUA_NOW BATON_LUA_FENCE BATON_LUA_FAIR_HANDOFF BATON_LUA_FAIR_PURGE BATON_LUA_FAIR_ACQ_BODY
-#define BATON_LUA_FAIR_REL BATON_LUA_FAIR_HANDOFF BATON_LUA_FAIR_REL_BODY
-#define BATON_LUA_FAIR_LEAVE BATON_LUA_FAIR_HANDOFF BATON_LUA_FAIR_LEAVE_BODY
+#define BATON_LUA_FAIR_ACQ                                                     \
+    BATON_LUA_NOW BATON_LUA_FENCE BATON_LUA_FAIR_HANDOFF BATON_LUA_FAIR_PURGE_FN \
+    BATON_LUA_FAIR_PURGE BATON_LUA_FAIR_ACQ_BODY
+#define BATON_LUA_FAIR_REL                                                     \
+    BATON_LUA_EFFECTS BATON_LUA_FAIR_HANDOFF BATON_LUA_FAIR_PURGE_FN BATON_LUA_FAIR_REL_BODY
+#define BATON_LUA_FAIR_LEAVE                                                   \
+    BATON_LUA_EFFECTS BATON_LUA_FAIR_HANDOFF BATON_LUA_FAIR_PURGE_FN BATON_LUA_FAIR_LEAVE_BODY
 
 /* ---- read-write lock (Redisson RReadWriteLock layout + writer intents) -------
  * KEYS[1] hash K: mode = read|write, <field> = read holds (each with a key
