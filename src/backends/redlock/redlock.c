@@ -51,7 +51,6 @@
     "end\n"                                                                    \
     "return {0, redis.call('pttl', KEYS[1])}\n"
 
-
 /* KEYS lock, fence counter; ARGV value, F -> 1 when the key is ours (the
  * counter is then >= F), 0 otherwise. Decimal strings compared exactly. */
 #define LUA_FENCE                                                              \
@@ -80,12 +79,26 @@
     "end\n"                                                                    \
     "return 0\n"
 
-/* KEYS lock, unlock channel; ARGV value -> 1 released, 0 not ours. */
+/* KEYS lock, unlock channel; ARGV value -> 1 released, 0 not ours. An
+ * unlock by the holder: waiters are woken. */
 #define LUA_REL                                                                \
     "if redis.call('type', KEYS[1]).ok == 'string'\n"                          \
     "   and redis.call('get', KEYS[1]) == ARGV[1] then\n"                      \
     "  redis.call('del', KEYS[1])\n"                                           \
     "  redis.call('publish', KEYS[2], 0)\n"                                    \
+    "  return 1\n"                                                             \
+    "end\n"                                                                    \
+    "return 0\n"
+
+/* KEYS lock; ARGV value -> 1 removed, 0 not ours. The clean-up of a failed
+ * attempt: it removes our key where the attempt may have set it but wakes
+ * nobody -- the lock was never ours, so nothing a waiter waits for changed,
+ * and a waiter subscribed on the same channel would wake itself, reset its
+ * backoff and spin (a node without the holder's key grants every attempt). */
+#define LUA_REL_QUIET                                                          \
+    "if redis.call('type', KEYS[1]).ok == 'string'\n"                          \
+    "   and redis.call('get', KEYS[1]) == ARGV[1] then\n"                      \
+    "  redis.call('del', KEYS[1])\n"                                           \
     "  return 1\n"                                                             \
     "end\n"                                                                    \
     "return 0\n"
@@ -99,8 +112,8 @@
     "if t == 'string' then v = redis.call('get', KEYS[1]) end\n"               \
     "return {1, redis.call('pttl', KEYS[1]), v, f}\n"
 
-enum { S_ACQ, S_FENCE, S_RENEW, S_REL, S_INFO, S_COUNT };
-static const char *const script_body[S_COUNT] = { LUA_ACQ, LUA_FENCE, LUA_RENEW, LUA_REL, LUA_INFO };
+enum { S_ACQ, S_FENCE, S_RENEW, S_REL, S_REL_QUIET, S_INFO, S_COUNT };
+static const char *const script_body[S_COUNT] = { LUA_ACQ, LUA_FENCE, LUA_RENEW, LUA_REL, LUA_REL_QUIET, LUA_INFO };
 static char script_sha[S_COUNT][41];
 static pthread_once_t sha_once = PTHREAD_ONCE_INIT;
 
@@ -451,8 +464,9 @@ typedef struct {
 } tally;
 
 /* Runs the owner-checked release on the nodes in MASK (NULL = all): yes =
- * released, no = not ours there, failed = no answer. */
-static void release_round(rl_eng *e, rl_lock *l, const char *value, const unsigned char *mask, tally *t) {
+ * released, no = not ours there, failed = no answer. QUIET: the clean-up of
+ * an attempt that was not granted, which publishes nothing (LUA_REL_QUIET). */
+static void release_round(rl_eng *e, rl_lock *l, const char *value, const unsigned char *mask, int quiet, tally *t) {
     rl_slot s[RL_MAX_NODES];
     memset(t, 0, sizeof *t);
     memset(s, 0, sizeof(rl_slot) * e->n);
@@ -465,7 +479,7 @@ static void release_round(rl_eng *e, rl_lock *l, const char *value, const unsign
     if (!on) return;
     const char *keys[2] = { l->key, l->channel };
     const char *args[1] = { value };
-    rl_call call = script(S_REL, 2, keys, 1, args);
+    rl_call call = quiet ? script(S_REL_QUIET, 1, keys, 1, args) : script(S_REL, 2, keys, 1, args);
     rl_round_opts ro = { .timeout_ns = node_timeout_ns(e), .enough = e->quorum, .grace_ns = slow_ns(e), .all_nodes = 1 };
     rl_round(e, s, &call, &ro, NULL);
     for (size_t i = 0; i < e->n; i++) {
@@ -607,7 +621,7 @@ static int attempt(rl_eng *e, rl_lock *l, baton_acquire_req *req, const char *va
     snprintf(why0, sizeof why0, "%s", first_failure(e, s, NULL));
     rl_slots_reset(e, s);
     tally t;
-    release_round(e, l, value, mine, &t);
+    release_round(e, l, value, mine, 1, &t);
 
     if (auth && yes + no < e->quorum)
         return baton_seterr(BATON_EAUTH, 0, "redlock: '%s': %s", l->key, why0);
@@ -757,7 +771,7 @@ static int rl_lock_renew(void *eng, void *st, const baton_owner *owner, uint32_t
     if (other + rep > e->n - e->quorum || (hard && now >= hard)) {
         /* Lost: take our keys back (the repaired ones included). */
         tally t;
-        release_round(e, l, v.s, NULL, &t);
+        release_round(e, l, v.s, NULL, 0, &t);
         if (other + rep > e->n - e->quorum)
             return baton_seterr(BATON_ELOST, 0, "redlock: '%s' is no longer held by this owner on %zu of %zu nodes",
                                 l->key, other + rep, e->n);
@@ -776,7 +790,7 @@ static int rl_lock_release(void *eng, void *st, const baton_owner *owner) {
     owner_value v;
     owner_value_of(owner, &v);
     tally t;
-    release_round(e, l, v.s, NULL, &t);
+    release_round(e, l, v.s, NULL, 0, &t);
     if (t.no >= e->quorum)
         return baton_seterr(BATON_ELOST, 0, "redlock: '%s' is no longer held by this owner on %zu of %zu nodes",
                             l->key, t.no, e->n);
