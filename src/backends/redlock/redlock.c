@@ -360,8 +360,9 @@ static int parse_config(rl_eng *e, const baton_uri *u, const baton_client_option
         c->io_timeout_ms = io_ms;
     }
 
-    /* Test hooks (docs/redlock.md): a pause between sending a round's requests
-     * and reading the replies. */
+#ifdef BATON_TEST_HOOKS
+    /* Test builds only (redlock_int.h, tests/redlock): a pause between
+     * sending a round's requests and reading the replies. */
     const char *pm = getenv("BATON_REDLOCK_TEST_PAUSE_MS");
     if (pm && *pm) {
         long ms;
@@ -372,6 +373,7 @@ static int parse_config(rl_eng *e, const baton_uri *u, const baton_client_option
             e->pause_at = at && !strcmp(at, "fence") ? RL_HOOK_FENCE : RL_HOOK_ACQUIRE;
         }
     }
+#endif
     return 0;
 }
 
