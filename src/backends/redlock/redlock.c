@@ -1,7 +1,8 @@
 /*
  * The RedLock backend: one lock over N independent Redis masters, granted by
  * a majority (quorum = N/2 + 1), with a fencing token that strictly increases
- * across grants as long as the nodes keep their data. See docs/redlock.md.
+ * across grants, also across a node that lost its data as long as the nodes'
+ * clocks roughly agree (docs/fencing.md). See docs/redlock.md.
  *
  * URI: redlock://[user[:password]@]h1[:port],h2[:port],...[/db][?options]
  * Options: prefix, node_timeout_ms (50), connect_timeout_ms (250),
@@ -14,17 +15,18 @@
  * layout (a one-node redlock:// and redis://...?layout=simple share locks).
  *
  * Acquire, one attempt:
- *  1. every node runs ACQ (SET NX PX lease; on success INCR the fence counter
- *     and return it), all sent at once; the validity clock starts at the
- *     first send;
+ *  1. every node runs ACQ (SET NX PX lease; on success draw the node's fence,
+ *     max(INCR counter, node clock in µs), stored back, and return it), all
+ *     sent at once; the validity clock starts at the first send;
  *  2. with a majority of yes and validity = lease - elapsed - (lease/100 +
  *     2 ms) > 0, F = the largest counter among the yes-nodes is written back
  *     (FENCE: counter = max(counter, F), only where the key is still ours) to
  *     the yes-nodes;
  *  3. granted when a majority confirmed the write-back and the validity is
- *     still positive; otherwise every node that may hold our key releases it.
- * Waiting: retry after a random delay, woken early by the unlock channel of
- * any node; bounded by the deadline.
+ *     still positive; otherwise every node that may hold our key removes it
+ *     (a clean-up that publishes nothing: see LUA_REL_QUIET).
+ * Waiting: retry after a backoff or a random delay, woken early by the
+ * unlock channel of any node (a holder's release); bounded by the deadline.
  */
 #include "redlock_int.h"
 #include "../redis/scripts.h"
