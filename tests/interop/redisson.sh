@@ -7,7 +7,8 @@
 #
 # Layout (per lock NAME):
 #   NAME                             hash: field "<uuid>:<thread id>" -> reentry count, with a TTL
-#   redisson_lock_token:{NAME}       the fencing counter (INCR on every grant)
+#   redisson_lock_token:{NAME}       the fencing counter (INCR on every grant; baton's
+#                                    grants raise it to the server clock in µs)
 #   redisson_lock__channel:{NAME}    unlock messages ("0")
 #
 # The Lua below is written for this test from that documented behaviour:
@@ -190,11 +191,22 @@ F3=$(cat "$TMP/w.fence" 2>/dev/null)
 check "...with a higher fence ($F2 -> $F3)" num_gt "${F3:-0}" "$F2"
 
 # ---- 4. baton continues an RFencedLock's token counter ----------------------
+# A baton grant hands out max(counter + 1, server clock in µs) and stores it
+# back (docs/fencing.md): above the counter, and Redisson's INCR continues
+# from there. A counter already above the clock is simply incremented.
 Y="interop-rs-$$-y"
-R SET "redisson_lock_token:{$Y}" 1000 >/dev/null
+YT="redisson_lock_token:{$Y}"
+R SET "$YT" 1000 >/dev/null
 out=$(timeout -k 2 30 "$BATON" run -n -u "$URI" "$Y" -- sh -c 'echo "$BATON_FENCE"' 2>"$TMP/err")
-check "baton's fence continues the shared token counter (1000 -> $out)" eq "$out" 1001
+check "baton's fence continues above the shared token counter (1000 -> $out)" num_gt "$out" 1000
+check "...and is stored back in the counter" eq "$(R GET "$YT")" "$out"
+inc=$(R INCR "$YT")
+check "a Redisson INCR continues above baton's fence ($out -> $inc)" num_gt "$inc" "$out"
+R SET "$YT" 5000000000000000 >/dev/null
+out=$(timeout -k 2 30 "$BATON" run -n -u "$URI" "$Y" -- sh -c 'echo "$BATON_FENCE"' 2>"$TMP/err")
+check "a counter ahead of the clock is incremented exactly (5000000000000000 -> $out)" eq "$out" 5000000000000001
+check "...and stays an integer string" eq "$(R GET "$YT")" 5000000000000001
 
-R DEL "$X" "$TOKEN" "$Y" "redisson_lock_token:{$Y}" >/dev/null
+R DEL "$X" "$TOKEN" "$Y" "$YT" >/dev/null
 echo "$PASS passed, $FAIL failed"
 [ $FAIL -eq 0 ]

@@ -7,13 +7,44 @@
 #ifndef BATON_REDIS_SCRIPTS_H
 #define BATON_REDIS_SCRIPTS_H
 
+/* ---- fences -----------------------------------------------------------------
+ * fence_next(K) hands out the next fence of counter K: max(INCR K, the
+ * server clock in microseconds from TIME), and when the clock wins it is
+ * stored back (SET), so every later grant -- ours, or Redisson's RFencedLock
+ * doing INCR on the same token key -- continues above it. A server that lost
+ * the counter (restarted without persistence, a replica promoted before it
+ * saw the last grants) still hands out fences above every earlier one, as
+ * long as the servers' clocks are within the failover time of each other and
+ * no name is granted more than a million times a second (docs/fencing.md).
+ * Lua 5.1 numbers are doubles: microseconds since the epoch (~1.8e15) are
+ * exact below 2^53, but tostring() prints them with an exponent, so a fence
+ * is formatted with '%.0f' wherever it becomes a string (a number returned
+ * from a script becomes an integer reply). A script that uses it calls TIME
+ * and then writes: it must start with BATON_LUA_EFFECTS (below). */
+#define BATON_LUA_EFFECTS                                                      \
+    "if redis.replicate_commands then pcall(redis.replicate_commands) end\n"
+
+#define BATON_LUA_FENCE                                                        \
+    "local function fence_next(k)\n"                                           \
+    "  local f = redis.call('incr', k)\n"                                      \
+    "  local tm = redis.call('time')\n"                                        \
+    "  local us = tonumber(tm[1]) * 1000000 + tonumber(tm[2])\n"               \
+    "  if f < us then\n"                                                       \
+    "    f = us\n"                                                             \
+    "    redis.call('set', k, string.format('%.0f', us))\n"                    \
+    "  end\n"                                                                  \
+    "  return f\n"                                                             \
+    "end\n"                                                                    \
+    "local function fence_str(f) return string.format('%.0f', f) end\n"
+
 /* layout=redisson: KEYS lock hash, fence counter, holder string;
  * ARGV lease ms, field "<uuid>:<tid>", holder description.
  * -> {1, fence} granted, or {0, pttl} held by someone (even by our field:
  * the core does reentrancy itself). */
 #define BATON_LUA_ACQ_REDISSON                                                 \
+    BATON_LUA_EFFECTS BATON_LUA_FENCE                                          \
     "if redis.call('exists', KEYS[1]) == 0 then\n"                             \
-    "  local fence = redis.call('incr', KEYS[2])\n"                            \
+    "  local fence = fence_next(KEYS[2])\n"                                    \
     "  redis.call('hset', KEYS[1], ARGV[2], 1)\n"                              \
     "  redis.call('pexpire', KEYS[1], ARGV[1])\n"                              \
     "  redis.call('set', KEYS[3], ARGV[3], 'px', ARGV[1])\n"                   \
@@ -43,8 +74,9 @@
 
 /* layout=simple: KEYS lock string, fence counter; ARGV value, lease ms. */
 #define BATON_LUA_ACQ_SIMPLE                                                   \
+    BATON_LUA_EFFECTS BATON_LUA_FENCE                                          \
     "if redis.call('set', KEYS[1], ARGV[1], 'nx', 'px', ARGV[2]) then\n"       \
-    "  return {1, redis.call('incr', KEYS[2])}\n"                              \
+    "  return {1, fence_next(KEYS[2])}\n"                                      \
     "end\n"                                                                    \
     "return {0, redis.call('pttl', KEYS[1])}\n"
 
@@ -113,7 +145,7 @@
  * Old servers (< 5) need effects replication for a script that calls TIME
  * and then writes; Redis >= 5 does it by default (7 always). */
 #define BATON_LUA_NOW                                                          \
-    "if redis.replicate_commands then pcall(redis.replicate_commands) end\n"   \
+    BATON_LUA_EFFECTS                                                          \
     "local tm = redis.call('time')\n"                                          \
     "local now = tonumber(tm[1]) * 1000 + math.floor(tonumber(tm[2]) / 1000)\n"
 
@@ -127,8 +159,9 @@
  * queues, so fences grow in grant order. A release hands the lock straight to
  * the head entry (HSET, PEXPIRE) and publishes the ticket on the head's own
  * channel; the waiter takes that message as its grant without another round
- * trip. A handoff is EVALSHA + HDEL, LPOP, HSET, PEXPIRE, PUBLISH, whatever
- * the queue length. Entries without '|' are Redisson's: they are woken with
+ * trip. A handoff is EVALSHA + HDEL, TIME, ZRANGEBYSCORE (the purge of
+ * expired entries, below), LPOP, HSET, PEXPIRE, PUBLISH, whatever the queue
+ * length. Entries without '|' are Redisson's: they are woken with
  * "0" and take the lock with their own script. */
 #define BATON_LUA_FAIR_HANDOFF                                                 \
     "local function handoff(prefix)\n"                                         \
@@ -148,11 +181,22 @@
 
 /* Drops the queue entries whose deadline passed (waiters that stopped
  * refreshing: crashed, paused, gave up without leaving). Loops only over
- * those, never over the live queue. */
-#define BATON_LUA_FAIR_PURGE                                                   \
-    "local dead = redis.call('zrangebyscore', KEYS[3], '-inf', now)\n"         \
-    "for i = 1, #dead do redis.call('lrem', KEYS[2], 0, dead[i]) end\n"        \
-    "if #dead > 0 then redis.call('zremrangebyscore', KEYS[3], '-inf', now) end\n"
+ * those, never over the live queue. Every script that hands the lock to the
+ * queue's head runs it first, so a dead waiter is never handed the lock
+ * once its entry expired. purge(now) needs server time (ms); the acquire
+ * script has it already, the release and leave scripts read TIME for it. */
+#define BATON_LUA_FAIR_PURGE_FN                                                \
+    "local function purge(now)\n"                                              \
+    "  local dead = redis.call('zrangebyscore', KEYS[3], '-inf', now)\n"       \
+    "  for i = 1, #dead do redis.call('lrem', KEYS[2], 0, dead[i]) end\n"      \
+    "  if #dead > 0 then redis.call('zremrangebyscore', KEYS[3], '-inf', now) end\n" \
+    "end\n"                                                                    \
+    "local function server_ms()\n"                                             \
+    "  local t = redis.call('time')\n"                                         \
+    "  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"     \
+    "end\n"
+
+#define BATON_LUA_FAIR_PURGE "purge(now)\n"
 
 /* ARGV lease ms, field, description, queue-entry lease ms, channel prefix
  * redisson_lock__channel:{K}, "wait" | "try", our ticket ("0": none yet).
@@ -171,8 +215,8 @@
     "local head = redis.call('lindex', KEYS[2], 0)\n"                          \
     "if redis.call('exists', KEYS[1]) == 0 then\n"                             \
     "  if not head then\n"                                                     \
-    "    local fence = redis.call('incr', KEYS[4])\n"                          \
-    "    redis.call('hset', KEYS[1], ARGV[2], fence, 'baton:holder', ARGV[3])\n" \
+    "    local fence = fence_next(KEYS[4])\n"                                  \
+    "    redis.call('hset', KEYS[1], ARGV[2], fence_str(fence), 'baton:holder', ARGV[3])\n" \
     "    redis.call('pexpire', KEYS[1], ARGV[1])\n"                            \
     "    return {1, fence}\n"                                                  \
     "  end\n"                                                                  \
@@ -201,7 +245,7 @@
     "local ticket = ARGV[7]\n"                                                 \
     "if not queued then\n"                                                     \
     "  if me then redis.call('zrem', KEYS[3], me) end\n"                       \
-    "  ticket = tostring(redis.call('incr', KEYS[4]))\n"                       \
+    "  ticket = fence_str(fence_next(KEYS[4]))\n"                             \
     "  me = entry(ticket)\n"                                                   \
     "  redis.call('rpush', KEYS[2], me)\n"                                     \
     "  if not head then head = me end\n"                                       \
@@ -216,11 +260,15 @@
     "end\n"                                                                    \
     "return {0, hint, tonumber(ticket)}\n"
 
-/* KEYS K, queue; ARGV field, channel prefix. -> 1 released (and handed to
- * the head waiter), 0 not ours. */
+/* KEYS K, queue, timeouts; ARGV field, channel prefix. -> 1 released (and
+ * handed to the head waiter that is still alive), 0 not ours. Expired queue
+ * entries are dropped before the handoff. Called with two keys (no
+ * timeouts: the C side before it passed the third key) it hands off
+ * without the purge. */
 #define BATON_LUA_FAIR_REL_BODY                                                \
     "local n = redis.pcall('hdel', KEYS[1], ARGV[1])\n"                        \
     "if type(n) ~= 'number' or n == 0 then return 0 end\n"                     \
+    "if KEYS[3] then purge(server_ms()) end\n"                                 \
     "handoff(ARGV[2])\n"                                                       \
     "return 1\n"
 
@@ -230,8 +278,10 @@
  * of a free lock, the next waiter gets it. Ticket "0": the waiter does not
  * know its entry for sure (a request failed after it was sent), so every
  * entry of its field goes (a scan of the queue, on this failure path only).
- * -> 1 left, 2 passed on. */
+ * Expired entries are dropped first, so the lock is never passed on to a
+ * dead waiter whose entry expired. -> 1 left, 2 passed on. */
 #define BATON_LUA_FAIR_LEAVE_BODY                                              \
+    "purge(server_ms())\n"                                                     \
     "if redis.call('hexists', KEYS[1], ARGV[1]) == 1 then\n"                   \
     "  redis.call('hdel', KEYS[1], ARGV[1])\n"                                 \
     "  handoff(ARGV[5])\n"                                                     \
@@ -256,9 +306,13 @@
     "end\n"                                                                    \
     "return 1\n"
 
-#define BATON_LUA_FAIR_ACQ BATON_LUA_NOW BATON_LUA_FAIR_HANDOFF BATON_LUA_FAIR_PURGE BATON_LUA_FAIR_ACQ_BODY
-#define BATON_LUA_FAIR_REL BATON_LUA_FAIR_HANDOFF BATON_LUA_FAIR_REL_BODY
-#define BATON_LUA_FAIR_LEAVE BATON_LUA_FAIR_HANDOFF BATON_LUA_FAIR_LEAVE_BODY
+#define BATON_LUA_FAIR_ACQ                                                     \
+    BATON_LUA_NOW BATON_LUA_FENCE BATON_LUA_FAIR_HANDOFF BATON_LUA_FAIR_PURGE_FN \
+    BATON_LUA_FAIR_PURGE BATON_LUA_FAIR_ACQ_BODY
+#define BATON_LUA_FAIR_REL                                                     \
+    BATON_LUA_EFFECTS BATON_LUA_FAIR_HANDOFF BATON_LUA_FAIR_PURGE_FN BATON_LUA_FAIR_REL_BODY
+#define BATON_LUA_FAIR_LEAVE                                                   \
+    BATON_LUA_EFFECTS BATON_LUA_FAIR_HANDOFF BATON_LUA_FAIR_PURGE_FN BATON_LUA_FAIR_LEAVE_BODY
 
 /* ---- read-write lock (Redisson RReadWriteLock layout + writer intents) -------
  * KEYS[1] hash K: mode = read|write, <field> = read holds (each with a key
@@ -292,7 +346,7 @@
     "  if redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then\n"              \
     "    redis.call('pexpire', KEYS[1], ARGV[1])\n"                            \
     "  end\n"                                                                  \
-    "  return {1, redis.call('incr', KEYS[3])}\n"                              \
+    "  return {1, fence_next(KEYS[3])}\n"                                      \
     "end\n"                                                                    \
     "if mode == 'write' then return {0, redis.call('pttl', KEYS[1])} end\n"    \
     "local first = redis.call('zrange', KEYS[4], 0, 0, 'withscores')\n"        \
@@ -331,15 +385,15 @@
     "  redis.call('pexpire', KEYS[1], ARGV[1])\n"                              \
     "  redis.call('set', KEYS[5], ARGV[3], 'px', ARGV[1])\n"                   \
     "  redis.call('zrem', KEYS[4], ARGV[2])\n"                                 \
-    "  return {1, redis.call('incr', KEYS[3])}\n"                              \
+    "  return {1, fence_next(KEYS[3])}\n"                                      \
     "end\n"                                                                    \
     "if ARGV[4] == 'wait' then\n"                                              \
     "  redis.call('zadd', KEYS[4], now + tonumber(ARGV[5]), ARGV[2])\n"        \
     "end\n"                                                                    \
     "return {0, redis.call('pttl', KEYS[1])}\n"
 
-#define BATON_LUA_RW_READ_ACQ BATON_LUA_NOW BATON_LUA_RW_READ_ACQ_BODY
-#define BATON_LUA_RW_WRITE_ACQ BATON_LUA_NOW BATON_LUA_RW_WRITE_ACQ_BODY
+#define BATON_LUA_RW_READ_ACQ BATON_LUA_NOW BATON_LUA_FENCE BATON_LUA_RW_READ_ACQ_BODY
+#define BATON_LUA_RW_WRITE_ACQ BATON_LUA_NOW BATON_LUA_FENCE BATON_LUA_RW_WRITE_ACQ_BODY
 
 /* KEYS hash, "{K}"; ARGV field, channel redisson_rwlock:{K}. The hash then
  * lives as long as the longest remaining reader lease; the last reader

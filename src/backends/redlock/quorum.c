@@ -187,6 +187,8 @@ static void connect_all(rl_eng *e, rl_slot *s, int all_nodes) {
 
 /* ---- one round ------------------------------------------------------------------ */
 
+#ifdef BATON_TEST_HOOKS
+/* Test builds only (see redlock_int.h). */
 static void test_pause(rl_eng *e) {
     if (e->pause_ms < 0) {
         raise(SIGSTOP);
@@ -195,6 +197,7 @@ static void test_pause(rl_eng *e) {
     struct timespec ts = { e->pause_ms / 1000, (long)(e->pause_ms % 1000) * 1000000L };
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
 }
+#endif
 
 typedef struct {
     const char *argv[4 + 2 * 8];
@@ -254,7 +257,6 @@ static int take_reply(rl_eng *e, rl_slot *s, rl_node *nd, const rl_call *call, i
 void rl_round(rl_eng *e, rl_slot *s, const rl_call *call, const rl_round_opts *o, int64_t *first_sent) {
     int64_t timeout_ns = o->timeout_ns, grace_ns = o->grace_ns, hard_deadline = o->hard_deadline;
     size_t enough = o->enough;
-    int hook = o->hook;
     if (first_sent) *first_sent = 0;
     connect_all(e, s, o->all_nodes);
 
@@ -271,7 +273,9 @@ void rl_round(rl_eng *e, rl_slot *s, const rl_call *call, const rl_round_opts *o
     }
     if (first_sent) *first_sent = first;
     if (!first) return;
-    if (hook != RL_HOOK_NONE && hook == e->pause_at) test_pause(e);
+#ifdef BATON_TEST_HOOKS
+    if (o->hook != RL_HOOK_NONE && o->hook == e->pause_at) test_pause(e);
+#endif
 
     int64_t deadline = first + timeout_ns, grace_end = deadline + grace_ns;
     if (hard_deadline > 0 && hard_deadline < deadline) deadline = hard_deadline;

@@ -1,7 +1,8 @@
 /*
  * The RedLock backend: one lock over N independent Redis masters, granted by
  * a majority (quorum = N/2 + 1), with a fencing token that strictly increases
- * across grants as long as the nodes keep their data. See docs/redlock.md.
+ * across grants, also across a node that lost its data as long as the nodes'
+ * clocks roughly agree (docs/fencing.md). See docs/redlock.md.
  *
  * URI: redlock://[user[:password]@]h1[:port],h2[:port],...[/db][?options]
  * Options: prefix, node_timeout_ms (50), connect_timeout_ms (250),
@@ -14,19 +15,21 @@
  * layout (a one-node redlock:// and redis://...?layout=simple share locks).
  *
  * Acquire, one attempt:
- *  1. every node runs ACQ (SET NX PX lease; on success INCR the fence counter
- *     and return it), all sent at once; the validity clock starts at the
- *     first send;
+ *  1. every node runs ACQ (SET NX PX lease; on success draw the node's fence,
+ *     max(INCR counter, node clock in µs), stored back, and return it), all
+ *     sent at once; the validity clock starts at the first send;
  *  2. with a majority of yes and validity = lease - elapsed - (lease/100 +
  *     2 ms) > 0, F = the largest counter among the yes-nodes is written back
  *     (FENCE: counter = max(counter, F), only where the key is still ours) to
  *     the yes-nodes;
  *  3. granted when a majority confirmed the write-back and the validity is
- *     still positive; otherwise every node that may hold our key releases it.
- * Waiting: retry after a random delay, woken early by the unlock channel of
- * any node; bounded by the deadline.
+ *     still positive; otherwise every node that may hold our key removes it
+ *     (a clean-up that publishes nothing: see LUA_REL_QUIET).
+ * Waiting: retry after a backoff or a random delay, woken early by the
+ * unlock channel of any node (a holder's release); bounded by the deadline.
  */
 #include "redlock_int.h"
+#include "../redis/scripts.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -39,10 +42,14 @@
 
 /* ---- scripts -------------------------------------------------------------------- */
 
-/* KEYS lock, fence counter; ARGV value, lease ms -> {1, fence} | {0, pttl}. */
+/* KEYS lock, fence counter; ARGV value, lease ms -> {1, fence} | {0, pttl}.
+ * The node's fence is max(INCR counter, its clock in µs), stored back
+ * (fence_next in ../redis/scripts.h, docs/fencing.md): a node that lost its
+ * counter still hands out fences above the ones it granted before. */
 #define LUA_ACQ                                                                \
+    BATON_LUA_EFFECTS BATON_LUA_FENCE                                          \
     "if redis.call('set', KEYS[1], ARGV[1], 'nx', 'px', ARGV[2]) then\n"       \
-    "  return {1, redis.call('incr', KEYS[2])}\n"                              \
+    "  return {1, fence_next(KEYS[2])}\n"                                      \
     "end\n"                                                                    \
     "return {0, redis.call('pttl', KEYS[1])}\n"
 
@@ -74,12 +81,26 @@
     "end\n"                                                                    \
     "return 0\n"
 
-/* KEYS lock, unlock channel; ARGV value -> 1 released, 0 not ours. */
+/* KEYS lock, unlock channel; ARGV value -> 1 released, 0 not ours. An
+ * unlock by the holder: waiters are woken. */
 #define LUA_REL                                                                \
     "if redis.call('type', KEYS[1]).ok == 'string'\n"                          \
     "   and redis.call('get', KEYS[1]) == ARGV[1] then\n"                      \
     "  redis.call('del', KEYS[1])\n"                                           \
     "  redis.call('publish', KEYS[2], 0)\n"                                    \
+    "  return 1\n"                                                             \
+    "end\n"                                                                    \
+    "return 0\n"
+
+/* KEYS lock; ARGV value -> 1 removed, 0 not ours. The clean-up of a failed
+ * attempt: it removes our key where the attempt may have set it but wakes
+ * nobody -- the lock was never ours, so nothing a waiter waits for changed,
+ * and a waiter subscribed on the same channel would wake itself, reset its
+ * backoff and spin (a node without the holder's key grants every attempt). */
+#define LUA_REL_QUIET                                                          \
+    "if redis.call('type', KEYS[1]).ok == 'string'\n"                          \
+    "   and redis.call('get', KEYS[1]) == ARGV[1] then\n"                      \
+    "  redis.call('del', KEYS[1])\n"                                           \
     "  return 1\n"                                                             \
     "end\n"                                                                    \
     "return 0\n"
@@ -93,8 +114,8 @@
     "if t == 'string' then v = redis.call('get', KEYS[1]) end\n"               \
     "return {1, redis.call('pttl', KEYS[1]), v, f}\n"
 
-enum { S_ACQ, S_FENCE, S_RENEW, S_REL, S_INFO, S_COUNT };
-static const char *const script_body[S_COUNT] = { LUA_ACQ, LUA_FENCE, LUA_RENEW, LUA_REL, LUA_INFO };
+enum { S_ACQ, S_FENCE, S_RENEW, S_REL, S_REL_QUIET, S_INFO, S_COUNT };
+static const char *const script_body[S_COUNT] = { LUA_ACQ, LUA_FENCE, LUA_RENEW, LUA_REL, LUA_REL_QUIET, LUA_INFO };
 static char script_sha[S_COUNT][41];
 static pthread_once_t sha_once = PTHREAD_ONCE_INIT;
 
@@ -341,8 +362,9 @@ static int parse_config(rl_eng *e, const baton_uri *u, const baton_client_option
         c->io_timeout_ms = io_ms;
     }
 
-    /* Test hooks (docs/redlock.md): a pause between sending a round's requests
-     * and reading the replies. */
+#ifdef BATON_TEST_HOOKS
+    /* Test builds only (redlock_int.h, tests/redlock): a pause between
+     * sending a round's requests and reading the replies. */
     const char *pm = getenv("BATON_REDLOCK_TEST_PAUSE_MS");
     if (pm && *pm) {
         long ms;
@@ -353,6 +375,7 @@ static int parse_config(rl_eng *e, const baton_uri *u, const baton_client_option
             e->pause_at = at && !strcmp(at, "fence") ? RL_HOOK_FENCE : RL_HOOK_ACQUIRE;
         }
     }
+#endif
     return 0;
 }
 
@@ -445,8 +468,9 @@ typedef struct {
 } tally;
 
 /* Runs the owner-checked release on the nodes in MASK (NULL = all): yes =
- * released, no = not ours there, failed = no answer. */
-static void release_round(rl_eng *e, rl_lock *l, const char *value, const unsigned char *mask, tally *t) {
+ * released, no = not ours there, failed = no answer. QUIET: the clean-up of
+ * an attempt that was not granted, which publishes nothing (LUA_REL_QUIET). */
+static void release_round(rl_eng *e, rl_lock *l, const char *value, const unsigned char *mask, int quiet, tally *t) {
     rl_slot s[RL_MAX_NODES];
     memset(t, 0, sizeof *t);
     memset(s, 0, sizeof(rl_slot) * e->n);
@@ -459,7 +483,7 @@ static void release_round(rl_eng *e, rl_lock *l, const char *value, const unsign
     if (!on) return;
     const char *keys[2] = { l->key, l->channel };
     const char *args[1] = { value };
-    rl_call call = script(S_REL, 2, keys, 1, args);
+    rl_call call = quiet ? script(S_REL_QUIET, 1, keys, 1, args) : script(S_REL, 2, keys, 1, args);
     rl_round_opts ro = { .timeout_ns = node_timeout_ns(e), .enough = e->quorum, .grace_ns = slow_ns(e), .all_nodes = 1 };
     rl_round(e, s, &call, &ro, NULL);
     for (size_t i = 0; i < e->n; i++) {
@@ -601,7 +625,7 @@ static int attempt(rl_eng *e, rl_lock *l, baton_acquire_req *req, const char *va
     snprintf(why0, sizeof why0, "%s", first_failure(e, s, NULL));
     rl_slots_reset(e, s);
     tally t;
-    release_round(e, l, value, mine, &t);
+    release_round(e, l, value, mine, 1, &t);
 
     if (auth && yes + no < e->quorum)
         return baton_seterr(BATON_EAUTH, 0, "redlock: '%s': %s", l->key, why0);
@@ -751,7 +775,7 @@ static int rl_lock_renew(void *eng, void *st, const baton_owner *owner, uint32_t
     if (other + rep > e->n - e->quorum || (hard && now >= hard)) {
         /* Lost: take our keys back (the repaired ones included). */
         tally t;
-        release_round(e, l, v.s, NULL, &t);
+        release_round(e, l, v.s, NULL, 0, &t);
         if (other + rep > e->n - e->quorum)
             return baton_seterr(BATON_ELOST, 0, "redlock: '%s' is no longer held by this owner on %zu of %zu nodes",
                                 l->key, other + rep, e->n);
@@ -770,7 +794,7 @@ static int rl_lock_release(void *eng, void *st, const baton_owner *owner) {
     owner_value v;
     owner_value_of(owner, &v);
     tally t;
-    release_round(e, l, v.s, NULL, &t);
+    release_round(e, l, v.s, NULL, 0, &t);
     if (t.no >= e->quorum)
         return baton_seterr(BATON_ELOST, 0, "redlock: '%s' is no longer held by this owner on %zu of %zu nodes",
                             l->key, t.no, e->n);

@@ -33,8 +33,10 @@ typedef struct {
     int sub_init;
 } rl_node;
 
-/* Test hooks (environment, read at open): pause between sending a round's
- * requests and reading the replies. */
+/* The kind of a round, for the test hook: in a test build of the library
+ * (compiled with BATON_TEST_HOOKS, linked by tests/redlock only; never in
+ * libbaton.so / libbaton.a) the environment can ask for a pause between
+ * sending one kind of round's requests and reading the replies. */
 enum { RL_HOOK_NONE, RL_HOOK_ACQUIRE, RL_HOOK_FENCE };
 
 typedef struct {
@@ -45,8 +47,10 @@ typedef struct {
     char *prefix;
     char *user, *password;
     SSL_CTX *ssl_ctx;
+#ifdef BATON_TEST_HOOKS
     int pause_at;            /* RL_HOOK_*: which round the test pause applies to */
     int pause_ms;            /* > 0 sleep; -1 raise(SIGSTOP) */
+#endif
 } rl_eng;
 
 /* One node's part of a round. The caller sets state RS_ON for the nodes that
@@ -81,7 +85,7 @@ typedef struct {
     size_t enough;           /* fewer replies than this by then: wait ... */
     int64_t grace_ns;        /* ... up to this much longer for the rest */
     int64_t hard_deadline;   /* never past this (monotonic ns; 0 = none) */
-    int hook;                /* RL_HOOK_*: the round's kind for the test pause */
+    int hook;                /* RL_HOOK_*: the round's kind (test builds may pause there) */
     int all_nodes;           /* also connect to nodes whose last connect just failed */
 } rl_round_opts;
 
