@@ -136,9 +136,10 @@ typedef struct {
 int baton__redis_fair_release(reng *e, rlock *l, const baton_owner *owner) {
     rb_owner os;
     baton__redis_owner(owner, &os);
-    const char *argv[4] = { l->key, l->queue, os.field, l->channel };
+    /* the timeout zset too: dead waiters are purged before the handoff */
+    const char *argv[5] = { l->key, l->queue, l->timeouts, os.field, l->channel };
     long long v = 0;
-    int rc = int_script(e, S_FAIR_REL, 2, 4, argv, baton__redis_io_deadline(e), &v, "the fair release script");
+    int rc = int_script(e, S_FAIR_REL, 3, 5, argv, baton__redis_io_deadline(e), &v, "the fair release script");
     if (rc) return rc;
     if (v != 1) return baton_seterr(BATON_ELOST, 0, "redis: '%s' is no longer held by this owner", l->key);
     return 0;

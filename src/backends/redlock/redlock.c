@@ -592,9 +592,10 @@ static int attempt(rl_eng *e, rl_lock *l, baton_acquire_req *req, const char *va
                 rl_slots_reset(e, s2);
                 rl_slots_reset(e, s);
                 req->fence = F;
-                /* The core's lease deadline (sent_ns + lease) is then the
-                 * validity's end: first send + lease - drift. */
-                req->sent_ns = first - drift;
+                /* The core takes the drift margin off every lease itself
+                 * (lock.c): its deadline is then first send + lease - drift,
+                 * the validity's end. */
+                req->sent_ns = first;
                 a->outcome = OUT_GRANTED;
                 return 0;
             }
