@@ -48,8 +48,8 @@ int baton__lock_create(baton_lock **out, baton_client *c, const char *name,
     baton_lock *l;
     int rc;
 
+    if (out) *out = NULL; /* first: a caller that ignores the error never sees garbage */
     if (!out || !c) return baton_seterr(BATON_EINVAL, 0, "baton_lock_open: NULL argument");
-    *out = NULL;
     if ((rc = baton__name_check(name))) return rc;
     if (opts) {
         if (opts->version < 1 || opts->version > BATON_LOCK_OPTIONS_VERSION)

@@ -23,8 +23,8 @@ static int cmp_lock(const void *a, const void *b)
 int baton_multilock_open(baton_multilock **out, baton_lock *const *locks, size_t n)
 {
     baton_multilock *m;
+    if (out) *out = NULL;
     if (!out || (!locks && n)) return baton_seterr(BATON_EINVAL, 0, "baton_multilock_open: NULL argument");
-    *out = NULL;
     if (n == 0) return baton_seterr(BATON_EINVAL, 0, "a multilock needs at least one lock");
     for (size_t i = 0; i < n; i++)
         if (!locks[i]) return baton_seterr(BATON_EINVAL, 0, "multilock member %zu is NULL", i);

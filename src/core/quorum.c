@@ -56,8 +56,8 @@ int baton_client_open_quorum(baton_client **out, baton_client *const *members, s
     sbuf b = { NULL, 0, 0, 0 };
     int rc, tls;
 
+    if (out) *out = NULL;
     if (!out || !members || n == 0) return baton_seterr(BATON_EINVAL, 0, "baton_client_open_quorum: no members");
-    *out = NULL;
     for (size_t i = 0; i < n; i++)
         if (!members[i]) return baton_seterr(BATON_EINVAL, 0, "quorum member %zu is NULL", i);
     if (!members[0]->be->quorum_scheme)

@@ -14,8 +14,8 @@ int baton_rwlock_open(baton_rwlock **out, baton_client *c, const char *name, con
     baton_lock_options o = BATON_LOCK_OPTIONS_INIT;
     int rc;
 
+    if (out) *out = NULL;
     if (!out || !c) return baton_seterr(BATON_EINVAL, 0, "baton_rwlock_open: NULL argument");
-    *out = NULL;
     if ((rc = baton__name_check(name))) return rc;
     if (!(c->be->caps & BATON_CAP_RWLOCK) || !c->be->rwlock_new)
         return baton_seterr(BATON_ENOTSUP, 0, "the %s backend has no read-write lock", c->be->name);

@@ -143,7 +143,29 @@ static void test_null_args(void) {
     baton_client_close(c);
 }
 
+/* Every _open clears its out-parameter before any check, so a caller that
+ * goes on after an error (a NULL client after a failed connect) holds NULL,
+ * never an uninitialised handle. */
+static void test_open_clears_out(void) {
+    baton_lock *l = (baton_lock *)&l;
+    CHECK_RC(baton_lock_open(&l, NULL, "x", NULL), BATON_EINVAL);
+    CHECK(l == NULL);
+    baton_rwlock *rw = (baton_rwlock *)&rw;
+    CHECK_RC(baton_rwlock_open(&rw, NULL, "x", NULL), BATON_EINVAL);
+    CHECK(rw == NULL);
+    baton_semaphore *s = (baton_semaphore *)&s;
+    CHECK(baton_semaphore_open(&s, NULL, "x") != 0);
+    CHECK(s == NULL);
+    baton_multilock *m = (baton_multilock *)&m;
+    CHECK_RC(baton_multilock_open(&m, NULL, 1), BATON_EINVAL);
+    CHECK(m == NULL);
+    baton_client *c = (baton_client *)&c;
+    CHECK(baton_client_open(&c, "nope://x", NULL) != 0);
+    CHECK(c == NULL);
+}
+
 int main(void) {
+    RUN(test_open_clears_out);
     RUN(test_strerror_all);
     RUN(test_strerror_unknown);
     RUN(test_error_last);
