@@ -59,8 +59,12 @@ bench:
 	cmake --build build/bench -j$(JOBS) --target baton
 	/usr/bin/python3 bench/run.py build/bench/baton
 
-install: build
-	cmake --install build
+# make install [PREFIX=/usr/local] [DESTDIR=/staging]
+PREFIX ?= /usr/local
+install:
+	cmake -S . -B build -DCMAKE_INSTALL_PREFIX=$(PREFIX) $(CMAKE_FLAGS) >/dev/null
+	cmake --build build -j$(JOBS) --target baton baton_shared baton_static
+	DESTDIR=$(DESTDIR) cmake --install build
 
 clean:
 	rm -rf build build-asan build-bare

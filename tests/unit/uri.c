@@ -64,6 +64,10 @@ static void test_unknown_and_malformed(void) {
         "file://host/abs", "ftp://h/x",
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) expect_open(bad[i], BATON_EINVAL);
+    /* engines not written yet: "not implemented", not "not built here" */
+    const char *planned[] = { "etcd://127.0.0.1:2379", "zk://127.0.0.1:2181", "postgres://h/db",
+                              "mysql://h/db", "sqlite:///tmp/x.db" };
+    for (size_t i = 0; i < sizeof planned / sizeof planned[0]; i++) expect_open(planned[i], BATON_ENOTSUP);
 }
 
 static void test_default_file(void) {
