@@ -64,6 +64,13 @@ BATON_EXTERN(const baton_error *) baton_error_last(void);
 BATON_EXTERN(void) baton_error_clear(void);
 BATON_EXTERN(const char *) baton_version(void);
 
+/* The library never writes to stderr itself: what it has to say (a server
+ * that rejects WAIT, say) goes to this callback, process-wide, from any
+ * thread. NULL (the default) = say nothing. */
+enum { BATON_LOG_ERROR = 0, BATON_LOG_WARN = 1, BATON_LOG_INFO = 2, BATON_LOG_DEBUG = 3 };
+typedef void (*baton_log_cb)(int level, const char *message, void *payload);
+BATON_EXTERN(void) baton_log_set(baton_log_cb cb, void *payload);
+
 /* ---- client ---------------------------------------------------------- */
 
 typedef struct baton_client baton_client;
@@ -146,6 +153,7 @@ typedef struct {
 } baton_lockinfo;
 
 #define BATON_LOCK_INFO_VERSION 1
+#define BATON_LOCK_INFO_INIT { BATON_LOCK_INFO_VERSION, 0, "", 0, -1, -1, -1, -1, -1, -1 }
 
 /* What the engine knows about NAME, held by anyone. */
 BATON_EXTERN(int) baton_lock_info(baton_client *c, const char *name, baton_lockinfo *out);

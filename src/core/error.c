@@ -1,4 +1,5 @@
 /* The error list and the thread-local last error. */
+#include <pthread.h>
 #include "internal.h"
 #include <stdarg.h>
 #include <stdio.h>
@@ -45,4 +46,31 @@ int baton_seterr(int code, long native, const char *fmt, ...)
 const char *baton_version(void)
 {
     return BATON_VERSION_STRING;
+}
+
+static baton_log_cb g_log_cb;
+static void *g_log_payload;
+static pthread_mutex_t g_log_mu = PTHREAD_MUTEX_INITIALIZER;
+
+void baton_log_set(baton_log_cb cb, void *payload)
+{
+    pthread_mutex_lock(&g_log_mu);
+    g_log_cb = cb;
+    g_log_payload = payload;
+    pthread_mutex_unlock(&g_log_mu);
+}
+
+void baton_log(int level, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    pthread_mutex_lock(&g_log_mu);
+    baton_log_cb cb = g_log_cb;
+    void *payload = g_log_payload;
+    pthread_mutex_unlock(&g_log_mu);
+    if (!cb) return;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    cb(level, msg, payload);
 }

@@ -97,6 +97,14 @@ typedef struct baton_host baton_host;
  * re-checked. */
 void baton_host_recheck(baton_host *h);
 
+/* Says something through the application's baton_log_set() callback (no-op
+ * without one). level: BATON_LOG_*. */
+void baton_log(int level, const char *fmt, ...)
+#ifdef __GNUC__
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
 /* Monotonic clock, ns. */
 int64_t baton_now_ns(void);
 

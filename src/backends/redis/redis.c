@@ -262,7 +262,7 @@ int baton__redis_wait_replicas(reng *e, rconn *c, const char *what) {
     if (r->type == REDIS_REPLY_ERROR) {
         /* A server (or proxy, or ACL) without WAIT: degrade, say so once. */
         if (!__atomic_exchange_n(&e->wait_warned, 1, __ATOMIC_RELAXED))
-            fprintf(stderr, "baton: warning: redis %s:%d rejected WAIT (%s); grants are not confirmed by replicas\n",
+            baton_log(BATON_LOG_WARN, "redis %s:%d rejected WAIT (%s); grants are not confirmed by replicas",
                     e->cfg.host, e->cfg.port, r->str ? r->str : "error");
         rreply_free(r);
         return 0;
