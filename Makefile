@@ -46,9 +46,15 @@ test-asan: asan
 		ctest --output-on-failure -j$(JOBS)
 
 # install-deps, build every backend, run the suite, then again under ASan+UBSan.
+# Both phases run even when the first fails; each reports at the end.
 test: deps
-	$(MAKE) test-plain
-	$(MAKE) test-asan
+	@plain=0; asan=0; \
+	$(MAKE) test-plain || plain=$$?; \
+	$(MAKE) test-asan || asan=$$?; \
+	echo; echo "make test:"; \
+	if [ $$plain = 0 ]; then echo "  plain build           passed"; else echo "  plain build           FAILED"; fi; \
+	if [ $$asan = 0 ]; then echo "  ASan + UBSan build    passed"; else echo "  ASan + UBSan build    FAILED"; fi; \
+	[ $$plain = 0 ] && [ $$asan = 0 ]
 
 # Baton's workloads and the peers', side by side in one run; see docs/PERFORMANCE.md.
 # The peers (etcd, node) are installed best effort; baton is a Release build of its own in
