@@ -141,7 +141,9 @@ BATON_EXTERN(const char *) baton_lock_name(const baton_lock *l);
 typedef struct {
     unsigned int version;
     int held;                 /* 1 when someone holds it */
-    char holder[256];         /* "host pid tid" of the holder, "" when unknown */
+    char holder[256];         /* "host pid tid" of a baton holder; for a foreign holder what the
+                                 engine keeps: Redisson's "<uuid>:<thread id>" hash field, the
+                                 simple layout's whole value (redis-py's token); "" when unknown */
     uint64_t fence;           /* the last fence granted for this name (0 if never) */
     int64_t remaining_ms;     /* remaining lease; -1 when the engine does not know */
     /* -1 below = the engine does not know */
@@ -176,17 +178,22 @@ BATON_EXTERN(void) baton_rwlock_free(baton_rwlock *rw);
 
 /* ---- semaphore -----------------------------------------------------------
  * N permits shared by every client; permits are not owned (like Redisson's
- * RSemaphore): anyone may release. */
+ * RSemaphore): anyone may release, and a holder that dies never gives its
+ * permits back (use baton_permits_* for that). A semaphore that was never
+ * set has 0 permits: an acquire waits until someone sets or adds some. */
 typedef struct baton_semaphore baton_semaphore;
 
 BATON_EXTERN(int) baton_semaphore_open(baton_semaphore **out, baton_client *c, const char *name);
-/* wait_ms as for locks; BATON_ELOCKED when a try finds too few permits. */
+/* wait_ms as for locks. A try that finds too few permits answers
+ * BATON_ELOCKED, meaning "no permit now", not "held by another owner". */
 BATON_EXTERN(int) baton_semaphore_acquire(baton_semaphore *s, uint32_t permits, int64_t wait_ms);
 BATON_EXTERN(int) baton_semaphore_release(baton_semaphore *s, uint32_t permits);
 /* Sets the number of permits if it was never set; *was_set = 1 when this call set it. */
 BATON_EXTERN(int) baton_semaphore_try_set(baton_semaphore *s, uint32_t permits, int *was_set);
 BATON_EXTERN(int) baton_semaphore_add(baton_semaphore *s, int64_t delta);
 BATON_EXTERN(int) baton_semaphore_drain(baton_semaphore *s, uint64_t *drained);
+/* A count made negative by baton_semaphore_add reads as 0 here (nothing is
+ * available); baton_lock_info's permits shows the signed value. */
 BATON_EXTERN(int) baton_semaphore_available(baton_semaphore *s, uint64_t *out);
 BATON_EXTERN(int) baton_semaphore_cancel(baton_semaphore *s);
 BATON_EXTERN(void) baton_semaphore_free(baton_semaphore *s);
