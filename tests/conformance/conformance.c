@@ -751,8 +751,10 @@ static void test_renewal_keeps_lock(void) {
         if (baton_lock_acquire(b, 0) == BATON_ELOCKED) locked++;
         if (baton_lock_held(a) == 1) held++;
         baton_lockinfo info;
+        /* RedLock nodes keep a key for lease + drift (1% + 2 ms), a few ms
+         * over the lease; more would mean a lease longer than asked */
         if (info_of(c2, n, &info) == 0 && info.held == 1 && info.fence == f &&
-            (!g_leases || (info.remaining_ms > 0 && info.remaining_ms <= 600)))
+            (!g_leases || (info.remaining_ms > 0 && info.remaining_ms <= 600 + 600 / 100 + 2 + 5)))
             remaining_ok++;
     }
     CHECK(locked == rounds);

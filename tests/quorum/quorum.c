@@ -90,7 +90,9 @@ int main(int argc, char **argv)
         CHECK_RC(baton_client_open_quorum(&bad, mix, 1, NULL), BATON_ENOTSUP);
     }
     CHECK_RC(baton_client_open_quorum(NULL, m, 3, NULL), BATON_EINVAL);
-    CHECK_RC(baton_client_open_quorum(&q2, m, 0, NULL), BATON_EINVAL);
+    baton_client *none = q2; /* an _open clears its out-parameter even on error */
+    CHECK_RC(baton_client_open_quorum(&none, m, 0, NULL), BATON_EINVAL);
+    CHECK(none == NULL);
 
     baton_lock_free(l);
     baton_lock_free(l2);
