@@ -4,13 +4,16 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <math.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -45,10 +48,11 @@ static void usage(FILE *f)
         "  --fair          FIFO grants (engines with fair locks)\n"
         "  --shared        take the read side of read-write lock NAME\n"
         "  --write         take the write side of read-write lock NAME\n"
-        "  --permits N     take one of N permits of semaphore NAME\n"
+        "  --permits N     take one of N permits of semaphore NAME, leased like a lock\n"
         "\n"
         "exit: the child's status (128+signal if killed), 1 busy, 64 usage, 69 engine\n"
-        "unreachable or authentication failed, 75 lease lost while CMD ran.\n");
+        "unreachable or authentication failed, 70 internal failure, 75 lease lost while\n"
+        "CMD ran, 128+signal when INT/TERM/HUP canceled the wait.\n");
 }
 
 static int parse_secs(const char *s, double *out)
@@ -82,15 +86,6 @@ static const char *default_uri(const char *u)
     if (u) return u;
     u = getenv("BATON_URI");
     return u && *u ? u : NULL;
-}
-
-static int lost_pipe[2] = { -1, -1 };
-
-static void on_lost(baton_lock *l, void *p)
-{
-    char c = 'L';
-    (void)l; (void)p;
-    if (write(lost_pipe[1], &c, 1) < 0) { /* nothing to do: the pipe is ours */ }
 }
 
 extern char **environ;
@@ -138,6 +133,345 @@ static void free_env(char **e)
     free(e);
 }
 
+/* ---- baton run --------------------------------------------------------------
+ *
+ * One thread (main) owns the command: it blocks INT/TERM/HUP/CHLD before
+ * anything else, reads them from a signalfd, forks the command and waits for
+ * it. The acquire, which may block for as long as -w allows, runs on a helper
+ * thread so that a signal during the wait can cancel it (and the engine drops
+ * our queue entry or writer intent) instead of killing us inside it. */
+
+/* Bytes on ev_pipe: the acquire helper has finished, or the lock's lease was
+ * lost (on_lost runs on the library's keeper thread, so it only writes). */
+#define EV_DONE 'D'
+#define EV_LOST 'L'
+static int ev_pipe[2] = { -1, -1 };
+
+static void on_lost(baton_lock *l, void *p)
+{
+    char c = EV_LOST;
+    (void)l; (void)p;
+    /* A blocking pipe only we read: the write cannot fail, at worst it waits. */
+    if (write(ev_pipe[1], &c, 1) < 0) { /* nothing to do */ }
+}
+
+static int64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);   /* cannot fail for this clock */
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* Deadlines are int64 ns; INT64_MAX = none. Saturating, so a huge
+ * --kill-after or lease never wraps. */
+static int64_t add_ns(int64_t a, int64_t b)
+{
+    return b > 0 && a > INT64_MAX - b ? INT64_MAX : a + b;
+}
+
+/* SECS (at most 1e9 by parse_secs) as ns: 1e18 fits in int64. */
+static int64_t secs_ns(double s)
+{
+    return (int64_t)(s * 1e9);
+}
+
+/* A poll timeout for DEADLINE: -1 for none, else [0, INT_MAX] ms, rounded up
+ * so we do not wake just before it and spin. */
+static int poll_ms(int64_t now, int64_t deadline)
+{
+    int64_t ms;
+    if (deadline == INT64_MAX) return -1;
+    if (deadline <= now) return 0;
+    ms = (deadline - now + 999999) / 1000000;
+    return ms > INT_MAX ? INT_MAX : (int)ms;
+}
+
+typedef struct {
+    const char *name;
+    baton_lock *l;                  /* a plain lock or a side of a rwlock */
+    baton_permits *pm;              /* --permits instead */
+    char id[BATON_PERMIT_ID_SIZE];  /* the permit we hold ("" when none) */
+    uint32_t lease_ms;
+    int64_t wait_ms;
+    int sfd;
+    /* The library renews locks itself; a permit is renewed here. */
+    int keep;                       /* 1 while the permit has a lease to renew */
+    int64_t renew_at, lease_end;    /* monotonic ns */
+    /* Filled by the acquire helper; read after it is joined (or done is set). */
+    int rc;
+    char msg[256];                  /* its error message: baton_error_last() is per thread */
+    atomic_int done;
+} run_state;
+
+static void *acquire_main(void *arg)
+{
+    run_state *r = arg;
+    const baton_error *e;
+    char c = EV_DONE;
+
+    r->rc = r->pm ? baton_permits_acquire(r->pm, r->lease_ms, r->wait_ms, r->id)
+                  : baton_lock_acquire(r->l, r->wait_ms);
+    e = baton_error_last();
+    if (r->rc && e->code == r->rc && e->message) snprintf(r->msg, sizeof r->msg, "%s", e->message);
+    atomic_store(&r->done, 1);
+    if (write(ev_pipe[1], &c, 1) < 0) { /* cannot fail (see on_lost); done is set anyway */ }
+    return NULL;
+}
+
+static void cancel_wait(run_state *r)
+{
+    if (r->pm) baton_permits_cancel(r->pm);
+    else baton_lock_cancel(r->l);
+}
+
+/* Gives back what we hold: the lock, or the permit. */
+static int give_back(run_state *r)
+{
+    if (r->pm) return r->id[0] ? baton_permits_release(r->pm, r->id) : 0;
+    return baton_lock_release(r->l);
+}
+
+static void sleep_ms(long ms)
+{
+    struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
+    while (nanosleep(&ts, &ts) < 0 && errno == EINTR) {}
+}
+
+/* Runs the acquire on a helper thread and watches the signalfd meanwhile.
+ * Returns 0 when granted (r->rc == 0), or the exit code: the busy code is the
+ * caller's, so for a refusal this returns -1 and leaves r->rc set. *lost is set
+ * when the lease was lost before we saw the grant. */
+static int wait_grant(run_state *r, int *lost)
+{
+    pthread_t th;
+    int err, sig = 0, fail_errno = 0;
+    const char *failed = NULL;
+
+    atomic_store(&r->done, 0);
+    if ((err = pthread_create(&th, NULL, acquire_main, r))) {
+        fprintf(stderr, "%s: cannot start the acquire thread: %s\n", prog, strerror(err));
+        return EX_SOFTWARE;
+    }
+    for (;;) {
+        struct pollfd p[2] = { { r->sfd, POLLIN, 0 }, { ev_pipe[0], POLLIN, 0 } };
+        int n;
+        if (failed) {
+            /* We cannot watch any more: stop the wait and collect the helper. */
+            if (atomic_load(&r->done)) break;
+            cancel_wait(r);
+            sleep_ms(50);
+            continue;
+        }
+        /* The acquire resets its cancel flag when it starts waiting, so a
+         * cancel sent before that is forgotten: repeat it until it returns. */
+        n = poll(p, 2, sig ? 50 : -1);
+        if (n < 0) {
+            if (errno != EINTR) { failed = "poll"; fail_errno = errno; }
+            continue;
+        }
+        if (sig) cancel_wait(r);
+        if (p[0].revents & POLLIN) {
+            struct signalfd_siginfo si;
+            ssize_t k = read(r->sfd, &si, sizeof si);
+            if (k == (ssize_t)sizeof si) {
+                if (si.ssi_signo != SIGCHLD && !sig) {
+                    sig = (int)si.ssi_signo;
+                    cancel_wait(r);
+                }
+            } else if (k < 0 && errno != EAGAIN && errno != EINTR) {
+                failed = "read(signalfd)";
+                fail_errno = errno;
+            }
+        }
+        if (p[1].revents & POLLIN) {
+            char c;
+            ssize_t k = read(ev_pipe[0], &c, 1);
+            if (k == 1 && c == EV_LOST) *lost = 1;
+            else if (k == 1 && c == EV_DONE) break;
+            else if (k < 0 && errno != EINTR) { failed = "read(pipe)"; fail_errno = errno; }
+        }
+    }
+    if ((err = pthread_join(th, NULL))) {
+        /* only a bug of ours can make a join fail; the helper has returned */
+        fprintf(stderr, "%s: pthread_join: %s\n", prog, strerror(err));
+    }
+    if (failed || sig) {
+        if (r->rc == 0) give_back(r);   /* granted meanwhile */
+        if (failed) {
+            fprintf(stderr, "%s: %s: %s\n", prog, failed, strerror(fail_errno));
+            return EX_SOFTWARE;
+        }
+        fprintf(stderr, "%s: %s: the wait was canceled by %s\n", prog, r->name,
+                sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "SIGHUP");
+        return 128 + sig;
+    }
+    return r->rc ? -1 : 0;
+}
+
+/* A renewal answer that says nothing about the permit (the engine was not
+ * reached, or not in time): retry; the deadline decides. */
+static int transient(int rc)
+{
+    return rc == BATON_EUNAVAILABLE || rc == BATON_EIO || rc == BATON_ETIMEDOUT ||
+           rc == BATON_EPROTO || rc == BATON_ENOMEM;
+}
+
+/* Renews the permit when due. Returns NULL while it is ours, else why it is
+ * not: the engine said it is gone, or no renewal succeeded within a lease
+ * (the lease counts from when the last successful renewal was sent). */
+static const char *permit_keep(run_state *r)
+{
+    int64_t now = mono_ns(), sent, lease = (int64_t)r->lease_ms * 1000000, retry;
+    int rc;
+
+    if (!r->keep) return NULL;
+    if (now >= r->lease_end) return "the permit's lease ran out";
+    if (now < r->renew_at) return NULL;
+    sent = now;
+    rc = baton_permits_renew(r->pm, r->id, r->lease_ms);
+    now = mono_ns();
+    if (rc == 0) {
+        r->lease_end = sent + lease;
+        r->renew_at = sent + lease / 3;
+        return NULL;
+    }
+    if (rc == BATON_ENOTSUP) {
+        /* This engine's permits have no lease (file: the kernel frees the
+         * slot when we die): nothing to renew, nothing to lose. */
+        r->keep = 0;
+        return NULL;
+    }
+    if (!transient(rc)) {
+        const baton_error *e = baton_error_last();
+        snprintf(r->msg, sizeof r->msg, "permit lost (%s)",
+                 e->code == rc && e->message && *e->message ? e->message : baton_strerror(rc));
+        return r->msg;
+    }
+    /* as the library's lock keeper: a quarter of the period, 20 ms..1 s */
+    retry = lease / 12;
+    if (retry < 20000000) retry = 20000000;
+    if (retry > 1000000000) retry = 1000000000;
+    r->renew_at = now + retry;
+    return now >= r->lease_end ? "the permit's lease ran out" : NULL;
+}
+
+/* The command's side of vfork(). */
+typedef struct {
+    char *const *argv;
+    char *const *shv;              /* "sh" + argv, for a script without #! */
+    char *const *envp;
+    const sigset_t *mask;          /* the mask baton started with */
+    const struct sigaction *chld;  /* SIGCHLD back to SIG_IGN, when it was; else NULL */
+    pid_t parent;                  /* getpid() before vfork */
+    /* Written by the child into our memory (vfork shares it until exec): */
+    volatile int err;              /* errno of the failed step; 0 when exec succeeded */
+    volatile int step;             /* 0: prctl, 1: exec */
+} spawn_req;
+
+/* Runs in the vfork child, on the parent's memory and stack, until exec:
+ * only async-signal-safe calls, never a return. */
+static _Noreturn void child_side(spawn_req *s)
+{
+    /* The command must not outlive baton: the kernel kills it when the
+     * thread that forked it (main, alive for the whole run) dies. */
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) {
+        s->err = errno;
+        _exit(EX_SOFTWARE);
+    }
+    /* Killed between vfork and prctl: we were reparented and no death
+     * signal will come. Nobody waits for us either. */
+    if (getppid() != s->parent) _exit(EX_SOFTWARE);
+    if (s->chld) sigaction(SIGCHLD, s->chld, NULL);
+    sigprocmask(SIG_SETMASK, s->mask, NULL);
+    s->step = 1;
+    execvpe(s->argv[0], s->argv, s->envp);
+    /* a script without a #! line: what execvp does, run it with sh */
+    if (errno == ENOEXEC) execve("/bin/sh", s->shv, s->envp);
+    s->err = errno;
+    _exit(s->err == ENOENT ? 127 : 126);
+}
+
+/* vfork rather than fork: the parent's page tables (the TLS libraries mapped
+ * in) are not copied for a short command. Kept apart so nothing of a larger
+ * frame lives across the vfork. */
+static pid_t spawn(spawn_req *s)
+{
+    pid_t pid = vfork();
+    if (pid == 0) child_side(s);
+    return pid;
+}
+
+static void lose_now(run_state *r, pid_t child, const char *why, double kill_after, int64_t *kill_at, int *lost)
+{
+    *lost = 1;
+    fprintf(stderr, "%s: %s: %s; terminating the command\n", prog, r->name, why);
+    kill(child, SIGTERM);   /* our own unreaped child: cannot fail */
+    *kill_at = add_ns(mono_ns(), secs_ns(kill_after));
+}
+
+/* Forwards signals, keeps the permit, notices a lost lease, and waits for the
+ * command. Returns 0 once it is reaped (*status set), or EX_SOFTWARE after a
+ * failure of ours. Either way the command is no longer running: the caller
+ * may give the lock back. */
+static int supervise(run_state *r, pid_t child, double kill_after, int *status, int *lost)
+{
+    int64_t kill_at = INT64_MAX;
+    const char *failed;
+    int fail_errno;
+
+    for (;;) {
+        struct pollfd p[2] = { { r->sfd, POLLIN, 0 }, { ev_pipe[0], POLLIN, 0 } };
+        const char *why;
+        int64_t now, due;
+        pid_t w;
+
+        if (r->pm && !*lost && (why = permit_keep(r))) lose_now(r, child, why, kill_after, &kill_at, lost);
+        now = mono_ns();
+        if (kill_at != INT64_MAX && now >= kill_at) {
+            kill(child, SIGKILL);
+            kill_at = INT64_MAX;
+        }
+        due = kill_at;
+        if (r->pm && !*lost && r->keep) {
+            if (r->renew_at < due) due = r->renew_at;
+            if (r->lease_end < due) due = r->lease_end;
+        }
+        if (poll(p, *lost ? 1 : 2, poll_ms(now, due)) < 0) {
+            if (errno == EINTR) continue;
+            failed = "poll";
+            fail_errno = errno;
+            break;
+        }
+        if (p[1].revents & POLLIN) {
+            char c;
+            ssize_t k = read(ev_pipe[0], &c, 1);
+            if (k == 1 && c == EV_LOST) lose_now(r, child, "lease lost", kill_after, &kill_at, lost);
+            else if (k < 0 && errno != EINTR) { failed = "read(pipe)"; fail_errno = errno; break; }
+        }
+        if (p[0].revents & POLLIN) {
+            struct signalfd_siginfo si;
+            ssize_t k = read(r->sfd, &si, sizeof si);
+            if (k == (ssize_t)sizeof si && si.ssi_signo != SIGCHLD) kill(child, (int)si.ssi_signo);
+            else if (k < 0 && errno != EAGAIN && errno != EINTR) { failed = "read(signalfd)"; fail_errno = errno; break; }
+        }
+        w = waitpid(child, status, WNOHANG);
+        if (w == child) return 0;
+        if (w < 0 && errno != EINTR) {
+            /* ECHILD, the only way it fails here: it is no child of ours any
+             * more, so there is nothing left to kill or wait for. */
+            fprintf(stderr, "%s: waitpid: %s\n", prog, strerror(errno));
+            return EX_SOFTWARE;
+        }
+    }
+    /* Without the loop we can neither forward signals nor notice a lost
+     * lease: the command must not run on unwatched, and the lock may only be
+     * given back once it is gone. */
+    fprintf(stderr, "%s: %s: %s; killing the command\n", prog, failed, strerror(fail_errno));
+    kill(child, SIGKILL);
+    while (waitpid(child, status, 0) < 0 && errno == EINTR) {}
+    return EX_SOFTWARE;
+}
+
 static int cmd_run(int argc, char **argv)
 {
     static const struct option lo[] = {
@@ -149,24 +483,25 @@ static int cmd_run(int argc, char **argv)
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
-    const char *uri = NULL, *name;
+    const char *uri = NULL, *name, *why;
     double wait_s = -1, lease_s = 30, kill_after = 10;
     int fair = 0, shared = 0, write_side = 0;
     long permits = 0;
     baton_rwlock *rw = NULL;
-    baton_semaphore *sem = NULL;
-    int nowait = 0, busy_code = EX_BUSY_DEFAULT, opt, rc, status = 0, lost = 0, sfd, code;
+    int nowait = 0, busy_code = EX_BUSY_DEFAULT, opt, rc, err, status = 0, lost = 0, code;
     baton_client *c = NULL;
-    baton_lock *l = NULL;
     baton_lock_options lo_opts = BATON_LOCK_OPTIONS_INIT;
-    sigset_t fwd, old;
+    sigset_t fwd, old, all, cur;
+    struct sigaction chld_old, chld_dfl;
     pid_t child;
     char buf[32];
-    char **envp = NULL;
-    posix_spawnattr_t sa;
-    int64_t wait_ms;
-    struct timespec kill_at = { 0, 0 };
+    char **envp = NULL, **shv = NULL;
+    int64_t acq_start;
+    run_state r;
+    spawn_req s;
 
+    memset(&r, 0, sizeof r);
+    r.sfd = -1;
     optind = 1;
     while ((opt = getopt_long(argc, argv, "+u:nw:t:E:h", lo, NULL)) != -1) {
         switch (opt) {
@@ -207,116 +542,162 @@ static int cmd_run(int argc, char **argv)
     name = argv[optind++];
     if (optind < argc && !strcmp(argv[optind], "--")) optind++;
     if (optind >= argc) { fprintf(stderr, "%s: run: missing COMMAND\n", prog); return EX_USAGE; }
+    r.name = name;
+    /* The engine's leases are 32-bit ms: a longer -t means "as long as it
+     * gets" (parse_secs allows up to 1e9 s, which would not fit). */
+    r.lease_ms = lease_s * 1000 >= (double)UINT32_MAX ? UINT32_MAX : (uint32_t)(lease_s * 1000);
+    /* at most 1e12 ms: no overflow here, and the core saturates its deadlines */
+    r.wait_ms = nowait || wait_s == 0 ? 0 : wait_s < 0 ? -1 : (int64_t)(wait_s * 1000);
 
-    /* Signals go to this thread only (the library's threads block them), and
-     * are read from a signalfd so forwarding is ordinary code, not a handler. */
+    /* An inherited SIG_IGN for SIGCHLD would have the kernel reap the command
+     * itself and waitpid fail: we take the default; the command gets it back. */
+    memset(&s, 0, sizeof s);
+    if (sigaction(SIGCHLD, NULL, &chld_old)) { perror("baton: sigaction"); return EX_SOFTWARE; }
+    if (!(chld_old.sa_flags & SA_SIGINFO) && chld_old.sa_handler == SIG_IGN) {
+        memset(&chld_dfl, 0, sizeof chld_dfl);
+        chld_dfl.sa_handler = SIG_DFL;
+        sigemptyset(&chld_dfl.sa_mask);
+        if (sigaction(SIGCHLD, &chld_dfl, NULL)) { perror("baton: sigaction"); return EX_SOFTWARE; }
+        s.chld = &chld_old;
+    }
+    /* From the start, signals come to this thread only as signalfd reads (the
+     * library's threads and the acquire helper block them): a Ctrl-C during
+     * the wait cancels it rather than killing us inside it. */
     sigemptyset(&fwd);
     sigaddset(&fwd, SIGINT); sigaddset(&fwd, SIGTERM); sigaddset(&fwd, SIGHUP); sigaddset(&fwd, SIGCHLD);
-    if (pipe2(lost_pipe, O_CLOEXEC)) { perror("pipe"); return EX_SOFTWARE; }
-
-    uri = default_uri(uri);
-    if ((rc = baton_client_open(&c, uri, NULL))) { report("open", rc); return exit_for(rc); }
-    lo_opts.lease_ms = (uint32_t)(lease_s * 1000);
-    lo_opts.on_lost = on_lost;
-    lo_opts.fair = fair;
-    wait_ms = nowait ? 0 : wait_s < 0 ? -1 : (int64_t)(wait_s * 1000);
-    if (wait_s == 0) wait_ms = 0;
-    if (permits) {
-        /* One of N permits: the first user sets N; later users join it. */
-        if ((rc = baton_semaphore_open(&sem, c, name)) || (rc = baton_semaphore_try_set(sem, (uint32_t)permits, NULL))) {
-            report("semaphore", rc);
-            code = exit_for(rc);
-            goto out;
-        }
-        rc = baton_semaphore_acquire(sem, 1, wait_ms);
-    } else {
-        if (shared || write_side) {
-            if ((rc = baton_rwlock_open(&rw, c, name, &lo_opts))) { report("rwlock", rc); code = exit_for(rc); goto out; }
-            l = shared ? baton_rwlock_read(rw) : baton_rwlock_write(rw);
-        } else if ((rc = baton_lock_open(&l, c, name, &lo_opts))) {
-            report("lock", rc);
-            code = exit_for(rc);
-            goto out;
-        }
-        rc = baton_lock_acquire(l, wait_ms);
+    if ((err = pthread_sigmask(SIG_BLOCK, &fwd, &old))) {
+        fprintf(stderr, "%s: sigprocmask: %s\n", prog, strerror(err));
+        return EX_SOFTWARE;
     }
-    if (rc == BATON_ELOCKED || rc == BATON_ETIMEDOUT) {
-        fprintf(stderr, "%s: %s: %s\n", prog, name, rc == BATON_ELOCKED ? "busy" : "wait timed out");
-        code = busy_code;
-        goto out;
-    }
-    if (rc) { report("acquire", rc); code = exit_for(rc); goto out; }
-
-    sigprocmask(SIG_BLOCK, &fwd, &old);
-    sfd = signalfd(-1, &fwd, SFD_CLOEXEC);
-    snprintf(buf, sizeof buf, "%" PRIu64, l ? baton_lock_fence(l) : 0);
-    envp = child_env(name, l ? buf : NULL, baton_client_uri(c));
-    if (!envp) {
-        fprintf(stderr, "%s: out of memory\n", prog);
+    if ((r.sfd = signalfd(-1, &fwd, SFD_CLOEXEC | SFD_NONBLOCK)) < 0) {
+        fprintf(stderr, "%s: signalfd: %s\n", prog, strerror(errno));
         code = EX_SOFTWARE;
         goto out;
     }
-    /* posix_spawn (vfork underneath) rather than fork: the parent's page
-     * tables (the TLS libraries mapped in) are not copied for a short command. */
-    posix_spawnattr_init(&sa);
-    posix_spawnattr_setsigmask(&sa, &old);
-    posix_spawnattr_setflags(&sa, POSIX_SPAWN_SETSIGMASK);
-    rc = posix_spawnp(&child, argv[optind], NULL, &sa, argv + optind, envp);
-    if (rc == ENOEXEC) {
-        /* a script without a #! line: what execvp does, run it with sh */
-        int n = argc - optind;
-        char **shv = calloc((size_t)n + 2, sizeof *shv);
-        if (shv) {
-            shv[0] = "sh";
-            for (int i = 0; i < n; i++) shv[i + 1] = argv[optind + i];
-            rc = posix_spawn(&child, "/bin/sh", NULL, &sa, shv, envp);
-            free(shv);
-        }
-    }
-    posix_spawnattr_destroy(&sa);
-    free_env(envp);
-    if (rc) {
-        fprintf(stderr, "%s: %s: %s\n", prog, argv[optind], strerror(rc));
-        /* 127: not found; 126: found but not runnable; the spawn itself failing is ours */
-        code = rc == ENOENT ? 127 : (rc == EAGAIN || rc == ENOMEM) ? EX_SOFTWARE : 126;
-        close(sfd);
-        sigprocmask(SIG_SETMASK, &old, NULL);
-        rc = sem ? baton_semaphore_release(sem, 1) : baton_lock_release(l);
+    if (pipe2(ev_pipe, O_CLOEXEC)) {
+        fprintf(stderr, "%s: pipe: %s\n", prog, strerror(errno));
+        code = EX_SOFTWARE;
         goto out;
     }
 
-    for (;;) {
-        struct pollfd p[2] = { { sfd, POLLIN, 0 }, { lost_pipe[0], POLLIN, 0 } };
-        int timeout = -1, w;
-        if (kill_at.tv_sec) {
-            struct timespec now;
-            clock_gettime(CLOCK_MONOTONIC, &now);
-            int64_t left = (kill_at.tv_sec - now.tv_sec) * 1000 + (kill_at.tv_nsec - now.tv_nsec) / 1000000;
-            if (left <= 0) { kill(child, SIGKILL); kill_at.tv_sec = 0; }
-            else timeout = (int)left;
+    uri = default_uri(uri);
+    if ((rc = baton_client_open(&c, uri, NULL))) { report("open", rc); code = exit_for(rc); goto out; }
+    lo_opts.lease_ms = r.lease_ms;
+    lo_opts.on_lost = on_lost;
+    lo_opts.fair = fair;
+    if (permits) {
+        /* One of N permits, each with its own lease: a killed holder's slot
+         * comes back when its lease runs out (or, on engines without leases,
+         * when it dies). The first user sets N; later users join it. */
+        if ((rc = baton_permits_open(&r.pm, c, name)) || (rc = baton_permits_try_set(r.pm, (uint32_t)permits, NULL))) {
+            if (rc == BATON_ENOTSUP)
+                fprintf(stderr, "%s: --permits is not supported by the %s engine\n", prog, baton_client_backend(c));
+            else
+                report("permits", rc);
+            code = exit_for(rc);
+            goto out;
         }
-        if (poll(p, lost ? 1 : 2, timeout) < 0 && errno != EINTR) break;
-        if (p[1].revents & POLLIN && !lost) {
-            lost = 1;
-            fprintf(stderr, "%s: %s: lease lost; terminating the command\n", prog, name);
-            kill(child, SIGTERM);
-            clock_gettime(CLOCK_MONOTONIC, &kill_at);
-            kill_at.tv_sec += (time_t)kill_after;
-            kill_at.tv_nsec += (long)((kill_after - floor(kill_after)) * 1e9);
-            if (kill_at.tv_nsec >= 1000000000L) { kill_at.tv_sec++; kill_at.tv_nsec -= 1000000000L; }
-            if (!kill_at.tv_sec) kill_at.tv_sec = 1;
-        }
-        if (p[0].revents & POLLIN) {
-            struct signalfd_siginfo si;
-            if (read(sfd, &si, sizeof si) == sizeof si && si.ssi_signo != SIGCHLD)
-                kill(child, (int)si.ssi_signo);
-        }
-        w = waitpid(child, &status, WNOHANG);
-        if (w == child) break;
+    } else if (shared || write_side) {
+        if ((rc = baton_rwlock_open(&rw, c, name, &lo_opts))) { report("rwlock", rc); code = exit_for(rc); goto out; }
+        r.l = shared ? baton_rwlock_read(rw) : baton_rwlock_write(rw);
+    } else if ((rc = baton_lock_open(&r.l, c, name, &lo_opts))) {
+        report("lock", rc);
+        code = exit_for(rc);
+        goto out;
     }
-    close(sfd);
-    rc = sem ? baton_semaphore_release(sem, 1) : baton_lock_release(l);
-    if (lost || rc == BATON_ELOST) {
+
+    /* Every attempt of the acquire is sent after this: a lower bound for
+     * when the permit's lease started. */
+    acq_start = mono_ns();
+    if ((code = wait_grant(&r, &lost)) > 0) goto out;
+    if (code < 0) {
+        rc = r.rc;
+        if (rc == BATON_ELOCKED || rc == BATON_ETIMEDOUT) {
+            fprintf(stderr, "%s: %s: %s\n", prog, name, rc == BATON_ELOCKED ? "busy" : "wait timed out");
+            code = busy_code;
+        } else {
+            fprintf(stderr, "%s: acquire: %s\n", prog, r.msg[0] ? r.msg : baton_strerror(rc));
+            code = exit_for(rc);
+        }
+        goto out;
+    }
+
+    /* Granted. Anything that fails from here until the command runs gives
+     * the lock back first. */
+    if (r.pm) {
+        int64_t lease = (int64_t)r.lease_ms * 1000000;
+        r.keep = 1;
+        r.lease_end = add_ns(acq_start, lease);
+        r.renew_at = add_ns(acq_start, lease / 3);
+        /* after a long wait the first renewal is due (or late) already */
+        if ((why = permit_keep(&r))) {
+            fprintf(stderr, "%s: %s: %s before the command started\n", prog, name, why);
+            give_back(&r);
+            code = EX_LOST;
+            goto out;
+        }
+    }
+    if (lost) {
+        fprintf(stderr, "%s: %s: lease lost before the command started\n", prog, name);
+        give_back(&r);
+        code = EX_LOST;
+        goto out;
+    }
+    snprintf(buf, sizeof buf, "%" PRIu64, r.l ? baton_lock_fence(r.l) : 0);
+    envp = child_env(name, r.l ? buf : NULL, baton_client_uri(c));
+    shv = calloc((size_t)(argc - optind) + 2, sizeof *shv);
+    if (!envp || !shv) {
+        fprintf(stderr, "%s: out of memory\n", prog);
+        give_back(&r);
+        code = EX_SOFTWARE;
+        goto out;
+    }
+    shv[0] = "sh";
+    for (int i = optind; i < argc; i++) shv[i - optind + 1] = argv[i];
+    s.argv = argv + optind;
+    s.shv = shv;
+    s.envp = envp;
+    s.mask = &old;
+    s.parent = getpid();
+    /* No signal may be handled in the child while it shares our memory;
+     * it sets the mask baton started with just before exec. */
+    sigfillset(&all);
+    if ((err = pthread_sigmask(SIG_SETMASK, &all, &cur))) {
+        fprintf(stderr, "%s: sigprocmask: %s\n", prog, strerror(err));
+        give_back(&r);
+        code = EX_SOFTWARE;
+        goto out;
+    }
+    child = spawn(&s);
+    err = errno;
+    /* restoring the mask that was just read: cannot fail */
+    pthread_sigmask(SIG_SETMASK, &cur, NULL);
+    if (child < 0) {
+        fprintf(stderr, "%s: %s: cannot start it: %s\n", prog, argv[optind], strerror(err));
+        give_back(&r);
+        code = EX_SOFTWARE;
+        goto out;
+    }
+    if (s.err) {
+        /* it has _exited already: reap it */
+        while (waitpid(child, NULL, 0) < 0 && errno == EINTR) {}
+        if (s.step == 0) {
+            fprintf(stderr, "%s: prctl(PR_SET_PDEATHSIG): %s\n", prog, strerror(s.err));
+            code = EX_SOFTWARE;
+        } else {
+            fprintf(stderr, "%s: %s: %s\n", prog, argv[optind], strerror(s.err));
+            /* 127: not found; 126: found but not runnable; the exec itself failing is ours */
+            code = s.err == ENOENT ? 127 : (s.err == EAGAIN || s.err == ENOMEM) ? EX_SOFTWARE : 126;
+        }
+        give_back(&r);
+        goto out;
+    }
+
+    code = supervise(&r, child, kill_after, &status, &lost);
+    rc = give_back(&r);
+    if (code) {
+        /* supervise's failure, reported; the command is gone */
+    } else if (lost || rc == BATON_ELOST || (r.pm && rc == BATON_ENOTOWNER)) {
         code = EX_LOST;
         if (!lost) fprintf(stderr, "%s: %s: lease lost while the command ran\n", prog, name);
     } else if (WIFSIGNALED(status)) {
@@ -326,12 +707,17 @@ static int cmd_run(int argc, char **argv)
         if (rc) report("release", rc);
     }
 out:
+    free(shv);
+    if (envp) free_env(envp);
     if (rw) baton_rwlock_free(rw);
-    else baton_lock_free(l);
-    baton_semaphore_free(sem);
+    else baton_lock_free(r.l);
+    baton_permits_free(r.pm);
     baton_client_close(c);
-    close(lost_pipe[0]);
-    close(lost_pipe[1]);
+    if (r.sfd >= 0) close(r.sfd);
+    for (int i = 0; i < 2; i++) {
+        if (ev_pipe[i] >= 0) close(ev_pipe[i]);
+        ev_pipe[i] = -1;
+    }
     return code;
 bad_num:
     fprintf(stderr, "%s: bad number '%s' for -%c\n", prog, optarg, opt == 'K' ? '-' : opt);
