@@ -253,7 +253,16 @@ typedef struct {
     int idx, fair;
     double end;
     long pairs;   /* atomic: read by the progress line */
+    int err;      /* the failure that stopped this thread, 0 if none */
+    int *said;    /* atomic, shared: the first failure is said on stderr */
 } many_arg;
+
+static void many_fail(many_arg *a, int rc, const char *what)
+{
+    a->err = rc;
+    if (!__atomic_exchange_n(a->said, 1, __ATOMIC_SEQ_CST))
+        fprintf(stderr, "baton bench: many: lock %d: %s%s\n", a->idx, what, baton_error_last()->message);
+}
 
 static void *many_main(void *p)
 {
@@ -261,11 +270,18 @@ static void *many_main(void *p)
     baton_lock *l;
     baton_lock_options lo = BATON_LOCK_OPTIONS_INIT;
     char name[64];
+    int rc;
     lo.fair = a->fair;
     snprintf(name, sizeof name, "bench-many-%ld-%d", (long)getpid(), a->idx);
-    if (baton_lock_open(&l, a->c, name, &lo)) return NULL;
+    if ((rc = baton_lock_open(&l, a->c, name, &lo))) {
+        many_fail(a, rc, "");
+        return NULL;
+    }
     while (now_s() < a->end) {
-        if (baton_lock_acquire(l, -1)) break;
+        if ((rc = baton_lock_acquire(l, -1))) {
+            many_fail(a, rc, "acquire: ");
+            break;
+        }
         baton_lock_release(l);
         __atomic_fetch_add(&a->pairs, 1, __ATOMIC_RELAXED);
     }
@@ -288,7 +304,7 @@ static long count_many(void *p)
 
 int w_many(bench_opts *o)
 {
-    int K = o->clients > 0 ? o->clients : 50, started = 0, rc;
+    int K = o->clients > 0 ? o->clients : 50, started = 0, rc, said = 0;
     baton_client *c = NULL;
     pthread_t *th = calloc((size_t)K, sizeof *th);
     many_arg *args = calloc((size_t)K, sizeof *args);
@@ -306,12 +322,17 @@ int w_many(bench_opts *o)
     t0 = now_s();
     progress_start(&pr, "many", "pairs", t0, o->seconds, 0, count_many, &mc);
     for (int i = 0; i < K; i++) {
-        args[i] = (many_arg){ c, i, o->fair, t0 + o->seconds, 0 };
+        args[i] = (many_arg){ c, i, o->fair, t0 + o->seconds, 0, 0, &said };
         if (pthread_create(&th[i], NULL, many_main, &args[i])) break;
         mc.n = ++started;
     }
-    for (int i = 0; i < started; i++) { pthread_join(th[i], NULL); total += args[i].pairs; }
+    for (int i = 0; i < started; i++) {
+        pthread_join(th[i], NULL);
+        total += args[i].pairs;
+        if (args[i].err && !rc) rc = bench_exit_for(args[i].err);   /* no rate of a run that stopped short */
+    }
     progress_stop(&pr);
+    if (rc) goto out;
     if (started < K) {
         fprintf(stderr, "baton bench: many: started %d of %d threads\n", started, K);
         rc = EX_SOFTWARE;
