@@ -22,7 +22,7 @@
 extern "C" {
 #endif
 
-#define BATON_BACKEND_VERSION 2
+#define BATON_BACKEND_VERSION 3
 
 /* Capability bits. */
 #define BATON_CAP_LEASE   (1u << 0) /* locks expire unless renewed; core renews them */
@@ -206,6 +206,20 @@ typedef struct baton_backend {
      * by it, so two processes always take shared locks in the same order.
      * NULL = the core uses the redacted URI. Writes at most n bytes. */
     int (*identity)(void *eng, char *buf, size_t n);
+
+    /* ---- version 3 ---- */
+
+    /* may: the engine's own counts of the operations it has served, all its
+     * clients together (Redis: INFO commandstats; ZooKeeper's mntr, etcd's
+     * metrics or pg_stat_database would do the same): FN(ARG, OP, COUNT) once
+     * per kind of operation the engine counts, OP its lower-case name there
+     * ("evalsha", "client|setname"; at most 63 bytes, valid during the call
+     * only), COUNT never decreasing while the engine runs (a restart may
+     * reset it). A quorum reports each member's counts, so one OP may come
+     * several times: they add up. The request that reads them may be counted
+     * too (Redis: "info"). 0 with every count reported, or an error with FN
+     * not called at all. `baton bench` counts what a handoff costs with it. */
+    int (*engine_ops)(void *eng, void (*fn)(void *arg, const char *op, uint64_t count), void *arg);
 } baton_backend;
 
 /* sem_ctl / permits_ctl / latch_ctl operations. */

@@ -827,6 +827,48 @@ static int r_lock_info(void *eng, const char *name, baton_lockinfo *out) {
     return 0;
 }
 
+/* ---- engine counters (INFO commandstats) ------------------------------------ */
+
+void baton__redis_cmdstats(const char *s, size_t len, void (*fn)(void *arg, const char *op, uint64_t count),
+                           void *arg) {
+    for (const char *end = s + len, *le; s < end; s = le + 1) {
+        const char *colon, *calls;
+        size_t nl;
+        if (!(le = memchr(s, '\n', (size_t)(end - s)))) le = end;
+        if (le - s <= 8 || memcmp(s, "cmdstat_", 8) || !(colon = memchr(s, ':', (size_t)(le - s))) ||
+            !(calls = memmem(colon, (size_t)(le - colon), "calls=", 6)))
+            continue;
+        char name[64];
+        if ((nl = (size_t)(colon - s - 8)) == 0 || nl >= sizeof name) continue;
+        memcpy(name, s + 8, nl);
+        name[nl] = 0;
+        fn(arg, name, strtoull(calls + 6, NULL, 10));
+    }
+}
+
+static int r_engine_ops(void *eng, void (*fn)(void *arg, const char *op, uint64_t count), void *arg) {
+    reng *e = eng;
+    const char *argv[2] = { "INFO", "commandstats" };
+    size_t lens[2] = { 4, 12 };
+    int64_t dl = rdeadline_ms(e->cfg.io_timeout_ms);
+    rconn *c = NULL;
+    redisReply *r = NULL;
+    int rc = rpool_get(&e->pool, &c, dl);
+    if (rc) return rc;
+    rc = rconn_command(c, 2, argv, lens, &r, dl);
+    rpool_put(&e->pool, c);
+    if (rc) return rc;
+    if (r->type == REDIS_REPLY_ERROR) {
+        rc = rreply_error(r, "INFO commandstats");
+        rreply_free(r);
+        return rc;
+    }
+    if (r->type != REDIS_REPLY_STRING) return bad_reply(r, "INFO commandstats");
+    baton__redis_cmdstats(r->str, r->len, fn, arg);
+    rreply_free(r);
+    return 0;
+}
+
 static const char *const redis_schemes[] = { "redis", "rediss", NULL };
 
 const baton_backend baton__backend_redis = {
@@ -862,4 +904,5 @@ const baton_backend baton__backend_redis = {
     .latch_await = baton__redis_latch_await,
     .attach = r_attach,
     .identity = r_identity,
+    .engine_ops = r_engine_ops,
 };

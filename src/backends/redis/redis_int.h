@@ -43,6 +43,10 @@ int rparse_bool(const char *s, int *out);                     /* 0 or -1 */
 /* Redisson's rule for derived names: "prefix:{key}", or "prefix:key" when the
  * key already carries a hash tag, so every key of a lock shares one slot. */
 char *baton__redis_prefixed(const char *prefix, const char *key);
+/* FN(ARG, name, calls) for each "cmdstat_NAME:calls=N,..." line of an INFO
+ * commandstats reply (redis.c; RedLock reads its nodes' with it too). */
+void baton__redis_cmdstats(const char *s, size_t len, void (*fn)(void *arg, const char *op, uint64_t count),
+                           void *arg);
 
 /* Deadline helpers (monotonic ns). */
 int64_t rdeadline_ms(int ms);

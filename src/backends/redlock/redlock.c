@@ -871,6 +871,39 @@ static int rl_lock_info(void *eng, const char *name, baton_lockinfo *out) {
     return 0;
 }
 
+/* ---- engine counters ---------------------------------------------------------------- */
+
+/* Every node's INFO commandstats, the caller adds them up: all nodes must
+ * answer, or the sum would go down while one is away. */
+static int rl_engine_ops(void *eng, void (*fn)(void *arg, const char *op, uint64_t count), void *arg) {
+    rl_eng *e = eng;
+    static const char *const info[2] = { "INFO", "commandstats" };
+    rl_call call;
+    memset(&call, 0, sizeof call);
+    call.raw = info;
+    call.nraw = 2;
+    rl_slot s[RL_MAX_NODES];
+    slots_on(e, s);
+    rl_round_opts ro = { .timeout_ns = (int64_t)e->nodes[0].cfg.io_timeout_ms * MS, .all_nodes = 1 };
+    rl_round(e, s, &call, &ro, NULL);
+    size_t ok = 0;
+    for (size_t i = 0; i < e->n; i++) {
+        if (s[i].state == RS_DONE && s[i].reply->type != REDIS_REPLY_STRING) slot_bad(e, s, i, "INFO commandstats");
+        ok += s[i].state == RS_DONE;
+    }
+    int rc = 0;
+    if (ok < e->n) {
+        int code = 0;
+        const char *why = first_failure(e, s, &code);
+        rc = baton_seterr(code == BATON_EPROTO || code == BATON_EAUTH ? code : BATON_EUNAVAILABLE, 0,
+                          "redlock: INFO commandstats: %zu of %zu nodes answered: %s", ok, e->n, why);
+    } else {
+        for (size_t i = 0; i < e->n; i++) baton__redis_cmdstats(s[i].reply->str, s[i].reply->len, fn, arg);
+    }
+    rl_slots_reset(e, s);
+    return rc;
+}
+
 static const char *const redlock_schemes[] = { "redlock", NULL };
 
 const baton_backend baton__backend_redlock = {
@@ -886,4 +919,5 @@ const baton_backend baton__backend_redlock = {
     .lock_release = rl_lock_release,
     .lock_renew = rl_lock_renew,
     .lock_info = rl_lock_info,
+    .engine_ops = rl_engine_ops,
 };

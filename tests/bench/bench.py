@@ -1,0 +1,138 @@
+#!/usr/bin/python3
+"""`baton bench`: every workload runs, briefly, and prints the fields that
+bench/run.py and docs/PERFORMANCE.md read, in the same order, under the same
+names. Values are not checked (benchmarks are measured, never asserted), only
+their shape: engines that count what they serve (Redis, RedLock: the backend's
+engine_ops) give numbers for the herd's commands per handoff, the others null.
+
+    bench.py BATON file      the embedded file backend (a temp dir)
+    bench.py BATON redis     the test Redis ($BATON_TEST_SRV/redis/port)
+    bench.py BATON redlock   a one-node RedLock on that server
+
+Exits 1 on a failure, 77 when the Redis server is missing (unless
+BATON_REQUIRE_ALL=1).
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+BATON, MODE = sys.argv[1], sys.argv[2]
+
+FIELDS = {
+    "uncontended": ["peer", "workload", "n", "pairs_per_s", "acquire_p50_us", "acquire_p99_us", "cpu_us_per_pair",
+                    "cpu_user_us_per_pair", "cpu_sys_us_per_pair"],
+    "contended": ["peer", "workload", "clients", "seconds", "handoffs_per_s", "counter_ok", "wait_p50_ms",
+                  "wait_p99_ms", "min_per_client", "max_per_client", "fair"],
+    "handoff": ["peer", "workload", "rounds", "samples", "handoff_p50_us", "handoff_p99_us", "fair"],
+    "herd": ["peer", "workload", "waiters", "fair", "rounds", "chains", "samples", "commands_per_handoff",
+             "requests_per_handoff", "pings", "commands", "handoff_p50_us", "handoff_p99_us", "loop_samples",
+             "commands_per_grant_loop", "requests_per_grant_loop", "commands_loop", "loop_handoff_p50_us",
+             "loop_handoff_p99_us"],
+    "many": ["peer", "workload", "locks", "seconds", "pairs_per_s"],
+    "memory": ["peer", "workload", "locks", "fair", "held_bytes_per_lock", "waiting_locks", "waiting_bytes_per_lock",
+               "thread_heap_bytes", "thread_stack_bytes", "waiting_rss_bytes_per_lock", "thread_cache"],
+}
+SMALL = {
+    "uncontended": ["--n", "30"],
+    "contended": ["--clients", "3", "--seconds", "0.3"],
+    "handoff": ["--rounds", "6"],
+    "herd": ["--waiters", "3", "--rounds", "6"],
+    "many": ["--clients", "3", "--seconds", "0.3"],
+    "memory": ["--n", "10"],
+}
+COUNTS = ["commands_per_handoff", "requests_per_handoff", "pings", "commands", "commands_per_grant_loop",
+          "requests_per_grant_loop", "commands_loop"]
+
+passed = failed = 0
+
+
+def check(desc, cond, detail=""):
+    global passed, failed
+    if cond:
+        passed += 1
+        print("ok   - " + desc, file=sys.stderr)
+    else:
+        failed += 1
+        print("FAIL - " + desc + (": " + detail if detail else ""), file=sys.stderr)
+
+
+def bench(*args, timeout=120):
+    p = subprocess.run([BATON, "bench", "-u", URI] + list(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       universal_newlines=True, timeout=timeout)
+    return p.returncode, p.stdout, p.stderr
+
+
+tmp = tempfile.mkdtemp(prefix="bench_%s." % MODE, dir=os.environ.get("BATON_TEST_TMP"))
+if MODE == "file":
+    URI, FAIR, COUNTING = "file://" + os.path.join(tmp, "locks"), [], False
+else:
+    try:
+        port = open(os.path.join(os.environ.get("BATON_TEST_SRV", "/nonexistent"), "redis", "port")).read().strip()
+    except OSError:
+        if os.environ.get("BATON_REQUIRE_ALL") == "1":
+            print("FAIL: no test Redis server (BATON_REQUIRE_ALL=1)", file=sys.stderr)
+            sys.exit(1)
+        print("skip: no test Redis server", file=sys.stderr)
+        sys.exit(77)
+    if MODE == "redis":
+        URI, FAIR = "redis://127.0.0.1:%s/0?prefix=bench-test-" % port, [[], ["--fair"]]
+    else:
+        URI, FAIR = "redlock://127.0.0.1:%s/0?prefix=bench-test-rl-" % port, [[]]
+    COUNTING = True
+FAIR = FAIR or [[]]
+
+try:
+    for fair in FAIR:
+        for w, fields in FIELDS.items():
+            what = "%s%s" % (w, " --fair" if fair else "")
+            rc, out, err = bench("--workload", w, "--json", *(SMALL[w] + fair))
+            lines = out.splitlines()
+            check("%s: exit 0" % what, rc == 0, "exit %d: %s" % (rc, err.strip()))
+            check("%s: one line on stdout" % what, len(lines) == 1, repr(out))
+            try:
+                d = json.loads(lines[0]) if lines else {}
+            except ValueError as e:
+                d = {}
+                check("%s: JSON" % what, False, "%s: %r" % (e, lines[0]))
+            check("%s: the fields, in order" % what, list(d) == fields, "got %s" % list(d))
+            check("%s: peer and workload" % what, d.get("peer") == "baton" and d.get("workload") == w, repr(d))
+            if w == "contended":
+                check("%s: the counter is exact" % what, d.get("counter_ok") is True, repr(d))
+            if w == "herd":
+                if COUNTING:
+                    check("%s: the engine's counts per handoff" % what,
+                          all(d.get(k) is not None for k in COUNTS) and d["commands_per_handoff"] > 0
+                          and d["commands"], repr(d))
+                else:
+                    check("%s: no counts where the engine keeps none" % what,
+                          all(k in d and d[k] is None for k in COUNTS), repr(d))
+
+    # without --json: a table, the same fields
+    rc, out, err = bench("--workload", "handoff", *SMALL["handoff"])
+    rows = [l.split()[0] for l in out.splitlines()[1:]]
+    check("table: exit 0", rc == 0, err.strip())
+    check("table: the workload, then one row per field", out.splitlines()[:1] == ["handoff"]
+          and rows == FIELDS["handoff"], repr(out))
+
+    # --svg: the latency CDF
+    svg = os.path.join(tmp, "u.svg")
+    rc, out, err = bench("--workload", "uncontended", "--json", "--svg", svg, *SMALL["uncontended"])
+    body = open(svg).read() if os.path.exists(svg) else ""
+    check("--svg: written", rc == 0 and body.startswith("<?xml") and body.rstrip().endswith("</svg>"), err.strip())
+
+    rc, out, err = bench("--workload", "nonesuch")
+    check("an unknown workload: exit 64", rc == 64, "exit %d" % rc)
+    rc, out, err = bench("--workload", "many", "--svg", svg)
+    check("--svg for many: exit 64", rc == 64, "exit %d" % rc)
+    if MODE == "file":
+        rc, out, err = bench("--workload", "many", "--fair", *SMALL["many"])
+        check("many --fair without fair locks: exit 64, nothing printed", rc == 64 and not out, "exit %d: %r" % (rc, out))
+finally:
+    if not failed:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+print("%d passed, %d failed" % (passed, failed))
+sys.exit(1 if failed else 0)
