@@ -119,6 +119,7 @@ redis)
 *) echo "usage: $0 file|redis BATON" >&2; exit 2 ;;
 esac
 [ -x "$BATON" ] || { echo "no baton at $BATON" >&2; exit 1; }
+BATON_BASH=$(command -v bash)
 P="cli-$$-"   # per-run name prefix
 
 # ---- version, help ----------------------------------------------------------
@@ -143,6 +144,10 @@ expect_rc 137 "[$URI_DESC] child killed by SIGKILL = 128+9" b run "${U[@]}" "$N"
 expect_rc 127 "[$URI_DESC] command not found" b run "${U[@]}" "$N" -- /nonexistent/command
 expect_rc 126 "[$URI_DESC] command not executable" b run "${U[@]}" "$N" -- /dev/null
 expect_rc 0 "[$URI_DESC] lock free again after the runs" b run -n "${U[@]}" "$N" -- true
+# an ignored SIGCHLD inherited from the caller (the kernel would reap the child
+# itself and waitpid never see it): baton still gets the child's status
+expect_rc 5 "[$URI_DESC] inherited SIG_IGN for SIGCHLD" \
+    "$BATON_BASH" -c 'trap "" CHLD; exec "$@"' sh "$BATON" run "${U[@]}" "$N" -- sh -c 'exit 5'
 # a script without #! runs with sh, as execvp(3) does
 printf 'echo "noshebang $1"\n' > "$TMP/noshebang.sh"; chmod +x "$TMP/noshebang.sh"
 expect_rc 0 "[$URI_DESC] script without #!" b run "${U[@]}" "$N" -- "$TMP/noshebang.sh" arg1
