@@ -34,7 +34,7 @@ pkgs=(
   libhiredis-dev libssl-dev openssl         # Redis backend (RESP + TLS)
   redis-server redis-tools                  # test servers and redis-cli
   python3 python3-redis                     # interop tests (redis-py)
-  procps iproute2                           # ps/pkill/ss used by the test scripts
+  procps iproute2 strace                    # ps/pkill/ss used by the test scripts; strace checks poll timeouts
 )
 fi
 installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }

@@ -853,8 +853,17 @@ out:
     return code;
 }
 
+/* What the library has to say (it never writes to stderr itself). */
+static void log_to_stderr(int level, const char *msg, void *p)
+{
+    (void)p;
+    if (level <= BATON_LOG_WARN)
+        fprintf(stderr, "%s: %s: %s\n", prog, level == BATON_LOG_ERROR ? "error" : "warning", msg);
+}
+
 int main(int argc, char **argv)
 {
+    baton_log_set(log_to_stderr, NULL);
     if (argc < 2) { usage(stderr); return EX_USAGE; }
     if (!strcmp(argv[1], "run")) return cmd_run(argc - 1, argv + 1);
     if (!strcmp(argv[1], "status")) return cmd_status(argc - 1, argv + 1);
