@@ -1,10 +1,9 @@
 /* Clients: URI → backend, the keeper thread, and the list of open locks. */
-#include "lock.h"
+#include "client.h"
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
-void baton__lock_destroy(struct baton_lock *l);
 
 int baton_client_open(baton_client **out, const char *uri, const baton_client_options *opts)
 {
@@ -51,21 +50,21 @@ fail:
     return rc;
 }
 
-void baton__client_link(baton_client *c, struct baton_lock *l)
+void baton__client_link(baton_client *c, baton__member *l)
 {
     pthread_mutex_lock(&c->mu);
-    l->cnext = c->locks;
+    l->cnext = c->members;
     l->cprev = NULL;
-    if (c->locks) c->locks->cprev = l;
-    c->locks = l;
+    if (c->members) c->members->cprev = l;
+    c->members = l;
     pthread_mutex_unlock(&c->mu);
 }
 
-void baton__client_unlink(baton_client *c, struct baton_lock *l)
+void baton__client_unlink(baton_client *c, baton__member *l)
 {
     pthread_mutex_lock(&c->mu);
     if (l->cprev) l->cprev->cnext = l->cnext;
-    else c->locks = l->cnext;
+    else c->members = l->cnext;
     if (l->cnext) l->cnext->cprev = l->cprev;
     l->cnext = l->cprev = NULL;
     pthread_mutex_unlock(&c->mu);
@@ -79,16 +78,17 @@ void baton_client_close(baton_client *c)
     c->host.c = NULL;
     pthread_mutex_unlock(&c->host.mu);
     for (;;) {
-        struct baton_lock *l;
+        baton__member *l;
         pthread_mutex_lock(&c->mu);
-        l = c->locks;
+        l = c->members;
         if (l) {
-            c->locks = l->cnext;
-            if (c->locks) c->locks->cprev = NULL;
+            c->members = l->cnext;
+            if (c->members) c->members->cprev = NULL;
+            l->cnext = l->cprev = NULL;
         }
         pthread_mutex_unlock(&c->mu);
         if (!l) break;
-        baton__lock_destroy(l);
+        l->destroy(l);
     }
     baton__keeper_stop(c->keeper);
     c->be->close(c->eng);
@@ -122,14 +122,8 @@ void baton_host_recheck(baton_host *h)
     }
     int64_t now = baton_now_ns();
     pthread_mutex_lock(&c->mu);
-    for (struct baton_lock *l = c->locks; l; l = l->cnext) {
-        pthread_mutex_lock(&l->smu);
-        if (l->state == LOCK_HELD && l->next_renew != INT64_MAX) {
-            l->next_renew = now;
-            any = 1;
-        }
-        pthread_mutex_unlock(&l->smu);
-    }
+    for (baton__member *m = c->members; m; m = m->cnext)
+        if (m->recheck && m->recheck(m, now)) any = 1;
     pthread_mutex_unlock(&c->mu);
     if (any) baton__keeper_kick(c->keeper);
     pthread_mutex_unlock(&h->mu);

@@ -2,8 +2,9 @@
  * declares a lock LOST the moment its monotonic lease deadline passes. It holds
  * its own mutex only while scanning; renewals run without it, so adding or
  * removing a lock never waits for a round trip of another lock. */
-#include "internal.h"
-#include "lock.h"
+#include "keeper.h"
+#include "baton/sys/backend.h"
+#include <pthread.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -16,11 +17,11 @@ struct baton__keeper {
     pthread_mutex_t mu;
     pthread_cond_t cv;      /* CLOCK_MONOTONIC; wakes the loop */
     pthread_cond_t idle;    /* signalled when a lock stops being kept */
-    struct baton_lock *head;
+    baton__kept *head;
     int64_t sleeping_until;   /* when the loop will look again on its own */
     int stop;
     int started;              /* the thread runs (started by the first leased lock) */
-    struct baton_lock *cur;   /* the lock being kept (or whose on_lost runs) */
+    baton__kept *cur;         /* the node being kept (or whose report runs) */
     int cur_gone;             /* ... was freed meanwhile, by its own on_lost */
     int self_free;            /* the client was closed from on_lost: the thread frees k */
 };
@@ -45,25 +46,22 @@ static void *keeper_main(void *arg)
     pthread_mutex_lock(&k->mu);
     while (!k->stop) {
         int64_t now = baton_now_ns(), due = INT64_MAX;
-        struct baton_lock *l, *run = NULL;
+        baton__kept *l, *run = NULL;
         for (l = k->head; l; l = l->knext) {
-            int64_t d = baton__lock_next_due(l);
+            int64_t d = l->due(l);
             if (d <= now && !l->kbusy) { run = l; break; }
             if (d < due) due = d;
         }
         if (run) {
-            baton_lost_cb cb;
-            void *payload;
             run->kbusy = 1;
             k->cur = run;
             k->cur_gone = 0;
             pthread_mutex_unlock(&k->mu);
-            baton__lock_keep(run, now, &cb, &payload);
-            /* on_lost runs here, with no mutex of ours held and the lock
-             * still marked busy (so another thread's free waits for it);
-             * calls from the callback on this very lock do not wait for
-             * that mark (see keeper_remove), and a free sets cur_gone. */
-            if (cb) cb(run, payload);
+            /* report (on_lost) runs here, with no mutex of ours held and
+             * the node still marked busy (so another thread's free waits
+             * for it); calls from it on this very node do not wait for
+             * that mark (see keeper_unlink), and a free sets cur_gone. */
+            if (run->keep(run, now)) run->report(run);
             pthread_mutex_lock(&k->mu);
             if (!k->cur_gone) run->kbusy = 0;
             k->cur = NULL;
@@ -149,7 +147,7 @@ void baton__keeper_stop(baton__keeper *k)
     keeper_free(k);
 }
 
-int baton__keeper_add(baton__keeper *k, struct baton_lock *l)
+int baton__keeper_add(baton__keeper *k, baton__kept *l)
 {
     pthread_mutex_lock(&k->mu);
     int rc = keeper_launch(k);
@@ -165,7 +163,7 @@ int baton__keeper_add(baton__keeper *k, struct baton_lock *l)
     /* Wake the loop only when this lock is due before it would look anyway:
      * most locks are released long before their first renewal, and a wake-up
      * per acquire would cost a context switch on the hot path. */
-    if (baton__lock_next_due(l) < k->sleeping_until)
+    if (l->due(l) < k->sleeping_until)
         pthread_cond_broadcast(&k->cv);
     pthread_mutex_unlock(&k->mu);
     return 0;
@@ -174,7 +172,7 @@ int baton__keeper_add(baton__keeper *k, struct baton_lock *l)
 /* Also waits until the keeper is done with l, so the caller may free it;
  * except on the keeper thread itself, inside l's on_lost, which would wait
  * for itself. */
-static void keeper_unlink(baton__keeper *k, struct baton_lock *l, int freeing)
+static void keeper_unlink(baton__keeper *k, baton__kept *l, int freeing)
 {
     pthread_mutex_lock(&k->mu);
     if (on_keeper(k) && k->cur == l) {
@@ -184,7 +182,7 @@ static void keeper_unlink(baton__keeper *k, struct baton_lock *l, int freeing)
             pthread_cond_wait(&k->idle, &k->mu);
     }
     if (l->kept) {
-        struct baton_lock **pp = &k->head;
+        baton__kept **pp = &k->head;
         while (*pp && *pp != l) pp = &(*pp)->knext;
         if (*pp) *pp = l->knext;
         l->kept = 0;
@@ -193,15 +191,15 @@ static void keeper_unlink(baton__keeper *k, struct baton_lock *l, int freeing)
     pthread_mutex_unlock(&k->mu);
 }
 
-void baton__keeper_remove(baton__keeper *k, struct baton_lock *l) { keeper_unlink(k, l, 0); }
-void baton__keeper_forget(baton__keeper *k, struct baton_lock *l) { keeper_unlink(k, l, 1); }
+void baton__keeper_remove(baton__keeper *k, baton__kept *l) { keeper_unlink(k, l, 0); }
+void baton__keeper_forget(baton__keeper *k, baton__kept *l) { keeper_unlink(k, l, 1); }
 
 /* Called from the keeper thread itself (inside keep), so no waiting on kbusy. */
-void baton__keeper_drop_self(baton__keeper *k, struct baton_lock *l)
+void baton__keeper_drop_self(baton__keeper *k, baton__kept *l)
 {
     pthread_mutex_lock(&k->mu);
     if (l->kept) {
-        struct baton_lock **pp = &k->head;
+        baton__kept **pp = &k->head;
         while (*pp && *pp != l) pp = &(*pp)->knext;
         if (*pp) *pp = l->knext;
         l->kept = 0;

@@ -36,6 +36,13 @@ static int64_t lease_validity_ns(uint32_t lease_ms)
     return ms_to_ns(lease_ms) - ms_to_ns(lease_ms) / 100 - ms_to_ns(2);
 }
 
+/* What the keeper and the client call back (below). */
+static int64_t lock_due(baton__kept *n);
+static int lock_keep(baton__kept *n, int64_t now);
+static void lock_report(baton__kept *n);
+static int lock_recheck(baton__member *m, int64_t now);
+static void lock_member_destroy(baton__member *m);
+
 int baton_lock_open(baton_lock **out, baton_client *c, const char *name, const baton_lock_options *opts)
 {
     return baton__lock_create(out, c, name, opts, NULL);
@@ -78,7 +85,12 @@ int baton__lock_create(baton_lock **out, baton_client *c, const char *name,
     pthread_mutex_init(&l->smu, NULL);
     if (st) l->st = st;
     else if ((rc = c->be->lock_new(c->eng, l->name, &l->opts, &l->st))) goto fail_sync;
-    baton__client_link(c, l);
+    l->kn.due = lock_due;
+    l->kn.keep = lock_keep;
+    l->kn.report = lock_report;
+    l->cm.destroy = lock_member_destroy;
+    l->cm.recheck = lock_recheck;
+    baton__client_link(c, &l->cm);
     *out = l;
     return 0;
 fail_sync:
@@ -148,7 +160,7 @@ int baton_lock_acquire(baton_lock *l, int64_t wait_ms)
         l->depth = 0;
     }
     pthread_mutex_unlock(&l->smu);
-    baton__keeper_remove(l->c->keeper, l);
+    baton__keeper_remove(l->c->keeper,&l->kn);
 
     baton__waiter_reset(&l->waiter);
     memset(&req, 0, sizeof req);
@@ -197,7 +209,7 @@ int baton_lock_acquire(baton_lock *l, int64_t wait_ms)
         }
     }
     pthread_mutex_unlock(&l->smu);
-    if (rc == 0 && leased && baton__keeper_add(l->c->keeper, l) != 0) {
+    if (rc == 0 && leased && baton__keeper_add(l->c->keeper,&l->kn) != 0) {
         /* nobody could renew it or report it lost: give it back */
         int e = baton_error_last()->code;
         char msg[256];
@@ -213,17 +225,24 @@ int baton_lock_acquire(baton_lock *l, int64_t wait_ms)
 /* Marks the lock lost (smu held by the caller, unlocked here). The keeper
  * calls on_lost itself, once it holds no lock of ours, so the callback may
  * release, re-acquire or free the lock. */
-static void lose(baton_lock *l, baton_lost_cb *cb, void **payload)
+static int lose(baton_lock *l)
 {
-    *cb = l->opts.on_lost;
-    *payload = l->opts.on_lost_payload;
     l->state = LOCK_LOST;
     pthread_mutex_unlock(&l->smu);
-    baton__keeper_drop_self(l->c->keeper, l);
+    baton__keeper_drop_self(l->c->keeper, &l->kn);
+    return 1;
 }
 
-int64_t baton__lock_next_due(baton_lock *l)
+/* The keeper's report(): on_lost, which may release, re-acquire or free l. */
+static void lock_report(baton__kept *n)
 {
+    baton_lock *l = BATON__CONTAINER(n, baton_lock, kn);
+    if (l->opts.on_lost) l->opts.on_lost(l, l->opts.on_lost_payload);
+}
+
+static int64_t lock_due(baton__kept *n)
+{
+    baton_lock *l = BATON__CONTAINER(n, baton_lock, kn);
     int64_t d;
     pthread_mutex_lock(&l->smu);
     d = l->state != LOCK_HELD ? INT64_MAX : l->next_renew < l->lease_deadline ? l->next_renew : l->lease_deadline;
@@ -231,17 +250,18 @@ int64_t baton__lock_next_due(baton_lock *l)
     return d;
 }
 
-void baton__lock_keep(baton_lock *l, int64_t now, baton_lost_cb *cb, void **payload)
+/* The keeper's keep(): renews when due; 1 when the lock was just lost (the
+ * keeper then calls lock_report, with none of our mutexes held). */
+static int lock_keep(baton__kept *n, int64_t now)
 {
+    baton_lock *l = BATON__CONTAINER(n, baton_lock, kn);
     int64_t sent, deadline;
     int rc;
 
-    *cb = NULL;
-    *payload = NULL;
     pthread_mutex_lock(&l->smu);
-    if (l->state != LOCK_HELD) { pthread_mutex_unlock(&l->smu); return; }
-    if (now >= l->lease_deadline) { lose(l, cb, payload); return; }
-    if (now < l->next_renew) { pthread_mutex_unlock(&l->smu); return; }
+    if (l->state != LOCK_HELD) { pthread_mutex_unlock(&l->smu); return 0; }
+    if (now >= l->lease_deadline) return lose(l);
+    if (now < l->next_renew) { pthread_mutex_unlock(&l->smu); return 0; }
     deadline = l->lease_deadline;
     pthread_mutex_unlock(&l->smu);
 
@@ -251,13 +271,12 @@ void baton__lock_keep(baton_lock *l, int64_t now, baton_lost_cb *cb, void **payl
     pthread_mutex_unlock(&l->io);
 
     pthread_mutex_lock(&l->smu);
-    if (l->state != LOCK_HELD) { pthread_mutex_unlock(&l->smu); return; }
+    if (l->state != LOCK_HELD) { pthread_mutex_unlock(&l->smu); return 0; }
     if (rc == 0) {
         l->lease_deadline = sent + lease_validity_ns(l->opts.lease_ms);
         l->next_renew = sent + ms_to_ns(l->opts.renew_ms);
     } else if (rc == BATON_ELOST || rc == BATON_ENOTOWNER || baton_now_ns() >= l->lease_deadline) {
-        lose(l, cb, payload);
-        return;
+        return lose(l);
     } else {
         /* Engine unreachable: retry soon; the deadline decides when it is lost. */
         int64_t retry = ms_to_ns(l->opts.renew_ms) / 4;
@@ -266,6 +285,7 @@ void baton__lock_keep(baton_lock *l, int64_t now, baton_lost_cb *cb, void **payl
         l->next_renew = baton_now_ns() + retry;
     }
     pthread_mutex_unlock(&l->smu);
+    return 0;
 }
 
 int baton_lock_release(baton_lock *l)
@@ -288,7 +308,7 @@ int baton_lock_release(baton_lock *l)
         l->depth = 0;
         l->fence = 0;
         pthread_mutex_unlock(&l->smu);
-        baton__keeper_remove(l->c->keeper, l);
+        baton__keeper_remove(l->c->keeper,&l->kn);
         return baton_seterr(BATON_ELOST, 0, "lock '%s' was lost before this release", l->name);
     }
     if (l->depth > 1) {
@@ -304,7 +324,7 @@ int baton_lock_release(baton_lock *l)
     l->fence = 0;
     l->lease_deadline = l->next_renew = INT64_MAX;
     pthread_mutex_unlock(&l->smu);
-    baton__keeper_remove(l->c->keeper, l);
+    baton__keeper_remove(l->c->keeper,&l->kn);
 
     pthread_mutex_lock(&l->io);
     rc = l->c->be->lock_release(l->c->eng, l->st, &l->owner);
@@ -348,6 +368,24 @@ const char *baton_lock_name(const baton_lock *l)
     return l ? l->name : NULL;
 }
 
+/* The client's recheck(): a held, renewed lock is due for its owner-checked
+ * renewal now (the engine said it may have lost it). Fixed leases are not
+ * renewed, so not re-checked. */
+static int lock_recheck(baton__member *m, int64_t now)
+{
+    baton_lock *l = BATON__CONTAINER(m, baton_lock, cm);
+    int any = 0;
+    pthread_mutex_lock(&l->smu);
+    if (l->state == LOCK_HELD && l->next_renew != INT64_MAX) {
+        l->next_renew = now;
+        any = 1;
+    }
+    pthread_mutex_unlock(&l->smu);
+    return any;
+}
+
+static void lock_member_destroy(baton__member *m) { baton__lock_destroy(BATON__CONTAINER(m, baton_lock, cm)); }
+
 /* Frees without unlinking from the client (the client does that). */
 void baton__lock_destroy(baton_lock *l)
 {
@@ -358,7 +396,7 @@ void baton__lock_destroy(baton_lock *l)
     pthread_mutex_unlock(&l->smu);
     if (held)
         baton_lock_release(l);
-    baton__keeper_forget(l->c->keeper, l);
+    baton__keeper_forget(l->c->keeper,&l->kn);
     l->c->be->lock_free(l->c->eng, l->st);
     pthread_mutex_destroy(&l->io);
     pthread_mutex_destroy(&l->smu);
@@ -370,7 +408,7 @@ void baton__lock_destroy(baton_lock *l)
 void baton_lock_free(baton_lock *l)
 {
     if (!l) return;
-    baton__client_unlink(l->c, l);
+    baton__client_unlink(l->c, &l->cm);
     baton__lock_destroy(l);
 }
 

@@ -2,7 +2,9 @@
 #ifndef BATON_CORE_LOCK_H
 #define BATON_CORE_LOCK_H
 
-#include "internal.h"
+#include "client.h"
+#include "keeper.h"
+#include <stddef.h>
 
 enum { LOCK_FREE, LOCK_HELD, LOCK_LOST };
 
@@ -22,19 +24,18 @@ struct baton_lock {
     uint64_t fence;
     int64_t lease_deadline;     /* monotonic ns; INT64_MAX when the engine has no lease */
     int64_t next_renew;         /* monotonic ns; INT64_MAX when not renewed */
-    /* keeper bookkeeping, guarded by the keeper's mutex */
-    struct baton_lock *knext;
-    int kept, kbusy;
+    baton__kept kn;             /* the keeper's node */
+    baton__member cm;           /* the client's member node */
     struct baton_lock *sibling; /* the other side of a read-write lock */
     int is_write;               /* the write side of a read-write lock */
-    /* client list, guarded by the client's mutex */
-    struct baton_lock *cnext, *cprev;
 };
 
 /* Creates a lock handle around backend state st (NULL = ask lock_new). */
 int baton__lock_create(baton_lock **out, struct baton_client *c, const char *name,
                        const baton_lock_options *opts, void *st);
 void baton__lock_destroy(baton_lock *l);
+
+#define BATON__CONTAINER(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))
 int baton__name_check(const char *name);
 int baton__wait_deadline_ns(int64_t wait_ms, int64_t *out);
 

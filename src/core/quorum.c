@@ -1,7 +1,7 @@
 /* Quorum clients from open clients: the members' backend names the scheme of
  * its quorum form (Redis → "redlock"); the core only composes that URI from
  * the members' hosts, so it never needs to know which engine it is. */
-#include "internal.h"
+#include "client.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -1,5 +1,5 @@
 /* Engine counters: the backend's engine_ops, for baton bench. */
-#include "internal.h"
+#include "client.h"
 #include "baton/sys/stats.h"
 
 int baton__client_engine_ops(baton_client *c, void (*fn)(void *arg, const char *op, uint64_t count), void *arg)

@@ -9,7 +9,7 @@
  * identity buffer still gives a distinct, stable one.
  */
 #include "ft.h"
-#include "core/internal.h"
+#include "core/client.h"
 
 #include <limits.h>
 
