@@ -1,7 +1,8 @@
 /*
  * Declarations shared by the backend-level modules of the Redis backend
  * (the engine, its scripts and the primitives built on them):
- *   redis.c   URI/options, scripts, plain locks, WAIT, the backend table
+ *   redis.c   URI/options, scripts, plain locks, WAIT, the waiting loop
+ *   table.c   the backend table (dispatches on the lock kind)
  *   locks.c   fair lock, read-write lock
  *   prims.c   semaphore, permit-expirable semaphore, count-down latch
  * The connection layer (conn.c, sub.c, redis_int.h) knows nothing of these.
@@ -139,6 +140,19 @@ typedef struct {
 
 int baton__redis_lock_init(reng *e, const char *name, int kind, rlock *l);
 void baton__redis_lock_clear(rlock *l);
+
+/* redis.c: the engine and the plain lock (the table is in table.c) */
+int baton__redis_open(void **out, const baton_uri *u, const baton_client_options *o);
+void baton__redis_close(void *eng);
+void baton__redis_attach(void *eng, baton_host *host);
+int baton__redis_identity(void *eng, char *buf, size_t n);
+int baton__redis_engine_ops(void *eng, void (*fn)(void *arg, const char *op, uint64_t count), void *arg);
+int baton__redis_lock_new(void *eng, const char *name, const baton_lock_options *opts, void **st);
+void baton__redis_lock_free(void *eng, void *st);
+int baton__redis_lock_info(void *eng, const char *name, baton_lockinfo *out);
+int baton__redis_plain_acquire(reng *e, rlock *l, baton_acquire_req *req);
+int baton__redis_plain_release(reng *e, rlock *l, const baton_owner *owner);
+int baton__redis_plain_renew(reng *e, rlock *l, const baton_owner *owner, uint32_t lease_ms, int64_t deadline_ns);
 
 /* locks.c */
 int baton__redis_fair_acquire(reng *e, rlock *l, baton_acquire_req *req);

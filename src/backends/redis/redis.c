@@ -527,16 +527,16 @@ static void set_ident(reng *e, rconn *c) {
              e->layout == LAYOUT_REDISSON ? "redisson" : "simple", e->prefix);
 }
 
-static int r_identity(void *eng, char *buf, size_t n) {
+int baton__redis_identity(void *eng, char *buf, size_t n) {
     reng *e = eng;
     if (!e->ident[0]) return BATON_ENOTSUP;
     snprintf(buf, n, "%s", e->ident);
     return 0;
 }
 
-static void r_attach(void *eng, baton_host *host) { ((reng *)eng)->host = host; }
+void baton__redis_attach(void *eng, baton_host *host) { ((reng *)eng)->host = host; }
 
-static int r_open(void **out, const baton_uri *u, const baton_client_options *o) {
+int baton__redis_open(void **out, const baton_uri *u, const baton_client_options *o) {
     *out = NULL;
     int lrc = baton__ossl_load(); /* script digests and TLS */
     if (lrc) return lrc;
@@ -578,7 +578,7 @@ static int r_open(void **out, const baton_uri *u, const baton_client_options *o)
     return 0;
 }
 
-static void r_close(void *eng) {
+void baton__redis_close(void *eng) {
     reng *e = eng;
     if (!e) return;
     rsub_destroy(&e->sub);
@@ -588,7 +588,7 @@ static void r_close(void *eng) {
 
 /* ---- locks -------------------------------------------------------------- */
 
-static int r_lock_new(void *eng, const char *name, const baton_lock_options *opts, void **st) {
+int baton__redis_lock_new(void *eng, const char *name, const baton_lock_options *opts, void **st) {
     reng *e = eng;
     *st = NULL;
     int fair = opts && opts->fair;
@@ -602,7 +602,7 @@ static int r_lock_new(void *eng, const char *name, const baton_lock_options *opt
     return 0;
 }
 
-static void r_lock_free(void *eng, void *st) {
+void baton__redis_lock_free(void *eng, void *st) {
     (void)eng;
     rlock *l = st;
     if (!l) return;
@@ -615,7 +615,6 @@ void baton__redis_owner(const baton_owner *o, rb_owner *s) {
     snprintf(s->value, sizeof s->value, "%s %s", o->hex, o->desc);
 }
 
-static int r_lock_release(void *eng, void *st, const baton_owner *owner);
 
 /* One acquire attempt: 0 with *granted, or *ttl_ms (-1 = no expiry).
  * RB_EFINAL (message set) when the grant was undone because too few
@@ -650,7 +649,7 @@ static int try_once(reng *e, rlock *l, baton_acquire_req *req, int *granted, int
     if (rc == RB_EFINAL) {
         char msg[512];
         snprintf(msg, sizeof msg, "%s", baton_error_last()->message ? baton_error_last()->message : "");
-        r_lock_release(e, l, req->owner);
+        baton__redis_plain_release(e, l, req->owner);
         baton_seterr(BATON_EUNAVAILABLE, 0, "%s; the lock was released", msg);
         return RB_EFINAL;
     }
@@ -680,7 +679,7 @@ static void drop_uncertain(plain_ctx *x) {
     if (!x->uncertain) return;
     saved_err_t s;
     save_err(&s);
-    if (r_lock_release(x->e, x->l, x->req->owner) != BATON_EUNAVAILABLE) x->uncertain = 0;
+    if (baton__redis_plain_release(x->e, x->l, x->req->owner) != BATON_EUNAVAILABLE) x->uncertain = 0;
     restore_err(&s);
 }
 
@@ -696,14 +695,7 @@ static int plain_attempt(void *p, int *done, int64_t *hint) {
     return rc;
 }
 
-static int r_lock_acquire(void *eng, void *st, baton_acquire_req *req) {
-    reng *e = eng;
-    rlock *l = st;
-    if (l->kind != RK_PLAIN) {
-        int rc = l->kind == RK_FAIR ? baton__redis_fair_acquire(e, l, req) : baton__redis_rw_acquire(e, l, req);
-        if (!rc) baton__redis_watch(e);
-        return rc;
-    }
+int baton__redis_plain_acquire(reng *e, rlock *l, baton_acquire_req *req) {
     int granted = 0;
     int64_t ttl = -1;
     plain_ctx x = { e, l, req, 0 };
@@ -717,7 +709,6 @@ static int r_lock_acquire(void *eng, void *st, baton_acquire_req *req) {
     if (rc || granted) {
         if (pre) baton__redis_presub_drop(e, pre);
         if (rc) drop_uncertain(&x);
-        else baton__redis_watch(e);
         return rc;
     }
     char what[64];
@@ -726,15 +717,10 @@ static int r_lock_acquire(void *eng, void *st, baton_acquire_req *req) {
                                     e->layout == LAYOUT_SIMPLE ? RB_WAIT_POLL : 0,
                                     plain_attempt, NULL, &x, what, pre, ttl, gen);
     if (rc) drop_uncertain(&x);
-    else baton__redis_watch(e);
     return rc;
 }
 
-static int r_lock_release(void *eng, void *st, const baton_owner *owner) {
-    reng *e = eng;
-    rlock *l = st;
-    if (l->kind == RK_FAIR) return baton__redis_fair_release(e, l, owner);
-    if (l->kind != RK_PLAIN) return baton__redis_rw_release(e, l, owner);
+int baton__redis_plain_release(reng *e, rlock *l, const baton_owner *owner) {
     rb_owner os;
     baton__redis_owner(owner, &os);
     redisReply *r = NULL;
@@ -756,10 +742,7 @@ static int r_lock_release(void *eng, void *st, const baton_owner *owner) {
     return 0;
 }
 
-static int r_lock_renew(void *eng, void *st, const baton_owner *owner, uint32_t lease_ms, int64_t deadline_ns) {
-    reng *e = eng;
-    rlock *l = st;
-    if (l->kind == RK_READ || l->kind == RK_WRITE) return baton__redis_rw_renew(e, l, owner, lease_ms, deadline_ns);
+int baton__redis_plain_renew(reng *e, rlock *l, const baton_owner *owner, uint32_t lease_ms, int64_t deadline_ns) {
     rb_owner os;
     baton__redis_owner(owner, &os);
     char lease[24];
@@ -781,7 +764,7 @@ static int r_lock_renew(void *eng, void *st, const baton_owner *owner, uint32_t 
     return 0;
 }
 
-static int r_lock_info(void *eng, const char *name, baton_lockinfo *out) {
+int baton__redis_lock_info(void *eng, const char *name, baton_lockinfo *out) {
     reng *e = eng;
     rlock l, rw;
     /* The fair kind names the queue too (redisson layout); the read kind names
@@ -846,7 +829,7 @@ void baton__redis_cmdstats(const char *s, size_t len, void (*fn)(void *arg, cons
     }
 }
 
-static int r_engine_ops(void *eng, void (*fn)(void *arg, const char *op, uint64_t count), void *arg) {
+int baton__redis_engine_ops(void *eng, void (*fn)(void *arg, const char *op, uint64_t count), void *arg) {
     reng *e = eng;
     const char *argv[2] = { "INFO", "commandstats" };
     size_t lens[2] = { 4, 12 };
@@ -868,41 +851,3 @@ static int r_engine_ops(void *eng, void (*fn)(void *arg, const char *op, uint64_
     rreply_free(r);
     return 0;
 }
-
-static const char *const redis_schemes[] = { "redis", "rediss", NULL };
-
-const baton_backend baton__backend_redis = {
-    .version = BATON_BACKEND_VERSION,
-    .name = "redis",
-    .schemes = redis_schemes,
-    .caps = BATON_CAP_LEASE | BATON_CAP_NOTIFY | BATON_CAP_INFO | BATON_CAP_FAIR | BATON_CAP_RWLOCK |
-            BATON_CAP_SEM | BATON_CAP_PERMITS | BATON_CAP_LATCH,
-    .open = r_open,
-    .close = r_close,
-    .lock_new = r_lock_new,
-    .lock_free = r_lock_free,
-    .lock_acquire = r_lock_acquire,
-    .lock_release = r_lock_release,
-    .lock_renew = r_lock_renew,
-    .lock_info = r_lock_info,
-    .quorum_scheme = "redlock",
-    .rwlock_new = baton__redis_rwlock_new,
-    .sem_new = baton__redis_sem_new,
-    .sem_free = baton__redis_sem_free,
-    .sem_acquire = baton__redis_sem_acquire,
-    .sem_release = baton__redis_sem_release,
-    .sem_ctl = baton__redis_sem_ctl,
-    .permits_new = baton__redis_permits_new,
-    .permits_free = baton__redis_permits_free,
-    .permits_acquire = baton__redis_permits_acquire,
-    .permits_release = baton__redis_permits_release,
-    .permits_renew = baton__redis_permits_renew,
-    .permits_ctl = baton__redis_permits_ctl,
-    .latch_new = baton__redis_latch_new,
-    .latch_free = baton__redis_latch_free,
-    .latch_ctl = baton__redis_latch_ctl,
-    .latch_await = baton__redis_latch_await,
-    .attach = r_attach,
-    .identity = r_identity,
-    .engine_ops = r_engine_ops,
-};
