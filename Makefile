@@ -5,7 +5,7 @@ ifeq ($(CI),true)
 export BATON_REQUIRE_ALL := 1
 endif
 
-.PHONY: all build demo bare deps test test-plain test-asan asan clean install bench
+.PHONY: all build demo bare deps test test-plain test-asan asan clean install bench bench-docs
 
 all: build
 
@@ -59,11 +59,19 @@ test: deps
 # Baton's workloads and the peers', side by side in one run; see docs/PERFORMANCE.md.
 # The peers (etcd, node) are installed best effort; baton is a Release build of its own in
 # build/bench, whatever build type build/ was configured with.
+# Results go to build/bench-results/<time>/ (untracked); bench-docs also publishes the run
+# into docs/PERFORMANCE.md, docs/bench/*.svg and bench/results/.
 bench:
 	bash scripts/install-deps.sh --bench
 	cmake -S . -B build/bench -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) >/dev/null
 	cmake --build build/bench -j$(JOBS) --target baton
 	/usr/bin/python3 bench/run.py build/bench/baton
+
+bench-docs:
+	bash scripts/install-deps.sh --bench
+	cmake -S . -B build/bench -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) >/dev/null
+	cmake --build build/bench -j$(JOBS) --target baton
+	/usr/bin/python3 bench/run.py --docs build/bench/baton
 
 # make install [PREFIX=/usr/local] [DESTDIR=/staging]
 PREFIX ?= /usr/local

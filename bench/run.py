@@ -3,11 +3,12 @@
 servers started here (Redis, etcd), then a table of baton/peer ratios against the targets of
 issue 4.
 
-Writes bench/results/<UTC time>.jsonl (one JSON line per result), the latency plots to
-docs/bench/*.svg (when `baton bench --svg` exists) and rewrites the table in docs/PERFORMANCE.md
-between the RESULTS markers. Benchmarks are not tests: nothing here fails on a number, and a
+Writes everything to an untracked place, build/bench-results/<UTC time>/: results.jsonl (one
+JSON line per result), the latency plots (*.svg, when `baton bench --svg` exists) and table.md.
+With --docs (`make bench-docs`) it also publishes them: bench/results/<UTC time>.jsonl,
+docs/bench/*.svg and the table in docs/PERFORMANCE.md between the RESULTS markers. Benchmarks are not tests: nothing here fails on a number, and a
 missing peer or an unknown workload is a skipped, n/a row, never an error.
-usage: bench/run.py BATON_BINARY
+usage: bench/run.py [--docs] BATON_BINARY
 """
 import datetime, hashlib, json, os, re, resource, shutil, signal, socket, statistics, subprocess, sys, tempfile, time
 
@@ -41,7 +42,11 @@ HERD_ROUNDS = 100
 MEM_N = 1000
 BOUND_REPS = 5         # alternations of redis-benchmark's bound and baton's uncontended run
 
-BATON = os.path.abspath(sys.argv[1]) if len(sys.argv) > 1 else os.path.join(ROOT, "build", "baton")
+PUBLISH = "--docs" in sys.argv[1:]
+_args = [a for a in sys.argv[1:] if a != "--docs"]
+BATON = os.path.abspath(_args[0]) if _args else os.path.join(ROOT, "build", "baton")
+STAMP = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H-%M-%SZ")
+OUT_DIR = os.path.join(ROOT, "build", "bench-results", STAMP)
 results = []           # every JSON line of this run, in order
 PROCS = []             # background servers and monitors: (Popen, name)
 TMPDIRS = []
@@ -426,8 +431,8 @@ def svg_supported(uri, d):
 
 def keep_svg(tmp, name, svgs):
     if os.path.exists(tmp) and os.path.getsize(tmp) > 0:
-        os.makedirs(SVG_DIR, exist_ok=True)
-        shutil.move(tmp, os.path.join(SVG_DIR, name))
+        os.makedirs(OUT_DIR, exist_ok=True)
+        shutil.move(tmp, os.path.join(OUT_DIR, name))
         svgs.append(name)
 
 
@@ -748,19 +753,29 @@ def main():
         cleanup()
 
     rows = build_rows(got)
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H-%M-%SZ")
-    os.makedirs(os.path.join(ROOT, "bench", "results"), exist_ok=True)
-    with open(os.path.join(ROOT, "bench", "results", stamp + ".jsonl"), "w") as out:
+    stamp = STAMP
+    os.makedirs(OUT_DIR, exist_ok=True)
+    with open(os.path.join(OUT_DIR, "results.jsonl"), "w") as out:
         for r in results:
             out.write(json.dumps(r) + "\n")
     text = render(rows, stamp, svgs)
+    open(os.path.join(OUT_DIR, "table.md"), "w").write(text + "\n")
     print("\n" + text)
+    print("\nbench: results in %s" % os.path.relpath(OUT_DIR, ROOT))
+    if not PUBLISH:
+        print("bench: docs left as they are (make bench-docs publishes a run into docs/)")
+        return
+    os.makedirs(os.path.join(ROOT, "bench", "results"), exist_ok=True)
+    shutil.copy(os.path.join(OUT_DIR, "results.jsonl"), os.path.join(ROOT, "bench", "results", stamp + ".jsonl"))
+    os.makedirs(SVG_DIR, exist_ok=True)
+    for n in svgs:
+        shutil.copy(os.path.join(OUT_DIR, n), os.path.join(SVG_DIR, n))
     doc = os.path.join(ROOT, "docs", "PERFORMANCE.md")
     if os.path.exists(doc):
         s = open(doc).read()
         s = re.sub(r"<!-- RESULTS -->.*<!-- /RESULTS -->", lambda _: "<!-- RESULTS -->\n%s\n<!-- /RESULTS -->" % text, s, flags=re.S)
         open(doc, "w").write(s)
-
+    print("bench: published into docs/PERFORMANCE.md, docs/bench/ and bench/results/")
 
 if __name__ == "__main__":
     main()
