@@ -20,6 +20,7 @@
  * file per permit (see their sections below).
  */
 #include "core/internal.h"
+#include "sha256.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -142,17 +143,11 @@ static void file_close(void *eng)
     free(e);
 }
 
-static uint64_t fnv1a(const char *s, uint64_t h)
-{
-    for (; *s; s++) { h ^= (unsigned char)*s; h *= 0x100000001b3ULL; }
-    return h;
-}
-
 /* The engine instance is the lock directory itself, however the URI or
  * BATON_DIR spelled it: its real path (no ".", "..", symlinks or doubled
  * slashes), so every client of one directory orders multilock members the
  * same way. A path too long for buf keeps its head and ends in a hash of the
- * whole, which stays stable and distinct. */
+ * whole (128 bits of SHA-256), which stays stable and distinct. */
 static int file_identity(void *eng, char *buf, size_t n)
 {
     file_engine *e = eng;
@@ -163,8 +158,8 @@ static int file_identity(void *eng, char *buf, size_t n)
     len = snprintf(buf, n, "file:%s", real);
     if (len >= 0 && (size_t)len >= n) {
         char tail[34];
-        snprintf(tail, sizeof tail, "#%016" PRIx64 "%016" PRIx64, fnv1a(real, 0xcbf29ce484222325ULL),
-                 fnv1a(real, 0x84222325cbf29ce4ULL));
+        tail[0] = '#';
+        baton__sha256_hex(real, 16, tail + 1);
         if (n <= sizeof tail + 5)
             return baton_seterr(BATON_EINVAL, 0, "identity buffer of %zu bytes is too small", n);
         memcpy(buf + n - sizeof tail, tail, sizeof tail);
@@ -174,7 +169,12 @@ static int file_identity(void *eng, char *buf, size_t n)
 
 /* Any name maps to one file name inside the dir: bytes outside [A-Za-z0-9_-]
  * become %XX (so '/', '.', ".." cannot survive), and long names are cut and
- * suffixed with a 128-bit hash of the whole name. */
+ * suffixed with ".<the first 128 bits of the SHA-256 of the whole name, in
+ * hex>". Names may come from someone else (a job name, a request field), so
+ * the hash must be collision-resistant: with a non-cryptographic one (FNV,
+ * as before) two names could be crafted to share one lock file. A short
+ * name's file has no '.' after "lock." (it is escaped), so it never equals a
+ * long name's. */
 int baton__file_name(const char *name, char *out, size_t n)
 {
     static const char hx[] = "0123456789ABCDEF";
@@ -192,9 +192,11 @@ int baton__file_name(const char *name, char *out, size_t n)
         }
     }
     out[o] = 0;
-    if (cut)
-        snprintf(out + o, n - o, ".%016" PRIx64 "%016" PRIx64, fnv1a(name, 0xcbf29ce484222325ULL),
-                 fnv1a(name, 0x84222325cbf29ce4ULL));
+    if (cut) {
+        char hex[33];
+        baton__sha256_hex(name, 16, hex);
+        snprintf(out + o, n - o, ".%s", hex);
+    }
     return 0;
 }
 
