@@ -49,6 +49,8 @@ typedef struct watch_reg {
 typedef struct {
     int dirfd;
     char dir[4096];
+    int shared;          /* ?shared=group: a directory shared with a group on purpose */
+    mode_t fmode;        /* files we create: 0600, or 0660 in a group-shared dir */
     /* The inotify watcher: started by the first semaphore wait. */
     pthread_mutex_t wmu;
     int ino_fd, stop_pipe[2];
@@ -77,13 +79,20 @@ typedef struct file_lock {
     file_rw *rw;
 } file_lock;
 
-static int resolve_dir(const baton_uri *u, char *out, size_t n)
+static int resolve_dir(const baton_uri *u, char *out, size_t n, int *shared)
 {
     const char *env;
+    *shared = 0;
     if (u->host && strcmp(u->host, "localhost"))
         return baton_seterr(BATON_EINVAL, 0, "file URI: host '%s' is not allowed; use file:///abs/dir", u->host);
-    if (u->nparams)
-        return baton_seterr(BATON_EINVAL, 0, "file URI: unknown option '%s'", u->params[0].key);
+    for (size_t i = 0; i < u->nparams; i++) {
+        if (strcmp(u->params[i].key, "shared"))
+            return baton_seterr(BATON_EINVAL, 0, "file URI: unknown option '%s'", u->params[i].key);
+        if (strcmp(u->params[i].value, "group"))
+            return baton_seterr(BATON_EINVAL, 0, "file URI: shared=%s: the only value is 'group' "
+                                "(a lock directory an administrator shares with one group)", u->params[i].value);
+        *shared = 1;
+    }
     if (u->path && *u->path) {
         if (u->path[0] != '/')
             return baton_seterr(BATON_EINVAL, 0, "file URI: the directory must be absolute");
@@ -100,31 +109,222 @@ static int resolve_dir(const baton_uri *u, char *out, size_t n)
     return 0;
 }
 
+/* What lstat finds at a path we refused to open, in words. */
+static const char *kind_of(const struct stat *st)
+{
+    if (S_ISLNK(st->st_mode)) return "a symbolic link";
+    if (S_ISDIR(st->st_mode)) return "a directory";
+    if (S_ISFIFO(st->st_mode)) return "a named pipe (FIFO)";
+    if (S_ISSOCK(st->st_mode)) return "a socket";
+    if (S_ISCHR(st->st_mode) || S_ISBLK(st->st_mode)) return "a device";
+    if (S_ISREG(st->st_mode)) return "a regular file";
+    return "something unknown";
+}
+
+/* " (to TARGET)" for a symbolic link at NAME under dirfd (AT_FDCWD: a path), else "". */
+static void link_target(int dirfd, const char *name, char *buf, size_t n)
+{
+    char t[1024];
+    ssize_t len = readlinkat(dirfd, name, t, sizeof t - 1);
+    buf[0] = 0;
+    if (len < 0) return;
+    t[len] = 0;
+    snprintf(buf, n, " (to %.900s)", t);
+}
+
+static int in_group(gid_t g)
+{
+    gid_t list[256];
+    int n;
+    if (getegid() == g) return 1;
+    n = getgroups(sizeof list / sizeof list[0], list);
+    for (int i = 0; i < n; i++)
+        if (list[i] == g) return 1;
+    return 0;
+}
+
+/* The rules for the lock directory, checked on the open directory itself (so
+ * nothing can be swapped in between the check and its use).
+ *
+ * Whoever can create entries in it can pre-create a lock file of theirs (then
+ * hold it, or keep us from opening it) or plant something at a lock file's
+ * path. So, by default, it must be ours and nobody else may write to it: no
+ * group or world write bit. With ?shared=group an administrator's directory
+ * shared with one group is accepted: owned by us or root, group-writable,
+ * setgid (so lock files created by any member belong to the group, and
+ * members can open each other's), never world-writable. World-writable
+ * directories are refused always, sticky bit or not: the sticky bit stops
+ * others from removing our files, not from creating theirs under our names. */
+static int check_dir(const char *dir, const struct stat *st, int shared)
+{
+    mode_t m = st->st_mode & 07777;
+    uid_t me = geteuid();
+    if (m & S_IWOTH) {
+        /* A sticky world-writable dir is a shared one like /tmp: never suggest closing it. */
+        int mine = st->st_uid == me && !(m & S_ISVTX);
+        return baton_seterr(BATON_EAUTH, 0, "lock dir %s is writable by every user (mode %04o): anyone could "
+                            "create or hold its lock files; refusing it. Use a private directory instead (e.g. "
+                            "file://%s/baton-%lu, which baton creates mode 0700)%s%s", dir, (unsigned)m,
+                            strcmp(dir, "/") ? dir : "", (unsigned long)me,
+                            mine ? ", or if the directory is yours alone: chmod 700 " : "", mine ? dir : "");
+    }
+    if (!shared) {
+        if (st->st_uid != me)
+            return baton_seterr(BATON_EAUTH, 0, "lock dir %s is owned by someone else (uid %lu); refusing it. "
+                                "Use a directory of your own (for one an administrator shares with a group, "
+                                "add ?shared=group to the URI)", dir, (unsigned long)st->st_uid);
+        if (m & S_IWGRP)
+            return baton_seterr(BATON_EAUTH, 0, "lock dir %s is writable by its group (mode %04o): another user "
+                                "could create or hold its lock files; refusing it. Run chmod 700 %s (or use a "
+                                "private directory); for a directory shared with a group on purpose, add "
+                                "?shared=group to the URI and make it setgid (chmod 2770)", dir, (unsigned)m, dir);
+        return 0;
+    }
+    if (st->st_uid != me && st->st_uid != 0)
+        return baton_seterr(BATON_EAUTH, 0, "lock dir %s (shared=group) is owned by uid %lu: a shared lock "
+                            "directory must belong to root or to you, since its owner can change its mode at will; "
+                            "refusing it", dir, (unsigned long)st->st_uid);
+    if ((m & S_IWGRP) && !(m & S_ISGID))
+        return baton_seterr(BATON_EAUTH, 0, "lock dir %s (shared=group) is not setgid (mode %04o): lock files "
+                            "its members create would not belong to its group, so other members could not "
+                            "open them. Run chmod g+s %s (mode 2770)", dir, (unsigned)m, dir);
+    if (me != 0 && st->st_uid != me && !in_group(st->st_gid))
+        return baton_seterr(BATON_EAUTH, 0, "lock dir %s (shared=group) belongs to group %lu, which you are not "
+                            "in; refusing it", dir, (unsigned long)st->st_gid);
+    return 0;
+}
+
+/* Opens the lock directory without following a link at its last component:
+ * a symbolic link there could be re-pointed at any time (and /tmp/baton-<uid>
+ * is a name anyone can take first). The components above may be links. */
+static int open_dir(const char *dir, int *fdout)
+{
+    struct stat st;
+    char to[1100];
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd >= 0) {
+        *fdout = fd;
+        return 0;
+    }
+    if ((errno == ENOTDIR || errno == ELOOP) && lstat(dir, &st) == 0 && !S_ISDIR(st.st_mode)) {
+        if (S_ISLNK(st.st_mode)) {
+            link_target(AT_FDCWD, dir, to, sizeof to);
+            return baton_seterr(BATON_EIO, 0, "lock dir %s is a symbolic link%s; refusing it (baton does not follow "
+                                "a link at the lock directory itself): name the real directory instead", dir, to);
+        }
+        return baton_seterr(BATON_EIO, 0, "lock dir %s is %s, not a directory; refusing it", dir, kind_of(&st));
+    }
+    if (errno == EACCES && stat(dir, &st) == 0)
+        return baton_seterr(BATON_EAUTH, EACCES, "lock dir %s: permission denied (owner uid %lu, group %lu, "
+                            "mode %04o)", dir, (unsigned long)st.st_uid, (unsigned long)st.st_gid,
+                            (unsigned)(st.st_mode & 07777));
+    return baton_seterr(BATON_EUNAVAILABLE, errno, "lock dir %s: %s", dir, strerror(errno));
+}
+
 static int file_open(void **eng, const baton_uri *u, const baton_client_options *o)
 {
     char dir[4096];
     struct stat st;
     file_engine *e;
-    int rc, fd;
+    int rc, fd = -1, shared;
     (void)o;
 
-    if ((rc = resolve_dir(u, dir, sizeof dir))) return rc;
+    if ((rc = resolve_dir(u, dir, sizeof dir, &shared))) return rc;
     if (mkdir(dir, 0700) && errno != EEXIST)
         return baton_seterr(BATON_EUNAVAILABLE, errno, "lock dir %s: %s", dir, strerror(errno));
-    fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0)
-        return baton_seterr(BATON_EUNAVAILABLE, errno, "lock dir %s: %s", dir, strerror(errno));
-    if (fstat(fd, &st) || st.st_uid != geteuid()) {
+    if ((rc = open_dir(dir, &fd))) return rc;
+    if (fstat(fd, &st)) {
+        rc = baton_seterr(BATON_EUNAVAILABLE, errno, "lock dir %s: %s", dir, strerror(errno));
         close(fd);
-        return baton_seterr(BATON_EAUTH, 0, "lock dir %s is owned by someone else; refusing it", dir);
+        return rc;
+    }
+    if ((rc = check_dir(dir, &st, shared))) {
+        close(fd);
+        return rc;
     }
     e = calloc(1, sizeof *e);
     if (!e) { close(fd); return baton_seterr(BATON_ENOMEM, 0, "out of memory"); }
     e->dirfd = fd;
     snprintf(e->dir, sizeof e->dir, "%s", dir);
+    e->shared = shared;
+    e->fmode = shared ? 0660 : 0600;
     e->ino_fd = e->stop_pipe[0] = e->stop_pipe[1] = -1;
     pthread_mutex_init(&e->wmu, NULL);
     *eng = e;
+    return 0;
+}
+
+/* Refuses what was found at a file's place in the lock dir: not a plain file
+ * of ours but a link, directory, pipe, socket or device (planted, or left by
+ * a mistake), or a file with more than one name (possibly a hard link to a
+ * file elsewhere, which we would write our record into). It is reported for
+ * what it is, as a lock store we refuse, not as an engine we cannot reach. */
+static int planted(file_engine *e, const char *what, const char *fname, const struct stat *found)
+{
+    struct stat st;
+    char to[1100] = "";
+    if (!found) {
+        if (fstatat(e->dirfd, fname, &st, AT_SYMLINK_NOFOLLOW))
+            return baton_seterr(BATON_EIO, errno, "%s %s/%s: %s", what, e->dir, fname, strerror(errno));
+        found = &st;
+    }
+    if (S_ISLNK(found->st_mode)) link_target(e->dirfd, fname, to, sizeof to);
+    if (S_ISREG(found->st_mode))
+        return baton_seterr(BATON_EIO, 0, "%s %s/%s has %lu hard links (baton's own files have one; another may "
+                            "be a file elsewhere linked in); refusing it. Remove it if nothing should be there",
+                            what, e->dir, fname, (unsigned long)found->st_nlink);
+    return baton_seterr(BATON_EIO, 0, "%s %s/%s is %s%s, not a lock file; refusing it (baton never follows or "
+                        "uses such a thing in its lock directory). Remove it if nothing should be there",
+                        what, e->dir, fname, kind_of(found), to);
+}
+
+/* Opens FNAME in the lock dir (flags: O_RDWR or O_RDONLY, maybe O_CREAT).
+ * 0 with the fd in *fdout; 0 with *fdout = -1 when it does not exist and
+ * O_CREAT was not asked; or an error. Only a regular file with one link is
+ * accepted (see planted). O_NONBLOCK keeps a planted FIFO from blocking the
+ * open; it changes nothing for regular files or their locks.
+ *
+ * In a group-shared dir a new file is made 0660 whatever the umask, so every
+ * member can open it for writing (OFD write locks need that). Between
+ * another member's create and its chmod, our open can fail with EACCES: a
+ * short retry rides that out. */
+static int dir_open(file_engine *e, const char *fname, int flags, const char *what, int *fdout)
+{
+    struct stat st;
+    int fd, err;
+    *fdout = -1;
+    for (int tries = 0;; tries++) {
+        fd = openat(e->dirfd, fname, flags | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC, e->fmode);
+        if (fd >= 0) break;
+        err = errno;
+        if (err == ENOENT && !(flags & O_CREAT)) return 0;
+        if (err == ELOOP || err == EISDIR || err == ENXIO || err == ENODEV || err == ETXTBSY)
+            return planted(e, what, fname, NULL);
+        if (err == EACCES && e->shared && tries < 50) {
+            struct timespec ts = { 0, 2000000 };
+            nanosleep(&ts, NULL);
+            continue;
+        }
+        if (err == EACCES && fstatat(e->dirfd, fname, &st, AT_SYMLINK_NOFOLLOW) == 0)
+            return baton_seterr(BATON_EIO, err, "%s %s/%s: %s (mode %04o, owner uid %lu, group %lu%s)", what, e->dir,
+                                fname, strerror(err), (unsigned)(st.st_mode & 07777), (unsigned long)st.st_uid,
+                                (unsigned long)st.st_gid, e->shared ? "; in a shared dir lock files must be "
+                                "mode 0660 and in the directory's group" : "");
+        return baton_seterr(BATON_EIO, err, "%s %s/%s: %s", what, e->dir, fname, strerror(err));
+    }
+    if (fstat(fd, &st)) {
+        err = errno;
+        close(fd);
+        return baton_seterr(BATON_EIO, err, "%s %s/%s: %s", what, e->dir, fname, strerror(err));
+    }
+    /* nlink 0 is a file removed under us: the callers check for that and retry */
+    if (!S_ISREG(st.st_mode) || st.st_nlink > 1) {
+        close(fd);
+        return planted(e, what, fname, &st);
+    }
+    if (e->shared && st.st_uid == geteuid() && (st.st_mode & 0777) != e->fmode)
+        fchmod(fd, e->fmode);
+    *fdout = fd;
     return 0;
 }
 
@@ -524,10 +724,8 @@ static int take_range(int fd, short type, off_t start, off_t len, baton_acquire_
 
 static int open_lock_file(file_engine *e, const char *fname)
 {
-    int fd = openat(e->dirfd, fname, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (fd < 0)
-        return baton_seterr(BATON_EIO, errno, "lock file %s: %s", fname, strerror(errno));
-    return fd;
+    int fd, rc = dir_open(e, fname, O_RDWR | O_CREAT, "lock file", &fd);
+    return rc ? rc : fd;
 }
 
 /* Whether the file under fd is still in the lock dir. baton never removes a
@@ -709,7 +907,8 @@ static int file_info(void *eng, const char *name, baton_lockinfo *out)
         char sname[256], buf[128];
         baton__file_name(name, sname, sizeof sname);
         memcpy(sname, "sem.", 4);
-        int sfd = openat(((file_engine *)eng)->dirfd, sname, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+        int sfd, rc = dir_open(eng, sname, O_RDONLY, "semaphore file", &sfd);
+        if (rc) return rc;
         if (sfd >= 0) {
             ssize_t n = pread(sfd, buf, sizeof buf - 1, 0);
             char *p;
@@ -728,14 +927,11 @@ static int file_info(void *eng, const char *name, baton_lockinfo *out)
     file_engine *e = eng;
     char fname[256];
     struct flock f;
-    int fd, held;
+    int fd, held, rc;
 
     baton__file_name(name, fname, sizeof fname);
-    fd = openat(e->dirfd, fname, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0) {
-        if (errno == ENOENT) return 0;
-        return baton_seterr(BATON_EIO, errno, "lock file %s: %s", fname, strerror(errno));
-    }
+    if ((rc = dir_open(e, fname, O_RDONLY, "lock file", &fd))) return rc;
+    if (fd < 0) return 0;
     memset(&f, 0, sizeof f);
     f.l_type = F_WRLCK;
     f.l_whence = SEEK_SET;
@@ -810,7 +1006,7 @@ static int watch_add(file_engine *e, file_sem *fs, watch_reg *reg, baton_waiter 
         pthread_sigmask(SIG_SETMASK, &old, NULL);
         if (rc) goto out;
     }
-    reg->wd = inotify_add_watch(e->ino_fd, fs->path, IN_MODIFY | IN_CLOSE_WRITE);
+    reg->wd = inotify_add_watch(e->ino_fd, fs->path, IN_MODIFY | IN_CLOSE_WRITE | IN_DONT_FOLLOW);
     if (reg->wd < 0) {
         rc = baton_seterr(BATON_EIO, errno, "inotify %s: %s", fs->path, strerror(errno));
         goto out;
@@ -835,16 +1031,14 @@ static int file_sem_new(void *eng, const char *name, void **st)
 {
     file_engine *e = eng;
     file_sem *fs = calloc(1, sizeof *fs);
-    int fd;
+    int fd, rc;
     if (!fs) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
     baton__file_name(name, fs->fname, sizeof fs->fname);
     memcpy(fs->fname, "sem.", 4);   /* "lock." → "sem.." keeps the two name spaces apart */
     snprintf(fs->path, sizeof fs->path, "%s/%s", e->dir, fs->fname);
-    fd = openat(e->dirfd, fs->fname, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (fd < 0) {
-        int err = errno;
+    if ((rc = dir_open(e, fs->fname, O_RDWR | O_CREAT, "semaphore file", &fd))) {
         free(fs);
-        return baton_seterr(BATON_EIO, err, "semaphore file: %s", strerror(err));
+        return rc;
     }
     close(fd);
     *st = fs;
@@ -866,8 +1060,8 @@ static int sem_update(file_engine *e, file_sem *fs, int op, int64_t arg, int64_t
     int64_t permits = 0;
     int set = 0, fd, rc = 0, changed = 0;
     ssize_t n;
-    fd = openat(e->dirfd, fs->fname, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0) return baton_seterr(BATON_EIO, errno, "semaphore file: %s", strerror(errno));
+    if ((rc = dir_open(e, fs->fname, O_RDWR, "semaphore file", &fd))) return rc;
+    if (fd < 0) return baton_seterr(BATON_EIO, ENOENT, "semaphore file %s/%s was removed", e->dir, fs->fname);
     while (setlk(fd, F_OFD_SETLKW, F_WRLCK) < 0)
         if (errno != EINTR) { rc = baton_seterr(BATON_EIO, errno, "semaphore lock: %s", strerror(errno)); goto out; }
     n = pread(fd, buf, sizeof buf - 1, 0);
@@ -1036,9 +1230,8 @@ static int pcount_lock(file_engine *e, file_permits *fp, int64_t deadline_ns, ba
     if (deadline_ns != 0 && deadline_ns < limit) limit = deadline_ns, stalled = 0;
     for (int tries = 0; tries < RELINK_TRIES; tries++) {
         long pause_ns = 50000;
-        int fd = openat(e->dirfd, fp->cname, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
-        if (fd < 0)
-            return baton_seterr(BATON_EIO, errno, "permit count file %s: %s", fp->cname, strerror(errno));
+        int fd, rc = dir_open(e, fp->cname, O_RDWR | O_CREAT, "permit count file", &fd);
+        if (rc) return rc;
         while (setlk(fd, F_OFD_SETLK, F_WRLCK) < 0) {
             int err = errno;
             if (err != EAGAIN && err != EACCES) {
@@ -1083,11 +1276,8 @@ static int slot_held(file_engine *e, const file_permits *fp, int64_t slot)
     struct flock f;
     int fd, r;
     slot_name(fp, slot, name, sizeof name);
-    fd = openat(e->dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0) {
-        if (errno == ENOENT) return 0;
-        return baton_seterr(BATON_EIO, errno, "permit slot file %s: %s", name, strerror(errno));
-    }
+    if ((r = dir_open(e, name, O_RDONLY, "permit slot file", &fd))) return r;
+    if (fd < 0) return 0;
     memset(&f, 0, sizeof f);
     f.l_type = F_WRLCK;
     f.l_whence = SEEK_SET;
@@ -1117,8 +1307,8 @@ static int slot_take(file_engine *e, const file_permits *fp, int64_t slot, int *
     char name[300];
     slot_name(fp, slot, name, sizeof name);
     for (int tries = 0; tries < RELINK_TRIES; tries++) {
-        int fd = openat(e->dirfd, name, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
-        if (fd < 0) return baton_seterr(BATON_EIO, errno, "permit slot file %s: %s", name, strerror(errno));
+        int fd, rc = dir_open(e, name, O_RDWR | O_CREAT, "permit slot file", &fd);
+        if (rc) return rc;
         if (setlk(fd, F_OFD_SETLK, F_WRLCK) < 0) {
             int err = errno;
             close(fd);
@@ -1401,11 +1591,11 @@ static int permits_info(file_engine *e, const char *name, int64_t *out)
     file_permits fp;
     pcount pc;
     int64_t held;
-    int fd;
+    int fd, rc;
     memset(&fp, 0, sizeof fp);
     baton__file_name(name, fp.cname, sizeof fp.cname);
     memcpy(fp.cname, "perm.", 5);
-    fd = openat(e->dirfd, fp.cname, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if ((rc = dir_open(e, fp.cname, O_RDONLY, "permit count file", &fd))) return rc;
     if (fd < 0) return 0;
     pcount_read(fd, &pc);
     close(fd);
