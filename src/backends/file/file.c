@@ -30,7 +30,9 @@
 #include <string.h>
 #include <poll.h>
 #include <limits.h>
+#include <sys/file.h>
 #include <sys/inotify.h>
+#include <sys/sysmacros.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -67,6 +69,7 @@ struct file_lock;
 typedef struct {
     pthread_mutex_t mu;
     int wr_fd;                 /* the write side's fd while it is held, else -1 */
+    int wr_gfd;                /* path locks: the write side's fence file (gate held), else -1 */
     int rd_borrows;            /* the read side rides on wr_fd (a downgrade) */
     struct file_lock *rd;
     int refs;
@@ -77,6 +80,9 @@ typedef struct file_lock {
     int fd;          /* open and locked while held, else -1 */
     int kind;
     file_rw *rw;
+    char *path;      /* a name that is an absolute path: that very file, locked with flock(2); else NULL */
+    int gfd;         /* path locks: the fence file in the lock dir, kept while the write side holds
+                      * (its gate byte holds new readers back), else -1 */
 } file_lock;
 
 static int resolve_dir(const baton_uri *u, char *out, size_t n, int *shared)
@@ -406,7 +412,11 @@ static int file_lock_new(void *eng, const char *name, const baton_lock_options *
     (void)eng; (void)o;
     if (!fl) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
     baton__file_name(name, fl->fname, sizeof fl->fname);
-    fl->fd = -1;
+    fl->fd = fl->gfd = -1;
+    if (name[0] == '/' && !(fl->path = strdup(name))) {
+        free(fl);
+        return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+    }
     *st = fl;
     return 0;
 }
@@ -416,6 +426,7 @@ static void file_lock_free(void *eng, void *st)
     file_lock *fl = st;
     (void)eng;
     if (fl->fd >= 0) close(fl->fd);
+    if (fl->gfd >= 0) close(fl->gfd);
     if (fl->rw) {
         int last;
         pthread_mutex_lock(&fl->rw->mu);
@@ -427,6 +438,7 @@ static void file_lock_free(void *eng, void *st)
             free(fl->rw);
         }
     }
+    free(fl->path);
     free(fl);
 }
 
@@ -435,11 +447,13 @@ static int file_rwlock_new(void *eng, const char *name, const baton_lock_options
     file_lock *r = NULL, *w = NULL;
     file_rw *rw = calloc(1, sizeof *rw);
     if (!rw || file_lock_new(eng, name, o, (void **)&r) || file_lock_new(eng, name, o, (void **)&w)) {
-        free(rw); free(r); free(w);
+        if (r) file_lock_free(eng, r);
+        if (w) file_lock_free(eng, w);
+        free(rw);
         return baton_seterr(BATON_ENOMEM, 0, "out of memory");
     }
     pthread_mutex_init(&rw->mu, NULL);
-    rw->wr_fd = -1;
+    rw->wr_fd = rw->wr_gfd = -1;
     rw->rd = r;
     rw->refs = 2;
     r->kind = K_READ;
@@ -563,19 +577,28 @@ static int bump_fence(int fd, const char *desc, uint64_t *fence)
     return 0;
 }
 
-/* The helper that blocks in F_OFD_SETLKW for one wait, so the kernel queues
- * us and grants the range the instant it is free. Giving up (deadline or
- * cancel) interrupts the helper with a signal of our own (a real-time signal
- * whose disposition was the default, given a handler that does nothing and no
- * SA_RESTART), joins it, and closes the fd: nothing of an abandoned wait
- * outlives the call. Only the helper thread ever unblocks that signal. */
+/* The helper that blocks in F_OFD_SETLKW (or, for a path lock, flock(2))
+ * for one wait, so the kernel queues us and grants the lock the instant it
+ * is free. Giving up (deadline or cancel) interrupts the helper with a signal
+ * of our own (a real-time signal whose disposition was the default, given a
+ * handler that does nothing and no SA_RESTART: both calls then fail with
+ * EINTR), joins it, and closes the fd: nothing of an abandoned wait outlives
+ * the call. Only the helper thread ever unblocks that signal. */
 typedef struct {
     pthread_mutex_t mu;
     baton_waiter *w;
     int fd, done, granted, err, abandon;
+    int how;            /* flock(2): LOCK_EX or LOCK_SH; 0: the OFD range below */
     short type;
     off_t start, len;
 } file_wait;
+
+/* One attempt at the lock a wait is for; block: wait in the kernel. */
+static int lock_once(const file_wait *fw, int block)
+{
+    if (fw->how) return flock(fw->fd, fw->how | (block ? 0 : LOCK_NB));
+    return setlk_range(fw->fd, block ? F_OFD_SETLKW : F_OFD_SETLK, fw->type, fw->start, fw->len);
+}
 
 static int g_intr_sig;
 static pthread_once_t g_sig_once = PTHREAD_ONCE_INIT;
@@ -614,10 +637,10 @@ static void *wait_main(void *arg)
         pthread_mutex_unlock(&fw->mu);
         if (abandon) break;
         if (g_intr_sig) {
-            r = setlk_range(fw->fd, F_OFD_SETLKW, fw->type, fw->start, fw->len);
+            r = lock_once(fw, 1);
         } else {
             /* No signal to spare: poll with capped backoff instead. */
-            r = setlk_range(fw->fd, F_OFD_SETLK, fw->type, fw->start, fw->len);
+            r = lock_once(fw, 0);
             if (r < 0 && (errno == EAGAIN || errno == EACCES)) {
                 usleep((useconds_t)backoff_us);
                 if (backoff_us < 20000) backoff_us *= 2;
@@ -636,9 +659,10 @@ static void *wait_main(void *arg)
     return NULL;
 }
 
-/* Blocks until the range of fd is locked, the deadline passes or the call is
- * cancelled. On failure fd is closed. */
-static int wait_range(int fd, short type, off_t start, off_t len, baton_acquire_req *req, const char *fname)
+/* Blocks until fd is locked as fw0 says (a range, or flock(2)), the deadline
+ * passes or the call is cancelled. On failure fd is closed. WHAT names the
+ * file in messages ("lock file lock.x", "lock path /var/lock/job"). */
+static int wait_lock(int fd, const file_wait *fw0, baton_acquire_req *req, const char *what)
 {
     file_wait fw;
     pthread_attr_t at;
@@ -651,9 +675,10 @@ static int wait_range(int fd, short type, off_t start, off_t len, baton_acquire_
     pthread_mutex_init(&fw.mu, NULL);
     fw.w = req->waiter;
     fw.fd = fd;
-    fw.type = type;
-    fw.start = start;
-    fw.len = len;
+    fw.how = fw0->how;
+    fw.type = fw0->type;
+    fw.start = fw0->start;
+    fw.len = fw0->len;
     pthread_attr_init(&at);
     pthread_attr_setstacksize(&at, 64 * 1024);
     sigfillset(&all);
@@ -698,28 +723,42 @@ static int wait_range(int fd, short type, off_t start, off_t len, baton_acquire_
         close(fd);   /* also hands back a grant that came as we gave up */
         if (rc == BATON_ECANCELED) return baton_seterr(BATON_ECANCELED, 0, "acquire canceled");
         if (rc) return baton_seterr(BATON_ETIMEDOUT, 0, "lock wait timed out");
-        return baton_seterr(BATON_EIO, fw.err, "lock file %s: %s", fname, strerror(fw.err));
+        return baton_seterr(BATON_EIO, fw.err, "%s: %s", what, strerror(fw.err));
     }
     return 0;
 }
 
-/* Takes a range of fd: at once, or by waiting when the request allows it.
- * On failure fd is closed. */
-static int take_range(int fd, short type, off_t start, off_t len, baton_acquire_req *req, const char *fname)
+/* Takes the lock fw says on fd: at once, or by waiting when the request
+ * allows it. On failure fd is closed. */
+static int take_lock(int fd, file_wait *fw, baton_acquire_req *req, const char *what)
 {
     int rc;
-    if (setlk_range(fd, F_OFD_SETLK, type, start, len) == 0)
+    fw->fd = fd;
+    if (lock_once(fw, 0) == 0)
         return 0;
     if (errno != EAGAIN && errno != EACCES) {
-        rc = baton_seterr(BATON_EIO, errno, "lock file %s: %s", fname, strerror(errno));
+        rc = baton_seterr(BATON_EIO, errno, "%s: %s", what, strerror(errno));
         close(fd);
         return rc;
     }
     if (req->deadline_ns == 0) {
         close(fd);
-        return baton_seterr(BATON_ELOCKED, 0, "lock file %s is held", fname);
+        return baton_seterr(BATON_ELOCKED, 0, "%s is held", what);
     }
-    return wait_range(fd, type, start, len, req, fname);
+    return wait_lock(fd, fw, req, what);
+}
+
+/* Takes a range of fd (see take_lock). */
+static int take_range(int fd, short type, off_t start, off_t len, baton_acquire_req *req, const char *fname)
+{
+    file_wait fw;
+    char what[300];
+    memset(&fw, 0, sizeof fw);
+    fw.type = type;
+    fw.start = start;
+    fw.len = len;
+    snprintf(what, sizeof what, "lock file %s", fname);
+    return take_lock(fd, &fw, req, what);
 }
 
 static int open_lock_file(file_engine *e, const char *fname)
@@ -861,12 +900,259 @@ static int rw_release(file_lock *fl)
     return 0;
 }
 
+/* ---- path locks ---------------------------------------------------------
+ * A lock name that is an absolute path is that very file, as for flock(1):
+ * it is opened (created 0666 less the umask if missing, as flock(1) does;
+ * its directory must exist) and locked with flock(2), LOCK_EX for a plain
+ * lock or a write side, LOCK_SH for a read side, so `baton run /var/lock/job`
+ * and `flock /var/lock/job` exclude each other. The path is followed like
+ * flock(1) follows it (links included): it is the user's own choice, not
+ * baton's directory. The file is never written.
+ *
+ * The fence lives in baton's lock dir instead, in "path.<the file's real
+ * path, mapped like a name>", with the same max(counter + 1, clock) rule.
+ * Its bytes also order baton's own clients: a writer holds its gate byte
+ * while it waits and holds (new baton readers queue behind it, as on lock
+ * files; flock(1) -s readers do not see the gate), and readers take its
+ * counter byte one at a time to bump the fence. A file a fence file is kept
+ * for is one inode: the real path names it however the lock path was
+ * spelled. */
+
+/* Opens the file PATH names, creating it if missing. Only a regular file or
+ * a directory is opened at all (opening a device or a FIFO can block or have
+ * effects). */
+static int path_open(const char *path, int *fdout)
+{
+    struct stat st;
+    int fd, err;
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode))
+        return baton_seterr(BATON_EINVAL, 0, "lock path %s is %s; baton locks only regular files and "
+                            "directories there", path, kind_of(&st));
+    fd = open(path, O_RDONLY | O_CREAT | O_NOCTTY | O_NONBLOCK | O_CLOEXEC, 0666);
+    if (fd < 0 && errno == EISDIR)   /* flock(1) locks directories too */
+        fd = open(path, O_RDONLY | O_DIRECTORY | O_NOCTTY | O_CLOEXEC);
+    if (fd < 0) {
+        err = errno;
+        if (err == ENOENT || err == ENOTDIR)
+            return baton_seterr(BATON_EINVAL, err, "lock path %s: %s (a lock name that starts with '/' is that "
+                                "file; its directory must exist)", path, strerror(err));
+        if (err == EACCES || err == EPERM || err == EROFS)
+            return baton_seterr(BATON_EAUTH, err, "lock path %s: %s", path, strerror(err));
+        return baton_seterr(BATON_EIO, err, "lock path %s: %s", path, strerror(err));
+    }
+    if (fstat(fd, &st) || (!S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode))) {
+        close(fd);
+        return baton_seterr(BATON_EINVAL, 0, "lock path %s is not a regular file or directory", path);
+    }
+    *fdout = fd;
+    return 0;
+}
+
+/* Whether fd is still the file at PATH: not removed, nor replaced by another
+ * (a lock on a file nobody opens by that path any more excludes nobody). */
+static int path_still_there(int fd, const char *path)
+{
+    struct stat a, b;
+    return fstat(fd, &a) == 0 && a.st_nlink > 0 && stat(path, &b) == 0 && a.st_dev == b.st_dev &&
+           a.st_ino == b.st_ino;
+}
+
+/* The fence file of the file open on fd (or, with fd < 0, at PATH). */
+static void path_fence_name(int fd, const char *path, char *out, size_t n)
+{
+    char link[64], real[PATH_MAX];
+    ssize_t len = -1;
+    if (fd >= 0) {
+        snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+        len = readlink(link, real, sizeof real - 1);
+    }
+    if (len > 0 && real[0] == '/') real[len] = 0;
+    else if (!realpath(path, real)) snprintf(real, sizeof real, "%s", path);
+    baton__file_name(real, out, n);
+    memcpy(out, "path.", 5);   /* "lock." -> "path.": its own name space */
+}
+
+/* Bumps the fence in the fence file, one bumper at a time (readers share
+ * the lock they were granted). */
+static int path_bump(int gfd, const char *fname, const char *desc, uint64_t *fence)
+{
+    int rc;
+    while ((rc = setlk_range(gfd, F_OFD_SETLKW, F_WRLCK, COUNTER)) < 0 && errno == EINTR) {}
+    if (rc < 0) return baton_seterr(BATON_EIO, errno, "fence file %s: %s", fname, strerror(errno));
+    rc = bump_fence(gfd, desc, fence);
+    setlk_range(gfd, F_OFD_SETLK, F_UNLCK, COUNTER);
+    return rc;
+}
+
+static int path_acquire(file_engine *e, file_lock *fl, baton_acquire_req *req)
+{
+    const int shared = fl->kind == K_READ;
+    char fname[256], what[1100];
+    file_wait fw;
+    int fd = -1, gfd = -1, rc;
+
+    if (shared) {
+        pthread_mutex_lock(&fl->rw->mu);
+        if (fl->rw->wr_fd >= 0) {
+            /* Downgrade: ride on the write side's exclusive lock (nobody else
+             * may read while it is held); its release turns it shared. */
+            path_fence_name(fl->rw->wr_fd, fl->path, fname, sizeof fname);
+            rc = path_bump(fl->rw->wr_gfd, fname, req->owner->desc, &req->fence);
+            if (!rc) {
+                fl->rw->rd_borrows = 1;
+                req->sent_ns = baton_now_ns();
+            }
+            pthread_mutex_unlock(&fl->rw->mu);
+            return rc;
+        }
+        pthread_mutex_unlock(&fl->rw->mu);
+    }
+    snprintf(what, sizeof what, "lock path %s", fl->path);
+    for (int tries = 0;; tries++) {
+        if (tries == RELINK_TRIES)
+            return baton_seterr(BATON_EIO, 0, "lock path %s keeps being removed or replaced while it is locked",
+                                fl->path);
+        if ((rc = path_open(fl->path, &fd))) return rc;
+        path_fence_name(fd, fl->path, fname, sizeof fname);
+        if ((rc = dir_open(e, fname, O_RDWR | O_CREAT, "fence file", &gfd))) {
+            close(fd);
+            return rc;
+        }
+        req->sent_ns = baton_now_ns();
+        /* the gate, in the fence file: held by a baton writer of this file */
+        memset(&fw, 0, sizeof fw);
+        fw.type = shared ? F_RDLCK : F_WRLCK;
+        fw.start = 0;
+        fw.len = 1;
+        if ((rc = take_lock(gfd, &fw, req, what))) {
+            close(fd);
+            return rc;
+        }
+        memset(&fw, 0, sizeof fw);
+        fw.how = shared ? LOCK_SH : LOCK_EX;
+        if ((rc = take_lock(fd, &fw, req, what))) {
+            close(gfd);
+            return rc;
+        }
+        if (path_still_there(fd, fl->path) && still_linked(gfd)) break;
+        close(fd);
+        close(gfd);
+    }
+    if (shared) setlk_range(gfd, F_OFD_SETLK, F_UNLCK, GATE);
+    if ((rc = path_bump(gfd, fname, req->owner->desc, &req->fence))) {
+        close(fd);
+        close(gfd);
+        return rc;
+    }
+    if (shared) {
+        close(gfd);
+        gfd = -1;
+    }
+    fl->fd = fd;
+    fl->gfd = gfd;
+    if (fl->kind == K_WRITE) {
+        pthread_mutex_lock(&fl->rw->mu);
+        fl->rw->wr_fd = fd;
+        fl->rw->wr_gfd = gfd;
+        pthread_mutex_unlock(&fl->rw->mu);
+    }
+    return 0;
+}
+
+static int path_release(file_lock *fl)
+{
+    file_rw *rw = fl->rw;
+    int rc = 0;
+    if (rw) pthread_mutex_lock(&rw->mu);
+    if (fl->kind == K_READ && rw->rd_borrows) {
+        rw->rd_borrows = 0;   /* the write side still holds the file */
+        goto out;
+    }
+    if (fl->fd < 0) {
+        rc = baton_seterr(BATON_ENOTHELD, 0, "not held");
+        goto out;
+    }
+    if (fl->kind == K_WRITE && rw->rd_borrows && rw->rd) {
+        /* Finish a downgrade: the exclusive lock turns shared in place (it
+         * never waits: nobody else holds the file), then the gate opens. */
+        if (flock(fl->fd, LOCK_SH | LOCK_NB)) {
+            rc = baton_seterr(BATON_EIO, errno, "lock path %s: downgrade: %s", fl->path, strerror(errno));
+            goto out;
+        }
+        rw->rd->fd = fl->fd;
+        rw->rd_borrows = 0;
+    } else {
+        if (fl->gfd >= 0) mark_released(fl->gfd);
+        flock(fl->fd, LOCK_UN);
+        close(fl->fd);
+    }
+    if (fl->gfd >= 0) close(fl->gfd);   /* also opens the gate */
+    fl->fd = fl->gfd = -1;
+    if (fl->kind == K_WRITE) rw->wr_fd = rw->wr_gfd = -1;
+out:
+    if (rw) pthread_mutex_unlock(&rw->mu);
+    return rc;
+}
+
+/* What /proc/locks says about the path locks on PATH's file, and the fence
+ * from its fence file. Creates nothing and takes no lock, so a status query
+ * never disturbs a holder (or a flock -n that runs at the same moment). */
+static int path_info(file_engine *e, const char *path, baton_lockinfo *out)
+{
+    char fname[256], line[512], rec_holder[256];
+    struct stat st;
+    long wpid = -1;
+    int64_t readers = 0;
+    int gfd, rc, rheld = 0;
+    FILE *f;
+
+    if (stat(path, &st)) {
+        if (errno == ENOENT || errno == ENOTDIR) return 0;
+        return baton_seterr(BATON_EIO, errno, "lock path %s: %s", path, strerror(errno));
+    }
+    f = fopen("/proc/locks", "re");
+    if (!f) return baton_seterr(BATON_EIO, errno, "/proc/locks: %s", strerror(errno));
+    while (fgets(line, sizeof line, f)) {
+        /* "1: FLOCK  ADVISORY  WRITE 4242 08:01:1234 0 EOF"; waiters are "1: -> FLOCK ..." */
+        char type[16];
+        unsigned maj, min;
+        unsigned long ino;
+        long pid;
+        if (sscanf(line, "%*d: FLOCK %*s %15s %ld %x:%x:%lu", type, &pid, &maj, &min, &ino) != 5) continue;
+        if (maj != major(st.st_dev) || min != minor(st.st_dev) || ino != (unsigned long)st.st_ino) continue;
+        if (!strcmp(type, "WRITE")) wpid = pid;
+        else readers++;
+    }
+    fclose(f);
+    out->held = wpid >= 0 || readers > 0;
+    out->writer = wpid >= 0;
+    out->readers = readers;
+    out->remaining_ms = -1;
+    path_fence_name(-1, path, fname, sizeof fname);
+    if ((rc = dir_open(e, fname, O_RDONLY, "fence file", &gfd))) return rc;
+    if (gfd < 0) rec_holder[0] = 0;
+    else {
+        read_rec(gfd, &out->fence, &rheld, rec_holder, sizeof rec_holder);
+        close(gfd);
+    }
+    if (wpid >= 0) {
+        /* The record names the last baton holder; it is this one if the pids agree. */
+        long rpid = -1;
+        if (rheld && sscanf(rec_holder, "%*s %ld", &rpid) == 1 && rpid == wpid)
+            snprintf(out->holder, sizeof out->holder, "%s", rec_holder);
+        else
+            snprintf(out->holder, sizeof out->holder, "pid %ld", wpid);
+    }
+    return 0;
+}
+
 static int file_acquire(void *eng, void *st, baton_acquire_req *req)
 {
     file_engine *e = eng;
     file_lock *fl = st;
     int fd, rc;
 
+    if (fl->path) return path_acquire(e, fl, req);
     if (fl->kind == K_WRITE) return rw_acquire_write(e, fl, req);
     if (fl->kind == K_READ) return rw_acquire_read(e, fl, req);
     for (int tries = 0;; tries++) {
@@ -889,6 +1175,7 @@ static int file_release(void *eng, void *st, const baton_owner *o)
 {
     file_lock *fl = st;
     (void)eng; (void)o;
+    if (fl->path) return path_release(fl);
     if (fl->rw) return rw_release(fl);
     if (fl->fd < 0) return baton_seterr(BATON_ENOTHELD, 0, "not held");
     mark_released(fl->fd);
@@ -928,6 +1215,8 @@ static int file_info(void *eng, const char *name, baton_lockinfo *out)
     char fname[256];
     struct flock f;
     int fd, held, rc;
+
+    if (name[0] == '/') return path_info(e, name, out);
 
     baton__file_name(name, fname, sizeof fname);
     if ((rc = dir_open(e, fname, O_RDONLY, "lock file", &fd))) return rc;
