@@ -1,6 +1,8 @@
 /*
- * The embedded file backend: one lock file per name in a private directory,
- * locked with open file description (OFD) locks.
+ * The embedded file backend: one lock file per name in a private directory
+ * (see check_dir for who may write it), locked with open file description
+ * (OFD) locks. A name that is an absolute path is that file instead, locked
+ * with flock(2) so flock(1) users are excluded too (see "path locks").
  *
  * OFD locks belong to the open file description, not the process, so two
  * handles in one process exclude each other, and the kernel drops the lock the
@@ -11,10 +13,10 @@
  * fence handed out before even when a power loss takes the counter with it
  * (see next_fence).
  *
- * Waiting uses F_OFD_SETLKW on a helper thread, so the kernel queues the waiter
- * and grants it the instant the holder lets go (no polling). A wait that times
- * out or is cancelled abandons its helper: when that helper is finally granted
- * it unlocks at once and exits.
+ * Waiting uses F_OFD_SETLKW (flock(2) for a path) on a helper thread, so the
+ * kernel queues the waiter and grants it the instant the holder lets go (no
+ * polling). A wait that times out or is cancelled interrupts its helper with a
+ * signal and joins it (see wait_main).
  *
  * Semaphores keep a counter file; permit-expirable semaphores keep one lock
  * file per permit (see their sections below).
@@ -936,7 +938,7 @@ static int path_open(const char *path, int *fdout)
         if (err == ENOENT || err == ENOTDIR)
             return baton_seterr(BATON_EINVAL, err, "lock path %s: %s (a lock name that starts with '/' is that "
                                 "file; its directory must exist)", path, strerror(err));
-        if (err == EACCES || err == EPERM || err == EROFS)
+        if (err == EACCES || err == EPERM)
             return baton_seterr(BATON_EAUTH, err, "lock path %s: %s", path, strerror(err));
         return baton_seterr(BATON_EIO, err, "lock path %s: %s", path, strerror(err));
     }
