@@ -142,13 +142,14 @@ static void link_target(int dirfd, const char *name, char *buf, size_t n)
 
 static int in_group(gid_t g)
 {
-    gid_t list[256];
-    int n;
+    gid_t *list;
+    int n, found = 0;
     if (getegid() == g) return 1;
-    n = getgroups(sizeof list / sizeof list[0], list);
-    for (int i = 0; i < n; i++)
-        if (list[i] == g) return 1;
-    return 0;
+    if ((n = getgroups(0, NULL)) <= 0 || !(list = calloc((size_t)n, sizeof *list))) return 0;
+    n = getgroups(n, list);
+    for (int i = 0; i < n && !found; i++) found = list[i] == g;
+    free(list);
+    return found;
 }
 
 /* The rules for the lock directory, checked on the open directory itself (so
@@ -330,8 +331,10 @@ static int dir_open(file_engine *e, const char *fname, int flags, const char *wh
         close(fd);
         return planted(e, what, fname, &st);
     }
-    if (e->shared && st.st_uid == geteuid() && (st.st_mode & 0777) != e->fmode)
-        fchmod(fd, e->fmode);
+    /* Undo the umask on a file we made; should it fail, the other members'
+     * EACCES message shows the mode. */
+    if (e->shared && st.st_uid == geteuid() && (st.st_mode & 0777) != e->fmode && fchmod(fd, e->fmode)) {
+    }
     *fdout = fd;
     return 0;
 }
