@@ -1,6 +1,8 @@
 /*
- * The embedded file backend: one lock file per name in a private directory,
- * locked with open file description (OFD) locks.
+ * The embedded file backend: one lock file per name in a private directory
+ * (see check_dir for who may write it), locked with open file description
+ * (OFD) locks. A name that is an absolute path is that file instead, locked
+ * with flock(2) so flock(1) users are excluded too (see "path locks").
  *
  * OFD locks belong to the open file description, not the process, so two
  * handles in one process exclude each other, and the kernel drops the lock the
@@ -11,15 +13,16 @@
  * fence handed out before even when a power loss takes the counter with it
  * (see next_fence).
  *
- * Waiting uses F_OFD_SETLKW on a helper thread, so the kernel queues the waiter
- * and grants it the instant the holder lets go (no polling). A wait that times
- * out or is cancelled abandons its helper: when that helper is finally granted
- * it unlocks at once and exits.
+ * Waiting uses F_OFD_SETLKW (flock(2) for a path) on a helper thread, so the
+ * kernel queues the waiter and grants it the instant the holder lets go (no
+ * polling). A wait that times out or is cancelled interrupts its helper with a
+ * signal and joins it (see wait_main).
  *
  * Semaphores keep a counter file; permit-expirable semaphores keep one lock
  * file per permit (see their sections below).
  */
 #include "core/internal.h"
+#include "sha256.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -29,7 +32,9 @@
 #include <string.h>
 #include <poll.h>
 #include <limits.h>
+#include <sys/file.h>
 #include <sys/inotify.h>
+#include <sys/sysmacros.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -48,6 +53,8 @@ typedef struct watch_reg {
 typedef struct {
     int dirfd;
     char dir[4096];
+    int shared;          /* ?shared=group: a directory shared with a group on purpose */
+    mode_t fmode;        /* files we create: 0600, or 0660 in a group-shared dir */
     /* The inotify watcher: started by the first semaphore wait. */
     pthread_mutex_t wmu;
     int ino_fd, stop_pipe[2];
@@ -64,6 +71,7 @@ struct file_lock;
 typedef struct {
     pthread_mutex_t mu;
     int wr_fd;                 /* the write side's fd while it is held, else -1 */
+    int wr_gfd;                /* path locks: the write side's fence file (gate held), else -1 */
     int rd_borrows;            /* the read side rides on wr_fd (a downgrade) */
     struct file_lock *rd;
     int refs;
@@ -74,15 +82,25 @@ typedef struct file_lock {
     int fd;          /* open and locked while held, else -1 */
     int kind;
     file_rw *rw;
+    char *path;      /* a name that is an absolute path: that very file, locked with flock(2); else NULL */
+    int gfd;         /* path locks: the fence file in the lock dir, kept while the write side holds
+                      * (its gate byte holds new readers back), else -1 */
 } file_lock;
 
-static int resolve_dir(const baton_uri *u, char *out, size_t n)
+static int resolve_dir(const baton_uri *u, char *out, size_t n, int *shared)
 {
     const char *env;
+    *shared = 0;
     if (u->host && strcmp(u->host, "localhost"))
         return baton_seterr(BATON_EINVAL, 0, "file URI: host '%s' is not allowed; use file:///abs/dir", u->host);
-    if (u->nparams)
-        return baton_seterr(BATON_EINVAL, 0, "file URI: unknown option '%s'", u->params[0].key);
+    for (size_t i = 0; i < u->nparams; i++) {
+        if (strcmp(u->params[i].key, "shared"))
+            return baton_seterr(BATON_EINVAL, 0, "file URI: unknown option '%s'", u->params[i].key);
+        if (strcmp(u->params[i].value, "group"))
+            return baton_seterr(BATON_EINVAL, 0, "file URI: shared=%s: the only value is 'group' "
+                                "(a lock directory an administrator shares with one group)", u->params[i].value);
+        *shared = 1;
+    }
     if (u->path && *u->path) {
         if (u->path[0] != '/')
             return baton_seterr(BATON_EINVAL, 0, "file URI: the directory must be absolute");
@@ -99,31 +117,225 @@ static int resolve_dir(const baton_uri *u, char *out, size_t n)
     return 0;
 }
 
+/* What lstat finds at a path we refused to open, in words. */
+static const char *kind_of(const struct stat *st)
+{
+    if (S_ISLNK(st->st_mode)) return "a symbolic link";
+    if (S_ISDIR(st->st_mode)) return "a directory";
+    if (S_ISFIFO(st->st_mode)) return "a named pipe (FIFO)";
+    if (S_ISSOCK(st->st_mode)) return "a socket";
+    if (S_ISCHR(st->st_mode) || S_ISBLK(st->st_mode)) return "a device";
+    if (S_ISREG(st->st_mode)) return "a regular file";
+    return "something unknown";
+}
+
+/* " (to TARGET)" for a symbolic link at NAME under dirfd (AT_FDCWD: a path), else "". */
+static void link_target(int dirfd, const char *name, char *buf, size_t n)
+{
+    char t[1024];
+    ssize_t len = readlinkat(dirfd, name, t, sizeof t - 1);
+    buf[0] = 0;
+    if (len < 0) return;
+    t[len] = 0;
+    snprintf(buf, n, " (to %.900s)", t);
+}
+
+static int in_group(gid_t g)
+{
+    gid_t *list;
+    int n, found = 0;
+    if (getegid() == g) return 1;
+    if ((n = getgroups(0, NULL)) <= 0 || !(list = calloc((size_t)n, sizeof *list))) return 0;
+    n = getgroups(n, list);
+    for (int i = 0; i < n && !found; i++) found = list[i] == g;
+    free(list);
+    return found;
+}
+
+/* The rules for the lock directory, checked on the open directory itself (so
+ * nothing can be swapped in between the check and its use).
+ *
+ * Whoever can create entries in it can pre-create a lock file of theirs (then
+ * hold it, or keep us from opening it) or plant something at a lock file's
+ * path. So, by default, it must be ours and nobody else may write to it: no
+ * group or world write bit. With ?shared=group an administrator's directory
+ * shared with one group is accepted: owned by us or root, group-writable,
+ * setgid (so lock files created by any member belong to the group, and
+ * members can open each other's), never world-writable. World-writable
+ * directories are refused always, sticky bit or not: the sticky bit stops
+ * others from removing our files, not from creating theirs under our names. */
+static int check_dir(const char *dir, const struct stat *st, int shared)
+{
+    mode_t m = st->st_mode & 07777;
+    uid_t me = geteuid();
+    if (m & S_IWOTH) {
+        /* A sticky world-writable dir is a shared one like /tmp: never suggest closing it. */
+        int mine = st->st_uid == me && !(m & S_ISVTX);
+        return baton_seterr(BATON_EAUTH, 0, "lock dir %s is writable by every user (mode %04o): anyone could "
+                            "create or hold its lock files; refusing it. Use a private directory instead (e.g. "
+                            "file://%s/baton-%lu, which baton creates mode 0700)%s%s", dir, (unsigned)m,
+                            strcmp(dir, "/") ? dir : "", (unsigned long)me,
+                            mine ? ", or if the directory is yours alone: chmod 700 " : "", mine ? dir : "");
+    }
+    if (!shared) {
+        if (st->st_uid != me)
+            return baton_seterr(BATON_EAUTH, 0, "lock dir %s is owned by someone else (uid %lu); refusing it. "
+                                "Use a directory of your own (for one an administrator shares with a group, "
+                                "add ?shared=group to the URI)", dir, (unsigned long)st->st_uid);
+        if (m & S_IWGRP)
+            return baton_seterr(BATON_EAUTH, 0, "lock dir %s is writable by its group (mode %04o): another user "
+                                "could create or hold its lock files; refusing it. Run chmod 700 %s (or use a "
+                                "private directory); for a directory shared with a group on purpose, add "
+                                "?shared=group to the URI and make it setgid (chmod 2770)", dir, (unsigned)m, dir);
+        return 0;
+    }
+    if (st->st_uid != me && st->st_uid != 0)
+        return baton_seterr(BATON_EAUTH, 0, "lock dir %s (shared=group) is owned by uid %lu: a shared lock "
+                            "directory must belong to root or to you, since its owner can change its mode at will; "
+                            "refusing it", dir, (unsigned long)st->st_uid);
+    if ((m & S_IWGRP) && !(m & S_ISGID))
+        return baton_seterr(BATON_EAUTH, 0, "lock dir %s (shared=group) is not setgid (mode %04o): lock files "
+                            "its members create would not belong to its group, so other members could not "
+                            "open them. Run chmod g+s %s (mode 2770)", dir, (unsigned)m, dir);
+    if (me != 0 && st->st_uid != me && !in_group(st->st_gid))
+        return baton_seterr(BATON_EAUTH, 0, "lock dir %s (shared=group) belongs to group %lu, which you are not "
+                            "in; refusing it", dir, (unsigned long)st->st_gid);
+    return 0;
+}
+
+/* Opens the lock directory without following a link at its last component:
+ * a symbolic link there could be re-pointed at any time (and /tmp/baton-<uid>
+ * is a name anyone can take first). The components above may be links. */
+static int open_dir(const char *dir, int *fdout)
+{
+    struct stat st;
+    char to[1100];
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd >= 0) {
+        *fdout = fd;
+        return 0;
+    }
+    if ((errno == ENOTDIR || errno == ELOOP) && lstat(dir, &st) == 0 && !S_ISDIR(st.st_mode)) {
+        if (S_ISLNK(st.st_mode)) {
+            link_target(AT_FDCWD, dir, to, sizeof to);
+            return baton_seterr(BATON_EIO, 0, "lock dir %s is a symbolic link%s; refusing it (baton does not follow "
+                                "a link at the lock directory itself): name the real directory instead", dir, to);
+        }
+        return baton_seterr(BATON_EIO, 0, "lock dir %s is %s, not a directory; refusing it", dir, kind_of(&st));
+    }
+    if (errno == EACCES && stat(dir, &st) == 0)
+        return baton_seterr(BATON_EAUTH, EACCES, "lock dir %s: permission denied (owner uid %lu, group %lu, "
+                            "mode %04o)", dir, (unsigned long)st.st_uid, (unsigned long)st.st_gid,
+                            (unsigned)(st.st_mode & 07777));
+    return baton_seterr(BATON_EUNAVAILABLE, errno, "lock dir %s: %s", dir, strerror(errno));
+}
+
 static int file_open(void **eng, const baton_uri *u, const baton_client_options *o)
 {
     char dir[4096];
     struct stat st;
     file_engine *e;
-    int rc, fd;
+    int rc, fd = -1, shared;
     (void)o;
 
-    if ((rc = resolve_dir(u, dir, sizeof dir))) return rc;
+    if ((rc = resolve_dir(u, dir, sizeof dir, &shared))) return rc;
     if (mkdir(dir, 0700) && errno != EEXIST)
         return baton_seterr(BATON_EUNAVAILABLE, errno, "lock dir %s: %s", dir, strerror(errno));
-    fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0)
-        return baton_seterr(BATON_EUNAVAILABLE, errno, "lock dir %s: %s", dir, strerror(errno));
-    if (fstat(fd, &st) || st.st_uid != geteuid()) {
+    if ((rc = open_dir(dir, &fd))) return rc;
+    if (fstat(fd, &st)) {
+        rc = baton_seterr(BATON_EUNAVAILABLE, errno, "lock dir %s: %s", dir, strerror(errno));
         close(fd);
-        return baton_seterr(BATON_EAUTH, 0, "lock dir %s is owned by someone else; refusing it", dir);
+        return rc;
+    }
+    if ((rc = check_dir(dir, &st, shared))) {
+        close(fd);
+        return rc;
     }
     e = calloc(1, sizeof *e);
     if (!e) { close(fd); return baton_seterr(BATON_ENOMEM, 0, "out of memory"); }
     e->dirfd = fd;
     snprintf(e->dir, sizeof e->dir, "%s", dir);
+    e->shared = shared;
+    e->fmode = shared ? 0660 : 0600;
     e->ino_fd = e->stop_pipe[0] = e->stop_pipe[1] = -1;
     pthread_mutex_init(&e->wmu, NULL);
     *eng = e;
+    return 0;
+}
+
+/* Refuses what was found at a file's place in the lock dir: not a plain file
+ * of ours but a link, directory, pipe, socket or device (planted, or left by
+ * a mistake), or a file with more than one name (possibly a hard link to a
+ * file elsewhere, which we would write our record into). It is reported for
+ * what it is, as a lock store we refuse, not as an engine we cannot reach. */
+static int planted(file_engine *e, const char *what, const char *fname, const struct stat *found)
+{
+    struct stat st;
+    char to[1100] = "";
+    if (!found) {
+        if (fstatat(e->dirfd, fname, &st, AT_SYMLINK_NOFOLLOW))
+            return baton_seterr(BATON_EIO, errno, "%s %s/%s: %s", what, e->dir, fname, strerror(errno));
+        found = &st;
+    }
+    if (S_ISLNK(found->st_mode)) link_target(e->dirfd, fname, to, sizeof to);
+    if (S_ISREG(found->st_mode))
+        return baton_seterr(BATON_EIO, 0, "%s %s/%s has %lu hard links (baton's own files have one; another may "
+                            "be a file elsewhere linked in); refusing it. Remove it if nothing should be there",
+                            what, e->dir, fname, (unsigned long)found->st_nlink);
+    return baton_seterr(BATON_EIO, 0, "%s %s/%s is %s%s, not a lock file; refusing it (baton never follows or "
+                        "uses such a thing in its lock directory). Remove it if nothing should be there",
+                        what, e->dir, fname, kind_of(found), to);
+}
+
+/* Opens FNAME in the lock dir (flags: O_RDWR or O_RDONLY, maybe O_CREAT).
+ * 0 with the fd in *fdout; 0 with *fdout = -1 when it does not exist and
+ * O_CREAT was not asked; or an error. Only a regular file with one link is
+ * accepted (see planted). O_NONBLOCK keeps a planted FIFO from blocking the
+ * open; it changes nothing for regular files or their locks.
+ *
+ * In a group-shared dir a new file is made 0660 whatever the umask, so every
+ * member can open it for writing (OFD write locks need that). Between
+ * another member's create and its chmod, our open can fail with EACCES: a
+ * short retry rides that out. */
+static int dir_open(file_engine *e, const char *fname, int flags, const char *what, int *fdout)
+{
+    struct stat st;
+    int fd, err;
+    *fdout = -1;
+    for (int tries = 0;; tries++) {
+        fd = openat(e->dirfd, fname, flags | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC, e->fmode);
+        if (fd >= 0) break;
+        err = errno;
+        if (err == ENOENT && !(flags & O_CREAT)) return 0;
+        if (err == ELOOP || err == EISDIR || err == ENXIO || err == ENODEV || err == ETXTBSY)
+            return planted(e, what, fname, NULL);
+        if (err == EACCES && e->shared && tries < 50) {
+            struct timespec ts = { 0, 2000000 };
+            nanosleep(&ts, NULL);
+            continue;
+        }
+        if (err == EACCES && fstatat(e->dirfd, fname, &st, AT_SYMLINK_NOFOLLOW) == 0)
+            return baton_seterr(BATON_EIO, err, "%s %s/%s: %s (mode %04o, owner uid %lu, group %lu%s)", what, e->dir,
+                                fname, strerror(err), (unsigned)(st.st_mode & 07777), (unsigned long)st.st_uid,
+                                (unsigned long)st.st_gid, e->shared ? "; in a shared dir lock files must be "
+                                "mode 0660 and in the directory's group" : "");
+        return baton_seterr(BATON_EIO, err, "%s %s/%s: %s", what, e->dir, fname, strerror(err));
+    }
+    if (fstat(fd, &st)) {
+        err = errno;
+        close(fd);
+        return baton_seterr(BATON_EIO, err, "%s %s/%s: %s", what, e->dir, fname, strerror(err));
+    }
+    /* nlink 0 is a file removed under us: the callers check for that and retry */
+    if (!S_ISREG(st.st_mode) || st.st_nlink > 1) {
+        close(fd);
+        return planted(e, what, fname, &st);
+    }
+    /* Undo the umask on a file we made; should it fail, the other members'
+     * EACCES message shows the mode. */
+    if (e->shared && st.st_uid == geteuid() && (st.st_mode & 0777) != e->fmode && fchmod(fd, e->fmode)) {
+    }
+    *fdout = fd;
     return 0;
 }
 
@@ -142,17 +354,11 @@ static void file_close(void *eng)
     free(e);
 }
 
-static uint64_t fnv1a(const char *s, uint64_t h)
-{
-    for (; *s; s++) { h ^= (unsigned char)*s; h *= 0x100000001b3ULL; }
-    return h;
-}
-
 /* The engine instance is the lock directory itself, however the URI or
  * BATON_DIR spelled it: its real path (no ".", "..", symlinks or doubled
  * slashes), so every client of one directory orders multilock members the
  * same way. A path too long for buf keeps its head and ends in a hash of the
- * whole, which stays stable and distinct. */
+ * whole (128 bits of SHA-256), which stays stable and distinct. */
 static int file_identity(void *eng, char *buf, size_t n)
 {
     file_engine *e = eng;
@@ -163,8 +369,8 @@ static int file_identity(void *eng, char *buf, size_t n)
     len = snprintf(buf, n, "file:%s", real);
     if (len >= 0 && (size_t)len >= n) {
         char tail[34];
-        snprintf(tail, sizeof tail, "#%016" PRIx64 "%016" PRIx64, fnv1a(real, 0xcbf29ce484222325ULL),
-                 fnv1a(real, 0x84222325cbf29ce4ULL));
+        tail[0] = '#';
+        baton__sha256_hex(real, 16, tail + 1);
         if (n <= sizeof tail + 5)
             return baton_seterr(BATON_EINVAL, 0, "identity buffer of %zu bytes is too small", n);
         memcpy(buf + n - sizeof tail, tail, sizeof tail);
@@ -174,7 +380,12 @@ static int file_identity(void *eng, char *buf, size_t n)
 
 /* Any name maps to one file name inside the dir: bytes outside [A-Za-z0-9_-]
  * become %XX (so '/', '.', ".." cannot survive), and long names are cut and
- * suffixed with a 128-bit hash of the whole name. */
+ * suffixed with ".<the first 128 bits of the SHA-256 of the whole name, in
+ * hex>". Names may come from someone else (a job name, a request field), so
+ * the hash must be collision-resistant: with a non-cryptographic one (FNV,
+ * as before) two names could be crafted to share one lock file. A short
+ * name's file has no '.' after "lock." (it is escaped), so it never equals a
+ * long name's. */
 int baton__file_name(const char *name, char *out, size_t n)
 {
     static const char hx[] = "0123456789ABCDEF";
@@ -192,9 +403,11 @@ int baton__file_name(const char *name, char *out, size_t n)
         }
     }
     out[o] = 0;
-    if (cut)
-        snprintf(out + o, n - o, ".%016" PRIx64 "%016" PRIx64, fnv1a(name, 0xcbf29ce484222325ULL),
-                 fnv1a(name, 0x84222325cbf29ce4ULL));
+    if (cut) {
+        char hex[33];
+        baton__sha256_hex(name, 16, hex);
+        snprintf(out + o, n - o, ".%s", hex);
+    }
     return 0;
 }
 
@@ -204,7 +417,11 @@ static int file_lock_new(void *eng, const char *name, const baton_lock_options *
     (void)eng; (void)o;
     if (!fl) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
     baton__file_name(name, fl->fname, sizeof fl->fname);
-    fl->fd = -1;
+    fl->fd = fl->gfd = -1;
+    if (name[0] == '/' && !(fl->path = strdup(name))) {
+        free(fl);
+        return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+    }
     *st = fl;
     return 0;
 }
@@ -214,6 +431,7 @@ static void file_lock_free(void *eng, void *st)
     file_lock *fl = st;
     (void)eng;
     if (fl->fd >= 0) close(fl->fd);
+    if (fl->gfd >= 0) close(fl->gfd);
     if (fl->rw) {
         int last;
         pthread_mutex_lock(&fl->rw->mu);
@@ -225,6 +443,7 @@ static void file_lock_free(void *eng, void *st)
             free(fl->rw);
         }
     }
+    free(fl->path);
     free(fl);
 }
 
@@ -233,11 +452,13 @@ static int file_rwlock_new(void *eng, const char *name, const baton_lock_options
     file_lock *r = NULL, *w = NULL;
     file_rw *rw = calloc(1, sizeof *rw);
     if (!rw || file_lock_new(eng, name, o, (void **)&r) || file_lock_new(eng, name, o, (void **)&w)) {
-        free(rw); free(r); free(w);
+        if (r) file_lock_free(eng, r);
+        if (w) file_lock_free(eng, w);
+        free(rw);
         return baton_seterr(BATON_ENOMEM, 0, "out of memory");
     }
     pthread_mutex_init(&rw->mu, NULL);
-    rw->wr_fd = -1;
+    rw->wr_fd = rw->wr_gfd = -1;
     rw->rd = r;
     rw->refs = 2;
     r->kind = K_READ;
@@ -361,19 +582,28 @@ static int bump_fence(int fd, const char *desc, uint64_t *fence)
     return 0;
 }
 
-/* The helper that blocks in F_OFD_SETLKW for one wait, so the kernel queues
- * us and grants the range the instant it is free. Giving up (deadline or
- * cancel) interrupts the helper with a signal of our own (a real-time signal
- * whose disposition was the default, given a handler that does nothing and no
- * SA_RESTART), joins it, and closes the fd: nothing of an abandoned wait
- * outlives the call. Only the helper thread ever unblocks that signal. */
+/* The helper that blocks in F_OFD_SETLKW (or, for a path lock, flock(2))
+ * for one wait, so the kernel queues us and grants the lock the instant it
+ * is free. Giving up (deadline or cancel) interrupts the helper with a signal
+ * of our own (a real-time signal whose disposition was the default, given a
+ * handler that does nothing and no SA_RESTART: both calls then fail with
+ * EINTR), joins it, and closes the fd: nothing of an abandoned wait outlives
+ * the call. Only the helper thread ever unblocks that signal. */
 typedef struct {
     pthread_mutex_t mu;
     baton_waiter *w;
     int fd, done, granted, err, abandon;
+    int how;            /* flock(2): LOCK_EX or LOCK_SH; 0: the OFD range below */
     short type;
     off_t start, len;
 } file_wait;
+
+/* One attempt at the lock a wait is for; block: wait in the kernel. */
+static int lock_once(const file_wait *fw, int block)
+{
+    if (fw->how) return flock(fw->fd, fw->how | (block ? 0 : LOCK_NB));
+    return setlk_range(fw->fd, block ? F_OFD_SETLKW : F_OFD_SETLK, fw->type, fw->start, fw->len);
+}
 
 static int g_intr_sig;
 static pthread_once_t g_sig_once = PTHREAD_ONCE_INIT;
@@ -412,10 +642,10 @@ static void *wait_main(void *arg)
         pthread_mutex_unlock(&fw->mu);
         if (abandon) break;
         if (g_intr_sig) {
-            r = setlk_range(fw->fd, F_OFD_SETLKW, fw->type, fw->start, fw->len);
+            r = lock_once(fw, 1);
         } else {
             /* No signal to spare: poll with capped backoff instead. */
-            r = setlk_range(fw->fd, F_OFD_SETLK, fw->type, fw->start, fw->len);
+            r = lock_once(fw, 0);
             if (r < 0 && (errno == EAGAIN || errno == EACCES)) {
                 usleep((useconds_t)backoff_us);
                 if (backoff_us < 20000) backoff_us *= 2;
@@ -434,9 +664,10 @@ static void *wait_main(void *arg)
     return NULL;
 }
 
-/* Blocks until the range of fd is locked, the deadline passes or the call is
- * cancelled. On failure fd is closed. */
-static int wait_range(int fd, short type, off_t start, off_t len, baton_acquire_req *req, const char *fname)
+/* Blocks until fd is locked as fw0 says (a range, or flock(2)), the deadline
+ * passes or the call is cancelled. On failure fd is closed. WHAT names the
+ * file in messages ("lock file lock.x", "lock path /var/lock/job"). */
+static int wait_lock(int fd, const file_wait *fw0, baton_acquire_req *req, const char *what)
 {
     file_wait fw;
     pthread_attr_t at;
@@ -449,9 +680,10 @@ static int wait_range(int fd, short type, off_t start, off_t len, baton_acquire_
     pthread_mutex_init(&fw.mu, NULL);
     fw.w = req->waiter;
     fw.fd = fd;
-    fw.type = type;
-    fw.start = start;
-    fw.len = len;
+    fw.how = fw0->how;
+    fw.type = fw0->type;
+    fw.start = fw0->start;
+    fw.len = fw0->len;
     pthread_attr_init(&at);
     pthread_attr_setstacksize(&at, 64 * 1024);
     sigfillset(&all);
@@ -496,36 +728,48 @@ static int wait_range(int fd, short type, off_t start, off_t len, baton_acquire_
         close(fd);   /* also hands back a grant that came as we gave up */
         if (rc == BATON_ECANCELED) return baton_seterr(BATON_ECANCELED, 0, "acquire canceled");
         if (rc) return baton_seterr(BATON_ETIMEDOUT, 0, "lock wait timed out");
-        return baton_seterr(BATON_EIO, fw.err, "lock file %s: %s", fname, strerror(fw.err));
+        return baton_seterr(BATON_EIO, fw.err, "%s: %s", what, strerror(fw.err));
     }
     return 0;
 }
 
-/* Takes a range of fd: at once, or by waiting when the request allows it.
- * On failure fd is closed. */
-static int take_range(int fd, short type, off_t start, off_t len, baton_acquire_req *req, const char *fname)
+/* Takes the lock fw says on fd: at once, or by waiting when the request
+ * allows it. On failure fd is closed. */
+static int take_lock(int fd, file_wait *fw, baton_acquire_req *req, const char *what)
 {
     int rc;
-    if (setlk_range(fd, F_OFD_SETLK, type, start, len) == 0)
+    fw->fd = fd;
+    if (lock_once(fw, 0) == 0)
         return 0;
     if (errno != EAGAIN && errno != EACCES) {
-        rc = baton_seterr(BATON_EIO, errno, "lock file %s: %s", fname, strerror(errno));
+        rc = baton_seterr(BATON_EIO, errno, "%s: %s", what, strerror(errno));
         close(fd);
         return rc;
     }
     if (req->deadline_ns == 0) {
         close(fd);
-        return baton_seterr(BATON_ELOCKED, 0, "lock file %s is held", fname);
+        return baton_seterr(BATON_ELOCKED, 0, "%s is held", what);
     }
-    return wait_range(fd, type, start, len, req, fname);
+    return wait_lock(fd, fw, req, what);
+}
+
+/* Takes a range of fd (see take_lock). */
+static int take_range(int fd, short type, off_t start, off_t len, baton_acquire_req *req, const char *fname)
+{
+    file_wait fw;
+    char what[300];
+    memset(&fw, 0, sizeof fw);
+    fw.type = type;
+    fw.start = start;
+    fw.len = len;
+    snprintf(what, sizeof what, "lock file %s", fname);
+    return take_lock(fd, &fw, req, what);
 }
 
 static int open_lock_file(file_engine *e, const char *fname)
 {
-    int fd = openat(e->dirfd, fname, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (fd < 0)
-        return baton_seterr(BATON_EIO, errno, "lock file %s: %s", fname, strerror(errno));
-    return fd;
+    int fd, rc = dir_open(e, fname, O_RDWR | O_CREAT, "lock file", &fd);
+    return rc ? rc : fd;
 }
 
 /* Whether the file under fd is still in the lock dir. baton never removes a
@@ -661,12 +905,259 @@ static int rw_release(file_lock *fl)
     return 0;
 }
 
+/* ---- path locks ---------------------------------------------------------
+ * A lock name that is an absolute path is that very file, as for flock(1):
+ * it is opened (created 0666 less the umask if missing, as flock(1) does;
+ * its directory must exist) and locked with flock(2), LOCK_EX for a plain
+ * lock or a write side, LOCK_SH for a read side, so `baton run /var/lock/job`
+ * and `flock /var/lock/job` exclude each other. The path is followed like
+ * flock(1) follows it (links included): it is the user's own choice, not
+ * baton's directory. The file is never written.
+ *
+ * The fence lives in baton's lock dir instead, in "path.<the file's real
+ * path, mapped like a name>", with the same max(counter + 1, clock) rule.
+ * Its bytes also order baton's own clients: a writer holds its gate byte
+ * while it waits and holds (new baton readers queue behind it, as on lock
+ * files; flock(1) -s readers do not see the gate), and readers take its
+ * counter byte one at a time to bump the fence. A file a fence file is kept
+ * for is one inode: the real path names it however the lock path was
+ * spelled. */
+
+/* Opens the file PATH names, creating it if missing. Only a regular file or
+ * a directory is opened at all (opening a device or a FIFO can block or have
+ * effects). */
+static int path_open(const char *path, int *fdout)
+{
+    struct stat st;
+    int fd, err;
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode))
+        return baton_seterr(BATON_EINVAL, 0, "lock path %s is %s; baton locks only regular files and "
+                            "directories there", path, kind_of(&st));
+    fd = open(path, O_RDONLY | O_CREAT | O_NOCTTY | O_NONBLOCK | O_CLOEXEC, 0666);
+    if (fd < 0 && errno == EISDIR)   /* flock(1) locks directories too */
+        fd = open(path, O_RDONLY | O_DIRECTORY | O_NOCTTY | O_CLOEXEC);
+    if (fd < 0) {
+        err = errno;
+        if (err == ENOENT || err == ENOTDIR)
+            return baton_seterr(BATON_EINVAL, err, "lock path %s: %s (a lock name that starts with '/' is that "
+                                "file; its directory must exist)", path, strerror(err));
+        if (err == EACCES || err == EPERM)
+            return baton_seterr(BATON_EAUTH, err, "lock path %s: %s", path, strerror(err));
+        return baton_seterr(BATON_EIO, err, "lock path %s: %s", path, strerror(err));
+    }
+    if (fstat(fd, &st) || (!S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode))) {
+        close(fd);
+        return baton_seterr(BATON_EINVAL, 0, "lock path %s is not a regular file or directory", path);
+    }
+    *fdout = fd;
+    return 0;
+}
+
+/* Whether fd is still the file at PATH: not removed, nor replaced by another
+ * (a lock on a file nobody opens by that path any more excludes nobody). */
+static int path_still_there(int fd, const char *path)
+{
+    struct stat a, b;
+    return fstat(fd, &a) == 0 && a.st_nlink > 0 && stat(path, &b) == 0 && a.st_dev == b.st_dev &&
+           a.st_ino == b.st_ino;
+}
+
+/* The fence file of the file open on fd (or, with fd < 0, at PATH). */
+static void path_fence_name(int fd, const char *path, char *out, size_t n)
+{
+    char link[64], real[PATH_MAX];
+    ssize_t len = -1;
+    if (fd >= 0) {
+        snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+        len = readlink(link, real, sizeof real - 1);
+    }
+    if (len > 0 && real[0] == '/') real[len] = 0;
+    else if (!realpath(path, real)) snprintf(real, sizeof real, "%s", path);
+    baton__file_name(real, out, n);
+    memcpy(out, "path.", 5);   /* "lock." -> "path.": its own name space */
+}
+
+/* Bumps the fence in the fence file, one bumper at a time (readers share
+ * the lock they were granted). */
+static int path_bump(int gfd, const char *fname, const char *desc, uint64_t *fence)
+{
+    int rc;
+    while ((rc = setlk_range(gfd, F_OFD_SETLKW, F_WRLCK, COUNTER)) < 0 && errno == EINTR) {}
+    if (rc < 0) return baton_seterr(BATON_EIO, errno, "fence file %s: %s", fname, strerror(errno));
+    rc = bump_fence(gfd, desc, fence);
+    setlk_range(gfd, F_OFD_SETLK, F_UNLCK, COUNTER);
+    return rc;
+}
+
+static int path_acquire(file_engine *e, file_lock *fl, baton_acquire_req *req)
+{
+    const int shared = fl->kind == K_READ;
+    char fname[256], what[1100];
+    file_wait fw;
+    int fd = -1, gfd = -1, rc;
+
+    if (shared) {
+        pthread_mutex_lock(&fl->rw->mu);
+        if (fl->rw->wr_fd >= 0) {
+            /* Downgrade: ride on the write side's exclusive lock (nobody else
+             * may read while it is held); its release turns it shared. */
+            path_fence_name(fl->rw->wr_fd, fl->path, fname, sizeof fname);
+            rc = path_bump(fl->rw->wr_gfd, fname, req->owner->desc, &req->fence);
+            if (!rc) {
+                fl->rw->rd_borrows = 1;
+                req->sent_ns = baton_now_ns();
+            }
+            pthread_mutex_unlock(&fl->rw->mu);
+            return rc;
+        }
+        pthread_mutex_unlock(&fl->rw->mu);
+    }
+    snprintf(what, sizeof what, "lock path %s", fl->path);
+    for (int tries = 0;; tries++) {
+        if (tries == RELINK_TRIES)
+            return baton_seterr(BATON_EIO, 0, "lock path %s keeps being removed or replaced while it is locked",
+                                fl->path);
+        if ((rc = path_open(fl->path, &fd))) return rc;
+        path_fence_name(fd, fl->path, fname, sizeof fname);
+        if ((rc = dir_open(e, fname, O_RDWR | O_CREAT, "fence file", &gfd))) {
+            close(fd);
+            return rc;
+        }
+        req->sent_ns = baton_now_ns();
+        /* the gate, in the fence file: held by a baton writer of this file */
+        memset(&fw, 0, sizeof fw);
+        fw.type = shared ? F_RDLCK : F_WRLCK;
+        fw.start = 0;
+        fw.len = 1;
+        if ((rc = take_lock(gfd, &fw, req, what))) {
+            close(fd);
+            return rc;
+        }
+        memset(&fw, 0, sizeof fw);
+        fw.how = shared ? LOCK_SH : LOCK_EX;
+        if ((rc = take_lock(fd, &fw, req, what))) {
+            close(gfd);
+            return rc;
+        }
+        if (path_still_there(fd, fl->path) && still_linked(gfd)) break;
+        close(fd);
+        close(gfd);
+    }
+    if (shared) setlk_range(gfd, F_OFD_SETLK, F_UNLCK, GATE);
+    if ((rc = path_bump(gfd, fname, req->owner->desc, &req->fence))) {
+        close(fd);
+        close(gfd);
+        return rc;
+    }
+    if (shared) {
+        close(gfd);
+        gfd = -1;
+    }
+    fl->fd = fd;
+    fl->gfd = gfd;
+    if (fl->kind == K_WRITE) {
+        pthread_mutex_lock(&fl->rw->mu);
+        fl->rw->wr_fd = fd;
+        fl->rw->wr_gfd = gfd;
+        pthread_mutex_unlock(&fl->rw->mu);
+    }
+    return 0;
+}
+
+static int path_release(file_lock *fl)
+{
+    file_rw *rw = fl->rw;
+    int rc = 0;
+    if (rw) pthread_mutex_lock(&rw->mu);
+    if (fl->kind == K_READ && rw->rd_borrows) {
+        rw->rd_borrows = 0;   /* the write side still holds the file */
+        goto out;
+    }
+    if (fl->fd < 0) {
+        rc = baton_seterr(BATON_ENOTHELD, 0, "not held");
+        goto out;
+    }
+    if (fl->kind == K_WRITE && rw->rd_borrows && rw->rd) {
+        /* Finish a downgrade: the exclusive lock turns shared in place (it
+         * never waits: nobody else holds the file), then the gate opens. */
+        if (flock(fl->fd, LOCK_SH | LOCK_NB)) {
+            rc = baton_seterr(BATON_EIO, errno, "lock path %s: downgrade: %s", fl->path, strerror(errno));
+            goto out;
+        }
+        rw->rd->fd = fl->fd;
+        rw->rd_borrows = 0;
+    } else {
+        if (fl->gfd >= 0) mark_released(fl->gfd);
+        flock(fl->fd, LOCK_UN);
+        close(fl->fd);
+    }
+    if (fl->gfd >= 0) close(fl->gfd);   /* also opens the gate */
+    fl->fd = fl->gfd = -1;
+    if (fl->kind == K_WRITE) rw->wr_fd = rw->wr_gfd = -1;
+out:
+    if (rw) pthread_mutex_unlock(&rw->mu);
+    return rc;
+}
+
+/* What /proc/locks says about the path locks on PATH's file, and the fence
+ * from its fence file. Creates nothing and takes no lock, so a status query
+ * never disturbs a holder (or a flock -n that runs at the same moment). */
+static int path_info(file_engine *e, const char *path, baton_lockinfo *out)
+{
+    char fname[256], line[512], rec_holder[256];
+    struct stat st;
+    long wpid = -1;
+    int64_t readers = 0;
+    int gfd, rc, rheld = 0;
+    FILE *f;
+
+    if (stat(path, &st)) {
+        if (errno == ENOENT || errno == ENOTDIR) return 0;
+        return baton_seterr(BATON_EIO, errno, "lock path %s: %s", path, strerror(errno));
+    }
+    f = fopen("/proc/locks", "re");
+    if (!f) return baton_seterr(BATON_EIO, errno, "/proc/locks: %s", strerror(errno));
+    while (fgets(line, sizeof line, f)) {
+        /* "1: FLOCK  ADVISORY  WRITE 4242 08:01:1234 0 EOF"; waiters are "1: -> FLOCK ..." */
+        char type[16];
+        unsigned maj, min;
+        unsigned long ino;
+        long pid;
+        if (sscanf(line, "%*d: FLOCK %*s %15s %ld %x:%x:%lu", type, &pid, &maj, &min, &ino) != 5) continue;
+        if (maj != major(st.st_dev) || min != minor(st.st_dev) || ino != (unsigned long)st.st_ino) continue;
+        if (!strcmp(type, "WRITE")) wpid = pid;
+        else readers++;
+    }
+    fclose(f);
+    out->held = wpid >= 0 || readers > 0;
+    out->writer = wpid >= 0;
+    out->readers = readers;
+    out->remaining_ms = -1;
+    path_fence_name(-1, path, fname, sizeof fname);
+    if ((rc = dir_open(e, fname, O_RDONLY, "fence file", &gfd))) return rc;
+    if (gfd < 0) rec_holder[0] = 0;
+    else {
+        read_rec(gfd, &out->fence, &rheld, rec_holder, sizeof rec_holder);
+        close(gfd);
+    }
+    if (wpid >= 0) {
+        /* The record names the last baton holder; it is this one if the pids agree. */
+        long rpid = -1;
+        if (rheld && sscanf(rec_holder, "%*s %ld", &rpid) == 1 && rpid == wpid)
+            snprintf(out->holder, sizeof out->holder, "%s", rec_holder);
+        else
+            snprintf(out->holder, sizeof out->holder, "pid %ld", wpid);
+    }
+    return 0;
+}
+
 static int file_acquire(void *eng, void *st, baton_acquire_req *req)
 {
     file_engine *e = eng;
     file_lock *fl = st;
     int fd, rc;
 
+    if (fl->path) return path_acquire(e, fl, req);
     if (fl->kind == K_WRITE) return rw_acquire_write(e, fl, req);
     if (fl->kind == K_READ) return rw_acquire_read(e, fl, req);
     for (int tries = 0;; tries++) {
@@ -689,6 +1180,7 @@ static int file_release(void *eng, void *st, const baton_owner *o)
 {
     file_lock *fl = st;
     (void)eng; (void)o;
+    if (fl->path) return path_release(fl);
     if (fl->rw) return rw_release(fl);
     if (fl->fd < 0) return baton_seterr(BATON_ENOTHELD, 0, "not held");
     mark_released(fl->fd);
@@ -707,7 +1199,8 @@ static int file_info(void *eng, const char *name, baton_lockinfo *out)
         char sname[256], buf[128];
         baton__file_name(name, sname, sizeof sname);
         memcpy(sname, "sem.", 4);
-        int sfd = openat(((file_engine *)eng)->dirfd, sname, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+        int sfd, rc = dir_open(eng, sname, O_RDONLY, "semaphore file", &sfd);
+        if (rc) return rc;
         if (sfd >= 0) {
             ssize_t n = pread(sfd, buf, sizeof buf - 1, 0);
             char *p;
@@ -726,14 +1219,13 @@ static int file_info(void *eng, const char *name, baton_lockinfo *out)
     file_engine *e = eng;
     char fname[256];
     struct flock f;
-    int fd, held;
+    int fd, held, rc;
+
+    if (name[0] == '/') return path_info(e, name, out);
 
     baton__file_name(name, fname, sizeof fname);
-    fd = openat(e->dirfd, fname, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0) {
-        if (errno == ENOENT) return 0;
-        return baton_seterr(BATON_EIO, errno, "lock file %s: %s", fname, strerror(errno));
-    }
+    if ((rc = dir_open(e, fname, O_RDONLY, "lock file", &fd))) return rc;
+    if (fd < 0) return 0;
     memset(&f, 0, sizeof f);
     f.l_type = F_WRLCK;
     f.l_whence = SEEK_SET;
@@ -808,7 +1300,7 @@ static int watch_add(file_engine *e, file_sem *fs, watch_reg *reg, baton_waiter 
         pthread_sigmask(SIG_SETMASK, &old, NULL);
         if (rc) goto out;
     }
-    reg->wd = inotify_add_watch(e->ino_fd, fs->path, IN_MODIFY | IN_CLOSE_WRITE);
+    reg->wd = inotify_add_watch(e->ino_fd, fs->path, IN_MODIFY | IN_CLOSE_WRITE | IN_DONT_FOLLOW);
     if (reg->wd < 0) {
         rc = baton_seterr(BATON_EIO, errno, "inotify %s: %s", fs->path, strerror(errno));
         goto out;
@@ -833,16 +1325,14 @@ static int file_sem_new(void *eng, const char *name, void **st)
 {
     file_engine *e = eng;
     file_sem *fs = calloc(1, sizeof *fs);
-    int fd;
+    int fd, rc;
     if (!fs) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
     baton__file_name(name, fs->fname, sizeof fs->fname);
     memcpy(fs->fname, "sem.", 4);   /* "lock." → "sem.." keeps the two name spaces apart */
     snprintf(fs->path, sizeof fs->path, "%s/%s", e->dir, fs->fname);
-    fd = openat(e->dirfd, fs->fname, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (fd < 0) {
-        int err = errno;
+    if ((rc = dir_open(e, fs->fname, O_RDWR | O_CREAT, "semaphore file", &fd))) {
         free(fs);
-        return baton_seterr(BATON_EIO, err, "semaphore file: %s", strerror(err));
+        return rc;
     }
     close(fd);
     *st = fs;
@@ -864,8 +1354,8 @@ static int sem_update(file_engine *e, file_sem *fs, int op, int64_t arg, int64_t
     int64_t permits = 0;
     int set = 0, fd, rc = 0, changed = 0;
     ssize_t n;
-    fd = openat(e->dirfd, fs->fname, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0) return baton_seterr(BATON_EIO, errno, "semaphore file: %s", strerror(errno));
+    if ((rc = dir_open(e, fs->fname, O_RDWR, "semaphore file", &fd))) return rc;
+    if (fd < 0) return baton_seterr(BATON_EIO, ENOENT, "semaphore file %s/%s was removed", e->dir, fs->fname);
     while (setlk(fd, F_OFD_SETLKW, F_WRLCK) < 0)
         if (errno != EINTR) { rc = baton_seterr(BATON_EIO, errno, "semaphore lock: %s", strerror(errno)); goto out; }
     n = pread(fd, buf, sizeof buf - 1, 0);
@@ -1034,9 +1524,8 @@ static int pcount_lock(file_engine *e, file_permits *fp, int64_t deadline_ns, ba
     if (deadline_ns != 0 && deadline_ns < limit) limit = deadline_ns, stalled = 0;
     for (int tries = 0; tries < RELINK_TRIES; tries++) {
         long pause_ns = 50000;
-        int fd = openat(e->dirfd, fp->cname, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
-        if (fd < 0)
-            return baton_seterr(BATON_EIO, errno, "permit count file %s: %s", fp->cname, strerror(errno));
+        int fd, rc = dir_open(e, fp->cname, O_RDWR | O_CREAT, "permit count file", &fd);
+        if (rc) return rc;
         while (setlk(fd, F_OFD_SETLK, F_WRLCK) < 0) {
             int err = errno;
             if (err != EAGAIN && err != EACCES) {
@@ -1081,11 +1570,8 @@ static int slot_held(file_engine *e, const file_permits *fp, int64_t slot)
     struct flock f;
     int fd, r;
     slot_name(fp, slot, name, sizeof name);
-    fd = openat(e->dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0) {
-        if (errno == ENOENT) return 0;
-        return baton_seterr(BATON_EIO, errno, "permit slot file %s: %s", name, strerror(errno));
-    }
+    if ((r = dir_open(e, name, O_RDONLY, "permit slot file", &fd))) return r;
+    if (fd < 0) return 0;
     memset(&f, 0, sizeof f);
     f.l_type = F_WRLCK;
     f.l_whence = SEEK_SET;
@@ -1115,8 +1601,8 @@ static int slot_take(file_engine *e, const file_permits *fp, int64_t slot, int *
     char name[300];
     slot_name(fp, slot, name, sizeof name);
     for (int tries = 0; tries < RELINK_TRIES; tries++) {
-        int fd = openat(e->dirfd, name, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
-        if (fd < 0) return baton_seterr(BATON_EIO, errno, "permit slot file %s: %s", name, strerror(errno));
+        int fd, rc = dir_open(e, name, O_RDWR | O_CREAT, "permit slot file", &fd);
+        if (rc) return rc;
         if (setlk(fd, F_OFD_SETLK, F_WRLCK) < 0) {
             int err = errno;
             close(fd);
@@ -1399,11 +1885,11 @@ static int permits_info(file_engine *e, const char *name, int64_t *out)
     file_permits fp;
     pcount pc;
     int64_t held;
-    int fd;
+    int fd, rc;
     memset(&fp, 0, sizeof fp);
     baton__file_name(name, fp.cname, sizeof fp.cname);
     memcpy(fp.cname, "perm.", 5);
-    fd = openat(e->dirfd, fp.cname, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if ((rc = dir_open(e, fp.cname, O_RDONLY, "permit count file", &fd))) return rc;
     if (fd < 0) return 0;
     pcount_read(fd, &pc);
     close(fd);
