@@ -100,8 +100,8 @@ static char g_long1[4097], g_long2[4097], g_255[256], g_256[257], g_1000[1001];
 
 static const char *g_names[] = {
     "a/b", "a_b", "a%2Fb", "a%2fb", "a\\b", "a.b", "a", "b", "A", "a.lock", ".a", "..", ".", "...",
-    "../x", "../../x", "../../etc/passwd", "../../../../../../../../tmp/baton-escape", "/abs/path",
-    "/", "//", "a/../b", "b/..", "./a", "a/", "x\x80\xff", "\xff\xfe", "\xc3\xa9t\xc3\xa9",
+    "../x", "../../x", "../../etc/passwd", "../../../../../../../../tmp/baton-escape",
+    "a/../b", "b/..", "./a", "a/", "x\x80\xff", "\xff\xfe", "\xc3\xa9t\xc3\xa9",
     "\xe2\x80\xae", "a b", "a\nb", "a\tb", "\x01", "~", "~root", "$HOME", "*", "?", "-", "-rf",
     "lock", "orders/42", "orders:42", "orders|42", "con", "nul", NULL, NULL, NULL, NULL, NULL, NULL,
 };
