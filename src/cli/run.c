@@ -508,14 +508,15 @@ int cli_run(int argc, char **argv)
     if (nowait && w_name[0]) return cli_usage_error("run", "%s and %s exclude each other", n_name, w_name);
     if (optind >= argc) return cli_usage_error("run", "missing NAME");
     name = argv[optind++];
-    if (optind < argc && (!strcmp(argv[optind], "-c") || !strncmp(argv[optind], "--command", 9))) {
+    if (optind < argc && (!strcmp(argv[optind], "-c") || !strcmp(argv[optind], "--command") ||
+                          !strncmp(argv[optind], "--command=", 10))) {
         /* flock's form: NAME -c COMMAND_STRING */
         const char *f = argv[optind];
-        if (cmdstr) return cli_usage_error("run", "%s given twice", f);
+        if (cmdstr) return cli_usage_error("run", "%.*s given twice", (int)strcspn(f, "="), f);
         if (!strncmp(f, "--command=", 10)) {
             cmdstr = f + 10;
             optind++;
-        } else if ((f[1] == 'c' || !f[9]) && optind + 1 < argc) {
+        } else if (optind + 1 < argc) {
             cmdstr = argv[optind + 1];
             optind += 2;
         } else {
