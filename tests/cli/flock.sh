@@ -410,6 +410,32 @@ if [ "$MODE" = file ]; then
     check "...names -w" grep -q -- "-w: bad number of seconds 'x'" "$TMP/err"
     expect_rc 0 "run --help states the lease minimum" b run --help
     check "...0.05" grep -q "0.05" "$TMP/out"
+
+    # ---- the docs: flock's options side by side with baton run's ---------------------
+    MAN="$HERE/../../docs/baton.1"
+    README="$HERE/../../README.md"
+    # the FLOCK(1) OPTIONS section of the man page, roff's \- as -
+    sed -n '/^\.SH FLOCK(1) OPTIONS/,/^\.SH /p' "$MAN" | sed 's/\\-/-/g' > "$TMP/man.flock"
+    readme_table=$(sed -n '/^| flock | baton run |/,/^$/p' "$README")
+    check "baton(1) has a FLOCK(1) OPTIONS table" grep -q "^\.TS" "$TMP/man.flock"
+    check "README has the flock table" [ -n "$readme_table" ]
+    missing_man=""; missing_readme=""
+    for o in -c --command -E --conflict-exit-code -F --no-fork -e -x --exclusive -n --nb --nonblock \
+             -o --close -s --shared -u --unlock -w --wait --timeout --verbose -h -V; do
+        grep -q -- "$o\b" "$TMP/man.flock" || missing_man="$missing_man $o"
+        grep -q -- "\`$o\`" <<<"$readme_table" || missing_readme="$missing_readme $o"
+    done
+    check "every flock option is in baton(1)'s table (missing:${missing_man:- none})" [ -z "$missing_man" ]
+    check "every flock option is in README's table (missing:${missing_readme:- none})" [ -z "$missing_readme" ]
+    # every option baton run --help lists is in the man page
+    b run --help > "$TMP/help" 2>&1
+    sed 's/\\-/-/g' "$MAN" > "$TMP/man.txt"
+    missing=""
+    for o in $(grep -oE -- "(^|[ ,])--?[a-zA-Z][a-z-]*" "$TMP/help" | tr -d ' ,' | sort -u); do
+        grep -q -- "$o\b" "$TMP/man.txt" || missing="$missing $o"
+    done
+    check "every option of baton run --help is in baton(1) (missing:${missing:- none})" [ -z "$missing" ]
+    check "baton(1) states the lease minimum and maximum" grep -q "at least 0.05 seconds, at most 4294967.295" "$TMP/man.txt"
 fi
 
 echo "$PASS passed, $FAIL failed"
