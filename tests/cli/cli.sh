@@ -534,8 +534,11 @@ fi
 
 # ---- huge numbers -------------------------------------------------------------
 N="${P}huge"
-expect_rc 0 "[$URI_DESC] -w 1e9 -t 1e9 --kill-after 3000000 on a free lock" \
-    b run -w 1e9 -t 1e9 --kill-after 3000000 "${U[@]}" "$N" -- true
+expect_rc 0 "[$URI_DESC] -w 1e9 -t 4294967.295 --kill-after 3000000 on a free lock" \
+    b run -w 1e9 -t 4294967.295 --kill-after 3000000 "${U[@]}" "$N" -- true
+# a lease above the engines' 32-bit milliseconds is refused, and the message says the limit
+expect_rc 64 "[$URI_DESC] -t 1e9 is refused" b run -t 1e9 "${U[@]}" "$N" -- true
+check "[$URI_DESC] ...the message says the limit" grep -q "4294967.295" "$TMP/err"
 expect_rc 0 "[$URI_DESC] --kill-after 1e9" b run --kill-after 1e9 "${U[@]}" "$N" -- true
 if start_holder huge "$N"; then
     "${B[@]}" run -w 1e9 "${U[@]}" "$N" -- true 2>"$TMP/huge.err" &

@@ -1,0 +1,166 @@
+/* The command's environment: BATON_LOCK, BATON_FENCE, and a BATON_URI that
+ * a nested baton can use as it is. */
+#include "cli.h"
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+extern char **environ;
+
+static int hexval(int c)
+{
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+/* [s, s+n) percent-decoded (the engine has parsed the URI already, so the
+ * escapes are good; a bad one is kept as it is). */
+static char *pct_decode(const char *s, size_t n)
+{
+    char *out = malloc(n + 1), *p = out;
+    if (!out) return NULL;
+    for (size_t i = 0; i < n; i++) {
+        int h, l;
+        if (s[i] == '%' && i + 2 < n && (h = hexval((unsigned char)s[i + 1])) >= 0 && (l = hexval((unsigned char)s[i + 2])) >= 0) {
+            *p++ = (char)(h * 16 + l);
+            i += 2;
+        } else {
+            *p++ = s[i];
+        }
+    }
+    *p = 0;
+    return out;
+}
+
+/* "file://" + DIR, with every byte but [A-Za-z0-9/._~-] as %XX. */
+static char *file_uri(const char *dir)
+{
+    static const char hx[] = "0123456789ABCDEF";
+    size_t n = strlen(dir);
+    char *out = malloc(7 + 3 * n + 1), *p;
+    if (!out) return NULL;
+    p = out + 7;
+    memcpy(out, "file://", 7);
+    for (const unsigned char *d = (const unsigned char *)dir; *d; d++) {
+        if ((*d >= 'a' && *d <= 'z') || (*d >= 'A' && *d <= 'Z') || (*d >= '0' && *d <= '9') ||
+            *d == '/' || *d == '.' || *d == '_' || *d == '~' || *d == '-') {
+            *p++ = (char)*d;
+        } else {
+            *p++ = '%';
+            *p++ = hx[*d >> 4];
+            *p++ = hx[*d & 15];
+        }
+    }
+    *p = 0;
+    return out;
+}
+
+/* The file engine's directory when the URI names none (what it does itself:
+ * $BATON_DIR, else $XDG_RUNTIME_DIR/baton, else /tmp/baton-<uid>). The
+ * engine has opened it already, so $BATON_DIR, if set, is absolute. */
+static char *file_default_uri(void)
+{
+    const char *env;
+    char buf[4200];
+    if ((env = getenv("BATON_DIR")) && *env) return file_uri(env);
+    if ((env = getenv("XDG_RUNTIME_DIR")) && env[0] == '/') {
+        snprintf(buf, sizeof buf, "%s/baton", env);
+        return file_uri(buf);
+    }
+    snprintf(buf, sizeof buf, "/tmp/baton-%lu", (unsigned long)geteuid());
+    return file_uri(buf);
+}
+
+int cli_child_uri(baton_client *c, const char *given, char **uri, char **password)
+{
+    const char *red = baton_client_uri(c), *backend = baton_client_backend(c);
+    const char *auth, *auth_end, *at = NULL, *colon;
+
+    *uri = *password = NULL;
+    if (!given || !*given) given = "file://";
+    if (!red) red = given;
+    auth = strstr(given, "://");
+    auth = auth ? auth + 3 : given;
+    auth_end = auth + strcspn(auth, "/?");
+    if (!strcmp(backend, "file")) {
+        /* file://, file://localhost: no directory in it, the default one */
+        const char *path = auth_end, *q = strchr(path, '?');
+        size_t plen = q ? (size_t)(q - path) : strlen(path);
+        *uri = plen ? strdup(red) : file_default_uri();
+        return *uri ? 0 : -1;
+    }
+    /* The password: what the engine reads from the URI (the user info's text
+     * after its first ':'), percent-decoded. It goes to the environment
+     * variable the Redis engines read when the URI has none. */
+    for (const char *p = auth; p < auth_end; p++)
+        if (*p == '@') at = p;
+    if (at && (colon = memchr(auth, ':', (size_t)(at - auth))) && at > colon + 1 &&
+        (!strcmp(backend, "redis") || !strcmp(backend, "redlock"))) {
+        if (!(*password = pct_decode(colon + 1, (size_t)(at - colon - 1)))) return -1;
+    }
+    /* The redacted URI without an empty user info: "redis://@host" (what is
+     * left of "redis://:pw@host") is "redis://host". */
+    if (!(*uri = strdup(red))) {
+        cli_secret_free(*password);
+        *password = NULL;
+        return -1;
+    }
+    {
+        char *s = strstr(*uri, "://");
+        if (s && s[3] == '@') memmove(s + 3, s + 4, strlen(s + 4) + 1);
+    }
+    return 0;
+}
+
+void cli_secret_free(char *s)
+{
+    if (!s) return;
+    explicit_bzero(s, strlen(s));
+    free(s);
+}
+
+static int listed(const char *v, const char *const *keys, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        size_t k = strlen(keys[i]);
+        if (!strncmp(v, keys[i], k) && v[k] == '=') return 1;
+    }
+    return 0;
+}
+
+int cli_env_make(cli_env *e, const char *const *keys, const char *const *vals, size_t n)
+{
+    size_t have = 0, k = 0;
+    e->env = NULL;
+    e->ours = 0;
+    while (environ && environ[have]) have++;
+    char **v = calloc(have + n + 1, sizeof *v);
+    if (!v) return -1;
+    for (size_t i = 0; i < have; i++)
+        if (!listed(environ[i], keys, n)) v[k++] = environ[i];
+    e->env = v;
+    e->ours = k;
+    for (size_t i = 0; i < n; i++) {
+        size_t len;
+        if (!vals[i]) continue;
+        len = strlen(keys[i]) + strlen(vals[i]) + 2;
+        if (!(v[k] = malloc(len))) {
+            cli_env_free(e);
+            return -1;
+        }
+        snprintf(v[k], len, "%s=%s", keys[i], vals[i]);
+        k++;
+    }
+    v[k] = NULL;
+    return 0;
+}
+
+void cli_env_free(cli_env *e)
+{
+    if (!e->env) return;
+    for (size_t i = e->ours; e->env[i]; i++) cli_secret_free(e->env[i]);   /* may hold a password */
+    free(e->env);
+    e->env = NULL;
+}
