@@ -9,6 +9,7 @@
 #define EX_BUSY_DEFAULT 1
 #define EX_USAGE 64
 #define EX_UNAVAILABLE 69
+#define EX_IOERR 74        /* the lock store is in a state baton refuses (a planted file, an I/O error) */
 #define EX_SOFTWARE 70
 #define EX_LOST 75
 

@@ -24,7 +24,8 @@ static void usage(FILE *f)
         "'baton COMMAND --help' tells each command's options.\n"
         "\n"
         "exit: the child's status (128+signal if killed), 1 busy, 64 usage, 69 engine\n"
-        "unreachable or authentication failed, 70 internal failure, 75 lease lost while\n"
+        "unreachable or authentication failed, 70 internal failure, 74 the lock store\n"
+        "refused (a planted file, an I/O error), 75 lease lost while\n"
         "CMD ran, 128+signal when INT/TERM/HUP canceled the wait.\n");
 }
 
@@ -68,7 +69,8 @@ int cli_exit_for(int rc)
 {
     switch (rc) {
     case BATON_EINVAL: case BATON_EDISABLED: case BATON_ENOTSUP: return EX_USAGE;
-    case BATON_EUNAVAILABLE: case BATON_EAUTH: case BATON_EPROTO: case BATON_EIO: return EX_UNAVAILABLE;
+    case BATON_EUNAVAILABLE: case BATON_EAUTH: case BATON_EPROTO: return EX_UNAVAILABLE;
+    case BATON_EIO: return EX_IOERR;
     default: return EX_SOFTWARE;
     }
 }

@@ -400,7 +400,8 @@ void cli_usage_run(FILE *f)
         "\n"
         "exit: COMMAND's status (128+N if signal N killed it); 1 (or -E CODE) busy or\n"
         "the wait ran out; 64 usage; 69 engine unreachable or authentication failed;\n"
-        "70 internal failure; 75 lease lost while COMMAND ran; 126/127 COMMAND not\n"
+        "70 internal failure; 74 the lock store refused (a link or FIFO planted where a\n"
+        "lock file belongs, an I/O error); 75 lease lost while COMMAND ran; 126/127 COMMAND not\n"
         "executable/not found; 128+N when signal N (INT, TERM, HUP) canceled the wait.\n");
 }
 

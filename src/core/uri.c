@@ -193,7 +193,8 @@ int baton__uri_parse(const char *text, baton_uri **out)
         u->redacted = malloc(strlen(text) + 1);
         if (!u->redacted) goto nomem;
         memcpy(u->redacted, text, head);
-        strcpy(u->redacted + head, at);
+        /* no user: drop the '@' too ("redis://host", never "redis://@host") */
+        strcpy(u->redacted + head, head == (size_t)(p + 3 - text) ? at + 1 : at);
     } else {
         u->redacted = strdup(text);
         if (!u->redacted) goto nomem;

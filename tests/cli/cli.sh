@@ -723,5 +723,14 @@ if [ "$MODE" = redis ]; then
     fi
 fi
 
+# ---- a planted file: its own exit code, not "unreachable" ----------------------
+if [ "$MODE" = file ]; then
+    mkdir -p "$BATON_DIR"
+    ln -sf /etc/passwd "$BATON_DIR/lock.planted-x"
+    expect_rc 74 "[file] a symlink planted at a lock file: exit 74" b run planted-x -- true
+    check "[file] ...saying what it found" grep -q "symbolic link" "$TMP/err"
+    rm -f "$BATON_DIR/lock.planted-x"
+fi
+
 echo "$PASS passed, $FAIL failed"
 [ $FAIL -eq 0 ]
