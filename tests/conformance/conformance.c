@@ -35,8 +35,7 @@
 #include <unistd.h>
 
 #include "../harness.h"
-
-extern char **environ;
+#include "../common/testlib.h"
 
 static char g_uri[1024];
 static char g_prefix[128];
@@ -45,12 +44,6 @@ static const char *g_backend = "";
 
 /* ---- small helpers ------------------------------------------------------ */
 
-static int64_t now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* CPU time of the whole process (all threads), ms. */
 static int64_t cpu_ms(void) {
     struct timespec ts;
@@ -58,27 +51,12 @@ static int64_t cpu_ms(void) {
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static void sleep_ms(int ms) {
-    struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-    }
-}
-
 static const char *lname(char *buf, size_t n, const char *suffix) {
     snprintf(buf, n, "%s%s", g_prefix, suffix);
     return buf;
 }
 
-static baton_client *client(void) {
-    baton_client *c = NULL;
-    int rc = baton_client_open(&c, g_uri, NULL);
-    if (rc != 0) {
-        fprintf(stderr, "FATAL: baton_client_open(%s) = %d (%s): %s\n", g_uri, rc,
-                baton_strerror(rc), baton_error_last()->message ? baton_error_last()->message : "");
-        exit(1);
-    }
-    return c;
-}
+static baton_client *client(void) { return tl_client_open(g_uri); }
 
 static baton_lock *lock_on(baton_client *c, const char *name, const baton_lock_options *o) {
     baton_lock *l = NULL;
@@ -113,7 +91,7 @@ static void *acq_main(void *p) {
     a->rc = baton_lock_acquire(a->l, a->wait_ms);
     a->fence = baton_lock_fence(a->l);
     if (a->rc == 0 && a->release_after) baton_lock_release(a->l);
-    a->t_done = now_ms();
+    a->t_done = tl_now_ms();
     atomic_store(&a->done, 1);
     return NULL;
 }
@@ -128,8 +106,8 @@ static void acq_start(acq_thread *a, baton_lock *l, int64_t wait_ms) {
 
 /* Waits until the thread is done or timeout; returns 1 when done. */
 static int acq_wait(acq_thread *a, int timeout_ms) {
-    int64_t end = now_ms() + timeout_ms;
-    while (!atomic_load(&a->done) && now_ms() < end) sleep_ms(5);
+    int64_t end = tl_now_ms() + timeout_ms;
+    while (!atomic_load(&a->done) && tl_now_ms() < end) tl_sleep_ms(5);
     return atomic_load(&a->done);
 }
 
@@ -147,92 +125,6 @@ static void acq_join(acq_thread *a) {
     pthread_join(a->th, NULL);
 }
 
-/* ---- worker processes --------------------------------------------------- */
-
-typedef struct {
-    pid_t pid;
-    int to;     /* its stdin */
-    int from;   /* its stdout */
-} worker;
-
-static int spawn_worker(worker *w, char *const argv[]) {
-    int in[2], out[2];
-    if (pipe2(in, O_CLOEXEC) || pipe2(out, O_CLOEXEC)) return -1;
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, in[0], 0);
-    posix_spawn_file_actions_adddup2(&fa, out[1], 1);
-    int rc = posix_spawn(&w->pid, "/proc/self/exe", &fa, NULL, argv, environ);
-    posix_spawn_file_actions_destroy(&fa);
-    close(in[0]);
-    close(out[1]);
-    if (rc != 0) {
-        close(in[1]);
-        close(out[0]);
-        return -1;
-    }
-    w->to = in[1];
-    w->from = out[0];
-    return 0;
-}
-
-/* Reads one line (without '\n'); returns its length, -1 on EOF/timeout. */
-static int read_line(int fd, char *buf, size_t n, int timeout_ms) {
-    size_t len = 0;
-    int64_t end = now_ms() + timeout_ms;
-    for (;;) {
-        int left = (int)(end - now_ms());
-        if (left < 0) left = 0;
-        struct pollfd p = { fd, POLLIN, 0 };
-        int pr = poll(&p, 1, left);
-        if (pr < 0 && errno == EINTR) continue;
-        if (pr <= 0) return -1;
-        char ch;
-        ssize_t r = read(fd, &ch, 1);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) return -1;
-        if (ch == '\n') {
-            buf[len] = 0;
-            return (int)len;
-        }
-        if (len + 1 < n) buf[len++] = ch;
-    }
-}
-
-static void send_line(worker *w, const char *s) {
-    size_t n = strlen(s);
-    if (write(w->to, s, n) != (ssize_t)n) perror("write to worker");
-}
-
-static int reap(worker *w, int timeout_ms) {
-    int64_t end = now_ms() + timeout_ms;
-    int st = 0;
-    for (;;) {
-        pid_t r = waitpid(w->pid, &st, WNOHANG);
-        if (r == w->pid) break;
-        if (now_ms() > end) {
-            kill(w->pid, SIGKILL);
-            waitpid(w->pid, &st, 0);
-            break;
-        }
-        sleep_ms(10);
-    }
-    if (w->to >= 0) close(w->to);
-    if (w->from >= 0) close(w->from);
-    w->to = w->from = -1;
-    return st;
-}
-
-static void out_line(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void out_line(const char *fmt, ...) {
-    char buf[256];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(buf, sizeof buf, fmt, ap);
-    va_end(ap);
-    if (n > 0 && write(1, buf, (size_t)n) < 0) _exit(3);
-}
-
 static void worker_on_lost(baton_lock *l, void *payload) {
     (void)l;
     (void)payload;
@@ -245,7 +137,7 @@ static int worker_hold(const char *uri, const char *name, uint32_t lease_ms) {
     baton_client *c = NULL;
     int rc = baton_client_open(&c, uri, NULL);
     if (rc) {
-        out_line("ERR open %d\n", rc);
+        tl_out_line("ERR open %d\n", rc);
         return 2;
     }
     baton_lock_options o = BATON_LOCK_OPTIONS_INIT;
@@ -253,23 +145,23 @@ static int worker_hold(const char *uri, const char *name, uint32_t lease_ms) {
     o.on_lost = worker_on_lost;
     baton_lock *l = NULL;
     if ((rc = baton_lock_open(&l, c, name, &o)) != 0) {
-        out_line("ERR lock_open %d\n", rc);
+        tl_out_line("ERR lock_open %d\n", rc);
         return 2;
     }
     if ((rc = baton_lock_acquire(l, 10000)) != 0) {
-        out_line("ERR acquire %d\n", rc);
+        tl_out_line("ERR acquire %d\n", rc);
         return 2;
     }
-    out_line("HELD %llu\n", (unsigned long long)baton_lock_fence(l));
+    tl_out_line("HELD %llu\n", (unsigned long long)baton_lock_fence(l));
     char line[64];
     for (;;) {
-        int n = read_line(0, line, sizeof line, 600000);
+        int n = tl_read_line(0, line, sizeof line, 600000);
         if (n < 0) break;
         if (!strcmp(line, "RELEASE")) {
             rc = baton_lock_release(l);
-            out_line("RELEASE %d\n", rc);
+            tl_out_line("RELEASE %d\n", rc);
         } else if (!strcmp(line, "HELD?")) {
-            out_line("HELD? %d\n", baton_lock_held(l));
+            tl_out_line("HELD? %d\n", baton_lock_held(l));
         }
     }
     baton_lock_free(l);
@@ -339,9 +231,9 @@ static void test_try(void) {
     CHECK_RC(baton_lock_acquire(a, 0), 0);
     CHECK(baton_lock_held(a) == 1);
     CHECK(baton_lock_fence(a) > 0);
-    int64_t t0 = now_ms();
+    int64_t t0 = tl_now_ms();
     CHECK_RC(baton_lock_acquire(b, 0), BATON_ELOCKED);
-    CHECK(now_ms() - t0 < 2000); /* a try does not wait */
+    CHECK(tl_now_ms() - t0 < 2000); /* a try does not wait */
     CHECK(baton_lock_held(b) == 0);
     CHECK(baton_lock_fence(b) == 0);
     /* another handle on the same client, used by another thread */
@@ -371,9 +263,9 @@ static void test_bounded_wait(void) {
     baton_client *c1 = client(), *c2 = client();
     baton_lock *a = lock_on(c1, n, NULL), *b = lock_on(c2, n, NULL);
     CHECK_RC(baton_lock_acquire(a, 0), 0);
-    int64_t t0 = now_ms();
+    int64_t t0 = tl_now_ms();
     CHECK_RC(baton_lock_acquire(b, 400), BATON_ETIMEDOUT);
-    int64_t el = now_ms() - t0;
+    int64_t el = tl_now_ms() - t0;
     CHECK(el >= 350);   /* it did wait */
     CHECK(el < 400 + 3000);
     CHECK(baton_lock_held(b) == 0);
@@ -381,9 +273,9 @@ static void test_bounded_wait(void) {
     /* a bounded wait that is granted when the holder releases */
     acq_thread t;
     acq_start(&t, b, 10000);
-    sleep_ms(200);
+    tl_sleep_ms(200);
     CHECK(!atomic_load(&t.done));
-    int64_t t1 = now_ms();
+    int64_t t1 = tl_now_ms();
     CHECK_RC(baton_lock_release(a), 0);
     CHECK(acq_wait(&t, 10000));
     acq_join(&t);
@@ -408,15 +300,15 @@ static void test_unbounded_wait(void) {
     uint64_t fa = baton_lock_fence(a);
     acq_thread t, t2;
     acq_start(&t, b, -1);
-    sleep_ms(100);
+    tl_sleep_ms(100);
     /* waiting does not burn CPU (no busy polling): generous bound */
-    int64_t cpu0 = cpu_ms(), w0 = now_ms();
-    sleep_ms(600);
-    int64_t cpu = cpu_ms() - cpu0, wall = now_ms() - w0;
+    int64_t cpu0 = cpu_ms(), w0 = tl_now_ms();
+    tl_sleep_ms(600);
+    int64_t cpu = cpu_ms() - cpu0, wall = tl_now_ms() - w0;
     CHECK(cpu < wall / 4);
     if (cpu >= wall / 4) fprintf(stderr, "   %lld ms of CPU in %lld ms of waiting\n", (long long)cpu, (long long)wall);
     CHECK(!atomic_load(&t.done));
-    int64_t t1 = now_ms();
+    int64_t t1 = tl_now_ms();
     CHECK_RC(baton_lock_release(a), 0);
     CHECK(acq_wait(&t, 5000));
     acq_join(&t);
@@ -425,9 +317,9 @@ static void test_unbounded_wait(void) {
     CHECK(t.fence > fa);
     /* now a waiter on the same client as the holder */
     acq_start(&t2, b2, -1);
-    sleep_ms(300);
+    tl_sleep_ms(300);
     CHECK(!atomic_load(&t2.done));
-    t1 = now_ms();
+    t1 = tl_now_ms();
     CHECK_RC(baton_lock_release(b), 0);
     CHECK(acq_wait(&t2, 5000));
     acq_join(&t2);
@@ -541,15 +433,15 @@ static void test_exclusion_processes(const char *tmpdir) {
     fd = open(fences, O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC, 0600);
     CHECK(fd >= 0);
     if (fd >= 0) close(fd);
-    worker w[P_PROCS];
+    tl_worker w[P_PROCS];
     char m[16];
     snprintf(m, sizeof m, "%d", P_ITERS);
     for (int i = 0; i < P_PROCS; i++) {
         char *argv[] = { "test_conformance", "--worker", "incr", g_uri, n, file, m, NULL };
-        CHECK(spawn_worker(&w[i], argv) == 0);
+        CHECK(tl_worker_spawn(&w[i], argv) == 0);
     }
     for (int i = 0; i < P_PROCS; i++) {
-        int st = reap(&w[i], 120000);
+        int st = tl_worker_reap(&w[i], 120000);
         CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
     }
     FILE *f = fopen(file, "r");
@@ -659,14 +551,14 @@ static void test_reentrant(void) {
     /* not reentrant: the second acquire from the holding thread fails fast */
     baton_lock *d = lock_on(c1, n, NULL);
     CHECK_RC(baton_lock_acquire(d, 0), 0);
-    int64_t t0 = now_ms();
+    int64_t t0 = tl_now_ms();
     int rc = baton_lock_acquire(d, 3000);
     CHECK_RC(rc, BATON_EDEADLK);
-    CHECK(now_ms() - t0 < 1500);
+    CHECK(tl_now_ms() - t0 < 1500);
     if (rc == BATON_EDEADLK) { /* only then is a forever wait safe to try */
-        t0 = now_ms();
+        t0 = tl_now_ms();
         CHECK_RC(baton_lock_acquire(d, -1), BATON_EDEADLK);
-        CHECK(now_ms() - t0 < 1500);
+        CHECK(tl_now_ms() - t0 < 1500);
     }
     CHECK(baton_lock_held(d) == 1);
     CHECK_RC(baton_lock_acquire(b, 0), BATON_ELOCKED);
@@ -743,10 +635,10 @@ static void test_renewal_keeps_lock(void) {
     baton_lock *a = lock_on(c1, n, &o), *b = lock_on(c2, n, NULL);
     CHECK_RC(baton_lock_acquire(a, 0), 0);
     uint64_t f = baton_lock_fence(a);
-    int64_t end = now_ms() + 2500;
+    int64_t end = tl_now_ms() + 2500;
     int locked = 0, held = 0, rounds = 0, remaining_ok = 0;
-    while (now_ms() < end) {
-        sleep_ms(250);
+    while (tl_now_ms() < end) {
+        tl_sleep_ms(250);
         rounds++;
         if (baton_lock_acquire(b, 0) == BATON_ELOCKED) locked++;
         if (baton_lock_held(a) == 1) held++;
@@ -762,7 +654,7 @@ static void test_renewal_keeps_lock(void) {
     CHECK(remaining_ok == rounds);
     CHECK(baton_lock_fence(a) == f);
     CHECK_RC(baton_lock_release(a), 0);
-    sleep_ms(100);
+    tl_sleep_ms(100);
     CHECK(atomic_load(&lost) == 0); /* renewed, never lost; a release is not a loss */
     CHECK_RC(baton_lock_acquire(b, 0), 0);
     CHECK_RC(baton_lock_release(b), 0);
@@ -784,11 +676,11 @@ static void test_fixed_lease_expires(void) {
     o.on_lost = count_lost;
     o.on_lost_payload = &lost;
     baton_lock *a = lock_on(c1, n, &o), *b = lock_on(c2, n, NULL);
-    int64_t t0 = now_ms();
+    int64_t t0 = tl_now_ms();
     CHECK_RC(baton_lock_acquire(a, 0), 0);
     uint64_t fa = baton_lock_fence(a);
     CHECK_RC(baton_lock_acquire(b, 5000), 0);
-    int64_t el = now_ms() - t0;
+    int64_t el = tl_now_ms() - t0;
     CHECK(el >= 400);       /* not before the lease ran out */
     CHECK(el < 500 + 3000);
     CHECK(baton_lock_fence(b) > fa);
@@ -830,7 +722,7 @@ static void test_owner_checked(void) {
     baton_lock *a = lock_on(c1, n, &o), *b = lock_on(c2, n, NULL);
     CHECK_RC(baton_lock_acquire(a, 0), 0);
     uint64_t fa = baton_lock_fence(a);
-    sleep_ms(700);
+    tl_sleep_ms(700);
     CHECK(baton_lock_held(a) == 0);
     CHECK_RC(baton_lock_acquire(b, 0), 0);
     uint64_t fb = baton_lock_fence(b);
@@ -852,13 +744,13 @@ static void test_owner_checked(void) {
     baton_client_close(c2);
 }
 
-static int start_holder(worker *w, const char *name, uint32_t lease_ms, uint64_t *fence) {
+static int start_holder(tl_worker *w, const char *name, uint32_t lease_ms, uint64_t *fence) {
     char lease[16];
     snprintf(lease, sizeof lease, "%u", lease_ms);
     char *argv[] = { "test_conformance", "--worker", "hold", g_uri, (char *)name, lease, NULL };
-    if (spawn_worker(w, argv) != 0) return -1;
+    if (tl_worker_spawn(w, argv) != 0) return -1;
     char line[128];
-    if (read_line(w->from, line, sizeof line, 15000) < 0) return -1;
+    if (tl_read_line(w->from, line, sizeof line, 15000) < 0) return -1;
     unsigned long long f = 0;
     if (sscanf(line, "HELD %llu", &f) != 1) {
         fprintf(stderr, "   holder said: %s\n", line);
@@ -872,7 +764,7 @@ static void test_sigstop_holder(void) {
     char n[256];
     lname(n, sizeof n, "sigstop");
     const uint32_t lease = 1000, renew = lease / 3;
-    worker w;
+    tl_worker w;
     uint64_t f1 = 0;
     int ok = start_holder(&w, n, lease, &f1) == 0;
     CHECK(ok);
@@ -881,25 +773,25 @@ static void test_sigstop_holder(void) {
     baton_lock *b = lock_on(c2, n, NULL), *x = lock_on(c3, n, NULL);
     CHECK_RC(baton_lock_acquire(b, 0), BATON_ELOCKED);
     kill(w.pid, SIGSTOP);
-    int64_t t0 = now_ms();
+    int64_t t0 = tl_now_ms();
     CHECK_RC(baton_lock_acquire(b, lease + 5000), 0);
-    CHECK(now_ms() - t0 < lease + 5000);
+    CHECK(tl_now_ms() - t0 < lease + 5000);
     uint64_t fb = baton_lock_fence(b);
     CHECK(fb > f1);
     /* stay stopped past its own renewal deadline too */
-    sleep_ms(300);
+    tl_sleep_ms(300);
     kill(w.pid, SIGCONT);
-    int64_t t1 = now_ms();
+    int64_t t1 = tl_now_ms();
     char line[128];
-    int got = read_line(w.from, line, sizeof line, (int)renew + 2000);
+    int got = tl_read_line(w.from, line, sizeof line, (int)renew + 2000);
     CHECK(got >= 0 && !strcmp(line, "LOST"));
-    if (got >= 0) CHECK(now_ms() - t1 <= renew + 2000);
+    if (got >= 0) CHECK(tl_now_ms() - t1 <= renew + 2000);
     else fprintf(stderr, "   no LOST from the resumed holder\n");
-    send_line(&w, "HELD?\n");
-    got = read_line(w.from, line, sizeof line, 5000);
+    tl_send_line(&w, "HELD?\n");
+    got = tl_read_line(w.from, line, sizeof line, 5000);
     CHECK(got >= 0 && !strcmp(line, "HELD? 0"));
-    send_line(&w, "RELEASE\n");
-    got = read_line(w.from, line, sizeof line, 5000);
+    tl_send_line(&w, "RELEASE\n");
+    got = tl_read_line(w.from, line, sizeof line, 5000);
     char want[32];
     snprintf(want, sizeof want, "RELEASE %d", BATON_ELOST);
     CHECK(got >= 0 && !strcmp(line, want));
@@ -912,7 +804,7 @@ static void test_sigstop_holder(void) {
     CHECK(info.held == 1 && info.fence == fb);
     close(w.to);
     w.to = -1;
-    int st = reap(&w, 10000);
+    int st = tl_worker_reap(&w, 10000);
     CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
     CHECK_RC(baton_lock_release(b), 0);
     CHECK_RC(baton_lock_acquire(x, 0), 0);
@@ -928,7 +820,7 @@ static void test_sigkill_holder(void) {
     char n[256];
     lname(n, sizeof n, "sigkill");
     const uint32_t lease = 1500;
-    worker w;
+    tl_worker w;
     uint64_t f1 = 0;
     int ok = start_holder(&w, n, lease, &f1) == 0;
     CHECK(ok);
@@ -937,14 +829,14 @@ static void test_sigkill_holder(void) {
     baton_lock *b = lock_on(c2, n, NULL);
     CHECK_RC(baton_lock_acquire(b, 0), BATON_ELOCKED);
     kill(w.pid, SIGKILL);
-    int64_t t0 = now_ms();
-    int st = reap(&w, 10000);
+    int64_t t0 = tl_now_ms();
+    int st = tl_worker_reap(&w, 10000);
     CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
     if (g_leases) {
         /* the engine cannot know the holder died: its lease still stands */
-        if (now_ms() - t0 < lease / 2) CHECK_RC(baton_lock_acquire(b, 0), BATON_ELOCKED);
+        if (tl_now_ms() - t0 < lease / 2) CHECK_RC(baton_lock_acquire(b, 0), BATON_ELOCKED);
         CHECK_RC(baton_lock_acquire(b, lease + 3000), 0);
-        CHECK(now_ms() - t0 < lease + 3000);
+        CHECK(tl_now_ms() - t0 < lease + 3000);
     } else {
         CHECK_RC(baton_lock_acquire(b, 0), 0); /* freed at once by the kernel */
     }
@@ -963,9 +855,9 @@ static void test_cancel(void) {
     /* forever wait, other client */
     acq_thread t;
     acq_start(&t, b, -1);
-    sleep_ms(300);
+    tl_sleep_ms(300);
     CHECK(!atomic_load(&t.done));
-    int64_t t0 = now_ms();
+    int64_t t0 = tl_now_ms();
     CHECK_RC(baton_lock_cancel(b), 0);
     CHECK(acq_wait(&t, 3000));
     CHECK(t.t_done - t0 < 1000 || !atomic_load(&t.done));
@@ -974,9 +866,9 @@ static void test_cancel(void) {
     CHECK(baton_lock_held(b) == 0);
     /* bounded wait, same client as the holder */
     acq_start(&t, b2, 20000);
-    sleep_ms(300);
+    tl_sleep_ms(300);
     CHECK(!atomic_load(&t.done));
-    t0 = now_ms();
+    t0 = tl_now_ms();
     CHECK_RC(baton_lock_cancel(b2), 0);
     CHECK(acq_wait(&t, 3000));
     CHECK(t.t_done - t0 < 1000 || !atomic_load(&t.done));
@@ -1066,15 +958,15 @@ static void test_shared_client_progress(void) {
     acq_thread t1, t2;
     acq_start(&t1, wx, -1);
     acq_start(&t2, wx2, 30000);
-    sleep_ms(200);
+    tl_sleep_ms(200);
     baton_lock *y = lock_on(c, ny, NULL);
-    int64_t t0 = now_ms();
+    int64_t t0 = tl_now_ms();
     int bad = 0;
     for (int i = 0; i < 20; i++) {
         if (baton_lock_acquire(y, 0) != 0) bad++;
         if (baton_lock_release(y) != 0) bad++;
     }
-    int64_t el = now_ms() - t0;
+    int64_t el = tl_now_ms() - t0;
     CHECK(bad == 0);
     CHECK(el < 3000); /* 40 round trips, not stuck behind the blocked waiters */
     if (el >= 3000) fprintf(stderr, "   20 acquire/release pairs took %lld ms\n", (long long)el);
@@ -1084,9 +976,9 @@ static void test_shared_client_progress(void) {
     CHECK(!atomic_load(&t1.done) && !atomic_load(&t2.done));
     CHECK_RC(baton_lock_release(hold), 0);
     /* both waiters get it in turn */
-    int64_t end = now_ms() + 10000;
+    int64_t end = tl_now_ms() + 10000;
     int granted = 0;
-    while (now_ms() < end && granted < 2) {
+    while (tl_now_ms() < end && granted < 2) {
         if (atomic_load(&t1.done) && t1.rc == 0 && baton_lock_held(wx)) {
             CHECK_RC(baton_lock_acquire(y, 0), 0); /* still usable meanwhile */
             CHECK_RC(baton_lock_release(y), 0);
@@ -1101,7 +993,7 @@ static void test_shared_client_progress(void) {
             t2.rc = 1;
             granted++;
         }
-        sleep_ms(5);
+        tl_sleep_ms(5);
     }
     CHECK(granted == 2);
     if (granted < 2) {
@@ -1138,31 +1030,6 @@ static void test_fair_option(void) {
 
 /* ---- main --------------------------------------------------------------- */
 
-static int skip_or_fail(const char *why) {
-    const char *req = getenv("BATON_REQUIRE_ALL");
-    if (req && !strcmp(req, "1")) {
-        fprintf(stderr, "FAIL: %s (BATON_REQUIRE_ALL=1)\n", why);
-        printf("0 passed, 1 failed\n");
-        return 1;
-    }
-    fprintf(stderr, "SKIP: %s\n", why);
-    printf("0 passed, 0 failed\n");
-    return TH_SKIP;
-}
-
-static void mkdirs(const char *path) {
-    char buf[1024];
-    snprintf(buf, sizeof buf, "%s", path);
-    for (char *p = buf + 1; *p; p++) {
-        if (*p == '/') {
-            *p = 0;
-            mkdir(buf, 0700);
-            *p = '/';
-        }
-    }
-    mkdir(buf, 0700);
-}
-
 int main(int argc, char **argv) {
     if (argc >= 2 && !strcmp(argv[1], "--worker")) {
         if (argc == 7 && !strcmp(argv[2], "incr")) return worker_incr(argv[3], argv[4], argv[5], atoi(argv[6]));
@@ -1180,29 +1047,15 @@ int main(int argc, char **argv) {
 
     /* the URI, with {port} taken from the test server */
     const char *uri = argv[1];
-    const char *ph = strstr(uri, "{port}");
-    if (ph) {
-        const char *srv = getenv("BATON_TEST_SRV");
-        char pf[1024];
-        snprintf(pf, sizeof pf, "%s/redis/port", srv ? srv : ".");
-        FILE *f = fopen(pf, "r");
-        int port = 0;
-        if (f) {
-            if (fscanf(f, "%d", &port) != 1) port = 0;
-            fclose(f);
-        }
-        if (port <= 0) return skip_or_fail("no test redis server (no port file)");
-        snprintf(g_uri, sizeof g_uri, "%.*s%d%s", (int)(ph - uri), uri, port, ph + 6);
-    } else {
-        snprintf(g_uri, sizeof g_uri, "%s", uri);
-    }
+    if (tl_uri_with_port(g_uri, sizeof g_uri, uri, "redis") != 0)
+        return tl_skip_status("no test redis server (no port file)", 1);
 
     /* a scratch dir for counter files; the file backend's dir */
     char tmpdir[1024];
     const char *tt = getenv("BATON_TEST_TMP");
     snprintf(tmpdir, sizeof tmpdir, "%s/conformance-scratch-%ld", tt ? tt : ".", (long)getpid());
-    mkdirs(tmpdir);
-    if (!strncmp(g_uri, "file://", 7)) mkdirs(g_uri + 7);
+    tl_mkdirs(tmpdir);
+    if (!strncmp(g_uri, "file://", 7)) tl_mkdirs(g_uri + 7);
 
     baton_client *c = NULL;
     int rc = baton_client_open(&c, g_uri, NULL);

@@ -80,7 +80,7 @@ typedef struct { baton_lock *l; int rc; int64_t at; } wait_arg;
 static void *waiter(void *p) {
     wait_arg *a = p;
     a->rc = baton_lock_acquire(a->l, 10000);
-    a->at = ft_now_ms();
+    a->at = tl_now_ms();
     return NULL;
 }
 
@@ -100,8 +100,8 @@ static void test_waiter_woken_with_acl(void) {
     wait_arg w = { lb, 1, 0 };
     pthread_t t;
     pthread_create(&t, NULL, waiter, &w);
-    ft_sleep_ms(300);
-    int64_t rel = ft_now_ms();
+    tl_sleep_ms(300);
+    int64_t rel = tl_now_ms();
     CHECK_RC(baton_lock_release(la), 0);
     pthread_join(t, NULL);
     CHECK_RC(w.rc, 0);
@@ -116,11 +116,11 @@ static void test_waiter_woken_with_acl(void) {
 
 int main(void) {
     const char *dir = ft_dir("auth");
-    port = ft_redis_start(dir, "--requirepass defpass");
-    if (ft_sh("redis-cli -p %d -a defpass --no-auth-warning ACL SETUSER alice on '>s3cret!' '~*' '&*' '+@all' >/dev/null",
+    port = tl_server_start("redis", dir, "--requirepass defpass");
+    if (tl_sh("redis-cli -p %d -a defpass --no-auth-warning ACL SETUSER alice on '>s3cret!' '~*' '&*' '+@all' >/dev/null",
               port) != 0) {
         fprintf(stderr, "FAIL: ACL SETUSER\n");
-        ft_redis_stop(dir);
+        tl_server_stop("redis", dir);
         return 1;
     }
     unsetenv("BATON_REDIS_PASSWORD");
@@ -130,6 +130,6 @@ int main(void) {
     RUN(test_no_password);
     RUN(test_default_password_sources);
     RUN(test_waiter_woken_with_acl);
-    ft_redis_stop(dir);
+    tl_server_stop("redis", dir);
     return th_finish();
 }

@@ -126,9 +126,9 @@ static void test_truncated_reply(void) {
     fake_case fc = { { "+PONG\r\n", "*2\r\n:1\r\n:", NULL, NULL }, { 0 }, 0 };
     set_case(fc);
     int orc;
-    int64_t t0 = ft_now_ms();
+    int64_t t0 = tl_now_ms();
     CHECK_RC(open_and_acquire(&orc), BATON_EUNAVAILABLE);
-    CHECK(ft_now_ms() - t0 < 2000);
+    CHECK(tl_now_ms() - t0 < 2000);
 }
 
 /* Random bytes as the reply: any clean error will do, never a crash or hang. */

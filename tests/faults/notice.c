@@ -16,18 +16,18 @@ static int lost_flag;
 static int64_t lost_at;
 static void on_lost(baton_lock *l, void *p) {
     (void)l; (void)p;
-    lost_at = ft_now_ms();
+    lost_at = tl_now_ms();
     __atomic_store_n(&lost_flag, 1, __ATOMIC_SEQ_CST);
 }
 
 static void test_restart_noticed(void) {
     const char *dir = ft_dir("notice_restart");
-    int port = ft_redis_start(dir, NULL);
+    int port = tl_server_start("redis", dir, NULL);
     char uri[256];
     snprintf(uri, sizeof uri, "redis://127.0.0.1:%d/0?connect_timeout_ms=500&io_timeout_ms=1000", port);
     baton_client *ca = NULL, *cb = NULL;
     CHECK_RC(baton_client_open(&ca, uri, NULL), 0);
-    if (!ca) { ft_redis_stop(dir); return; }
+    if (!ca) { tl_server_stop("redis", dir); return; }
     baton_lock_options o = BATON_LOCK_OPTIONS_INIT;
     o.lease_ms = 60000; /* renewed every 20 s */
     o.on_lost = on_lost;
@@ -36,17 +36,17 @@ static void test_restart_noticed(void) {
     CHECK_RC(baton_lock_open(&a, ca, "job", &o), 0);
     CHECK_RC(baton_lock_acquire(a, 0), 0);
     uint64_t fa = baton_lock_fence(a);
-    ft_sleep_ms(300); /* the subscriber watches its connection */
+    tl_sleep_ms(300); /* the subscriber watches its connection */
 
-    int64_t t0 = ft_now_ms();
-    ft_redis_restart(dir); /* comes back empty */
+    int64_t t0 = tl_now_ms();
+    tl_server_restart("redis", dir); /* comes back empty */
     CHECK_RC(baton_client_open(&cb, uri, NULL), 0);
     if (cb) {
         CHECK_RC(baton_lock_open(&b, cb, "job", NULL), 0);
         CHECK_RC(baton_lock_acquire(b, 5000), 0);
     }
     int64_t end = t0 + 8000;
-    while (!__atomic_load_n(&lost_flag, __ATOMIC_SEQ_CST) && ft_now_ms() < end) ft_sleep_ms(20);
+    while (!__atomic_load_n(&lost_flag, __ATOMIC_SEQ_CST) && tl_now_ms() < end) tl_sleep_ms(20);
     CHECK(__atomic_load_n(&lost_flag, __ATOMIC_SEQ_CST));
     if (lost_flag) fprintf(stderr, "   holder told LOST %lld ms after the restart began\n", (long long)(lost_at - t0));
     CHECK(!baton_lock_held(a));
@@ -57,20 +57,20 @@ static void test_restart_noticed(void) {
     baton_lock_free(b);
     baton_client_close(ca);
     baton_client_close(cb);
-    ft_redis_stop(dir);
+    tl_server_stop("redis", dir);
 }
 
 static void test_renewal_waits_for_replicas(void) {
     const char *md = ft_dir("notice_master"), *rd = ft_dir("notice_replica");
-    int mport = ft_redis_start(md, NULL);
+    int mport = tl_server_start("redis", md, NULL);
     char args[128];
     snprintf(args, sizeof args, "--replicaof 127.0.0.1 %d", mport);
-    int rport = ft_redis_start(rd, args);
+    int rport = tl_server_start("redis", rd, args);
     /* wait for the link */
-    int64_t end = ft_now_ms() + 10000;
-    while (ft_now_ms() < end &&
-           ft_sh("redis-cli -p %d INFO replication | grep -q 'master_link_status:up'", rport) != 0)
-        ft_sleep_ms(50);
+    int64_t end = tl_now_ms() + 10000;
+    while (tl_now_ms() < end &&
+           tl_sh("redis-cli -p %d INFO replication | grep -q 'master_link_status:up'", rport) != 0)
+        tl_sleep_ms(50);
     char uri[256];
     snprintf(uri, sizeof uri, "redis://127.0.0.1:%d/0?wait_replicas=1&wait_ms=300", mport);
     baton_client *c = NULL;
@@ -82,25 +82,25 @@ static void test_renewal_waits_for_replicas(void) {
     __atomic_store_n(&lost_flag, 0, __ATOMIC_SEQ_CST);
     baton_lock *l = NULL;
     CHECK_RC(baton_lock_open(&l, c, "walled", &o), 0);
-    int64_t granted = ft_now_ms();
+    int64_t granted = tl_now_ms();
     CHECK_RC(baton_lock_acquire(l, 0), 0);
     /* cut the link: the replica stops acknowledging */
-    ft_sh("kill -STOP $(cat '%s/pid')", rd);
+    tl_sh("kill -STOP $(cat '%s/pid')", rd);
     end = granted + 5000;
-    while (!__atomic_load_n(&lost_flag, __ATOMIC_SEQ_CST) && ft_now_ms() < end) ft_sleep_ms(20);
+    while (!__atomic_load_n(&lost_flag, __ATOMIC_SEQ_CST) && tl_now_ms() < end) tl_sleep_ms(20);
     CHECK(__atomic_load_n(&lost_flag, __ATOMIC_SEQ_CST));
     if (lost_flag) {
         fprintf(stderr, "   lost %lld ms after the grant (lease 1500)\n", (long long)(lost_at - granted));
         CHECK(lost_at - granted <= 1500 + 400);
     }
     CHECK(!baton_lock_held(l));
-    ft_sh("kill -CONT $(cat '%s/pid')", rd);
+    tl_sh("kill -CONT $(cat '%s/pid')", rd);
     baton_lock_free(l);
     baton_client_close(c);
 out:
-    ft_sh("kill -CONT $(cat '%s/pid') 2>/dev/null", rd);
-    ft_redis_stop(rd);
-    ft_redis_stop(md);
+    tl_sh("kill -CONT $(cat '%s/pid') 2>/dev/null", rd);
+    tl_server_stop("redis", rd);
+    tl_server_stop("redis", md);
 }
 
 typedef struct {
@@ -113,7 +113,7 @@ typedef struct {
 static void *wait_main(void *p) {
     waiter *w = p;
     int rc = baton_lock_acquire(w->l, w->wait_ms);
-    w->at = ft_now_ms();
+    w->at = tl_now_ms();
     __atomic_store_n(&w->rc, rc, __ATOMIC_SEQ_CST);
     return NULL;
 }
@@ -128,12 +128,12 @@ static void foreign_release(int port, const char *layout, int rw) {
     snprintf(key, sizeof key, "fr-%s-%s", layout, rw ? "rw" : "x");
     /* a foreign holder with a minute of TTL left */
     if (!strcmp(layout, "simple"))
-        ft_sh("redis-cli -p %d SET '%s' foreign PX 60000 >/dev/null", port, key);
+        tl_sh("redis-cli -p %d SET '%s' foreign PX 60000 >/dev/null", port, key);
     else if (rw)
-        ft_sh("redis-cli -p %d HSET '%s' mode write foreign:1:write 1 >/dev/null && "
+        tl_sh("redis-cli -p %d HSET '%s' mode write foreign:1:write 1 >/dev/null && "
               "redis-cli -p %d PEXPIRE '%s' 60000 >/dev/null", port, key, port, key);
     else
-        ft_sh("redis-cli -p %d HSET '%s' foreign:1 1 >/dev/null && redis-cli -p %d PEXPIRE '%s' 60000 >/dev/null",
+        tl_sh("redis-cli -p %d HSET '%s' foreign:1 1 >/dev/null && redis-cli -p %d PEXPIRE '%s' 60000 >/dev/null",
               port, key, port, key);
     baton_lock *l = NULL;
     baton_rwlock *rwl = NULL;
@@ -147,10 +147,10 @@ static void foreign_release(int port, const char *layout, int rw) {
     waiter w = { l, 20000, 1, 0 };
     pthread_t t;
     pthread_create(&t, NULL, wait_main, &w);
-    ft_sleep_ms(500);
+    tl_sleep_ms(500);
     CHECK(__atomic_load_n(&w.rc, __ATOMIC_SEQ_CST) == 1);
-    int64_t rel = ft_now_ms();
-    ft_sh("redis-cli -p %d DEL '%s' >/dev/null", port, key); /* publishes nothing */
+    int64_t rel = tl_now_ms();
+    tl_sh("redis-cli -p %d DEL '%s' >/dev/null", port, key); /* publishes nothing */
     pthread_join(t, NULL);
     CHECK_RC(w.rc, 0);
     fprintf(stderr, "   %s%s: granted %lld ms after a silent release\n", layout, rw ? " write side" : "",
@@ -164,11 +164,11 @@ static void foreign_release(int port, const char *layout, int rw) {
 
 static void test_foreign_release(void) {
     const char *dir = ft_dir("notice_foreign");
-    int port = ft_redis_start(dir, NULL);
+    int port = tl_server_start("redis", dir, NULL);
     foreign_release(port, "redisson", 0);
     foreign_release(port, "simple", 0);
     foreign_release(port, "redisson", 1);
-    ft_redis_stop(dir);
+    tl_server_stop("redis", dir);
 }
 
 /* ---- multilock order across spellings ---- */
@@ -191,7 +191,7 @@ static void *ml_main(void *p) {
 
 static void test_multilock_spellings(void) {
     const char *dir = ft_dir("notice_multilock");
-    int port = ft_redis_start(dir, NULL);
+    int port = tl_server_start("redis", dir, NULL);
     char u1[128], u2[128];
     snprintf(u1, sizeof u1, "redis://localhost:%d/0", port);
     snprintf(u2, sizeof u2, "redis://127.0.0.1:%d/0", port);
@@ -223,7 +223,7 @@ static void test_multilock_spellings(void) {
     for (int i = 0; i < 4; i++) baton_lock_free(l[i]);
 out:
     for (int i = 0; i < 4; i++) baton_client_close(c[i]);
-    ft_redis_stop(dir);
+    tl_server_stop("redis", dir);
 }
 
 int main(void) {

@@ -14,15 +14,15 @@ static char uri[512];
 static int port;
 
 static void redis_del(const char *key) {
-    if (ft_sh("redis-cli -p %d DEL '%s' >/dev/null", port, key) != 0) {
+    if (tl_sh("redis-cli -p %d DEL '%s' >/dev/null", port, key) != 0) {
         fprintf(stderr, "FAIL: redis-cli DEL %s\n", key);
         exit(1);
     }
 }
 
 static int wait_flag(int *flag, int ms) {
-    int64_t end = ft_now_ms() + ms;
-    while (!__atomic_load_n(flag, __ATOMIC_SEQ_CST) && ft_now_ms() < end) ft_sleep_ms(10);
+    int64_t end = tl_now_ms() + ms;
+    while (!__atomic_load_n(flag, __ATOMIC_SEQ_CST) && tl_now_ms() < end) tl_sleep_ms(10);
     return __atomic_load_n(flag, __ATOMIC_SEQ_CST);
 }
 
@@ -91,7 +91,7 @@ static void test_callbacks(void) {
 
     /* The keeper of c is alive: the other locks go on being renewed well
      * past their 600 ms lease. */
-    ft_sleep_ms(2000);
+    tl_sleep_ms(2000);
     CHECK(baton_lock_held(keep));
     CHECK(baton_lock_held(a));
     CHECK_RC(baton_lock_release(a), 0);
@@ -149,7 +149,7 @@ static void test_reentrant(void) {
     fo.reentrant = 1;
     CHECK_RC(baton_lock_open(&x, ca, "reent-fixed", &fo), 0);
     CHECK_RC(baton_lock_acquire(x, 0), 0);
-    ft_sleep_ms(450);
+    tl_sleep_ms(450);
     CHECK(!baton_lock_held(x));
     CHECK_RC(baton_lock_acquire(x, 0), BATON_ELOST);
     CHECK_RC(baton_lock_release(x), BATON_ELOST);
@@ -163,10 +163,10 @@ static void test_reentrant(void) {
 
 int main(void) {
     const char *dir = ft_dir("onlost");
-    port = ft_redis_start(dir, NULL);
+    port = tl_server_start("redis", dir, NULL);
     snprintf(uri, sizeof uri, "redis://127.0.0.1:%d/0", port);
     RUN(test_callbacks);
     RUN(test_reentrant);
-    ft_redis_stop(dir);
+    tl_server_stop("redis", dir);
     return th_finish();
 }

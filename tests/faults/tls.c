@@ -12,8 +12,8 @@ static int port, mport;
 static char uri[2048];
 
 static void gen_certs(void) {
-    if (ft_sh("command -v openssl >/dev/null") != 0) ft_skip("the openssl command is not installed");
-    int rc = ft_sh(
+    if (tl_sh("command -v openssl >/dev/null") != 0) tl_skip("the openssl command is not installed", 0);
+    int rc = tl_sh(
         "cd '%s' && set -e; "
         "EC='-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes'; "
         "openssl req -x509 $EC -keyout ca.key -out ca.crt -days 2 -subj '/CN=baton test CA' 2>/dev/null; "
@@ -38,7 +38,7 @@ typedef struct { baton_lock *l; int rc; int64_t at; } wait_arg;
 static void *waiter(void *p) {
     wait_arg *a = p;
     a->rc = baton_lock_acquire(a->l, 10000);
-    a->at = ft_now_ms();
+    a->at = tl_now_ms();
     return NULL;
 }
 
@@ -58,8 +58,8 @@ static void test_right_ca(void) {
     wait_arg w = { lb, 1, 0 };
     pthread_t t;
     pthread_create(&t, NULL, waiter, &w);
-    ft_sleep_ms(300);
-    int64_t rel = ft_now_ms();
+    tl_sleep_ms(300);
+    int64_t rel = tl_now_ms();
     CHECK_RC(baton_lock_release(la), 0);
     pthread_join(t, NULL);
     CHECK_RC(w.rc, 0);
@@ -88,10 +88,10 @@ static void test_hostname(void) {
 static void test_wrong_ca(void) {
     baton_client *c;
     snprintf(uri, sizeof uri, "rediss://127.0.0.1:%d?cacert=%s/wrong.crt", port, dir);
-    int64_t t0 = ft_now_ms();
+    int64_t t0 = tl_now_ms();
     CHECK_RC(try_open(uri, &c), BATON_EAUTH);
     CHECK(c == NULL);
-    CHECK(ft_now_ms() - t0 < 3000);
+    CHECK(tl_now_ms() - t0 < 3000);
     fprintf(stderr, "   wrong CA: %s\n", baton_error_last()->message);
     /* The system store does not know our CA either. */
     snprintf(uri, sizeof uri, "rediss://127.0.0.1:%d", port);
@@ -108,10 +108,10 @@ static void test_insecure(void) {
 static void test_plain_to_tls_port(void) {
     baton_client *c;
     snprintf(uri, sizeof uri, "redis://127.0.0.1:%d?io_timeout_ms=1000&connect_timeout_ms=1000", port);
-    int64_t t0 = ft_now_ms();
+    int64_t t0 = tl_now_ms();
     int rc = try_open(uri, &c);
     CHECK(rc == BATON_EUNAVAILABLE || rc == BATON_EPROTO);
-    CHECK(ft_now_ms() - t0 < 3000);
+    CHECK(tl_now_ms() - t0 < 3000);
     if (!rc) baton_client_close(c);
 }
 
@@ -139,10 +139,10 @@ static void test_client_cert(void) {
         baton_client_close(c);
     }
     snprintf(uri, sizeof uri, "rediss://127.0.0.1:%d?cacert=%s/ca.crt&io_timeout_ms=1000", mport, dir);
-    int64_t t0 = ft_now_ms();
+    int64_t t0 = tl_now_ms();
     int rc = try_open(uri, &c);
     CHECK(rc == BATON_EUNAVAILABLE || rc == BATON_EAUTH);
-    CHECK(ft_now_ms() - t0 < 3000);
+    CHECK(tl_now_ms() - t0 < 3000);
     if (!rc) baton_client_close(c);
 }
 
@@ -156,11 +156,11 @@ int main(void) {
     char sdir[1200], mdir[1200];
     snprintf(sdir, sizeof sdir, "%s/srv", dir);
     snprintf(mdir, sizeof mdir, "%s/mtls", dir);
-    port = ft_redis_start(sdir, args);
+    port = tl_server_start("redis", sdir, args);
     snprintf(args, sizeof args,
              "--port 0 --tls-port @PORT@ --tls-cert-file '%s/server.crt' --tls-key-file '%s/server.key' "
              "--tls-ca-cert-file '%s/ca.crt' --tls-auth-clients yes", dir, dir, dir);
-    mport = ft_redis_start(mdir, args);
+    mport = tl_server_start("redis", mdir, args);
     RUN(test_right_ca);
     RUN(test_hostname);
     RUN(test_wrong_ca);
@@ -168,7 +168,7 @@ int main(void) {
     RUN(test_plain_to_tls_port);
     RUN(test_bad_files);
     RUN(test_client_cert);
-    ft_redis_stop(sdir);
-    ft_redis_stop(mdir);
+    tl_server_stop("redis", sdir);
+    tl_server_stop("redis", mdir);
     return th_finish();
 }

@@ -14,11 +14,11 @@ static void test_closed_port(void) {
     close(fd); /* now nothing listens there */
     snprintf(uri, sizeof uri, "redis://127.0.0.1:%d", port);
     baton_client *c = NULL;
-    int64_t t0 = ft_now_ms();
+    int64_t t0 = tl_now_ms();
     CHECK_RC(baton_client_open(&c, uri, NULL), BATON_EUNAVAILABLE);
     CHECK(c == NULL);
     CHECK(baton_error_last()->native == ECONNREFUSED);
-    CHECK(ft_now_ms() - t0 < 1000);
+    CHECK(tl_now_ms() - t0 < 1000);
 }
 
 static void test_silent_listener(void) {
@@ -26,9 +26,9 @@ static void test_silent_listener(void) {
     int fd = ft_listen(&port); /* the kernel completes the handshake; nobody ever reads or answers */
     snprintf(uri, sizeof uri, "redis://127.0.0.1:%d?io_timeout_ms=300&connect_timeout_ms=300", port);
     baton_client *c = NULL;
-    int64_t t0 = ft_now_ms();
+    int64_t t0 = tl_now_ms();
     CHECK_RC(baton_client_open(&c, uri, NULL), BATON_EUNAVAILABLE);
-    int64_t took = ft_now_ms() - t0;
+    int64_t took = tl_now_ms() - t0;
     fprintf(stderr, "   silent listener: failed after %lld ms: %s\n", (long long)took, baton_error_last()->message);
     CHECK(took >= 250 && took < 2000);
     CHECK(baton_error_last()->native == ETIMEDOUT);
@@ -38,9 +38,9 @@ static void test_silent_listener(void) {
     baton_client_options o = BATON_CLIENT_OPTIONS_INIT;
     o.io_timeout_ms = 200;
     o.connect_timeout_ms = 200;
-    t0 = ft_now_ms();
+    t0 = tl_now_ms();
     CHECK_RC(baton_client_open(&c, uri, &o), BATON_EUNAVAILABLE);
-    took = ft_now_ms() - t0;
+    took = tl_now_ms() - t0;
     CHECK(took < 1500);
     close(fd);
 }
@@ -48,51 +48,51 @@ static void test_silent_listener(void) {
 /* SIGSTOP the server while a lock is held: calls fail within the I/O timeout. */
 static void test_frozen_server(void) {
     const char *dir = ft_dir("unreachable");
-    int port = ft_redis_start(dir, NULL);
+    int port = tl_server_start("redis", dir, NULL);
     snprintf(uri, sizeof uri, "redis://127.0.0.1:%d?io_timeout_ms=400&connect_timeout_ms=400", port);
     baton_client *c = NULL;
     CHECK_RC(baton_client_open(&c, uri, NULL), 0);
-    if (!c) { ft_redis_stop(dir); return; }
+    if (!c) { tl_server_stop("redis", dir); return; }
     baton_lock_options o = BATON_LOCK_OPTIONS_INIT;
     baton_lock *l = NULL;
     CHECK_RC(baton_lock_open(&l, c, "frozen", &o), 0);
     CHECK_RC(baton_lock_acquire(l, 0), 0);
-    CHECK(ft_sh("kill -STOP $(cat '%s/pid')", dir) == 0);
-    int64_t t0 = ft_now_ms();
+    CHECK(tl_sh("kill -STOP $(cat '%s/pid')", dir) == 0);
+    int64_t t0 = tl_now_ms();
     baton_lockinfo info;
     memset(&info, 0, sizeof info);
     info.version = BATON_LOCK_INFO_VERSION;
     CHECK_RC(baton_lock_info(c, "frozen", &info), BATON_EUNAVAILABLE);
-    int64_t took = ft_now_ms() - t0;
+    int64_t took = tl_now_ms() - t0;
     fprintf(stderr, "   frozen server: info failed after %lld ms\n", (long long)took);
     CHECK(took < 2000);
     int rc = baton_lock_release(l);
     CHECK(rc == BATON_EUNAVAILABLE || rc == BATON_ELOST);
-    CHECK(ft_sh("kill -CONT $(cat '%s/pid')", dir) == 0);
+    CHECK(tl_sh("kill -CONT $(cat '%s/pid')", dir) == 0);
     baton_lock_free(l);
     baton_client_close(c);
-    ft_redis_stop(dir);
+    tl_server_stop("redis", dir);
 }
 
 /* A waiting acquire against a server that dies and never comes back ends at
  * its deadline; it does not hang. */
 static void test_wait_while_down(void) {
     const char *dir = ft_dir("unreachable_wait");
-    int port = ft_redis_start(dir, NULL);
+    int port = tl_server_start("redis", dir, NULL);
     snprintf(uri, sizeof uri, "redis://127.0.0.1:%d?io_timeout_ms=300&connect_timeout_ms=300", port);
     baton_client *ca = NULL, *cb = NULL;
     CHECK_RC(baton_client_open(&ca, uri, NULL), 0);
     CHECK_RC(baton_client_open(&cb, uri, NULL), 0);
-    if (!ca || !cb) { ft_redis_stop(dir); return; }
+    if (!ca || !cb) { tl_server_stop("redis", dir); return; }
     baton_lock_options o = BATON_LOCK_OPTIONS_INIT;
     baton_lock *la = NULL, *lb = NULL;
     CHECK_RC(baton_lock_open(&la, ca, "down", &o), 0);
     CHECK_RC(baton_lock_open(&lb, cb, "down", &o), 0);
     CHECK_RC(baton_lock_acquire(la, 0), 0);
-    ft_redis_stop(dir);
-    int64_t t0 = ft_now_ms();
+    tl_server_stop("redis", dir);
+    int64_t t0 = tl_now_ms();
     int rc = baton_lock_acquire(lb, 1000);
-    int64_t took = ft_now_ms() - t0;
+    int64_t took = tl_now_ms() - t0;
     fprintf(stderr, "   acquire(1000) with the server down: %d after %lld ms\n", rc, (long long)took);
     CHECK(rc == BATON_EUNAVAILABLE || rc == BATON_ETIMEDOUT);
     CHECK(took < 2500);

@@ -54,7 +54,7 @@ static void test_lost_counter(void) {
         CHECK(f1b > f1);
         const damage *d = &g_damage[k];
         put_bytes(dir_file(path, sizeof path, fname), d->data, d->len ? d->len : strlen(d->data));
-        uint64_t before = wall_us();
+        uint64_t before = tl_wall_us();
         int rc = baton_lock_acquire(l, 0);
         CHECK_RC(rc, 0);
         uint64_t f2 = baton_lock_fence(l);
@@ -80,7 +80,7 @@ static void test_counter_ahead_of_clock(void) {
     char path[1300], rec[128];
     MUST(baton_lock_open(&l, c, "ahead", NULL));
     grant_once(l);
-    uint64_t ahead = wall_us() + 1000000000000ull;   /* some 11 days ahead */
+    uint64_t ahead = tl_wall_us() + 1000000000000ull;   /* some 11 days ahead */
     int n = snprintf(rec, sizeof rec, "baton-lock 1\nfence %020llu\nheld 0\nholder \n", (unsigned long long)ahead);
     put_bytes(dir_file(path, sizeof path, "lock.ahead"), rec, (size_t)n);
     uint64_t f = grant_once(l);
@@ -158,7 +158,7 @@ static void replaced_while_waiting(int rwlock) {
     waiter w = { .l = a, .wait_ms = 1500 };
     atomic_init(&w.done, 0);
     pthread_create(&w.th, NULL, waiter_main, &w);
-    sleep_ms(200);                                   /* A is queued on the old file */
+    tl_sleep_ms(200);                                   /* A is queued on the old file */
     CHECK(!atomic_load(&w.done));
     CHECK(unlink(dir_file(path, sizeof path, fname)) == 0);
     CHECK_RC(baton_lock_acquire(cl, 0), 0);          /* a new file: C holds the name */

@@ -20,57 +20,19 @@
 #include <unistd.h>
 
 #include "../harness.h"
+#include "../common/testlib.h"
 
 static char g_dir[1024];   /* the lock directory */
 static char g_uri[1100];   /* file://<g_dir> */
-
-static inline int64_t now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static inline uint64_t wall_us(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
-}
-
-static inline void sleep_ms(int ms) {
-    struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-    }
-}
-
-static inline void ft_mkdirs(const char *path) {
-    char buf[1024];
-    snprintf(buf, sizeof buf, "%s", path);
-    for (char *p = buf + 1; *p; p++)
-        if (*p == '/') {
-            *p = 0;
-            mkdir(buf, 0700);
-            *p = '/';
-        }
-    mkdir(buf, 0700);
-}
 
 /* g_dir = $BATON_TEST_TMP/<suite>-<pid>, created; g_uri names it. */
 static inline void ft_setup(const char *suite) {
     const char *tt = getenv("BATON_TEST_TMP");
     snprintf(g_dir, sizeof g_dir, "%s/%s-%ld", tt && *tt ? tt : "/tmp", suite, (long)getpid());
-    ft_mkdirs(g_dir);
+    tl_mkdirs(g_dir);
     snprintf(g_uri, sizeof g_uri, "file://%s", g_dir);
     fprintf(stderr, "%s: %s\n", suite, g_uri);
 }
-
-#define MUST(expr) do { \
-    int must_rc_ = (expr); \
-    if (must_rc_ != 0) { \
-        fprintf(stderr, "FATAL %s:%d: %s = %d (%s): %s\n", __FILE__, __LINE__, #expr, must_rc_, \
-                baton_strerror(must_rc_), baton_error_last()->message ? baton_error_last()->message : ""); \
-        exit(1); \
-    } \
-} while (0)
 
 static inline baton_client *client(void) {
     baton_client *c = NULL;

@@ -67,8 +67,8 @@ static void test_long_paths(void) {
     char d1[1300], d2[1300];
     snprintf(d1, sizeof d1, "%s/one", deep);
     snprintf(d2, sizeof d2, "%s/two", deep);
-    ft_mkdirs(d1);
-    ft_mkdirs(d2);
+    tl_mkdirs(d1);
+    tl_mkdirs(d2);
     ident_of(u1, i1, sizeof i1);
     ident_of(u2, i2, sizeof i2);
     snprintf(u1, sizeof u1, "file://%s/../one/.", d2);
@@ -85,9 +85,9 @@ int main(void) {
     snprintf(a, sizeof a, "%s/a", g_dir);
     snprintf(b, sizeof b, "%s/b", g_dir);
     snprintf(path, sizeof path, "%s/a/inner", g_dir);
-    ft_mkdirs(a);
-    ft_mkdirs(b);
-    ft_mkdirs(path);
+    tl_mkdirs(a);
+    tl_mkdirs(b);
+    tl_mkdirs(path);
     /* alias: a symlinked parent; link -> a */
     snprintf(link, sizeof link, "%s/link", g_dir);
     if (symlink(a, link) && errno != EEXIST) perror(link);

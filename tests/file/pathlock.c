@@ -54,9 +54,9 @@ typedef struct {
 
 static void *waiter_main(void *a) {
     waiter *x = a;
-    int64_t t0 = now_ms();
+    int64_t t0 = tl_now_ms();
     x->rc = baton_lock_acquire(x->l, x->wait_ms);
-    x->took_ms = now_ms() - t0;
+    x->took_ms = tl_now_ms() - t0;
     atomic_store(&x->done, 1);
     return NULL;
 }
@@ -84,20 +84,20 @@ static void test_excludes_flock_both_ways(void) {
     /* flock holds: baton's try fails, a wait times out */
     int fd = flock_hold(p, LOCK_EX);
     CHECK_RC(baton_lock_acquire(l, 0), BATON_ELOCKED);
-    int64_t t0 = now_ms();
+    int64_t t0 = tl_now_ms();
     CHECK_RC(baton_lock_acquire(l, 300), BATON_ETIMEDOUT);
-    int64_t took = now_ms() - t0;
+    int64_t took = tl_now_ms() - t0;
     CHECK(took >= 280 && took < 2000);
     /* a waiter is granted as soon as flock lets go */
     waiter w;
     start_waiter(&w, l, 5000);
-    sleep_ms(200);
+    tl_sleep_ms(200);
     CHECK(!atomic_load(&w.done));
-    int64_t freed = now_ms();
+    int64_t freed = tl_now_ms();
     close(fd);
     pthread_join(w.th, NULL);
     CHECK_RC(w.rc, 0);
-    CHECK(now_ms() - freed < 500);   /* woken by the kernel, not a slow poll */
+    CHECK(tl_now_ms() - freed < 500);   /* woken by the kernel, not a slow poll */
     CHECK(flock_free(p, LOCK_EX) == 0);
     CHECK_RC(baton_lock_release(l), 0);
     /* a shared flock holder also keeps baton's exclusive lock out */
@@ -119,13 +119,13 @@ static void test_cancel(void) {
     int fd = flock_hold(p, LOCK_EX);
     waiter w;
     start_waiter(&w, l, -1);
-    sleep_ms(200);
+    tl_sleep_ms(200);
     CHECK(!atomic_load(&w.done));
-    int64_t t0 = now_ms();
+    int64_t t0 = tl_now_ms();
     CHECK_RC(baton_lock_cancel(l), 0);
     pthread_join(w.th, NULL);
     CHECK_RC(w.rc, BATON_ECANCELED);
-    CHECK(now_ms() - t0 < 1000);
+    CHECK(tl_now_ms() - t0 < 1000);
     CHECK(!baton_lock_held(l));
     /* nothing of the abandoned wait holds the file */
     close(fd);
@@ -234,7 +234,7 @@ static void test_rwlock(void) {
     /* a waiting baton writer keeps new baton readers out */
     waiter w;
     start_waiter(&w, wr2, 3000);
-    sleep_ms(200);
+    tl_sleep_ms(200);
     CHECK(!atomic_load(&w.done));
     CHECK_RC(baton_lock_acquire(rd2, 0), BATON_ELOCKED);
     CHECK_RC(baton_lock_release(rd1), 0);
@@ -326,7 +326,7 @@ static void test_replaced_while_waiting(void) {
     int old = flock_hold(p, LOCK_EX);
     waiter w;
     start_waiter(&w, a, 1500);
-    sleep_ms(200);
+    tl_sleep_ms(200);
     CHECK(unlink(p) == 0);
     int fresh = flock_hold(p, LOCK_EX);
     close(old);
@@ -356,7 +356,7 @@ static void test_removed_under_baton_holder(void) {
     CHECK_RC(baton_lock_acquire(h, 0), 0);
     waiter w;
     start_waiter(&w, a, 3000);
-    sleep_ms(200);
+    tl_sleep_ms(200);
     CHECK(unlink(p) == 0);
     CHECK_RC(baton_lock_acquire(cl, 0), BATON_ELOCKED);
     CHECK(!atomic_load(&w.done));
@@ -399,9 +399,9 @@ static void test_odd_paths(void) {
     upath(p, sizeof p, "fifo");
     mkfifo(p, 0600);
     MUST(baton_lock_open(&l, c, p, NULL));
-    int64_t t0 = now_ms();
+    int64_t t0 = tl_now_ms();
     CHECK_RC(baton_lock_acquire(l, 0), BATON_EINVAL);
-    CHECK(now_ms() - t0 < 1000);
+    CHECK(tl_now_ms() - t0 < 1000);
     CHECK(strstr(baton_error_last()->message, "named pipe") != NULL);
     baton_lock_free(l);
     baton_client_close(c);
@@ -428,7 +428,7 @@ static void test_relative_name(void) {
 int main(void) {
     ft_setup("file_pathlock");
     snprintf(g_area, sizeof g_area, "%s-area", g_dir);
-    ft_mkdirs(g_area);
+    tl_mkdirs(g_area);
     RUN(test_excludes_flock_both_ways);
     RUN(test_cancel);
     RUN(test_fence_and_file);

@@ -51,7 +51,7 @@ typedef struct {
 static void *acq_main(void *a) {
     acq_thread *t = a;
     t->rc = baton_permits_acquire(t->p, 30000, t->wait_ms, t->id);
-    t->t_done = now_ms();
+    t->t_done = tl_now_ms();
     atomic_store(&t->done, 1);
     return NULL;
 }
@@ -65,8 +65,8 @@ static void acq_start(acq_thread *t, baton_permits *p, int64_t wait_ms) {
 }
 
 static int acq_wait_done(acq_thread *t, int ms) {
-    int64_t end = now_ms() + ms;
-    while (!atomic_load(&t->done) && now_ms() < end) sleep_ms(2);
+    int64_t end = tl_now_ms() + ms;
+    while (!atomic_load(&t->done) && tl_now_ms() < end) tl_sleep_ms(2);
     return atomic_load(&t->done);
 }
 
@@ -102,10 +102,10 @@ static void test_n_and_no_more(void) {
     CHECK(strcmp(id[0], id[1]) && strcmp(id[0], id[2]) && strcmp(id[1], id[2]));
     CHECK_RC(baton_permits_acquire(p, 10000, 0, id[N]), BATON_ELOCKED);
     CHECK_RC(baton_permits_acquire(q, 10000, 0, id[N]), BATON_ELOCKED);
-    int64_t t0 = now_ms();
+    int64_t t0 = tl_now_ms();
     CHECK_RC(baton_permits_acquire(q, 10000, 300, id[N]), BATON_ETIMEDOUT);
-    CHECK(now_ms() - t0 >= 290);
-    CHECK(now_ms() - t0 < 1500);
+    CHECK(tl_now_ms() - t0 >= 290);
+    CHECK(tl_now_ms() - t0 < 1500);
     /* status shows what is free */
     baton_lockinfo info;
     CHECK_RC(baton_lock_info(c, "n", &info), 0);
@@ -214,9 +214,9 @@ static void test_killed_holder(void) {
             /* a waiter: gets it within a poll period of the kill */
             acq_thread t;
             acq_start(&t, p, 10000);
-            sleep_ms(300);
+            tl_sleep_ms(300);
             CHECK(!atomic_load(&t.done));
-            int64_t t0 = now_ms();
+            int64_t t0 = tl_now_ms();
             kill(pid, SIGKILL);
             int st;
             waitpid(pid, &st, 0);
@@ -246,9 +246,9 @@ static void test_waits(void) {
     CHECK_RC(baton_permits_acquire(p, 10000, 0, id), 0);
     acq_thread t;
     acq_start(&t, q, 10000);
-    sleep_ms(400);                                   /* its backoff has reached the cap */
+    tl_sleep_ms(400);                                   /* its backoff has reached the cap */
     CHECK(!atomic_load(&t.done));
-    int64_t t0 = now_ms();
+    int64_t t0 = tl_now_ms();
     CHECK_RC(baton_permits_release(p, id), 0);
     CHECK(acq_wait_done(&t, 5000));
     fprintf(stderr, "   a waiter got a released permit after %lld ms\n", (long long)(t.t_done - t0));
@@ -259,9 +259,9 @@ static void test_waits(void) {
     /* cancel, waiting forever */
     acq_thread t2;
     acq_start(&t2, p, -1);
-    sleep_ms(300);
+    tl_sleep_ms(300);
     CHECK(!atomic_load(&t2.done));
-    t0 = now_ms();
+    t0 = tl_now_ms();
     CHECK_RC(baton_permits_cancel(p), 0);
     CHECK(acq_wait_done(&t2, 3000));
     CHECK(t2.t_done - t0 < 200);
@@ -285,7 +285,7 @@ static void test_lease_ignored(void) {
     char id[BATON_PERMIT_ID_SIZE], id2[BATON_PERMIT_ID_SIZE];
     CHECK_RC(baton_permits_try_set(p, 1, NULL), 0);
     CHECK_RC(baton_permits_acquire(p, 100, 0, id), 0);
-    sleep_ms(400);
+    tl_sleep_ms(400);
     CHECK(avail(p) == 0);
     CHECK_RC(baton_permits_acquire(p, 10000, 0, id2), BATON_ELOCKED);
     CHECK_RC(baton_permits_renew(p, id, 100), 0);

@@ -8,28 +8,11 @@
 #include <string.h>
 #include <unistd.h>
 #include "../harness.h"
+#include "../common/testlib.h"
 
 static char uris[2][512];
 static int nuris;
 static long shared_counter;
-
-static void expand(char *out, size_t n, const char *in)
-{
-    const char *p = strstr(in, "{port}");
-    if (!p) { snprintf(out, n, "%s", in); return; }
-    const char *srv = getenv("BATON_TEST_SRV");
-    char path[512], port[16] = "";
-    snprintf(path, sizeof path, "%s/redis/port", srv ? srv : ".");
-    FILE *f = fopen(path, "r");
-    if (!f || !fgets(port, sizeof port, f)) {
-        if (f) fclose(f);
-        out[0] = 0;
-        return;
-    }
-    fclose(f);
-    port[strcspn(port, "\r\n")] = 0;
-    snprintf(out, n, "%.*s%s%s", (int)(p - in), in, port, p + 6);
-}
 
 static void test_all_or_nothing(void)
 {
@@ -147,11 +130,9 @@ int main(int argc, char **argv)
 {
     if (argc < 2) { fprintf(stderr, "usage: %s FILE_URI [REDIS_URI]\n", argv[0]); return 2; }
     for (int i = 1; i < argc && i <= 2; i++) {
-        expand(uris[nuris], sizeof uris[nuris], argv[i]);
-        if (!uris[nuris][0]) {
-            const char *req = getenv("BATON_REQUIRE_ALL");
+        if (tl_uri_with_port(uris[nuris], sizeof uris[nuris], argv[i], "redis") != 0) {
             fprintf(stderr, "no server for %s\n", argv[i]);
-            return req && !strcmp(req, "1") ? 1 : TH_SKIP;
+            return tl_skip_status("no test redis server (no port file)", 0);
         }
         nuris++;
     }

@@ -38,11 +38,11 @@ static long queued(int port, const char *name) {
 /* Waits until N waiters are queued (Redis), or a fixed pause elsewhere. */
 static void wait_queued(int port, const char *name, long n) {
     if (!port) {
-        sleep_ms(250);
+        tl_sleep_ms(250);
         return;
     }
-    int64_t end = now_ms() + 10000;
-    while (queued(port, name) != n && now_ms() < end) sleep_ms(5);
+    int64_t end = tl_now_ms() + 10000;
+    while (queued(port, name) != n && tl_now_ms() < end) tl_sleep_ms(5);
     if (queued(port, name) != n) fprintf(stderr, "   queue of %s never reached %ld\n", name, n);
 }
 
@@ -51,17 +51,17 @@ static void wait_queued(int port, const char *name, long n) {
 /* Prints WAITING, waits for the fair lock forever, prints GOT <fence>, then
  * holds it until stdin says RELEASE (or EOF). */
 static int worker_wait(const char *uri, const char *name, uint32_t lease) {
-    baton_client *c = client_of(uri);
+    baton_client *c = tl_client_open(uri);
     baton_lock_options o = fair_opts(lease);
     baton_lock *l = lock_on(c, name, &o);
-    out_line("WAITING\n");
+    tl_out_line("WAITING\n");
     int rc = baton_lock_acquire(l, -1);
     if (rc) {
-        out_line("ERR %d\n", rc);
+        tl_out_line("ERR %d\n", rc);
         return 2;
     }
-    out_line("GOT %llu\n", (unsigned long long)baton_lock_fence(l));
-    wait_for_line("RELEASE");
+    tl_out_line("GOT %llu\n", (unsigned long long)baton_lock_fence(l));
+    tl_wait_for_line("RELEASE");
     baton_lock_free(l);
     baton_client_close(c);
     return 0;
@@ -69,7 +69,7 @@ static int worker_wait(const char *uri, const char *name, uint32_t lease) {
 
 /* M times: fair lock, non-atomic read-modify-write of FILE, unlock. */
 static int worker_incr(const char *uri, const char *name, const char *file, int m) {
-    baton_client *c = client_of(uri);
+    baton_client *c = tl_client_open(uri);
     baton_lock_options o = fair_opts(0);
     baton_lock *l = lock_on(c, name, &o);
     int fd = open(file, O_RDWR | O_CLOEXEC), bad = 0;
@@ -107,9 +107,9 @@ static void test_basic(void) {
     uint64_t f1 = baton_lock_fence(a);
     CHECK(f1 > 0);
     CHECK_RC(baton_lock_acquire(b, 0), BATON_ELOCKED);
-    int64_t t0 = now_ms();
+    int64_t t0 = tl_now_ms();
     CHECK_RC(baton_lock_acquire(b, 300), BATON_ETIMEDOUT);
-    CHECK(now_ms() - t0 >= 250);
+    CHECK(tl_now_ms() - t0 >= 250);
     CHECK_RC(baton_lock_release(a), 0);
     CHECK_RC(baton_lock_release(a), BATON_ENOTHELD);
     CHECK_RC(baton_lock_acquire(b, 0), 0); /* the timed-out wait left no queue entry behind */
@@ -139,9 +139,9 @@ static void test_basic(void) {
     baton_lock *s = lock_on(c1, n, &fo);
     CHECK_RC(baton_lock_acquire(s, 0), 0);
     uint64_t fs = baton_lock_fence(s);
-    t0 = now_ms();
+    t0 = tl_now_ms();
     CHECK_RC(baton_lock_acquire(b, 5000), 0); /* queued, granted when the lease ran out */
-    CHECK(now_ms() - t0 >= 200 && now_ms() - t0 < 3000);
+    CHECK(tl_now_ms() - t0 >= 200 && tl_now_ms() - t0 < 3000);
     CHECK(baton_lock_fence(b) > fs);
     CHECK_RC(baton_lock_release(s), BATON_ELOST);
     CHECK(baton_lock_held(b) == 1);
@@ -250,7 +250,7 @@ static void test_leave_queue(void) {
     acq_thread w;
     acq_start(&w, t3, 30000);
     wait_queued(g_redis_port, n, 1);
-    int64_t t0 = now_ms();
+    int64_t t0 = tl_now_ms();
     CHECK_RC(baton_lock_release(a), 0);
     CHECK(acq_wait(&w, 10000));
     CHECK(w.t_done - t0 < 1500);
@@ -265,7 +265,7 @@ static void test_leave_queue(void) {
     wait_queued(g_redis_port, n, 2);
     CHECK(acq_wait(&w1, 5000));
     CHECK_RC(w1.rc, BATON_ETIMEDOUT);
-    t0 = now_ms();
+    t0 = tl_now_ms();
     CHECK_RC(baton_lock_release(a), 0);
     CHECK(acq_wait(&w2, 10000));
     CHECK(w2.t_done - t0 < 1500);
@@ -290,22 +290,22 @@ static void test_killed_waiter(void) {
     baton_lock_options o = fair_opts(0);
     baton_lock *a = lock_on(c1, n, &o), *b = lock_on(c2, n, &o);
     CHECK_RC(baton_lock_acquire(a, 0), 0);
-    worker w;
+    tl_worker w;
     char ls[16], line[128];
     snprintf(ls, sizeof ls, "%u", lease);
     char *argv[] = { "test_prims_fair", "--worker", "wait", g_uri, n, ls, NULL };
-    CHECK(spawn_worker(&w, argv) == 0);
-    CHECK(expect_line(&w, "WAITING", line, sizeof line, 15000) == 0);
+    CHECK(tl_worker_spawn(&w, argv) == 0);
+    CHECK(tl_expect_line(&w, "WAITING", line, sizeof line, 15000) == 0);
     wait_queued(g_redis_port, n, 1);
     acq_thread t;
     acq_start(&t, b, 20000);
     wait_queued(g_redis_port, n, 2);
     kill(w.pid, SIGKILL);
-    int st = reap(&w, 10000);
+    int st = tl_worker_reap(&w, 10000);
     CHECK(WIFSIGNALED(st));
     /* the release signals the dead head; b must not wait for more than the
      * dead entry's lease */
-    int64_t t0 = now_ms();
+    int64_t t0 = tl_now_ms();
     CHECK_RC(baton_lock_release(a), 0);
     CHECK(acq_wait(&t, 15000));
     int64_t el = t.t_done - t0;
@@ -357,7 +357,7 @@ static void test_redisson_entry(void) {
     char *hd = redis_raw(g_redis_port, "LINDEX", q, "0", NULL);
     CHECK(hd && strstr(hd, rf));
     free(hd);
-    sleep_ms(300);
+    tl_sleep_ms(300);
     CHECK(!atomic_load(&t.done));
     /* Redisson's script takes it and later releases it, waking the next */
     free(redis_raw(g_redis_port, "LPOP", q, NULL));
@@ -376,7 +376,7 @@ static void test_redisson_entry(void) {
     free(next);
     CHECK(strchr(head, '|') != NULL);
     snprintf(bch, sizeof bch, "redisson_lock__channel:{%s}:%s", n, head);
-    int64_t tp = now_ms();
+    int64_t tp = tl_now_ms();
     free(redis_raw(g_redis_port, "PUBLISH", bch, "0", NULL));
     CHECK(acq_wait(&t, 10000));
     /* woken by that message, not by its refresh (lease/3 = 10 s) */
@@ -397,7 +397,7 @@ static void test_subscription_lingers(void) {
     char n[256];
     lname(n, sizeof n, "linger");
     /* earlier cases' subscriptions linger too: start from none */
-    for (int64_t t0 = now_ms(); now_ms() - t0 < 15000; sleep_ms(200)) {
+    for (int64_t t0 = tl_now_ms(); tl_now_ms() - t0 < 15000; tl_sleep_ms(200)) {
         char *z = redis_raw(g_redis_port, "PUBSUB", "NUMPAT", NULL);
         long np = z && z[0] == ':' ? atol(z + 1) : -1;
         free(z);
@@ -419,15 +419,15 @@ static void test_subscription_lingers(void) {
     subs = r && r[0] == ':' ? atol(r + 1) : -1;
     free(r);
     CHECK(subs == 1);
-    int64_t t0 = now_ms();
-    while (now_ms() - t0 < 15000) {
+    int64_t t0 = tl_now_ms();
+    while (tl_now_ms() - t0 < 15000) {
         r = redis_raw(g_redis_port, "PUBSUB", "NUMPAT", NULL);
         subs = r && r[0] == ':' ? atol(r + 1) : -1;
         free(r);
         if (subs == 0) break;
-        sleep_ms(200);
+        tl_sleep_ms(200);
     }
-    fprintf(stderr, "   unsubscribed %lld ms after the wait ended\n", (long long)(now_ms() - t0));
+    fprintf(stderr, "   unsubscribed %lld ms after the wait ended\n", (long long)(tl_now_ms() - t0));
     CHECK(subs == 0);
     baton_lock_free(a);
     baton_lock_free(b);
@@ -449,30 +449,30 @@ static void test_paused_waiter_handoff(void) {
     baton_lock_options xo = fair_opts(0);
     baton_lock *a = lock_on(c1, n, &o), *x = lock_on(c2, n, &xo);
     CHECK_RC(baton_lock_acquire(a, 0), 0);
-    worker w;
+    tl_worker w;
     char ls[16];
     snprintf(ls, sizeof ls, "%u", lease);
     char *argv[] = { "test_prims_fair", "--worker", "wait", g_uri, n, ls, NULL };
-    CHECK(spawn_worker(&w, argv) == 0);
-    CHECK(expect_line(&w, "WAITING", line, sizeof line, 15000) == 0);
+    CHECK(tl_worker_spawn(&w, argv) == 0);
+    CHECK(tl_expect_line(&w, "WAITING", line, sizeof line, 15000) == 0);
     wait_queued(g_redis_port, n, 1);
-    sleep_ms(100); /* parked */
+    tl_sleep_ms(100); /* parked */
     kill(w.pid, SIGSTOP);
     CHECK_RC(baton_lock_release(a), 0); /* handed to the stopped waiter */
-    sleep_ms(lease + 500);              /* that grant's lease runs out on the server */
+    tl_sleep_ms(lease + 500);              /* that grant's lease runs out on the server */
     CHECK_RC(baton_lock_acquire(x, 5000), 0);
     uint64_t fx = baton_lock_fence(x);
     kill(w.pid, SIGCONT);
     /* while x holds, the resumed waiter must not believe it holds too */
-    CHECK(read_line(w.from, line, sizeof line, 1500) < 0);
+    CHECK(tl_read_line(w.from, line, sizeof line, 1500) < 0);
     CHECK(baton_lock_held(x) == 1);
     CHECK_RC(baton_lock_release(x), 0);
-    CHECK(expect_line(&w, "GOT", line, sizeof line, 10000) == 0);
+    CHECK(tl_expect_line(&w, "GOT", line, sizeof line, 10000) == 0);
     uint64_t fw = strtoull(line + 4, NULL, 10);
     CHECK(fw > fx);
     if (!(fw > fx)) fprintf(stderr, "   waiter fence %llu, other holder's %llu\n", (unsigned long long)fw, (unsigned long long)fx);
-    send_line(&w, "RELEASE\n");
-    CHECK(exited_ok(reap(&w, 10000)));
+    tl_send_line(&w, "RELEASE\n");
+    CHECK(tl_exited_ok(tl_worker_reap(&w, 10000)));
     baton_lock_free(a);
     baton_lock_free(x);
     baton_client_close(c1);
@@ -486,23 +486,22 @@ static void test_exclusion_processes(void) {
     char n[256], file[1200];
     lname(n, sizeof n, "procs");
     snprintf(file, sizeof file, "%s/counter", g_tmp);
-    file_init(file, 0);
-    worker w[P_PROCS];
+    tl_counter_init(file, 0);
+    tl_worker w[P_PROCS];
     char m[16];
     snprintf(m, sizeof m, "%d", P_ITERS);
     for (int i = 0; i < P_PROCS; i++) {
         char *argv[] = { "test_prims_fair", "--worker", "incr", g_uri, n, file, m, NULL };
-        CHECK(spawn_worker(&w[i], argv) == 0);
+        CHECK(tl_worker_spawn(&w[i], argv) == 0);
     }
-    for (int i = 0; i < P_PROCS; i++) CHECK(exited_ok(reap(&w[i], 120000)));
-    long total = file_read(file);
+    for (int i = 0; i < P_PROCS; i++) CHECK(tl_exited_ok(tl_worker_reap(&w[i], 120000)));
+    long total = tl_counter_read(file);
     CHECK(total == P_PROCS * P_ITERS);
     if (total != P_PROCS * P_ITERS) fprintf(stderr, "   counter = %ld, want %d\n", total, P_PROCS * P_ITERS);
 }
 
 /* ---- herd: server commands per handoff -------------------------------------------- */
 
-#ifdef PR_REDIS_SH
 #define MAXCMD 128
 typedef struct {
     int n;
@@ -547,7 +546,7 @@ static void stats_settle(rcli *c, cmdstats *s) {
     cmdstats prev;
     stats_get(c, &prev);
     for (int i = 0; i < 200; i++) {
-        sleep_ms(100);
+        tl_sleep_ms(100);
         stats_get(c, s);
         if (stats_total(s) == stats_total(&prev)) return;
         prev = *s;
@@ -570,7 +569,7 @@ static void stats_delta(const cmdstats *a, const cmdstats *b, char *out, size_t 
 static int herd_round(const char *uri, int port, int nw, long long out[2], char desc[2][512]) {
     char n[256];
     snprintf(n, sizeof n, "%sherd-%d", g_prefix, nw);
-    baton_client *c = client_of(uri), *hc = client_of(uri);
+    baton_client *c = tl_client_open(uri), *hc = tl_client_open(uri);
     baton_lock_options o = fair_opts(300000); /* no queue refresh (every 100 s) within the test */
     baton_lock *h = lock_on(hc, n, &o);
     static baton_lock *w[HERD_MAX];
@@ -589,19 +588,19 @@ static int herd_round(const char *uri, int port, int nw, long long out[2], char 
     /* every waiter subscribed to its own channels (a PSUBSCRIBE each: new
      * threads, nothing lingering) and parked: one attempt before
      * subscribing, one after the confirmation (+ the holder's) */
-    for (int64_t end = now_ms() + 20000;;) {
+    for (int64_t end = tl_now_ms() + 20000;;) {
         cmdstats sn;
         stats_get(&r, &sn);
         long long scripts = stats_of(&sn, "evalsha") + stats_of(&sn, "eval") - stats_of(&sb, "evalsha") - stats_of(&sb, "eval");
         long long subs = stats_of(&sn, "psubscribe") - stats_of(&sb, "psubscribe");
         if (scripts >= 1 + 2LL * nw && subs >= nw) break;
-        if (now_ms() > end) {
+        if (tl_now_ms() > end) {
             fprintf(stderr, "   only %lld acquire scripts and %lld subscriptions, want %d and %d\n", scripts, subs,
                     1 + 2 * nw, nw);
             ok = 0;
             break;
         }
-        sleep_ms(10);
+        tl_sleep_ms(10);
     }
     cmdstats s0, s1, s2;
     stats_settle(&r, &s0);
@@ -640,9 +639,9 @@ static int herd_main(void) {
     const char *tt = getenv("BATON_TEST_TMP");
     char dir[1100];
     snprintf(dir, sizeof dir, "%s/prims_fair_herd", tt && *tt ? tt : "/tmp");
-    mkdirs(dir);
-    pr_redis("stop", dir, NULL);
-    int port = pr_redis("start", dir, NULL);
+    tl_mkdirs(dir);
+    tl_server("redis", "stop", dir, NULL, 1);
+    int port = tl_server("redis", "start", dir, NULL, 1);
     char uri[128];
     snprintf(uri, sizeof uri, "redis://127.0.0.1:%d/0", port);
     snprintf(g_uri, sizeof g_uri, "%s", uri);
@@ -668,10 +667,9 @@ static int herd_main(void) {
          * PEXPIRE, PUBLISH: constant in the queue length */
         CHECK(v[0] <= 8);
     }
-    pr_redis("stop", dir, NULL);
+    tl_server("redis", "stop", dir, NULL, 1);
     return th_finish();
 }
-#endif
 
 int main(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);
@@ -682,9 +680,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bad worker arguments\n");
         return 2;
     }
-#ifdef PR_REDIS_SH
     if (argc == 2 && !strcmp(argv[1], "--herd")) return herd_main();
-#endif
     if (argc != 2) {
         fprintf(stderr, "usage: %s URI | --herd\n", argv[0]);
         return 2;
@@ -698,7 +694,7 @@ int main(int argc, char **argv) {
         rc = baton_lock_open(&l, c, "probe", &o);
         baton_lock_free(l);
         baton_client_close(c);
-        if (rc == BATON_ENOTSUP) return pr_skip("this engine has no fair lock");
+        if (rc == BATON_ENOTSUP) return tl_skip_status("this engine has no fair lock", 1);
     }
     RUN(test_basic);
     RUN(test_fifo_order);

@@ -34,7 +34,7 @@ typedef struct {
 static void *await_main(void *p) {
     await_thread *t = p;
     t->rc = baton_latch_await(t->l, t->wait_ms);
-    t->t_done = now_ms();
+    t->t_done = tl_now_ms();
     atomic_store(&t->done, 1);
     return NULL;
 }
@@ -48,8 +48,8 @@ static void await_start(await_thread *t, baton_latch *l, int64_t wait_ms) {
 }
 
 static int await_done(await_thread *t, int ms) {
-    int64_t end = now_ms() + ms;
-    while (!atomic_load(&t->done) && now_ms() < end) sleep_ms(2);
+    int64_t end = tl_now_ms() + ms;
+    while (!atomic_load(&t->done) && tl_now_ms() < end) tl_sleep_ms(2);
     return atomic_load(&t->done);
 }
 
@@ -66,7 +66,7 @@ static void await_join(await_thread *t) {
 /* ---- workers ------------------------------------------------------------------------- */
 
 static int worker_down(const char *uri, const char *name) {
-    baton_client *c = client_of(uri);
+    baton_client *c = tl_client_open(uri);
     baton_latch *l = latch_on(c, name);
     int rc = baton_latch_count_down(l);
     baton_latch_free(l);
@@ -75,11 +75,11 @@ static int worker_down(const char *uri, const char *name) {
 }
 
 static int worker_await(const char *uri, const char *name) {
-    baton_client *c = client_of(uri);
+    baton_client *c = tl_client_open(uri);
     baton_latch *l = latch_on(c, name);
-    out_line("WAITING\n");
+    tl_out_line("WAITING\n");
     int rc = baton_latch_await(l, 20000);
-    out_line("DONE %d\n", rc);
+    tl_out_line("DONE %d\n", rc);
     baton_latch_free(l);
     baton_client_close(c);
     return 0;
@@ -103,9 +103,9 @@ static void test_basic(void) {
     CHECK(set == 0);
     CHECK(count_of(b) == 3);
     CHECK_RC(baton_latch_await(b, 0), BATON_ETIMEDOUT);
-    int64_t t0 = now_ms();
+    int64_t t0 = tl_now_ms();
     CHECK_RC(baton_latch_await(b, 300), BATON_ETIMEDOUT);
-    CHECK(now_ms() - t0 >= 250);
+    CHECK(tl_now_ms() - t0 >= 250);
     CHECK_RC(baton_latch_count_down(b), 0);
     CHECK(count_of(a) == 2);
     CHECK_RC(baton_latch_count_down(a), 0);
@@ -139,16 +139,16 @@ static void test_everyone_wakes(void) {
         w[i] = latch_on(c[i % 2], n);
         await_start(&t[i], w[i], i % 2 ? 10000 : -1);
     }
-    worker p;
+    tl_worker p;
     char *argv[] = { "test_prims_latch", "--worker", "await", g_uri, n, NULL };
-    CHECK(spawn_worker(&p, argv) == 0);
-    CHECK(expect_line(&p, "WAITING", line, sizeof line, 15000) == 0);
-    sleep_ms(300);
+    CHECK(tl_worker_spawn(&p, argv) == 0);
+    CHECK(tl_expect_line(&p, "WAITING", line, sizeof line, 15000) == 0);
+    tl_sleep_ms(300);
     for (int i = 0; i < THREADS; i++) CHECK(!atomic_load(&t[i].done));
     CHECK_RC(baton_latch_count_down(l), 0);
-    sleep_ms(200);
+    tl_sleep_ms(200);
     for (int i = 0; i < THREADS; i++) CHECK(!atomic_load(&t[i].done));
-    int64_t t0 = now_ms();
+    int64_t t0 = tl_now_ms();
     CHECK_RC(baton_latch_count_down(l), 0);
     for (int i = 0; i < THREADS; i++) {
         CHECK(await_done(&t[i], 5000));
@@ -159,9 +159,9 @@ static void test_everyone_wakes(void) {
     }
     char want[32];
     snprintf(want, sizeof want, "DONE 0");
-    CHECK(expect_line(&p, want, line, sizeof line, 5000) == 0);
-    CHECK(now_ms() - t0 < 3000);
-    CHECK(exited_ok(reap(&p, 10000)));
+    CHECK(tl_expect_line(&p, want, line, sizeof line, 5000) == 0);
+    CHECK(tl_now_ms() - t0 < 3000);
+    CHECK(tl_exited_ok(tl_worker_reap(&p, 10000)));
     baton_latch_free(l);
     baton_client_close(c[0]);
     baton_client_close(c[1]);
@@ -178,12 +178,12 @@ static void test_processes(void) {
     CHECK_RC(baton_latch_try_set(l, PROCS, &set), 0);
     await_thread t;
     await_start(&t, l, 30000);
-    worker w[PROCS];
+    tl_worker w[PROCS];
     for (int i = 0; i < PROCS; i++) {
         char *argv[] = { "test_prims_latch", "--worker", "down", g_uri, n, NULL };
-        CHECK(spawn_worker(&w[i], argv) == 0);
+        CHECK(tl_worker_spawn(&w[i], argv) == 0);
     }
-    for (int i = 0; i < PROCS; i++) CHECK(exited_ok(reap(&w[i], 60000)));
+    for (int i = 0; i < PROCS; i++) CHECK(tl_exited_ok(tl_worker_reap(&w[i], 60000)));
     CHECK(await_done(&t, 5000));
     await_join(&t);
     CHECK_RC(t.rc, 0);
@@ -201,9 +201,9 @@ static void test_cancel(void) {
     CHECK_RC(baton_latch_try_set(l, 1, &set), 0);
     await_thread t;
     await_start(&t, l, -1);
-    sleep_ms(200);
+    tl_sleep_ms(200);
     CHECK(!atomic_load(&t.done));
-    int64_t t0 = now_ms();
+    int64_t t0 = tl_now_ms();
     CHECK_RC(baton_latch_cancel(l), 0);
     CHECK(await_done(&t, 3000));
     CHECK(t.t_done - t0 < 1000);
@@ -231,9 +231,9 @@ static void test_redisson_layout(void) {
     free(r);
     await_thread t;
     await_start(&t, l, 10000);
-    sleep_ms(300);
+    tl_sleep_ms(300);
     CHECK(!atomic_load(&t.done));
-    int64_t t0 = now_ms();
+    int64_t t0 = tl_now_ms();
     free(redis_raw(g_redis_port, "DEL", n, NULL));
     free(redis_raw(g_redis_port, "PUBLISH", ch, "0", NULL));
     CHECK(await_done(&t, 5000));
@@ -265,7 +265,7 @@ int main(int argc, char **argv) {
         rc = baton_latch_open(&l, c, "probe");
         baton_latch_free(l);
         baton_client_close(c);
-        if (rc == BATON_ENOTSUP) return pr_skip("this engine has no count-down latch");
+        if (rc == BATON_ENOTSUP) return tl_skip_status("this engine has no count-down latch", 1);
     }
     RUN(test_basic);
     RUN(test_everyone_wakes);

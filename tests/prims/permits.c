@@ -44,7 +44,7 @@ typedef struct {
 static void *permit_main(void *a) {
     permit_thread *t = a;
     t->rc = baton_permits_acquire(t->p, t->lease, t->wait_ms, t->id);
-    t->t_done = now_ms();
+    t->t_done = tl_now_ms();
     atomic_store(&t->done, 1);
     return NULL;
 }
@@ -59,8 +59,8 @@ static void permit_start(permit_thread *t, baton_permits *p, uint32_t lease, int
 }
 
 static int permit_wait_done(permit_thread *t, int ms) {
-    int64_t end = now_ms() + ms;
-    while (!atomic_load(&t->done) && now_ms() < end) sleep_ms(2);
+    int64_t end = tl_now_ms() + ms;
+    while (!atomic_load(&t->done) && tl_now_ms() < end) tl_sleep_ms(2);
     return atomic_load(&t->done);
 }
 
@@ -77,7 +77,7 @@ static void permit_join(permit_thread *t) {
 /* ---- workers ----------------------------------------------------------------------------- */
 
 static int worker_permit(const char *uri, const char *name, const char *file, const char *maxfile, int m) {
-    baton_client *c = client_of(uri);
+    baton_client *c = tl_client_open(uri);
     baton_permits *p = permits_on(c, name);
     int bad = 0;
     for (int i = 0; i < m; i++) {
@@ -88,9 +88,9 @@ static int worker_permit(const char *uri, const char *name, const char *file, co
             bad = 1;
             break;
         }
-        file_add(file, 1, maxfile);
+        tl_counter_add(file, 1, maxfile);
         usleep(3000);
-        file_add(file, -1, NULL);
+        tl_counter_add(file, -1, NULL);
         if ((rc = baton_permits_release(p, id)) != 0) {
             fprintf(stderr, "worker: release %d (%s)\n", rc, baton_strerror(rc));
             bad = 1;
@@ -103,16 +103,16 @@ static int worker_permit(const char *uri, const char *name, const char *file, co
 
 /* Takes a permit with LEASE, prints ID <id>, waits for EXIT. */
 static int worker_holdpermit(const char *uri, const char *name, uint32_t lease) {
-    baton_client *c = client_of(uri);
+    baton_client *c = tl_client_open(uri);
     baton_permits *p = permits_on(c, name);
     char id[BATON_PERMIT_ID_SIZE];
     int rc = baton_permits_acquire(p, lease, 10000, id);
     if (rc) {
-        out_line("ERR %d\n", rc);
+        tl_out_line("ERR %d\n", rc);
         return 2;
     }
-    out_line("ID %s\n", id);
-    wait_for_line("EXIT");
+    tl_out_line("ID %s\n", id);
+    tl_wait_for_line("EXIT");
     baton_permits_free(p);
     baton_client_close(c);
     return 0;
@@ -141,9 +141,9 @@ static void test_ids(void) {
     CHECK(strcmp(id1, id2) != 0);
     CHECK(avail(p) == 0);
     CHECK_RC(baton_permits_acquire(q, 10000, 0, id3), BATON_ELOCKED);
-    int64_t t0 = now_ms();
+    int64_t t0 = tl_now_ms();
     CHECK_RC(baton_permits_acquire(q, 10000, 300, id3), BATON_ETIMEDOUT);
-    CHECK(now_ms() - t0 >= 250);
+    CHECK(tl_now_ms() - t0 >= 250);
     /* release by id, from any client */
     CHECK_RC(baton_permits_release(q, id1), 0);
     CHECK(avail(p) == 1);
@@ -177,17 +177,17 @@ static void test_expiry(void) {
     char id[BATON_PERMIT_ID_SIZE], id2[BATON_PERMIT_ID_SIZE];
     CHECK_RC(baton_permits_acquire(p, 300, 0, id), 0);
     CHECK(avail(p) == 0);
-    sleep_ms(600);
+    tl_sleep_ms(600);
     CHECK(avail(p) == 1);                                   /* back by itself */
     CHECK_RC(baton_permits_release(p, id), BATON_ENOTOWNER); /* expired */
     CHECK_RC(baton_permits_renew(p, id, 1000), BATON_ENOTOWNER);
     CHECK(avail(p) == 1);                                   /* and not counted twice */
     /* renewal keeps a permit past its first lease */
     CHECK_RC(baton_permits_acquire(p, 400, 0, id), 0);
-    int64_t end = now_ms() + 1200;
+    int64_t end = tl_now_ms() + 1200;
     int renewed = 0, rounds = 0;
-    while (now_ms() < end) {
-        sleep_ms(150);
+    while (tl_now_ms() < end) {
+        tl_sleep_ms(150);
         rounds++;
         if (baton_permits_renew(p, id, 400) == 0) renewed++;
     }
@@ -212,7 +212,7 @@ static void test_waits(void) {
      * releases, nobody publishes */
     CHECK_RC(baton_permits_acquire(p, 500, 0, id), 0);
     permit_thread t;
-    int64_t t0 = now_ms();
+    int64_t t0 = tl_now_ms();
     permit_start(&t, q, 10000, 5000);
     CHECK(permit_wait_done(&t, 6000));
     int64_t el = t.t_done - t0;
@@ -224,9 +224,9 @@ static void test_waits(void) {
     /* a waiter woken by a release (t's permit has a 10 s lease) */
     permit_thread t2;
     permit_start(&t2, p, 10000, 10000);
-    sleep_ms(200);
+    tl_sleep_ms(200);
     CHECK(!atomic_load(&t2.done));
-    t0 = now_ms();
+    t0 = tl_now_ms();
     CHECK_RC(baton_permits_release(q, t.id), 0);
     CHECK(permit_wait_done(&t2, 5000));
     CHECK(t2.t_done - t0 < 1500);
@@ -237,8 +237,8 @@ static void test_waits(void) {
     /* cancel */
     CHECK_RC(baton_permits_acquire(p, 10000, 0, id), 0);
     permit_start(&t2, q, 10000, -1);
-    sleep_ms(200);
-    t0 = now_ms();
+    tl_sleep_ms(200);
+    t0 = tl_now_ms();
     CHECK_RC(baton_permits_cancel(q), 0);
     CHECK(permit_wait_done(&t2, 3000));
     CHECK(t2.t_done - t0 < 1000);
@@ -261,19 +261,19 @@ static void test_processes(void) {
     snprintf(file, sizeof file, "%s/inside", g_tmp);
     snprintf(maxfile, sizeof maxfile, "%s/inside.max", g_tmp);
     snprintf(m, sizeof m, "%d", ITERS);
-    file_init(file, 0);
-    file_init(maxfile, 0);
+    tl_counter_init(file, 0);
+    tl_counter_init(maxfile, 0);
     baton_client *c = client();
     baton_permits *p = permits_on(c, n);
     int set;
     CHECK_RC(baton_permits_try_set(p, PERMITS, &set), 0);
-    worker w[PROCS];
+    tl_worker w[PROCS];
     for (int i = 0; i < PROCS; i++) {
         char *argv[] = { "test_prims_permits", "--worker", "permit", g_uri, n, file, maxfile, m, NULL };
-        CHECK(spawn_worker(&w[i], argv) == 0);
+        CHECK(tl_worker_spawn(&w[i], argv) == 0);
     }
-    for (int i = 0; i < PROCS; i++) CHECK(exited_ok(reap(&w[i], 120000)));
-    long mx = file_read(maxfile);
+    for (int i = 0; i < PROCS; i++) CHECK(tl_exited_ok(tl_worker_reap(&w[i], 120000)));
+    long mx = tl_counter_read(maxfile);
     fprintf(stderr, "   at most %ld of %d processes held a permit at once (%d permits)\n", mx, PROCS, PERMITS);
     CHECK(mx >= 1 && mx <= PERMITS);
     CHECK(avail(p) == PERMITS);
@@ -289,22 +289,22 @@ static void test_killed_holder(void) {
     baton_permits *p = permits_on(c, n);
     int set;
     CHECK_RC(baton_permits_try_set(p, 1, &set), 0);
-    worker w;
+    tl_worker w;
     char ls[16];
     snprintf(ls, sizeof ls, "%u", lease);
     char *argv[] = { "test_prims_permits", "--worker", "holdpermit", g_uri, n, ls, NULL };
-    CHECK(spawn_worker(&w, argv) == 0);
-    CHECK(expect_line(&w, "ID ", line, sizeof line, 15000) == 0);
+    CHECK(tl_worker_spawn(&w, argv) == 0);
+    CHECK(tl_expect_line(&w, "ID ", line, sizeof line, 15000) == 0);
     char wid[BATON_PERMIT_ID_SIZE];
     snprintf(wid, sizeof wid, "%.32s", line + 3);
     CHECK(is_id(wid));
     char id[BATON_PERMIT_ID_SIZE];
     CHECK_RC(baton_permits_acquire(p, 10000, 0, id), BATON_ELOCKED);
     kill(w.pid, SIGKILL);
-    int64_t t0 = now_ms();
-    CHECK(WIFSIGNALED(reap(&w, 10000)));
+    int64_t t0 = tl_now_ms();
+    CHECK(WIFSIGNALED(tl_worker_reap(&w, 10000)));
     CHECK_RC(baton_permits_acquire(p, 10000, lease + 5000, id), 0);
-    CHECK(now_ms() - t0 < lease + 2500);
+    CHECK(tl_now_ms() - t0 < lease + 2500);
     CHECK_RC(baton_permits_release(p, wid), BATON_ENOTOWNER); /* the dead holder's id is gone */
     CHECK_RC(baton_permits_release(p, id), 0);
     baton_permits_free(p);
@@ -367,7 +367,7 @@ int main(int argc, char **argv) {
         rc = baton_permits_open(&p, c, "probe");
         baton_permits_free(p);
         baton_client_close(c);
-        if (rc == BATON_ENOTSUP) return pr_skip("this engine has no permit-expirable semaphore");
+        if (rc == BATON_ENOTSUP) return tl_skip_status("this engine has no permit-expirable semaphore", 1);
     }
     RUN(test_ids);
     RUN(test_expiry);

@@ -1,9 +1,9 @@
 /* Helpers shared by the primitive suites in tests/prims: the URI (with
- * "{port}" taken from the test Redis server), worker processes (the suites
- * re-execute /proc/self/exe; they are threaded, so they never fork without
- * exec), cross-process counters guarded by flock(2) (independent of baton),
- * and, for the Redis-only cases, a tiny RESP client and throwaway servers
- * started with tests/servers/redis.sh. */
+ * "{port}" taken from the test Redis server), clients and locks on it,
+ * threads running one acquire, and, for the Redis-only cases, a tiny RESP
+ * client. Worker processes (the suites re-execute /proc/self/exe; they are
+ * threaded, so they never fork without exec), cross-process counters,
+ * throwaway servers and timing come from tests/common/testlib.h. */
 #ifndef BATON_TESTS_PRIMS_H
 #define BATON_TESTS_PRIMS_H
 
@@ -32,26 +32,13 @@
 #include <unistd.h>
 
 #include "../harness.h"
-
-extern char **environ;
+#include "../common/testlib.h"
 
 static char g_uri[1024];
 static char g_prefix[160];
 static char g_tmp[1024];
 static char g_backend[32];
 static int g_redis_port;       /* the port when the URI is a redis one, else 0 */
-
-static inline int64_t now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static inline void sleep_ms(int ms) {
-    struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-    }
-}
 
 static inline const char *lname(char *buf, size_t n, const char *suffix) {
     size_t a = strlen(g_prefix), b = strlen(suffix);
@@ -61,54 +48,15 @@ static inline const char *lname(char *buf, size_t n, const char *suffix) {
     return buf;
 }
 
-static inline int pr_skip(const char *why) {
-    const char *req = getenv("BATON_REQUIRE_ALL");
-    if (req && !strcmp(req, "1")) {
-        fprintf(stderr, "FAIL: %s (BATON_REQUIRE_ALL=1)\n", why);
-        printf("0 passed, 1 failed\n");
-        return 1;
-    }
-    fprintf(stderr, "SKIP: %s\n", why);
-    printf("0 passed, 0 failed\n");
-    return TH_SKIP;
-}
-
-static inline void mkdirs(const char *path) {
-    char buf[1024];
-    snprintf(buf, sizeof buf, "%s", path);
-    for (char *p = buf + 1; *p; p++) {
-        if (*p == '/') {
-            *p = 0;
-            mkdir(buf, 0700);
-            *p = '/';
-        }
-    }
-    mkdir(buf, 0700);
-}
-
 /* Resolves "{port}" in URI; sets g_uri, g_backend, g_prefix, g_tmp.
  * Returns 0, or the exit status for a skip/failure. */
 static inline int pr_setup(const char *suite, const char *uri) {
-    const char *ph = strstr(uri, "{port}");
-    if (ph) {
-        const char *srv = getenv("BATON_TEST_SRV");
-        char pf[1024];
-        snprintf(pf, sizeof pf, "%s/redis/port", srv ? srv : ".");
-        FILE *f = fopen(pf, "r");
-        int port = 0;
-        if (f) {
-            if (fscanf(f, "%d", &port) != 1) port = 0;
-            fclose(f);
-        }
-        if (port <= 0) return pr_skip("no test redis server (no port file)");
-        snprintf(g_uri, sizeof g_uri, "%.*s%d%s", (int)(ph - uri), uri, port, ph + 6);
-    } else {
-        snprintf(g_uri, sizeof g_uri, "%s", uri);
-    }
+    if (tl_uri_with_port(g_uri, sizeof g_uri, uri, "redis") != 0)
+        return tl_skip_status("no test redis server (no port file)", 1);
     const char *tt = getenv("BATON_TEST_TMP");
     snprintf(g_tmp, sizeof g_tmp, "%s/prims-%s-%ld", tt && *tt ? tt : "/tmp", suite, (long)getpid());
-    mkdirs(g_tmp);
-    if (!strncmp(g_uri, "file://", 7)) mkdirs(g_uri + 7);
+    tl_mkdirs(g_tmp);
+    if (!strncmp(g_uri, "file://", 7)) tl_mkdirs(g_uri + 7);
     baton_client *c = NULL;
     int rc = baton_client_open(&c, g_uri, NULL);
     if (rc != 0) {
@@ -135,180 +83,7 @@ static inline int pr_setup(const char *suite, const char *uri) {
     return 0;
 }
 
-static inline baton_client *client_of(const char *uri) {
-    baton_client *c = NULL;
-    int rc = baton_client_open(&c, uri, NULL);
-    if (rc != 0) {
-        fprintf(stderr, "FATAL: baton_client_open(%s) = %d (%s): %s\n", uri, rc, baton_strerror(rc),
-                baton_error_last()->message ? baton_error_last()->message : "");
-        exit(1);
-    }
-    return c;
-}
-
-static inline baton_client *client(void) { return client_of(g_uri); }
-
-#define MUST(expr) do { \
-    int must_rc_ = (expr); \
-    if (must_rc_ != 0) { \
-        fprintf(stderr, "FATAL %s:%d: %s = %d (%s): %s\n", __FILE__, __LINE__, #expr, must_rc_, \
-                baton_strerror(must_rc_), baton_error_last()->message ? baton_error_last()->message : ""); \
-        exit(1); \
-    } \
-} while (0)
-
-/* ---- worker processes ------------------------------------------------------ */
-
-typedef struct {
-    pid_t pid;
-    int to;     /* its stdin */
-    int from;   /* its stdout */
-} worker;
-
-static inline int spawn_worker(worker *w, char *const argv[]) {
-    int in[2], out[2];
-    if (pipe2(in, O_CLOEXEC) || pipe2(out, O_CLOEXEC)) return -1;
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, in[0], 0);
-    posix_spawn_file_actions_adddup2(&fa, out[1], 1);
-    int rc = posix_spawn(&w->pid, "/proc/self/exe", &fa, NULL, argv, environ);
-    posix_spawn_file_actions_destroy(&fa);
-    close(in[0]);
-    close(out[1]);
-    if (rc != 0) {
-        close(in[1]);
-        close(out[0]);
-        return -1;
-    }
-    w->to = in[1];
-    w->from = out[0];
-    return 0;
-}
-
-/* Reads one line (without '\n'); returns its length, -1 on EOF/timeout. */
-static inline int read_line(int fd, char *buf, size_t n, int timeout_ms) {
-    size_t len = 0;
-    int64_t end = now_ms() + timeout_ms;
-    for (;;) {
-        int left = (int)(end - now_ms());
-        if (left < 0) left = 0;
-        struct pollfd p = { fd, POLLIN, 0 };
-        int pr = poll(&p, 1, left);
-        if (pr < 0 && errno == EINTR) continue;
-        if (pr <= 0) return -1;
-        char ch;
-        ssize_t r = read(fd, &ch, 1);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) return -1;
-        if (ch == '\n') {
-            buf[len] = 0;
-            return (int)len;
-        }
-        if (len + 1 < n) buf[len++] = ch;
-    }
-}
-
-/* Waits for a line starting with WANT; returns 0 when seen. */
-static inline int expect_line(worker *w, const char *want, char *line, size_t n, int timeout_ms) {
-    int got = read_line(w->from, line, n, timeout_ms);
-    if (got < 0) {
-        fprintf(stderr, "   worker %ld: no line (wanted \"%s\")\n", (long)w->pid, want);
-        return -1;
-    }
-    if (strncmp(line, want, strlen(want)) != 0) {
-        fprintf(stderr, "   worker %ld said \"%s\" (wanted \"%s\")\n", (long)w->pid, line, want);
-        return -1;
-    }
-    return 0;
-}
-
-static inline void send_line(worker *w, const char *s) {
-    size_t n = strlen(s);
-    if (write(w->to, s, n) != (ssize_t)n) perror("write to worker");
-}
-
-static inline int reap(worker *w, int timeout_ms) {
-    int64_t end = now_ms() + timeout_ms;
-    int st = 0;
-    for (;;) {
-        pid_t r = waitpid(w->pid, &st, WNOHANG);
-        if (r == w->pid) break;
-        if (now_ms() > end) {
-            kill(w->pid, SIGKILL);
-            waitpid(w->pid, &st, 0);
-            break;
-        }
-        sleep_ms(10);
-    }
-    if (w->to >= 0) close(w->to);
-    if (w->from >= 0) close(w->from);
-    w->to = w->from = -1;
-    return st;
-}
-
-static inline int exited_ok(int st) { return WIFEXITED(st) && WEXITSTATUS(st) == 0; }
-
-static inline void out_line(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static inline void out_line(const char *fmt, ...) {
-    char buf[512];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(buf, sizeof buf, fmt, ap);
-    va_end(ap);
-    if (n > 0 && write(1, buf, (size_t)n) < 0) _exit(3);
-}
-
-/* In a worker: blocks until stdin says LINE (or EOF). */
-static inline void wait_for_line(const char *want) {
-    char line[128];
-    for (;;) {
-        int n = read_line(0, line, sizeof line, 600000);
-        if (n < 0 || !strcmp(line, want)) return;
-    }
-}
-
-/* ---- cross-process counters (flock) ------------------------------------------ */
-
-static inline void file_init(const char *path, long v) {
-    int fd = open(path, O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC, 0600);
-    if (fd < 0) { perror(path); exit(1); }
-    char b[32];
-    int n = snprintf(b, sizeof b, "%ld\n", v);
-    if (write(fd, b, (size_t)n) != n) { perror(path); exit(1); }
-    close(fd);
-}
-
-static inline long file_read(const char *path) {
-    FILE *f = fopen(path, "r");
-    long v = -1;
-    if (f) {
-        if (fscanf(f, "%ld", &v) != 1) v = -1;
-        fclose(f);
-    }
-    return v;
-}
-
-/* Adds DELTA under flock; returns the new value. Also raises MAXPATH (when
- * given) to the new value if larger. */
-static inline long file_add(const char *path, long delta, const char *maxpath) {
-    int fd = open(path, O_RDWR | O_CLOEXEC);
-    if (fd < 0) { perror(path); exit(1); }
-    while (flock(fd, LOCK_EX) != 0 && errno == EINTR) {
-    }
-    char b[32] = { 0 };
-    ssize_t r = pread(fd, b, sizeof b - 1, 0);
-    long v = (r > 0 ? strtol(b, NULL, 10) : 0) + delta;
-    int n = snprintf(b, sizeof b, "%ld\n", v);
-    if (ftruncate(fd, 0) != 0 || pwrite(fd, b, (size_t)n, 0) != n) { perror(path); exit(1); }
-    if (maxpath) {
-        long m = file_read(maxpath);
-        if (v > m) file_init(maxpath, v);
-    }
-    flock(fd, LOCK_UN);
-    close(fd);
-    return v;
-}
+static inline baton_client *client(void) { return tl_client_open(g_uri); }
 
 /* ---- a tiny RESP client (Redis-only checks) ---------------------------------- */
 
@@ -426,27 +201,6 @@ static inline char *redis_raw(int port, const char *a0, ...) {
     return r;
 }
 
-/* redis.sh ACTION DIR [ARGS]; returns the port (start/restart), exits 77 when
- * redis-server is missing. PR_REDIS_SH is set by CMake. */
-#ifdef PR_REDIS_SH
-static inline int pr_redis(const char *action, const char *dir, const char *args) {
-    char cmd[4096];
-    snprintf(cmd, sizeof cmd, "bash '%s' %s '%s' %s", PR_REDIS_SH, action, dir, args ? args : "");
-    FILE *p = popen(cmd, "r");
-    if (!p) { perror("popen"); exit(1); }
-    int port = 0;
-    if (fscanf(p, "%d", &port) != 1) port = 0;
-    int st = pclose(p);
-    int rc = (st != -1 && WIFEXITED(st)) ? WEXITSTATUS(st) : -1;
-    if (rc == 77) exit(pr_skip("redis-server is not installed"));
-    if (strcmp(action, "stop") != 0 && (rc != 0 || port <= 0)) {
-        fprintf(stderr, "FAIL: redis.sh %s %s failed (rc %d)\n", action, dir, rc);
-        exit(1);
-    }
-    return port;
-}
-#endif
-
 
 /* ---- a thread running one lock acquire ----------------------------------------- */
 
@@ -470,13 +224,13 @@ static inline void *acq_main(void *p) {
     a->rc = baton_lock_acquire(a->l, a->wait_ms);
     a->fence = baton_lock_fence(a->l);
     if (a->rc == 0 && a->order_ctr) a->order = atomic_fetch_add(a->order_ctr, 1) + 1;
-    a->t_done = now_ms();
+    a->t_done = tl_now_ms();
     atomic_store(&a->done, 1);
     if (a->rc == 0) {
         if (a->hold)
-            while (!atomic_load(&a->release_now)) sleep_ms(2);
+            while (!atomic_load(&a->release_now)) tl_sleep_ms(2);
         else if (a->hold_ms > 0)
-            sleep_ms(a->hold_ms);
+            tl_sleep_ms(a->hold_ms);
         baton_lock_release(a->l);
     }
     return NULL;
@@ -498,8 +252,8 @@ static inline void acq_start_ex(acq_thread *a, baton_lock *l, int64_t wait_ms, i
 static inline void acq_start(acq_thread *a, baton_lock *l, int64_t wait_ms) { acq_start_ex(a, l, wait_ms, 1, 0, NULL); }
 
 static inline int acq_wait(acq_thread *a, int timeout_ms) {
-    int64_t end = now_ms() + timeout_ms;
-    while (!atomic_load(&a->done) && now_ms() < end) sleep_ms(2);
+    int64_t end = tl_now_ms() + timeout_ms;
+    while (!atomic_load(&a->done) && tl_now_ms() < end) tl_sleep_ms(2);
     return atomic_load(&a->done);
 }
 

@@ -15,8 +15,8 @@
 static char g_dir[900];
 
 static int wait_online(int mport, int want) {
-    int64_t end = now_ms() + 15000;
-    while (now_ms() < end) {
+    int64_t end = tl_now_ms() + 15000;
+    while (tl_now_ms() < end) {
         rcli c;
         if (!rcli_open(&c, mport)) {
             const char *argv[2] = { "INFO", "replication" };
@@ -27,7 +27,7 @@ static int wait_online(int mport, int want) {
             rcli_close(&c);
             if (n == want) return 0;
         }
-        sleep_ms(50);
+        tl_sleep_ms(50);
     }
     return -1;
 }
@@ -48,7 +48,7 @@ static void uri_with(char *out, size_t n, const char *userinfo, int port, const 
 static void test_enough(int mport, int rport) {
     char uri[256], n[256];
     uri_with(uri, sizeof uri, "", mport, "wait_replicas=1&wait_ms=5000");
-    baton_client *c = client_of(uri);
+    baton_client *c = tl_client_open(uri);
     lname(n, sizeof n, "ok-lock");
     baton_lock *l = lock_on(c, n, NULL);
     CHECK_RC(baton_lock_acquire(l, 0), 0);
@@ -95,21 +95,21 @@ static void test_enough(int mport, int rport) {
 static void too_few(const char *uri, int mport, const char *tag) {
     char n[256], plain[256];
     uri_with(plain, sizeof plain, "", mport, NULL);
-    baton_client *c = client_of(uri), *o = client_of(plain);
+    baton_client *c = tl_client_open(uri), *o = tl_client_open(plain);
     snprintf(n, sizeof n, "%sfew-lock-%s", g_prefix, tag);
     baton_lock *l = lock_on(c, n, NULL), *x = lock_on(o, n, NULL);
-    int64_t t0 = now_ms();
+    int64_t t0 = tl_now_ms();
     CHECK_RC(baton_lock_acquire(l, 0), BATON_EUNAVAILABLE);
     const char *m = baton_error_last()->message;
     CHECK(m && strstr(m, "replicas"));
-    fprintf(stderr, "   %s: %s (%lld ms)\n", tag, m ? m : "", (long long)(now_ms() - t0));
+    fprintf(stderr, "   %s: %s (%lld ms)\n", tag, m ? m : "", (long long)(tl_now_ms() - t0));
     CHECK(baton_lock_held(l) == 0);
     CHECK_RC(baton_lock_acquire(x, 0), 0); /* nothing left behind */
     CHECK_RC(baton_lock_release(x), 0);
     /* a waiting acquire fails too (it is not retried until the deadline) */
-    t0 = now_ms();
+    t0 = tl_now_ms();
     CHECK_RC(baton_lock_acquire(l, 20000), BATON_EUNAVAILABLE);
-    CHECK(now_ms() - t0 < 10000);
+    CHECK(tl_now_ms() - t0 < 10000);
     CHECK_RC(baton_lock_acquire(x, 0), 0);
     CHECK_RC(baton_lock_release(x), 0);
     baton_lock_free(l);
@@ -186,7 +186,7 @@ static void test_rejected(int mport) {
     uri_with(uri, sizeof uri, "nowait:nowait-pw@", mport, "wait_replicas=1&wait_ms=300");
     g_warnings = 0;
     baton_log_set(count_log, NULL);
-    baton_client *c = client_of(uri);
+    baton_client *c = tl_client_open(uri);
     lname(n, sizeof n, "rejected");
     baton_lock *l = lock_on(c, n, NULL);
     int rc1 = baton_lock_acquire(l, 0), rc2 = -99, rc3 = -99;
@@ -207,15 +207,15 @@ int main(void) {
     const char *tt = getenv("BATON_TEST_TMP");
     snprintf(g_dir, sizeof g_dir, "%s/prims_replicas", tt && *tt ? tt : "/tmp");
     snprintf(g_tmp, sizeof g_tmp, "%s", g_dir);
-    mkdirs(g_dir);
+    tl_mkdirs(g_dir);
     char md[1000], rd[1000], args[64];
     snprintf(md, sizeof md, "%s/master", g_dir);
     snprintf(rd, sizeof rd, "%s/replica", g_dir);
-    pr_redis("stop", rd, NULL);
-    pr_redis("stop", md, NULL);
-    int mport = pr_redis("start", md, NULL);
+    tl_server("redis", "stop", rd, NULL, 1);
+    tl_server("redis", "stop", md, NULL, 1);
+    int mport = tl_server("redis", "start", md, NULL, 1);
     snprintf(args, sizeof args, "--replicaof 127.0.0.1 %d", mport);
-    int rport = pr_redis("start", rd, args);
+    int rport = tl_server("redis", "start", rd, args, 1);
     snprintf(g_prefix, sizeof g_prefix, "replicas/%ld/", (long)getpid());
     th_current = "setup";
     CHECK(wait_online(mport, 1) == 0);
@@ -236,13 +236,13 @@ int main(void) {
     too_few(uri, mport, "2-of-1");
     th_current = "replica stopped";
     fprintf(stderr, "-- %s\n", th_current);
-    pr_redis("stop", rd, NULL);
+    tl_server("redis", "stop", rd, NULL, 1);
     CHECK(wait_online(mport, 0) == 0);
     uri_with(uri, sizeof uri, "", mport, "wait_replicas=1&wait_ms=200");
     too_few(uri, mport, "replica-down");
     th_current = "WAIT rejected";
     fprintf(stderr, "-- %s\n", th_current);
     test_rejected(mport);
-    pr_redis("stop", md, NULL);
+    tl_server("redis", "stop", md, NULL, 1);
     return th_finish();
 }

@@ -22,13 +22,13 @@ static baton_rwlock *rw_on(baton_client *c, const char *name, const baton_lock_o
  * elsewhere a pause. */
 static void wait_writer_queued(const char *name, long n) {
     if (!g_redis_port) {
-        sleep_ms(250);
+        tl_sleep_ms(250);
         return;
     }
     char key[1200];
     snprintf(key, sizeof key, strchr(name, '{') ? "baton_rwlock_writers:%s" : "baton_rwlock_writers:{%s}", name);
     const char *argv[2] = { "ZCARD", key };
-    int64_t end = now_ms() + 10000;
+    int64_t end = tl_now_ms() + 10000;
     for (;;) {
         rcli c;
         long long v = -1;
@@ -36,11 +36,11 @@ static void wait_writer_queued(const char *name, long n) {
             v = rcli_int(&c, 2, argv);
             rcli_close(&c);
         }
-        if (v == n || now_ms() > end) {
+        if (v == n || tl_now_ms() > end) {
             if (v != n) fprintf(stderr, "   waiting writers of %s never reached %ld\n", name, n);
             return;
         }
-        sleep_ms(5);
+        tl_sleep_ms(5);
     }
 }
 
@@ -55,7 +55,7 @@ static void worker_on_lost(baton_lock *l, void *payload) {
 
 /* Holds SIDE (read|write) and obeys RELEASE, HELD? on stdin; EOF = exit. */
 static int worker_hold(const char *uri, const char *name, const char *side, uint32_t lease) {
-    baton_client *c = client_of(uri);
+    baton_client *c = tl_client_open(uri);
     baton_lock_options o = BATON_LOCK_OPTIONS_INIT;
     o.lease_ms = lease;
     o.on_lost = worker_on_lost;
@@ -63,15 +63,15 @@ static int worker_hold(const char *uri, const char *name, const char *side, uint
     baton_lock *l = !strcmp(side, "read") ? baton_rwlock_read(rw) : baton_rwlock_write(rw);
     int rc = baton_lock_acquire(l, 10000);
     if (rc) {
-        out_line("ERR acquire %d\n", rc);
+        tl_out_line("ERR acquire %d\n", rc);
         return 2;
     }
-    out_line("HELD %llu\n", (unsigned long long)baton_lock_fence(l));
+    tl_out_line("HELD %llu\n", (unsigned long long)baton_lock_fence(l));
     char line[64];
     for (;;) {
-        if (read_line(0, line, sizeof line, 600000) < 0) break;
-        if (!strcmp(line, "RELEASE")) out_line("RELEASE %d\n", baton_lock_release(l));
-        else if (!strcmp(line, "HELD?")) out_line("HELD? %d\n", baton_lock_held(l));
+        if (tl_read_line(0, line, sizeof line, 600000) < 0) break;
+        if (!strcmp(line, "RELEASE")) tl_out_line("RELEASE %d\n", baton_lock_release(l));
+        else if (!strcmp(line, "HELD?")) tl_out_line("HELD? %d\n", baton_lock_held(l));
     }
     baton_rwlock_free(rw);
     baton_client_close(c);
@@ -81,14 +81,14 @@ static int worker_hold(const char *uri, const char *name, const char *side, uint
 /* Prints WAITING, waits for the write side forever, prints GOT, then holds
  * until RELEASE / EOF. */
 static int worker_waitw(const char *uri, const char *name, uint32_t lease) {
-    baton_client *c = client_of(uri);
+    baton_client *c = tl_client_open(uri);
     baton_lock_options o = BATON_LOCK_OPTIONS_INIT;
     o.lease_ms = lease;
     baton_rwlock *rw = rw_on(c, name, &o);
-    out_line("WAITING\n");
+    tl_out_line("WAITING\n");
     int rc = baton_lock_acquire(baton_rwlock_write(rw), -1);
-    out_line(rc ? "ERR %d\n" : "GOT %d\n", rc);
-    wait_for_line("RELEASE");
+    tl_out_line(rc ? "ERR %d\n" : "GOT %d\n", rc);
+    tl_wait_for_line("RELEASE");
     baton_rwlock_free(rw);
     baton_client_close(c);
     return 0;
@@ -98,7 +98,7 @@ static int worker_waitw(const char *uri, const char *name, uint32_t lease) {
  * in progress) -> v+2. reader: under the read lock, FILE must be even and
  * stay unchanged. Exit 1 on any violation. */
 static int worker_rw(const char *uri, const char *name, const char *file, const char *mode, int m) {
-    baton_client *c = client_of(uri);
+    baton_client *c = tl_client_open(uri);
     baton_rwlock *rw = rw_on(c, name, NULL);
     int writer = !strcmp(mode, "writer"), bad = 0;
     baton_lock *l = writer ? baton_rwlock_write(rw) : baton_rwlock_read(rw);
@@ -156,9 +156,9 @@ static void test_shared_exclusive(void) {
     CHECK(baton_lock_held(baton_rwlock_read(a)) && baton_lock_held(baton_rwlock_read(b)));
     /* no writer while they read */
     CHECK_RC(baton_lock_acquire(baton_rwlock_write(w), 0), BATON_ELOCKED);
-    int64_t t0 = now_ms();
+    int64_t t0 = tl_now_ms();
     CHECK_RC(baton_lock_acquire(baton_rwlock_write(w), 300), BATON_ETIMEDOUT);
-    CHECK(now_ms() - t0 >= 250);
+    CHECK(tl_now_ms() - t0 >= 250);
     baton_lockinfo info;
     memset(&info, 0, sizeof info);
     CHECK_RC(baton_lock_info(c3, n, &info), 0);
@@ -183,9 +183,9 @@ static void test_shared_exclusive(void) {
     /* a reader waiting for the writer is woken by its release */
     acq_thread t;
     acq_start(&t, baton_rwlock_read(a), 10000);
-    sleep_ms(150);
+    tl_sleep_ms(150);
     CHECK(!atomic_load(&t.done));
-    t0 = now_ms();
+    t0 = tl_now_ms();
     CHECK_RC(baton_lock_release(baton_rwlock_write(w)), 0);
     CHECK(acq_wait(&t, 5000));
     CHECK(t.t_done - t0 < 1500);
@@ -215,10 +215,10 @@ static void test_downgrade_no_upgrade(void) {
     CHECK_RC(baton_lock_acquire(baton_rwlock_read(b), 0), 0); /* readers may join */
     CHECK_RC(baton_lock_acquire(baton_rwlock_write(x), 0), BATON_ELOCKED);
     /* no upgrade: the reader asking for the write side is refused at once */
-    int64_t t0 = now_ms();
+    int64_t t0 = tl_now_ms();
     CHECK_RC(baton_lock_acquire(aw, 5000), BATON_EDEADLK);
     CHECK_RC(baton_lock_acquire(aw, -1), BATON_EDEADLK);
-    CHECK(now_ms() - t0 < 1500);
+    CHECK(tl_now_ms() - t0 < 1500);
     CHECK_RC(baton_lock_release(baton_rwlock_read(b)), 0);
     CHECK_RC(baton_lock_release(ar), 0);
     CHECK_RC(baton_lock_acquire(baton_rwlock_write(x), 0), 0);
@@ -287,12 +287,12 @@ static void test_writer_not_starved(void) {
     CHECK_RC(baton_lock_acquire(baton_rwlock_read(r2), 0), BATON_ELOCKED);
     acq_start_ex(&t2, baton_rwlock_read(r2), 10000, 1, 0, &ctr);
     acq_start_ex(&t3, baton_rwlock_read(r3), 10000, 1, 0, &ctr);
-    sleep_ms(200);
+    tl_sleep_ms(200);
     CHECK(!atomic_load(&t2.done) && !atomic_load(&t3.done) && !atomic_load(&tw.done));
     CHECK_RC(baton_lock_release(baton_rwlock_read(r1)), 0);
     CHECK(acq_wait(&tw, 5000));
     CHECK_RC(tw.rc, 0);
-    sleep_ms(150);
+    tl_sleep_ms(150);
     CHECK(!atomic_load(&t2.done) && !atomic_load(&t3.done));
     atomic_store(&tw.release_now, 1);
     CHECK(acq_wait(&t2, 5000) && acq_wait(&t3, 5000));
@@ -327,8 +327,8 @@ static void test_writer_gives_up(void) {
     CHECK_RC(baton_lock_acquire(baton_rwlock_read(r2), 0), BATON_ELOCKED);
     acq_thread t2;
     acq_start(&t2, baton_rwlock_read(r2), 10000);
-    sleep_ms(100);
-    int64_t t0 = now_ms();
+    tl_sleep_ms(100);
+    int64_t t0 = tl_now_ms();
     CHECK_RC(baton_lock_cancel(baton_rwlock_write(w)), 0);
     CHECK(acq_wait(&t, 5000));
     CHECK_RC(t.rc, BATON_ECANCELED);
@@ -353,19 +353,19 @@ static void test_killed_waiting_writer(void) {
     baton_client *c1 = client(), *c2 = client();
     baton_rwlock *r1 = rw_on(c1, n, NULL), *r2 = rw_on(c2, n, NULL);
     CHECK_RC(baton_lock_acquire(baton_rwlock_read(r1), 0), 0);
-    worker w;
+    tl_worker w;
     char ls[16];
     snprintf(ls, sizeof ls, "%u", lease);
     char *argv[] = { "test_prims_rwlock", "--worker", "waitw", g_uri, n, ls, NULL };
-    CHECK(spawn_worker(&w, argv) == 0);
-    CHECK(expect_line(&w, "WAITING", line, sizeof line, 15000) == 0);
+    CHECK(tl_worker_spawn(&w, argv) == 0);
+    CHECK(tl_expect_line(&w, "WAITING", line, sizeof line, 15000) == 0);
     wait_writer_queued(n, 1);
     CHECK_RC(baton_lock_acquire(baton_rwlock_read(r2), 0), BATON_ELOCKED);
     kill(w.pid, SIGKILL);
-    int64_t t0 = now_ms();
-    CHECK(WIFSIGNALED(reap(&w, 10000)));
+    int64_t t0 = tl_now_ms();
+    CHECK(WIFSIGNALED(tl_worker_reap(&w, 10000)));
     CHECK_RC(baton_lock_acquire(baton_rwlock_read(r2), lease + 5000), 0);
-    int64_t el = now_ms() - t0;
+    int64_t el = tl_now_ms() - t0;
     fprintf(stderr, "   the next reader got in %lld ms after the waiting writer died (lease %u ms)\n", (long long)el, lease);
     CHECK(el < lease + 2500);
     CHECK_RC(baton_lock_release(baton_rwlock_read(r2)), 0);
@@ -383,14 +383,14 @@ static void sigstop_case(const char *side) {
     snprintf(line, sizeof line, "sigstop-%s", side);
     lname(n, sizeof n, line);
     const uint32_t lease = 1000;
-    worker w;
+    tl_worker w;
     char ls[16];
     snprintf(ls, sizeof ls, "%u", lease);
     char *argv[] = { "test_prims_rwlock", "--worker", "hold", g_uri, n, (char *)side, ls, NULL };
-    CHECK(spawn_worker(&w, argv) == 0);
-    if (expect_line(&w, "HELD", line, sizeof line, 15000) != 0) {
+    CHECK(tl_worker_spawn(&w, argv) == 0);
+    if (tl_expect_line(&w, "HELD", line, sizeof line, 15000) != 0) {
         CHECK(0);
-        reap(&w, 1000);
+        tl_worker_reap(&w, 1000);
         return;
     }
     uint64_t f1 = strtoull(line + 5, NULL, 10);
@@ -402,27 +402,27 @@ static void sigstop_case(const char *side) {
     }
     CHECK_RC(baton_lock_acquire(baton_rwlock_write(x), 0), BATON_ELOCKED);
     kill(w.pid, SIGSTOP);
-    int64_t t0 = now_ms();
+    int64_t t0 = tl_now_ms();
     CHECK_RC(baton_lock_acquire(baton_rwlock_write(x), lease + 5000), 0);
-    int64_t el = now_ms() - t0;
+    int64_t el = tl_now_ms() - t0;
     fprintf(stderr, "   %s side: the writer got in %lld ms after SIGSTOP (lease %u ms)\n", side, (long long)el, lease);
     CHECK(el < lease + 2500);
     uint64_t fx = baton_lock_fence(baton_rwlock_write(x));
     CHECK(fx > f1);
-    sleep_ms(300);
+    tl_sleep_ms(300);
     kill(w.pid, SIGCONT);
-    CHECK(expect_line(&w, "LOST", line, sizeof line, 3000) == 0);
-    send_line(&w, "HELD?\n");
-    CHECK(expect_line(&w, "HELD? 0", line, sizeof line, 5000) == 0);
-    send_line(&w, "RELEASE\n");
+    CHECK(tl_expect_line(&w, "LOST", line, sizeof line, 3000) == 0);
+    tl_send_line(&w, "HELD?\n");
+    CHECK(tl_expect_line(&w, "HELD? 0", line, sizeof line, 5000) == 0);
+    tl_send_line(&w, "RELEASE\n");
     char want[32];
     snprintf(want, sizeof want, "RELEASE %d", BATON_ELOST);
-    CHECK(expect_line(&w, want, line, sizeof line, 5000) == 0);
+    CHECK(tl_expect_line(&w, want, line, sizeof line, 5000) == 0);
     CHECK(baton_lock_held(baton_rwlock_write(x)) == 1);
     CHECK_RC(baton_lock_acquire(baton_rwlock_read(y), 0), BATON_ELOCKED);
     close(w.to);
     w.to = -1;
-    CHECK(exited_ok(reap(&w, 10000)));
+    CHECK(tl_exited_ok(tl_worker_reap(&w, 10000)));
     CHECK_RC(baton_lock_release(baton_rwlock_write(x)), 0);
     CHECK_RC(baton_lock_acquire(baton_rwlock_read(y), 0), 0);
     baton_rwlock_free(x);
@@ -446,10 +446,10 @@ static void test_renewal(void) {
     baton_lock *ar = baton_rwlock_read(a), *aw = baton_rwlock_write(a);
     CHECK_RC(baton_lock_acquire(aw, 0), 0);
     CHECK_RC(baton_lock_acquire(ar, 0), 0);
-    int64_t end = now_ms() + 1500;
+    int64_t end = tl_now_ms() + 1500;
     int rounds = 0, ok = 0;
-    while (now_ms() < end) {
-        sleep_ms(250);
+    while (tl_now_ms() < end) {
+        tl_sleep_ms(250);
         rounds++;
         if (baton_lock_held(aw) && baton_lock_held(ar) && baton_lock_acquire(baton_rwlock_read(b), 0) == BATON_ELOCKED &&
             baton_lock_acquire(baton_rwlock_write(b), 0) == BATON_ELOCKED)
@@ -458,10 +458,10 @@ static void test_renewal(void) {
     CHECK(ok == rounds);
     CHECK_RC(baton_lock_release(aw), 0);
     /* the read side alone keeps renewing */
-    end = now_ms() + 1000;
+    end = tl_now_ms() + 1000;
     rounds = ok = 0;
-    while (now_ms() < end) {
-        sleep_ms(250);
+    while (tl_now_ms() < end) {
+        tl_sleep_ms(250);
         rounds++;
         if (baton_lock_held(ar) && baton_lock_acquire(baton_rwlock_write(b), 0) == BATON_ELOCKED) ok++;
     }
@@ -485,14 +485,14 @@ static void test_processes(void) {
     lname(n, sizeof n, "procs");
     snprintf(file, sizeof file, "%s/rwcounter", g_tmp);
     snprintf(m, sizeof m, "%d", ROUNDS);
-    file_init(file, 0);
-    worker w[WRITERS + READERS];
+    tl_counter_init(file, 0);
+    tl_worker w[WRITERS + READERS];
     for (int i = 0; i < WRITERS + READERS; i++) {
         char *argv[] = { "test_prims_rwlock", "--worker", "rw", g_uri, n, file, i < WRITERS ? "writer" : "reader", m, NULL };
-        CHECK(spawn_worker(&w[i], argv) == 0);
+        CHECK(tl_worker_spawn(&w[i], argv) == 0);
     }
-    for (int i = 0; i < WRITERS + READERS; i++) CHECK(exited_ok(reap(&w[i], 120000)));
-    long v = file_read(file);
+    for (int i = 0; i < WRITERS + READERS; i++) CHECK(tl_exited_ok(tl_worker_reap(&w[i], 120000)));
+    long v = tl_counter_read(file);
     CHECK(v == 2L * WRITERS * ROUNDS);
     if (v != 2L * WRITERS * ROUNDS) fprintf(stderr, "   counter %ld, want %d\n", v, 2 * WRITERS * ROUNDS);
 }
@@ -519,9 +519,9 @@ static void test_redisson_layout(void) {
     CHECK_RC(baton_lock_acquire(baton_rwlock_write(w), 0), BATON_ELOCKED); /* the Redisson reader is alive */
     acq_thread t;
     acq_start(&t, baton_rwlock_write(w), 10000);
-    sleep_ms(300);
+    tl_sleep_ms(300);
     CHECK(!atomic_load(&t.done));
-    int64_t t0 = now_ms();
+    int64_t t0 = tl_now_ms();
     free(redis_raw(g_redis_port, "DEL", n, tk, NULL));
     free(redis_raw(g_redis_port, "PUBLISH", ch, "0", NULL));
     CHECK(acq_wait(&t, 5000));
@@ -564,7 +564,7 @@ int main(int argc, char **argv) {
         rc = baton_rwlock_open(&rw, c, "probe", NULL);
         baton_rwlock_free(rw);
         baton_client_close(c);
-        if (rc == BATON_ENOTSUP) return pr_skip("this engine has no read-write lock");
+        if (rc == BATON_ENOTSUP) return tl_skip_status("this engine has no read-write lock", 1);
     }
     RUN(test_shared_exclusive);
     RUN(test_downgrade_no_upgrade);

@@ -37,7 +37,7 @@ typedef struct {
 static void *sem_main(void *p) {
     sem_thread *t = p;
     t->rc = baton_semaphore_acquire(t->s, t->k, t->wait_ms);
-    t->t_done = now_ms();
+    t->t_done = tl_now_ms();
     atomic_store(&t->done, 1);
     return NULL;
 }
@@ -52,8 +52,8 @@ static void sem_start(sem_thread *t, baton_semaphore *s, uint32_t k, int64_t wai
 }
 
 static int sem_wait_done(sem_thread *t, int ms) {
-    int64_t end = now_ms() + ms;
-    while (!atomic_load(&t->done) && now_ms() < end) sleep_ms(2);
+    int64_t end = tl_now_ms() + ms;
+    while (!atomic_load(&t->done) && tl_now_ms() < end) tl_sleep_ms(2);
     return atomic_load(&t->done);
 }
 
@@ -71,7 +71,7 @@ static void sem_join(sem_thread *t) {
 
 /* M times: take one permit, count ourselves in FILE (max in MAXFILE), leave. */
 static int worker_sem(const char *uri, const char *name, const char *file, const char *maxfile, int m) {
-    baton_client *c = client_of(uri);
+    baton_client *c = tl_client_open(uri);
     baton_semaphore *s = sem_on(c, name);
     int bad = 0;
     for (int i = 0; i < m; i++) {
@@ -81,9 +81,9 @@ static int worker_sem(const char *uri, const char *name, const char *file, const
             bad = 1;
             break;
         }
-        file_add(file, 1, maxfile);
+        tl_counter_add(file, 1, maxfile);
         usleep(3000);
-        file_add(file, -1, NULL);
+        tl_counter_add(file, -1, NULL);
         if (baton_semaphore_release(s, 1)) bad = 1;
     }
     baton_semaphore_free(s);
@@ -92,12 +92,12 @@ static int worker_sem(const char *uri, const char *name, const char *file, const
 }
 
 static int worker_waitsem(const char *uri, const char *name) {
-    baton_client *c = client_of(uri);
+    baton_client *c = tl_client_open(uri);
     baton_semaphore *s = sem_on(c, name);
-    out_line("WAITING\n");
+    tl_out_line("WAITING\n");
     int rc = baton_semaphore_acquire(s, 1, -1);
-    out_line("GOT %d\n", rc);
-    wait_for_line("EXIT");
+    tl_out_line("GOT %d\n", rc);
+    tl_wait_for_line("EXIT");
     baton_semaphore_free(s);
     baton_client_close(c);
     return 0;
@@ -120,9 +120,9 @@ static void test_counts(void) {
     CHECK_RC(baton_semaphore_acquire(s, 2, 0), 0);
     CHECK(avail(t) == 1);
     CHECK_RC(baton_semaphore_acquire(t, 2, 0), BATON_ELOCKED);
-    int64_t t0 = now_ms();
+    int64_t t0 = tl_now_ms();
     CHECK_RC(baton_semaphore_acquire(t, 2, 300), BATON_ETIMEDOUT);
-    CHECK(now_ms() - t0 >= 250);
+    CHECK(tl_now_ms() - t0 >= 250);
     CHECK(avail(t) == 1);
     CHECK_RC(baton_semaphore_acquire(t, 1, 0), 0);
     CHECK(avail(s) == 0);
@@ -163,12 +163,12 @@ static void test_wakeups(void) {
     CHECK_RC(baton_semaphore_try_set(s, 0, &set), 0);
     sem_thread t;
     sem_start(&t, w, 2, 10000);
-    sleep_ms(200);
+    tl_sleep_ms(200);
     CHECK(!atomic_load(&t.done));
     CHECK_RC(baton_semaphore_release(s, 1), 0);
-    sleep_ms(200);
+    tl_sleep_ms(200);
     CHECK(!atomic_load(&t.done)); /* one is not enough */
-    int64_t t0 = now_ms();
+    int64_t t0 = tl_now_ms();
     CHECK_RC(baton_semaphore_release(s, 1), 0);
     CHECK(sem_wait_done(&t, 5000));
     CHECK(t.t_done - t0 < 1500);
@@ -177,9 +177,9 @@ static void test_wakeups(void) {
     CHECK(avail(s) == 0);
     /* an unbounded wait on the same client as the releaser, woken by add */
     sem_start(&t, w2, 1, -1);
-    sleep_ms(200);
+    tl_sleep_ms(200);
     CHECK(!atomic_load(&t.done));
-    t0 = now_ms();
+    t0 = tl_now_ms();
     CHECK_RC(baton_semaphore_add(s, 1), 0);
     CHECK(sem_wait_done(&t, 5000));
     CHECK(t.t_done - t0 < 1500);
@@ -190,8 +190,8 @@ static void test_wakeups(void) {
     lname(n2, sizeof n2, "wakeups-set");
     baton_semaphore *f = sem_on(c1, n2), *fw = sem_on(c2, n2);
     sem_start(&t, fw, 2, 10000);
-    sleep_ms(200);
-    t0 = now_ms();
+    tl_sleep_ms(200);
+    t0 = tl_now_ms();
     CHECK_RC(baton_semaphore_try_set(f, 2, &set), 0);
     CHECK(sem_wait_done(&t, 5000));
     CHECK(t.t_done - t0 < 1500);
@@ -213,9 +213,9 @@ static void test_cancel(void) {
     baton_semaphore *s = sem_on(c, n);
     sem_thread t;
     sem_start(&t, s, 1, -1);
-    sleep_ms(200);
+    tl_sleep_ms(200);
     CHECK(!atomic_load(&t.done));
-    int64_t t0 = now_ms();
+    int64_t t0 = tl_now_ms();
     CHECK_RC(baton_semaphore_cancel(s), 0);
     CHECK(sem_wait_done(&t, 3000));
     CHECK(t.t_done - t0 < 1000);
@@ -238,22 +238,22 @@ static void test_processes(void) {
     snprintf(file, sizeof file, "%s/inside", g_tmp);
     snprintf(maxfile, sizeof maxfile, "%s/inside.max", g_tmp);
     snprintf(m, sizeof m, "%d", ITERS);
-    file_init(file, 0);
-    file_init(maxfile, 0);
+    tl_counter_init(file, 0);
+    tl_counter_init(maxfile, 0);
     baton_client *c = client();
     baton_semaphore *s = sem_on(c, n);
     int set;
     CHECK_RC(baton_semaphore_try_set(s, PERMITS, &set), 0);
-    worker w[PROCS];
+    tl_worker w[PROCS];
     for (int i = 0; i < PROCS; i++) {
         char *argv[] = { "test_prims_sem", "--worker", "sem", g_uri, n, file, maxfile, m, NULL };
-        CHECK(spawn_worker(&w[i], argv) == 0);
+        CHECK(tl_worker_spawn(&w[i], argv) == 0);
     }
-    for (int i = 0; i < PROCS; i++) CHECK(exited_ok(reap(&w[i], 120000)));
-    long mx = file_read(maxfile);
+    for (int i = 0; i < PROCS; i++) CHECK(tl_exited_ok(tl_worker_reap(&w[i], 120000)));
+    long mx = tl_counter_read(maxfile);
     fprintf(stderr, "   at most %ld of %d processes held a permit at once (%d permits)\n", mx, PROCS, PERMITS);
     CHECK(mx >= 1 && mx <= PERMITS);
-    CHECK(file_read(file) == 0);
+    CHECK(tl_counter_read(file) == 0);
     CHECK(avail(s) == PERMITS);
     baton_semaphore_free(s);
     baton_client_close(c);
@@ -264,13 +264,13 @@ static void test_killed_waiter(void) {
     lname(n, sizeof n, "killed");
     baton_client *c = client();
     baton_semaphore *s = sem_on(c, n);
-    worker w;
+    tl_worker w;
     char *argv[] = { "test_prims_sem", "--worker", "waitsem", g_uri, n, NULL };
-    CHECK(spawn_worker(&w, argv) == 0);
-    CHECK(expect_line(&w, "WAITING", line, sizeof line, 15000) == 0);
-    sleep_ms(200);
+    CHECK(tl_worker_spawn(&w, argv) == 0);
+    CHECK(tl_expect_line(&w, "WAITING", line, sizeof line, 15000) == 0);
+    tl_sleep_ms(200);
     kill(w.pid, SIGKILL);
-    CHECK(WIFSIGNALED(reap(&w, 10000)));
+    CHECK(WIFSIGNALED(tl_worker_reap(&w, 10000)));
     CHECK_RC(baton_semaphore_release(s, 1), 0);
     CHECK(avail(s) == 1);
     CHECK_RC(baton_semaphore_acquire(s, 1, 0), 0);
@@ -290,9 +290,9 @@ static void test_redisson_layout(void) {
     baton_semaphore *s = sem_on(c, n);
     sem_thread t;
     sem_start(&t, s, 1, 10000);
-    sleep_ms(300);
+    tl_sleep_ms(300);
     CHECK(!atomic_load(&t.done));
-    int64_t t0 = now_ms();
+    int64_t t0 = tl_now_ms();
     free(redis_raw(g_redis_port, "INCRBY", n, "1", NULL));
     free(redis_raw(g_redis_port, "PUBLISH", ch, "1", NULL));
     CHECK(sem_wait_done(&t, 5000));
@@ -328,7 +328,7 @@ int main(int argc, char **argv) {
         rc = baton_semaphore_open(&s, c, "probe");
         baton_semaphore_free(s);
         baton_client_close(c);
-        if (rc == BATON_ENOTSUP) return pr_skip("this engine has no semaphore");
+        if (rc == BATON_ENOTSUP) return tl_skip_status("this engine has no semaphore", 1);
     }
     RUN(test_counts);
     RUN(test_wakeups);

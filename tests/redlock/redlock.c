@@ -168,7 +168,7 @@ static int worker_fence(const char *uri, const char *name, const char *state, lo
     int rc = BATON_EUNAVAILABLE;
     for (int i = 0; i < 100 && rc; i++) {
         rc = baton_client_open(&c, uri, NULL);
-        if (rc) rl_sleep_ms(50);
+        if (rc) tl_sleep_ms(50);
     }
     if (rc) {
         fprintf(stderr, "worker: open %d: %s\n", rc, lastmsg());
@@ -259,9 +259,9 @@ static void test_uri(void) {
     /* a majority unreachable: a clean, quick failure */
     snprintf(u, sizeof u, "redlock://127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d/0", rl_port[0],
              rl_port[1], closed_port(), closed_port(), closed_port());
-    int64_t t0 = rl_now_ms();
+    int64_t t0 = tl_now_ms();
     CHECK_RC(baton_client_open(&c, u, NULL), BATON_EUNAVAILABLE);
-    CHECK(rl_now_ms() - t0 < 2000);
+    CHECK(tl_now_ms() - t0 < 2000);
     CHECK(strstr(lastmsg(), "quorum") != NULL);
     fprintf(stderr, "   %s\n", lastmsg());
 
@@ -297,7 +297,7 @@ typedef struct {
 static void *waiter_main(void *p) {
     waiter_arg *w = p;
     w->rc = baton_lock_acquire(w->l, w->wait_ms);
-    w->t_done = rl_now_ms();
+    w->t_done = tl_now_ms();
     return NULL;
 }
 
@@ -340,8 +340,8 @@ static void test_basic(void) {
     waiter_arg w = { b, 5000, -100, 0 };
     pthread_t th;
     pthread_create(&th, NULL, waiter_main, &w);
-    rl_sleep_ms(400); /* the waiter's backoff has grown past 100 ms by now */
-    int64_t t_rel = rl_now_ms();
+    tl_sleep_ms(400); /* the waiter's backoff has grown past 100 ms by now */
+    int64_t t_rel = tl_now_ms();
     CHECK_RC(baton_lock_release(a), 0);
     pthread_join(th, NULL);
     CHECK_RC(w.rc, 0);
@@ -427,7 +427,7 @@ static void test_exclusion_processes(void) {
     pid_t w[P];
     for (int i = 0; i < P; i++) {
         char *argv[] = { "test_redlock", "--worker", "incr", g_uri, n, file, m, NULL };
-        w[i] = rl_spawn(argv, NULL);
+        w[i] = tl_spawn_self(argv, NULL);
     }
     for (int i = 0; i < P; i++) CHECK(rl_exited_ok(rl_reap(w[i], 120000)));
     long total = -1;
@@ -461,9 +461,9 @@ static void test_silent_nodes(void) {
     baton_client *c = client_of(u);
     baton_lock *l = lock_on(c, lname(n, sizeof n, "silent"), 5000);
     for (int k = 0; k < 2; k++) {
-        int64_t t0 = rl_now_ms();
+        int64_t t0 = tl_now_ms();
         CHECK_RC(baton_lock_acquire(l, 0), 0);
-        int64_t dt = rl_now_ms() - t0;
+        int64_t dt = tl_now_ms() - t0;
         fprintf(stderr, "   acquire with 2 silent nodes: %lld ms\n", (long long)dt);
         CHECK(dt >= 150 && dt < 390);
         CHECK_RC(baton_lock_release(l), 0);
@@ -498,18 +498,18 @@ static void test_renew_repair(void) {
     CHECK_RC(baton_lock_acquire(l, 0), 0);
     rl_raw_del(0, n);
     rl_raw_del(1, n);
-    rl_sleep_ms(450); /* at least one renewal (every 300 ms) */
+    tl_sleep_ms(450); /* at least one renewal (every 300 ms) */
     int mine = 0;
     for (int i = 0; i < RL_NODES; i++) mine += rl_raw_get(i, n, v, sizeof v) == 1 && strstr(v, pid_s) != NULL;
     CHECK(mine == RL_NODES);
     CHECK(baton_lock_held(l) && !atomic_load(&g_lost));
     for (int i = 0; i < 3; i++) rl_raw_del(i, n);
-    int64_t t0 = rl_now_ms();
-    while (!atomic_load(&g_lost) && rl_now_ms() - t0 < 2000) rl_sleep_ms(5);
+    int64_t t0 = tl_now_ms();
+    while (!atomic_load(&g_lost) && tl_now_ms() - t0 < 2000) tl_sleep_ms(5);
     CHECK(atomic_load(&g_lost));
-    fprintf(stderr, "   lost %lld ms after its keys vanished from a majority\n", (long long)(rl_now_ms() - t0));
-    CHECK(rl_now_ms() - t0 < 600);
-    rl_sleep_ms(100);
+    fprintf(stderr, "   lost %lld ms after its keys vanished from a majority\n", (long long)(tl_now_ms() - t0));
+    CHECK(tl_now_ms() - t0 < 600);
+    tl_sleep_ms(100);
     for (int i = 0; i < RL_NODES; i++) CHECK(rl_raw_exists(i, n) == 0);
     CHECK_RC(baton_lock_release(l), BATON_ELOST);
     baton_lock_free(l);
@@ -536,7 +536,7 @@ static void test_kill_two(void) {
     baton_lock *b = lock_on(c2, n2, 1000);
     CHECK_RC(baton_lock_acquire(b, 0), 0); /* taken while two are down */
     CHECK(baton_lock_fence(b) > 0);
-    rl_sleep_ms(2500);                     /* several renewals on 3 of 5 */
+    tl_sleep_ms(2500);                     /* several renewals on 3 of 5 */
     CHECK(baton_lock_held(a) && baton_lock_held(b));
     CHECK(atomic_load(&g_lost) == 0);
     baton_lock *a2 = lock_on(c2, n, 1000);
@@ -574,21 +574,21 @@ static void test_kill_three(void) {
     CHECK_RC(baton_lock_open(&a, c1, n, &o), 0);
     CHECK_RC(baton_lock_acquire(a, 0), 0);
     uint64_t f1 = baton_lock_fence(a);
-    int64_t t_kill = rl_now_ms();
+    int64_t t_kill = tl_now_ms();
     rl_kill_node(1);
     rl_kill_node(2);
     rl_kill_node(4);
 
     baton_lock *b = lock_on(c2, other, 1500);
-    int64_t t0 = rl_now_ms();
+    int64_t t0 = tl_now_ms();
     CHECK_RC(baton_lock_acquire(b, 0), BATON_EUNAVAILABLE);
-    CHECK(rl_now_ms() - t0 < 1000);
+    CHECK(tl_now_ms() - t0 < 1000);
     CHECK(strstr(lastmsg(), "quorum") != NULL);
     fprintf(stderr, "   %s\n", lastmsg());
-    t0 = rl_now_ms();
+    t0 = tl_now_ms();
     int rc = baton_lock_acquire(b, 500);
     CHECK(rc == BATON_EUNAVAILABLE || rc == BATON_ETIMEDOUT);
-    int64_t dt = rl_now_ms() - t0;
+    int64_t dt = tl_now_ms() - t0;
     CHECK(dt >= 450 && dt < 3000); /* generous: a loaded machine runs late, never early */
     CHECK(!baton_lock_held(b));
     CHECK(rl_raw_exists(0, other) == 0 && rl_raw_exists(3, other) == 0);
@@ -597,10 +597,10 @@ static void test_kill_three(void) {
      * busy 2-core machine may be observed late; what matters is that it is
      * told, and told before the nodes could grant the lock twice over (the
      * bound is generous on purpose: 2 leases) */
-    while (!atomic_load(&g_lost) && rl_now_ms() - t_kill < 6000) rl_sleep_ms(10);
+    while (!atomic_load(&g_lost) && tl_now_ms() - t_kill < 6000) tl_sleep_ms(10);
     CHECK(atomic_load(&g_lost) == 1);
-    fprintf(stderr, "   lost %lld ms after the kill (lease 1500 ms)\n", (long long)(rl_now_ms() - t_kill));
-    CHECK(rl_now_ms() - t_kill < 3000);
+    fprintf(stderr, "   lost %lld ms after the kill (lease 1500 ms)\n", (long long)(tl_now_ms() - t_kill));
+    CHECK(tl_now_ms() - t_kill < 3000);
     CHECK(!baton_lock_held(a));
     CHECK_RC(baton_lock_release(a), BATON_ELOST);
     baton_lockinfo info;
@@ -610,12 +610,12 @@ static void test_kill_three(void) {
     rl_restart_node(2);
     rl_restart_node(4);
     /* the restarted nodes kept the old key (AOF) until its lease ran out */
-    int64_t end = rl_now_ms() + 4000;
+    int64_t end = tl_now_ms() + 4000;
     int left = 1;
-    while (left && rl_now_ms() < end) {
+    while (left && tl_now_ms() < end) {
         left = 0;
         for (int i = 0; i < RL_NODES; i++) left += rl_raw_exists(i, n) != 0 || rl_raw_exists(i, other) != 0;
-        if (left) rl_sleep_ms(50);
+        if (left) tl_sleep_ms(50);
     }
     CHECK(left == 0);
     baton_lock *a2 = lock_on(c2, n, 1500);
@@ -632,13 +632,13 @@ static void test_kill_three(void) {
 
 /* Waits until PID is stopped; 1 when it is. */
 static int wait_stopped(pid_t pid, int timeout_ms) {
-    int64_t end = rl_now_ms() + timeout_ms;
-    while (rl_now_ms() < end) {
+    int64_t end = tl_now_ms() + timeout_ms;
+    while (tl_now_ms() < end) {
         int st = 0;
         pid_t r = waitpid(pid, &st, WUNTRACED | WNOHANG);
         if (r == pid) return WIFSTOPPED(st);
         if (r < 0) return 0;
-        rl_sleep_ms(2);
+        tl_sleep_ms(2);
     }
     return 0;
 }
@@ -653,7 +653,7 @@ static void pause_case(const char *at) {
     snprintf(env_at, sizeof env_at, "BATON_REDLOCK_TEST_PAUSE_AT=%s", at);
     const char *env[] = { "BATON_REDLOCK_TEST_PAUSE_MS=stop", env_at, NULL };
     char *argv[] = { "test_redlock", "--worker", "try", g_uri, n, "300", NULL };
-    pid_t pid = rl_spawn(argv, env);
+    pid_t pid = tl_spawn_self(argv, env);
     CHECK(pid > 0);
     int stopped = wait_stopped(pid, 10000);
     CHECK(stopped);
@@ -666,7 +666,7 @@ static void pause_case(const char *at) {
     int theirs = 0;
     for (int i = 0; i < RL_NODES; i++) theirs += rl_raw_exists(i, n) == 1;
     CHECK(theirs >= 3);
-    rl_sleep_ms(450); /* > the 300 ms lease */
+    tl_sleep_ms(450); /* > the 300 ms lease */
     baton_client *c = client();
     baton_lock *l = lock_on(c, n, 10000);
     CHECK_RC(baton_lock_acquire(l, 3000), 0);
@@ -699,12 +699,12 @@ static void test_pause_sleep(void) {
     lname(n, sizeof n, "pause-sleep");
     const char *env_long[] = { "BATON_REDLOCK_TEST_PAUSE_MS=400", NULL };
     char *argv[] = { "test_redlock", "--worker", "try", g_uri, n, "300", NULL };
-    int st = rl_reap(rl_spawn(argv, env_long), 10000);
+    int st = rl_reap(tl_spawn_self(argv, env_long), 10000);
     CHECK(WIFEXITED(st) && WEXITSTATUS(st) == -BATON_ETIMEDOUT);
     for (int i = 0; i < RL_NODES; i++) CHECK(rl_raw_exists(i, n) == 0); /* cleaned up (or expired) */
     const char *env_short[] = { "BATON_REDLOCK_TEST_PAUSE_MS=20", NULL };
     char *argv2[] = { "test_redlock", "--worker", "try", g_uri, n, "5000", NULL };
-    st = rl_reap(rl_spawn(argv2, env_short), 10000);
+    st = rl_reap(tl_spawn_self(argv2, env_short), 10000);
     CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 50);
 }
 
@@ -725,20 +725,20 @@ static void test_fences_under_faults(void) {
     int alive[P];
     for (int i = 0; i < P; i++) {
         char *argv[] = { "test_redlock", "--worker", "fence", g_uri, n, state, target, NULL };
-        w[i] = rl_spawn(argv, NULL);
+        w[i] = tl_spawn_self(argv, NULL);
         alive[i] = w[i] > 0;
     }
     srand((unsigned)getpid());
-    int64_t end = rl_now_ms() + 50000;
+    int64_t end = tl_now_ms() + 50000;
     int kills = 0, running = P, ok = 1;
-    while (running && rl_now_ms() < end) {
-        rl_sleep_ms(50 + rand() % 150);
+    while (running && tl_now_ms() < end) {
+        tl_sleep_ms(50 + rand() % 150);
         int k1 = rand() % RL_NODES, k2 = -1;
         if (rand() % 3 == 0) k2 = (k1 + 1 + rand() % (RL_NODES - 1)) % RL_NODES;
         rl_kill_node(k1);
         if (k2 >= 0) rl_kill_node(k2);
         kills += 1 + (k2 >= 0);
-        rl_sleep_ms(20 + rand() % 200);
+        tl_sleep_ms(20 + rand() % 200);
         rl_restart_node(k1);
         if (k2 >= 0) rl_restart_node(k2);
         for (int i = 0; i < P; i++) {
@@ -831,13 +831,13 @@ static void test_interop(void) {
 /* Three TLS-only nodes: tls=1 with the right CA works (pub/sub wake-up
  * included), the wrong CA is BATON_EAUTH, plain TCP to TLS ports fails cleanly. */
 static void test_tls(void) {
-    if (rl_sh("command -v openssl >/dev/null 2>&1") != 0) {
+    if (tl_sh("command -v openssl >/dev/null 2>&1") != 0) {
         fprintf(stderr, "   skipped: no openssl command\n");
         return;
     }
     char d[1200];
     snprintf(d, sizeof d, "%s/tls", rl_base);
-    int rc = rl_sh("mkdir -p '%s' && cd '%s' && set -e; K='-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes'; "
+    int rc = tl_sh("mkdir -p '%s' && cd '%s' && set -e; K='-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes'; "
                    "openssl req -x509 $K -keyout ca.key -out ca.crt -days 1 -subj '/CN=redlock test CA' 2>/dev/null; "
                    "openssl req -x509 $K -keyout other.key -out other.crt -days 1 -subj '/CN=other CA' 2>/dev/null; "
                    "openssl req $K -keyout node.key -out node.csr -subj '/CN=127.0.0.1' 2>/dev/null; "
@@ -852,7 +852,7 @@ static void test_tls(void) {
     int port[3];
     for (int i = 0; i < 3; i++) {
         snprintf(nd[i], sizeof nd[i], "%s/n%d", d, i);
-        port[i] = rl_redis("start", nd[i], args);
+        port[i] = tl_server("redis", "start", nd[i], args, 1);
     }
     char u[2048], n[128];
     lname(n, sizeof n, "tls");
@@ -868,8 +868,8 @@ static void test_tls(void) {
         waiter_arg w = { b, 5000, -100, 0 };
         pthread_t th;
         pthread_create(&th, NULL, waiter_main, &w);
-        rl_sleep_ms(400);
-        int64_t t_rel = rl_now_ms();
+        tl_sleep_ms(400);
+        int64_t t_rel = tl_now_ms();
         CHECK_RC(baton_lock_release(a), 0);
         pthread_join(th, NULL);
         CHECK_RC(w.rc, 0);
@@ -887,12 +887,12 @@ static void test_tls(void) {
     CHECK_RC(baton_client_open(&c, u, NULL), BATON_EAUTH);
     snprintf(u, sizeof u, "redlock://127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d/0?connect_timeout_ms=500", port[0], port[1],
              port[2]);
-    int64_t t0 = rl_now_ms();
+    int64_t t0 = tl_now_ms();
     rc = baton_client_open(&c, u, NULL);
     CHECK(rc == BATON_EUNAVAILABLE || rc == BATON_EPROTO);
-    CHECK(rl_now_ms() - t0 < 3000);
+    CHECK(tl_now_ms() - t0 < 3000);
     CHECK(c == NULL);
-    for (int i = 0; i < 3; i++) rl_redis("stop", nd[i], NULL);
+    for (int i = 0; i < 3; i++) tl_server("redis", "stop", nd[i], NULL, 1);
 }
 
 int main(int argc, char **argv) {

@@ -33,7 +33,7 @@ static baton_lock *fair_lock(baton_client *c, const char *name, uint32_t lease_m
     baton_lock *l = NULL;
     int rc = baton_lock_open(&l, c, name, &o);
     if (rc) {
-        fprintf(stderr, "FATAL: baton_lock_open(%s) = %d: %s\n", name, rc, sf_lastmsg());
+        fprintf(stderr, "FATAL: baton_lock_open(%s) = %d: %s\n", name, rc, tl_lastmsg());
         exit(1);
     }
     return l;
@@ -62,37 +62,37 @@ static void test_release_skips_dead_waiter(void) {
     char lease[16];
     snprintf(lease, sizeof lease, "2000");
     char *argv[] = { "test_safety_fair_dead", "--worker", "wait", g_uri, n, lease, NULL };
-    pid_t w = sf_spawn(argv);
+    pid_t w = tl_spawn_self(argv, NULL);
     CHECK(w > 0);
     int queued = 0;
-    for (int64_t end = ft_now_ms() + 10000; !queued && ft_now_ms() < end;) {
+    for (int64_t end = tl_now_ms() + 10000; !queued && tl_now_ms() < end;) {
         queued = sf_int(g_port, "LLEN %s", q) == 1;
-        if (!queued) ft_sleep_ms(10);
+        if (!queued) tl_sleep_ms(10);
     }
     CHECK(queued);
     kill(w, SIGKILL);
     int st;
     waitpid(w, &st, 0);
-    int64_t killed = ft_now_ms();
+    int64_t killed = tl_now_ms();
 
     /* W's entry expires at most one entry lease (2 s) after its last refresh */
     int expired = 0;
-    for (int64_t end = ft_now_ms() + 5000; !expired && ft_now_ms() < end;) {
+    for (int64_t end = tl_now_ms() + 5000; !expired && tl_now_ms() < end;) {
         redisReply *r = sf_cmd(g_port, "ZRANGE %s 0 0 WITHSCORES", tq);
         long long now = sf_server_ms(g_port);
         expired = r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 && atoll(r->element[1]->str) < now - 50;
         if (r) freeReplyObject(r);
-        if (!expired) ft_sleep_ms(20);
+        if (!expired) tl_sleep_ms(20);
     }
     CHECK(expired);
-    fprintf(stderr, "   W's entry expired %lld ms after the kill\n", (long long)(ft_now_ms() - killed));
+    fprintf(stderr, "   W's entry expired %lld ms after the kill\n", (long long)(tl_now_ms() - killed));
     CHECK(sf_int(g_port, "LLEN %s", q) == 1); /* nobody ran an acquire since: the dead entry is still there */
     CHECK(baton_lock_held(a) == 1);
 
     CHECK_RC(baton_lock_release(a), 0);
-    int64_t t0 = ft_now_ms();
+    int64_t t0 = tl_now_ms();
     int rc = baton_lock_acquire(c, 5000);
-    int64_t took = ft_now_ms() - t0;
+    int64_t took = tl_now_ms() - t0;
     fprintf(stderr, "   release -> C granted: %lld ms (rc %d)\n", (long long)took, rc);
     CHECK_RC(rc, 0);
     CHECK(took < 1000);
@@ -206,7 +206,7 @@ int main(int argc, char **argv) {
     char name[64];
     snprintf(name, sizeof name, "safety_fair_dead_%s", argv[1]);
     const char *dir = ft_dir(name);
-    g_port = ft_redis_start(dir, NULL);
+    g_port = tl_server_start("redis", dir, NULL);
     snprintf(g_uri, sizeof g_uri, "redis://127.0.0.1:%d/0", g_port);
     if (!strcmp(argv[1], "release")) {
         RUN(test_release_skips_dead_waiter);
@@ -214,6 +214,6 @@ int main(int argc, char **argv) {
         RUN(test_release_script);
         RUN(test_leave_script);
     }
-    ft_redis_stop(dir);
+    tl_server_stop("redis", dir);
     return th_finish();
 }

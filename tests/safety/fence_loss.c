@@ -66,7 +66,7 @@ static int take(const clients *cl, int kind, holder *h, uint64_t *fence) {
     }
     rc = baton_lock_acquire(h->l, kind == K_FAIR ? 2000 : 0);
     if (rc) {
-        fprintf(stderr, "   %s: acquire %d (%s): %s\n", kind_name[kind], rc, baton_strerror(rc), sf_lastmsg());
+        fprintf(stderr, "   %s: acquire %d (%s): %s\n", kind_name[kind], rc, baton_strerror(rc), tl_lastmsg());
         return rc;
     }
     *fence = baton_lock_fence(h->l);
@@ -83,14 +83,14 @@ static void drop(holder *h) {
 
 static void test_restart_redis(void) {
     const char *dir = ft_dir("safety_fence_restart");
-    int port = ft_redis_start(dir, NULL); /* redis.sh: no RDB, no AOF */
+    int port = tl_server_start("redis", dir, NULL); /* redis.sh: no RDB, no AOF */
     clients a;
     clients_open(&a, port);
     holder ha[K_N];
     uint64_t fa[K_N];
     for (int k = 0; k < K_N; k++) CHECK_RC(take(&a, k, &ha[k], &fa[k]), 0);
     /* the holders keep holding ("A still runs"); the server loses everything */
-    CHECK(ft_redis_restart(dir) == port);
+    CHECK(tl_server_restart("redis", dir) == port);
     CHECK(sf_int(port, "DBSIZE") == 0);
     clients b;
     clients_open(&b, port);
@@ -115,7 +115,7 @@ static void test_restart_redis(void) {
     for (int k = 0; k < K_N; k++) drop(&ha[k]);
     clients_close(&a);
     clients_close(&b);
-    ft_redis_stop(dir);
+    tl_server_stop("redis", dir);
 }
 
 /* Three RedLock nodes without persistence, all restarted empty while A holds. */
@@ -126,7 +126,7 @@ static void test_restart_redlock(void) {
         char nm[64];
         snprintf(nm, sizeof nm, "safety_fence_rl%d", i);
         snprintf(dirs[i], sizeof dirs[i], "%s", ft_dir(nm));
-        port[i] = ft_redis_start(dirs[i], NULL);
+        port[i] = tl_server_start("redis", dirs[i], NULL);
     }
     char u[512], n[64];
     snprintf(u, sizeof u, "redlock://127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d/0?node_timeout_ms=200", port[0], port[1],
@@ -137,7 +137,7 @@ static void test_restart_redlock(void) {
     CHECK_RC(baton_lock_open(&a, ca, n, NULL), 0);
     CHECK_RC(baton_lock_acquire(a, 0), 0);
     uint64_t fa = baton_lock_fence(a);
-    for (int i = 0; i < 3; i++) CHECK(ft_redis_restart(dirs[i]) == port[i]);
+    for (int i = 0; i < 3; i++) CHECK(tl_server_restart("redis", dirs[i]) == port[i]);
     baton_client *cb = sf_client(u);
     CHECK_RC(baton_lock_open(&b, cb, n, NULL), 0);
     CHECK_RC(baton_lock_acquire(b, 0), 0);
@@ -149,17 +149,17 @@ static void test_restart_redlock(void) {
     baton_lock_free(a);
     baton_client_close(cb);
     baton_client_close(ca);
-    for (int i = 0; i < 3; i++) ft_redis_stop(dirs[i]);
+    for (int i = 0; i < 3; i++) tl_server_stop("redis", dirs[i]);
 }
 
 /* ---- failover to a lagging replica ------------------------------------------- */
 
 static void test_failover(void) {
     const char *mdir = ft_dir("safety_fence_master"), *rdir = ft_dir("safety_fence_replica");
-    int mport = ft_redis_start(mdir, NULL);
+    int mport = tl_server_start("redis", mdir, NULL);
     char args[64];
     snprintf(args, sizeof args, "--replicaof 127.0.0.1 %d", mport);
-    int rport = ft_redis_start(rdir, args);
+    int rport = tl_server_start("redis", rdir, args);
     CHECK(sf_wait_link_up(rport) == 0);
 
     /* earlier grants, replicated: both servers know the counters */
@@ -174,7 +174,7 @@ static void test_failover(void) {
     /* (WAIT on a fresh connection would not wait for the clients' writes:
      * compare the counters themselves) */
     int synced = 0;
-    for (int64_t end = ft_now_ms() + 10000; !synced && ft_now_ms() < end;) {
+    for (int64_t end = tl_now_ms() + 10000; !synced && tl_now_ms() < end;) {
         synced = 1;
         for (int k = 0; k < K_N; k++) {
             char n[128], key[200];
@@ -186,7 +186,7 @@ static void test_failover(void) {
             if (x) freeReplyObject(x);
             if (y) freeReplyObject(y);
         }
-        if (!synced) ft_sleep_ms(20);
+        if (!synced) tl_sleep_ms(20);
     }
     CHECK(synced);
 
@@ -215,8 +215,8 @@ static void test_failover(void) {
     for (int k = 0; k < K_N; k++) drop(&ha[k]);
     clients_close(&m);
     clients_close(&b);
-    ft_redis_stop(rdir);
-    ft_redis_stop(mdir);
+    tl_server_stop("redis", rdir);
+    tl_server_stop("redis", mdir);
 }
 
 int main(int argc, char **argv) {

@@ -25,7 +25,7 @@ typedef struct {
 static void *waiter_main(void *p) {
     waiter *w = p;
     w->rc = baton_lock_acquire(w->l, 10000);
-    w->done = ft_now_ms();
+    w->done = tl_now_ms();
     return NULL;
 }
 
@@ -41,7 +41,7 @@ static void test_waiter_does_not_spin(void) {
         char nm[64];
         snprintf(nm, sizeof nm, "safety_spin%d", i);
         snprintf(dirs[i], sizeof dirs[i], "%s", ft_dir(nm));
-        port[i] = ft_redis_start(dirs[i], NULL);
+        port[i] = tl_server_start("redis", dirs[i], NULL);
     }
     char u[512], n[64];
     snprintf(u, sizeof u, "redlock://127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d/0?node_timeout_ms=200", port[0], port[1],
@@ -54,14 +54,14 @@ static void test_waiter_does_not_spin(void) {
     CHECK_RC(baton_lock_acquire(a, 0), 0);
 
     /* node 3 comes back empty: A's key is on nodes 1 and 2 only */
-    CHECK(ft_redis_restart(dirs[2]) == port[2]);
+    CHECK(tl_server_restart("redis", dirs[2]) == port[2]);
     CHECK(sf_int(port[2], "EXISTS %s", n) == 0);
     CHECK(sf_int(port[0], "EXISTS %s", n) == 1 && sf_int(port[1], "EXISTS %s", n) == 1);
 
     long long s0 = scripts_on(port[2]), p0 = sf_cmdstat(port[2], "publish");
-    int64_t t0 = ft_now_ms();
+    int64_t t0 = tl_now_ms();
     int rc = baton_lock_acquire(b, 5000);
-    int64_t waited = ft_now_ms() - t0;
+    int64_t waited = tl_now_ms() - t0;
     long long s1 = scripts_on(port[2]), p1 = sf_cmdstat(port[2], "publish");
     CHECK_RC(rc, BATON_ETIMEDOUT);
     CHECK(waited >= 4900);
@@ -78,8 +78,8 @@ static void test_waiter_does_not_spin(void) {
     waiter w = { b, -1, 0 };
     pthread_t th;
     pthread_create(&th, NULL, waiter_main, &w);
-    ft_sleep_ms(500);
-    int64_t t_rel = ft_now_ms();
+    tl_sleep_ms(500);
+    int64_t t_rel = tl_now_ms();
     CHECK_RC(baton_lock_release(a), 0);
     pthread_join(th, NULL);
     CHECK_RC(w.rc, 0);
@@ -90,7 +90,7 @@ static void test_waiter_does_not_spin(void) {
     baton_lock_free(a);
     baton_client_close(cb);
     baton_client_close(ca);
-    for (int i = 0; i < 3; i++) ft_redis_stop(dirs[i]);
+    for (int i = 0; i < 3; i++) tl_server_stop("redis", dirs[i]);
 }
 
 int main(void) {

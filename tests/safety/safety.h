@@ -1,47 +1,31 @@
-/* Helpers of the safety tests: raw commands on a test server (hiredis), the
- * server's clock, INFO commandstats counters, and worker processes (the
- * test re-executes itself: it never forks without exec, being threaded).
- * Servers are started with tests/faults/faults.h (ft_redis_start, ...). */
+/* Helpers of the safety tests: raw commands on a test server (hiredis,
+ * through tests/common/redis.h), the server's clock, INFO commandstats
+ * counters. Servers, timing and worker processes (tl_spawn_self: the tests
+ * re-execute themselves, never forking without exec, being threaded) come
+ * from tests/common/testlib.h (through tests/faults/faults.h). */
 #ifndef BATON_SAFETY_H
 #define BATON_SAFETY_H
 
 #include "../faults/faults.h"
 
-#include <hiredis/hiredis.h>
+#include "../common/redis.h"
 
 #include <limits.h>
 #include <signal.h>
-#include <spawn.h>
-
-extern char **environ;
-
-static inline redisContext *sf_raw(int port) {
-    struct timeval tv = { 2, 0 };
-    redisContext *c = redisConnectWithTimeout("127.0.0.1", port, tv);
-    if (!c || c->err) {
-        if (c) redisFree(c);
-        return NULL;
-    }
-    redisSetTimeout(c, tv);
-    return c;
-}
 
 /* Runs a command (printf-style, hiredis) on PORT; returns the reply (caller
  * frees) or NULL. */
 static inline redisReply *sf_cmd(int port, const char *fmt, ...) {
-    redisContext *c = sf_raw(port);
-    if (!c) return NULL;
     va_list ap;
     va_start(ap, fmt);
-    redisReply *r = redisvCommand(c, fmt, ap);
+    redisReply *r = tl_redis_vcmd(port, 2, fmt, ap);
     va_end(ap);
-    redisFree(c);
     return r;
 }
 
 /* An argv command on PORT (binary-safe: script bodies). */
 static inline redisReply *sf_cmdv(int port, int argc, const char **argv) {
-    redisContext *c = sf_raw(port);
+    redisContext *c = tl_redis_connect(port, 2);
     if (!c) return NULL;
     redisReply *r = redisCommandArgv(c, argc, argv, NULL);
     redisFree(c);
@@ -50,13 +34,10 @@ static inline redisReply *sf_cmdv(int port, int argc, const char **argv) {
 
 /* An integer reply, or LLONG_MIN. */
 static inline long long sf_int(int port, const char *fmt, ...) {
-    redisContext *c = sf_raw(port);
-    if (!c) return LLONG_MIN;
     va_list ap;
     va_start(ap, fmt);
-    redisReply *r = redisvCommand(c, fmt, ap);
+    redisReply *r = tl_redis_vcmd(port, 2, fmt, ap);
     va_end(ap);
-    redisFree(c);
     long long v = r && r->type == REDIS_REPLY_INTEGER ? r->integer : LLONG_MIN;
     if (r) freeReplyObject(r);
     return v;
@@ -90,26 +71,15 @@ static inline long long sf_cmdstat(int port, const char *cmd) {
 
 /* Waits (up to 15 s) until a replica's link to its master is up. */
 static inline int sf_wait_link_up(int replica_port) {
-    int64_t end = ft_now_ms() + 15000;
-    while (ft_now_ms() < end) {
+    int64_t end = tl_now_ms() + 15000;
+    while (tl_now_ms() < end) {
         redisReply *r = sf_cmd(replica_port, "INFO replication");
         int up = r && r->type == REDIS_REPLY_STRING && strstr(r->str, "master_link_status:up") != NULL;
         if (r) freeReplyObject(r);
         if (up) return 0;
-        ft_sleep_ms(50);
+        tl_sleep_ms(50);
     }
     return -1;
-}
-
-/* Spawns /proc/self/exe ARGV. */
-static inline pid_t sf_spawn(char *const argv[]) {
-    pid_t pid = -1;
-    int e = posix_spawn(&pid, "/proc/self/exe", NULL, NULL, argv, environ);
-    if (e) {
-        fprintf(stderr, "posix_spawn: %s\n", strerror(e));
-        return -1;
-    }
-    return pid;
 }
 
 static inline baton_client *sf_client(const char *uri) {
@@ -122,10 +92,6 @@ static inline baton_client *sf_client(const char *uri) {
         exit(1);
     }
     return c;
-}
-
-static inline const char *sf_lastmsg(void) {
-    return baton_error_last()->message ? baton_error_last()->message : "";
 }
 
 #endif

@@ -3,16 +3,12 @@
  * timing out at once, for locks, multilocks and semaphores. File engine. */
 #include "baton.h"
 #include "../harness.h"
+#include "../common/testlib.h"
 
 #include <pthread.h>
 #include <stdint.h>
 #include <time.h>
 #include <errno.h>
-
-static void sleep_ms(int ms) {
-    struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
-}
 
 typedef struct {
     baton_lock *l;
@@ -47,7 +43,7 @@ static void one(int64_t wait_ms) {
     arg a = { w, NULL, NULL, wait_ms, 1 };
     pthread_t t;
     pthread_create(&t, NULL, run, &a);
-    sleep_ms(300);
+    tl_sleep_ms(300);
     CHECK(__atomic_load_n(&a.rc, __ATOMIC_SEQ_CST) == 1); /* still waiting */
     CHECK_RC(baton_lock_release(h), 0);
     pthread_join(t, NULL);
@@ -62,7 +58,7 @@ static void one(int64_t wait_ms) {
     CHECK_RC(baton_lock_acquire(h, 0), 0);
     arg b = { NULL, m, NULL, wait_ms, 1 };
     pthread_create(&t, NULL, run, &b);
-    sleep_ms(300);
+    tl_sleep_ms(300);
     CHECK(__atomic_load_n(&b.rc, __ATOMIC_SEQ_CST) == 1);
     CHECK_RC(baton_lock_release(h), 0);
     pthread_join(t, NULL);
@@ -79,7 +75,7 @@ static void one(int64_t wait_ms) {
         baton_semaphore_drain(s, NULL);
         arg d = { NULL, NULL, s, wait_ms, 1 };
         pthread_create(&t, NULL, run, &d);
-        sleep_ms(300);
+        tl_sleep_ms(300);
         CHECK(__atomic_load_n(&d.rc, __ATOMIC_SEQ_CST) == 1);
         baton_semaphore *s3 = NULL;
         CHECK_RC(baton_semaphore_open(&s3, c1, "long-sem"), 0);
@@ -108,27 +104,12 @@ static char g_uri[1024];
 int main(int argc, char **argv) {
     uri = argc > 1 ? argv[1] : "file://";
     /* "{port}": the test Redis server's port */
-    const char *ph = strstr(uri, "{port}");
-    if (ph) {
-        const char *srv = getenv("BATON_TEST_SRV");
-        char pf[1024];
-        int port = 0;
-        snprintf(pf, sizeof pf, "%s/redis/port", srv ? srv : ".");
-        FILE *f = fopen(pf, "r");
-        if (f) {
-            if (fscanf(f, "%d", &port) != 1) port = 0;
-            fclose(f);
-        }
-        if (port <= 0) {
-            fprintf(stderr, "SKIP: no test redis server\n");
-            return getenv("BATON_REQUIRE_ALL") && !strcmp(getenv("BATON_REQUIRE_ALL"), "1") ? 1 : TH_SKIP;
-        }
-        snprintf(g_uri, sizeof g_uri, "%.*s%d%s", (int)(ph - uri), uri, port, ph + 6);
+    if (strstr(uri, "{port}")) {
+        if (tl_uri_with_port(g_uri, sizeof g_uri, uri, "redis") != 0)
+            return tl_skip_status("no test redis server", 0);
         uri = g_uri;
     } else if (!strncmp(uri, "file://", 7) && uri[7]) {
-        char cmd[1100];
-        snprintf(cmd, sizeof cmd, "mkdir -p '%s'", uri + 7);
-        if (system(cmd) != 0) return 1;
+        if (tl_sh("mkdir -p '%s'", uri + 7) != 0) return 1;
     }
     RUN(test_int64_max);
     RUN(test_overflowing);

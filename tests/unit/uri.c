@@ -10,28 +10,9 @@
 #include <unistd.h>
 
 #include "../harness.h"
+#include "../common/testlib.h"
 
 static char g_tmp[1024];
-
-#ifdef BATON_TEST_HAVE_REDIS
-static int64_t now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-#endif
-
-static void mkdirs(const char *path) {
-    char buf[1024];
-    snprintf(buf, sizeof buf, "%s", path);
-    for (char *p = buf + 1; *p; p++)
-        if (*p == '/') {
-            *p = 0;
-            mkdir(buf, 0700);
-            *p = '/';
-        }
-    mkdir(buf, 0700);
-}
 
 /* Opens URI and expects WANT; the message must be set and never show a
  * password ("s3cret" is the password used by these tests). */
@@ -102,7 +83,7 @@ static void test_default_file(void) {
 static void test_file_uri(void) {
     char dir[1100], uri[1400];
     snprintf(dir, sizeof dir, "%s/fileuri", g_tmp);
-    mkdirs(dir);
+    tl_mkdirs(dir);
     snprintf(uri, sizeof uri, "file://%s", dir);
     baton_client *c = NULL;
     CHECK_RC(baton_client_open(&c, uri, NULL), 0);
@@ -184,9 +165,9 @@ static void test_redis_wellformed(void) {
     };
     for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
         baton_client *c = NULL;
-        int64_t t0 = now_ms();
+        int64_t t0 = tl_now_ms();
         int rc = baton_client_open(&c, good[i], NULL);
-        int64_t el = now_ms() - t0;
+        int64_t el = tl_now_ms() - t0;
         if (rc != 0 && rc != BATON_EUNAVAILABLE) {
             th_failed++;
             fprintf(stderr, "FAIL [%s]: open(\"%s\") = %d (%s): %s\n", th_current, good[i], rc, baton_strerror(rc),
@@ -208,10 +189,10 @@ static void test_redis_wellformed(void) {
         baton_lock *l = NULL;
         rc = baton_lock_open(&l, c, "x", NULL);
         if (rc == 0) {
-            t0 = now_ms();
+            t0 = tl_now_ms();
             rc = baton_lock_acquire(l, 0);
             CHECK_RC(rc, BATON_EUNAVAILABLE);
-            CHECK(now_ms() - t0 < 2000 + 2000);
+            CHECK(tl_now_ms() - t0 < 2000 + 2000);
             const char *m = baton_error_last()->message;
             CHECK(m == NULL || strstr(m, "s3cret") == NULL);
             baton_lock_free(l);
@@ -234,15 +215,7 @@ static void test_redis_wellformed(void) {
 
 /* Against the test server when there is one: the db and layout options work. */
 static void test_redis_live(void) {
-    const char *srv = getenv("BATON_TEST_SRV");
-    char pf[1024];
-    snprintf(pf, sizeof pf, "%s/redis/port", srv ? srv : ".");
-    FILE *f = fopen(pf, "r");
-    int port = 0;
-    if (f) {
-        if (fscanf(f, "%d", &port) != 1) port = 0;
-        fclose(f);
-    }
+    int port = tl_fixture_port("redis");
     if (port <= 0) {
         fprintf(stderr, "   (no test redis server; skipped)\n");
         return;
@@ -275,7 +248,7 @@ static void test_redis_disabled(void) {
 int main(void) {
     const char *tt = getenv("BATON_TEST_TMP");
     snprintf(g_tmp, sizeof g_tmp, "%s/unit_uri", tt ? tt : ".");
-    mkdirs(g_tmp);
+    tl_mkdirs(g_tmp);
     RUN(test_unknown_and_malformed);
     RUN(test_default_file);
     RUN(test_file_uri);
