@@ -21,7 +21,7 @@ static void *pump(void *p) {
         if (n <= 0) break;
         if (a->replies) {
             int d = __atomic_exchange_n(&g_delay_ms, 0, __ATOMIC_SEQ_CST);
-            if (d > 0) ft_sleep_ms(d);
+            if (d > 0) tl_sleep_ms(d);
         }
         if (write(a->to, buf, (size_t)n) != n) break;
     }
@@ -63,7 +63,7 @@ static void *accept_main(void *p) {
 
 static void run(const char *layout, int rw) {
     const char *dir = ft_dir(rw ? "uncertain_rw" : layout);
-    g_port = ft_redis_start(dir, NULL);
+    g_port = tl_server_start("redis", dir, NULL);
     int pport = 0, lfd = ft_listen(&pport);
     pthread_t at;
     pthread_create(&at, NULL, accept_main, (void *)(intptr_t)lfd);
@@ -106,7 +106,7 @@ out:
     baton_client_close(c);
     baton_client_close(d);
     close(lfd);
-    ft_redis_stop(dir);
+    tl_server_stop("redis", dir);
 }
 
 static void test_plain_redisson(void) { run("redisson", 0); }

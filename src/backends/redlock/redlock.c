@@ -817,7 +817,7 @@ static int rl_lock_info(void *eng, const char *name, baton_lockinfo *out) {
     rl_round_opts ro = { .timeout_ns = node_timeout_ns(e), .enough = e->quorum, .grace_ns = slow_ns(e) };
     rl_round(e, s, &call, &ro, NULL);
     size_t answered = 0;
-    uint64_t fence = 0;
+    uint64_t fence = 0, fences[RL_MAX_NODES];
     for (size_t i = 0; i < e->n; i++) {
         if (s[i].state != RS_DONE) continue;
         const redisReply *r = s[i].reply;
@@ -827,12 +827,22 @@ static int rl_lock_info(void *eng, const char *name, baton_lockinfo *out) {
             slot_bad(e, s, i, "the info script");
             continue;
         }
-        answered++;
         char *end;
         errno = 0;
         unsigned long long f = strtoull(r->element[3]->str, &end, 10);
-        if (!errno && !*end && f > fence) fence = f;
+        fences[answered++] = (!errno && !*end) ? (uint64_t)f : 0;
     }
+    /* The last granted fence is the largest a majority has reached: a grant
+     * writes its fence back to a majority, while a node that answered an
+     * attempt too late (not counted, its key removed) may have drawn a
+     * larger, clock-based value that nobody holds. */
+    for (size_t i = 1; i < answered; i++)
+        for (size_t k = i; k > 0 && fences[k] > fences[k - 1]; k--) {
+            uint64_t t = fences[k];
+            fences[k] = fences[k - 1];
+            fences[k - 1] = t;
+        }
+    if (answered >= e->quorum) fence = fences[e->quorum - 1];
     if (answered < e->quorum) {
         rc = baton_seterr(BATON_EUNAVAILABLE, 0, "redlock: info on '%s': only %zu of %zu nodes answered (a quorum is %zu): %s",
                           l.key, answered, e->n, e->quorum, first_failure(e, s, NULL));
