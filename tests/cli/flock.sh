@@ -19,63 +19,7 @@ TMP=${BATON_TEST_TMP:-$PWD}/cli_flock_$MODE.$$
 mkdir -p "$TMP"
 chmod 700 "$TMP"
 
-PASS=0
-FAIL=0
-BG_PIDS=()
-PW_SRV=""
-
-cleanup() {
-    local p
-    for p in "${BG_PIDS[@]}"; do kill -KILL "$p" 2>/dev/null; done
-    [ -n "$PW_SRV" ] && "$REDIS_SH" stop "$PW_SRV" >/dev/null 2>&1
-    [ $FAIL -eq 0 ] && rm -rf "$TMP"
-}
-trap cleanup EXIT
-
-ok()   { PASS=$((PASS + 1)); echo "ok   - $*" >&2; }
-bad()  { FAIL=$((FAIL + 1)); echo "FAIL - $*" >&2; }
-check() { # DESC COND...
-    local d=$1; shift
-    if "$@"; then ok "$d"; else bad "$d"; fi
-}
-skip_or_fail() {
-    if [ "${BATON_REQUIRE_ALL:-}" = 1 ]; then
-        echo "FAIL: $* (BATON_REQUIRE_ALL=1)" >&2; echo "0 passed, 1 failed"; exit 1
-    fi
-    echo "SKIP: $*" >&2; echo "0 passed, 0 failed"; exit 77
-}
-now_ms() { date +%s%3N; }
-not() { ! "$@"; }
-empty() { [ ! -s "$1" ]; }
-
-B=(env --default-signal=INT,QUIT,TERM,HUP "$BATON")
-b() { "${B[@]}" "$@"; }
-
-# expect_rc WANT DESC CMD... : runs CMD (stdout/stderr to $TMP/out, $TMP/err)
-expect_rc() {
-    local want=$1 desc=$2 rc; shift 2
-    if [ "$1" = b ]; then shift; set -- "${B[@]}" "$@"; fi
-    timeout -k 2 30 "$@" >"$TMP/out" 2>"$TMP/err"; rc=$?
-    [ $rc = 124 ] && echo "   (timed out after 30 s)" >>"$TMP/err"
-    if [ "$rc" = "$want" ]; then ok "$desc (exit $rc)"
-    else bad "$desc: exit $rc, want $want; stderr: $(head -c 300 "$TMP/err")"; fi
-}
-
-wait_file() { # FILE [TIMEOUT_S]
-    local f=$1 t=${2:-10} i
-    for ((i = 0; i < t * 20; i++)); do [ -e "$f" ] && return 0; sleep 0.05; done
-    return 1
-}
-wait_pid() { # PID TIMEOUT_S: sets RC (999 on timeout)
-    local pid=$1 t=${2:-10} i
-    for ((i = 0; i < t * 20; i++)); do
-        if not kill -0 "$pid" 2>/dev/null; then wait "$pid"; RC=$?; return 0; fi
-        sleep 0.05
-    done
-    kill -KILL "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
-    RC=999
-    return 1
-}
+. "$HERE/lib.sh"
 
 # A `baton run` holder whose command waits until $TMP/h.TAG.go exists.
 start_holder() { # TAG NAME [baton run options...]
