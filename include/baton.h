@@ -229,6 +229,60 @@ BATON_EXTERN(int) baton_latch_await(baton_latch *l, int64_t wait_ms);
 BATON_EXTERN(int) baton_latch_cancel(baton_latch *l);
 BATON_EXTERN(void) baton_latch_free(baton_latch *l);
 
+/* ---- leader election -------------------------------------------------------
+ * Candidates campaign for leadership of NAME; the oldest campaign leads, the
+ * others wait in line (each watches only the one before it where the engine
+ * can). The leader proclaims a value (an address, a host name) that anyone
+ * can read or observe. Leadership is a lock: it has a fencing token (the
+ * term), is lost like a lock (session expiry, an unrenewable lease) and is
+ * then reported once through on_lost. Engines: ZooKeeper (Curator's
+ * LeaderLatch layout); others answer BATON_ENOTSUP. */
+typedef struct baton_election baton_election;
+
+/* Called on the keeper thread when this candidate's leadership is lost. */
+typedef void (*baton_election_lost_cb)(baton_election *e, void *payload);
+
+typedef struct {
+    unsigned int version;
+    uint32_t lease_ms;       /* engines with leases: as for locks (default 30000) */
+    baton_election_lost_cb on_lost;
+    void *on_lost_payload;
+} baton_election_options;
+
+#define BATON_ELECTION_OPTIONS_VERSION 1
+#define BATON_ELECTION_OPTIONS_INIT { BATON_ELECTION_OPTIONS_VERSION, 30000, NULL, NULL }
+#define BATON_ELECTION_VALUE_MAX 1024   /* bytes of a proclaimed value, NUL excluded */
+
+BATON_EXTERN(int) baton_election_open(baton_election **out, baton_client *c, const char *name,
+                                      const baton_election_options *opts);
+/* Joins the election with VALUE and waits until this candidate leads: 0
+ * (leader), BATON_ELOCKED (wait_ms 0 and someone else leads; the candidacy is
+ * withdrawn), BATON_ETIMEDOUT, BATON_ECANCELED. wait_ms as for locks. */
+BATON_EXTERN(int) baton_election_campaign(baton_election *e, const char *value, int64_t wait_ms);
+/* Gives up leadership (the next candidate in line leads). BATON_ENOTHELD when
+ * not leading, BATON_ELOST when leadership was lost before. */
+BATON_EXTERN(int) baton_election_resign(baton_election *e);
+/* 1 while this candidate leads and has not lost it. */
+BATON_EXTERN(int) baton_election_is_leader(const baton_election *e);
+/* The term's fencing token while leading; 0 otherwise. */
+BATON_EXTERN(uint64_t) baton_election_fence(const baton_election *e);
+/* The leader changes its value without a new term. BATON_ENOTHELD when not
+ * leading; BATON_ENOTSUP where the engine cannot. */
+BATON_EXTERN(int) baton_election_proclaim(baton_election *e, const char *value);
+/* Who leads now: its value (cut to n bytes, NUL-terminated) and fence (may be
+ * NULL). BATON_ENOTHELD when nobody leads. */
+BATON_EXTERN(int) baton_election_leader(baton_election *e, char *value, size_t n, uint64_t *fence);
+/* Waits until the leader differs from the one this handle reported last
+ * (the first call answers at once): 0 with the new leader (fence 0 and value
+ * "" when nobody leads), BATON_ETIMEDOUT, BATON_ECANCELED. wait_ms as for
+ * locks. */
+BATON_EXTERN(int) baton_election_observe(baton_election *e, char *value, size_t n, uint64_t *fence,
+                                         int64_t wait_ms);
+/* Wakes a blocked campaign or observe (any thread): BATON_ECANCELED. */
+BATON_EXTERN(int) baton_election_cancel(baton_election *e);
+/* Resigns if leading, then frees. */
+BATON_EXTERN(void) baton_election_free(baton_election *e);
+
 /* ---- multilock --------------------------------------------------------------
  * All-or-nothing over baton locks of any engines and clients. Members are
  * taken in one global order (engine, URI, name), so two multilocks over

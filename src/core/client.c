@@ -128,3 +128,29 @@ void baton_host_recheck(baton_host *h)
     if (any) baton__keeper_kick(c->keeper);
     pthread_mutex_unlock(&h->mu);
 }
+
+/* The engine says grants are gone (see backend.h): the keeper reports them. */
+static void host_lost(baton_host *h, void *st, uint64_t fence)
+{
+    baton_client *c;
+    int any = 0;
+    if (!h) return;
+    pthread_mutex_lock(&h->mu);
+    if (!(c = h->c)) {
+        pthread_mutex_unlock(&h->mu);
+        return;
+    }
+    pthread_mutex_lock(&c->mu);
+    for (baton__member *m = c->members; m; m = m->cnext)
+        if (m->lost && m->lost(m, st, fence)) any = 1;
+    pthread_mutex_unlock(&c->mu);
+    if (any) baton__keeper_kick(c->keeper);
+    pthread_mutex_unlock(&h->mu);
+}
+
+void baton_host_lost(baton_host *h, void *st, uint64_t fence)
+{
+    if (st) host_lost(h, st, fence);
+}
+
+void baton_host_lost_all(baton_host *h) { host_lost(h, NULL, 0); }

@@ -14,6 +14,10 @@ struct baton__member {
     /* The engine may have lost what it holds: make its renewal due at NOW.
      * 1 when it did (the keeper is then kicked). */
     int (*recheck)(baton__member *m, int64_t now);
+    /* The engine no longer holds the grant FENCE (0 = any) of backend state
+     * ST (NULL = every state): mark it lost. 1 when it did (the keeper is
+     * then kicked to report it). May be NULL. */
+    int (*lost)(baton__member *m, void *st, uint64_t fence);
     baton__member *cnext, *cprev;   /* guarded by the client's mutex */
 };
 

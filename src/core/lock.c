@@ -41,6 +41,7 @@ static int64_t lock_due(baton__kept *n);
 static int lock_keep(baton__kept *n, int64_t now);
 static void lock_report(baton__kept *n);
 static int lock_recheck(baton__member *m, int64_t now);
+static int lock_lost(baton__member *m, void *st, uint64_t fence);
 static void lock_member_destroy(baton__member *m);
 
 int baton_lock_open(baton_lock **out, baton_client *c, const char *name, const baton_lock_options *opts)
@@ -90,6 +91,7 @@ int baton__lock_create(baton_lock **out, baton_client *c, const char *name,
     l->kn.report = lock_report;
     l->cm.destroy = lock_member_destroy;
     l->cm.recheck = lock_recheck;
+    l->cm.lost = lock_lost;
     baton__client_link(c, &l->cm);
     *out = l;
     return 0;
@@ -107,7 +109,7 @@ int baton_lock_acquire(baton_lock *l, int64_t wait_ms)
 {
     unsigned long me = baton__gettid();
     baton_acquire_req req;
-    int rc, leased;
+    int rc, leased, kept;
 
     if (!l) return baton_seterr(BATON_EINVAL, 0, "baton_lock_acquire: NULL lock");
     if (l->sibling && l->is_write) {
@@ -169,9 +171,13 @@ int baton_lock_acquire(baton_lock *l, int64_t wait_ms)
     req.lease_ms = l->opts.lease_ms;
     req.fair = l->opts.fair;
     req.waiter = &l->waiter;
+    req.value = l->value;
     baton__wait_deadline_ns(wait_ms, &req.deadline_ns);
 
     leased = (l->c->be->caps & BATON_CAP_LEASE) != 0;
+    /* The keeper watches a grant it renews, and one the engine may declare
+     * lost (it reports that on the keeper thread). */
+    kept = leased || (l->c->be->caps & BATON_CAP_SESSION);
     for (;;) {
         pthread_mutex_lock(&l->io);
         rc = l->c->be->lock_acquire(l->c->eng, l->st, &req);
@@ -209,7 +215,7 @@ int baton_lock_acquire(baton_lock *l, int64_t wait_ms)
         }
     }
     pthread_mutex_unlock(&l->smu);
-    if (rc == 0 && leased && baton__keeper_add(l->c->keeper,&l->kn) != 0) {
+    if (rc == 0 && kept && baton__keeper_add(l->c->keeper,&l->kn) != 0) {
         /* nobody could renew it or report it lost: give it back */
         int e = baton_error_last()->code;
         char msg[256];
@@ -382,6 +388,23 @@ static int lock_recheck(baton__member *m, int64_t now)
     }
     pthread_mutex_unlock(&l->smu);
     return any;
+}
+
+/* The client's lost(): the engine says this grant is gone. Its lease ends
+ * now, so held() is false at once and the keeper reports it like an
+ * expired lease. */
+static int lock_lost(baton__member *m, void *st, uint64_t fence)
+{
+    baton_lock *l = BATON__CONTAINER(m, baton_lock, cm);
+    int hit = 0;
+    if (st && st != l->st) return 0;
+    pthread_mutex_lock(&l->smu);
+    if (l->state == LOCK_HELD && (fence == 0 || fence == l->fence)) {
+        l->lease_deadline = INT64_MIN;
+        hit = 1;
+    }
+    pthread_mutex_unlock(&l->smu);
+    return hit;
 }
 
 static void lock_member_destroy(baton__member *m) { baton__lock_destroy(BATON__CONTAINER(m, baton_lock, cm)); }

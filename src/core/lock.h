@@ -28,6 +28,7 @@ struct baton_lock {
     baton__member cm;           /* the client's member node */
     struct baton_lock *sibling; /* the other side of a read-write lock */
     int is_write;               /* the write side of a read-write lock */
+    const char *value;          /* an election candidate's value (req.value); NULL for locks */
 };
 
 /* Creates a lock handle around backend state st (NULL = ask lock_new). */

@@ -22,7 +22,7 @@
 extern "C" {
 #endif
 
-#define BATON_BACKEND_VERSION 3
+#define BATON_BACKEND_VERSION 4
 
 /* Capability bits. */
 #define BATON_CAP_LEASE   (1u << 0) /* locks expire unless renewed; core renews them */
@@ -33,6 +33,9 @@ extern "C" {
 #define BATON_CAP_SEM     (1u << 5) /* sem_* */
 #define BATON_CAP_PERMITS (1u << 6) /* permits_* */
 #define BATON_CAP_LATCH   (1u << 7) /* latch_* */
+#define BATON_CAP_SESSION (1u << 8) /* the engine reports lost grants itself (baton_host_lost*):
+                                       the core watches held locks even without a lease */
+#define BATON_CAP_ELECTION (1u << 9) /* election_new, election_leader */
 
 /* A parsed URI: scheme://[user[:password]@]host[:port][,host[:port]...][/path][?k=v&...]
  * Every string is percent-decoded and NUL-terminated; absent parts are NULL
@@ -97,6 +100,26 @@ typedef struct baton_host baton_host;
  * re-checked. */
 void baton_host_recheck(baton_host *h);
 
+/* The engine no longer holds a grant: its session expired or was given up,
+ * the connection a session lock lived on died. The core then does what it
+ * does for a lease that ran out: held() false at once, on_lost called once
+ * (on the keeper thread), release answers BATON_ELOST, `baton run` stops
+ * its command and exits 75. From any thread, at any time; it never blocks
+ * on I/O and never calls back into the backend before it returns.
+ *
+ * baton_host_lost: the lock state ST (from lock_new, rwlock_new or
+ * election_new), for the grant with fencing token FENCE (0 = whatever grant
+ * ST holds now). Passing the fence makes a late report harmless: a grant
+ * made after the loss carries a new fence and is left alone. A state that
+ * is not held is ignored.
+ *
+ * baton_host_lost_all: every grant this client holds now. Call it before
+ * the engine can make a new grant (a new session) to this client, or the new
+ * grant is declared lost too; with several sessions, use baton_host_lost per
+ * state instead. */
+void baton_host_lost(baton_host *h, void *st, uint64_t fence);
+void baton_host_lost_all(baton_host *h);
+
 /* Says something through the application's baton_log_set() callback (no-op
  * without one). level: BATON_LOG_*. */
 void baton_log(int level, const char *fmt, ...)
@@ -124,6 +147,9 @@ typedef struct {
     baton_waiter *waiter;    /* park here while waiting; cancel wakes it */
     uint64_t fence;          /* out: fencing token of the grant */
     int64_t sent_ns;         /* out: when the granting request was sent (the lease starts then) */
+    /* version 4 */
+    const char *value;       /* election_new states: the value this candidate proclaims
+                                while it leads (never NULL there; "" allowed); NULL otherwise */
 } baton_acquire_req;
 
 typedef struct baton_backend {
@@ -220,6 +246,31 @@ typedef struct baton_backend {
      * too (Redis: "info"). 0 with every count reported, or an error with FN
      * not called at all. `baton bench` counts what a handoff costs with it. */
     int (*engine_ops)(void *eng, void (*fn)(void *arg, const char *op, uint64_t count), void *arg);
+
+    /* ---- version 4 ---- */
+
+    /* must with BATON_CAP_ELECTION: a candidate in the election NAME, as a
+     * lock state driven by lock_acquire (campaign: granted = this candidate
+     * leads; req->value is what it proclaims), lock_release (resign),
+     * lock_renew (with BATON_CAP_LEASE) and lock_free. The fence of a grant
+     * identifies the term: it strictly increases from leader to leader. The
+     * oldest candidate leads (FIFO), so a resigning leader hands over to the
+     * next one in line. */
+    int (*election_new)(void *eng, const char *name, const baton_lock_options *opts, void **st);
+    /* must with BATON_CAP_ELECTION: the current leader of NAME: its value
+     * (NUL-terminated, cut to n bytes) and its term's fence; *fence = 0 and
+     * value "" when nobody leads. With deadline_ns 0, answers at once.
+     * Otherwise waits (parked on w, never polling where the engine notifies)
+     * while the leader is still the one the caller knows, known_fence and
+     * known_value (0 and "" = nobody), and answers as soon as it differs:
+     * 0 with the new leader, BATON_ETIMEDOUT at the deadline,
+     * BATON_ECANCELED when w is cancelled. */
+    int (*election_leader)(void *eng, const char *name, uint64_t known_fence, const char *known_value,
+                           char *value, size_t n, uint64_t *fence, int64_t deadline_ns, baton_waiter *w);
+    /* may: the leader holding ST proclaims a new value without a new term
+     * (etcd's Proclaim). BATON_ELOST when ST no longer leads. NULL =
+     * BATON_ENOTSUP. */
+    int (*election_proclaim)(void *eng, void *st, const baton_owner *owner, const char *value);
 } baton_backend;
 
 /* sem_ctl / permits_ctl / latch_ctl operations. */
