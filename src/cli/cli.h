@@ -89,6 +89,8 @@ void cli_env_free(cli_env *e);
 /* ---- commands ------------------------------------------------------------- */
 int cli_run(int argc, char **argv);
 void cli_usage_run(FILE *f);
+int cli_elect(int argc, char **argv);
+void cli_usage_elect(FILE *f);
 int baton__cli_bench(int argc, char **argv);
 
 #endif

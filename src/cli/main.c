@@ -13,6 +13,8 @@ static void usage(FILE *f)
     fprintf(f,
         "usage: baton run [-u URI] [-n | -w SECS] [-E CODE] [-s | -x | --permits N | --fair]\n"
         "                 [-t LEASE_SECS] [--verbose] NAME [--] COMMAND [ARG...] | -c CMD\n"
+        "       baton elect [-u URI] [-n | -w SECS] [--value V] NAME [--] COMMAND [ARG...]\n"
+        "       baton elect [-u URI] --listen | --leader NAME\n"
         "       baton status [-u URI] NAME\n"
         "       baton latch [-u URI] NAME set N | down | count | wait [-w SECS]\n"
         "       baton sem [-u URI] NAME set N | add N | available | drain\n"
@@ -233,8 +235,9 @@ static void log_to_stderr(int level, const char *msg, void *p)
 int main(int argc, char **argv)
 {
     baton_log_set(log_to_stderr, NULL);
-    if (argc < 2) return cli_usage_error(NULL, "missing command (run, status, latch, sem, bench, version)");
+    if (argc < 2) return cli_usage_error(NULL, "missing command (run, elect, status, latch, sem, bench, version)");
     if (!strcmp(argv[1], "run")) return cli_run(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "elect")) return cli_elect(argc - 1, argv + 1);
     if (!strcmp(argv[1], "status")) return cmd_status(argc - 1, argv + 1);
     if (!strcmp(argv[1], "bench")) return baton__cli_bench(argc - 1, argv + 1);
     if (!strcmp(argv[1], "latch")) return cmd_sync(argc - 1, argv + 1, 1);

@@ -41,6 +41,15 @@ static void on_lost(baton_lock *l, void *p)
     if (write(ev_pipe[1], &c, 1) < 0) { /* nothing to do */ }
 }
 
+/* The same for a lost leadership (baton elect). */
+static void on_lost_lead(baton_election *e, void *p)
+{
+    char c = EV_LOST;
+    (void)e; (void)p;
+    /* A blocking pipe only we read: the write cannot fail, at worst it waits. */
+    if (write(ev_pipe[1], &c, 1) < 0) { /* nothing to do */ }
+}
+
 static int64_t mono_ns(void)
 {
     struct timespec ts;
@@ -76,6 +85,8 @@ typedef struct {
     const char *name;
     baton_lock *l;                  /* a plain lock or a side of a rwlock */
     baton_permits *pm;              /* --permits instead */
+    baton_election *el;             /* baton elect instead */
+    const char *value;              /* what el proclaims while it leads */
     char id[BATON_PERMIT_ID_SIZE];  /* the permit we hold ("" when none) */
     uint32_t lease_ms;
     int64_t wait_ms;
@@ -96,6 +107,7 @@ static void *acquire_main(void *arg)
     char c = EV_DONE;
 
     r->rc = r->pm ? baton_permits_acquire(r->pm, r->lease_ms, r->wait_ms, r->id)
+          : r->el ? baton_election_campaign(r->el, r->value, r->wait_ms)
                   : baton_lock_acquire(r->l, r->wait_ms);
     e = baton_error_last();
     if (r->rc && e->code == r->rc && e->message) snprintf(r->msg, sizeof r->msg, "%s", e->message);
@@ -107,6 +119,7 @@ static void *acquire_main(void *arg)
 static void cancel_wait(run_state *r)
 {
     if (r->pm) baton_permits_cancel(r->pm);
+    else if (r->el) baton_election_cancel(r->el);
     else baton_lock_cancel(r->l);
 }
 
@@ -114,6 +127,7 @@ static void cancel_wait(run_state *r)
 static int give_back(run_state *r)
 {
     if (r->pm) return r->id[0] ? baton_permits_release(r->pm, r->id) : 0;
+    if (r->el) return baton_election_resign(r->el);
     return baton_lock_release(r->l);
 }
 
@@ -360,7 +374,7 @@ static int supervise(run_state *r, pid_t child, double kill_after, int *status, 
 }
 
 enum { M_PLAIN, M_FAIR, M_SHARED, M_WRITE, M_PERMITS };
-enum { O_KILL_AFTER = CLI_LONG_ONLY, O_FAIR, O_PERMITS, O_VERBOSE };
+enum { O_KILL_AFTER = CLI_LONG_ONLY, O_FAIR, O_PERMITS, O_VERBOSE, O_VALUE, O_LISTEN, O_LEADER };
 
 /* The longest lease: the engines count leases in 32-bit milliseconds. */
 #define LEASE_MAX_S 4294967.295
@@ -405,7 +419,73 @@ void cli_usage_run(FILE *f)
         "executable/not found; 128+N when signal N (INT, TERM, HUP) canceled the wait.\n");
 }
 
-int cli_run(int argc, char **argv)
+void cli_usage_elect(FILE *f)
+{
+    fprintf(f,
+        "usage: baton elect [options] [--value VALUE] NAME [--] COMMAND [ARG...]\n"
+        "       baton elect [options] [--value VALUE] NAME -c COMMAND_STRING\n"
+        "       baton elect [-u URI] [-w SECS] --listen NAME\n"
+        "       baton elect [-u URI] --leader NAME\n"
+        "Campaign in the election NAME and run COMMAND only while this process leads\n"
+        "(etcdctl elect). Leadership lost while COMMAND runs stops it, as baton run\n"
+        "does for a lost lock.\n"
+        "\n"
+        "  -u, --uri URI        the engine (default $BATON_URI); elections need one that has\n"
+        "                       them (zk://); others answer 'not supported'\n"
+        "      --value VALUE    what this leader proclaims (default \"HOST PID\")\n"
+        "  -n, --nonblock       do not wait: if someone else leads, exit 1 (or -E CODE)\n"
+        "  -w, --timeout SECS   wait at most SECS to lead (default: forever)\n"
+        "  -E, --conflict-exit-code CODE, -c, --command CMD, -t, --lease SECS,\n"
+        "      --kill-after S, --verbose: as for baton run\n"
+        "  -l, --listen         print the leader (\"TERM VALUE\", or \"0\" when none) and\n"
+        "                       every change, one line each, until -w SECS pass or a signal\n"
+        "      --leader         print the current leader once (exit 1 when none)\n"
+        "\n"
+        "COMMAND gets BATON_LOCK (NAME), BATON_FENCE (the term: it grows from leader to\n"
+        "leader) and BATON_URI. exit: as baton run (75: leadership lost while COMMAND ran).\n");
+}
+
+/* --listen and --leader: observe the election without campaigning. */
+static int elect_watch(const char *uri, const char *name, int listen, int64_t wait_ms)
+{
+    baton_client *c = NULL;
+    baton_election *e = NULL;
+    char v[BATON_ELECTION_VALUE_MAX + 1];
+    uint64_t fence = 0;
+    int rc, code = 0;
+
+    if ((rc = baton_client_open(&c, uri, NULL))) { cli_report("open", rc); return cli_exit_for(rc); }
+    if ((rc = baton_election_open(&e, c, name, NULL))) {
+        if (rc == BATON_ENOTSUP)
+            fprintf(stderr, "%s: elections are not supported by the %s engine\n", prog, baton_client_backend(c));
+        else
+            cli_report("election", rc);
+        code = cli_exit_for(rc);
+        goto out;
+    }
+    if (!listen) {
+        rc = baton_election_leader(e, v, sizeof v, &fence);
+        if (rc == BATON_ENOTHELD) { code = 1; goto out; }
+        if (rc) { cli_report("leader", rc); code = cli_exit_for(rc); goto out; }
+        printf("%" PRIu64 " %s\n", fence, v);
+        goto out;
+    }
+    for (;;) {
+        rc = baton_election_observe(e, v, sizeof v, &fence, wait_ms);
+        if (rc == BATON_ETIMEDOUT) break;
+        if (rc) { cli_report("observe", rc); code = cli_exit_for(rc); goto out; }
+        if (fence) printf("%" PRIu64 " %s\n", fence, v);
+        else printf("0\n");
+        fflush(stdout);
+    }
+out:
+    baton_election_free(e);
+    baton_client_close(c);
+    return code;
+}
+
+/* baton run and baton elect: one supervisor, two ways of holding. */
+static int run_main(int argc, char **argv, int elect)
 {
     static const struct option lo[] = {
         { "uri", required_argument, NULL, CLI_LONG('u') },
@@ -427,10 +507,18 @@ int cli_run(int argc, char **argv)
         { "kill-after", required_argument, NULL, O_KILL_AFTER },
         { "fair", no_argument, NULL, O_FAIR },
         { "permits", required_argument, NULL, O_PERMITS },
+        { "value", required_argument, NULL, O_VALUE },
+        { "listen", no_argument, NULL, O_LISTEN },
+        { "leader", no_argument, NULL, O_LEADER },
         { NULL, 0, NULL, 0 },
     };
     static const char *const env_keys[4] = { "BATON_LOCK", "BATON_FENCE", "BATON_URI", "BATON_REDIS_PASSWORD" };
-    cli_opts o = { .argc = argc, .argv = argv, .cmd = "run", .shorts = "u:nw:E:c:sxet:oFhV", .lo = lo, .permute = 0 };
+    const char *cmdn = elect ? "elect" : "run";
+    cli_opts o = { .argc = argc, .argv = argv, .cmd = cmdn, .shorts = elect ? "u:nw:E:c:t:loFhV" : "u:nw:E:c:sxet:oFhV",
+                   .lo = lo, .permute = 0 };
+    const char *value = NULL;
+    char value_buf[300];
+    int listen_mode = 0, leader_mode = 0;
     const char *uri = NULL, *name, *why, *cmdstr = NULL, *cmdname;
     const char *env_vals[4];
     char n_name[64] = "", w_name[64] = "", c_name[64] = "", mode_name[64] = "";
@@ -461,23 +549,23 @@ int cli_run(int argc, char **argv)
         case 'u': uri = o.arg; break;
         case 'n': nowait = 1; snprintf(n_name, sizeof n_name, "%s", o.name); break;
         case 'w':
-            if (cli_secs("run", o.name, o.arg, 0, 1e9, NULL, &wait_s)) return EX_USAGE;
+            if (cli_secs(cmdn, o.name, o.arg, 0, 1e9, NULL, &wait_s)) return EX_USAGE;
             snprintf(w_name, sizeof w_name, "%s", o.name);
             break;
         case 't':
-            if (cli_secs("run", o.name, o.arg, LEASE_MIN_S, LEASE_MAX_S, "leases are 32-bit milliseconds", &lease_s))
+            if (cli_secs(cmdn, o.name, o.arg, LEASE_MIN_S, LEASE_MAX_S, "leases are 32-bit milliseconds", &lease_s))
                 return EX_USAGE;
             break;
         case O_KILL_AFTER:
-            if (cli_secs("run", o.name, o.arg, 0, 1e9, NULL, &kill_after)) return EX_USAGE;
+            if (cli_secs(cmdn, o.name, o.arg, 0, 1e9, NULL, &kill_after)) return EX_USAGE;
             break;
         case 'E':
             if (cli_int(o.arg, 0, 255, &v))
-                return cli_usage_error("run", "%s: bad exit code '%s' (want 0 to 255)", o.name, o.arg);
+                return cli_usage_error(cmdn, "%s: bad exit code '%s' (want 0 to 255)", o.name, o.arg);
             busy_code = (int)v;
             break;
         case 'c':
-            if (cmdstr) return cli_usage_error("run", "%s given twice", o.name);
+            if (cmdstr) return cli_usage_error(cmdn, "%s given twice", o.name);
             cmdstr = o.arg;
             snprintf(c_name, sizeof c_name, "%s", o.name);
             break;
@@ -486,34 +574,56 @@ int cli_run(int argc, char **argv)
         case O_FAIR: m = M_FAIR; break;
         case O_PERMITS:
             if (cli_int(o.arg, 1, 1000000, &permits))
-                return cli_usage_error("run", "%s: bad number of permits '%s' (want 1 to 1000000)", o.name, o.arg);
+                return cli_usage_error(cmdn, "%s: bad number of permits '%s' (want 1 to 1000000)", o.name, o.arg);
             m = M_PERMITS;
             break;
         case O_VERBOSE: verbose = 1; break;
+        case O_VALUE: case O_LISTEN: case O_LEADER: case 'l':
+            if (!elect) return cli_usage_error(cmdn, "%s is an option of baton elect", o.name);
+            if (opt == O_VALUE) value = o.arg;
+            else if (opt == O_LEADER) leader_mode = 1;
+            else listen_mode = 1;
+            break;
         case 'o': break;   /* flock's --close: the command never inherits our lock's descriptor */
         case 'F':
-            return cli_usage_error("run", "%s is not supported: baton stays to renew the lease and release the lock",
+            return cli_usage_error(cmdn, "%s is not supported: baton stays to renew the lease and release the lock",
                                    o.name);
-        case 'h': cli_usage_run(stdout); return 0;
+        case 'h': if (elect) cli_usage_elect(stdout); else cli_usage_run(stdout); return 0;
         case 'V': printf("baton %s\n", baton_version()); return 0;
-        default: return cli_usage_error("run", "option '%s' is not handled", o.name);   /* a bug of ours */
+        default: return cli_usage_error(cmdn, "option '%s' is not handled", o.name);   /* a bug of ours */
         }
         if (m != M_PLAIN) {
+            if (elect)
+                return cli_usage_error(cmdn, "%s is an option of baton run: an election has one leader", o.name);
             if (mode != M_PLAIN && mode != m)
-                return cli_usage_error("run", "%s and %s exclude each other (choose one of --shared, --write, "
+                return cli_usage_error(cmdn, "%s and %s exclude each other (choose one of --shared, --write, "
                                        "--permits, --fair)", mode_name, o.name);
             mode = m;
             snprintf(mode_name, sizeof mode_name, "%s", o.name);
         }
     }
-    if (nowait && w_name[0]) return cli_usage_error("run", "%s and %s exclude each other", n_name, w_name);
-    if (optind >= argc) return cli_usage_error("run", "missing NAME");
+    if (nowait && w_name[0]) return cli_usage_error(cmdn, "%s and %s exclude each other", n_name, w_name);
+    if (optind >= argc) return cli_usage_error(cmdn, "missing NAME");
     name = argv[optind++];
+    if (listen_mode || leader_mode) {
+        if (listen_mode && leader_mode) return cli_usage_error(cmdn, "--listen and --leader exclude each other");
+        if (optind < argc && !strcmp(argv[optind], "--")) optind++;
+        if (optind < argc || cmdstr)
+            return cli_usage_error(cmdn, "%s takes no COMMAND", listen_mode ? "--listen" : "--leader");
+        return elect_watch(cli_default_uri(uri), name, listen_mode, nowait ? 0 : wait_s < 0 ? -1 : (int64_t)(wait_s * 1000));
+    }
+    if (elect && !value) {
+        /* what etcdctl elect calls the proposal: by default who we are */
+        char host[256] = "?";
+        gethostname(host, sizeof host - 1);
+        snprintf(value_buf, sizeof value_buf, "%s %ld", host, (long)getpid());
+        value = value_buf;
+    }
     if (optind < argc && (!strcmp(argv[optind], "-c") || !strcmp(argv[optind], "--command") ||
                           !strncmp(argv[optind], "--command=", 10))) {
         /* flock's form: NAME -c COMMAND_STRING */
         const char *f = argv[optind];
-        if (cmdstr) return cli_usage_error("run", "%.*s given twice", (int)strcspn(f, "="), f);
+        if (cmdstr) return cli_usage_error(cmdn, "%.*s given twice", (int)strcspn(f, "="), f);
         if (!strncmp(f, "--command=", 10)) {
             cmdstr = f + 10;
             optind++;
@@ -521,18 +631,18 @@ int cli_run(int argc, char **argv)
             cmdstr = argv[optind + 1];
             optind += 2;
         } else {
-            return cli_usage_error("run", "option '%s' requires an argument", f);
+            return cli_usage_error(cmdn, "option '%s' requires an argument", f);
         }
         snprintf(c_name, sizeof c_name, "%.*s", (int)strcspn(f, "="), f);
         if (optind < argc)
-            return cli_usage_error("run", "%s takes one command string, and no COMMAND ARG... after it "
+            return cli_usage_error(cmdn, "%s takes one command string, and no COMMAND ARG... after it "
                                    "(quote the whole command)", c_name);
     } else if (optind < argc && !strcmp(argv[optind], "--")) {
         optind++;
     }
     if (cmdstr && optind < argc)
-        return cli_usage_error("run", "%s CMD and COMMAND ARG... exclude each other", c_name);
-    if (!cmdstr && optind >= argc) return cli_usage_error("run", "missing COMMAND (or -c COMMAND_STRING)");
+        return cli_usage_error(cmdn, "%s CMD and COMMAND ARG... exclude each other", c_name);
+    if (!cmdstr && optind >= argc) return cli_usage_error(cmdn, "missing COMMAND (or -c COMMAND_STRING)");
     r.name = name;
     /* within [50, UINT32_MAX] by cli_secs */
     r.lease_ms = (uint32_t)fmin(llround(lease_s * 1000), (double)UINT32_MAX);
@@ -575,7 +685,20 @@ int cli_run(int argc, char **argv)
     lo_opts.lease_ms = r.lease_ms;
     lo_opts.on_lost = on_lost;
     lo_opts.fair = mode == M_FAIR;
-    if (mode == M_PERMITS) {
+    if (elect) {
+        baton_election_options eo = BATON_ELECTION_OPTIONS_INIT;
+        eo.lease_ms = r.lease_ms;
+        eo.on_lost = on_lost_lead;
+        r.value = value;
+        if ((rc = baton_election_open(&r.el, c, name, &eo))) {
+            if (rc == BATON_ENOTSUP)
+                fprintf(stderr, "%s: elections are not supported by the %s engine\n", prog, baton_client_backend(c));
+            else
+                cli_report("election", rc);
+            code = cli_exit_for(rc);
+            goto out;
+        }
+    } else if (mode == M_PERMITS) {
         /* One of N permits, each with its own lease: a killed holder's slot
          * comes back when its lease runs out (or, on engines without leases,
          * when it dies). The first user sets N; later users join it. */
@@ -638,16 +761,18 @@ int cli_run(int argc, char **argv)
         code = EX_LOST;
         goto out;
     }
-    snprintf(buf, sizeof buf, "%" PRIu64, r.l ? baton_lock_fence(r.l) : 0);
+    snprintf(buf, sizeof buf, "%" PRIu64, r.l ? baton_lock_fence(r.l) : r.el ? baton_election_fence(r.el) : 0);
     if (verbose && r.pm)
         fprintf(stderr, "%s: %s: got a permit after %.3f s (%s)\n", prog, name, (double)(mono_ns() - acq_start) / 1e9, r.id);
+    else if (verbose && r.el)
+        fprintf(stderr, "%s: %s: leading after %.3f s, term %s\n", prog, name, (double)(mono_ns() - acq_start) / 1e9, buf);
     else if (verbose)
         fprintf(stderr, "%s: %s: got the lock after %.3f s, fence %s\n", prog, name, (double)(mono_ns() - acq_start) / 1e9, buf);
     /* The command's BATON_URI names the engine so that a nested baton can
      * use it: with no password in it (that goes to BATON_REDIS_PASSWORD,
      * which the Redis engines read), with the file engine's directory. */
     env_vals[0] = name;
-    env_vals[1] = r.l ? buf : NULL;
+    env_vals[1] = r.l || r.el ? buf : NULL;
     if (cli_child_uri(c, uri, &child_uri, &child_pw) == 0) {
         env_vals[2] = child_uri;
         env_vals[3] = child_pw;
@@ -712,7 +837,7 @@ int cli_run(int argc, char **argv)
     rc = give_back(&r);
     if (code) {
         /* supervise's failure, reported; the command is gone */
-    } else if (lost || rc == BATON_ELOST || (r.pm && rc == BATON_ENOTOWNER)) {
+    } else if (lost || rc == BATON_ELOST || (r.pm && rc == BATON_ENOTOWNER) || (r.el && rc == BATON_ENOTHELD)) {
         code = EX_LOST;
         if (!lost) fprintf(stderr, "%s: %s: lease lost while the command ran\n", prog, name);
     } else if (WIFSIGNALED(status)) {
@@ -729,6 +854,7 @@ out:
     if (rw) baton_rwlock_free(rw);
     else baton_lock_free(r.l);
     baton_permits_free(r.pm);
+    baton_election_free(r.el);
     baton_client_close(c);
     if (r.sfd >= 0) close(r.sfd);
     for (int i = 0; i < 2; i++) {
@@ -738,3 +864,6 @@ out:
     return code;
 }
 
+
+int cli_run(int argc, char **argv) { return run_main(argc, argv, 0); }
+int cli_elect(int argc, char **argv) { return run_main(argc, argv, 1); }
