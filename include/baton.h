@@ -94,6 +94,10 @@ BATON_EXTERN(void) baton_client_close(baton_client *c);
 BATON_EXTERN(const char *) baton_client_backend(const baton_client *c);
 /* The URI with any password removed; safe to print or export. */
 BATON_EXTERN(const char *) baton_client_uri(const baton_client *c);
+/* One line on the client's connection or session as the engine sees it (a
+ * ZooKeeper session id and its negotiated timeout). BATON_ENOTSUP when the
+ * engine has nothing to say. */
+BATON_EXTERN(int) baton_client_describe(baton_client *c, char *buf, size_t n);
 
 /* A quorum client (RedLock) over the engines of N open clients: a majority of
  * them must grant. The members must be of one kind that has a quorum form

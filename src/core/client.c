@@ -108,6 +108,14 @@ const char *baton_client_uri(const baton_client *c)
     return c ? c->uri->redacted : NULL;
 }
 
+int baton_client_describe(baton_client *c, char *buf, size_t n)
+{
+    if (!c || !buf || !n) return baton_seterr(BATON_EINVAL, 0, "baton_client_describe: NULL argument");
+    buf[0] = 0;
+    if (!c->be->describe) return baton_seterr(BATON_ENOTSUP, 0, "the %s backend has nothing to describe", c->be->name);
+    return c->be->describe(c->eng, buf, n);
+}
+
 /* Every held, renewed lock is due for its owner-checked renewal now: the
  * engine said it may have lost them (see backend.h). */
 void baton_host_recheck(baton_host *h)

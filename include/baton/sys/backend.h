@@ -271,6 +271,10 @@ typedef struct baton_backend {
      * (etcd's Proclaim). BATON_ELOST when ST no longer leads. NULL =
      * BATON_ENOTSUP. */
     int (*election_proclaim)(void *eng, void *st, const baton_owner *owner, const char *value);
+    /* may: one line on this client's connection or session as the engine
+     * sees it ("session 0x1f00a2 timeout 4000 ms (negotiated)"), for `baton
+     * status`. Writes at most n bytes; NULL = nothing to say. */
+    int (*describe)(void *eng, char *buf, size_t n);
 } baton_backend;
 
 /* sem_ctl / permits_ctl / latch_ctl operations. */
