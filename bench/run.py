@@ -649,8 +649,7 @@ def measure():
     if "redis" in SECTIONS:
         measure_redis(got, svgs)
     if "redlock" in SECTIONS:
-        cleanup_servers_between = [p for p, _ in PROCS]
-        for p in cleanup_servers_between:   # the Redis section's servers: not needed any more
+        for p in [p for p, _ in PROCS]:   # the Redis section's servers and etcd: done with
             stop(p)
         measure_redlock(got)
     return got, svgs
