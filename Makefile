@@ -61,17 +61,18 @@ test: deps
 # build/bench, whatever build type build/ was configured with.
 # Results go to build/bench-results/<time>/ (untracked); bench-docs also publishes the run
 # into docs/PERFORMANCE.md, docs/bench/*.svg and bench/results/.
+# BENCH_ARGS="--only redis|redlock" runs one section; "--redlock-nodes 5" for 5 RedLock nodes.
 bench:
 	bash scripts/install-deps.sh --bench
 	cmake -S . -B build/bench -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) >/dev/null
 	cmake --build build/bench -j$(JOBS) --target baton
-	/usr/bin/python3 bench/run.py build/bench/baton
+	/usr/bin/python3 bench/run.py $(BENCH_ARGS) build/bench/baton
 
 bench-docs:
 	bash scripts/install-deps.sh --bench
 	cmake -S . -B build/bench -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) >/dev/null
 	cmake --build build/bench -j$(JOBS) --target baton
-	/usr/bin/python3 bench/run.py --docs build/bench/baton
+	/usr/bin/python3 bench/run.py --docs $(BENCH_ARGS) build/bench/baton
 
 # make install [PREFIX=/usr/local] [DESTDIR=/staging]
 PREFIX ?= /usr/local

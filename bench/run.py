@@ -8,7 +8,10 @@ JSON line per result), the latency plots (*.svg, when `baton bench --svg` exists
 With --docs (`make bench-docs`) it also publishes them: bench/results/<UTC time>.jsonl,
 docs/bench/*.svg and the table in docs/PERFORMANCE.md between the RESULTS markers. Benchmarks are not tests: nothing here fails on a number, and a
 missing peer or an unknown workload is a skipped, n/a row, never an error.
-usage: bench/run.py [--docs] BATON_BINARY
+RedLock: baton on `redlock://` over 3 Redis servers of its own (tests/servers/redis.sh; 5 with
+--redlock-nodes 5) and node-redlock (bench/peers/redlock.js) on the same servers, interleaved; its
+table goes between the REDLOCK markers. --only redis|redlock runs (and publishes) one section.
+usage: bench/run.py [--docs] [--only redis|redlock] [--redlock-nodes N] BATON_BINARY
 """
 import datetime, hashlib, json, os, re, resource, shutil, signal, socket, statistics, subprocess, sys, tempfile, time
 
@@ -42,8 +45,29 @@ HERD_ROUNDS = 100
 MEM_N = 1000
 BOUND_REPS = 5         # alternations of redis-benchmark's bound and baton's uncontended run
 
-PUBLISH = "--docs" in sys.argv[1:]
-_args = [a for a in sys.argv[1:] if a != "--docs"]
+REDLOCK_NODES = 3      # redis servers of the RedLock section (--redlock-nodes)
+REDLOCK_N = 5000       # uncontended pairs on RedLock, baton and node-redlock
+REDLOCK_REPS = 3       # alternations of baton and node-redlock per RedLock workload
+REDIS_SH = os.path.join(ROOT, "tests", "servers", "redis.sh")
+SECTIONS = ("redis", "redlock")
+
+PUBLISH = False
+_args = []
+_av = sys.argv[1:]
+while _av:
+    a = _av.pop(0)
+    if a == "--docs":
+        PUBLISH = True
+    elif a in ("--only", "--redlock-nodes") and _av:
+        v = _av.pop(0)
+        if a == "--only":
+            if v not in SECTIONS:
+                raise SystemExit("bench: --only wants one of %s, not %s" % (", ".join(SECTIONS), v))
+            SECTIONS = (v,)
+        else:
+            REDLOCK_NODES = int(v)
+    else:
+        _args.append(a)
 BATON = os.path.abspath(_args[0]) if _args else os.path.join(ROOT, "build", "baton")
 STAMP = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H-%M-%SZ")
 OUT_DIR = os.path.join(ROOT, "build", "bench-results", STAMP)
@@ -173,9 +197,15 @@ def stop(p, grace=5.0):
             break
 
 
+REDIS_DIRS = []        # servers started with tests/servers/redis.sh (the RedLock nodes)
+
+
 def cleanup():
     for p, _ in list(PROCS):
         stop(p)
+    for d in REDIS_DIRS:
+        subprocess.run(["bash", REDIS_SH, "stop", d], capture_output=True)
+    REDIS_DIRS.clear()
     for d in TMPDIRS:
         shutil.rmtree(d, ignore_errors=True)
     TMPDIRS.clear()
@@ -438,9 +468,7 @@ def keep_svg(tmp, name, svgs):
 
 # ---- the run ----
 
-def measure():
-    got = {}
-    svgs = []
+def measure_redis(got, svgs):
     port, _ = start_redis()
     uri = "redis://127.0.0.1:%d/0" % port
     env = {"PEER_REDIS_PORT": str(port)}
@@ -551,6 +579,79 @@ def measure():
     if etcd:
         cmds["etcdctl"] = ["etcdctl", "--endpoints=" + etcd, "lock", "bench-cli", "--", "true"]
     got["cli_redis"] = cli_walls(cmds, CLI_LOOPS, "redis")
+
+
+def loadavg(label):
+    """The machine's load average, recorded with the results (the RedLock doc states it)."""
+    try:
+        la = [float(x) for x in open("/proc/loadavg").read().split()[:3]]
+    except (OSError, ValueError):
+        return None
+    return record({"peer": "machine", "workload": "loadavg", "when": label, "load1": la[0], "load5": la[1],
+                   "load15": la[2], "cpus": os.cpu_count()}, "loadavg " + label)
+
+
+def start_redlock_nodes(n):
+    """n Redis servers on free loopback ports, started by tests/servers/redis.sh; their ports."""
+    ports = []
+    for i in range(n):
+        d = mktemp("baton-bench-redlock-%d." % i)
+        r = subprocess.run(["bash", REDIS_SH, "start", d], capture_output=True, text=True)
+        if r.returncode != 0:
+            log("  skipped RedLock: redis.sh start failed: %s" % (r.stderr.strip()[-300:]))
+            return None
+        REDIS_DIRS.append(d)
+        ports.append(int(r.stdout.strip().splitlines()[-1]))
+    return ports
+
+
+def measure_redlock(got):
+    """baton on redlock:// and node-redlock on the same REDLOCK_NODES servers, interleaved:
+    each workload runs REDLOCK_REPS times per client, alternating which goes first, and each
+    side keeps its median run, so a burst of load from elsewhere hits both alike."""
+    ports = start_redlock_nodes(REDLOCK_NODES)
+    if not ports:
+        return
+    got["redlock_nodes"] = len(ports)
+    uri = "redlock://%s/0" % ",".join("127.0.0.1:%d" % p for p in ports)
+    log("RedLock: baton on %s, node-redlock on the same servers" % uri)
+    loadavg("redlock start")
+    node = node_peers()
+    if not node:
+        log("  skipped node-redlock: no node/npm or the npm install failed")
+    nenv = {"NODE_PATH": NODE_MODULES, "PEER_REDIS_PORTS": ",".join(map(str, ports))}
+    peer = os.path.join(ROOT, "bench", "peers", "redlock.js")
+    bench = lambda *a: [BATON, "bench", "-u", uri] + list(a) + ["--json"]
+    work = {
+        "unc": (["--workload", "uncontended", "--n", str(REDLOCK_N)], ["uncontended", str(REDLOCK_N)], "pairs_per_s"),
+        "cont": (["--workload", "contended", "--clients", "8", "--seconds", "5"], ["contended", "8", "5"],
+                 "handoffs_per_s"),
+        "handoff": (["--workload", "handoff", "--rounds", "200"], ["handoff", "200"], "handoff_p50_us"),
+    }
+    for key, (bargs, nargs, field) in work.items():
+        log("RedLock %s (%d alternations)" % (key, REDLOCK_REPS))
+        b, n = [], []
+        for rep in range(REDLOCK_REPS):
+            sides = [("b", lambda: b.append(run(bench(*bargs), "redlock_baton_" + key)))]
+            if node:
+                sides.append(("n", lambda: n.append(run(["node", peer] + nargs, "redlock_node_" + key, nenv))))
+            for _, go in (sides if rep % 2 == 0 else sides[::-1]):
+                go()
+        got["redlock_baton_" + key] = median_run(b, field)
+        got["redlock_node_" + key] = median_run(n, field)
+        got["redlock_runs_" + key] = (len([x for x in b if x]), len([x for x in n if x]))
+    loadavg("redlock end")
+    got["redlock_load"] = [r for r in results if r.get("workload") == "loadavg"][-2:]
+
+
+def measure():
+    got, svgs = {}, []
+    if "redis" in SECTIONS:
+        measure_redis(got, svgs)
+    if "redlock" in SECTIONS:
+        for p in [p for p, _ in PROCS]:   # the Redis section's servers and etcd: done with
+            stop(p)
+        measure_redlock(got)
     return got, svgs
 
 
@@ -711,6 +812,52 @@ def build_rows(got):
     return rows
 
 
+def redlock_rows(got):
+    """The RedLock table: baton on redlock:// against node-redlock on the same servers. No
+    targets were set for RedLock: ratios only."""
+    g = lambda k, fld: num(got.get(k), fld)
+    rows = []
+    def row(measure, bk, nk, fld, spec="%.1f", inverse=False):
+        b, n = g(bk, fld), g(nk, fld)
+        rows.append((measure, f(b, spec), "node-redlock " + f(n, spec), rfmt(div(n, b) if inverse else div(b, n))))
+    row("RedLock uncontended pairs/s (ratio = baton / node-redlock)", "redlock_baton_unc", "redlock_node_unc", "pairs_per_s")
+    row("… acquire p50 µs (ratio = node-redlock / baton)", "redlock_baton_unc", "redlock_node_unc", "acquire_p50_us",
+        inverse=True)
+    row("RedLock contended handoffs/s, 8 processes (ratio = baton / node-redlock)", "redlock_baton_cont",
+        "redlock_node_cont", "handoffs_per_s")
+    row("… wait p99 ms (ratio = node-redlock / baton)", "redlock_baton_cont", "redlock_node_cont", "wait_p99_ms", "%.2f",
+        inverse=True)
+    mm = lambda k: div(g(k, "min_per_client"), g(k, "max_per_client"))
+    rows.append(("… min/max grants per client", f(mm("redlock_baton_cont"), "%.2f"),
+                 "node-redlock " + f(mm("redlock_node_cont"), "%.2f"), "—"))
+    ok = lambda k: "n/a" if (got.get(k) or {}).get("counter_ok") is None else str(got[k]["counter_ok"]).lower()
+    rows.append(("… counter_ok", ok("redlock_baton_cont"), "node-redlock " + ok("redlock_node_cont"), "—"))
+    row("RedLock handoff p50 µs, release → the blocked waiter's grant (ratio = node-redlock / baton)",
+        "redlock_baton_handoff", "redlock_node_handoff", "handoff_p50_us", inverse=True)
+    row("… handoff p99 µs (ratio = node-redlock / baton)", "redlock_baton_handoff", "redlock_node_handoff",
+        "handoff_p99_us", inverse=True)
+    return rows
+
+
+def render_redlock(got, stamp):
+    rows = redlock_rows(got)
+    t = ["| measure | baton | peer | ratio |", "|---|---|---|---|"]
+    t += ["| %s | %s | %s | %s |" % r for r in rows]
+    runs = got.get("redlock_runs_unc") or (0, 0)
+    la = got.get("redlock_load") or []
+    load = ", ".join("%s %.2f" % (x["when"].split()[-1], x["load1"]) for x in la)
+    how = "make bench" if len(SECTIONS) > 1 else "make bench BENCH_ARGS='--only redlock'"
+    s = ("Run of %s (`%s`, results in `bench/results/%s.jsonl`): %d local Redis servers "
+         "(tests/servers/redis.sh, no persistence), baton `redlock://` and node-redlock 4.2.0 on the same "
+         "servers, %d runs of each workload per client, interleaved (the order alternates), medians kept"
+         % (stamp, how, stamp, got.get("redlock_nodes", 0), REDLOCK_REPS))
+    s += "; load average (1 min) at %s on %s CPUs.\n\n" % (load, os.cpu_count()) if load else ".\n\n"
+    s += "\n".join(t)
+    if runs[1] == 0:
+        s += "\n\nnode-redlock did not run (node or its npm packages missing): its cells read n/a."
+    return s
+
+
 def render(rows, stamp, svgs):
     metcell = {True: "met", False: "**not met**", None: "n/a", "info": "—"}
     t = ["| measure | baton | peer / bound | ratio | target | met |", "|---|---|---|---|---|---|"]
@@ -752,13 +899,17 @@ def main():
     finally:
         cleanup()
 
-    rows = build_rows(got)
     stamp = STAMP
     os.makedirs(OUT_DIR, exist_ok=True)
     with open(os.path.join(OUT_DIR, "results.jsonl"), "w") as out:
         for r in results:
             out.write(json.dumps(r) + "\n")
-    text = render(rows, stamp, svgs)
+    blocks = {}   # marker -> text
+    if "redis" in SECTIONS:
+        blocks["RESULTS"] = render(build_rows(got), stamp, svgs)
+    if "redlock" in SECTIONS:
+        blocks["REDLOCK"] = render_redlock(got, stamp)
+    text = "\n\n".join(blocks.values())
     open(os.path.join(OUT_DIR, "table.md"), "w").write(text + "\n")
     print("\n" + text)
     print("\nbench: results in %s" % os.path.relpath(OUT_DIR, ROOT))
@@ -773,7 +924,9 @@ def main():
     doc = os.path.join(ROOT, "docs", "PERFORMANCE.md")
     if os.path.exists(doc):
         s = open(doc).read()
-        s = re.sub(r"<!-- RESULTS -->.*<!-- /RESULTS -->", lambda _: "<!-- RESULTS -->\n%s\n<!-- /RESULTS -->" % text, s, flags=re.S)
+        for mark, body in blocks.items():
+            s = re.sub(r"<!-- %s -->.*<!-- /%s -->" % (mark, mark),
+                       lambda _: "<!-- %s -->\n%s\n<!-- /%s -->" % (mark, body, mark), s, flags=re.S)
         open(doc, "w").write(s)
     print("bench: published into docs/PERFORMANCE.md, docs/bench/ and bench/results/")
 

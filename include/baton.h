@@ -150,16 +150,26 @@ typedef struct {
                                  simple layout's whole value (redis-py's token); "" when unknown */
     uint64_t fence;           /* the last fence granted for this name (0 if never) */
     int64_t remaining_ms;     /* remaining lease; -1 when the engine does not know */
-    /* -1 below = the engine does not know */
+    /* -1 below = the engine does not know (permits: BATON_PERMITS_UNKNOWN) */
     int64_t queue_length;     /* waiters queued for a fair lock */
     int64_t readers;          /* holders of a read-write lock's read side */
     int writer;               /* 1 when a read-write lock's write side is held */
     int64_t waiting_writers;  /* writers waiting on a read-write lock */
-    int64_t permits;          /* available permits of a semaphore of this name (Redis: also a latch's count) */
+    int64_t permits;          /* available permits of a semaphore of this name (Redis: also a latch's
+                                 count); signed: baton_semaphore_add can make a count negative (-2 is
+                                 a real count of -2). BATON_PERMITS_UNKNOWN when no semaphore of this
+                                 name is known to the engine; test for it by name (or `>= 0` for
+                                 "some permits are free"), not with -1. */
 } baton_lockinfo;
 
+/* baton_lockinfo.permits when the engine knows no semaphore of that name
+ * (INT64_MIN, not -1, since a semaphore's count may be -1). Before this was
+ * defined the field used -1 for both; a caller that tests `permits >= 0`
+ * reads both representations alike. */
+#define BATON_PERMITS_UNKNOWN INT64_MIN
+
 #define BATON_LOCK_INFO_VERSION 1
-#define BATON_LOCK_INFO_INIT { BATON_LOCK_INFO_VERSION, 0, "", 0, -1, -1, -1, -1, -1, -1 }
+#define BATON_LOCK_INFO_INIT { BATON_LOCK_INFO_VERSION, 0, "", 0, -1, -1, -1, -1, -1, BATON_PERMITS_UNKNOWN }
 
 /* What the engine knows about NAME, held by anyone. */
 BATON_EXTERN(int) baton_lock_info(baton_client *c, const char *name, baton_lockinfo *out);

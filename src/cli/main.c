@@ -134,7 +134,8 @@ static int cmd_status(int argc, char **argv)
     if (info.readers > 0) printf("readers: %" PRId64 "\n", info.readers);
     if (info.waiting_writers > 0) printf("waiting_writers: %" PRId64 "\n", info.waiting_writers);
     if (info.queue_length >= 0) printf("queue: %" PRId64 "\n", info.queue_length);
-    if (info.permits >= 0) printf("permits: %" PRId64 "\n", info.permits);
+    /* signed: a semaphore taken below 0 by `baton sem NAME add -N` shows as negative */
+    if (info.permits != BATON_PERMITS_UNKNOWN) printf("permits: %" PRId64 "\n", info.permits);
     baton_client_close(c);
     return 0;
 }

@@ -442,7 +442,8 @@ int baton_lock_info(baton_client *c, const char *name, baton_lockinfo *out)
     if ((rc = baton__name_check(name))) return rc;
     memset(out, 0, sizeof *out);
     out->version = BATON_LOCK_INFO_VERSION;
-    out->remaining_ms = out->queue_length = out->readers = out->waiting_writers = out->permits = -1;
+    out->remaining_ms = out->queue_length = out->readers = out->waiting_writers = -1;
+    out->permits = BATON_PERMITS_UNKNOWN;   /* -1 is a real count: baton_semaphore_add can go below 0 */
     out->writer = -1;
     if (!c->be->lock_info)
         return baton_seterr(BATON_ENOTSUP, 0, "the %s backend cannot describe locks", c->be->name);

@@ -257,6 +257,20 @@ if b sem "${U[@]}" "$N" set 2 2>/dev/null; then
     out=$(b sem "${U[@]}" "$N" drain); check "[$URI_DESC] sem drain returns 2 ($out)" [ "$out" = 2 ]
     expect_rc 0 "[$URI_DESC] sem add" b sem "${U[@]}" "$N" add 3
     out=$(b sem "${U[@]}" "$N" available); check "[$URI_DESC] sem available after add = 3 ($out)" [ "$out" = 3 ]
+    # status shows the signed count: a semaphore taken below zero is negative
+    # there (available says 0: nothing to take), and a count of -1 is a count,
+    # not "unknown"
+    expect_rc 0 "[$URI_DESC] status of a semaphore" b status "${U[@]}" "$N"
+    check "[$URI_DESC] status shows permits: 3" grep -qx "permits: 3" "$TMP/out"
+    expect_rc 0 "[$URI_DESC] sem add -5" b sem "${U[@]}" "$N" add -5
+    out=$(b sem "${U[@]}" "$N" available); check "[$URI_DESC] sem available below zero = 0 ($out)" [ "$out" = 0 ]
+    expect_rc 0 "[$URI_DESC] status of a negative semaphore" b status "${U[@]}" "$N"
+    check "[$URI_DESC] status shows permits: -2" grep -qx "permits: -2" "$TMP/out"
+    expect_rc 0 "[$URI_DESC] sem add 1" b sem "${U[@]}" "$N" add 1
+    expect_rc 0 "[$URI_DESC] status of a semaphore at -1" b status "${U[@]}" "$N"
+    check "[$URI_DESC] status shows permits: -1" grep -qx "permits: -1" "$TMP/out"
+    expect_rc 0 "[$URI_DESC] status of a name that is no semaphore" b status "${U[@]}" "${P}nosem"
+    check "[$URI_DESC] ...shows no permits line" not grep -q "^permits:" "$TMP/out"
 else
     ok "[$URI_DESC] no semaphore on this engine (ENOTSUP)"
 fi

@@ -252,7 +252,9 @@ static void test_waits(void) {
     CHECK_RC(baton_permits_release(p, id), 0);
     CHECK(acq_wait_done(&t, 5000));
     fprintf(stderr, "   a waiter got a released permit after %lld ms\n", (long long)(t.t_done - t0));
-    CHECK(t.t_done - t0 < 500);
+    /* within one poll (capped at 100 ms); 1.5 s leaves room for a loaded
+     * machine and still fails a waiter that sits out its 10 s */
+    CHECK(t.t_done - t0 < 1500);
     acq_join(&t);
     CHECK_RC(t.rc, 0);
     CHECK(is_id(t.id));
@@ -264,7 +266,7 @@ static void test_waits(void) {
     t0 = tl_now_ms();
     CHECK_RC(baton_permits_cancel(p), 0);
     CHECK(acq_wait_done(&t2, 3000));
-    CHECK(t2.t_done - t0 < 200);
+    CHECK(t2.t_done - t0 < 1000);   /* at once; generous for load, far below "never" */
     acq_join(&t2);
     CHECK_RC(t2.rc, BATON_ECANCELED);
     CHECK(t2.id[0] == 0);

@@ -138,6 +138,22 @@ static void test_counts(void) {
     CHECK(avail(s) == 0);
     CHECK_RC(baton_semaphore_drain(t, &d), 0);
     CHECK(d == 0);
+    /* below zero: available says 0, lock_info the signed count; -1 is a
+     * count, not BATON_PERMITS_UNKNOWN */
+    baton_lockinfo info = BATON_LOCK_INFO_INIT;
+    CHECK_RC(baton_semaphore_add(s, -1), 0);
+    CHECK(avail(t) == 0);
+    CHECK_RC(baton_lock_info(c2, n, &info), 0);
+    CHECK(info.permits == -1);
+    CHECK_RC(baton_semaphore_add(t, -1), 0);
+    CHECK_RC(baton_lock_info(c1, n, &info), 0);
+    CHECK(info.permits == -2);
+    CHECK_RC(baton_semaphore_acquire(s, 1, 0), BATON_ELOCKED);
+    CHECK_RC(baton_semaphore_add(s, 3), 0);
+    CHECK(avail(t) == 1);
+    CHECK_RC(baton_lock_info(c2, n, &info), 0);
+    CHECK(info.permits == 1);
+    CHECK_RC(baton_semaphore_acquire(t, 1, 0), 0);
     CHECK_RC(baton_semaphore_acquire(s, 0, 0), BATON_EINVAL);
     CHECK_RC(baton_semaphore_release(s, 0), BATON_EINVAL);
     /* a name never set drains nothing */
@@ -147,6 +163,8 @@ static void test_counts(void) {
     CHECK_RC(baton_semaphore_drain(u, &d), 0);
     CHECK(d == 0);
     CHECK_RC(baton_semaphore_acquire(u, 1, 0), BATON_ELOCKED);
+    CHECK_RC(baton_lock_info(c1, n2, &info), 0);
+    CHECK(info.permits == BATON_PERMITS_UNKNOWN);   /* no semaphore there: no count */
     baton_semaphore_free(u);
     baton_semaphore_free(s);
     baton_semaphore_free(t);

@@ -301,6 +301,40 @@ static void *waiter_main(void *p) {
     return NULL;
 }
 
+/* A waiter is woken by the release (unlock message), not by a poll: ROUNDS
+ * times, b waits (its backoff grown to the 200 ms cap) while a holds, a
+ * releases, and the time from the release to b's grant is taken. A polling
+ * waiter finds the lock free 0..200 ms after the release, under 25 ms in about
+ * one round in six; a notified one in a few ms, and a loaded machine delays
+ * some rounds, not most. So at least half the rounds under 25 ms: a polling
+ * waiter passes that about once in fifty runs, a notified one fails it only
+ * when most of ten wake-ups are each held up by 25 ms. Returns b's last fence. */
+static uint64_t notified_handoffs(baton_lock *a, baton_lock *b, int rounds, const char *what) {
+    int fast = 0;
+    uint64_t fb = 0;
+    fprintf(stderr, "   release -> grant%s, ms:", what);
+    for (int i = 0; i < rounds; i++) {
+        CHECK_RC(baton_lock_acquire(a, 0), 0);
+        uint64_t fa = baton_lock_fence(a);
+        waiter_arg w = { b, 5000, -100, 0 };
+        pthread_t th;
+        pthread_create(&th, NULL, waiter_main, &w);
+        tl_sleep_ms(400); /* the waiter's backoff has grown to its cap by now */
+        int64_t t_rel = tl_now_ms();
+        CHECK_RC(baton_lock_release(a), 0);
+        pthread_join(th, NULL);
+        CHECK_RC(w.rc, 0);
+        fprintf(stderr, " %lld", (long long)(w.t_done - t_rel));
+        fast += w.t_done - t_rel < 25;
+        fb = baton_lock_fence(b);
+        CHECK(fb > fa);
+        CHECK_RC(baton_lock_release(b), 0);
+    }
+    fprintf(stderr, "\n");
+    CHECK(fast * 2 >= rounds);
+    return fb;
+}
+
 static void test_basic(void) {
     char n[128], fk[200], v[400];
     lname(n, sizeof n, "basic");
@@ -335,20 +369,7 @@ static void test_basic(void) {
     CHECK_RC(baton_lock_release(b), BATON_ENOTHELD);
 
     /* a waiter is woken by the release (unlock message), not by a poll */
-    CHECK_RC(baton_lock_acquire(a, 0), 0);
-    uint64_t f2 = baton_lock_fence(a);
-    waiter_arg w = { b, 5000, -100, 0 };
-    pthread_t th;
-    pthread_create(&th, NULL, waiter_main, &w);
-    tl_sleep_ms(400); /* the waiter's backoff has grown past 100 ms by now */
-    int64_t t_rel = tl_now_ms();
-    CHECK_RC(baton_lock_release(a), 0);
-    pthread_join(th, NULL);
-    CHECK_RC(w.rc, 0);
-    fprintf(stderr, "   waiter got it %lld ms after the release\n", (long long)(w.t_done - t_rel));
-    CHECK(w.t_done - t_rel < 150);
-    CHECK(baton_lock_fence(b) > f2);
-    CHECK_RC(baton_lock_release(b), 0);
+    notified_handoffs(a, b, 10, "");
     baton_lock_free(a);
     baton_lock_free(b);
     baton_client_close(c1);
@@ -460,14 +481,21 @@ static void test_silent_nodes(void) {
              rl_port[0], sp1, rl_port[1], sp2, rl_port[2]);
     baton_client *c = client_of(u);
     baton_lock *l = lock_on(c, lname(n, sizeof n, "silent"), 5000);
-    for (int k = 0; k < 2; k++) {
+    /* One timeout is 200 ms, one per silent node 400 ms: a bound between the
+     * two cannot be 2-3 x the expected. Load only ever makes an acquire late,
+     * while the regression makes every one >= 400 ms, so the fastest of three
+     * is held to the bound and each to the floor. */
+    int64_t best = INT64_MAX;
+    for (int k = 0; k < 3; k++) {
         int64_t t0 = tl_now_ms();
         CHECK_RC(baton_lock_acquire(l, 0), 0);
         int64_t dt = tl_now_ms() - t0;
         fprintf(stderr, "   acquire with 2 silent nodes: %lld ms\n", (long long)dt);
-        CHECK(dt >= 150 && dt < 390);
+        CHECK(dt >= 150);
+        if (dt < best) best = dt;
         CHECK_RC(baton_lock_release(l), 0);
     }
+    CHECK(best < 390);
     baton_lock_free(l);
     baton_client_close(c);
     close(l1);
@@ -490,7 +518,11 @@ static void test_renew_repair(void) {
     snprintf(pid_s, sizeof pid_s, " %ld ", (long)getpid());
     baton_client *c = client();
     baton_lock_options o = BATON_LOCK_OPTIONS_INIT;
-    o.lease_ms = 900;
+    /* A 3 s lease, renewed every 1 s: the loss is due at the next renewal,
+     * at most 1 s after the keys vanish, while the lease itself ends at least
+     * 2 s after. The bound below sits between the two, about 2 x the worst
+     * case and 4 x the mean of the renewal, so load does not trip it. */
+    o.lease_ms = 3000;
     o.on_lost = on_lost;
     atomic_store(&g_lost, 0);
     baton_lock *l = NULL;
@@ -498,17 +530,17 @@ static void test_renew_repair(void) {
     CHECK_RC(baton_lock_acquire(l, 0), 0);
     rl_raw_del(0, n);
     rl_raw_del(1, n);
-    tl_sleep_ms(450); /* at least one renewal (every 300 ms) */
+    tl_sleep_ms(1500); /* at least one renewal (every 1000 ms) */
     int mine = 0;
     for (int i = 0; i < RL_NODES; i++) mine += rl_raw_get(i, n, v, sizeof v) == 1 && strstr(v, pid_s) != NULL;
     CHECK(mine == RL_NODES);
     CHECK(baton_lock_held(l) && !atomic_load(&g_lost));
     for (int i = 0; i < 3; i++) rl_raw_del(i, n);
     int64_t t0 = tl_now_ms();
-    while (!atomic_load(&g_lost) && tl_now_ms() - t0 < 2000) tl_sleep_ms(5);
+    while (!atomic_load(&g_lost) && tl_now_ms() - t0 < 6000) tl_sleep_ms(5);
     CHECK(atomic_load(&g_lost));
     fprintf(stderr, "   lost %lld ms after its keys vanished from a majority\n", (long long)(tl_now_ms() - t0));
-    CHECK(tl_now_ms() - t0 < 600);
+    CHECK(tl_now_ms() - t0 < 1900);
     tl_sleep_ms(100);
     for (int i = 0; i < RL_NODES; i++) CHECK(rl_raw_exists(i, n) == 0);
     CHECK_RC(baton_lock_release(l), BATON_ELOST);
@@ -865,17 +897,8 @@ static void test_tls(void) {
         baton_lock *a = lock_on(c1, n, 5000), *b = lock_on(c2, n, 5000);
         CHECK_RC(baton_lock_acquire(a, 0), 0);
         CHECK_RC(baton_lock_acquire(b, 0), BATON_ELOCKED);
-        waiter_arg w = { b, 5000, -100, 0 };
-        pthread_t th;
-        pthread_create(&th, NULL, waiter_main, &w);
-        tl_sleep_ms(400);
-        int64_t t_rel = tl_now_ms();
         CHECK_RC(baton_lock_release(a), 0);
-        pthread_join(th, NULL);
-        CHECK_RC(w.rc, 0);
-        fprintf(stderr, "   release -> grant over TLS: %lld ms\n", (long long)(w.t_done - t_rel));
-        CHECK(w.t_done - t_rel < 150);
-        CHECK_RC(baton_lock_release(b), 0);
+        notified_handoffs(a, b, 10, " over TLS");
         baton_lock_free(a);
         baton_lock_free(b);
     }

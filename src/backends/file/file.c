@@ -1212,7 +1212,7 @@ static int file_info(void *eng, const char *name, baton_lockinfo *out)
         }
     }
     /* Else a permit-expirable semaphore of this name: its free permits. */
-    if (out->permits < 0) {
+    if (out->permits == BATON_PERMITS_UNKNOWN) {
         int rc = permits_info(eng, name, &out->permits);
         if (rc) return rc;
     }
@@ -1896,7 +1896,9 @@ static int permits_info(file_engine *e, const char *name, int64_t *out)
     if (!pc.set) return 0;
     held = slots_held(e, &fp, 0, pc.slots > pc.n ? pc.slots : pc.n);
     if (held < 0) return (int)held;
-    *out = pc.n > held ? pc.n - held : 0;   /* -1 would read as "unknown" */
+    /* free permits: none when the count was lowered below the permits in use
+     * (a plain semaphore's count, above, is the signed value itself) */
+    *out = pc.n > held ? pc.n - held : 0;
     return 0;
 }
 
