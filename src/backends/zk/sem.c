@@ -31,7 +31,7 @@ typedef struct {
     zeng *e;
     char *dir, *leases, *locks, *count;
     uint64_t slot;
-    pthread_mutex_t mu;      /* one acquirer at a time per handle uses the slot */
+    pthread_mutex_t mu;      /* one acquirer at a time per handle (it owns the slot) */
 } zperm;
 
 int zk_permits_new(void *eng, const char *name, void **st)
@@ -114,11 +114,24 @@ static void id_to_uuid(const char *id, char uuid[37])
     snprintf(uuid, 37, "%.8s-%.4s-%.4s-%.4s-%.12s", id, id + 8, id + 12, id + 16, id + 20);
 }
 
+static int acquire(zeng *e, zperm *p, int64_t deadline_ns, baton_waiter *w, char id[BATON_PERMIT_ID_SIZE]);
+
 int zk_permits_acquire(void *eng, void *st, uint32_t lease_ms, int64_t deadline_ns, baton_waiter *w,
                        char id[BATON_PERMIT_ID_SIZE])
 {
-    zeng *e = eng;
     zperm *p = st;
+    int rc;
+    (void)lease_ms; /* the session keeps the permit */
+    pthread_mutex_lock(&p->mu);
+    /* a free permit is taken without the mutex; only a waiter queues on it */
+    rc = acquire(eng, p, 0, w, id);
+    if (rc == BATON_ELOCKED && deadline_ns != 0) rc = acquire(eng, p, deadline_ns, w, id);
+    pthread_mutex_unlock(&p->mu);
+    return rc;
+}
+
+static int acquire(zeng *e, zperm *p, int64_t deadline_ns, baton_waiter *w, char id[BATON_PERMIT_ID_SIZE])
+{
     zsess *s = NULL;
     zlock *mx = NULL;
     baton_owner o;
@@ -126,10 +139,8 @@ int zk_permits_acquire(void *eng, void *st, uint32_t lease_ms, int64_t deadline_
     char prefix[64], *node = NULL;
     struct Stat nst;
     int rc, zrc, have_mutex = 0;
-    (void)lease_ms; /* the session keeps the permit */
 
     if ((rc = baton__owner_init(&o))) return rc;
-    pthread_mutex_lock(&p->mu);
     if (deadline_ns != 0) {
         /* Curator's mutex: only its holder waits with a lease node */
         if ((rc = zk_lock_init(e, p->locks, ZK_LOCK, &mx))) goto out;
@@ -207,7 +218,6 @@ int zk_permits_acquire(void *eng, void *st, uint32_t lease_ms, int64_t deadline_
 out:
     if (have_mutex) zk_lock_release(e, mx, &o);
     if (mx) zk_lock_free(e, mx);
-    pthread_mutex_unlock(&p->mu);
     free(node);
     zk_sess_put(e, s);
     return rc;
