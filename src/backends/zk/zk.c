@@ -247,8 +247,8 @@ static zsess *sess_start(zeng *e)
     if (!s->zh) {
         int err = errno;
         free(s);
-        baton_seterr(BATON_EUNAVAILABLE, err, "zk: cannot start a session with %s: %s", e->hosts,
-                     err == EINVAL ? "no address for these hosts" : strerror(err));
+        /* zookeeper_init fails when no host resolves (errno is not telling then) */
+        baton_seterr(BATON_EUNAVAILABLE, err, "zk: cannot start a session with %s (do the hosts resolve?)", e->hosts);
         return NULL;
     }
     if (e->auth) {
