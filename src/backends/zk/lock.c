@@ -541,6 +541,7 @@ int zk_lock_info(void *eng, const char *name, baton_lockinfo *out)
     for (int tries = 0; tries < 5; tries++) {
         uint64_t last = 0;
         int nlock = 0, first_lock = -1, first_rw = -1, readers = 0, writers = 0, writer = 0, seen_writer = 0;
+        int any_rw = 0;
         free(c);
         c = NULL;
         deallocate_String_vector(&sv);
@@ -563,9 +564,13 @@ int zk_lock_info(void *eng, const char *name, baton_lockinfo *out)
             goto out;
         }
         if ((rc = zk_contenders(&sv, ZK_K_LOCK | ZK_K_READ | ZK_K_WRITE, &c, &n))) goto out;
+        /* kazoo's "__lock__" is both a lock and a writer: count read-write
+         * fields only when a read-write lock is in use here */
+        for (int i = 0; i < n; i++)
+            if ((c[i].kinds & ZK_K_READ) || ((c[i].kinds & ZK_K_WRITE) && !(c[i].kinds & ZK_K_LOCK))) any_rw = 1;
         for (int i = 0; i < n; i++) {
             if ((c[i].kinds & ZK_K_LOCK) && nlock++ == 0) first_lock = i;
-            if (c[i].kinds & (ZK_K_READ | ZK_K_WRITE)) {
+            if (any_rw && (c[i].kinds & (ZK_K_READ | ZK_K_WRITE))) {
                 if (first_rw < 0) first_rw = i;
                 if (c[i].kinds & ZK_K_WRITE) {
                     writers++;
