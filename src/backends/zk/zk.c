@@ -4,7 +4,8 @@
  * backend table. Locks live in lock.c, permits in sem.c.
  *
  * URI: zk://[user:password@]host[:port][,host[:port]...][/chroot][?options]
- * Options: session_timeout_ms, connect_timeout_ms, root, lost_after_ms.
+ * Options: session_timeout_ms, connect_timeout_ms, root, lost_after_ms
+ * (docs/zk-engine.md).
  *
  * Sessions. A client has one zhandle at a time (zsess). The C client
  * reconnects a session by itself; what it cannot do is tell us in time that
