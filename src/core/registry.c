@@ -10,6 +10,9 @@ extern const baton_backend baton__backend_redis;
 #ifdef BATON_WITH_REDLOCK
 extern const baton_backend baton__backend_redlock;
 #endif
+#ifdef BATON_WITH_ZK
+extern const baton_backend baton__backend_zk;
+#endif
 
 static const baton_backend *const compiled[] = {
     &baton__backend_file,
@@ -19,13 +22,16 @@ static const baton_backend *const compiled[] = {
 #ifdef BATON_WITH_REDLOCK
     &baton__backend_redlock,
 #endif
+#ifdef BATON_WITH_ZK
+    &baton__backend_zk,
+#endif
 };
 
 /* Engines baton has, whether this build compiled them in or not. */
-static const char *const known[] = { "file", "redis", "rediss", "redlock", NULL };
+static const char *const known[] = { "file", "redis", "rediss", "redlock", "zk", "zookeeper", NULL };
 /* Engines planned but not written yet: no build flag adds them. */
 static const char *const planned[] = {
-    "sqlite", "postgres", "postgresql", "mysql", "mariadb", "zk", "zookeeper", "etcd", "etcds", NULL,
+    "sqlite", "postgres", "postgresql", "mysql", "mariadb", "etcd", "etcds", NULL,
 };
 
 int baton__registry_find(const char *scheme, const baton_backend **out)

@@ -1,0 +1,783 @@
+/*
+ * Contender nodes: the FIFO lock, both sides of the read-write lock, and
+ * election candidates. All three are the same recipe (Curator's
+ * LockInternals, kazoo's Lock): an ephemeral sequential node in the lock's
+ * directory, the lowest contender holds, every other one watches only the
+ * node it waits for (no herd), and a waiter that wakes looks again.
+ *
+ *   lock       <dir>/_c_<uuid>-lock-<seq>       Curator InterProcessMutex
+ *   read side  <dir>/_c_<uuid>-__READ__<seq>    Curator InterProcessReadWriteLock
+ *   write side <dir>/_c_<uuid>-__WRIT__<seq>
+ *   candidate  <dir>/_c_<uuid>-latch-<seq>      Curator LeaderLatch
+ *
+ * kazoo's "<hex>__lock__<seq>" nodes count as lock contenders, writers and
+ * candidates; its "__rlock__" nodes as readers. The fence of a grant is the
+ * node's czxid: a later grant's node was created later, so its zxid is larger.
+ */
+#include "zk_int.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A parked waiter looks again at least this often, watch or not. */
+#define RECHECK_MS 5000
+#define SEQ_DIGITS 10
+
+static const char *const tag_of[] = { [ZK_LOCK] = "lock-", [ZK_READ] = "__READ__", [ZK_WRITE] = "__WRIT__",
+                                      [ZK_LATCH] = "latch-" };
+
+void zk_prefix(char *buf, size_t n, const char *uuid, int kind) { snprintf(buf, n, "_c_%s-%s", uuid, tag_of[kind]); }
+
+/* NAME ends in TAG followed by the sequence number? */
+static int tagged(const char *name, size_t len, const char *tag)
+{
+    size_t t = strlen(tag);
+    return len >= t + SEQ_DIGITS && !memcmp(name + len - SEQ_DIGITS - t, tag, t);
+}
+
+static unsigned kinds_of(const char *name, long long *seq)
+{
+    size_t len = strlen(name);
+    unsigned k = 0;
+    if (len < SEQ_DIGITS || strspn(name + len - SEQ_DIGITS, "0123456789") != SEQ_DIGITS) return 0;
+    *seq = strtoll(name + len - SEQ_DIGITS, NULL, 10);
+    if (tagged(name, len, "-lock-")) k |= ZK_K_LOCK;
+    if (tagged(name, len, "__lock__")) k |= ZK_K_LOCK | ZK_K_WRITE | ZK_K_LATCH;
+    if (tagged(name, len, "__READ__") || tagged(name, len, "__rlock__")) k |= ZK_K_READ;
+    if (tagged(name, len, "__WRIT__")) k |= ZK_K_WRITE;
+    if (tagged(name, len, "latch-")) k |= ZK_K_LATCH;
+    if (tagged(name, len, "-lease-")) k |= ZK_K_LEASE;
+    return k;
+}
+
+static int cmp_child(const void *a, const void *b)
+{
+    const zchild *x = a, *y = b;
+    return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+int zk_contenders(const struct String_vector *sv, unsigned mask, zchild **out, int *n)
+{
+    zchild *c = malloc(((size_t)sv->count + 1) * sizeof *c);
+    int m = 0;
+    *out = NULL;
+    *n = 0;
+    if (!c) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+    for (int i = 0; i < sv->count; i++) {
+        long long seq = 0;
+        unsigned k = kinds_of(sv->data[i], &seq);
+        if (!(k & mask)) continue;
+        c[m].name = sv->data[i];
+        c[m].seq = seq;
+        c[m++].kinds = k;
+    }
+    qsort(c, (size_t)m, sizeof *c, cmp_child);
+    *out = c;
+    *n = m;
+    return 0;
+}
+
+static unsigned mask_of(int kind)
+{
+    return kind == ZK_LOCK ? ZK_K_LOCK : kind == ZK_LATCH ? ZK_K_LATCH : ZK_K_READ | ZK_K_WRITE;
+}
+
+/* "_c_<uuid>-" at the start of NAME is OWNER's. */
+static int owned_by(const char *name, const char *uuid)
+{
+    return !strncmp(name, "_c_", 3) && !strncmp(name + 3, uuid, 36) && name[39] == '-';
+}
+
+static char *join(const char *dir, const char *name)
+{
+    size_t n = strlen(dir) + strlen(name) + 2;
+    char *p = malloc(n);
+    if (p) snprintf(p, n, "%s/%s", dir, name);
+    return p;
+}
+
+/* ---- states ------------------------------------------------------------- */
+
+int zk_lock_init(zeng *e, const char *dir, int kind, zlock **out)
+{
+    zlock *l = calloc(1, sizeof *l);
+    *out = NULL;
+    if (!l || !(l->dir = strdup(dir))) {
+        free(l);
+        return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+    }
+    l->e = e;
+    l->kind = kind;
+    if (!(l->slot = zk_slot_open(e))) {
+        free(l->dir);
+        free(l);
+        return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+    }
+    zk_lock_link(e, l);
+    *out = l;
+    return 0;
+}
+
+static int state_new(zeng *e, const char *name, const baton_lock_options *opts, int kind, zlock **out)
+{
+    char *dir;
+    int rc;
+    if (opts && opts->fixed_lease)
+        return baton_seterr(BATON_ENOTSUP, 0, "zk: no fixed leases: a lock lives as long as the client's session");
+    if ((rc = zk_path(e, name, NULL, &dir))) return rc;
+    rc = zk_lock_init(e, dir, kind, out);
+    free(dir);
+    return rc;
+}
+
+int zk_lock_new(void *eng, const char *name, const baton_lock_options *opts, void **st)
+{
+    return state_new(eng, name, opts, ZK_LOCK, (zlock **)st);
+}
+
+int zk_election_new(void *eng, const char *name, const baton_lock_options *opts, void **st)
+{
+    return state_new(eng, name, opts, ZK_LATCH, (zlock **)st);
+}
+
+int zk_rwlock_new(void *eng, const char *name, const baton_lock_options *opts, void **rd, void **wr)
+{
+    int rc = state_new(eng, name, opts, ZK_READ, (zlock **)rd);
+    if (rc) return rc;
+    if ((rc = state_new(eng, name, opts, ZK_WRITE, (zlock **)wr))) {
+        zk_lock_free(eng, *rd);
+        *rd = NULL;
+    }
+    return rc;
+}
+
+void zk_lock_free(void *eng, void *st)
+{
+    zeng *e = eng;
+    zlock *l = st;
+    if (!l) return;
+    zk_lock_unlink(e, l);
+    zk_slot_close(e, l->slot);
+    /* a node still here is not held (the core released it): let it go */
+    if (l->node) {
+        if (!l->lost) zk_orphan_add(e, l->node, l->gen);
+        free(l->node);
+    }
+    free(l->dir);
+    free(l);
+}
+
+/* ---- the node ----------------------------------------------------------- */
+
+/* Forgets our node (e->mu not held); returns it for the caller to delete or free. */
+static char *take_node(zeng *e, zlock *l, uint64_t *gen, int *lost)
+{
+    char *node;
+    pthread_mutex_lock(&e->mu);
+    node = l->node;
+    if (gen) *gen = l->gen;
+    if (lost) *lost = l->lost;
+    l->node = NULL;
+    l->lost = 0;
+    l->report_until = 0;
+    pthread_mutex_unlock(&e->mu);
+    return node;
+}
+
+/* Deletes our node (a contender giving up); one retry after a connection
+ * loss, else the check thread deletes it later. */
+static void drop_node(zeng *e, zsess *s, zlock *l)
+{
+    uint64_t gen;
+    int lost, zrc;
+    char *node = take_node(e, l, &gen, &lost);
+    if (!node) return;
+    if (!lost && gen == s->gen) {
+        zrc = zoo_delete(s->zh, node, -1);
+        if (zk_retryable(zrc) && zk_sess_wait(e, s, zk_deadline_ms(e->io_timeout_ms)) == 0)
+            zrc = zoo_delete(s->zh, node, -1);
+        if (zk_retryable(zrc)) zk_orphan_add(e, node, gen);
+    }
+    free(node);
+}
+
+/* Our node after a connection loss hid the create's answer: the child of
+ * DIR named PREFIX<seq>, if the create happened. 1 found, 0 not, <0 error. */
+static int find_own(zeng *e, zsess *s, const char *dir, const char *prefix, char *path, int plen,
+                    struct Stat *st)
+{
+    struct String_vector sv = { 0, NULL };
+    int zrc = zoo_get_children(s->zh, dir, 0, &sv), found = 0;
+    (void)e;
+    if (zrc == ZNONODE) return 0;
+    if (zrc != ZOK) return zk_err(zrc, "list", dir);
+    for (int i = 0; i < sv.count && !found; i++)
+        if (!strncmp(sv.data[i], prefix, strlen(prefix))) {
+            snprintf(path, (size_t)plen, "%s/%s", dir, sv.data[i]);
+            found = 1;
+        }
+    deallocate_String_vector(&sv);
+    if (found) {
+        zrc = zoo_exists(s->zh, path, 0, st);
+        if (zrc == ZNONODE) return 0;
+        if (zrc != ZOK) return zk_err(zrc, "stat", path);
+    }
+    return found;
+}
+
+int zk_create_seq(zeng *e, zsess *s, const char *dir, const char *prefix, const char *data, char **out,
+                  struct Stat *st)
+{
+    char *path = join(dir, prefix), *created;
+    int plen, zrc = ZOK, rc = 0;
+    *out = NULL;
+    if (!path) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+    plen = (int)strlen(path) + 32;
+    if (!(created = malloc((size_t)plen))) {
+        free(path);
+        return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+    }
+    for (int tries = 0; tries < 5; tries++) {
+        zrc = zoo_create2(s->zh, path, data, data ? (int)strlen(data) : -1, zk_acl(e), ZOO_EPHEMERAL_SEQUENTIAL,
+                          created, plen, st);
+        if (zrc == ZNONODE) {
+            /* the directory is missing (first use, or a container the server
+             * just removed): make it and try again */
+            if ((rc = zk_mkdirs(e, s, dir))) goto out;
+            continue;
+        }
+        if (zk_retryable(zrc)) {
+            int f;
+            if (zk_sess_wait(e, s, zk_deadline_ms(e->io_timeout_ms))) {
+                rc = zk_sess_dead(e, s) ? ZK_AGAIN : zk_err(zrc, "create", path);
+                goto out;
+            }
+            if ((f = find_own(e, s, dir, prefix, created, plen, st)) < 0) {
+                rc = f;
+                goto out;
+            }
+            if (f) {
+                zrc = ZOK;
+                break;
+            }
+            continue;
+        }
+        break;
+    }
+    if (zrc != ZOK) {
+        rc = zk_err(zrc, "create", path);
+        goto out;
+    }
+    *out = created;
+    created = NULL;
+out:
+    free(created);
+    free(path);
+    return rc;
+}
+
+static int create_node(zeng *e, zsess *s, zlock *l, const baton_owner *o, const char *data)
+{
+    char prefix[96], *node = NULL;
+    struct Stat st;
+    int rc;
+    zk_prefix(prefix, sizeof prefix, o->uuid, l->kind);
+    memset(&st, 0, sizeof st);
+    if ((rc = zk_create_seq(e, s, l->dir, prefix, data, &node, &st))) return rc;
+    pthread_mutex_lock(&e->mu);
+    l->node = node;
+    l->gen = s->gen;
+    l->fence = (uint64_t)st.czxid;
+    l->lost = 0;
+    /* the session may have been given up while the create was on its way:
+     * then this node is already lost */
+    if (s->dead) {
+        l->lost = 1;
+        rc = ZK_AGAIN;
+    }
+    pthread_mutex_unlock(&e->mu);
+    return rc;
+}
+
+/* ---- acquire ------------------------------------------------------------ */
+
+/* What a failed ZooKeeper call means while we wait: ZK_AGAIN when the
+ * session died, 0 when the connection came back (look again), else an error. */
+static int after_failure(zeng *e, zsess *s, int zrc, const char *what, const char *path, int64_t deadline)
+{
+    int64_t io = zk_deadline_ms(e->io_timeout_ms);
+    if (!zk_retryable(zrc) && zrc != ZSESSIONEXPIRED && zrc != ZINVALIDSTATE && zrc != ZCLOSING)
+        return zk_err(zrc, what, path);
+    if (zk_sess_wait(e, s, deadline < io && deadline > 0 ? deadline : io) == 0) return 0;
+    return zk_sess_dead(e, s) ? ZK_AGAIN : zk_err(zrc, what, path);
+}
+
+/* Waits until our node (l->node) leads. 0 granted, ZK_AGAIN, or an error
+ * (our node deleted then). */
+static int wait_turn(zeng *e, zsess *s, zlock *l, baton_acquire_req *req)
+{
+    baton_waiter *w = req->waiter;
+    const char *mine = strrchr(l->node, '/') + 1;
+    const char *uuid = req->owner->uuid;
+    unsigned mask = mask_of(l->kind);
+    int rc = 0;
+
+    for (;;) {
+        unsigned gen = w ? baton_waiter_gen(w) : 0;
+        struct String_vector sv = { 0, NULL };
+        zchild *c = NULL;
+        int n = 0, me = -1, pred = -1, zrc;
+        char *pred_path = NULL;
+        struct Stat st;
+
+        if (w) zk_slot_arm(e, l->slot, w);
+        zrc = zoo_get_children(s->zh, l->dir, 0, &sv);
+        if (zrc != ZOK) {
+            if (zrc == ZNONODE) { rc = ZK_AGAIN; break; } /* our node is gone with its directory */
+            if ((rc = after_failure(e, s, zrc, "list", l->dir, req->deadline_ns))) break;
+            continue;
+        }
+        if ((rc = zk_contenders(&sv, mask, &c, &n))) {
+            deallocate_String_vector(&sv);
+            break;
+        }
+        for (int i = 0; i < n; i++)
+            if (!strcmp(c[i].name, mine)) me = i;
+        if (me >= 0) {
+            if (l->kind == ZK_READ) {
+                /* a reader waits for the last earlier writer that is not its
+                 * own owner (the write side's holder may read: downgrade) */
+                for (int i = 0; i < me; i++)
+                    if ((c[i].kinds & ZK_K_WRITE) && !owned_by(c[i].name, uuid)) pred = i;
+            } else {
+                pred = me - 1;
+            }
+            if (pred >= 0 && !(pred_path = join(l->dir, c[pred].name)))
+                rc = baton_seterr(BATON_ENOMEM, 0, "out of memory");
+        }
+        free(c);
+        deallocate_String_vector(&sv);
+        if (rc) break;
+        if (me < 0) {
+            /* our node vanished: its session ended (or someone deleted it) */
+            rc = ZK_AGAIN;
+            break;
+        }
+        if (pred < 0) {
+            /* first in line, as of a list taken after our node existed */
+            if (zk_sess_dead(e, s)) {
+                rc = ZK_AGAIN;
+                break;
+            }
+            req->fence = l->fence;
+            req->sent_ns = baton_now_ns();
+            rc = 0;
+            break;
+        }
+        if (w && baton_waiter_canceled(w)) {
+            free(pred_path);
+            rc = baton_seterr(BATON_ECANCELED, 0, "zk: acquire of %s canceled", l->dir);
+            drop_node(e, s, l);
+            break;
+        }
+        if (req->deadline_ns != INT64_MAX && baton_now_ns() >= req->deadline_ns) {
+            rc = req->deadline_ns == 0 ? baton_seterr(BATON_ELOCKED, 0, "zk: %s is held (%s is ahead)", l->dir, pred_path)
+                                       : baton_seterr(BATON_ETIMEDOUT, 0, "zk: wait for %s timed out", l->dir);
+            free(pred_path);
+            drop_node(e, s, l);
+            break;
+        }
+        /* watch only the node we wait for */
+        zrc = zoo_wexists(s->zh, pred_path, zk_node_watcher, ZK_SLOT_CTX(l->slot), &st);
+        free(pred_path);
+        if (zrc == ZNONODE) continue;
+        if (zrc != ZOK) {
+            if ((rc = after_failure(e, s, zrc, "watch", l->dir, req->deadline_ns))) break;
+            continue;
+        }
+        {
+            int64_t until = baton_now_ns() + (int64_t)RECHECK_MS * 1000000LL;
+            if (until > req->deadline_ns) until = req->deadline_ns;
+            if (w) baton_waiter_park(w, gen, until);
+        }
+        if (zk_sess_dead(e, s)) {
+            rc = ZK_AGAIN;
+            break;
+        }
+    }
+    zk_slot_arm(e, l->slot, NULL);
+    if (rc && rc != ZK_AGAIN && rc != BATON_ELOCKED && rc != BATON_ETIMEDOUT && rc != BATON_ECANCELED) {
+        /* an error while waiting: do not leave a contender behind */
+        int code = rc;
+        drop_node(e, s, l);
+        rc = code;
+    }
+    return rc;
+}
+
+int zk_lock_acquire(void *eng, void *st, baton_acquire_req *req)
+{
+    zeng *e = eng;
+    zlock *l = st;
+    const char *data = l->kind == ZK_LATCH ? (req->value ? req->value : "") : req->owner->desc;
+    char *stale;
+    uint64_t gen;
+    int lost, rc;
+
+    /* a node left from a grant lost with its session */
+    if ((stale = take_node(e, l, &gen, &lost))) {
+        if (!lost && gen == zk_live_gen(e)) zk_orphan_add(e, stale, gen);
+        free(stale);
+    }
+    for (;;) {
+        zsess *s;
+        if ((rc = zk_sess_get(e, zk_deadline_ms(e->connect_timeout_ms), &s))) return rc;
+        rc = create_node(e, s, l, req->owner, data);
+        if (rc == 0) rc = wait_turn(e, s, l, req);
+        zk_sess_put(e, s);
+        if (rc != ZK_AGAIN) return rc;
+        /* The session died while we waited; our place in line went with it.
+         * Queue again on a new session while time is left. */
+        free(take_node(e, l, NULL, NULL));
+        if (req->waiter && baton_waiter_canceled(req->waiter))
+            return baton_seterr(BATON_ECANCELED, 0, "zk: acquire of %s canceled", l->dir);
+        if (req->deadline_ns != INT64_MAX && baton_now_ns() >= req->deadline_ns)
+            return baton_seterr(BATON_EUNAVAILABLE, 0, "zk: the session ended while waiting for %s", l->dir);
+        baton_log(BATON_LOG_INFO, "zk: session ended while waiting for %s: queueing again", l->dir);
+    }
+}
+
+/* ---- release ------------------------------------------------------------ */
+
+int zk_lock_release(void *eng, void *st, const baton_owner *owner)
+{
+    zeng *e = eng;
+    zlock *l = st;
+    zsess *s = NULL;
+    uint64_t gen, fence;
+    int lost, zrc, rc = 0;
+    char *node;
+    (void)owner; /* our node carries the owner's uuid: it is ours by construction */
+
+    pthread_mutex_lock(&e->mu);
+    fence = l->fence;
+    if (e->cur && !e->cur->dead && e->cur->gen == l->gen && l->node && !l->lost) {
+        s = e->cur;
+        s->refs++;
+    }
+    pthread_mutex_unlock(&e->mu);
+    node = take_node(e, l, &gen, &lost);
+    if (!node) return baton_seterr(BATON_ELOST, 0, "zk: %s: no contender node to release", l->dir);
+    if (lost || !s) {
+        /* the session that held it is gone; never touch the new session's nodes */
+        free(node);
+        zk_sess_put(e, s);
+        return baton_seterr(BATON_ELOST, 0, "zk: %s was lost with its session", l->dir);
+    }
+
+    for (int tries = 0; tries < 2; tries++) {
+        if (l->kind == ZK_LOCK || l->kind == ZK_WRITE) {
+            /* delete and note the fence in the directory in one request, so
+             * lock_info can tell the last fence granted once nobody holds it */
+            char fbuf[24];
+            zoo_op_t ops[2];
+            zoo_op_result_t res[2];
+            snprintf(fbuf, sizeof fbuf, "%" PRIu64, fence);
+            zoo_delete_op_init(&ops[0], node, -1);
+            zoo_set_op_init(&ops[1], l->dir, fbuf, (int)strlen(fbuf), -1, NULL);
+            memset(res, 0, sizeof res);
+            zrc = zoo_multi(s->zh, 2, ops, res);
+            if (zrc != ZOK && !zk_retryable(zrc) && res[0].err == ZOK)
+                zrc = zoo_delete(s->zh, node, -1); /* the directory refused the note (a foreign ACL) */
+            else if (zrc != ZOK && !zk_retryable(zrc))
+                zrc = res[0].err;
+        } else {
+            zrc = zoo_delete(s->zh, node, -1);
+        }
+        if (zrc == ZNONODE && tries > 0) zrc = ZOK; /* our first try went through */
+        if (!zk_retryable(zrc) || zk_sess_wait(e, s, zk_deadline_ms(e->io_timeout_ms))) break;
+    }
+    if (zrc == ZNONODE) {
+        rc = baton_seterr(BATON_ELOST, zrc, "zk: %s: our node %s is gone", l->dir, node);
+    } else if (zk_retryable(zrc) || zrc == ZSESSIONEXPIRED || zrc == ZINVALIDSTATE) {
+        if (zk_sess_dead(e, s)) {
+            rc = baton_seterr(BATON_ELOST, zrc, "zk: %s was lost with its session", l->dir);
+        } else {
+            zk_orphan_add(e, node, gen);
+            rc = zk_err(zrc, "delete (queued again)", node);
+        }
+    } else if (zrc != ZOK) {
+        rc = zk_err(zrc, "delete", node);
+    }
+    free(node);
+    zk_sess_put(e, s);
+    return rc;
+}
+
+/* ---- info --------------------------------------------------------------- */
+
+static int get_data(zsess *s, const char *path, char *buf, int cap, struct Stat *st)
+{
+    int len = cap - 1, zrc = zoo_get(s->zh, path, 0, buf, &len, st);
+    if (zrc == ZOK) buf[len < 0 ? 0 : len] = 0;
+    return zrc;
+}
+
+int zk_lock_info(void *eng, const char *name, baton_lockinfo *out)
+{
+    zeng *e = eng;
+    zsess *s = NULL;
+    char *dir = NULL, buf[512];
+    struct String_vector sv = { 0, NULL };
+    zchild *c = NULL;
+    struct Stat st;
+    int n = 0, zrc, rc;
+
+    if ((rc = zk_path(e, name, NULL, &dir))) return rc;
+    if ((rc = zk_sess_get(e, zk_deadline_ms(e->connect_timeout_ms), &s))) goto out;
+    out->remaining_ms = -1;
+    for (int tries = 0; tries < 5; tries++) {
+        uint64_t last = 0;
+        int nlock = 0, first_lock = -1, first_rw = -1, readers = 0, writers = 0, writer = 0, seen_writer = 0;
+        int any_rw = 0;
+        free(c);
+        c = NULL;
+        deallocate_String_vector(&sv);
+        zrc = get_data(s, dir, buf, sizeof buf, &st);
+        if (zrc == ZNONODE) {
+            out->held = 0;
+            out->fence = 0;
+            out->queue_length = 0;
+            rc = 0;
+            goto out;
+        }
+        if (zrc != ZOK) {
+            rc = zk_err(zrc, "read", dir);
+            goto out;
+        }
+        last = strtoull(buf, NULL, 10);
+        if ((zrc = zoo_get_children(s->zh, dir, 0, &sv)) == ZNONODE) continue;
+        if (zrc != ZOK) {
+            rc = zk_err(zrc, "list", dir);
+            goto out;
+        }
+        if ((rc = zk_contenders(&sv, ZK_K_LOCK | ZK_K_READ | ZK_K_WRITE, &c, &n))) goto out;
+        /* kazoo's "__lock__" is both a lock and a writer: count read-write
+         * fields only when a read-write lock is in use here */
+        for (int i = 0; i < n; i++)
+            if ((c[i].kinds & ZK_K_READ) || ((c[i].kinds & ZK_K_WRITE) && !(c[i].kinds & ZK_K_LOCK))) any_rw = 1;
+        for (int i = 0; i < n; i++) {
+            if ((c[i].kinds & ZK_K_LOCK) && nlock++ == 0) first_lock = i;
+            if (any_rw && (c[i].kinds & (ZK_K_READ | ZK_K_WRITE))) {
+                if (first_rw < 0) first_rw = i;
+                if (c[i].kinds & ZK_K_WRITE) {
+                    writers++;
+                    if (first_rw == i) writer = 1;
+                    seen_writer = 1;
+                } else if (!seen_writer) {
+                    readers++;
+                }
+            }
+        }
+        if (first_rw >= 0) {
+            out->readers = readers;
+            out->writer = writer;
+            out->waiting_writers = writers - writer;
+        }
+        if (first_lock < 0 && first_rw < 0) {
+            out->held = 0;
+            out->fence = last;
+            out->queue_length = 0;
+            rc = 0;
+            goto out;
+        }
+        {
+            int h = first_lock >= 0 ? first_lock : first_rw;
+            char *p = join(dir, c[h].name);
+            if (!p) {
+                rc = baton_seterr(BATON_ENOMEM, 0, "out of memory");
+                goto out;
+            }
+            zrc = get_data(s, p, out->holder, sizeof out->holder, &st);
+            free(p);
+            if (zrc == ZNONODE) continue; /* released meanwhile: look again */
+            if (zrc != ZOK) {
+                rc = zk_err(zrc, "read", dir);
+                goto out;
+            }
+            out->held = 1;
+            out->fence = (uint64_t)st.czxid;
+            out->queue_length = first_lock >= 0 ? nlock - 1 : n - readers - writer;
+            rc = 0;
+            goto out;
+        }
+    }
+    rc = baton_seterr(BATON_EUNAVAILABLE, 0, "zk: %s changes too fast to describe", dir);
+out:
+    free(c);
+    deallocate_String_vector(&sv);
+    zk_sess_put(e, s);
+    free(dir);
+    return rc;
+}
+
+/* ---- election ----------------------------------------------------------- */
+
+int zk_election_leader(void *eng, const char *name, uint64_t known_fence, const char *known_value,
+                       char *value, size_t n, uint64_t *fence, int64_t deadline_ns, baton_waiter *w)
+{
+    zeng *e = eng;
+    zsess *s = NULL;
+    char *dir = NULL, *v = NULL;
+    uint64_t slot = 0;
+    int rc;
+
+    if (value && n) value[0] = 0;
+    *fence = 0;
+    if ((rc = zk_path(e, name, NULL, &dir))) return rc;
+    if (!(v = malloc(BATON_ELECTION_VALUE_MAX + 1))) {
+        rc = baton_seterr(BATON_ENOMEM, 0, "out of memory");
+        goto out;
+    }
+    if (deadline_ns && w && !(slot = zk_slot_open(e))) {
+        rc = baton_seterr(BATON_ENOMEM, 0, "out of memory");
+        goto out;
+    }
+    if ((rc = zk_sess_get(e, zk_deadline_ms(e->connect_timeout_ms), &s))) goto out;
+    for (;;) {
+        int watch = slot != 0;
+        unsigned gen = watch ? baton_waiter_gen(w) : 0;
+        struct String_vector sv = { 0, NULL };
+        zchild *c = NULL;
+        struct Stat st;
+        uint64_t f = 0;
+        int m = 0, zrc;
+
+        v[0] = 0;
+        if (watch) zk_slot_arm(e, slot, w);
+        zrc = watch ? zoo_wget_children(s->zh, dir, zk_node_watcher, ZK_SLOT_CTX(slot), &sv)
+                    : zoo_get_children(s->zh, dir, 0, &sv);
+        if (zrc == ZNONODE && watch) {
+            /* no election yet: watch for its directory instead */
+            zrc = zoo_wexists(s->zh, dir, zk_node_watcher, ZK_SLOT_CTX(slot), &st);
+            if (zrc == ZOK) continue; /* created meanwhile */
+            if (zrc == ZNONODE) zrc = ZOK;
+        } else if (zrc == ZNONODE) {
+            zrc = ZOK;
+        } else if (zrc == ZOK) {
+            if ((rc = zk_contenders(&sv, ZK_K_LATCH, &c, &m))) {
+                deallocate_String_vector(&sv);
+                break;
+            }
+            if (m > 0) {
+                char *p = join(dir, c[0].name);
+                int len = BATON_ELECTION_VALUE_MAX;
+                if (!p) {
+                    free(c);
+                    deallocate_String_vector(&sv);
+                    rc = baton_seterr(BATON_ENOMEM, 0, "out of memory");
+                    break;
+                }
+                /* the leader's data: its value may change without a new term */
+                zrc = watch ? zoo_wget(s->zh, p, zk_node_watcher, ZK_SLOT_CTX(slot), v, &len, &st)
+                            : zoo_get(s->zh, p, 0, v, &len, &st);
+                free(p);
+                if (zrc == ZOK) {
+                    v[len < 0 ? 0 : len] = 0;
+                    f = (uint64_t)st.czxid;
+                }
+            }
+            free(c);
+            deallocate_String_vector(&sv);
+            if (zrc == ZNONODE) continue; /* the leader left while we looked */
+        }
+        if (zrc != ZOK) {
+            if (!zk_retryable(zrc) || zk_sess_wait(e, s, zk_deadline_ms(e->io_timeout_ms))) {
+                rc = zk_err(zrc, "read election", dir);
+                break;
+            }
+            continue;
+        }
+        if (!deadline_ns || f != known_fence || strcmp(v, known_value ? known_value : "")) {
+            *fence = f;
+            if (value && n) snprintf(value, n, "%s", v);
+            rc = 0;
+            break;
+        }
+        if (!w) {
+            rc = baton_seterr(BATON_ETIMEDOUT, 0, "zk: the leader of %s has not changed", dir);
+            break;
+        }
+        if (baton_waiter_canceled(w)) {
+            rc = baton_seterr(BATON_ECANCELED, 0, "zk: observing %s canceled", dir);
+            break;
+        }
+        if (deadline_ns != INT64_MAX && baton_now_ns() >= deadline_ns) {
+            rc = baton_seterr(BATON_ETIMEDOUT, 0, "zk: the leader of %s has not changed", dir);
+            break;
+        }
+        {
+            int64_t until = baton_now_ns() + (int64_t)RECHECK_MS * 1000000LL;
+            if (until > deadline_ns) until = deadline_ns;
+            baton_waiter_park(w, gen, until);
+        }
+        if (zk_sess_dead(e, s)) {
+            /* watches died with the session: look again on a new one */
+            zk_sess_put(e, s);
+            s = NULL;
+            if ((rc = zk_sess_get(e, zk_deadline_ms(e->connect_timeout_ms), &s))) break;
+        }
+    }
+out:
+    if (slot) zk_slot_close(e, slot);
+    zk_sess_put(e, s);
+    free(v);
+    free(dir);
+    return rc;
+}
+
+int zk_election_proclaim(void *eng, void *st, const baton_owner *owner, const char *value)
+{
+    zeng *e = eng;
+    zlock *l = st;
+    zsess *s = NULL;
+    struct String_vector sv = { 0, NULL };
+    zchild *c = NULL;
+    char *node = NULL;
+    int n = 0, zrc, rc = 0;
+    (void)owner;
+
+    pthread_mutex_lock(&e->mu);
+    if (l->node && !l->lost && e->cur && !e->cur->dead && e->cur->gen == l->gen) {
+        s = e->cur;
+        s->refs++;
+        node = strdup(l->node);
+    }
+    pthread_mutex_unlock(&e->mu);
+    if (!s) return baton_seterr(BATON_ELOST, 0, "zk: %s: this candidate's session is gone", l->dir);
+    if (!node) {
+        rc = baton_seterr(BATON_ENOMEM, 0, "out of memory");
+        goto out;
+    }
+    /* owner-checked: our node must exist and lead */
+    if ((zrc = zoo_get_children(s->zh, l->dir, 0, &sv)) != ZOK) {
+        rc = zrc == ZNONODE ? baton_seterr(BATON_ELOST, zrc, "zk: %s is gone", l->dir) : zk_err(zrc, "list", l->dir);
+        goto out;
+    }
+    if ((rc = zk_contenders(&sv, ZK_K_LATCH, &c, &n))) goto out;
+    if (n == 0 || strcmp(c[0].name, strrchr(node, '/') + 1)) {
+        rc = baton_seterr(BATON_ELOST, 0, "zk: %s: this candidate no longer leads", l->dir);
+        goto out;
+    }
+    zrc = zoo_set(s->zh, node, value, (int)strlen(value), -1);
+    if (zrc == ZNONODE) rc = baton_seterr(BATON_ELOST, zrc, "zk: %s: this candidate's node is gone", l->dir);
+    else if (zrc != ZOK) rc = zk_err(zrc, "proclaim on", node);
+out:
+    free(c);
+    deallocate_String_vector(&sv);
+    free(node);
+    zk_sess_put(e, s);
+    return rc;
+}

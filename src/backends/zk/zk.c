@@ -1,0 +1,968 @@
+/*
+ * The ZooKeeper backend: URI and options, sessions, the watcher, the
+ * session check thread, paths and errors, identity, engine_ops, and the
+ * backend table. Locks live in lock.c, permits in sem.c.
+ *
+ * URI: zk://[user:password@]host[:port][,host[:port]...][/chroot][?options]
+ * Options: session_timeout_ms, connect_timeout_ms, root, lost_after_ms
+ * (docs/zk-engine.md).
+ *
+ * Sessions. A client has one zhandle at a time (zsess). The C client
+ * reconnects a session by itself; what it cannot do is tell us in time that
+ * the session is gone: it learns of an expiry only when it reaches a server
+ * again. So the check thread decides on the monotonic clock: a session whose
+ * connection has been down for lost_after_ms (default a third of the
+ * negotiated session timeout, see docs/zk-engine.md) is given up, exactly as
+ * if the server had expired it. A given-up session is closed as soon as no
+ * call uses it, every grant made on it is reported lost (baton_host_lost,
+ * per state and fence), and the next call opens a new session.
+ */
+#include "zk_int.h"
+#include "core/internal.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define DEFAULT_PORT 2181
+#define DEFAULT_SESSION_MS 10000
+#define DEFAULT_ROOT "/baton"
+#define CHECK_TICK_MS 100
+/* How long a loss is re-reported: a grant that was being confirmed while
+ * its session died reaches the core a moment after the first report. */
+#define REPORT_AGAIN_MS 2000
+
+static const int64_t MS = 1000000LL;
+
+int64_t zk_deadline_ms(int ms) { return baton_now_ns() + ms * MS; }
+
+/* The C client logs through this (per handle), never to stderr. */
+static void zk_log(const char *message) { baton_log(BATON_LOG_DEBUG, "zookeeper: %s", message); }
+
+/* ---- errors ------------------------------------------------------------- */
+
+int zk_retryable(int zrc)
+{
+    return zrc == ZCONNECTIONLOSS || zrc == ZOPERATIONTIMEOUT;
+}
+
+int zk_err(int zrc, const char *what, const char *path)
+{
+    int code;
+    switch (zrc) {
+    case ZCONNECTIONLOSS:
+    case ZOPERATIONTIMEOUT:
+    case ZSESSIONEXPIRED:
+    case ZSESSIONMOVED:
+    case ZINVALIDSTATE:
+    case ZCLOSING:
+        code = BATON_EUNAVAILABLE;
+        break;
+    case ZNOAUTH:
+    case ZAUTHFAILED:
+        code = BATON_EAUTH;
+        break;
+    case ZBADARGUMENTS:
+    case ZINVALIDACL:
+    case ZNOCHILDRENFOREPHEMERALS:
+        code = BATON_EINVAL;
+        break;
+    case ZMARSHALLINGERROR:
+    case ZSYSTEMERROR:
+        code = BATON_EIO;
+        break;
+    default:
+        code = BATON_EPROTO;
+        break;
+    }
+    return baton_seterr(code, zrc, "zk: %s %s: %s", what, path ? path : "", zerror(zrc));
+}
+
+/* ---- slots -------------------------------------------------------------- */
+
+uint64_t zk_slot_open(zeng *e)
+{
+    zslot *s = calloc(1, sizeof *s);
+    uint64_t id = 0;
+    if (!s) return 0;
+    pthread_mutex_lock(&e->mu);
+    s->id = id = ++e->next_slot;
+    s->next = e->slots;
+    e->slots = s;
+    pthread_mutex_unlock(&e->mu);
+    return id;
+}
+
+void zk_slot_close(zeng *e, uint64_t id)
+{
+    pthread_mutex_lock(&e->mu);
+    for (zslot **p = &e->slots; *p; p = &(*p)->next)
+        if ((*p)->id == id) {
+            zslot *s = *p;
+            *p = s->next;
+            free(s);
+            break;
+        }
+    pthread_mutex_unlock(&e->mu);
+}
+
+void zk_slot_arm(zeng *e, uint64_t id, baton_waiter *w)
+{
+    pthread_mutex_lock(&e->mu);
+    for (zslot *s = e->slots; s; s = s->next)
+        if (s->id == id) {
+            s->w = w;
+            break;
+        }
+    pthread_mutex_unlock(&e->mu);
+}
+
+/* e->mu held. */
+static void wake_all(zeng *e)
+{
+    for (zslot *s = e->slots; s; s = s->next)
+        if (s->w) baton_waiter_wake(s->w);
+}
+
+void zk_node_watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx)
+{
+    zsess *s = (zsess *)zoo_get_context(zh);
+    uint64_t id = (uint64_t)(uintptr_t)ctx;
+    (void)type, (void)state, (void)path;
+    if (!s) return;
+    pthread_mutex_lock(&s->e->mu);
+    for (zslot *sl = s->e->slots; sl; sl = sl->next)
+        if (sl->id == id) {
+            if (sl->w) baton_waiter_wake(sl->w);
+            break;
+        }
+    pthread_mutex_unlock(&s->e->mu);
+}
+
+/* ---- lock states and orphans -------------------------------------------- */
+
+void zk_lock_link(zeng *e, zlock *l)
+{
+    pthread_mutex_lock(&e->mu);
+    l->prev = NULL;
+    l->next = e->locks;
+    if (e->locks) e->locks->prev = l;
+    e->locks = l;
+    pthread_mutex_unlock(&e->mu);
+}
+
+void zk_lock_unlink(zeng *e, zlock *l)
+{
+    pthread_mutex_lock(&e->mu);
+    if (l->prev) l->prev->next = l->next;
+    else e->locks = l->next;
+    if (l->next) l->next->prev = l->prev;
+    l->next = l->prev = NULL;
+    pthread_mutex_unlock(&e->mu);
+}
+
+void zk_orphan_add(zeng *e, const char *path, uint64_t gen)
+{
+    zorphan *o = calloc(1, sizeof *o);
+    if (!o || !(o->path = strdup(path))) {
+        /* The node then lives until its session ends: late, not wrong. */
+        free(o);
+        return;
+    }
+    o->gen = gen;
+    pthread_mutex_lock(&e->mu);
+    o->next = e->orphans;
+    e->orphans = o;
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+}
+
+/* ---- sessions ----------------------------------------------------------- */
+
+static void session_watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx)
+{
+    zsess *s = ctx;
+    zeng *e = s->e;
+    (void)path;
+    if (type != ZOO_SESSION_EVENT) return;
+    pthread_mutex_lock(&e->mu);
+    s->state = state;
+    if (state == ZOO_CONNECTED_STATE) {
+        s->down_since = 0;
+        if (s == e->cur) e->negotiated_ms = zoo_recv_timeout(zh);
+    } else if (state == ZOO_EXPIRED_SESSION_STATE || state == ZOO_AUTH_FAILED_STATE) {
+        if (!s->dead) baton_log(BATON_LOG_INFO, "zk: session %" PRIu64 " %s", s->gen,
+                                state == ZOO_EXPIRED_SESSION_STATE ? "expired" : "failed authentication");
+        s->dead = 1;
+        if (state == ZOO_AUTH_FAILED_STATE) {
+            s->auth_pending = 0;
+            s->auth_rc = ZAUTHFAILED;
+        }
+    } else if (!s->down_since) {
+        s->down_since = baton_now_ns();
+    }
+    /* Waiters re-check (their session may be gone); the check thread and
+     * zk_sess_get look at the new state. */
+    wake_all(e);
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+}
+
+static void auth_done(int rc, const void *data)
+{
+    zsess *s = (zsess *)data;
+    pthread_mutex_lock(&s->e->mu);
+    s->auth_pending = 0;
+    s->auth_rc = rc;
+    if (rc != ZOK) s->dead = 1;
+    pthread_cond_broadcast(&s->e->cv);
+    pthread_mutex_unlock(&s->e->mu);
+}
+
+/* A new session (connecting in the background); e->mu held. zookeeper_init
+ * resolves the host names here. */
+static zsess *sess_start(zeng *e)
+{
+    zsess *s = calloc(1, sizeof *s);
+    if (!s) {
+        baton_seterr(BATON_ENOMEM, 0, "out of memory");
+        return NULL;
+    }
+    s->e = e;
+    s->gen = ++e->next_gen;
+    s->refs = 1; /* the engine's */
+    s->state = ZOO_CONNECTING_STATE;
+    s->down_since = baton_now_ns();
+    s->zh = zookeeper_init2(e->hosts, session_watcher, e->session_timeout_ms, NULL, s, 0, zk_log);
+    if (!s->zh) {
+        int err = errno;
+        free(s);
+        /* zookeeper_init fails when no host resolves (errno is not telling then) */
+        baton_seterr(BATON_EUNAVAILABLE, err, "zk: cannot start a session with %s (do the hosts resolve?)", e->hosts);
+        return NULL;
+    }
+    if (e->auth) {
+        int zrc;
+        s->auth_pending = 1;
+        zrc = zoo_add_auth(s->zh, "digest", e->auth, (int)strlen(e->auth), auth_done, s);
+        if (zrc != ZOK) {
+            s->auth_pending = 0;
+            s->auth_rc = zrc;
+            s->dead = 1;
+        }
+    }
+    return s;
+}
+
+/* Gives up S as the engine's current session (e->mu held): every grant on
+ * it is lost from now on; the caller drops the engine's reference (*old). */
+static void sess_retire(zeng *e, zsess *s, zsess **old)
+{
+    int64_t now = baton_now_ns();
+    s->dead = 1;
+    if (e->cur == s) {
+        e->cur = NULL;
+        *old = s;
+    }
+    for (zlock *l = e->locks; l; l = l->next)
+        if (l->node && l->gen == s->gen && !l->lost) {
+            l->lost = 1;
+            l->report_until = now + REPORT_AGAIN_MS * MS;
+        }
+    wake_all(e);
+    pthread_cond_broadcast(&e->cv);
+}
+
+void zk_sess_put(zeng *e, zsess *s)
+{
+    int last;
+    if (!s) return;
+    pthread_mutex_lock(&e->mu);
+    last = --s->refs == 0;
+    pthread_mutex_unlock(&e->mu);
+    if (!last) return;
+    /* Closing a live session deletes its ephemeral nodes at once; a
+     * disconnected one just ends here and the server expires it. */
+    zookeeper_close(s->zh);
+    free(s);
+}
+
+int zk_sess_dead(zeng *e, zsess *s)
+{
+    int d;
+    pthread_mutex_lock(&e->mu);
+    d = s->dead;
+    pthread_mutex_unlock(&e->mu);
+    return d;
+}
+
+uint64_t zk_live_gen(zeng *e)
+{
+    uint64_t g;
+    pthread_mutex_lock(&e->mu);
+    g = e->cur && !e->cur->dead ? e->cur->gen : 0;
+    pthread_mutex_unlock(&e->mu);
+    return g;
+}
+
+static void timedwait(zeng *e, int64_t deadline)
+{
+    struct timespec ts;
+    int64_t d = deadline;
+    int64_t cap = baton_now_ns() + CHECK_TICK_MS * MS;
+    if (d > cap) d = cap;
+    ts.tv_sec = (time_t)(d / 1000000000LL);
+    ts.tv_nsec = (long)(d % 1000000000LL);
+    pthread_cond_timedwait(&e->cv, &e->mu, &ts);
+}
+
+int zk_sess_get(zeng *e, int64_t deadline, zsess **out)
+{
+    zsess *old = NULL;
+    int rc = 0;
+    *out = NULL;
+    pthread_mutex_lock(&e->mu);
+    for (;;) {
+        zsess *s = e->cur;
+        if (s && s->dead) {
+            if (s->auth_rc != ZOK && !s->auth_pending) {
+                /* the credentials do not change: every session would fail */
+                rc = zk_err(s->auth_rc, "digest authentication", "");
+                break;
+            }
+            sess_retire(e, s, &old);
+            if (old) {
+                /* never close under e->mu: the watcher takes it */
+                pthread_mutex_unlock(&e->mu);
+                zk_sess_put(e, old);
+                old = NULL;
+                pthread_mutex_lock(&e->mu);
+            }
+            continue;
+        }
+        if (!s) {
+            if (!(s = sess_start(e))) {
+                rc = baton_error_last()->code;
+                break;
+            }
+            e->cur = s;
+        }
+        if (s->state == ZOO_CONNECTED_STATE && !s->auth_pending) {
+            if (s->auth_rc != ZOK) {
+                rc = zk_err(s->auth_rc, "digest authentication", "");
+                break;
+            }
+            s->refs++;
+            *out = s;
+            break;
+        }
+        if (baton_now_ns() >= deadline) {
+            rc = baton_seterr(BATON_EUNAVAILABLE, 0, "zk: no connection to %s in time", e->hosts);
+            break;
+        }
+        timedwait(e, deadline);
+    }
+    pthread_mutex_unlock(&e->mu);
+    return rc;
+}
+
+int zk_sess_wait(zeng *e, zsess *s, int64_t deadline)
+{
+    int rc = 0;
+    pthread_mutex_lock(&e->mu);
+    while (!s->dead && s->state != ZOO_CONNECTED_STATE) {
+        if (baton_now_ns() >= deadline) break;
+        timedwait(e, deadline);
+    }
+    if (s->dead || s->state != ZOO_CONNECTED_STATE)
+        rc = baton_seterr(BATON_EUNAVAILABLE, 0, "zk: the connection to %s did not come back in time", e->hosts);
+    pthread_mutex_unlock(&e->mu);
+    return rc;
+}
+
+/* e->mu held. */
+static int64_t lost_after_ns(zeng *e)
+{
+    int ms = e->lost_after_ms;
+    if (ms <= 0) ms = (e->negotiated_ms > 0 ? e->negotiated_ms : e->session_timeout_ms) / 3;
+    return ms * MS;
+}
+
+typedef struct {
+    void *st;
+    uint64_t fence;
+} lost_rec;
+
+/* The check thread: gives up sessions disconnected too long, reports lost
+ * grants, and deletes orphaned contender nodes. */
+static void *check_main(void *arg)
+{
+    zeng *e = arg;
+    pthread_mutex_lock(&e->mu);
+    while (!e->stop) {
+        int64_t now = baton_now_ns();
+        zsess *s = e->cur, *old = NULL, *live = NULL;
+        lost_rec *recs = NULL;
+        size_t nrec = 0, cap = 0;
+        zorphan *todo = NULL;
+
+        if (s && !s->dead && s->down_since && now - s->down_since >= lost_after_ns(e)) {
+            baton_log(BATON_LOG_WARN, "zk: no connection for %lld ms: session %" PRIu64 " given up, "
+                      "its locks are lost", (long long)((now - s->down_since) / MS), s->gen);
+            s->dead = 1;
+        }
+        if (s && s->dead && !(s->auth_rc != ZOK && !s->auth_pending)) sess_retire(e, s, &old);
+        for (zlock *l = e->locks; l; l = l->next) {
+            if (!l->lost || now >= l->report_until) continue;
+            if (nrec == cap) {
+                size_t nc = cap ? cap * 2 : 8;
+                lost_rec *r = realloc(recs, nc * sizeof *r);
+                if (!r) break;
+                recs = r;
+                cap = nc;
+            }
+            recs[nrec].st = l;
+            recs[nrec++].fence = l->fence;
+        }
+        /* Orphans on the live session get deleted; the others died with
+         * their session. */
+        if (e->orphans && e->cur && !e->cur->dead && e->cur->state == ZOO_CONNECTED_STATE) {
+            live = e->cur;
+            live->refs++;
+            for (zorphan **p = &e->orphans; *p;) {
+                zorphan *o = *p;
+                *p = o->next;
+                if (o->gen == live->gen) {
+                    o->next = todo;
+                    todo = o;
+                } else {
+                    free(o->path);
+                    free(o);
+                }
+            }
+        }
+        pthread_mutex_unlock(&e->mu);
+
+        if (old) zk_sess_put(e, old);
+        for (size_t i = 0; i < nrec; i++) baton_host_lost(e->host, recs[i].st, recs[i].fence);
+        free(recs);
+        while (todo) {
+            zorphan *o = todo;
+            int zrc = zoo_delete(live->zh, o->path, -1);
+            todo = o->next;
+            if (zk_retryable(zrc)) {
+                zk_orphan_add(e, o->path, o->gen);
+            } else if (zrc != ZOK && zrc != ZNONODE) {
+                baton_log(BATON_LOG_WARN, "zk: cannot delete %s: %s", o->path, zerror(zrc));
+            }
+            free(o->path);
+            free(o);
+        }
+        if (live) zk_sess_put(e, live);
+
+        pthread_mutex_lock(&e->mu);
+        if (!e->stop) timedwait(e, baton_now_ns() + CHECK_TICK_MS * MS);
+    }
+    pthread_mutex_unlock(&e->mu);
+    return NULL;
+}
+
+/* ---- paths -------------------------------------------------------------- */
+
+/* One path component ZooKeeper accepts: not empty, ".", ".."; no control
+ * characters (the server rejects them; some would end the C string). */
+static int component_ok(const char *s, size_t n)
+{
+    if (n == 0) return 0;
+    if ((n == 1 && s[0] == '.') || (n == 2 && s[0] == '.' && s[1] == '.')) return 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c < 0x20 || c == 0x7f) return 0;
+        /* U+0080..U+009F (C1 controls) */
+        if (c == 0xc2 && i + 1 < n && (unsigned char)s[i + 1] >= 0x80 && (unsigned char)s[i + 1] <= 0x9f) return 0;
+    }
+    return 1;
+}
+
+/* "a/b/c" → 1 when every component is acceptable. */
+static int rel_path_ok(const char *p)
+{
+    while (*p) {
+        const char *sl = strchr(p, '/');
+        size_t n = sl ? (size_t)(sl - p) : strlen(p);
+        if (!component_ok(p, n)) return 0;
+        if (!sl) break;
+        p = sl + 1;
+        if (!*p) return 0; /* trailing '/' */
+    }
+    return 1;
+}
+
+int zk_path(zeng *e, const char *name, const char *suffix, char **out)
+{
+    size_t n;
+    char *p;
+    *out = NULL;
+    if (!name || !*name || !rel_path_ok(name))
+        return baton_seterr(BATON_EINVAL, 0, "zk: name '%s' cannot be a ZooKeeper path (names are '/'-separated "
+                            "components, none empty, '.' or '..', without control characters)", name ? name : "");
+    if (!*e->base && (!strcmp(name, "zookeeper") || !strncmp(name, "zookeeper/", 10)))
+        return baton_seterr(BATON_EINVAL, 0, "zk: name '%s' is in ZooKeeper's reserved /zookeeper tree", name);
+    n = strlen(e->base) + strlen(name) + (suffix ? strlen(suffix) + 1 : 0) + 2;
+    if (!(p = malloc(n))) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+    snprintf(p, n, "%s/%s%s%s", e->base, name, suffix ? "/" : "", suffix ? suffix : "");
+    *out = p;
+    return 0;
+}
+
+const struct ACL_vector *zk_acl(zeng *e) { return e->auth ? &ZOO_CREATOR_ALL_ACL : &ZOO_OPEN_ACL_UNSAFE; }
+
+/* The part of the base that is the chroot: its nodes are persistent (they are
+ * the user's namespace); everything from the root down is a container, which
+ * the server removes once its last child is gone. */
+static int is_chroot_part(zeng *e, size_t len) { return len <= e->chroot_len; }
+
+static int mkdirs_at(zeng *e, zsess *s, char *path, size_t len, int depth)
+{
+    char save = path[len];
+    int zrc, mode;
+    if (len == 0 || depth > 256) return ZOK;
+    path[len] = 0;
+    mode = is_chroot_part(e, len) ? ZOO_PERSISTENT : ZOO_CONTAINER;
+    zrc = zoo_create(s->zh, path, NULL, -1, zk_acl(e), mode, NULL, 0);
+    if (zrc == ZNONODE) {
+        char *sl = strrchr(path, '/');
+        if (sl && sl != path) {
+            zrc = mkdirs_at(e, s, path, (size_t)(sl - path), depth + 1);
+            if (zrc == ZOK || zrc == ZNODEEXISTS) zrc = zoo_create(s->zh, path, NULL, -1, zk_acl(e), mode, NULL, 0);
+        }
+    }
+    path[len] = save;
+    return zrc == ZNODEEXISTS ? ZOK : zrc;
+}
+
+int zk_mkdirs(zeng *e, zsess *s, const char *path)
+{
+    char *p = strdup(path);
+    int zrc;
+    if (!p) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+    zrc = mkdirs_at(e, s, p, strlen(p), 0);
+    free(p);
+    return zrc == ZOK ? 0 : zk_err(zrc, "create", path);
+}
+
+/* ---- open / close ------------------------------------------------------- */
+
+static int parse_ms(const char *key, const char *v, int lo, int hi, int *out)
+{
+    char *end;
+    long x;
+    errno = 0;
+    x = strtol(v, &end, 10);
+    if (errno || end == v || *end || x < lo || x > hi)
+        return baton_seterr(BATON_EINVAL, 0, "zk: option %s=%s: want an integer %d..%d", key, v, lo, hi);
+    *out = (int)x;
+    return 0;
+}
+
+/* "/a/b" with valid components, no trailing '/'; "" or "/" = the top. */
+static int norm_abs(const char *what, const char *in, char **out)
+{
+    size_t n;
+    char *p;
+    while (*in == '/') in++;
+    n = strlen(in);
+    while (n && in[n - 1] == '/') n--;
+    if (!(p = malloc(n + 2))) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+    p[0] = 0;
+    if (n) {
+        p[0] = '/';
+        memcpy(p + 1, in, n);
+        p[n + 1] = 0;
+        if (!rel_path_ok(p + 1)) {
+            free(p);
+            return baton_seterr(BATON_EINVAL, 0, "zk: %s '%s' is not a valid ZooKeeper path", what, in);
+        }
+    }
+    *out = p;
+    return 0;
+}
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* "zk://<resolved addresses, sorted>/<base>": equal for two spellings of
+ * one ensemble (names or addresses, any order). */
+static int make_ident(zeng *e, const baton_uri *u)
+{
+    char **parts = calloc(u->nhosts ? u->nhosts : 1, sizeof *parts);
+    size_t len = 16 + strlen(e->base);
+    int rc = 0;
+    if (!parts) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+    for (size_t i = 0; i < u->nhosts; i++) {
+        struct addrinfo hints, *ai = NULL;
+        char addr[INET6_ADDRSTRLEN + 2] = "", port[8];
+        int p = u->hosts[i].port ? u->hosts[i].port : DEFAULT_PORT;
+        memset(&hints, 0, sizeof hints);
+        hints.ai_socktype = SOCK_STREAM;
+        snprintf(port, sizeof port, "%d", p);
+        if (getaddrinfo(u->hosts[i].host, port, &hints, &ai) == 0 && ai) {
+            const void *a = ai->ai_family == AF_INET6 ? (const void *)&((struct sockaddr_in6 *)ai->ai_addr)->sin6_addr
+                                                      : (const void *)&((struct sockaddr_in *)ai->ai_addr)->sin_addr;
+            inet_ntop(ai->ai_family, a, addr, sizeof addr);
+        }
+        if (ai) freeaddrinfo(ai);
+        /* unresolvable now: the name stands for itself */
+        len += strlen(addr[0] ? addr : u->hosts[i].host) + 10;
+        if (!(parts[i] = malloc(strlen(addr[0] ? addr : u->hosts[i].host) + 10))) {
+            rc = baton_seterr(BATON_ENOMEM, 0, "out of memory");
+            goto out;
+        }
+        sprintf(parts[i], strchr(addr[0] ? addr : u->hosts[i].host, ':') ? "[%s]:%d" : "%s:%d",
+                addr[0] ? addr : u->hosts[i].host, p);
+    }
+    qsort(parts, u->nhosts, sizeof *parts, cmp_str);
+    if (!(e->ident = malloc(len))) {
+        rc = baton_seterr(BATON_ENOMEM, 0, "out of memory");
+        goto out;
+    }
+    strcpy(e->ident, "zk://");
+    for (size_t i = 0; i < u->nhosts; i++) {
+        if (i) strcat(e->ident, ",");
+        strcat(e->ident, parts[i]);
+    }
+    strcat(e->ident, *e->base ? e->base : "/");
+out:
+    for (size_t i = 0; i < u->nhosts; i++) free(parts[i]);
+    free(parts);
+    return rc;
+}
+
+static void eng_free(zeng *e)
+{
+    free(e->hosts);
+    free(e->base);
+    free(e->ident);
+    if (e->auth) {
+        memset(e->auth, 0, strlen(e->auth));
+        free(e->auth);
+    }
+    pthread_cond_destroy(&e->cv);
+    pthread_mutex_destroy(&e->mu);
+    free(e);
+}
+
+static int configure(zeng *e, const baton_uri *u, const baton_client_options *opts)
+{
+    const char *root = DEFAULT_ROOT, *env;
+    char *chroot = NULL, *rootn = NULL;
+    size_t hl = 1;
+    int rc;
+
+    e->session_timeout_ms = DEFAULT_SESSION_MS;
+    e->connect_timeout_ms = opts && opts->connect_timeout_ms > 0 ? opts->connect_timeout_ms : 2000;
+    e->io_timeout_ms = opts && opts->io_timeout_ms > 0 ? opts->io_timeout_ms : 5000;
+    for (size_t i = 0; i < u->nparams; i++) {
+        const char *k = u->params[i].key, *v = u->params[i].value ? u->params[i].value : "";
+        if (!strcmp(k, "session_timeout_ms")) rc = parse_ms(k, v, 100, 24 * 3600 * 1000, &e->session_timeout_ms);
+        else if (!strcmp(k, "connect_timeout_ms")) rc = parse_ms(k, v, 1, 24 * 3600 * 1000, &e->connect_timeout_ms);
+        else if (!strcmp(k, "lost_after_ms")) rc = parse_ms(k, v, 1, 24 * 3600 * 1000, &e->lost_after_ms);
+        else if (!strcmp(k, "root")) root = v, rc = 0;
+        else
+            rc = baton_seterr(BATON_EINVAL, 0, "zk: unknown option '%s' (known: session_timeout_ms, "
+                              "connect_timeout_ms, root, lost_after_ms)", k);
+        if (rc) return rc;
+    }
+    if (!u->nhosts || !u->hosts[0].host || !*u->hosts[0].host)
+        return baton_seterr(BATON_EINVAL, 0, "zk: the URI names no server (zk://host:port[,host:port...])");
+
+    /* the connect string: host:port,... (IPv6 in brackets) */
+    for (size_t i = 0; i < u->nhosts; i++) {
+        if (!u->hosts[i].host || !*u->hosts[i].host || strpbrk(u->hosts[i].host, ",/ "))
+            return baton_seterr(BATON_EINVAL, 0, "zk: bad host in the URI");
+        hl += strlen(u->hosts[i].host) + 10;
+    }
+    if (!(e->hosts = malloc(hl))) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+    e->hosts[0] = 0;
+    for (size_t i = 0; i < u->nhosts; i++) {
+        char one[300];
+        snprintf(one, sizeof one, strchr(u->hosts[i].host, ':') ? "%s[%s]:%d" : "%s%s:%d", i ? "," : "",
+                 u->hosts[i].host, u->hosts[i].port ? u->hosts[i].port : DEFAULT_PORT);
+        strcat(e->hosts, one);
+    }
+
+    /* base = /<chroot><root> */
+    if ((rc = norm_abs("chroot", u->path ? u->path : "", &chroot))) return rc;
+    if ((rc = norm_abs("root", root, &rootn))) {
+        free(chroot);
+        return rc;
+    }
+    e->chroot_len = strlen(chroot);
+    if (!(e->base = malloc(strlen(chroot) + strlen(rootn) + 1))) {
+        free(chroot);
+        free(rootn);
+        return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+    }
+    sprintf(e->base, "%s%s", chroot, rootn);
+    free(chroot);
+    free(rootn);
+    if (!strcmp(e->base, "/zookeeper") || !strncmp(e->base, "/zookeeper/", 11))
+        return baton_seterr(BATON_EINVAL, 0, "zk: %s is ZooKeeper's reserved tree", e->base);
+
+    /* digest credentials: the client option's password with the URI's user,
+     * else the URI's user:password, else $BATON_ZK_AUTH */
+    env = getenv("BATON_ZK_AUTH");
+    if (opts && opts->password) {
+        if (!u->user || !*u->user)
+            return baton_seterr(BATON_EINVAL, 0, "zk: a password needs a user in the URI (zk://user@host)");
+        e->auth = malloc(strlen(u->user) + strlen(opts->password) + 2);
+        if (e->auth) sprintf(e->auth, "%s:%s", u->user, opts->password);
+    } else if (u->user && *u->user && u->password) {
+        e->auth = malloc(strlen(u->user) + strlen(u->password) + 2);
+        if (e->auth) sprintf(e->auth, "%s:%s", u->user, u->password);
+    } else if (env && *env) {
+        if (!strchr(env, ':')) return baton_seterr(BATON_EINVAL, 0, "zk: $BATON_ZK_AUTH is not user:password");
+        if (u->user && *u->user && strncmp(env, u->user, strlen(u->user)))
+            return baton_seterr(BATON_EINVAL, 0, "zk: the URI's user is not the one in $BATON_ZK_AUTH");
+        e->auth = strdup(env);
+    } else if (u->user && *u->user) {
+        return baton_seterr(BATON_EINVAL, 0, "zk: user '%s' without a password (URI, $BATON_ZK_AUTH or the "
+                            "client option)", u->user);
+    } else {
+        return 0;
+    }
+    if (!e->auth) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+    return 0;
+}
+
+static int zk_open(void **eng, const baton_uri *u, const baton_client_options *opts)
+{
+    pthread_condattr_t ca;
+    zsess *s = NULL;
+    zeng *e;
+    int rc;
+
+    *eng = NULL;
+    if (!(e = calloc(1, sizeof *e))) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+    pthread_mutex_init(&e->mu, NULL);
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&e->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    if ((rc = configure(e, u, opts))) goto fail;
+    if ((rc = make_ident(e, u))) goto fail;
+    /* connect now, so a wrong address or credentials show at open */
+    if ((rc = zk_sess_get(e, zk_deadline_ms(e->connect_timeout_ms), &s))) goto fail_sess;
+    zk_sess_put(e, s);
+    if (pthread_create(&e->thr, NULL, check_main, e)) {
+        rc = baton_seterr(BATON_ENOMEM, 0, "zk: cannot start the session thread");
+        goto fail_sess;
+    }
+    e->thr_started = 1;
+    *eng = e;
+    return 0;
+fail_sess:
+    pthread_mutex_lock(&e->mu);
+    s = e->cur;
+    e->cur = NULL;
+    pthread_mutex_unlock(&e->mu);
+    zk_sess_put(e, s);
+fail:
+    eng_free(e);
+    return rc;
+}
+
+static void zk_close(void *eng)
+{
+    zeng *e = eng;
+    zsess *s;
+    if (!e) return;
+    pthread_mutex_lock(&e->mu);
+    e->stop = 1;
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+    if (e->thr_started) pthread_join(e->thr, NULL);
+    pthread_mutex_lock(&e->mu);
+    s = e->cur;
+    e->cur = NULL;
+    pthread_mutex_unlock(&e->mu);
+    /* orphans of the live session die with it now */
+    zk_sess_put(e, s);
+    while (e->orphans) {
+        zorphan *o = e->orphans;
+        e->orphans = o->next;
+        free(o->path);
+        free(o);
+    }
+    while (e->slots) {
+        zslot *sl = e->slots;
+        e->slots = sl->next;
+        free(sl);
+    }
+    eng_free(e);
+}
+
+static void zk_attach(void *eng, baton_host *host)
+{
+    zeng *e = eng;
+    pthread_mutex_lock(&e->mu);
+    e->host = host;
+    pthread_mutex_unlock(&e->mu);
+}
+
+static int zk_identity(void *eng, char *buf, size_t n)
+{
+    zeng *e = eng;
+    snprintf(buf, n, "%s", e->ident);
+    return 0;
+}
+
+/* ---- engine_ops: the four-letter word mntr ------------------------------ */
+
+/* Sends "mntr" to ADDR and reads the whole answer (the server closes). */
+static int mntr_read(const struct sockaddr *addr, socklen_t alen, int64_t deadline, char **out)
+{
+    size_t len = 0, cap = 8192;
+    char *buf = malloc(cap);
+    int fd = -1, rc = 0;
+    *out = NULL;
+    if (!buf) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+    fd = socket(addr->sa_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0) {
+        rc = baton_seterr(BATON_EIO, errno, "zk: socket: %s", strerror(errno));
+        goto out;
+    }
+    if (connect(fd, addr, alen) && errno != EINPROGRESS) {
+        rc = baton_seterr(BATON_EUNAVAILABLE, errno, "zk: mntr: connect: %s", strerror(errno));
+        goto out;
+    }
+    for (int sent = 0;;) {
+        struct pollfd p = { fd, (short)(sent ? POLLIN : POLLOUT), 0 };
+        int64_t left = (deadline - baton_now_ns()) / MS;
+        ssize_t n;
+        if (left <= 0) {
+            rc = baton_seterr(BATON_EUNAVAILABLE, 0, "zk: mntr: no answer in time");
+            goto out;
+        }
+        if (poll(&p, 1, (int)(left > INT_MAX ? INT_MAX : left)) < 0) {
+            if (errno == EINTR) continue;
+            rc = baton_seterr(BATON_EIO, errno, "zk: mntr: poll: %s", strerror(errno));
+            goto out;
+        }
+        if (!p.revents) continue;
+        if (!sent) {
+            if (send(fd, "mntr", 4, MSG_NOSIGNAL) != 4) {
+                rc = baton_seterr(BATON_EUNAVAILABLE, errno, "zk: mntr: send: %s", strerror(errno));
+                goto out;
+            }
+            sent = 1;
+            continue;
+        }
+        if (len + 1 >= cap) {
+            char *nb = cap > (1u << 22) ? NULL : realloc(buf, cap * 2);
+            if (!nb) {
+                rc = baton_seterr(BATON_EPROTO, 0, "zk: mntr: answer too long");
+                goto out;
+            }
+            buf = nb;
+            cap *= 2;
+        }
+        n = recv(fd, buf + len, cap - len - 1, 0);
+        if (n == 0) break;
+        if (n < 0) {
+            if (errno == EAGAIN || errno == EINTR) continue;
+            rc = baton_seterr(BATON_EUNAVAILABLE, errno, "zk: mntr: recv: %s", strerror(errno));
+            goto out;
+        }
+        len += (size_t)n;
+    }
+    buf[len] = 0;
+    *out = buf;
+    buf = NULL;
+out:
+    if (fd >= 0) close(fd);
+    free(buf);
+    return rc;
+}
+
+/* Reports the server's zk_packets_received as "packets_received": every
+ * request a client sends is one packet, so its growth is the number of
+ * requests all clients made (pings included). */
+static int zk_engine_ops(void *eng, void (*fn)(void *arg, const char *op, uint64_t count), void *arg)
+{
+    zeng *e = eng;
+    struct sockaddr_storage ss;
+    socklen_t alen = sizeof ss;
+    zsess *s = NULL;
+    char *text = NULL, *p;
+    unsigned long long v;
+    int rc;
+
+    if ((rc = zk_sess_get(e, zk_deadline_ms(e->connect_timeout_ms), &s))) return rc;
+    memset(&ss, 0, sizeof ss);
+    if (!zookeeper_get_connected_host(s->zh, (struct sockaddr *)&ss, &alen)) {
+        zk_sess_put(e, s);
+        return baton_seterr(BATON_EUNAVAILABLE, 0, "zk: not connected to a server");
+    }
+    zk_sess_put(e, s);
+    if ((rc = mntr_read((struct sockaddr *)&ss, alen, zk_deadline_ms(e->io_timeout_ms), &text))) return rc;
+    if (strstr(text, "not in the whitelist") || strstr(text, "not executed")) {
+        rc = baton_seterr(BATON_ENOTSUP, 0, "zk: the server refuses mntr (add it to 4lw.commands.whitelist)");
+    } else if (!(p = strstr(text, "zk_packets_received\t")) ||
+               sscanf(p + strlen("zk_packets_received\t"), "%llu", &v) != 1) {
+        rc = baton_seterr(BATON_EPROTO, 0, "zk: mntr answered without zk_packets_received");
+    } else {
+        fn(arg, "packets_received", v);
+    }
+    free(text);
+    return rc;
+}
+
+/* ---- the table ---------------------------------------------------------- */
+
+static int zk_lock_renew(void *eng, void *st, const baton_owner *owner, uint32_t lease_ms, int64_t deadline_ns)
+{
+    (void)eng, (void)st, (void)owner, (void)lease_ms, (void)deadline_ns;
+    return baton_seterr(BATON_ENOTSUP, 0, "zk: locks live as long as the session; there is no lease to renew");
+}
+
+static const char *const zk_schemes[] = { "zk", "zookeeper", NULL };
+
+const baton_backend baton__backend_zk = {
+    .version = BATON_BACKEND_VERSION,
+    .name = "zk",
+    .schemes = zk_schemes,
+    .caps = BATON_CAP_FAIR | BATON_CAP_NOTIFY | BATON_CAP_INFO | BATON_CAP_SESSION | BATON_CAP_RWLOCK |
+            BATON_CAP_PERMITS | BATON_CAP_ELECTION,
+    .open = zk_open,
+    .close = zk_close,
+    .lock_new = zk_lock_new,
+    .lock_free = zk_lock_free,
+    .lock_acquire = zk_lock_acquire,
+    .lock_release = zk_lock_release,
+    .lock_renew = zk_lock_renew,
+    .lock_info = zk_lock_info,
+    .rwlock_new = zk_rwlock_new,
+    .permits_new = zk_permits_new,
+    .permits_free = zk_permits_free,
+    .permits_acquire = zk_permits_acquire,
+    .permits_release = zk_permits_release,
+    .permits_renew = zk_permits_renew,
+    .permits_ctl = zk_permits_ctl,
+    .attach = zk_attach,
+    .identity = zk_identity,
+    .engine_ops = zk_engine_ops,
+    .election_new = zk_election_new,
+    .election_leader = zk_election_leader,
+    .election_proclaim = zk_election_proclaim,
+};

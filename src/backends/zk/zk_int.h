@@ -1,0 +1,190 @@
+/*
+ * Internal declarations shared by the ZooKeeper backend modules:
+ *   zk.c    URI/options, sessions (one zhandle per client, replaced when it
+ *           dies), the watcher, the session check thread, paths, errors,
+ *           identity, engine_ops and the backend table
+ *   lock.c  contender nodes: the FIFO lock, the read-write lock, election
+ *   sem.c   permits (Curator's InterProcessSemaphoreV2 layout)
+ *
+ * Layout and rules: docs/zk-engine.md.
+ */
+#ifndef BATON_ZK_INT_H
+#define BATON_ZK_INT_H
+
+#include "baton/sys/backend.h"
+
+/* libzookeeper_mt: the synchronous calls exist only in the threaded build */
+#ifndef THREADED
+#define THREADED
+#endif
+#include <zookeeper/zookeeper.h>
+#include <pthread.h>
+#include <stdint.h>
+
+/* One ZooKeeper session: a zhandle and what the watcher learnt about it.
+ * Fields below zh are guarded by the engine's mutex. */
+typedef struct zsess {
+    struct zeng *e;
+    zhandle_t *zh;
+    uint64_t gen;            /* 1, 2, ...: which session of this client */
+    int refs;                /* calls using zh now, +1 while it is the engine's current one */
+    int state;               /* the last ZOO_*_STATE the watcher saw */
+    int dead;                /* expired, auth failed or declared lost: no new work on it */
+    int auth_pending;        /* digest auth sent, no answer yet */
+    int auth_rc;             /* its answer (ZOK, ZAUTHFAILED) */
+    int64_t down_since;      /* monotonic ns the connection dropped; 0 while connected */
+} zsess;
+
+/* A parking spot the watchers can find by number: a watch's context is the
+ * slot's id, never a pointer, so a watch that fires after its waiter gave up
+ * (or after its lock state was freed) finds nothing and does nothing. */
+typedef struct zslot {
+    uint64_t id;
+    baton_waiter *w;         /* NULL while nobody waits on it */
+    struct zslot *next;
+} zslot;
+
+/* A node to delete once the session it lives on can (a timed-out contender
+ * whose delete met a connection loss). */
+typedef struct zorphan {
+    char *path;
+    uint64_t gen;
+    struct zorphan *next;
+} zorphan;
+
+enum { ZK_LOCK, ZK_READ, ZK_WRITE, ZK_LATCH };
+
+/* One lock state (lock, read side, write side, election candidate). */
+typedef struct zlock {
+    struct zeng *e;
+    int kind;
+    char *dir;               /* the lock's directory (absolute path) */
+    uint64_t slot;           /* our watcher id */
+    /* guarded by e->mu */
+    char *node;              /* our contender node (absolute), NULL when none */
+    uint64_t gen;            /* the session it lives on */
+    uint64_t fence;          /* its czxid */
+    int lost;                /* that session died while the node existed */
+    int64_t report_until;    /* re-report the loss until then (see zk.c) */
+    struct zlock *next, *prev;
+} zlock;
+
+typedef struct zeng {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;       /* session state changed (CLOCK_MONOTONIC) */
+    char *hosts;             /* "h1:p1,h2:p2" as zookeeper_init wants it */
+    char *base;              /* "/<chroot><root>": every node lives below it ("" = "/") */
+    size_t chroot_len;       /* the "/<chroot>" part of base */
+    char *ident;             /* identity(): resolved hosts + base */
+    char *auth;              /* "user:password" for digest auth, or NULL */
+    int session_timeout_ms;  /* asked for */
+    int connect_timeout_ms;
+    int io_timeout_ms;
+    int lost_after_ms;       /* a disconnection this long loses the session's grants (0 = derive) */
+    /* guarded by mu */
+    int negotiated_ms;       /* what the server granted (zoo_recv_timeout) */
+    zsess *cur;              /* NULL between a dead session and the next one */
+    uint64_t next_gen, next_slot;
+    zslot *slots;
+    zlock *locks;
+    zorphan *orphans;
+    baton_host *host;
+    int stop;
+    pthread_t thr;
+    int thr_started;
+} zeng;
+
+/* ---- zk.c ---------------------------------------------------------------- */
+
+/* A connected session, referenced, by DEADLINE (monotonic ns): a new one when
+ * the current one died. BATON_EUNAVAILABLE, BATON_EAUTH. */
+int zk_sess_get(zeng *e, int64_t deadline, zsess **out);
+void zk_sess_put(zeng *e, zsess *s);
+/* 1 when S may no longer be used (under no lock). */
+int zk_sess_dead(zeng *e, zsess *s);
+/* Waits (at most until DEADLINE) until S is connected again after a
+ * connection loss: 0, or BATON_EUNAVAILABLE when it died or time ran out. */
+int zk_sess_wait(zeng *e, zsess *s, int64_t deadline);
+/* The current session's generation when it is alive, else 0. */
+uint64_t zk_live_gen(zeng *e);
+
+uint64_t zk_slot_open(zeng *e);
+void zk_slot_close(zeng *e, uint64_t id);
+/* Points slot ID at W (NULL = nobody waits). */
+void zk_slot_arm(zeng *e, uint64_t id, baton_waiter *w);
+/* The watcher for node watches: its context is a slot id. */
+void zk_node_watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx);
+#define ZK_SLOT_CTX(id) ((void *)(uintptr_t)(id))
+
+void zk_lock_link(zeng *e, zlock *l);
+void zk_lock_unlink(zeng *e, zlock *l);
+/* Queues PATH (on session GEN) for deletion by the check thread. */
+void zk_orphan_add(zeng *e, const char *path, uint64_t gen);
+
+/* A ZooKeeper return code as a baton error (sets the thread's error). */
+int zk_err(int zrc, const char *what, const char *path);
+/* 1 for the codes after which the session may still be usable. */
+int zk_retryable(int zrc);
+/* NAME → "<base>/<name>" (malloc'd), or BATON_EINVAL for names ZooKeeper
+ * cannot hold. SUFFIX (may be NULL) is appended as "/<suffix>". */
+int zk_path(zeng *e, const char *name, const char *suffix, char **out);
+/* Creates PATH's missing ancestors (containers below the base) and PATH. */
+int zk_mkdirs(zeng *e, zsess *s, const char *path);
+const struct ACL_vector *zk_acl(zeng *e);
+int64_t zk_deadline_ms(int ms);
+
+/* ---- lock.c -------------------------------------------------------------- */
+
+int zk_lock_new(void *eng, const char *name, const baton_lock_options *opts, void **st);
+int zk_rwlock_new(void *eng, const char *name, const baton_lock_options *opts, void **rd, void **wr);
+int zk_election_new(void *eng, const char *name, const baton_lock_options *opts, void **st);
+void zk_lock_free(void *eng, void *st);
+int zk_lock_acquire(void *eng, void *st, baton_acquire_req *req);
+int zk_lock_release(void *eng, void *st, const baton_owner *owner);
+int zk_lock_info(void *eng, const char *name, baton_lockinfo *out);
+int zk_election_leader(void *eng, const char *name, uint64_t known_fence, const char *known_value,
+                       char *value, size_t n, uint64_t *fence, int64_t deadline_ns, baton_waiter *w);
+int zk_election_proclaim(void *eng, void *st, const baton_owner *owner, const char *value);
+
+/* An internal result: the session died under a waiting contender (its node
+ * went with it); start again on a new session. */
+#define ZK_AGAIN 1
+/* Creates an ephemeral sequential node DIR/PREFIX<seq> holding DATA: the
+ * directory is made on demand; after a connection loss the node is looked
+ * for by its prefix (it carries a uuid) before a second one is made.
+ * 0 with *out (malloc'd) and *st; ZK_AGAIN when the session died. */
+int zk_create_seq(zeng *e, zsess *s, const char *dir, const char *prefix, const char *data, char **out,
+                  struct Stat *st);
+/* Internal lock states (permits' Curator mutex). */
+int zk_lock_init(zeng *e, const char *dir, int kind, zlock **out);
+
+/* A child of a lock directory that takes part in some recipe. */
+typedef struct {
+    const char *name;        /* points into the children list */
+    long long seq;           /* its 10-digit sequence number */
+    unsigned kinds;          /* ZK_K_* bits */
+} zchild;
+
+#define ZK_K_LOCK  1u  /* "-lock-" (Curator InterProcessMutex), "__lock__" (kazoo Lock) */
+#define ZK_K_READ  2u  /* "__READ__" (Curator), "__rlock__" (kazoo ReadLock) */
+#define ZK_K_WRITE 4u  /* "__WRIT__" (Curator), "__lock__" (kazoo WriteLock) */
+#define ZK_K_LATCH 8u  /* "latch-" (Curator LeaderLatch), "__lock__" (kazoo Election) */
+#define ZK_K_LEASE 16u /* "-lease-" (Curator InterProcessSemaphoreV2) */
+
+/* The children of SV that have a kind in MASK, sorted by sequence; *out
+ * is malloc'd (free it, not the names). */
+int zk_contenders(const struct String_vector *sv, unsigned mask, zchild **out, int *n);
+/* Our protected-name prefix "_c_<uuid>-<tag>". */
+void zk_prefix(char *buf, size_t n, const char *uuid, int kind);
+
+/* ---- sem.c --------------------------------------------------------------- */
+
+int zk_permits_new(void *eng, const char *name, void **st);
+void zk_permits_free(void *eng, void *st);
+int zk_permits_acquire(void *eng, void *st, uint32_t lease_ms, int64_t deadline_ns, baton_waiter *w,
+                       char id[BATON_PERMIT_ID_SIZE]);
+int zk_permits_release(void *eng, void *st, const char *id);
+int zk_permits_renew(void *eng, void *st, const char *id, uint32_t lease_ms);
+int zk_permits_ctl(void *eng, void *st, int op, int64_t arg, int64_t *out);
+
+#endif
