@@ -18,6 +18,8 @@
 #   zk.sh member-start DIR K     starts member K again (same ports, same data); waits until
 #                                it serves as leader or follower
 #   zk.sh ensemble-stop DIR      stops every member
+#   zk.sh stop-all DIR           stops every server of this script found under DIR
+#                                (standalone or member, any depth): a catch-all cleanup
 #
 # A server's DIR holds zoo.cfg, data/, zookeeper.log (the server's output), pid,
 # port (while it runs; removed by stop/kill) and last_port (kept for restart).
@@ -295,7 +297,7 @@ member_arg() { # DIR K
 
 cmd=${1:-}
 dir=${2:-}
-usage="usage: $0 start|stop|restart|pause|resume|kill DIR | ensemble-start DIR [N] | leader DIR | member-start|member-stop|member-pause|member-resume|member-kill DIR K | ensemble-stop DIR"
+usage="usage: $0 start|stop|restart|pause|resume|kill DIR | ensemble-start DIR [N] | leader DIR | member-start|member-stop|member-pause|member-resume|member-kill DIR K | ensemble-stop DIR | stop-all DIR"
 [ -n "$cmd" ] && [ -n "$dir" ] || { echo "$usage" >&2; exit 2; }
 shift 2
 
@@ -419,6 +421,18 @@ ensemble-stop)
     [ -d "$dir" ] || exit 0
     dir=$(cd "$dir" && pwd)
     ensemble_stop "$dir"
+    ;;
+stop-all)
+    [ -d "$dir" ] || exit 0
+    dir=$(cd "$dir" && pwd)
+    find "$dir" -name zoo.cfg -print0 2>/dev/null | while IFS= read -r -d '' cfg; do
+        d=$(dirname "$cfg")
+        if server_pid "$d" >/dev/null; then
+            echo "zk.sh: stopping a server left in $d" >&2
+            do_stop "$d"
+        fi
+        rm -f "$d/port" "$d/pid"
+    done
     ;;
 *)
     echo "$usage" >&2; exit 2 ;;
