@@ -157,11 +157,12 @@ static inline int tl_fixture_port(const char *engine) {
 
 /* The ctest fixture engine (the <engine> of tests/servers/<engine>.sh and of
  * $BATON_TEST_SRV/<engine>/port) that serves URI, from its scheme: "redis"
- * for redis:// and rediss://, "zk" for zk://, the scheme itself for any other
- * served scheme; NULL for file:// (no server) or no scheme. */
+ * for redis:// and rediss://, "zk" for zk:// and zookeeper://, likewise for
+ * etcd, PostgreSQL and MySQL; NULL for file:// (no server), an unknown scheme
+ * or none. */
 static inline const char *tl_uri_engine(const char *uri) {
     static const struct { const char *scheme, *engine; } map[] = {
-        { "redis", "redis" }, { "rediss", "redis" }, { "zk", "zk" },
+        { "redis", "redis" }, { "rediss", "redis" }, { "zk", "zk" }, { "zookeeper", "zk" },
         { "etcd", "etcd" }, { "etcds", "etcd" },
         { "postgres", "postgres" }, { "postgresql", "postgres" },
         { "mysql", "mysql" }, { "mariadb", "mysql" },
