@@ -34,6 +34,10 @@ pkgs=(
   libhiredis-dev libssl-dev openssl         # Redis backend (RESP + TLS)
   redis-server redis-tools                  # test servers and redis-cli
   python3 python3-redis                     # interop tests (redis-py)
+  libzookeeper-mt-dev                       # ZooKeeper backend (the official C client, 3.8)
+  zookeeper                                 # test servers (tests/servers/zk.sh); Depends: default-jre,
+                                            # which brings default-jre-headless (java)
+  python3-kazoo                             # ZooKeeper interop tests (kazoo)
   procps iproute2 strace                    # ps/pkill/ss used by the test scripts; strace checks poll timeouts
 )
 fi

@@ -155,15 +155,37 @@ static inline int tl_fixture_port(const char *engine) {
     return port > 0 ? port : 0;
 }
 
-/* URI with "{port}" replaced by the port of ENGINE's fixture server, into OUT.
- * Returns 0, or -1 (OUT = "") when the URI wants a port and there is none. */
+/* The ctest fixture engine (the <engine> of tests/servers/<engine>.sh and of
+ * $BATON_TEST_SRV/<engine>/port) that serves URI, from its scheme: "redis"
+ * for redis:// and rediss://, "zk" for zk:// and zookeeper://, likewise for
+ * etcd, PostgreSQL and MySQL; NULL for file:// (no server), an unknown scheme
+ * or none. */
+static inline const char *tl_uri_engine(const char *uri) {
+    static const struct { const char *scheme, *engine; } map[] = {
+        { "redis", "redis" }, { "rediss", "redis" }, { "zk", "zk" }, { "zookeeper", "zk" },
+        { "etcd", "etcd" }, { "etcds", "etcd" },
+        { "postgres", "postgres" }, { "postgresql", "postgres" },
+        { "mysql", "mysql" }, { "mariadb", "mysql" },
+    };
+    const char *sep = uri ? strstr(uri, "://") : NULL;
+    if (!sep) return NULL;
+    size_t len = (size_t)(sep - uri);
+    for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
+        if (strlen(map[i].scheme) == len && !strncmp(uri, map[i].scheme, len)) return map[i].engine;
+    return NULL;
+}
+
+/* URI with "{port}" replaced by the port of ENGINE's fixture server, into OUT
+ * (ENGINE NULL: the engine of the URI's scheme, tl_uri_engine). Returns 0, or
+ * -1 (OUT = "") when the URI wants a port and there is none. */
 static inline int tl_uri_with_port(char *out, size_t n, const char *uri, const char *engine) {
     const char *ph = strstr(uri, "{port}");
     if (!ph) {
         snprintf(out, n, "%s", uri);
         return 0;
     }
-    int port = tl_fixture_port(engine);
+    if (!engine) engine = tl_uri_engine(uri);
+    int port = engine ? tl_fixture_port(engine) : 0;
     if (port <= 0) {
         if (n) out[0] = 0;
         return -1;
@@ -173,9 +195,10 @@ static inline int tl_uri_with_port(char *out, size_t n, const char *uri, const c
 }
 
 /* bash SCRIPT ACTION DIR [ARGS...] (ARGS already shell-quoted): a server
- * script of tests/servers. Returns the port it prints (0 for stop); a
- * missing server program (77) is a skip or failure (tl_skip), any other
- * failure of start/restart exits 1. SUMMARY as for tl_skip_status. */
+ * script of tests/servers. Returns the port it prints (start, restart,
+ * member-start; 0 for other actions); a missing server program (77) is a
+ * skip or failure (tl_skip), any other failure exits 1 (except for stop,
+ * which never fails). SUMMARY as for tl_skip_status. */
 static inline int tl_server_script(const char *script, const char *action, const char *dir, const char *args,
                                    int summary) {
     char cmd[8192];
@@ -194,7 +217,8 @@ static inline int tl_server_script(const char *script, const char *action, const
         snprintf(why, sizeof why, "the server program of %s is not installed", script);
         tl_skip(why, summary);
     }
-    if (strcmp(action, "stop") != 0 && (rc != 0 || port <= 0)) {
+    int want_port = !strcmp(action, "start") || !strcmp(action, "restart") || !strcmp(action, "member-start");
+    if ((want_port && (rc != 0 || port <= 0)) || (!want_port && strcmp(action, "stop") != 0 && rc != 0)) {
         fprintf(stderr, "FAIL: %s %s %s failed (rc %d)\n", script, action, dir, rc);
         if (summary) printf("0 passed, 1 failed\n");
         exit(1);
@@ -216,6 +240,56 @@ static inline int tl_server_restart(const char *engine, const char *dir) {
     return tl_server(engine, "restart", dir, NULL, 0);
 }
 static inline void tl_server_stop(const char *engine, const char *dir) { tl_server(engine, "stop", dir, NULL, 0); }
+
+/* ---- ZooKeeper servers (tests/servers/zk.sh) ------------------------------
+ * tl_server_start("zk", dir, NULL) starts a standalone server; tl_server("zk",
+ * "pause"|"resume"|"kill", dir, NULL, summary) SIGSTOPs, SIGCONTs or SIGKILLs
+ * it; restart keeps its port and data. An ensemble: */
+
+/* zk.sh ensemble-start DIR N: N members on loopback, a leader elected. Writes
+ * the connect string ("127.0.0.1:p1,127.0.0.1:p2,...") into HOSTS. A missing
+ * ZooKeeper is a skip (tl_skip); any other failure exits 1. */
+static inline void tl_zk_ensemble_start(const char *dir, int n, char *hosts, size_t hn, int summary) {
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "bash '%s/zk.sh' ensemble-start '%s' %d", TL_SERVERS_DIR, dir, n);
+    FILE *p = popen(cmd, "r");
+    if (!p) {
+        perror("popen");
+        exit(1);
+    }
+    if (!fgets(hosts, (int)hn, p)) hosts[0] = 0;
+    hosts[strcspn(hosts, "\r\n")] = 0;
+    int st = pclose(p);
+    int rc = (st != -1 && WIFEXITED(st)) ? WEXITSTATUS(st) : -1;
+    if (rc == 77) tl_skip("ZooKeeper (zookeeper, java) is not installed", summary);
+    if (rc != 0 || !hosts[0]) {
+        fprintf(stderr, "FAIL: zk.sh ensemble-start %s %d failed (rc %d)\n", dir, n, rc);
+        if (summary) printf("0 passed, 1 failed\n");
+        exit(1);
+    }
+}
+
+/* zk.sh leader DIR: the member number that leads, -1 when none does. */
+static inline int tl_zk_leader(const char *dir) {
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "bash '%s/zk.sh' leader '%s' 2>/dev/null", TL_SERVERS_DIR, dir);
+    FILE *p = popen(cmd, "r");
+    if (!p) return -1;
+    int k = -1;
+    if (fscanf(p, "%d", &k) != 1) k = -1;
+    pclose(p);
+    return k;
+}
+
+/* zk.sh member-stop|member-start|member-pause|member-resume|member-kill DIR K;
+ * returns the script's exit status. */
+static inline int tl_zk_member(const char *action, const char *dir, int k) {
+    return tl_sh("bash '%s/zk.sh' %s '%s' %d >/dev/null", TL_SERVERS_DIR, action, dir, k);
+}
+
+static inline void tl_zk_ensemble_stop(const char *dir) {
+    tl_sh("bash '%s/zk.sh' ensemble-stop '%s' >/dev/null 2>&1", TL_SERVERS_DIR, dir);
+}
 
 /* ---- worker processes (the threaded tests re-execute themselves: they never
  * fork without exec) ----------------------------------------------------- */

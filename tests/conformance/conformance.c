@@ -4,7 +4,8 @@
  *   test_conformance URI
  *
  * URI is any baton URI; "{port}" in it is replaced by the port of the test
- * Redis server ($BATON_TEST_SRV/redis/port). A missing server is a skip (77)
+ * server of its scheme's engine ($BATON_TEST_SRV/<engine>/port: redis for
+ * redis:// and rediss://, zk for zk://; tl_uri_engine). A missing server is a skip (77)
  * unless BATON_REQUIRE_ALL=1. Lease-only cases are skipped for engines
  * without leases (the file backend: the kernel frees a dead holder's lock).
  *
@@ -1045,10 +1046,13 @@ int main(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);
     setvbuf(stdout, NULL, _IOLBF, 0);
 
-    /* the URI, with {port} taken from the test server */
+    /* the URI, with {port} taken from the test server of its engine */
     const char *uri = argv[1];
-    if (tl_uri_with_port(g_uri, sizeof g_uri, uri, "redis") != 0)
-        return tl_skip_status("no test redis server (no port file)", 1);
+    if (tl_uri_with_port(g_uri, sizeof g_uri, uri, NULL) != 0) {
+        char why[256];
+        snprintf(why, sizeof why, "no test %s server (no port file)", tl_uri_engine(uri) ? tl_uri_engine(uri) : "?");
+        return tl_skip_status(why, 1);
+    }
 
     /* a scratch dir for counter files; the file backend's dir */
     char tmpdir[1024];

@@ -130,9 +130,9 @@ int main(int argc, char **argv)
 {
     if (argc < 2) { fprintf(stderr, "usage: %s FILE_URI [REDIS_URI]\n", argv[0]); return 2; }
     for (int i = 1; i < argc && i <= 2; i++) {
-        if (tl_uri_with_port(uris[nuris], sizeof uris[nuris], argv[i], "redis") != 0) {
+        if (tl_uri_with_port(uris[nuris], sizeof uris[nuris], argv[i], NULL) != 0) {
             fprintf(stderr, "no server for %s\n", argv[i]);
-            return tl_skip_status("no test redis server (no port file)", 0);
+            return tl_skip_status("no test server for the URI (no port file)", 0);
         }
         nuris++;
     }

@@ -9,7 +9,7 @@
  *                                1, 16 and 128 waiters, and at most 6 (INFO
  *                                commandstats)
  *
- * "{port}" in URI is the test Redis server's port. An engine without fair
+ * "{port}" in URI is the port of its engine's test server. An engine without fair
  * locks (BATON_ENOTSUP at open) is a skip.
  */
 #include "prims.h"

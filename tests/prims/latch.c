@@ -6,7 +6,7 @@
  * try_set only when not set, count, count_down, await with and without
  * timeout, every waiter (threads and processes) wakes when the count reaches
  * zero, N processes counting down, reuse after zero, cancel. "{port}" in URI
- * is the test Redis server's port. An engine without latches is a skip.
+ * is the port of its engine's test server. An engine without latches is a skip.
  */
 #include "prims.h"
 

@@ -8,8 +8,8 @@
  * by themselves (also to a waiter: no release needed), waits woken by a
  * release, the permit count under N processes, a SIGKILLed holder's permit
  * coming back after its lease; on Redis, the ids are stored as raw 16-byte
- * members (Redisson's layout). "{port}" in URI is the test Redis server's
- * port. An engine without permit-expirable semaphores is a skip.
+ * members (Redisson's layout). "{port}" in URI is the port of its
+ * engine's test server. An engine without permit-expirable semaphores is a skip.
  */
 #include "prims.h"
 

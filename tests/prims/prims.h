@@ -1,5 +1,5 @@
 /* Helpers shared by the primitive suites in tests/prims: the URI (with
- * "{port}" taken from the test Redis server), clients and locks on it,
+ * "{port}" taken from the test server of its scheme's engine: Redis, ZooKeeper), clients and locks on it,
  * threads running one acquire, and, for the Redis-only cases, a tiny RESP
  * client. Worker processes (the suites re-execute /proc/self/exe; they are
  * threaded, so they never fork without exec), cross-process counters,
@@ -51,8 +51,11 @@ static inline const char *lname(char *buf, size_t n, const char *suffix) {
 /* Resolves "{port}" in URI; sets g_uri, g_backend, g_prefix, g_tmp.
  * Returns 0, or the exit status for a skip/failure. */
 static inline int pr_setup(const char *suite, const char *uri) {
-    if (tl_uri_with_port(g_uri, sizeof g_uri, uri, "redis") != 0)
-        return tl_skip_status("no test redis server (no port file)", 1);
+    if (tl_uri_with_port(g_uri, sizeof g_uri, uri, NULL) != 0) {
+        char why[256];
+        snprintf(why, sizeof why, "no test %s server (no port file)", tl_uri_engine(uri) ? tl_uri_engine(uri) : "?");
+        return tl_skip_status(why, 1);
+    }
     const char *tt = getenv("BATON_TEST_TMP");
     snprintf(g_tmp, sizeof g_tmp, "%s/prims-%s-%ld", tt && *tt ? tt : "/tmp", suite, (long)getpid());
     tl_mkdirs(g_tmp);

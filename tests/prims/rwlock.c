@@ -7,8 +7,8 @@
  * upgrade (BATON_EDEADLK), reentrancy, a waiting writer is not starved by new
  * readers, a writer that gives up or is killed while waiting no longer holds
  * readers back, lease expiry of a SIGSTOPped reader and writer, renewal of
- * both sides, and readers/writers in N processes. "{port}" in URI is the test
- * Redis server's port. An engine without read-write locks is a skip.
+ * both sides, and readers/writers in N processes. "{port}" in URI is the port
+ * of its engine's test server (Redis, ZooKeeper). An engine without read-write locks is a skip.
  */
 #include "prims.h"
 

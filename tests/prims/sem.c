@@ -6,7 +6,7 @@
  * try_set / add / drain / available, acquire and release of k permits, try,
  * timed and unbounded waits woken by releases, cancel, the permit count
  * under N processes, and a waiter killed while waiting takes nothing with it.
- * "{port}" in URI is the test Redis server's port. An engine without
+ * "{port}" in URI is the port of its engine's test server. An engine without
  * semaphores is a skip.
  */
 #include "prims.h"
