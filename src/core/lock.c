@@ -212,6 +212,10 @@ int baton_lock_acquire(baton_lock *l, int64_t wait_ms)
         if (leased) {
             l->lease_deadline = req.sent_ns + lease_validity_ns(l->opts.lease_ms);
             l->next_renew = l->opts.fixed_lease ? INT64_MAX : req.sent_ns + ms_to_ns(l->opts.renew_ms);
+        } else {
+            /* No lease: only the engine ends this grant (baton_host_lost),
+             * and a loss it reported for the previous grant is over. */
+            l->lease_deadline = l->next_renew = INT64_MAX;
         }
     }
     pthread_mutex_unlock(&l->smu);

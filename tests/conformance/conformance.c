@@ -41,6 +41,7 @@
 static char g_uri[1024];
 static char g_prefix[128];
 static int g_leases;            /* the engine has leases (not the file backend) */
+static int g_session_ms;        /* a session engine (ZooKeeper): its session timeout; no leases */
 static const char *g_backend = "";
 
 /* ---- small helpers ------------------------------------------------------ */
@@ -612,7 +613,9 @@ static void test_keeper_thread(void) {
     CHECK_RC(baton_lock_acquire(a, 0), 0);
     int t1 = thread_count();
     CHECK_RC(baton_lock_release(a), 0);
-    if (!g_leases) {
+    if (g_session_ms) {
+        /* the session's own threads exist from open; nothing to renew */
+    } else if (!g_leases) {
         CHECK(t1 == t0);
         if (t1 != t0) fprintf(stderr, "   threads %d -> %d with a file lock held\n", t0, t1);
     } else {
@@ -764,7 +767,10 @@ static int start_holder(tl_worker *w, const char *name, uint32_t lease_ms, uint6
 static void test_sigstop_holder(void) {
     char n[256];
     lname(n, sizeof n, "sigstop");
-    const uint32_t lease = 1000, renew = lease / 3;
+    /* a session engine: the server ends the stopped holder's session after
+     * its timeout; the resumed holder hears so on its first exchange */
+    const uint32_t lease = g_session_ms ? (uint32_t)g_session_ms : 1000;
+    const uint32_t renew = g_session_ms ? (uint32_t)g_session_ms : lease / 3;
     tl_worker w;
     uint64_t f1 = 0;
     int ok = start_holder(&w, n, lease, &f1) == 0;
@@ -817,6 +823,19 @@ static void test_sigstop_holder(void) {
     baton_client_close(c3);
 }
 
+/* Session engines have no lease to fix: they say so instead of ignoring it. */
+static void test_fixed_lease_refused(void) {
+    char n[256];
+    lname(n, sizeof n, "fixedno");
+    baton_client *c = client();
+    baton_lock_options o = BATON_LOCK_OPTIONS_INIT;
+    o.fixed_lease = 1;
+    baton_lock *a = (baton_lock *)1;
+    CHECK_RC(baton_lock_open(&a, c, n, &o), BATON_ENOTSUP);
+    CHECK(a == NULL);
+    baton_client_close(c);
+}
+
 static void test_sigkill_holder(void) {
     char n[256];
     lname(n, sizeof n, "sigkill");
@@ -838,6 +857,10 @@ static void test_sigkill_holder(void) {
         if (tl_now_ms() - t0 < lease / 2) CHECK_RC(baton_lock_acquire(b, 0), BATON_ELOCKED);
         CHECK_RC(baton_lock_acquire(b, lease + 3000), 0);
         CHECK(tl_now_ms() - t0 < lease + 3000);
+    } else if (g_session_ms) {
+        /* the server ends the dead holder's session after its timeout */
+        CHECK_RC(baton_lock_acquire(b, g_session_ms + 5000), 0);
+        CHECK(tl_now_ms() - t0 < g_session_ms + 5000);
     } else {
         CHECK_RC(baton_lock_acquire(b, 0), 0); /* freed at once by the kernel */
     }
@@ -1073,6 +1096,11 @@ int main(int argc, char **argv) {
     snprintf(backend, sizeof backend, "%s", baton_client_backend(c));
     g_backend = backend;
     g_leases = strcmp(g_backend, "file") != 0;
+    if (!strcmp(g_backend, "zk")) {
+        const char *p = strstr(g_uri, "session_timeout_ms=");
+        g_leases = 0;
+        g_session_ms = p ? atoi(p + strlen("session_timeout_ms=")) : 10000;
+    }
     baton_client_close(c);
 
     struct timespec ts;
@@ -1099,6 +1127,10 @@ int main(int argc, char **argv) {
     RUN(test_sigkill_holder);
     RUN(test_shared_client_progress);
     RUN(test_fair_option);
+    if (g_session_ms) {
+        RUN(test_fixed_lease_refused);
+        RUN(test_sigstop_holder);
+    }
     if (g_leases) {
         RUN(test_owner_checked);
         RUN(test_fixed_lease_expires);

@@ -168,6 +168,11 @@ static void test_ids(void) {
 }
 
 static void test_expiry(void) {
+    if (g_session_ms) {
+        /* a session engine's permit lasts as long as its holder's session */
+        fprintf(stderr, "   skipped: %s permits end with their session, not a lease\n", g_backend);
+        return;
+    }
     char n[256];
     lname(n, sizeof n, "expiry");
     baton_client *c = client();
@@ -214,9 +219,15 @@ static void test_waits(void) {
     permit_thread t;
     int64_t t0 = tl_now_ms();
     permit_start(&t, q, 10000, 5000);
+    if (g_session_ms) {
+        /* no lease to run out: the holder gives it back */
+        tl_sleep_ms(400);
+        CHECK(!atomic_load(&t.done));
+        CHECK_RC(baton_permits_release(p, id), 0);
+    }
     CHECK(permit_wait_done(&t, 6000));
     int64_t el = t.t_done - t0;
-    fprintf(stderr, "   the waiter got the expired permit after %lld ms (lease 500 ms)\n", (long long)el);
+    fprintf(stderr, "   the waiter got the permit after %lld ms (lease 500 ms)\n", (long long)el);
     CHECK(el >= 300 && el < 2500);
     permit_join(&t);
     CHECK_RC(t.rc, 0);
@@ -284,7 +295,7 @@ static void test_processes(void) {
 static void test_killed_holder(void) {
     char n[256], line[128];
     lname(n, sizeof n, "killed");
-    const uint32_t lease = 800;
+    const uint32_t lease = expire_ms(800);
     baton_client *c = client();
     baton_permits *p = permits_on(c, n);
     int set;

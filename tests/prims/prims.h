@@ -39,6 +39,11 @@ static char g_prefix[160];
 static char g_tmp[1024];
 static char g_backend[32];
 static int g_redis_port;       /* the port when the URI is a redis one, else 0 */
+static int g_session_ms;       /* a session engine (ZooKeeper): its session timeout, else 0 */
+
+/* How long a stopped or killed holder keeps what it holds: its lease, or on
+ * a session engine the session timeout (the lease is not used there). */
+static inline uint32_t expire_ms(uint32_t lease) { return g_session_ms ? (uint32_t)g_session_ms : lease; }
 
 static inline const char *lname(char *buf, size_t n, const char *suffix) {
     size_t a = strlen(g_prefix), b = strlen(suffix);
@@ -70,6 +75,10 @@ static inline int pr_setup(const char *suite, const char *uri) {
     }
     snprintf(g_backend, sizeof g_backend, "%s", baton_client_backend(c));
     baton_client_close(c);
+    if (!strcmp(g_backend, "zk")) {
+        const char *p = strstr(g_uri, "session_timeout_ms=");
+        g_session_ms = p ? atoi(p + strlen("session_timeout_ms=")) : 10000;
+    }
     if (!strcmp(g_backend, "redis")) {
         const char *p = strstr(g_uri, "://");
         p = p ? p + 3 : g_uri;

@@ -349,7 +349,7 @@ static void test_writer_gives_up(void) {
 static void test_killed_waiting_writer(void) {
     char n[256], line[128];
     lname(n, sizeof n, "killedw");
-    const uint32_t lease = 1000;
+    const uint32_t lease = expire_ms(1000);
     baton_client *c1 = client(), *c2 = client();
     baton_rwlock *r1 = rw_on(c1, n, NULL), *r2 = rw_on(c2, n, NULL);
     CHECK_RC(baton_lock_acquire(baton_rwlock_read(r1), 0), 0);
@@ -382,7 +382,7 @@ static void sigstop_case(const char *side) {
     char n[256], line[128];
     snprintf(line, sizeof line, "sigstop-%s", side);
     lname(n, sizeof n, line);
-    const uint32_t lease = 1000;
+    const uint32_t lease = expire_ms(1000);
     tl_worker w;
     char ls[16];
     snprintf(ls, sizeof ls, "%u", lease);
