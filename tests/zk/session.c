@@ -85,6 +85,15 @@ static void test_server_frozen(void) {
     tl_sleep_ms(500);
     CHECK(atomic_load(&lost.count) == 1); /* once */
     CHECK_RC(baton_lock_release(lb), 0);
+    /* The same handle again, on the client's new session: a fresh grant,
+     * not the old loss carried over (held, releasable, no second on_lost). */
+    CHECK_RC(baton_lock_acquire(la, 5000), 0);
+    CHECK(baton_lock_held(la));
+    CHECK(baton_lock_fence(la) > fb);
+    tl_sleep_ms(500);
+    CHECK(baton_lock_held(la));
+    CHECK(atomic_load(&lost.count) == 1);
+    CHECK_RC(baton_lock_release(la), 0);
     baton_lock_free(lb);
     baton_lock_free(la);
     baton_client_close(b);
