@@ -827,6 +827,25 @@ static int zk_identity(void *eng, char *buf, size_t n)
     return 0;
 }
 
+/* For `baton status`: which session, and the timeout the server granted
+ * (it clamps the asked one to its tickTime range), which decides when a
+ * holder cut off from the ensemble is told LOST. */
+static int zk_describe(void *eng, char *buf, size_t n)
+{
+    zeng *e = eng;
+    pthread_mutex_lock(&e->mu);
+    if (e->cur && e->cur->zh && e->cur->state == ZOO_CONNECTED_STATE) {
+        const clientid_t *id = zoo_client_id(e->cur->zh);
+        snprintf(buf, n, "0x%llx timeout %d ms (asked %d), grants lost after %lld ms cut off",
+                 id ? (unsigned long long)id->client_id : 0ULL, e->negotiated_ms, e->session_timeout_ms,
+                 (long long)(lost_after_ns(e) / MS));
+    } else {
+        snprintf(buf, n, "none connected (timeout asked %d ms)", e->session_timeout_ms);
+    }
+    pthread_mutex_unlock(&e->mu);
+    return 0;
+}
+
 /* ---- engine_ops: the four-letter word mntr ------------------------------ */
 
 /* Sends "mntr" to ADDR and reads the whole answer (the server closes). */
@@ -965,4 +984,5 @@ const baton_backend baton__backend_zk = {
     .election_new = zk_election_new,
     .election_leader = zk_election_leader,
     .election_proclaim = zk_election_proclaim,
+    .describe = zk_describe,
 };
