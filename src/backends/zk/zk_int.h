@@ -92,6 +92,7 @@ typedef struct zeng {
     int stop;
     pthread_t thr;
     int thr_started;
+    uint64_t mntr_reads;     /* atomic: mntr requests engine_ops sent (the server counts them) */
 } zeng;
 
 /* ---- zk.c ---------------------------------------------------------------- */
