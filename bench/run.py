@@ -10,8 +10,12 @@ docs/bench/*.svg and the table in docs/PERFORMANCE.md between the RESULTS marker
 missing peer or an unknown workload is a skipped, n/a row, never an error.
 RedLock: baton on `redlock://` over 3 Redis servers of its own (tests/servers/redis.sh; 5 with
 --redlock-nodes 5) and node-redlock (bench/peers/redlock.js) on the same servers, interleaved; its
-table goes between the REDLOCK markers. --only redis|redlock runs (and publishes) one section.
-usage: bench/run.py [--docs] [--only redis|redlock] [--redlock-nodes N] BATON_BINARY
+table goes between the REDLOCK markers.
+ZooKeeper: one standalone server of its own (tests/servers/zk.sh); on it, interleaved, the raw C
+client bound (../shared/peers/zkraw.c, compiled next to BATON at run time), kazoo
+(pylocks.py kazoo) and baton on `zk://`, plus baton's herd; its table goes between the ZK markers.
+--only redis|redlock|zk runs (and publishes) one section.
+usage: bench/run.py [--docs] [--only redis|redlock|zk] [--redlock-nodes N] BATON_BINARY
 """
 import datetime, hashlib, json, os, re, resource, shutil, signal, socket, statistics, subprocess, sys, tempfile, time
 
@@ -49,7 +53,12 @@ REDLOCK_NODES = 3      # redis servers of the RedLock section (--redlock-nodes)
 REDLOCK_N = 5000       # uncontended pairs on RedLock, baton and node-redlock
 REDLOCK_REPS = 3       # alternations of baton and node-redlock per RedLock workload
 REDIS_SH = os.path.join(ROOT, "tests", "servers", "redis.sh")
-SECTIONS = ("redis", "redlock")
+
+ZK_N = 3000            # uncontended pairs on ZooKeeper: baton, kazoo and the raw bound alike
+ZK_REPS = 3            # rotations of raw / kazoo / baton per ZooKeeper workload (medians kept)
+ZK_HERD_ROUNDS = 100
+ZK_SH = os.path.join(ROOT, "tests", "servers", "zk.sh")
+SECTIONS = ("redis", "redlock", "zk")
 
 PUBLISH = False
 _args = []
@@ -198,14 +207,22 @@ def stop(p, grace=5.0):
 
 
 REDIS_DIRS = []        # servers started with tests/servers/redis.sh (the RedLock nodes)
+ZK_DIRS = []           # servers started with tests/servers/zk.sh
 
 
-def cleanup():
+def stop_servers():
     for p, _ in list(PROCS):
         stop(p)
     for d in REDIS_DIRS:
         subprocess.run(["bash", REDIS_SH, "stop", d], capture_output=True)
     REDIS_DIRS.clear()
+    for d in ZK_DIRS:
+        subprocess.run(["bash", ZK_SH, "stop", d], capture_output=True)
+    ZK_DIRS.clear()
+
+
+def cleanup():
+    stop_servers()
     for d in TMPDIRS:
         shutil.rmtree(d, ignore_errors=True)
     TMPDIRS.clear()
@@ -644,14 +661,89 @@ def measure_redlock(got):
     got["redlock_load"] = [r for r in results if r.get("workload") == "loadavg"][-2:]
 
 
+def zkraw_binary():
+    """../shared/peers/zkraw.c compiled next to BATON (never committed); None when it cannot be."""
+    src = os.path.join(PEERS, "zkraw.c")
+    out = os.path.join(os.path.dirname(BATON), "zkraw")
+    if not os.path.isfile(src) or not shutil.which("gcc"):
+        log("  skipped the raw bound: no %s or no gcc" % src)
+        return None
+    # THREADED: the C client's synchronous calls (zoo_create, zoo_delete) are declared only then
+    r = subprocess.run(["gcc", "-O2", "-DTHREADED", "-o", out, src, "-lzookeeper_mt"], capture_output=True, text=True)
+    if r.returncode != 0:
+        log("  skipped the raw bound: gcc failed: %s" % r.stderr.strip()[-300:])
+        return None
+    return out
+
+
+def measure_zk(got):
+    """One standalone ZooKeeper (tests/servers/zk.sh). The raw C client's create+delete bound,
+    kazoo and baton run each workload ZK_REPS times, the order rotating from one round to the
+    next, and each keeps its median run; then baton's herd at every HERD_W."""
+    d = mktemp("baton-bench-zk.")
+    r = subprocess.run(["bash", ZK_SH, "start", d], capture_output=True, text=True)
+    if r.returncode != 0:
+        log("  skipped ZooKeeper: zk.sh start failed (exit %d): %s" % (r.returncode, r.stderr.strip()[-300:]))
+        return
+    ZK_DIRS.append(d)
+    port = int(r.stdout.strip().splitlines()[-1])
+    got["zk_cfg"] = {k: v for k, v in (l.strip().split("=", 1) for l in open(os.path.join(d, "zoo.cfg"))
+                                      if "=" in l and not l.startswith("#"))}
+    uri = "zk://127.0.0.1:%d" % port
+    env = {"PEER_ZK_PORT": str(port)}
+    log("ZooKeeper: baton on %s, kazoo and the raw C client on the same server" % uri)
+    loadavg("zk start")
+    raw = zkraw_binary()
+    kz = subprocess.run([PY, "-c", "import kazoo"], capture_output=True).returncode == 0
+    if not kz:
+        log("  skipped kazoo: python3-kazoo is not installed")
+    pyl = os.path.join(PEERS, "pylocks.py")
+    bench = lambda *a: [BATON, "bench", "-u", uri] + list(a) + ["--json"]
+    work = {
+        "unc": ("pairs_per_s", [
+            ("raw", [raw, "127.0.0.1:%d" % port, str(ZK_N)] if raw else None),
+            ("kazoo", [PY, pyl, "kazoo", "uncontended", str(ZK_N)] if kz else None),
+            ("baton", bench("--workload", "uncontended", "--n", str(ZK_N)))]),
+        "cont": ("handoffs_per_s", [
+            ("kazoo", [PY, pyl, "kazoo", "contended", "8", "5"] if kz else None),
+            ("baton", bench("--workload", "contended", "--clients", "8", "--seconds", "5"))]),
+        "handoff": ("handoff_p50_us", [
+            ("kazoo", [PY, pyl, "kazoo", "handoff", "200"] if kz else None),
+            ("baton", bench("--workload", "handoff", "--rounds", "200"))]),
+    }
+    for key, (field, sides) in work.items():
+        sides = [(who, cmd) for who, cmd in sides if cmd]
+        log("ZooKeeper %s (%d rounds, %s, order rotating)" % (key, ZK_REPS, " / ".join(w for w, _ in sides)))
+        runs = {who: [] for who, _ in sides}
+        for rep in range(ZK_REPS):
+            k = rep % len(sides)
+            for who, cmd in sides[k:] + sides[:k]:
+                runs[who].append(run(cmd, "zk_%s_%s" % (who, key), env))
+        for who in ("raw", "kazoo", "baton"):
+            got["zk_%s_%s" % (who, key)] = median_run(runs.get(who, []), field)
+            got["zk_runs_%s_%s" % (who, key)] = len([x for x in runs.get(who, []) if x])
+    loadavg("zk herd")
+    log("ZooKeeper herd (engine operations per handoff: the server's packets_received)")
+    for w in HERD_W:
+        k = "zk_herd_%d" % w
+        got[k] = run(bench("--workload", "herd", "--waiters", str(w), "--rounds", str(ZK_HERD_ROUNDS)), k, timeout=600)
+        if not got[k] and w == 1:
+            log("  (no herd on zk in this baton: skipping the other sizes)")
+            break
+    loadavg("zk end")
+    got["zk_load"] = [r for r in results if r.get("workload") == "loadavg" and r.get("when", "").startswith("zk")]
+
+
 def measure():
     got, svgs = {}, []
     if "redis" in SECTIONS:
         measure_redis(got, svgs)
     if "redlock" in SECTIONS:
-        for p in [p for p, _ in PROCS]:   # the Redis section's servers and etcd: done with
-            stop(p)
+        stop_servers()                    # the Redis section's servers and etcd: done with
         measure_redlock(got)
+    if "zk" in SECTIONS:
+        stop_servers()                    # the RedLock nodes too
+        measure_zk(got)
     return got, svgs
 
 
@@ -858,6 +950,101 @@ def render_redlock(got, stamp):
     return s
 
 
+ZK_HERD_SPREAD = 0.5   # "constant": max − min of the herd's operations per handoff over HERD_W
+
+
+def zk_rows(got):
+    """The ZooKeeper table: the targets of issue 12, against kazoo and the raw C client's bound
+    measured in the same run. Rows as build_rows' (measure, baton, peer, ratio, target, met, short, nval)."""
+    g = lambda k, fld: num(got.get(k), fld)
+    rows = []
+
+    def row(measure, baton, peer, ratio, target, ok=None, info=False, short=None, nval=None):
+        rows.append((measure, baton, peer, ratio if isinstance(ratio, str) else rfmt(ratio), target,
+                     "info" if info else ok, short or measure, nval))
+
+    unc, rawb, kz = g("zk_baton_unc", "pairs_per_s"), g("zk_raw_unc", "pairs_per_s"), g("zk_kazoo_unc", "pairs_per_s")
+    r = div(unc, rawb)
+    row("ZooKeeper uncontended pairs/s vs the raw bound (zkraw.c: the C client's synchronous create + delete "
+        "of an ephemeral sequential node, one session)", f(unc), "raw bound " + f(rawb), r, "≥ 0.9",
+        None if r is None else r >= 0.9, short="zk uncontended ≥ 0.9 × raw bound")
+    r = div(unc, kz)
+    row("ZooKeeper uncontended pairs/s vs kazoo", f(unc), "kazoo " + f(kz), r, "≥ 1.5",
+        None if r is None else r >= 1.5, short="zk uncontended ≥ 1.5 × kazoo")
+    b, k = g("zk_baton_unc", "acquire_p50_us"), g("zk_kazoo_unc", "acquire_p50_us")
+    row("… acquire p50 µs (ratio = kazoo / baton)", f(b), "kazoo " + f(k), div(k, b), "—", info=True)
+    row("… raw bound vs kazoo (pairs/s)", f(rawb), "kazoo " + f(kz), div(rawb, kz), "—", info=True)
+
+    v, p = g("zk_baton_cont", "handoffs_per_s"), g("zk_kazoo_cont", "handoffs_per_s")
+    r = div(v, p)
+    row("ZooKeeper contended handoffs/s, 8 processes", f(v), "kazoo " + f(p), r, "≥ 1.5",
+        None if r is None else r >= 1.5, short="zk contended ≥ 1.5 × kazoo")
+    mm = lambda key: div(g(key, "min_per_client"), g(key, "max_per_client"))
+    v = mm("zk_baton_cont")
+    row("… min/max grants per client (FIFO)", f(v, "%.2f"), "kazoo " + f(mm("zk_kazoo_cont"), "%.2f"), "—", "≥ 0.8",
+        None if v is None else v >= 0.8, short="zk contended min/max")
+    b, k = g("zk_baton_cont", "wait_p99_ms"), g("zk_kazoo_cont", "wait_p99_ms")
+    row("… wait p99 ms (ratio = kazoo / baton)", f(b, "%.2f"), "kazoo " + f(k, "%.2f"), div(k, b), "—", info=True)
+    ok = lambda key: None if (got.get(key) or {}).get("counter_ok") is None else got[key]["counter_ok"]
+    okb = ok("zk_baton_cont")
+    row("… counter_ok", "n/a" if okb is None else str(okb).lower(),
+        "kazoo " + ("n/a" if ok("zk_kazoo_cont") is None else str(ok("zk_kazoo_cont")).lower()), "—", "true", okb,
+        short="zk contended counter_ok")
+
+    v, p = g("zk_baton_handoff", "handoff_p50_us"), g("zk_kazoo_handoff", "handoff_p50_us")
+    r = div(p, v)
+    row("ZooKeeper handoff p50 µs, release → the blocked waiter's grant (ratio = kazoo / baton)", f(v), "kazoo " + f(p),
+        r, "≤ kazoo (ratio ≥ 1)", None if r is None else r >= 1, short="zk handoff p50 ≤ kazoo")
+    b, k = g("zk_baton_handoff", "handoff_p99_us"), g("zk_kazoo_handoff", "handoff_p99_us")
+    row("… handoff p99 µs (ratio = kazoo / baton)", f(b), "kazoo " + f(k), div(k, b), "—", info=True)
+
+    counts = []
+    for w in HERD_W:
+        key = "zk_herd_%d" % w
+        c, p50, loop = g(key, "commands_per_handoff"), g(key, "handoff_p50_us"), g(key, "commands_per_grant_loop")
+        if c is not None:
+            counts.append(c)
+        cell = "n/a" if c is None else "%.2f (handoff p50 %s µs; in an acquire/release loop %s per grant, re-queueing included)" % (
+            c, f(p50), f(loop, "%.2f"))
+        row("Herd, W = %d: ZooKeeper operations per handoff (the server's packets_received)" % w, cell, "", "—", "—",
+            info=True)
+    if len(counts) == len(HERD_W):
+        spread = max(counts) - min(counts)
+        row("Herd: operations per handoff constant over 1…256 waiters (max − min)", "%.2f" % spread, "", "—",
+            "≤ %.1f" % ZK_HERD_SPREAD, spread <= ZK_HERD_SPREAD, short="zk herd constant")
+    else:
+        row("Herd: operations per handoff constant over 1…256 waiters (max − min)", "n/a", "", "—",
+            "≤ %.1f" % ZK_HERD_SPREAD, None, short="zk herd constant")
+    return rows
+
+
+def render_zk(got, stamp):
+    rows = zk_rows(got)
+    metcell = {True: "met", False: "**not met**", None: "n/a", "info": "—"}
+    t = ["| measure | baton | peer / bound | ratio | target | met |", "|---|---|---|---|---|---|"]
+    t += ["| %s | %s | %s | %s | %s | %s |" % (m, b, p, r, tg, metcell[ok]) for m, b, p, r, tg, ok, _, _ in rows]
+    cfg = got.get("zk_cfg") or {}
+    la = got.get("zk_load") or []
+    load = ", ".join("%s %.2f" % (x["when"].split(" ", 1)[-1], x["load1"]) for x in la)
+    how = "make bench" if len(SECTIONS) > 1 else "make bench BENCH_ARGS='--only zk'"
+    s = ("Run of %s (`%s`, results in `bench/results/%s.jsonl`): one standalone ZooKeeper started by "
+         "tests/servers/zk.sh as it is (tickTime=%s, forceSync=%s), the raw bound, kazoo and baton `zk://` on it, "
+         "%d runs of each workload per client, interleaved (the order rotates), medians kept; uncontended %d pairs, "
+         "contended 8 processes for 5 s, handoff 200 rounds, herd %d rounds at each W"
+         % (stamp, how, stamp, cfg.get("tickTime", "?"), cfg.get("forceSync", "yes"), ZK_REPS, ZK_N, ZK_HERD_ROUNDS))
+    s += "; load average (1 min) at %s on %s CPUs.\n\n" % (load, os.cpu_count()) if load else ".\n\n"
+    s += "\n".join(t)
+    notmet = ["%s (%s)" % (sh, nv or r) for m, b, p, r, tg, ok, sh, nv in rows if ok is False]
+    na = [sh for *_, ok, sh, _ in rows if ok is None]
+    met = sum(1 for row in rows if row[5] is True)
+    s += "\n\nTargets met: %d of %d measured." % (met, met + len(notmet))
+    if notmet:
+        s += " Not met: " + "; ".join(notmet) + "."
+    if na:
+        s += " Not measured in this run (n/a): " + "; ".join(na) + "."
+    return s
+
+
 def render(rows, stamp, svgs):
     metcell = {True: "met", False: "**not met**", None: "n/a", "info": "—"}
     t = ["| measure | baton | peer / bound | ratio | target | met |", "|---|---|---|---|---|---|"]
@@ -909,6 +1096,8 @@ def main():
         blocks["RESULTS"] = render(build_rows(got), stamp, svgs)
     if "redlock" in SECTIONS:
         blocks["REDLOCK"] = render_redlock(got, stamp)
+    if "zk" in SECTIONS:
+        blocks["ZK"] = render_zk(got, stamp)
     text = "\n\n".join(blocks.values())
     open(os.path.join(OUT_DIR, "table.md"), "w").write(text + "\n")
     print("\n" + text)

@@ -227,8 +227,103 @@ static int find_own(zeng *e, zsess *s, const char *dir, const char *prefix, char
     return found;
 }
 
+/* The create of our node and a listing of its directory, sent back to back
+ * without waiting for the create's answer. ZooKeeper runs a session's
+ * requests in the order they were sent (a read waits for the session's
+ * earlier writes), so the listing is taken after the node exists, exactly as
+ * if it had been asked for once the create answered: one round trip less. */
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int pending;
+    int crc, lrc;            /* the create's and the listing's answers */
+    char *created;           /* what the create made (into a caller's buffer) */
+    int clen;
+    struct Stat *st;
+    struct String_vector *sv; /* the listing, copied (the C client frees its own) */
+} zpipe;
+
+static void pipe_done(zpipe *p)
+{
+    pthread_mutex_lock(&p->mu);
+    if (--p->pending == 0) pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+}
+
+static void pipe_created(int rc, const char *value, const struct Stat *stat, const void *data)
+{
+    zpipe *p = (zpipe *)data;
+    p->crc = rc;
+    if (rc == ZOK) {
+        snprintf(p->created, (size_t)p->clen, "%s", value ? value : "");
+        if (stat && p->st) *p->st = *stat;
+    }
+    pipe_done(p);
+}
+
+static void pipe_listed(int rc, const struct String_vector *strings, const void *data)
+{
+    zpipe *p = (zpipe *)data;
+    p->lrc = rc;
+    if (rc == ZOK && strings && strings->count > 0) {
+        if (allocate_String_vector(p->sv, strings->count) != ZOK || !p->sv->data) {
+            p->sv->count = 0;
+            p->sv->data = NULL;
+            p->lrc = ZSYSTEMERROR;
+        } else {
+            for (int i = 0; i < strings->count; i++)
+                if (!(p->sv->data[i] = strdup(strings->data[i]))) {
+                    p->sv->count = i;
+                    deallocate_String_vector(p->sv);
+                    p->lrc = ZSYSTEMERROR;
+                    break;
+                }
+        }
+    }
+    pipe_done(p);
+}
+
+/* zoo_create2 of PATH, with DIR's children listed right behind it into *SV
+ * (*listed = 1 when that listing is good). Returns the create's answer. */
+static int create_listed(zeng *e, zsess *s, const char *path, const char *dir, const char *data, char *created,
+                         int plen, struct Stat *st, struct String_vector *sv, int *listed)
+{
+    zpipe p;
+    int zrc;
+    *listed = 0;
+    memset(&p, 0, sizeof p);
+    pthread_mutex_init(&p.mu, NULL);
+    pthread_cond_init(&p.cv, NULL);
+    p.crc = p.lrc = ZSYSTEMERROR;
+    p.created = created;
+    p.clen = plen;
+    p.st = st;
+    p.sv = sv;
+    p.pending = 2;
+    zrc = zoo_acreate2(s->zh, path, data, data ? (int)strlen(data) : -1, zk_acl(e), ZOO_EPHEMERAL_SEQUENTIAL,
+                       pipe_created, &p);
+    if (zrc != ZOK) {
+        /* nothing was sent: the synchronous call reports it as usual */
+        pthread_cond_destroy(&p.cv);
+        pthread_mutex_destroy(&p.mu);
+        return zoo_create2(s->zh, path, data, data ? (int)strlen(data) : -1, zk_acl(e), ZOO_EPHEMERAL_SEQUENTIAL,
+                           created, plen, st);
+    }
+    if (zoo_aget_children(s->zh, dir, 0, pipe_listed, &p) != ZOK) pipe_listed(ZSYSTEMERROR, NULL, &p);
+    /* like the C client's own synchronous calls: every completion is called
+     * (with ZCONNECTIONLOSS or ZCLOSING at worst) */
+    pthread_mutex_lock(&p.mu);
+    while (p.pending > 0) pthread_cond_wait(&p.cv, &p.mu);
+    pthread_mutex_unlock(&p.mu);
+    pthread_cond_destroy(&p.cv);
+    pthread_mutex_destroy(&p.mu);
+    if (p.crc == ZOK && p.lrc == ZOK) *listed = 1;
+    else deallocate_String_vector(sv);
+    return p.crc;
+}
+
 int zk_create_seq(zeng *e, zsess *s, const char *dir, const char *prefix, const char *data, char **out,
-                  struct Stat *st)
+                  struct Stat *st, struct String_vector *list, int *listed)
 {
     char *path = join(dir, prefix), *created;
     int plen, zrc = ZOK, rc = 0;
@@ -239,9 +334,13 @@ int zk_create_seq(zeng *e, zsess *s, const char *dir, const char *prefix, const 
         free(path);
         return baton_seterr(BATON_ENOMEM, 0, "out of memory");
     }
+    if (listed) *listed = 0;
     for (int tries = 0; tries < 5; tries++) {
-        zrc = zoo_create2(s->zh, path, data, data ? (int)strlen(data) : -1, zk_acl(e), ZOO_EPHEMERAL_SEQUENTIAL,
-                          created, plen, st);
+        if (list && tries == 0)
+            zrc = create_listed(e, s, path, dir, data, created, plen, st, list, listed);
+        else
+            zrc = zoo_create2(s->zh, path, data, data ? (int)strlen(data) : -1, zk_acl(e),
+                              ZOO_EPHEMERAL_SEQUENTIAL, created, plen, st);
         if (zrc == ZNONODE) {
             /* the directory is missing (first use, or a container the server
              * just removed): make it and try again */
@@ -278,14 +377,21 @@ out:
     return rc;
 }
 
-static int create_node(zeng *e, zsess *s, zlock *l, const baton_owner *o, const char *data)
+/* Creates our node; *SV gets the directory's children as listed right after
+ * it when *LISTED (see create_listed). */
+static int create_node(zeng *e, zsess *s, zlock *l, const baton_owner *o, const char *data,
+                       struct String_vector *sv, int *listed)
 {
     char prefix[96], *node = NULL;
     struct Stat st;
     int rc;
     zk_prefix(prefix, sizeof prefix, o->uuid, l->kind);
     memset(&st, 0, sizeof st);
-    if ((rc = zk_create_seq(e, s, l->dir, prefix, data, &node, &st))) return rc;
+    if ((rc = zk_create_seq(e, s, l->dir, prefix, data, &node, &st, sv, listed))) {
+        if (*listed) deallocate_String_vector(sv);
+        *listed = 0;
+        return rc;
+    }
     pthread_mutex_lock(&e->mu);
     l->node = node;
     l->gen = s->gen;
@@ -315,8 +421,10 @@ static int after_failure(zeng *e, zsess *s, int zrc, const char *what, const cha
 }
 
 /* Waits until our node (l->node) leads. 0 granted, ZK_AGAIN, or an error
- * (our node deleted then). */
-static int wait_turn(zeng *e, zsess *s, zlock *l, baton_acquire_req *req)
+ * (our node deleted then). FIRST, when not NULL, is a listing of the
+ * directory taken after our node was made: the first look uses it (and frees
+ * it) instead of asking again. */
+static int wait_turn(zeng *e, zsess *s, zlock *l, baton_acquire_req *req, struct String_vector *first)
 {
     baton_waiter *w = req->waiter;
     const char *mine = strrchr(l->node, '/') + 1;
@@ -333,7 +441,15 @@ static int wait_turn(zeng *e, zsess *s, zlock *l, baton_acquire_req *req)
         struct Stat st;
 
         if (w) zk_slot_arm(e, l->slot, w);
-        zrc = zoo_get_children(s->zh, l->dir, 0, &sv);
+        if (first) {
+            sv = *first;
+            first->count = 0;
+            first->data = NULL;
+            first = NULL;
+            zrc = ZOK;
+        } else {
+            zrc = zoo_get_children(s->zh, l->dir, 0, &sv);
+        }
         if (zrc != ZOK) {
             if (zrc == ZNONODE) { rc = ZK_AGAIN; break; } /* our node is gone with its directory */
             if ((rc = after_failure(e, s, zrc, "list", l->dir, req->deadline_ns))) break;
@@ -434,8 +550,11 @@ int zk_lock_acquire(void *eng, void *st, baton_acquire_req *req)
     for (;;) {
         zsess *s;
         if ((rc = zk_sess_get(e, zk_deadline_ms(e->connect_timeout_ms), &s))) return rc;
-        rc = create_node(e, s, l, req->owner, data);
-        if (rc == 0) rc = wait_turn(e, s, l, req);
+        struct String_vector sv = { 0, NULL };
+        int listed = 0;
+        rc = create_node(e, s, l, req->owner, data, &sv, &listed);
+        if (rc == 0) rc = wait_turn(e, s, l, req, listed ? &sv : NULL);
+        else if (listed) deallocate_String_vector(&sv);
         zk_sess_put(e, s);
         if (rc != ZK_AGAIN) return rc;
         /* The session died while we waited; our place in line went with it.

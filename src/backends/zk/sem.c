@@ -154,7 +154,7 @@ static int acquire(zeng *e, zperm *p, int64_t deadline_ns, baton_waiter *w, char
     if ((rc = zk_sess_get(e, zk_deadline_ms(e->connect_timeout_ms), &s))) goto out;
     snprintf(prefix, sizeof prefix, "_c_%s-lease-", o.uuid);
     memset(&nst, 0, sizeof nst);
-    if ((rc = zk_create_seq(e, s, p->leases, prefix, o.desc, &node, &nst))) {
+    if ((rc = zk_create_seq(e, s, p->leases, prefix, o.desc, &node, &nst, NULL, NULL))) {
         if (rc == ZK_AGAIN) rc = baton_seterr(BATON_EUNAVAILABLE, 0, "zk: the session ended during the acquire");
         goto out;
     }

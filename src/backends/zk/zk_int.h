@@ -92,6 +92,7 @@ typedef struct zeng {
     int stop;
     pthread_t thr;
     int thr_started;
+    uint64_t mntr_reads;     /* atomic: mntr requests engine_ops sent (the server counts them) */
 } zeng;
 
 /* ---- zk.c ---------------------------------------------------------------- */
@@ -152,9 +153,12 @@ int zk_election_proclaim(void *eng, void *st, const baton_owner *owner, const ch
 /* Creates an ephemeral sequential node DIR/PREFIX<seq> holding DATA: the
  * directory is made on demand; after a connection loss the node is looked
  * for by its prefix (it carries a uuid) before a second one is made.
- * 0 with *out (malloc'd) and *st; ZK_AGAIN when the session died. */
+ * 0 with *out (malloc'd) and *st; ZK_AGAIN when the session died.
+ * With LIST (else NULL), DIR's children are asked for right behind the first
+ * create, in the same round trip; *LISTED = 1 when *LIST holds them (the
+ * caller deallocates it), taken after the node was made. */
 int zk_create_seq(zeng *e, zsess *s, const char *dir, const char *prefix, const char *data, char **out,
-                  struct Stat *st);
+                  struct Stat *st, struct String_vector *list, int *listed);
 /* Internal lock states (permits' Curator mutex). */
 int zk_lock_init(zeng *e, const char *dir, int kind, zlock **out);
 
