@@ -827,6 +827,40 @@ static int zk_identity(void *eng, char *buf, size_t n)
     return 0;
 }
 
+/* describe: the session `baton status` shows. Opens one when there is none
+ * yet (status runs on a fresh client), so the timeout is the negotiated one. */
+static int zk_describe(void *eng, char *buf, size_t n)
+{
+    zeng *e = eng;
+    zsess *s = NULL;
+    const clientid_t *id;
+    struct sockaddr_storage ss;
+    socklen_t alen = sizeof ss;
+    char where[INET6_ADDRSTRLEN + 8] = "";
+    int rc, neg;
+
+    if ((rc = zk_sess_get(e, zk_deadline_ms(e->connect_timeout_ms), &s))) return rc;
+    id = zoo_client_id(s->zh);
+    neg = zoo_recv_timeout(s->zh);
+    memset(&ss, 0, sizeof ss);
+    if (zookeeper_get_connected_host(s->zh, (struct sockaddr *)&ss, &alen)) {
+        char a[INET6_ADDRSTRLEN] = "?";
+        if (ss.ss_family == AF_INET) {
+            const struct sockaddr_in *in = (const struct sockaddr_in *)&ss;
+            inet_ntop(AF_INET, &in->sin_addr, a, sizeof a);
+            snprintf(where, sizeof where, " via %s:%u", a, (unsigned)ntohs(in->sin_port));
+        } else if (ss.ss_family == AF_INET6) {
+            const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)&ss;
+            inet_ntop(AF_INET6, &in6->sin6_addr, a, sizeof a);
+            snprintf(where, sizeof where, " via [%s]:%u", a, (unsigned)ntohs(in6->sin6_port));
+        }
+    }
+    snprintf(buf, n, "0x%llx timeout %d ms (negotiated; asked %d)%s", (unsigned long long)(id ? id->client_id : 0),
+             neg, e->session_timeout_ms, where);
+    zk_sess_put(e, s);
+    return 0;
+}
+
 /* ---- engine_ops: the four-letter word mntr ------------------------------ */
 
 /* Sends "mntr" to ADDR and reads the whole answer (the server closes). */
@@ -962,6 +996,7 @@ const baton_backend baton__backend_zk = {
     .attach = zk_attach,
     .identity = zk_identity,
     .engine_ops = zk_engine_ops,
+    .describe = zk_describe,
     .election_new = zk_election_new,
     .election_leader = zk_election_leader,
     .election_proclaim = zk_election_proclaim,
