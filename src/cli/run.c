@@ -218,15 +218,20 @@ static int transient(int rc)
 
 /* Renews the permit when due. Returns NULL while it is ours, else why it is
  * not: the engine said it is gone, or no renewal succeeded within a lease
- * (the lease counts from when the last successful renewal was sent). */
-static const char *permit_keep(run_state *r)
+ * (the lease counts from when the last successful renewal was sent).
+ * ASK (before the command starts): past that bound, ask the engine once
+ * rather than give up: a renewal that succeeds proves the permit never
+ * expired (an expired one is reclaimed, not renewed), and engines whose
+ * permits have no lease (file, zk) say so or that it still exists. While
+ * the command runs the bound is final: it may not run on unknown. */
+static const char *permit_keep(run_state *r, int ask)
 {
     int64_t now = mono_ns(), sent, lease = (int64_t)r->lease_ms * 1000000, retry;
     int rc;
 
     if (!r->keep) return NULL;
-    if (now >= r->lease_end) return "the permit's lease ran out";
-    if (now < r->renew_at) return NULL;
+    if (now >= r->lease_end && !ask) return "the permit's lease ran out";
+    if (now < r->renew_at && now < r->lease_end) return NULL;
     sent = now;
     rc = baton_permits_renew(r->pm, r->id, r->lease_ms);
     now = mono_ns();
@@ -326,7 +331,7 @@ static int supervise(run_state *r, pid_t child, double kill_after, int *status, 
         int64_t now, due;
         pid_t w;
 
-        if (r->pm && !*lost && (why = permit_keep(r))) lose_now(r, child, why, kill_after, &kill_at, lost);
+        if (r->pm && !*lost && (why = permit_keep(r, 0))) lose_now(r, child, why, kill_after, &kill_at, lost);
         now = mono_ns();
         if (kill_at != INT64_MAX && now >= kill_at) {
             kill(child, SIGKILL);
@@ -759,8 +764,9 @@ static int run_main(int argc, char **argv, int elect)
         r.keep = 1;
         r.lease_end = add_ns(acq_start, lease);
         r.renew_at = add_ns(acq_start, lease / 3);
-        /* after a long wait the first renewal is due (or late) already */
-        if ((why = permit_keep(&r))) {
+        /* after a long wait the first renewal is due (or late) already:
+         * acq_start is only a lower bound for when the lease began */
+        if ((why = permit_keep(&r, 1))) {
             fprintf(stderr, "%s: %s: %s before the command started\n", prog, name, why);
             give_back(&r);
             code = EX_LOST;
