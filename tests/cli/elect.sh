@@ -75,6 +75,18 @@ expect_rc 64 "elect --value on two lines" b elect "${U[@]}" --value "$(printf 'a
 expect_rc 64 "elect --value of 1025 bytes" b elect "${U[@]}" --value "$(printf '%01025d' 0)" "${P}u" -- true
 expect_rc 64 "elect -n and -w together" b elect "${U[@]}" -n -w 1 "${P}u" -- true
 
+# every option of baton elect --help is in baton(1), and the man page has the command
+MAN="$HERE/../../docs/baton.1"
+b elect --help > "$TMP/help" 2>&1
+sed 's/\\-/-/g' "$MAN" > "$TMP/man.txt"
+missing=""
+for o in $(grep -oE -- "(^|[ ,])--?[a-zA-Z][a-z-]*" "$TMP/help" | tr -d ' ,' | sort -u); do
+    grep -q -- "$o\b" "$TMP/man.txt" || missing="$missing $o"
+done
+check "every option of baton elect --help is in baton(1) (missing:${missing:- none})" [ -z "$missing" ]
+check "baton(1) describes elect --leader and --listen" \
+    eval 'grep -q "^\.BI \"elect --leader " "$TMP/man.txt" && grep -q "^\.BI \"elect --listen " "$TMP/man.txt"'
+
 # ---- the file engine: no elections ------------------------------------------------
 # BATON_ENOTSUP maps to 64 (cli_exit_for), as `baton run --permits` on an
 # engine without permits: the command line asks for something the chosen
