@@ -41,6 +41,7 @@ Cases:
 import logging
 import os
 import re
+import shutil
 import subprocess
 import sys
 import threading
@@ -521,6 +522,8 @@ def main():
         zk2.close()
         zk1.close()
     print("%d passed, %d failed" % (PASS, FAIL))
+    if not FAIL:
+        shutil.rmtree(TMP, ignore_errors=True)   # kept for a look after a failure
     return 1 if FAIL else 0
 
 
