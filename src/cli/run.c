@@ -218,15 +218,20 @@ static int transient(int rc)
 
 /* Renews the permit when due. Returns NULL while it is ours, else why it is
  * not: the engine said it is gone, or no renewal succeeded within a lease
- * (the lease counts from when the last successful renewal was sent). */
-static const char *permit_keep(run_state *r)
+ * (the lease counts from when the last successful renewal was sent).
+ * ASK (before the command starts): past that bound, ask the engine once
+ * rather than give up: a renewal that succeeds proves the permit never
+ * expired (an expired one is reclaimed, not renewed), and engines whose
+ * permits have no lease (file, zk) say so or that it still exists. While
+ * the command runs the bound is final: it may not run on unknown. */
+static const char *permit_keep(run_state *r, int ask)
 {
     int64_t now = mono_ns(), sent, lease = (int64_t)r->lease_ms * 1000000, retry;
     int rc;
 
     if (!r->keep) return NULL;
-    if (now >= r->lease_end) return "the permit's lease ran out";
-    if (now < r->renew_at) return NULL;
+    if (now >= r->lease_end && !ask) return "the permit's lease ran out";
+    if (now < r->renew_at && now < r->lease_end) return NULL;
     sent = now;
     rc = baton_permits_renew(r->pm, r->id, r->lease_ms);
     now = mono_ns();
@@ -326,7 +331,7 @@ static int supervise(run_state *r, pid_t child, double kill_after, int *status, 
         int64_t now, due;
         pid_t w;
 
-        if (r->pm && !*lost && (why = permit_keep(r))) lose_now(r, child, why, kill_after, &kill_at, lost);
+        if (r->pm && !*lost && (why = permit_keep(r, 0))) lose_now(r, child, why, kill_after, &kill_at, lost);
         now = mono_ns();
         if (kill_at != INT64_MAX && now >= kill_at) {
             kill(child, SIGKILL);
@@ -346,7 +351,7 @@ static int supervise(run_state *r, pid_t child, double kill_after, int *status, 
         if (p[1].revents & POLLIN) {
             char c;
             ssize_t k = read(ev_pipe[0], &c, 1);
-            if (k == 1 && c == EV_LOST) lose_now(r, child, "lease lost", kill_after, &kill_at, lost);
+            if (k == 1 && c == EV_LOST) lose_now(r, child, r->el ? "leadership lost" : "lease lost", kill_after, &kill_at, lost);
             else if (k < 0 && errno != EINTR) { failed = "read(pipe)"; fail_errno = errno; break; }
         }
         if (p[0].revents & POLLIN) {
@@ -452,6 +457,7 @@ static int elect_watch(const char *uri, const char *name, int listen, int64_t wa
     baton_election *e = NULL;
     char v[BATON_ELECTION_VALUE_MAX + 1];
     uint64_t fence = 0;
+    int64_t deadline;
     int rc, code = 0;
 
     if ((rc = baton_client_open(&c, uri, NULL))) { cli_report("open", rc); return cli_exit_for(rc); }
@@ -470,8 +476,11 @@ static int elect_watch(const char *uri, const char *name, int listen, int64_t wa
         printf("%" PRIu64 " %s\n", fence, v);
         goto out;
     }
+    /* -w SECS bounds the whole listen, not each wait between two changes */
+    deadline = wait_ms < 0 ? INT64_MAX : add_ns(mono_ns(), wait_ms * 1000000);
     for (;;) {
-        rc = baton_election_observe(e, v, sizeof v, &fence, wait_ms);
+        int64_t left = deadline == INT64_MAX ? -1 : (deadline - mono_ns()) / 1000000;
+        rc = baton_election_observe(e, v, sizeof v, &fence, left < 0 && deadline != INT64_MAX ? 0 : left);
         if (rc == BATON_ETIMEDOUT) break;
         if (rc) { cli_report("observe", rc); code = cli_exit_for(rc); goto out; }
         if (fence) printf("%" PRIu64 " %s\n", fence, v);
@@ -580,7 +589,15 @@ static int run_main(int argc, char **argv, int elect)
         case O_VERBOSE: verbose = 1; break;
         case O_VALUE: case O_LISTEN: case O_LEADER: case 'l':
             if (!elect) return cli_usage_error(cmdn, "%s is an option of baton elect", o.name);
-            if (opt == O_VALUE) value = o.arg;
+            if (opt == O_VALUE) {
+                /* --listen and --leader print it on one line */
+                if (strchr(o.arg, '\n'))
+                    return cli_usage_error(cmdn, "%s: the value must be one line", o.name);
+                if (strlen(o.arg) > BATON_ELECTION_VALUE_MAX)
+                    return cli_usage_error(cmdn, "%s: the value is %zu bytes; the limit is %d", o.name,
+                                           strlen(o.arg), BATON_ELECTION_VALUE_MAX);
+                value = o.arg;
+            }
             else if (opt == O_LEADER) leader_mode = 1;
             else listen_mode = 1;
             break;
@@ -747,8 +764,9 @@ static int run_main(int argc, char **argv, int elect)
         r.keep = 1;
         r.lease_end = add_ns(acq_start, lease);
         r.renew_at = add_ns(acq_start, lease / 3);
-        /* after a long wait the first renewal is due (or late) already */
-        if ((why = permit_keep(&r))) {
+        /* after a long wait the first renewal is due (or late) already:
+         * acq_start is only a lower bound for when the lease began */
+        if ((why = permit_keep(&r, 1))) {
             fprintf(stderr, "%s: %s: %s before the command started\n", prog, name, why);
             give_back(&r);
             code = EX_LOST;
@@ -756,7 +774,7 @@ static int run_main(int argc, char **argv, int elect)
         }
     }
     if (lost) {
-        fprintf(stderr, "%s: %s: lease lost before the command started\n", prog, name);
+        fprintf(stderr, "%s: %s: %s lost before the command started\n", prog, name, r.el ? "leadership" : "lease");
         give_back(&r);
         code = EX_LOST;
         goto out;
@@ -839,7 +857,7 @@ static int run_main(int argc, char **argv, int elect)
         /* supervise's failure, reported; the command is gone */
     } else if (lost || rc == BATON_ELOST || (r.pm && rc == BATON_ENOTOWNER) || (r.el && rc == BATON_ENOTHELD)) {
         code = EX_LOST;
-        if (!lost) fprintf(stderr, "%s: %s: lease lost while the command ran\n", prog, name);
+        if (!lost) fprintf(stderr, "%s: %s: %s lost while the command ran\n", prog, name, r.el ? "leadership" : "lease");
     } else if (WIFSIGNALED(status)) {
         code = 128 + WTERMSIG(status);
     } else {

@@ -3,9 +3,11 @@
 #
 #   cli.sh file  PATH/TO/baton     the embedded file backend (BATON_DIR=<tmp>)
 #   cli.sh redis PATH/TO/baton     the test Redis server ($BATON_TEST_SRV/redis/port)
+#   cli.sh zk    PATH/TO/baton     the test ZooKeeper server ($BATON_TEST_SRV/zk/port),
+#                                  sessions of 4 s
 #
-# Prints "N passed, N failed"; exits 1 on failure, 77 when the Redis server is
-# missing (unless BATON_REQUIRE_ALL=1).
+# Prints "N passed, N failed"; exits 1 on failure, 77 when the Redis or
+# ZooKeeper server is missing (unless BATON_REQUIRE_ALL=1).
 set -u
 
 MODE=${1:?mode}
@@ -53,7 +55,18 @@ redis)
     URI_DESC="redis"
     RCLI=(redis-cli -h 127.0.0.1 -p "$PORT" -n 0)
     ;;
-*) echo "usage: $0 file|redis BATON" >&2; exit 2 ;;
+zk)
+    PORT=$(cat "${BATON_TEST_SRV:-/nonexistent}/zk/port" 2>/dev/null) || PORT=""
+    [ -n "$PORT" ] || skip_or_fail "no test zk server"
+    unset BATON_DIR BATON_URI BATON_REDIS_PASSWORD REDISCLI_AUTH BATON_ZK_AUTH
+    # A grant lasts as long as the session: 4 s (the test server allows down
+    # to 400 ms) keeps the crash and pause cases short.
+    ZK_SESSION_MS=4000
+    URI="zk://127.0.0.1:$PORT?session_timeout_ms=$ZK_SESSION_MS"
+    U=(-u "$URI")
+    URI_DESC="zk"
+    ;;
+*) echo "usage: $0 file|redis|zk BATON" >&2; exit 2 ;;
 esac
 [ -x "$BATON" ] || { echo "no baton at $BATON" >&2; exit 1; }
 BATON_BASH=$(command -v bash)
@@ -164,6 +177,10 @@ if [ "$MODE" = file ]; then
     # $BATON_URI is the default for -u
     BATON_URI="file://$TMP/other" expect_rc 0 "[file] \$BATON_URI" b run "${P}u2" -- sh -c 'echo "$BATON_URI"'
     check "[file] \$BATON_URI is used" grep -q "$TMP/other" "$TMP/out"
+elif [ "$MODE" = zk ]; then
+    check "[zk] BATON_URI is the zk URI ($uri)" [ "$uri" = "$URI" ]
+    BATON_URI="$URI" expect_rc 0 "[zk] \$BATON_URI is the default for -u" b run "${P}envuri" -- sh -c 'echo "$BATON_URI"'
+    check "[zk] the child sees that URI" grep -qx "$URI" "$TMP/out"
 else
     is_redis_uri() { [[ "$1" == redis://127.0.0.1:$PORT* ]]; }
     check "[redis] BATON_URI is the redis URI ($uri)" is_redis_uri "$uri"
@@ -404,6 +421,155 @@ s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.clos
         b run "${U[@]}" -t 1 "$N" -- sh -c 'sleep 2.5; [ "$(redis-cli -h 127.0.0.1 -p '"$PORT"' EXISTS "$BATON_LOCK")" = 1 ]'
 fi
 
+if [ "$MODE" = zk ]; then
+    # The Redis block's lease cases have no zk counterpart: a zk grant lasts
+    # as long as its session (-t is accepted and ignored), so there is no
+    # renewal to fail, no key to delete and no lease to outlast. Their zk
+    # forms (a crashed holder, a frozen holder) are below.
+    echo "   [zk] skipped: the lease-expiry cases (lease lost by a deleted key, -t renewal," \
+         "--permits lease) — zk has sessions, not leases; -t is ignored" >&2
+
+    # ---- 64 bad URI, 69 unreachable ----------------------------------------
+    expect_rc 64 "[zk] unknown URI option" b run -u "zk://127.0.0.1:$PORT?bogus=1" "${P}u" -- true
+    check "[zk] ...the message names it" grep -q "bogus" "$TMP/err"
+    expect_rc 64 "[zk] port out of range" b run -u "zk://127.0.0.1:99999" "${P}u" -- true
+    expect_rc 64 "[zk] session_timeout_ms not a number" b run -u "zk://127.0.0.1:$PORT?session_timeout_ms=x" "${P}u" -- true
+    closed=$(/usr/bin/python3 -c 'import socket
+s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()' 2>/dev/null || echo 1)
+    t0=$(now_ms)
+    expect_rc 69 "[zk] unreachable ensemble (closed port $closed)" \
+        b run -u "zk://127.0.0.1:$closed?connect_timeout_ms=1000" "${P}u" -- touch "$TMP/ran69"
+    el=$(( $(now_ms) - t0 ))
+    # the connect timeout is 1 s; the bound only catches a hang (loaded machine)
+    check "[zk] unreachable: gives up after about the connect timeout ($el ms)" [ "$el" -lt 10000 ]
+    check "[zk] unreachable: the command did not run" [ ! -e "$TMP/ran69" ]
+    expect_rc 69 "[zk] status on an unreachable ensemble" b status -u "zk://127.0.0.1:$closed?connect_timeout_ms=1000" "${P}u"
+
+    # ---- status: the session line, the holder, the fence, the queue -------------
+    N="${P}zkstatus"
+    expect_rc 0 "[zk] status of a free lock" b status "${U[@]}" "$N"
+    check "[zk] status shows the session and its negotiated timeout" \
+        grep -qE "^session: 0x[0-9a-f]+ timeout $ZK_SESSION_MS ms \(negotiated; asked $ZK_SESSION_MS\)" "$TMP/out"
+    check "[zk] status of a free lock: queue 0" grep -qx "queue: 0" "$TMP/out"
+    if start_holder zs "$N"; then
+        fence=$(cat "$TMP/h.zs.fence")
+        w=()
+        for i in 1 2; do
+            "${B[@]}" run -w 30 "${U[@]}" "$N" -- sh -c 'echo "$BATON_FENCE" > "$1"' sh "$TMP/zs.w$i" 2>"$TMP/zs.w$i.err" &
+            w+=("$!"); BG_PIDS+=("$!")
+            # one at a time, so that the queue order is theirs
+            for ((j = 0; j < 100; j++)); do
+                b status "${U[@]}" "$N" >"$TMP/zs.st" 2>/dev/null
+                grep -qx "queue: $i" "$TMP/zs.st" && break
+                sleep 0.05
+            done
+        done
+        expect_rc 0 "[zk] status with a holder and two waiters" b status "${U[@]}" "$N"
+        check "[zk] ...held" grep -qx "held: yes" "$TMP/out"
+        check "[zk] ...the holder is the holder's baton (pid $HOLDER_PID)" grep -qE "^holder: .* $HOLDER_PID( |$)" "$TMP/out"
+        check "[zk] ...the fence is the holder's BATON_FENCE $fence" grep -qx "fence: $fence" "$TMP/out"
+        check "[zk] ...queue: 2" grep -qx "queue: 2" "$TMP/out"
+        stop_holder zs
+        check "[zk] holder exited 0 (rc $RC)" [ "$RC" = 0 ]
+        wait_pid "${w[0]}" 15; r1=$RC
+        wait_pid "${w[1]}" 15; r2=$RC
+        f1=$(cat "$TMP/zs.w1" 2>/dev/null); f2=$(cat "$TMP/zs.w2" 2>/dev/null)
+        check "[zk] both waiters ran (rc $r1, $r2)" [ "$r1" = 0 -a "$r2" = 0 ]
+        check "[zk] FIFO: fences $fence < $f1 < $f2" eval 'gt "$f1" "$fence" && gt "$f2" "$f1"'
+        expect_rc 0 "[zk] status when free again" b status "${U[@]}" "$N"
+        check "[zk] ...not held, queue 0, the last fence $f2" \
+            eval 'grep -qx "held: no" "$TMP/out" && grep -qx "queue: 0" "$TMP/out" && grep -qx "fence: $f2" "$TMP/out"'
+    else
+        bad "[zk] status holder did not start: $(cat "$TMP/h.zs.err")"
+    fi
+
+    # ---- --permits N (the sem section above is skipped: no ownerless semaphore on zk) ----
+    N="${P}zkperm"
+    if start_holder zp1 "$N" --permits 2; then
+        p1=$HOLDER_PID
+        if start_holder zp2 "$N" --permits 2; then
+            p2=$HOLDER_PID
+            expect_rc 1 "[zk] --permits 2: a third run is busy" b run -n "${U[@]}" --permits 2 "$N" -- true
+            "${B[@]}" run -w 30 "${U[@]}" --permits 2 "$N" -- touch "$TMP/zp.ran" 2>"$TMP/zp.err" &
+            wpid=$!; BG_PIDS+=("$wpid")
+            sleep 0.5
+            check "[zk] --permits 2: a third run waits" kill -0 "$wpid"
+            check "[zk] --permits 2: ...its command did not run" [ ! -e "$TMP/zp.ran" ]
+            touch "$TMP/h.zp1.go"; wait_pid "$p1" 15
+            wait_pid "$wpid" 15
+            check "[zk] --permits 2: the waiter gets the permit given back (rc $RC)" [ "$RC" = 0 -a -e "$TMP/zp.ran" ]
+            touch "$TMP/h.zp2.go"; wait_pid "$p2" 15
+            expect_rc 0 "[zk] --permits 2: free again" b run -n "${U[@]}" --permits 2 "$N" -- true
+        else
+            bad "[zk] second permit holder did not start: $(cat "$TMP/h.zp2.err")"
+            touch "$TMP/h.zp1.go"; wait_pid "$p1" 15
+        fi
+    else
+        bad "[zk] permit holder did not start: $(cat "$TMP/h.zp1.err")"
+    fi
+
+    # ---- kill -9 of a holder: its session keeps the lock until the server expires it ----
+    N="${P}zkkill"
+    if start_holder zk9 "$N"; then
+        fence=$(cat "$TMP/h.zk9.fence")
+        kill -KILL "$HOLDER_PID"; wait "$HOLDER_PID" 2>/dev/null
+        t0=$(now_ms)
+        # the session outlives its process by up to the session timeout (4 s):
+        # an -n run within a fraction of it finds the lock still held
+        expect_rc 1 "[zk] kill -9 of the holder: still held by its session at once" b run -n "${U[@]}" "$N" -- true
+        "${B[@]}" run -w 30 "${U[@]}" "$N" -- sh -c 'echo "$BATON_FENCE" > "$1"' sh "$TMP/zk9.next" 2>"$TMP/zk9.err"
+        rc=$?
+        el=$(( $(now_ms) - t0 ))
+        nf=$(cat "$TMP/zk9.next" 2>/dev/null)
+        check "[zk] kill -9 of the holder: a waiter gets the lock (rc $rc)" [ "$rc" = 0 ]
+        # about the session timeout; generous slack for a loaded 2-core machine
+        check "[zk] ...once the session expired, within $ZK_SESSION_MS ms + slack ($el ms)" [ "$el" -lt $((ZK_SESSION_MS + 8000)) ]
+        check "[zk] ...with a higher fence ($nf > $fence)" gt "$nf" "$fence"
+    else
+        bad "[zk] kill -9 holder did not start: $(cat "$TMP/h.zk9.err")"
+    fi
+
+    # ---- a frozen holder: SIGSTOP past the session timeout, then SIGCONT = 75 ----
+    N="${P}zkstop"
+    rm -f "$TMP/zst.ready" "$TMP/zst.got" "$TMP/zst.fence"
+    "${B[@]}" run "${U[@]}" --kill-after 5 "$N" -- sh -c '
+        trap "echo TERM >> \"$1.got\"; exit 0" TERM
+        echo "$BATON_FENCE" > "$1.fence"
+        echo $$ > "$1.pid"
+        : > "$1.ready"
+        while :; do sleep 0.05; done' sh "$TMP/zst" 2>"$TMP/zst.err" &
+    pid=$!
+    BG_PIDS+=("$pid")
+    if wait_file "$TMP/zst.ready" 15; then
+        BG_PIDS+=("$(cat "$TMP/zst.pid")")   # ends it even if baton never does
+        fence=$(cat "$TMP/zst.fence")
+        kill -STOP "$pid"
+        # the server expires the frozen session after 4 s: then another client gets it
+        "${B[@]}" run -w 30 "${U[@]}" "$N" -- sh -c 'echo "$BATON_FENCE" > "$1"' sh "$TMP/zst.next" 2>"$TMP/zst.nerr"
+        rc=$?
+        nf=$(cat "$TMP/zst.next" 2>/dev/null)
+        check "[zk] another client gets the lock while the holder is frozen (rc $rc)" [ "$rc" = 0 ]
+        check "[zk] ...with a higher fence ($nf > $fence)" gt "$nf" "$fence"
+        kill -CONT "$pid"
+        t0=$(now_ms)
+        wait_pid "$pid" 20
+        el=$(( $(now_ms) - t0 ))
+        check "[zk] frozen past the session timeout: exit 75 (rc $RC)" [ "$RC" = 75 ]
+        check "[zk] ...the command got SIGTERM" grep -q TERM "$TMP/zst.got"
+        check "[zk] ...baton says the lock was lost" grep -q "lost" "$TMP/zst.err"
+        # on resume the client finds its session expired (or its connection
+        # silent for a third of the timeout); the bound only catches a hang
+        check "[zk] ...noticed soon after the resume ($el ms)" [ "$el" -lt $((ZK_SESSION_MS + 8000)) ]
+        expect_rc 0 "[zk] the lock is free after the lost holder exited" b run -n "${U[@]}" "$N" -- true
+    else
+        bad "[zk] frozen holder never started: $(cat "$TMP/zst.err")"
+    fi
+
+    # ---- a lease option is accepted and ignored; fixed leases do not exist ----
+    expect_rc 0 "[zk] -t 0.05 with a 1 s command keeps the lock (no lease to run out)" \
+        b run "${U[@]}" -t 0.05 "${P}zklease" -- sh -c 'sleep 1; "$0" run -n -u "$BATON_URI" "$BATON_LOCK" -- true; [ $? = 1 ]' "$BATON"
+fi
+
 # ---- the command never outlives its baton ------------------------------------
 # kill -9 of baton kills the command too (PR_SET_PDEATHSIG), so a later holder
 # never runs beside an orphan. The command appends to a log while it lives;
@@ -426,15 +592,18 @@ if wait_file "$TMP/orph.pid" 10; then
         sleep 0.05
     done
     check "[$URI_DESC] kill -9 of baton: the command is gone within 2 s" [ $gone = 1 ]
-    # the next holder (on Redis once the 1 s lease is out): -E 99 tells busy
-    # apart from the check failing (3)
+    # the next holder (on Redis once the 1 s lease is out, on zk once the
+    # server expired the 4 s session): -E 99 tells busy apart from the check
+    # failing (3)
+    ORPHAN_MS=8000
+    [ "$MODE" = zk ] && ORPHAN_MS=$((ZK_SESSION_MS + 8000))   # slack: loaded 2-core machine
     t0=$(now_ms)
     while :; do
         b run -n -E 99 "${U[@]}" "$N" -- sh -c \
             'a=$(wc -l < "$1.log"); sleep 0.5; z=$(wc -l < "$1.log"); [ "$a" = "$z" ] || exit 3' \
             sh "$TMP/orph" 2>"$TMP/orph2.err"
         rc=$?
-        [ $rc = 99 ] && [ $(( $(now_ms) - t0 )) -lt 8000 ] && { sleep 0.1; continue; }
+        [ $rc = 99 ] && [ $(( $(now_ms) - t0 )) -lt $ORPHAN_MS ] && { sleep 0.1; continue; }
         break
     done
     check "[$URI_DESC] kill -9 of baton: a new run -n gets the lock, and never beside the old command (rc $rc)" [ $rc = 0 ]
@@ -541,11 +710,32 @@ if [ $HAVE_PERMITS = 1 ]; then
         touch "$TMP/h.pk.go"   # lets an orphaned command end, if there is one
         t0=$(now_ms)
         expect_rc 0 "[$URI_DESC] --permits 1: kill -9 of the holder, the slot comes back" \
-            b run -w 10 "${U[@]}" --permits 1 -t 2 "$N" -- true
+            b run -w 20 "${U[@]}" --permits 1 -t 2 "$N" -- true
         el=$(( $(now_ms) - t0 ))
-        check "[$URI_DESC] --permits 1: ...within the 2 s lease + slack ($el ms)" [ "$el" -lt 5000 ]
+        if [ "$MODE" = zk ]; then
+            # no lease on zk: the permit's node goes with the holder's session
+            check "[zk] --permits 1: ...once its session expired, within $ZK_SESSION_MS ms + slack ($el ms)" \
+                [ "$el" -lt $((ZK_SESSION_MS + 8000)) ]
+        else
+            check "[$URI_DESC] --permits 1: ...within the 2 s lease + slack ($el ms)" [ "$el" -lt 5000 ]
+        fi
     else
         bad "[$URI_DESC] permit holder did not start: $(cat "$TMP/h.pk.err")"
+    fi
+    # a permit granted after a wait longer than its lease: the wait began
+    # before the lease did, so baton asks the engine rather than give up
+    # (it exited 75 "the permit's lease ran out before the command started")
+    N="${P}permlate"
+    if start_holder pl2 "$N" --permits 1 -t 1; then
+        "${B[@]}" run -w 30 "${U[@]}" --permits 1 -t 1 "$N" -- touch "$TMP/pl2.ran" 2>"$TMP/pl2.err" &
+        wpid=$!
+        BG_PIDS+=("$wpid")
+        sleep 2   # twice the 1 s lease
+        stop_holder pl2
+        wait_pid "$wpid" 20
+        check "[$URI_DESC] --permits 1 -t 1 granted after a 2 s wait: the command runs (rc $RC)" [ "$RC" = 0 -a -e "$TMP/pl2.ran" ]
+    else
+        bad "[$URI_DESC] late-permit holder did not start: $(cat "$TMP/h.pl2.err")"
     fi
     # a permit held past its lease is renewed while the command runs
     N="${P}permrenew"

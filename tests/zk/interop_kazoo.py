@@ -28,11 +28,20 @@ Cases:
     second `baton run` queues behind kazoo: order baton, kazoo, baton;
   - two baton candidates (test_zk_election --candidate): kazoo's
     Election.contenders() lists their values, the leader first; after the
-    leader resigns, only the second.
+    leader resigns, only the second;
+  - a `baton elect --value V` leader: kazoo's stock Election.contenders()
+    does not list it (kazoo matches only "__lock__"); with "-latch-" as an
+    extra pattern it lists V; such a kazoo Election waits behind baton's
+    leader and leads after it resigns, while a stock one leads beside it
+    (the documented non-interop: docs/zk-engine.md);
+  - a stock kazoo Election.run() leader: `baton elect --leader` prints
+    "<czxid of kazoo's node> <kazoo's identifier>", `baton elect -n` is
+    busy, `baton elect` waits behind it and then leads with a higher term.
 """
 import logging
 import os
 import re
+import shutil
 import subprocess
 import sys
 import threading
@@ -359,6 +368,133 @@ def test_election(zk1):
           children(zk1, path))
 
 
+# ---- election: baton elect (the CLI) and kazoo's Election ---------------------------
+def baton_elect_popen(name, value, shell_cmd, *opts):
+    argv = [BATON, "elect", "-u", URI, "--value", value] + list(opts) + [name, "-c", shell_cmd]
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def leader_of(name):
+    """`baton elect --leader NAME`: (fence, value), or None when nobody leads."""
+    rc, out, err = baton_out("elect", "-u", URI, "--leader", name)
+    if rc != 0:
+        return None
+    fence, _, value = out.rstrip("\n").partition(" ")
+    return int(fence), value
+
+
+class KazooLeader:
+    """kazoo's Election.run() on a thread: its function sets `leading`, then
+    waits for `release`. latch=True teaches its lock baton's "-latch-" nodes."""
+
+    def __init__(self, zk, path, ident, latch=False):
+        self.el = zk.Election(path, ident)
+        if latch:
+            self.el.lock = zk.Lock(path, ident, extra_lock_patterns=("-latch-",))
+        self.leading = threading.Event()
+        self.release = threading.Event()
+        self.t = threading.Thread(target=self.el.run, args=(self._lead,))
+        self.t.start()
+
+    def _lead(self):
+        self.leading.set()
+        self.release.wait(LONG)
+
+    def stop(self):
+        self.release.set()
+        self.el.cancel()
+        self.t.join(LONG)
+        return not self.t.is_alive()
+
+
+def test_elect_cli_seen_by_kazoo(zk1, zk2):
+    log("-- a baton elect leader seen by kazoo's Election")
+    name = PREFIX + "elect-cli"
+    path = ROOT + "/" + name
+    flag = os.path.join(TMP, "elect-cli.leads")
+    go = os.path.join(TMP, "elect-cli.go")
+    b = baton_elect_popen(name, "baton-V", 'echo "$BATON_FENCE" > "%s"; while [ ! -e "%s" ]; do sleep 0.05; done'
+                          % (flag, go))
+    check("baton elect leads", wait_for(lambda: read_log(flag)), b.poll())
+    term = int(read_log(flag)[0]) if read_log(flag) else None
+    kids = children(zk1, path)
+    check("one LeaderLatch-style node (_c_<uuid>-latch-<seq>)",
+          len(kids) == 1 and re.match(r"^_c_[0-9a-fA-F-]+-latch-\d{10}$", kids[0]) is not None, kids)
+    st = zk1.exists(path + "/" + kids[0]) if kids else None
+    check("BATON_FENCE is the candidate node's czxid (the term)", st is not None and st.czxid == term,
+          "term %s czxid %s" % (term, st.czxid if st else None))
+    stock = zk1.Election(path, "kazoo-observer")
+    check("stock kazoo Election.contenders() does not see baton's -latch- node (documented)",
+          stock.contenders() == [], stock.contenders())
+    taught = zk1.Election(path, "kazoo-observer")
+    taught.lock = zk1.Lock(path, "kazoo-observer", extra_lock_patterns=("-latch-",))
+    check("with extra_lock_patterns=('-latch-',) kazoo sees baton's leader and its value",
+          taught.contenders() == ["baton-V"], taught.contenders())
+
+    # a kazoo Election taught "-latch-" waits behind baton's leader ...
+    kt = KazooLeader(zk2, path, "kazoo-taught", latch=True)
+    check("kazoo's candidate queued", wait_for(lambda: len(children(zk1, path)) == 2, 10.0), children(zk1, path))
+    check("the taught kazoo Election does not lead while baton leads", not kt.leading.wait(1.0))
+    check("kazoo sees both, baton's leader first", taught.contenders() == ["baton-V", "kazoo-taught"],
+          taught.contenders())
+    lead = leader_of(name)
+    check("baton elect --leader still names baton's leader", lead == (term, "baton-V"), lead)
+    # ... and leads once baton's command exits (baton resigns)
+    open(go, "w").close()
+    check("baton elect exits 0", reap(b, "baton elect") == 0)
+    check("the taught kazoo Election leads after baton resigned", kt.leading.wait(LONG))
+    lead = leader_of(name)
+    check("baton elect --leader names kazoo, with a higher term", lead is not None and lead[1] == "kazoo-taught"
+          and term is not None and lead[0] > term, lead)
+    check("kazoo's Election ends", kt.stop())
+
+    # a stock kazoo Election does not see baton's candidate: it leads beside it
+    os.unlink(go)
+    os.unlink(flag)
+    b = baton_elect_popen(name, "baton-W", 'echo "$BATON_FENCE" > "%s"; while [ ! -e "%s" ]; do sleep 0.05; done'
+                          % (flag, go))
+    check("baton elect leads again", wait_for(lambda: read_log(flag)), b.poll())
+    ks = KazooLeader(zk2, path, "kazoo-stock")
+    check("a stock kazoo Election leads beside baton's leader (not interoperable: documented)",
+          ks.leading.wait(LONG))
+    lead = leader_of(name)
+    check("baton elect --leader still names baton's leader (its node is older)",
+          lead is not None and lead[1] == "baton-W", lead)
+    check("the stock kazoo Election ends", ks.stop())
+    open(go, "w").close()
+    check("baton elect exits 0", reap(b, "baton elect") == 0)
+    check("nothing left under %s" % path, wait_for(lambda: children(zk1, path) == [], 10.0), children(zk1, path))
+
+
+def test_kazoo_election_seen_by_baton(zk1, zk2):
+    log("-- a kazoo Election.run() leader seen by baton elect")
+    name = PREFIX + "elect-kazoo"
+    path = ROOT + "/" + name
+    flag = os.path.join(TMP, "elect-kazoo.leads")
+    k = KazooLeader(zk2, path, "kazoo-leader")
+    check("stock kazoo Election.run() leads", k.leading.wait(LONG))
+    kids = children(zk1, path)
+    st = zk1.exists(path + "/" + kids[0]) if len(kids) == 1 else None
+    check("one kazoo node (<hex>__lock__<seq>)", st is not None and "__lock__" in kids[0], kids)
+    lead = leader_of(name)
+    check("baton elect --leader prints kazoo's czxid and identifier",
+          st is not None and lead == (st.czxid, "kazoo-leader"), "leader %s czxid %s" % (lead, st and st.czxid))
+    rc, out, err = baton_out("elect", "-u", URI, "-n", name, "--", "true")
+    check("baton elect -n while kazoo leads: busy (exit 1)", rc == 1, "rc %d %s" % (rc, err))
+    check("no baton node left by -n", wait_for(lambda: len(children(zk1, path)) == 1, 10.0), children(zk1, path))
+    b = baton_elect_popen(name, "baton-after", 'echo "$BATON_FENCE" > "%s"' % flag)
+    check("baton elect queued behind kazoo", wait_for(lambda: len(children(zk1, path)) == 2, 10.0),
+          children(zk1, path))
+    time.sleep(0.5)
+    check("baton's command has not run while kazoo leads", read_log(flag) == [] and b.poll() is None)
+    check("kazoo's Election ends (its leader function returns)", k.stop())
+    check("baton elect then leads and exits 0", reap(b, "baton elect") == 0)
+    term = read_log(flag)
+    check("baton's term is higher than kazoo's", st is not None and len(term) == 1 and int(term[0]) > st.czxid,
+          "term %s kazoo czxid %s" % (term, st and st.czxid))
+    check("nothing left under %s" % path, wait_for(lambda: children(zk1, path) == [], 10.0), children(zk1, path))
+
+
 def main():
     try:
         zk1 = kazoo_client()
@@ -378,12 +514,16 @@ def main():
         test_kazoo_first(zk1, zk2)
         test_baton_first(zk1)
         test_election(zk1)
+        test_elect_cli_seen_by_kazoo(zk1, zk2)
+        test_kazoo_election_seen_by_baton(zk1, zk2)
     finally:
         zk2.stop()
         zk1.stop()
         zk2.close()
         zk1.close()
     print("%d passed, %d failed" % (PASS, FAIL))
+    if not FAIL:
+        shutil.rmtree(TMP, ignore_errors=True)   # kept for a look after a failure
     return 1 if FAIL else 0
 
 

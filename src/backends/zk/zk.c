@@ -827,22 +827,37 @@ static int zk_identity(void *eng, char *buf, size_t n)
     return 0;
 }
 
-/* For `baton status`: which session, and the timeout the server granted
- * (it clamps the asked one to its tickTime range), which decides when a
- * holder cut off from the ensemble is told LOST. */
+/* describe: the session `baton status` shows. Opens one when there is none
+ * yet (status runs on a fresh client), so the timeout is the negotiated one. */
 static int zk_describe(void *eng, char *buf, size_t n)
 {
     zeng *e = eng;
-    pthread_mutex_lock(&e->mu);
-    if (e->cur && e->cur->zh && e->cur->state == ZOO_CONNECTED_STATE) {
-        const clientid_t *id = zoo_client_id(e->cur->zh);
-        snprintf(buf, n, "0x%llx timeout %d ms (asked %d), grants lost after %lld ms cut off",
-                 id ? (unsigned long long)id->client_id : 0ULL, e->negotiated_ms, e->session_timeout_ms,
-                 (long long)(lost_after_ns(e) / MS));
-    } else {
-        snprintf(buf, n, "none connected (timeout asked %d ms)", e->session_timeout_ms);
+    zsess *s = NULL;
+    const clientid_t *id;
+    struct sockaddr_storage ss;
+    socklen_t alen = sizeof ss;
+    char where[INET6_ADDRSTRLEN + 8] = "";
+    int rc, neg;
+
+    if ((rc = zk_sess_get(e, zk_deadline_ms(e->connect_timeout_ms), &s))) return rc;
+    id = zoo_client_id(s->zh);
+    neg = zoo_recv_timeout(s->zh);
+    memset(&ss, 0, sizeof ss);
+    if (zookeeper_get_connected_host(s->zh, (struct sockaddr *)&ss, &alen)) {
+        char a[INET6_ADDRSTRLEN] = "?";
+        if (ss.ss_family == AF_INET) {
+            const struct sockaddr_in *in = (const struct sockaddr_in *)&ss;
+            inet_ntop(AF_INET, &in->sin_addr, a, sizeof a);
+            snprintf(where, sizeof where, " via %s:%u", a, (unsigned)ntohs(in->sin_port));
+        } else if (ss.ss_family == AF_INET6) {
+            const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)&ss;
+            inet_ntop(AF_INET6, &in6->sin6_addr, a, sizeof a);
+            snprintf(where, sizeof where, " via [%s]:%u", a, (unsigned)ntohs(in6->sin6_port));
+        }
     }
-    pthread_mutex_unlock(&e->mu);
+    snprintf(buf, n, "0x%llx timeout %d ms (negotiated; asked %d)%s", (unsigned long long)(id ? id->client_id : 0),
+             neg, e->session_timeout_ms, where);
+    zk_sess_put(e, s);
     return 0;
 }
 
@@ -986,8 +1001,8 @@ const baton_backend baton__backend_zk = {
     .attach = zk_attach,
     .identity = zk_identity,
     .engine_ops = zk_engine_ops,
+    .describe = zk_describe,
     .election_new = zk_election_new,
     .election_leader = zk_election_leader,
     .election_proclaim = zk_election_proclaim,
-    .describe = zk_describe,
 };
