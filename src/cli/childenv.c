@@ -73,12 +73,13 @@ static char *file_default_uri(void)
     return file_uri(buf);
 }
 
-int cli_child_uri(baton_client *c, const char *given, char **uri, char **password)
+int cli_child_uri(baton_client *c, const char *given, char **uri, char **password, const char **password_var)
 {
     const char *red = baton_client_uri(c), *backend = baton_client_backend(c);
     const char *auth, *auth_end, *at = NULL, *colon;
 
     *uri = *password = NULL;
+    *password_var = "BATON_REDIS_PASSWORD";
     if (!given || !*given) given = "file://";
     if (!red) red = given;
     auth = strstr(given, "://");
@@ -99,6 +100,11 @@ int cli_child_uri(baton_client *c, const char *given, char **uri, char **passwor
     if (at && (colon = memchr(auth, ':', (size_t)(at - auth))) && at > colon + 1 &&
         (!strcmp(backend, "redis") || !strcmp(backend, "redlock"))) {
         if (!(*password = pct_decode(colon + 1, (size_t)(at - colon - 1)))) return -1;
+    } else if (at && (colon = memchr(auth, ':', (size_t)(at - auth))) && at > colon + 1 && !strcmp(backend, "zk")) {
+        /* ZooKeeper digest credentials: the redacted URI keeps the user, the
+         * engine takes "user:password" from $BATON_ZK_AUTH */
+        if (!(*password = pct_decode(auth, (size_t)(at - auth)))) return -1;
+        *password_var = "BATON_ZK_AUTH";
     }
     /* The redacted URI without an empty user info: "redis://@host" (what is
      * left of "redis://:pw@host") is "redis://host". */

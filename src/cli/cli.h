@@ -72,9 +72,10 @@ const char *cli_default_uri(const char *u);
 /* BATON_URI for the command: the engine's URI as a nested baton can use it.
  * No password in it; the file engine's actual directory when the URI did not
  * name one. *password is the URI's password (percent-decoded), or NULL, for
- * BATON_REDIS_PASSWORD (Redis and RedLock URIs only). Both malloc'd; free the
+ * BATON_REDIS_PASSWORD (Redis and RedLock URIs); for zk:// URIs *password is
+ * "user:password" for BATON_ZK_AUTH. *password_var names the variable. Both malloc'd; free the
  * password with cli_secret_free. 0, or -1 when out of memory. */
-int cli_child_uri(baton_client *c, const char *given, char **uri, char **password);
+int cli_child_uri(baton_client *c, const char *given, char **uri, char **password, const char **password_var);
 void cli_secret_free(char *s);
 
 /* The command's environment: ours without the variables named in keys, then

@@ -224,6 +224,14 @@ static int transient(int rc)
  * expired (an expired one is reclaimed, not renewed), and engines whose
  * permits have no lease (file, zk) say so or that it still exists. While
  * the command runs the bound is final: it may not run on unknown. */
+/* How often a held permit is renewed: a third of its lease, and at least
+ * every second, so that an engine which learns of a loss on its own (a
+ * ZooKeeper session given up) is asked soon: a permit has no on_lost. */
+static int64_t permit_period(int64_t lease_ns)
+{
+    return lease_ns / 3 < 1000000000 ? lease_ns / 3 : 1000000000;
+}
+
 static const char *permit_keep(run_state *r, int ask)
 {
     int64_t now = mono_ns(), sent, lease = (int64_t)r->lease_ms * 1000000, retry;
@@ -237,7 +245,7 @@ static const char *permit_keep(run_state *r, int ask)
     now = mono_ns();
     if (rc == 0) {
         r->lease_end = sent + lease;
-        r->renew_at = sent + lease / 3;
+        r->renew_at = sent + permit_period(lease);
         return NULL;
     }
     if (rc == BATON_ENOTSUP) {
@@ -415,7 +423,7 @@ void cli_usage_run(FILE *f)
         "-F (--no-fork) is refused (baton stays to renew and release the lock), and\n"
         "-c runs /bin/sh, not $SHELL. COMMAND gets BATON_LOCK, BATON_FENCE and\n"
         "BATON_URI (the engine, for a nested baton; a password goes in\n"
-        "BATON_REDIS_PASSWORD, never in the URI).\n"
+        "BATON_REDIS_PASSWORD, or BATON_ZK_AUTH for zk://, never in the URI).\n"
         "\n"
         "exit: COMMAND's status (128+N if signal N killed it); 1 (or -E CODE) busy or\n"
         "the wait ran out; 64 usage; 69 engine unreachable or authentication failed;\n"
@@ -521,7 +529,7 @@ static int run_main(int argc, char **argv, int elect)
         { "leader", no_argument, NULL, O_LEADER },
         { NULL, 0, NULL, 0 },
     };
-    static const char *const env_keys[4] = { "BATON_LOCK", "BATON_FENCE", "BATON_URI", "BATON_REDIS_PASSWORD" };
+    const char *env_keys[4] = { "BATON_LOCK", "BATON_FENCE", "BATON_URI", "BATON_REDIS_PASSWORD" };
     const char *cmdn = elect ? "elect" : "run";
     cli_opts o = { .argc = argc, .argv = argv, .cmd = cmdn, .shorts = elect ? "u:nw:E:c:t:loFhV" : "u:nw:E:c:sxet:oFhV",
                    .lo = lo, .permute = 0 };
@@ -763,7 +771,7 @@ static int run_main(int argc, char **argv, int elect)
         int64_t lease = (int64_t)r.lease_ms * 1000000;
         r.keep = 1;
         r.lease_end = add_ns(acq_start, lease);
-        r.renew_at = add_ns(acq_start, lease / 3);
+        r.renew_at = add_ns(acq_start, permit_period(lease));
         /* after a long wait the first renewal is due (or late) already:
          * acq_start is only a lower bound for when the lease began */
         if ((why = permit_keep(&r, 1))) {
@@ -791,7 +799,7 @@ static int run_main(int argc, char **argv, int elect)
      * which the Redis engines read), with the file engine's directory. */
     env_vals[0] = name;
     env_vals[1] = r.l || r.el ? buf : NULL;
-    if (cli_child_uri(c, uri, &child_uri, &child_pw) == 0) {
+    if (cli_child_uri(c, uri, &child_uri, &child_pw, &env_keys[3]) == 0) {
         env_vals[2] = child_uri;
         env_vals[3] = child_pw;
         if (cli_env_make(&ce, env_keys, env_vals, child_pw ? 4 : 3)) ce.env = NULL;

@@ -565,6 +565,47 @@ s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.clos
         bad "[zk] frozen holder never started: $(cat "$TMP/zst.err")"
     fi
 
+    # ---- digest credentials reach a nested baton, never through BATON_URI ----
+    AUTH_URI="zk://nestu:nest%3Apw@127.0.0.1:$PORT?session_timeout_ms=$ZK_SESSION_MS"
+    expect_rc 0 "[zk] digest credentials: a nested baton on \$BATON_URI works" \
+        b run -u "$AUTH_URI" "${P}zkauth" -- sh -c '
+            printf "%s\n%s\n" "$BATON_URI" "$BATON_ZK_AUTH" > "$1"
+            "$2" run -n -u "$BATON_URI" "${BATON_LOCK}2" -- true' sh "$TMP/zkauth" "$BATON"
+    check "[zk] ...BATON_URI keeps the user, not the password" \
+        eval '[ "$(sed -n 1p "$TMP/zkauth")" = "zk://nestu@127.0.0.1:$PORT?session_timeout_ms=$ZK_SESSION_MS" ]'
+    check "[zk] ...the password travels in BATON_ZK_AUTH" eval '[ "$(sed -n 2p "$TMP/zkauth")" = "nestu:nest:pw" ]'
+
+    # ---- a frozen --permits holder: told of its lost session within seconds ----
+    # A permit has no on_lost: baton asks the engine about it at least every
+    # second, whatever -t says (here 60 s, whose third, 20 s, is what it used
+    # to wait), and the engine answers from its own session state.
+    N="${P}zkpstop"
+    rm -f "$TMP/zps.ready" "$TMP/zps.got" "$TMP/zps.pid"
+    "${B[@]}" run "${U[@]}" -t 60 --kill-after 5 --permits 1 "$N" -- sh -c '
+        trap "echo TERM >> \"$1.got\"; exit 0" TERM
+        echo $$ > "$1.pid"
+        : > "$1.ready"
+        while :; do sleep 0.05; done' sh "$TMP/zps" 2>"$TMP/zps.err" &
+    pid=$!
+    BG_PIDS+=("$pid")
+    if wait_file "$TMP/zps.ready" 15; then
+        BG_PIDS+=("$(cat "$TMP/zps.pid")")
+        kill -STOP "$pid"
+        "${B[@]}" run -w 30 "${U[@]}" --permits 1 "$N" -- true 2>"$TMP/zps.nerr"
+        rc=$?
+        check "[zk] --permits: another client gets the frozen holder's permit (rc $rc)" [ "$rc" = 0 ]
+        kill -CONT "$pid"
+        t0=$(now_ms)
+        wait_pid "$pid" 30
+        el=$(( $(now_ms) - t0 ))
+        check "[zk] --permits frozen past the session: exit 75 (rc $RC)" [ "$RC" = 75 ]
+        check "[zk] ...the command got SIGTERM" grep -q TERM "$TMP/zps.got"
+        # not the 20 s of a third of -t; slack for a loaded 2-core machine
+        check "[zk] ...noticed within seconds of the resume, not at -t/3 ($el ms)" [ "$el" -lt 9000 ]
+    else
+        bad "[zk] frozen permit holder never started: $(cat "$TMP/zps.err")"
+    fi
+
     # ---- a lease option is accepted and ignored; fixed leases do not exist ----
     expect_rc 0 "[zk] -t 0.05 with a 1 s command keeps the lock (no lease to run out)" \
         b run "${U[@]}" -t 0.05 "${P}zklease" -- sh -c 'sleep 1; "$0" run -n -u "$BATON_URI" "$BATON_LOCK" -- true; [ $? = 1 ]' "$BATON"

@@ -279,10 +279,30 @@ int zk_permits_renew(void *eng, void *st, const char *id, uint32_t lease_ms)
     char *path = NULL;
     int rc;
     (void)lease_ms; /* the session keeps it: nothing to extend */
+    /* No live session: the one that took the permit was given up (or
+     * expired), so the permit is gone or about to be, whatever the server
+     * says later. Said at once, without a round trip. */
+    if (!zk_live_gen(e))
+        return baton_seterr(BATON_ELOST, 0, "zk: %s: permit %s: its session was lost", p->dir, id);
     if ((rc = zk_sess_get(e, zk_deadline_ms(e->connect_timeout_ms), &s))) return rc;
     rc = find_lease(s, p, id, &path);
-    if (rc == 0) rc = baton_seterr(BATON_ENOTOWNER, 0, "zk: %s: no permit %s (released, or its session ended)", p->dir, id);
-    else if (rc > 0) rc = 0;
+    if (rc == 0) {
+        rc = baton_seterr(BATON_ENOTOWNER, 0, "zk: %s: no permit %s (released, or its session ended)", p->dir, id);
+    } else if (rc > 0) {
+        /* The node may still be there from an earlier session of ours that
+         * was given up but not yet expired by the server: not ours now. */
+        struct Stat st;
+        const clientid_t *cid = zoo_client_id(s->zh);
+        int zrc = zoo_exists(s->zh, path, 0, &st);
+        if (zrc == ZNONODE)
+            rc = baton_seterr(BATON_ENOTOWNER, 0, "zk: %s: no permit %s (released, or its session ended)", p->dir, id);
+        else if (zrc != ZOK)
+            rc = zk_err(zrc, "exists", path);
+        else if (cid && st.ephemeralOwner != cid->client_id)
+            rc = baton_seterr(BATON_ELOST, 0, "zk: %s: permit %s belongs to a lost session", p->dir, id);
+        else
+            rc = 0;
+    }
     free(path);
     zk_sess_put(e, s);
     return rc;
