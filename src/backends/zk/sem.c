@@ -32,7 +32,45 @@ typedef struct {
     char *dir, *leases, *locks, *count;
     uint64_t slot;
     pthread_mutex_t mu;      /* one acquirer at a time per handle (it owns the slot) */
+    /* The permits this handle took, with the session they live on, so a
+     * renewal can say "lost" without a round trip once that session is
+     * gone (the newest few; others are checked at the server only). */
+    pthread_mutex_t hmu;
+    struct { char id[BATON_PERMIT_ID_SIZE]; uint64_t gen; } held[16];
+    unsigned nheld;
 } zperm;
+
+static void held_add(zperm *p, const char *id, uint64_t gen)
+{
+    pthread_mutex_lock(&p->hmu);
+    unsigned i = p->nheld < 16 ? p->nheld++ : (memmove(p->held, p->held + 1, 15 * sizeof p->held[0]), 15);
+    snprintf(p->held[i].id, sizeof p->held[i].id, "%s", id);
+    p->held[i].gen = gen;
+    pthread_mutex_unlock(&p->hmu);
+}
+
+static void held_del(zperm *p, const char *id)
+{
+    pthread_mutex_lock(&p->hmu);
+    for (unsigned i = 0; i < p->nheld; i++)
+        if (!strcmp(p->held[i].id, id)) {
+            memmove(p->held + i, p->held + i + 1, (p->nheld - i - 1) * sizeof p->held[0]);
+            p->nheld--;
+            break;
+        }
+    pthread_mutex_unlock(&p->hmu);
+}
+
+/* The session generation ID was taken on by this handle; 0 when unknown. */
+static uint64_t held_gen(zperm *p, const char *id)
+{
+    uint64_t g = 0;
+    pthread_mutex_lock(&p->hmu);
+    for (unsigned i = 0; i < p->nheld; i++)
+        if (!strcmp(p->held[i].id, id)) g = p->held[i].gen;
+    pthread_mutex_unlock(&p->hmu);
+    return g;
+}
 
 int zk_permits_new(void *eng, const char *name, void **st)
 {
@@ -50,6 +88,7 @@ int zk_permits_new(void *eng, const char *name, void **st)
         goto fail;
     }
     pthread_mutex_init(&p->mu, NULL);
+    pthread_mutex_init(&p->hmu, NULL);
     *st = p;
     return 0;
 fail:
@@ -68,6 +107,7 @@ void zk_permits_free(void *eng, void *st)
     if (!p) return;
     zk_slot_close(p->e, p->slot);
     pthread_mutex_destroy(&p->mu);
+    pthread_mutex_destroy(&p->hmu);
     free(p->dir);
     free(p->leases);
     free(p->locks);
@@ -127,6 +167,9 @@ int zk_permits_acquire(void *eng, void *st, uint32_t lease_ms, int64_t deadline_
     rc = acquire(eng, p, 0, w, id);
     if (rc == BATON_ELOCKED && deadline_ns != 0) rc = acquire(eng, p, deadline_ns, w, id);
     pthread_mutex_unlock(&p->mu);
+    /* the session that granted it, unless it died since (then a later
+     * renewal finds the node under an old session's id) */
+    if (rc == 0) held_add(p, id, zk_live_gen(eng));
     return rc;
 }
 
@@ -262,6 +305,7 @@ int zk_permits_release(void *eng, void *st, const char *id)
         rc = baton_seterr(BATON_ENOTOWNER, 0, "zk: %s: no permit %s (released, or its session ended)", p->dir, id);
     } else if (rc > 0) {
         zrc = zoo_delete(s->zh, path, -1);
+        if (zrc == ZOK || zrc == ZNONODE) held_del(p, id);
         rc = zrc == ZOK ? 0
            : zrc == ZNONODE ? baton_seterr(BATON_ENOTOWNER, zrc, "zk: %s: permit %s is gone", p->dir, id)
                             : zk_err(zrc, "delete", path);
@@ -279,10 +323,11 @@ int zk_permits_renew(void *eng, void *st, const char *id, uint32_t lease_ms)
     char *path = NULL;
     int rc;
     (void)lease_ms; /* the session keeps it: nothing to extend */
-    /* No live session: the one that took the permit was given up (or
-     * expired), so the permit is gone or about to be, whatever the server
-     * says later. Said at once, without a round trip. */
-    if (!zk_live_gen(e))
+    /* Taken by this handle on a session that is no longer the live one: it
+     * was given up (or expired), so the permit is gone or about to be,
+     * whatever the server says later. Said at once, without a round trip. */
+    uint64_t g = held_gen(p, id);
+    if (g && g != zk_live_gen(e))
         return baton_seterr(BATON_ELOST, 0, "zk: %s: permit %s: its session was lost", p->dir, id);
     if ((rc = zk_sess_get(e, zk_deadline_ms(e->connect_timeout_ms), &s))) return rc;
     rc = find_lease(s, p, id, &path);
@@ -298,7 +343,7 @@ int zk_permits_renew(void *eng, void *st, const char *id, uint32_t lease_ms)
             rc = baton_seterr(BATON_ENOTOWNER, 0, "zk: %s: no permit %s (released, or its session ended)", p->dir, id);
         else if (zrc != ZOK)
             rc = zk_err(zrc, "exists", path);
-        else if (cid && st.ephemeralOwner != cid->client_id)
+        else if (zk_old_session(e, st.ephemeralOwner) && !(cid && st.ephemeralOwner == cid->client_id))
             rc = baton_seterr(BATON_ELOST, 0, "zk: %s: permit %s belongs to a lost session", p->dir, id);
         else
             rc = 0;

@@ -265,11 +265,34 @@ static zsess *sess_start(zeng *e)
     return s;
 }
 
+/* e->mu held. */
+static int zk_old_session_locked(zeng *e, int64_t id)
+{
+    for (unsigned i = 0; i < e->nold; i++)
+        if (e->old_ids[i] == (uint64_t)id) return 1;
+    return 0;
+}
+
+int zk_old_session(zeng *e, int64_t id)
+{
+    int r;
+    pthread_mutex_lock(&e->mu);
+    r = zk_old_session_locked(e, id);
+    pthread_mutex_unlock(&e->mu);
+    return r;
+}
+
 /* Gives up S as the engine's current session (e->mu held): every grant on
  * it is lost from now on; the caller drops the engine's reference (*old). */
 static void sess_retire(zeng *e, zsess *s, zsess **old)
 {
     int64_t now = baton_now_ns();
+    const clientid_t *cid = s->zh ? zoo_client_id(s->zh) : NULL;
+    if (cid && cid->client_id && !zk_old_session_locked(e, cid->client_id)) {
+        if (e->nold == 16) memmove(e->old_ids, e->old_ids + 1, 15 * sizeof e->old_ids[0]);
+        else e->nold++;
+        e->old_ids[e->nold - 1] = (uint64_t)cid->client_id;
+    }
     s->dead = 1;
     if (e->cur == s) {
         e->cur = NULL;
@@ -836,7 +859,7 @@ static int zk_describe(void *eng, char *buf, size_t n)
     const clientid_t *id;
     struct sockaddr_storage ss;
     socklen_t alen = sizeof ss;
-    char where[INET6_ADDRSTRLEN + 8] = "";
+    char where[INET6_ADDRSTRLEN + 24] = "";
     int rc, neg;
 
     if ((rc = zk_sess_get(e, zk_deadline_ms(e->connect_timeout_ms), &s))) return rc;

@@ -89,6 +89,8 @@ typedef struct zeng {
     zlock *locks;
     zorphan *orphans;
     baton_host *host;
+    uint64_t old_ids[16];    /* ids of sessions this client gave up (newest last) */
+    unsigned nold;
     int stop;
     pthread_t thr;
     int thr_started;
@@ -108,6 +110,9 @@ int zk_sess_dead(zeng *e, zsess *s);
 int zk_sess_wait(zeng *e, zsess *s, int64_t deadline);
 /* The current session's generation when it is alive, else 0. */
 uint64_t zk_live_gen(zeng *e);
+/* 1 when ID is a session this client had and gave up (its ephemeral nodes
+ * are not ours any more, even while the server keeps them). */
+int zk_old_session(zeng *e, int64_t id);
 
 uint64_t zk_slot_open(zeng *e);
 void zk_slot_close(zeng *e, uint64_t id);
