@@ -208,6 +208,46 @@ static void test_lease_server_restart(void) {
     baton_client_close(c2);
 }
 
+/* Session mode: the server restarts while A holds and B waits: A is told
+ * LOST (its session is gone), B's wait goes on and gets it, fence higher. */
+static void test_session_server_restart(void) {
+    char u[512], n[64];
+    snprintf(n, sizeof n, "srestart-%s", g_tag);
+    baton_client *c1 = open_ok(uri(u, sizeof u, "baton", "baton-test", ""));
+    baton_client *c2 = open_ok(u);
+    atomic_int lost;
+    atomic_init(&lost, 0);
+    baton_lock_options o = BATON_LOCK_OPTIONS_INIT;
+    o.lease_ms = 900;
+    o.on_lost = count_lost;
+    o.on_lost_payload = &lost;
+    baton_lock *a = NULL, *b = NULL;
+    CHECK_RC(baton_lock_open(&a, c1, n, &o), 0);
+    CHECK_RC(baton_lock_open(&b, c2, n, NULL), 0);
+    CHECK_RC(baton_lock_acquire(a, 0), 0);
+    uint64_t f1 = baton_lock_fence(a);
+    acq t = { b, 20000, 0, 0 };
+    pthread_t th;
+    pthread_create(&th, NULL, acq_main, &t);
+    tl_sleep_ms(300);
+    CHECK(!atomic_load(&t.done));
+    int64_t t0 = tl_now_ms();
+    tl_server_restart("postgres", g_dir);
+    pthread_join(th, NULL);
+    CHECK_RC(t.rc, 0);
+    CHECK(tl_now_ms() - t0 < 5000);
+    CHECK(baton_lock_fence(b) > f1);
+    while (atomic_load(&lost) == 0 && tl_now_ms() - t0 < 5000) tl_sleep_ms(10);
+    CHECK(atomic_load(&lost) == 1);
+    CHECK(baton_lock_held(a) == 0);
+    CHECK_RC(baton_lock_release(a), BATON_ELOST);
+    CHECK_RC(baton_lock_release(b), 0);
+    baton_lock_free(a);
+    baton_lock_free(b);
+    baton_client_close(c1);
+    baton_client_close(c2);
+}
+
 static void test_wrong_password(void) {
     char u[512];
     baton_client *c = NULL;
@@ -394,6 +434,7 @@ int main(void) {
     RUN(test_session_terminate);
     RUN(test_lease_survives_terminate);
     RUN(test_lease_server_restart);
+    RUN(test_session_server_restart);
     RUN(test_wrong_password);
     RUN(test_unreachable);
     RUN(test_bad_shape);

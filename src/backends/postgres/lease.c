@@ -180,7 +180,7 @@ int pg_lease_acquire(pgeng *e, pglock *l, baton_acquire_req *req)
     for (;;) {
         unsigned gen = req->waiter ? baton_waiter_gen(req->waiter) : 0;
         int64_t sent = baton_now_ns(), left = -1, until;
-        int listening;
+        int listening, down;
 
         rc = claim(e, l, req->owner, req->lease_ms, &req->fence, &left);
         if (rc == 0) {
@@ -188,7 +188,10 @@ int pg_lease_acquire(pgeng *e, pglock *l, baton_acquire_req *req)
             req->sent_ns = sent;    /* the lease started no earlier than this */
             break;
         }
-        if (rc != BATON_ELOCKED || req->deadline_ns == 0 || !req->waiter) break;
+        if ((rc != BATON_ELOCKED && rc != BATON_EUNAVAILABLE) || req->deadline_ns == 0 || !req->waiter) break;
+        /* a waiter outlives a server that is away (a restart): it claims
+         * again soon, until its deadline */
+        down = rc == BATON_EUNAVAILABLE;
         if (!linked) {
             /* listen before the next claim, so a release between that claim
              * and the park still wakes us (it bumps the generation) */
@@ -201,13 +204,14 @@ int pg_lease_acquire(pgeng *e, pglock *l, baton_acquire_req *req)
             continue;
         }
         if (req->deadline_ns != INT64_MAX && baton_now_ns() >= req->deadline_ns) {
-            rc = baton_seterr(BATON_ETIMEDOUT, 0, "postgres: lock '%s': wait timed out", l->name);
+            rc = baton_seterr(BATON_ETIMEDOUT, 0, "postgres: lock '%s': wait timed out%s", l->name,
+                              down ? " (the server is unavailable)" : "");
             break;
         }
         pthread_mutex_lock(&e->mu);
         listening = e->listening;
         pthread_mutex_unlock(&e->mu);
-        until = baton_now_ns() + (int64_t)(listening ? RECHECK_MS : RECHECK_DOWN_MS) * 1000000LL;
+        until = baton_now_ns() + (int64_t)(listening && !down ? RECHECK_MS : RECHECK_DOWN_MS) * 1000000LL;
         if (left >= 0 && baton_now_ns() + (left + 1) * 1000000LL < until)
             until = baton_now_ns() + (left + 1) * 1000000LL;   /* the holder's lease ends */
         if (until > req->deadline_ns) until = req->deadline_ns;

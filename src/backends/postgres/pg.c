@@ -236,6 +236,10 @@ int pg_run(pgeng *e, const char *sql, int n, const char *const *params, int retr
         if (rc) return rc;
         rc = pg_exec(e, c, sql, n, params, pg_deadline_ms(e->io_timeout_ms), NULL, res);
         pg_conn_put(e, c);
+        /* the I/O timeout is the server's silence, not a lock wait (not
+         * retried: a second try would only wait as long again) */
+        if (rc == BATON_ETIMEDOUT)
+            return baton_seterr(BATON_EUNAVAILABLE, 0, "postgres: no answer within %d ms", e->io_timeout_ms);
         if (rc != BATON_EUNAVAILABLE || !retry || attempt > 0) return rc;
     }
 }

@@ -26,6 +26,8 @@
     "ON CONFLICT (name) DO UPDATE SET fence = l.fence + 1, key = EXCLUDED.key, owner = EXCLUDED.owner, " \
     "holder = EXCLUDED.holder, acquired_at = EXCLUDED.acquired_at, lease_until = NULL RETURNING l.fence"
 
+#define RETRY_MS 200             /* a waiter whose server is away tries again this often */
+
 static const char try_sql[] = "WITH g AS (SELECT pg_try_advisory_lock($2::bigint) AS ok)";
 static const char wait_sql[] = "WITH g AS (SELECT pg_advisory_lock($2::bigint))";
 
@@ -36,25 +38,15 @@ static char *grant_sql(pgeng *e, int wait)
     return pg_sql(e, buf);
 }
 
-int pg_session_acquire(pgeng *e, pglock *l, baton_acquire_req *req)
+/* One grant attempt on a connection of the pool. */
+static int grant_once(pgeng *e, pglock *l, baton_acquire_req *req, const char *sql, int wait)
 {
-    const char *p[4];
+    const char *p[4] = { l->name, l->key, req->owner->hex, req->owner->desc };
     PGconn *c = NULL;
     PGresult *r = NULL;
-    char *sql;
-    int rc, wait = req->deadline_ns != 0;
+    int rc;
 
-    if (l->conn) {
-        /* the connection of a grant reported lost: it holds nothing we want */
-        PQfinish(l->conn);
-        l->conn = NULL;
-    }
-    if (!(sql = grant_sql(e, wait))) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
-    if ((rc = pg_conn_get(e, &c))) goto out;
-    p[0] = l->name;
-    p[1] = l->key;
-    p[2] = req->owner->hex;
-    p[3] = req->owner->desc;
+    if ((rc = pg_conn_get(e, &c))) return rc;
     /* the server queues waiters itself: one statement blocks until the
      * grant, the deadline (PQcancel) or baton_lock_cancel */
     rc = pg_exec(e, c, sql, 4, p, wait ? req->deadline_ns : pg_deadline_ms(e->io_timeout_ms),
@@ -65,6 +57,9 @@ int pg_session_acquire(pgeng *e, pglock *l, baton_acquire_req *req)
         c = NULL;
         if (rc == BATON_ETIMEDOUT && wait)
             rc = baton_seterr(BATON_ETIMEDOUT, 0, "postgres: lock '%s': wait timed out", l->name);
+        else if (rc == BATON_ETIMEDOUT)  /* a try that outlived the I/O timeout: a slow server */
+            rc = baton_seterr(BATON_EUNAVAILABLE, 0, "postgres: lock '%s': no answer within %d ms", l->name,
+                              e->io_timeout_ms);
         goto out;
     }
     if (PQntuples(r) != 1) {
@@ -87,6 +82,40 @@ int pg_session_acquire(pgeng *e, pglock *l, baton_acquire_req *req)
 out:
     PQclear(r);
     pg_conn_put(e, c);
+    return rc;
+}
+
+int pg_session_acquire(pgeng *e, pglock *l, baton_acquire_req *req)
+{
+    int rc, wait = req->deadline_ns != 0;
+    char *sql;
+
+    if (l->conn) {
+        /* the connection of a grant reported lost: it holds nothing we want */
+        PQfinish(l->conn);
+        l->conn = NULL;
+    }
+    if (!(sql = grant_sql(e, wait))) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+    for (;;) {
+        unsigned gen = req->waiter ? baton_waiter_gen(req->waiter) : 0;
+        int64_t until;
+        rc = grant_once(e, l, req, sql, wait);
+        if (rc != BATON_EUNAVAILABLE || !wait || !req->waiter) break;
+        /* The server went away under a waiter (a restart, a terminated
+         * backend): the wait held nothing, so it goes on, on a new
+         * connection, until its deadline. */
+        until = baton_now_ns() + RETRY_MS * 1000000LL;
+        if (req->deadline_ns != INT64_MAX && baton_now_ns() >= req->deadline_ns) {
+            rc = baton_seterr(BATON_ETIMEDOUT, 0, "postgres: lock '%s': wait timed out (the server is "
+                              "unavailable)", l->name);
+            break;
+        }
+        if (until > req->deadline_ns) until = req->deadline_ns;
+        if (baton_waiter_park(req->waiter, gen, until) == BATON_ECANCELED) {
+            rc = baton_seterr(BATON_ECANCELED, 0, "postgres: lock '%s': acquire canceled", l->name);
+            break;
+        }
+    }
     free(sql);
     return rc;
 }
