@@ -268,6 +268,14 @@ static void test_wrong_password(void) {
     setenv("PGPASSWORD", "nope", 1);
     CHECK_RC(baton_client_open(&c, nopw, NULL), BATON_EAUTH);
     unsetenv("PGPASSWORD");
+    /* TLS options reach libpq: this server has no TLS */
+    char tls[600];
+    snprintf(tls, sizeof tls, "%s?sslmode=require", u);
+    CHECK_RC(baton_client_open(&c, tls, &co), BATON_EUNAVAILABLE);
+    CHECK(strstr(tl_lastmsg(), "SSL") != NULL);
+    snprintf(tls, sizeof tls, "%s?sslmode=disable", u);
+    CHECK_RC(baton_client_open(&c, tls, &co), 0);
+    baton_client_close(c);
     /* ?passfile= */
     char pf[1200];
     snprintf(pf, sizeof pf, "%s/pgpass", g_dir);
