@@ -36,6 +36,7 @@
 
 #define DEFAULT_TABLE "baton_locks"
 #define CANCEL_GRACE_MS 2000     /* how long a cancelled statement may take to answer */
+#define CHECK_INTERVAL_MS "500"  /* the server looks for a vanished waiter this often */
 
 int64_t pg_deadline_ms(int ms) { return baton_now_ns() + (int64_t)ms * 1000000LL; }
 
@@ -111,6 +112,21 @@ int pg_conn_get(pgeng *e, PGconn **out)
         if (prc > 0) st = PQconnectPoll(c);
     }
     PQsetNoticeProcessor(c, quiet_notice, NULL);
+    if (PQserverVersion(c) >= 140000) {
+        /* A backend blocked in a lock wait does not read its socket, so a
+         * waiter that died (kill -9) would stay queued, and hold back
+         * readers behind a dead writer, until it would have been granted.
+         * Since PostgreSQL 14 the server can look for a closed client
+         * during a statement; best effort (older servers: no such setting). */
+        PGresult *r = NULL;
+        if (pg_exec(e, c, "SET client_connection_check_interval = " CHECK_INTERVAL_MS, 0, NULL,
+                    pg_deadline_ms(e->io_timeout_ms), NULL, &r) == 0)
+            PQclear(r);
+        if (PQstatus(c) != CONNECTION_OK) {
+            PQfinish(c);
+            return baton_seterr(BATON_EUNAVAILABLE, 0, "postgres: the connection dropped at its setup");
+        }
+    }
     *out = c;
     return 0;
 failed:
@@ -623,8 +639,45 @@ static void pg_lock_free(void *eng, void *st)
     /* a connection still here belongs to a grant that was lost: closing it
      * makes sure the server holds nothing for it */
     if (l->conn) PQfinish(l->conn);
+    if (l->rw) {
+        int last;
+        pg_rw_drop(l);
+        pthread_mutex_lock(&l->rw->mu);
+        last = --l->rw->refs == 0;
+        pthread_mutex_unlock(&l->rw->mu);
+        if (last) {
+            pthread_mutex_destroy(&l->rw->mu);
+            free(l->rw);
+        }
+    }
     free(l->name);
     free(l);
+}
+
+static int pg_rwlock_new(void *eng, const char *name, const baton_lock_options *opts, void **rd, void **wr)
+{
+    pgeng *e = eng;
+    pglock *r = NULL, *w = NULL;
+    pgrw *rw;
+    int rc;
+
+    if (e->mode != PG_SESSION)
+        return baton_seterr(BATON_ENOTSUP, 0, "postgres: read-write locks exist in session mode only");
+    if (!(rw = calloc(1, sizeof *rw))) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+    if ((rc = pg_lock_new(eng, name, opts, (void **)&r))) goto fail;
+    if ((rc = pg_lock_new(eng, name, opts, (void **)&w))) goto fail;
+    pthread_mutex_init(&rw->mu, NULL);
+    rw->refs = 2;
+    r->kind = PG_READ;
+    w->kind = PG_WRITE;
+    r->rw = w->rw = rw;
+    *rd = r;
+    *wr = w;
+    return 0;
+fail:
+    if (r) pg_lock_free(eng, r);
+    free(rw);
+    return rc;
 }
 
 static int pg_lock_acquire(void *eng, void *st, baton_acquire_req *req)
@@ -632,18 +685,21 @@ static int pg_lock_acquire(void *eng, void *st, baton_acquire_req *req)
     pgeng *e = eng;
     int rc;
     if ((rc = pg_table_ready(e))) return rc;
+    if (((pglock *)st)->rw) return pg_rw_acquire(e, st, req);
     return e->mode == PG_SESSION ? pg_session_acquire(e, st, req) : pg_lease_acquire(e, st, req);
 }
 
 static int pg_lock_release(void *eng, void *st, const baton_owner *owner)
 {
     pgeng *e = eng;
+    if (((pglock *)st)->rw) return pg_rw_release(e, st);
     return e->mode == PG_SESSION ? pg_session_release(e, st) : pg_lease_release(e, st, owner);
 }
 
 static int pg_lock_renew(void *eng, void *st, const baton_owner *owner, uint32_t lease_ms, int64_t deadline_ns)
 {
     pgeng *e = eng;
+    if (((pglock *)st)->rw) return pg_rw_renew(e, st, deadline_ns);
     return e->mode == PG_SESSION ? pg_session_renew(e, st, deadline_ns)
                                  : pg_lease_renew(e, st, owner, lease_ms, deadline_ns);
 }
@@ -664,9 +720,13 @@ static int pg_lock_info(void *eng, const char *name, baton_lockinfo *out)
         /* session mode: held = the server holds the advisory lock (whoever
          * takes it); lease mode: held = the lease has not run out */
         sql = pg_sql(e, e->mode == PG_SESSION
-            ? "SELECT t.fence, coalesce(t.holder, ''), -1, EXISTS (SELECT 1 FROM pg_locks WHERE "
-              "locktype = 'advisory' AND granted AND objsubid = 1 AND classid = $2::oid AND objid = $3::oid "
+            ? "WITH k AS (SELECT mode, granted FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1 "
+              "AND classid = $2::oid AND objid = $3::oid "
               "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())) "
+              "SELECT t.fence, coalesce(t.holder, ''), -1, EXISTS (SELECT 1 FROM k WHERE granted), "
+              "(SELECT count(*) FROM k WHERE granted AND mode = 'ShareLock'), "
+              "EXISTS (SELECT 1 FROM k WHERE granted AND mode = 'ExclusiveLock'), "
+              "(SELECT count(*) FROM k WHERE NOT granted AND mode = 'ExclusiveLock') "
               "FROM (SELECT $1::text AS n) q LEFT JOIN @T t ON t.name = q.n"
             : "SELECT t.fence, coalesce(t.holder, ''), coalesce(ceil(extract(epoch FROM "
               "(t.lease_until - clock_timestamp())) * 1000)::bigint, -1), "
@@ -678,6 +738,12 @@ static int pg_lock_info(void *eng, const char *name, baton_lockinfo *out)
     }
     if (rc) return rc;
     out->held = !strcmp(PQgetvalue(r, 0, 3), "t");
+    if (e->mode == PG_SESSION) {
+        /* a plain lock is the exclusive mode too: it shows as a writer */
+        out->readers = strtoll(PQgetvalue(r, 0, 4), NULL, 10);
+        out->writer = !strcmp(PQgetvalue(r, 0, 5), "t");
+        out->waiting_writers = strtoll(PQgetvalue(r, 0, 6), NULL, 10);
+    }
     out->fence = PQgetisnull(r, 0, 0) ? 0 : strtoull(PQgetvalue(r, 0, 0), NULL, 10);
     if (out->held) {
         snprintf(out->holder, sizeof out->holder, "%s", PQgetvalue(r, 0, 1));
@@ -718,7 +784,8 @@ const baton_backend baton__backend_postgres = {
     .version = BATON_BACKEND_VERSION,
     .name = "postgres",
     .schemes = pg_schemes,
-    .caps = BATON_CAP_LEASE | BATON_CAP_NOTIFY | BATON_CAP_INFO,
+    /* RWLOCK: session mode only (lease mode answers BATON_ENOTSUP) */
+    .caps = BATON_CAP_LEASE | BATON_CAP_NOTIFY | BATON_CAP_INFO | BATON_CAP_RWLOCK,
     .open = pg_open,
     .close = pg_close,
     .lock_new = pg_lock_new,
@@ -727,6 +794,7 @@ const baton_backend baton__backend_postgres = {
     .lock_release = pg_lock_release,
     .lock_renew = pg_lock_renew,
     .lock_info = pg_lock_info,
+    .rwlock_new = pg_rwlock_new,
     .identity = pg_identity,
     .describe = pg_describe,
 };

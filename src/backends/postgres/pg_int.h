@@ -53,9 +53,23 @@ typedef struct pgeng {
     int wake[2];             /* self-pipe: stops the listener */
 } pgeng;
 
+enum { PG_LOCK, PG_READ, PG_WRITE };
+
+/* The two sides of a read-write lock share one connection (one session):
+ * the holder of the write side takes the read side on the same session
+ * (a downgrade), which PostgreSQL grants at once. */
+typedef struct pgrw {
+    pthread_mutex_t mu;      /* one statement at a time on conn (a side's keeper check vs the other side) */
+    PGconn *conn;            /* while either side is held */
+    int held[2];             /* [0] read side, [1] write side */
+    int refs;                /* lock states still using it */
+} pgrw;
+
 /* One lock state. */
 typedef struct pglock {
     pgeng *e;
+    int kind;                /* PG_LOCK, PG_READ or PG_WRITE */
+    pgrw *rw;                /* PG_READ and PG_WRITE: the pair */
     char *name;
     char key[24];            /* the advisory key, decimal (int8) */
     char classid[16], objid[16]; /* its halves as pg_locks shows them */
@@ -96,9 +110,19 @@ int pg_err(PGresult *r, PGconn *c, const char *what);
 
 /* ---- session.c / lease.c ------------------------------------------------- */
 
+/* The granting statement: the advisory lock (SHARED or exclusive; a try,
+ * or a WAIT) and, when granted, the name's row upserted with fence + 1;
+ * parameters name, key, owner hex, holder; returns the fence, or no row. */
+char *pg_grant_sql(pgeng *e, int shared, int wait);
 int pg_session_acquire(pgeng *e, pglock *l, baton_acquire_req *req);
 int pg_session_release(pgeng *e, pglock *l);
 int pg_session_renew(pgeng *e, pglock *l, int64_t deadline_ns);
+/* The read or write side of a read-write lock (session mode). */
+int pg_rw_acquire(pgeng *e, pglock *l, baton_acquire_req *req);
+int pg_rw_release(pgeng *e, pglock *l);
+int pg_rw_renew(pgeng *e, pglock *l, int64_t deadline_ns);
+/* A side freed while the server may still hold it (a grant reported lost). */
+void pg_rw_drop(pglock *l);
 
 int pg_lease_acquire(pgeng *e, pglock *l, baton_acquire_req *req);
 int pg_lease_release(pgeng *e, pglock *l, const baton_owner *owner);

@@ -28,13 +28,12 @@
 
 #define RETRY_MS 200             /* a waiter whose server is away tries again this often */
 
-static const char try_sql[] = "WITH g AS (SELECT pg_try_advisory_lock($2::bigint) AS ok)";
-static const char wait_sql[] = "WITH g AS (SELECT pg_advisory_lock($2::bigint))";
-
-static char *grant_sql(pgeng *e, int wait)
+char *pg_grant_sql(pgeng *e, int shared, int wait)
 {
     char buf[1024];
-    snprintf(buf, sizeof buf, "%s" GRANT_TAIL, wait ? wait_sql : try_sql, wait ? "" : " WHERE g.ok");
+    snprintf(buf, sizeof buf, wait ? "WITH g AS (SELECT pg_advisory_lock%s($2::bigint))" GRANT_TAIL
+                                   : "WITH g AS (SELECT pg_try_advisory_lock%s($2::bigint) AS ok)" GRANT_TAIL,
+             shared ? "_shared" : "", wait ? "" : " WHERE g.ok");
     return pg_sql(e, buf);
 }
 
@@ -95,7 +94,7 @@ int pg_session_acquire(pgeng *e, pglock *l, baton_acquire_req *req)
         PQfinish(l->conn);
         l->conn = NULL;
     }
-    if (!(sql = grant_sql(e, wait))) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+    if (!(sql = pg_grant_sql(e, 0, wait))) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
     for (;;) {
         unsigned gen = req->waiter ? baton_waiter_gen(req->waiter) : 0;
         int64_t until;
