@@ -248,6 +248,38 @@ static void test_session_server_restart(void) {
     baton_client_close(c2);
 }
 
+/* Lease mode: a waiter is woken by the release's NOTIFY, long before its
+ * once-a-second re-check or the holder's 30 s lease would. */
+static void test_lease_notify_wakes(void) {
+    char u[512], n[64];
+    snprintf(n, sizeof n, "notify-%s", g_tag);
+    baton_client *c1 = open_ok(uri(u, sizeof u, "baton", "baton-test", "mode=lease"));
+    baton_client *c2 = open_ok(u);
+    baton_lock *a = NULL, *b = NULL;
+    CHECK_RC(baton_lock_open(&a, c1, n, NULL), 0);
+    CHECK_RC(baton_lock_open(&b, c2, n, NULL), 0);
+    for (int round = 0; round < 3; round++) {
+        CHECK_RC(baton_lock_acquire(a, 0), 0);
+        acq t = { b, 20000, 0, 0 };
+        pthread_t th;
+        pthread_create(&th, NULL, acq_main, &t);
+        tl_sleep_ms(1300);          /* past the waiter's first re-check: it is parked */
+        CHECK(!atomic_load(&t.done));
+        int64_t t0 = tl_now_ms();
+        CHECK_RC(baton_lock_release(a), 0);
+        pthread_join(th, NULL);
+        int64_t el = tl_now_ms() - t0;
+        CHECK_RC(t.rc, 0);
+        CHECK(el < 400);
+        if (el >= 400) fprintf(stderr, "   round %d: woken after %lld ms\n", round, (long long)el);
+        CHECK_RC(baton_lock_release(b), 0);
+    }
+    baton_lock_free(a);
+    baton_lock_free(b);
+    baton_client_close(c1);
+    baton_client_close(c2);
+}
+
 static void test_wrong_password(void) {
     char u[512];
     baton_client *c = NULL;
@@ -443,6 +475,7 @@ int main(void) {
     RUN(test_lease_survives_terminate);
     RUN(test_lease_server_restart);
     RUN(test_session_server_restart);
+    RUN(test_lease_notify_wakes);
     RUN(test_wrong_password);
     RUN(test_unreachable);
     RUN(test_bad_shape);
