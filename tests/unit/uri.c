@@ -59,7 +59,8 @@ static void test_unknown_and_malformed(void) {
     /* built: a bad option is refused before any connection */
     expect_open("postgres://127.0.0.1:1/db?nosuch=1", BATON_EINVAL);
     expect_open("postgres://127.0.0.1:1/db?mode=bogus", BATON_EINVAL);
-    expect_open("postgresql://127.0.0.1:1/db?mode=row", BATON_ENOTSUP);   /* not written yet */
+    expect_open("postgresql://127.0.0.1:1/db?table=t23456789012345678901234567890123456789012345678901234567890",
+                BATON_EINVAL);   /* 58 bytes: no room for row mode's "<table>_fence" */
 #endif
 }
 

@@ -342,6 +342,61 @@ out:
     return rc;
 }
 
+/* Row mode's fence sequence: created when missing, starting above every
+ * fence the table already holds (another mode may have granted some). */
+static int sequence_ready(pgeng *e, PGconn *c)
+{
+    const char *p[1] = { e->qseq };
+    PGresult *r = NULL;
+    char *create = NULL, *ddl = NULL;
+    int rc, ok;
+
+    rc = pg_exec(e, c, "SELECT to_regclass($1) IS NOT NULL", 1, p, pg_deadline_ms(e->io_timeout_ms), NULL, &r);
+    if (rc) return rc;
+    ok = !strcmp(PQgetvalue(r, 0, 0), "t");
+    PQclear(r);
+    r = NULL;
+    if (ok) return 0;
+    {
+        size_t n = strlen(e->qseq) * 2 + strlen(e->qtable) + 200;
+        if (!(create = malloc(n)) || !(ddl = malloc(n))) {
+            rc = baton_seterr(BATON_ENOMEM, 0, "out of memory");
+            goto out;
+        }
+        snprintf(ddl, n, "CREATE SEQUENCE %s; SELECT setval('%s', (SELECT coalesce(max(fence), 0) + 1 FROM %s))",
+                 e->qseq, e->qseq, e->qtable);
+        snprintf(create, n, "CREATE SEQUENCE IF NOT EXISTS %s", e->qseq);
+    }
+    rc = pg_exec(e, c, create, 0, NULL, pg_deadline_ms(e->io_timeout_ms), NULL, &r);
+    PQclear(r);
+    r = NULL;
+    if (rc == BATON_EAUTH) {
+        const char *u = PQuser(c);
+        rc = baton_seterr(BATON_EAUTH, 0, "postgres: role \"%s\" may not create row mode's fence sequence %s; "
+                          "ask a DBA to run: %s; GRANT USAGE ON SEQUENCE %s TO \"%s\";", u ? u : "", e->qseq, ddl,
+                          e->qseq, u ? u : "");
+        goto out;
+    }
+    if (rc) goto out;
+    {
+        const char *q[1] = { e->qseq };
+        char *sv = pg_sql(e, "SELECT setval($1::regclass, GREATEST((SELECT coalesce(max(fence), 0) + 1 FROM @T), "
+                             "(SELECT last_value FROM pg_sequences WHERE format('%I.%I', schemaname, sequencename)"
+                             "::regclass = $1::regclass)))");
+        if (!sv) {
+            rc = baton_seterr(BATON_ENOMEM, 0, "out of memory");
+            goto out;
+        }
+        rc = pg_exec(e, c, sv, 1, q, pg_deadline_ms(e->io_timeout_ms), NULL, &r);
+        free(sv);
+        PQclear(r);
+    }
+out:
+    free(create);
+    free(ddl);
+    return rc;
+}
+
 int pg_table_ready(pgeng *e)
 {
     PGconn *c = NULL;
@@ -388,6 +443,7 @@ int pg_table_ready(pgeng *e)
         r = NULL;
     }
     if ((rc = check_shape(e, c, e->qtable))) goto out;
+    if (e->mode == PG_ROW && (rc = sequence_ready(e, c))) goto out;
     pthread_mutex_lock(&e->mu);
     e->table_ok = 1;
     pthread_mutex_unlock(&e->mu);
@@ -462,6 +518,7 @@ static void eng_free(pgeng *e)
     free(e->schema);
     free(e->table);
     free(e->qtable);
+    free(e->qseq);
     free(e->channel);
     free(e->ident);
     if (e->wake[0] >= 0) close(e->wake[0]);
@@ -506,12 +563,12 @@ static int configure(pgeng *e, const baton_uri *u, const baton_client_options *o
     }
     if (!strcmp(mode, "session")) e->mode = PG_SESSION;
     else if (!strcmp(mode, "lease")) e->mode = PG_LEASE;
-    else if (!strcmp(mode, "row"))
-        return baton_seterr(BATON_ENOTSUP, 0, "postgres: mode=row is not implemented yet (use session or lease)");
-    else return baton_seterr(BATON_EINVAL, 0, "postgres: mode must be session or lease, not '%s'", mode);
+    else if (!strcmp(mode, "row")) e->mode = PG_ROW;
+    else return baton_seterr(BATON_EINVAL, 0, "postgres: mode must be session, lease or row, not '%s'", mode);
     if (!e->table && !(e->table = strdup(DEFAULT_TABLE))) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
-    if (!*e->table || strlen(e->table) > 63 || (e->schema && (!*e->schema || strlen(e->schema) > 63)))
-        return baton_seterr(BATON_EINVAL, 0, "postgres: schema and table names are 1 to 63 bytes");
+    /* 57: room for row mode's "<table>_fence" in PostgreSQL's 63-byte names */
+    if (!*e->table || strlen(e->table) > 57 || (e->schema && (!*e->schema || strlen(e->schema) > 63)))
+        return baton_seterr(BATON_EINVAL, 0, "postgres: table names are 1 to 57 bytes, schema names 1 to 63");
 
     for (size_t i = 0; i < u->nhosts; i++) {
         const char *h = u->hosts[i].host ? u->hosts[i].host : "";
@@ -548,6 +605,19 @@ static int configure(pgeng *e, const baton_uri *u, const baton_client_options *o
             return baton_seterr(BATON_ENOMEM, 0, "out of memory");
         }
         snprintf(e->qtable, n, "%s%s%s", qs ? qs : "", qs ? "." : "", qt);
+        free(qt);
+        {
+            char seq[80];
+            snprintf(seq, sizeof seq, "%s_fence", e->table);
+            qt = quote_ident(seq);
+            n = (qs ? strlen(qs) + 1 : 0) + (qt ? strlen(qt) : 0) + 1;
+            if (!qt || !(e->qseq = malloc(n))) {
+                free(qs);
+                free(qt);
+                return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+            }
+            snprintf(e->qseq, n, "%s%s%s", qs ? qs : "", qs ? "." : "", qt);
+        }
         free(qs);
         free(qt);
         /* channel names are identifiers: at most 63 bytes */
@@ -619,9 +689,9 @@ static int pg_lock_new(void *eng, const char *name, const baton_lock_options *op
 {
     pgeng *e = eng;
     pglock *l;
-    if (e->mode == PG_SESSION && opts && opts->fixed_lease)
-        return baton_seterr(BATON_ENOTSUP, 0, "postgres: no fixed leases in session mode: a lock lives as "
-                            "long as its connection (use ?mode=lease)");
+    if (e->mode != PG_LEASE && opts && opts->fixed_lease)
+        return baton_seterr(BATON_ENOTSUP, 0, "postgres: no fixed leases in %s mode: a lock lives as "
+                            "long as its connection (use ?mode=lease)", e->mode == PG_ROW ? "row" : "session");
     if (!(l = calloc(1, sizeof *l)) || !(l->name = strdup(name))) {
         free(l);
         return baton_seterr(BATON_ENOMEM, 0, "out of memory");
@@ -686,6 +756,7 @@ static int pg_lock_acquire(void *eng, void *st, baton_acquire_req *req)
     int rc;
     if ((rc = pg_table_ready(e))) return rc;
     if (((pglock *)st)->rw) return pg_rw_acquire(e, st, req);
+    if (e->mode == PG_ROW) return pg_row_acquire(e, st, req);
     return e->mode == PG_SESSION ? pg_session_acquire(e, st, req) : pg_lease_acquire(e, st, req);
 }
 
@@ -693,6 +764,7 @@ static int pg_lock_release(void *eng, void *st, const baton_owner *owner)
 {
     pgeng *e = eng;
     if (((pglock *)st)->rw) return pg_rw_release(e, st);
+    if (e->mode == PG_ROW) return pg_row_release(e, st);
     return e->mode == PG_SESSION ? pg_session_release(e, st) : pg_lease_release(e, st, owner);
 }
 
@@ -700,6 +772,7 @@ static int pg_lock_renew(void *eng, void *st, const baton_owner *owner, uint32_t
 {
     pgeng *e = eng;
     if (((pglock *)st)->rw) return pg_rw_renew(e, st, deadline_ns);
+    if (e->mode == PG_ROW) return pg_row_renew(e, st, deadline_ns);
     return e->mode == PG_SESSION ? pg_session_renew(e, st, deadline_ns)
                                  : pg_lease_renew(e, st, owner, lease_ms, deadline_ns);
 }
@@ -713,6 +786,7 @@ static int pg_lock_info(void *eng, const char *name, baton_lockinfo *out)
     int rc;
 
     if ((rc = pg_table_ready(e))) return rc;
+    if (e->mode == PG_ROW) return pg_row_info(e, name, out);
     memset(&k, 0, sizeof k);
     name_key(name, &k);
     {
@@ -771,7 +845,7 @@ static int pg_describe(void *eng, char *buf, size_t n)
     if (rc) return rc;
     v = PQserverVersion(c);
     snprintf(buf, n, "%s mode, table %s, server %d.%d at %s:%s database %s as %s",
-             e->mode == PG_SESSION ? "session" : "lease", e->qtable, v / 10000, v % 10000,
+             e->mode == PG_SESSION ? "session" : e->mode == PG_LEASE ? "lease" : "row", e->qtable, v / 10000, v % 10000,
              PQhost(c) ? PQhost(c) : "", PQport(c) ? PQport(c) : "", PQdb(c) ? PQdb(c) : "",
              PQuser(c) ? PQuser(c) : "");
     pg_conn_put(e, c);

@@ -7,6 +7,8 @@
  *   session.c  session mode: pg_advisory_lock on the lock's own connection
  *   lease.c    lease mode: a conditional upsert on the server's clock, the
  *              LISTEN thread that wakes waiters
+ *   row.c      row mode: the row locked by a transaction kept open
+ *   rw.c       read-write locks (session mode)
  *
  * Layout and rules: docs/postgres-engine.md.
  */
@@ -19,7 +21,7 @@
 #include <pthread.h>
 #include <stdint.h>
 
-enum { PG_SESSION, PG_LEASE };
+enum { PG_SESSION, PG_LEASE, PG_ROW };
 
 #define PG_POOL_IDLE 4       /* idle connections a client keeps for reuse */
 
@@ -39,6 +41,7 @@ typedef struct pgeng {
     int io_timeout_ms;
     char *schema, *table;    /* as given (schema NULL = the search_path's) */
     char *qtable;            /* quoted, qualified: "schema"."table" */
+    char *qseq;              /* row mode's fence sequence: "schema"."table_fence" */
     char *channel;           /* NOTIFY channel of this table (lease mode) */
     char *ident;             /* identity() */
     /* guarded by mu */
@@ -123,6 +126,11 @@ int pg_rw_release(pgeng *e, pglock *l);
 int pg_rw_renew(pgeng *e, pglock *l, int64_t deadline_ns);
 /* A side freed while the server may still hold it (a grant reported lost). */
 void pg_rw_drop(pglock *l);
+
+int pg_row_acquire(pgeng *e, pglock *l, baton_acquire_req *req);
+int pg_row_release(pgeng *e, pglock *l);
+int pg_row_renew(pgeng *e, pglock *l, int64_t deadline_ns);
+int pg_row_info(pgeng *e, const char *name, baton_lockinfo *out);
 
 int pg_lease_acquire(pgeng *e, pglock *l, baton_acquire_req *req);
 int pg_lease_release(pgeng *e, pglock *l, const baton_owner *owner);
