@@ -79,12 +79,13 @@ static baton_client *open_ok(const char *u) {
     return c;
 }
 
-/* Session mode: the holder's connection is terminated by a DBA. */
-static void test_session_terminate(void) {
+/* Session and row modes: the holder's connection is terminated by a DBA. */
+static void terminate_case(int row) {
     char u1[512], u2[512], n[64];
-    snprintf(n, sizeof n, "term-%s", g_tag);
-    baton_client *c1 = open_ok(uri(u1, sizeof u1, "baton", "baton-test", "application_name=holder1"));
-    baton_client *c2 = open_ok(uri(u2, sizeof u2, "baton", "baton-test", ""));
+    snprintf(n, sizeof n, "term-%s-%d", g_tag, row);
+    baton_client *c1 = open_ok(uri(u1, sizeof u1, "baton", "baton-test",
+                                   row ? "mode=row&application_name=holder1" : "application_name=holder1"));
+    baton_client *c2 = open_ok(uri(u2, sizeof u2, "baton", "baton-test", row ? "mode=row" : ""));
     atomic_int lost;
     atomic_init(&lost, 0);
     baton_lock_options o = BATON_LOCK_OPTIONS_INIT;
@@ -98,9 +99,12 @@ static void test_session_terminate(void) {
     uint64_t f1 = baton_lock_fence(a);
     CHECK(f1 > 0);
     CHECK_RC(baton_lock_acquire(b, 0), BATON_ELOCKED);
-    /* only the connection that holds the advisory lock */
-    int killed = su("SELECT count(pg_terminate_backend(l.pid))::int FROM pg_locks l JOIN pg_stat_activity a "
-                    "USING (pid) WHERE l.locktype = 'advisory' AND l.granted AND a.application_name = 'holder1'");
+    /* only the connection that holds the advisory lock, or the row (its
+     * transaction renames it "baton <fence> ...") */
+    int killed = row ? su("SELECT count(pg_terminate_backend(pid))::int FROM pg_stat_activity WHERE "
+                          "state = 'idle in transaction' AND application_name LIKE 'baton %%'")
+                     : su("SELECT count(pg_terminate_backend(l.pid))::int FROM pg_locks l JOIN pg_stat_activity a "
+                          "USING (pid) WHERE l.locktype = 'advisory' AND l.granted AND a.application_name = 'holder1'");
     CHECK(killed == 1);
     int64_t t0 = tl_now_ms();
     while (atomic_load(&lost) == 0 && tl_now_ms() - t0 < 3000) tl_sleep_ms(10);
@@ -123,6 +127,9 @@ static void test_session_terminate(void) {
     baton_client_close(c1);
     baton_client_close(c2);
 }
+
+static void test_session_terminate(void) { terminate_case(0); }
+static void test_row_terminate(void) { terminate_case(1); }
 
 /* Lease mode: the lock is a row, not a connection; every connection of the
  * holder is terminated and it still holds, renews and releases. */
@@ -429,12 +436,22 @@ static void test_privileges(void) {
     CHECK(su("CREATE TABLE priv_%s (name text PRIMARY KEY, key bigint NOT NULL, fence bigint NOT NULL DEFAULT 0, "
              "owner text, holder text, lease_until timestamptz, acquired_at timestamptz); "
              "GRANT SELECT, INSERT, UPDATE ON priv_%s TO %s", g_tag, g_tag, role) == 0);
-    for (int lease = 0; lease < 2; lease++) {
-        snprintf(qs, sizeof qs, "table=priv_%s%s", g_tag, lease ? "&mode=lease" : "");
+    /* row mode also needs its fence sequence */
+    snprintf(qs, sizeof qs, "table=priv_%s&mode=row", g_tag);
+    c = open_ok(uri(u, sizeof u, role, "low-pw", qs));
+    CHECK_RC(baton_lock_open(&l, c, n, NULL), 0);
+    CHECK_RC(baton_lock_acquire(l, 0), BATON_EAUTH);
+    CHECK(strstr(tl_lastmsg(), "CREATE SEQUENCE") != NULL && strstr(tl_lastmsg(), "GRANT USAGE") != NULL);
+    fprintf(stderr, "   said: %s\n", tl_lastmsg());
+    baton_lock_free(l);
+    baton_client_close(c);
+    CHECK(su("CREATE SEQUENCE priv_%s_fence; GRANT USAGE ON SEQUENCE priv_%s_fence TO %s", g_tag, g_tag, role) == 0);
+    for (int mode = 0; mode < 3; mode++) {
+        snprintf(qs, sizeof qs, "table=priv_%s%s", g_tag, mode == 1 ? "&mode=lease" : mode == 2 ? "&mode=row" : "");
         c = open_ok(uri(u, sizeof u, role, "low-pw", qs));
         CHECK_RC(baton_lock_open(&l, c, n, NULL), 0);
         CHECK_RC(baton_lock_acquire(l, 0), 0);
-        if (baton_lock_fence(l) == 0) fprintf(stderr, "   mode %d: %s\n", lease, tl_lastmsg());
+        if (baton_lock_fence(l) == 0) fprintf(stderr, "   mode %d: %s\n", mode, tl_lastmsg());
         baton_lockinfo info = BATON_LOCK_INFO_INIT;
         CHECK_RC(baton_lock_info(c, n, &info), 0);
         CHECK(info.held == 1 && info.fence == baton_lock_fence(l));
@@ -472,6 +489,7 @@ int main(void) {
     snprintf(g_tag, sizeof g_tag, "%ld", (long)getpid());
 
     RUN(test_session_terminate);
+    RUN(test_row_terminate);
     RUN(test_lease_survives_terminate);
     RUN(test_lease_server_restart);
     RUN(test_session_server_restart);
