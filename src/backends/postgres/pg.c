@@ -1,10 +1,11 @@
 /*
  * The PostgreSQL backend: URI and options, connections, statements with a
  * deadline, errors, the lock table, identity, describe and the backend
- * table. Session mode lives in session.c, lease mode in lease.c.
+ * table. Session mode lives in session.c (read-write locks in rw.c), row
+ * mode in row.c, lease mode in lease.c.
  *
  * URI: postgres[ql]://[user[:password]@]host[:port][,host[:port]...][/dbname][?options]
- * Our options: mode (session | lease), schema, table, connect_timeout_ms.
+ * Our options: mode (session | row | lease), schema, table, connect_timeout_ms.
  * Passed through to libpq: sslmode, sslrootcert, sslcert, sslkey, sslcrl,
  * sslpassword, passfile, application_name, target_session_attrs,
  * channel_binding, gssencmode, keepalives*, tcp_user_timeout, options.
@@ -12,13 +13,16 @@
  * applies too.
  *
  * Capabilities. Caps belong to the backend table, not to a client, and one
- * table serves both modes, so the table says BATON_CAP_LEASE for both:
+ * table serves every mode, so the table says BATON_CAP_LEASE for all:
  *   - lease mode has a real lease, renewed by the core's keeper;
- *   - session mode has none (the lock lives as long as its connection), and
- *     its "renewal" is the check the contract asks for: every lease/3 the
- *     keeper calls lock_renew, which proves the holding connection still
- *     answers (a dead one means the server already freed the lock: ELOST).
- *     A fixed lease is refused there (nothing could end it on time).
+ *   - session and row modes have none (the lock lives as long as its
+ *     connection, or its transaction), and their "renewal" is the check the
+ *     contract asks for: every lease/3 the keeper calls lock_renew, which
+ *     proves the holding connection still answers (a dead one means the
+ *     server already freed the lock: ELOST). A fixed lease is refused there
+ *     (nothing could end it on time).
+ * BATON_CAP_RWLOCK likewise: session mode has read-write locks, the other
+ * modes answer BATON_ENOTSUP from rwlock_new.
  * BATON_CAP_SESSION is not claimed: loss is always found by that check, on
  * the keeper thread, never reported on the side.
  */
