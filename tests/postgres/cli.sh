@@ -1,9 +1,9 @@
 #!/bin/bash
-# `baton run` and `baton status` on PostgreSQL, both modes, on the "postgres"
+# `baton run` and `baton status` on PostgreSQL, every mode, on the "postgres"
 # fixture server ($BATON_TEST_SRV/postgres/port):
 #   - run, fences increasing, -n on a held lock exits 1, status shows the holder;
-#   - session mode: the holder's connection terminated by a DBA → the command
-#     is stopped and baton run exits 75; lease mode: the same is harmless;
+#   - session and row modes: the holder's connection terminated by a DBA → the
+#     command is stopped and baton run exits 75; lease mode: the same is harmless;
 #   - a wrong password and an unreachable server exit 69.
 #
 #   cli.sh PATH/TO/baton
@@ -26,7 +26,7 @@ BASE="postgres://baton:baton-test@127.0.0.1:$PORT/postgres"
 P="cli-$$-"
 sql() { PGPASSWORD=baton-test psql -h 127.0.0.1 -p "$PORT" -U baton -d postgres -Atqc "$1"; }
 
-for mode in session lease; do
+for mode in session row lease; do
     URI="$BASE?mode=$mode&application_name=cli$$$mode"
     N="${P}$mode"
     expect_rc 0 "$mode: run" b run -u "$URI" "$N" -- sh -c 'echo "$BATON_FENCE" > "$0"' "$TMP/f1"
@@ -44,12 +44,15 @@ for mode in session lease; do
     expect_rc 0 "$mode: status" b status -u "$URI" "$N"
     check "$mode: status says held" grep -q "held: yes" "$TMP/out"
     check "$mode: status names the holder's pid" grep -q " $HP " "$TMP/out"
-    # a DBA terminates every connection of the holder
+    # a DBA terminates every connection of the holder (row mode: the one
+    # whose open transaction locks the row; it renamed itself "baton ...")
     sql "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = 'cli$$$mode'" >/dev/null
-    if [ $mode = session ]; then
+    [ $mode = row ] && sql "SELECT count(pg_terminate_backend(l.pid)) FROM baton_locks t JOIN pg_locks l ON
+        l.locktype = 'transactionid' AND l.transactionid = t.xmax AND l.granted WHERE t.name = '$N'" >/dev/null
+    if [ $mode != lease ]; then
         wait_pid "$HP" 10
-        check "session: a terminated holder connection stops the command, exit 75 (got $RC)" [ "$RC" = 75 ]
-        expect_rc 0 "session: free again" b run -u "$URI" -n "$N" -- true
+        check "$mode: a terminated holder connection stops the command, exit 75 (got $RC)" [ "$RC" = 75 ]
+        expect_rc 0 "$mode: free again" b run -u "$URI" -n "$N" -- true
     else
         sleep 1.5
         check "lease: the holder still runs after its connections were terminated" kill -0 "$HP"
