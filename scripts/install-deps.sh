@@ -38,6 +38,8 @@ pkgs=(
   zookeeper                                 # test servers (tests/servers/zk.sh); Depends: default-jre,
                                             # which brings default-jre-headless (java)
   python3-kazoo                             # ZooKeeper interop tests (kazoo)
+  libpq-dev                                 # PostgreSQL backend (libpq)
+  postgresql                                # test servers (tests/servers/postgres.sh: initdb, postgres)
   procps iproute2 strace                    # ps/pkill/ss used by the test scripts; strace checks poll timeouts
 )
 fi

@@ -13,6 +13,9 @@ extern const baton_backend baton__backend_redlock;
 #ifdef BATON_WITH_ZK
 extern const baton_backend baton__backend_zk;
 #endif
+#ifdef BATON_WITH_POSTGRES
+extern const baton_backend baton__backend_postgres;
+#endif
 
 static const baton_backend *const compiled[] = {
     &baton__backend_file,
@@ -25,13 +28,17 @@ static const baton_backend *const compiled[] = {
 #ifdef BATON_WITH_ZK
     &baton__backend_zk,
 #endif
+#ifdef BATON_WITH_POSTGRES
+    &baton__backend_postgres,
+#endif
 };
 
 /* Engines baton has, whether this build compiled them in or not. */
-static const char *const known[] = { "file", "redis", "rediss", "redlock", "zk", "zookeeper", NULL };
+static const char *const known[] = { "file", "redis", "rediss", "redlock", "zk", "zookeeper",
+                                     "postgres", "postgresql", NULL };
 /* Engines planned but not written yet: no build flag adds them. */
 static const char *const planned[] = {
-    "sqlite", "postgres", "postgresql", "mysql", "mariadb", "etcd", "etcds", NULL,
+    "sqlite", "mysql", "mariadb", "etcd", "etcds", NULL,
 };
 
 int baton__registry_find(const char *scheme, const baton_backend **out)

@@ -42,6 +42,9 @@ static char g_uri[1024];
 static char g_prefix[128];
 static int g_leases;            /* the engine has leases (not the file backend) */
 static int g_session_ms;        /* a session engine (ZooKeeper): its session timeout; no leases */
+static int g_conn_session;      /* a lock that lives on its connection (PostgreSQL session and row modes):
+                                   no lease, freed by the server as soon as the holder's connection
+                                   closes, held as long as a stopped holder's connection stays open */
 static const char *g_backend = "";
 
 /* ---- small helpers ------------------------------------------------------ */
@@ -613,8 +616,9 @@ static void test_keeper_thread(void) {
     CHECK_RC(baton_lock_acquire(a, 0), 0);
     int t1 = thread_count();
     CHECK_RC(baton_lock_release(a), 0);
-    if (g_session_ms) {
-        /* the session's own threads exist from open; nothing to renew */
+    if (g_session_ms || g_conn_session) {
+        /* the session's own threads exist from open, or the keeper checks
+         * the holding connection */
     } else if (!g_leases) {
         CHECK(t1 == t0);
         if (t1 != t0) fprintf(stderr, "   threads %d -> %d with a file lock held\n", t0, t1);
@@ -857,6 +861,11 @@ static void test_sigkill_holder(void) {
         if (tl_now_ms() - t0 < lease / 2) CHECK_RC(baton_lock_acquire(b, 0), BATON_ELOCKED);
         CHECK_RC(baton_lock_acquire(b, lease + 3000), 0);
         CHECK(tl_now_ms() - t0 < lease + 3000);
+    } else if (g_conn_session) {
+        /* the server sees the connection close and frees it at once (give
+         * the server a moment to notice) */
+        CHECK_RC(baton_lock_acquire(b, 3000), 0);
+        CHECK(tl_now_ms() - t0 < 3000);
     } else if (g_session_ms) {
         /* the server ends the dead holder's session after its timeout */
         CHECK_RC(baton_lock_acquire(b, g_session_ms + 5000), 0);
@@ -1101,6 +1110,10 @@ int main(int argc, char **argv) {
         g_leases = 0;
         g_session_ms = p ? atoi(p + strlen("session_timeout_ms=")) : 10000;
     }
+    if (!strcmp(g_backend, "postgres") && !strstr(g_uri, "mode=lease")) {
+        g_leases = 0;
+        g_conn_session = 1;
+    }
     baton_client_close(c);
 
     struct timespec ts;
@@ -1131,6 +1144,7 @@ int main(int argc, char **argv) {
         RUN(test_fixed_lease_refused);
         RUN(test_sigstop_holder);
     }
+    if (g_conn_session) RUN(test_fixed_lease_refused); /* a stopped holder keeps its connection: no sigstop case */
     if (g_leases) {
         RUN(test_owner_checked);
         RUN(test_fixed_lease_expires);

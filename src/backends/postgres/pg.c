@@ -1,0 +1,878 @@
+/*
+ * The PostgreSQL backend: URI and options, connections, statements with a
+ * deadline, errors, the lock table, identity, describe and the backend
+ * table. Session mode lives in session.c (read-write locks in rw.c), row
+ * mode in row.c, lease mode in lease.c.
+ *
+ * URI: postgres[ql]://[user[:password]@]host[:port][,host[:port]...][/dbname][?options]
+ * Our options: mode (session | row | lease), schema, table, connect_timeout_ms.
+ * Passed through to libpq: sslmode, sslrootcert, sslcert, sslkey, sslcrl,
+ * sslpassword, passfile, application_name, target_session_attrs,
+ * channel_binding, gssencmode, keepalives*, tcp_user_timeout, options.
+ * Anything libpq finds on its own (PGPASSWORD, ~/.pgpass, PGSSLMODE, ...)
+ * applies too.
+ *
+ * Capabilities. Caps belong to the backend table, not to a client, and one
+ * table serves every mode, so the table says BATON_CAP_LEASE for all:
+ *   - lease mode has a real lease, renewed by the core's keeper;
+ *   - session and row modes have none (the lock lives as long as its
+ *     connection, or its transaction), and their "renewal" is the check the
+ *     contract asks for: every lease/3 the keeper calls lock_renew, which
+ *     proves the holding connection still answers (a dead one means the
+ *     server already freed the lock: ELOST). A fixed lease is refused there
+ *     (nothing could end it on time).
+ * BATON_CAP_RWLOCK likewise: session mode has read-write locks, the other
+ * modes answer BATON_ENOTSUP from rwlock_new.
+ * BATON_CAP_SESSION is not claimed: loss is always found by that check, on
+ * the keeper thread, never reported on the side.
+ */
+#include "pg_int.h"
+#include "core/internal.h"
+#include "backends/file/sha256.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define DEFAULT_TABLE "baton_locks"
+#define CANCEL_GRACE_MS 2000     /* how long a cancelled statement may take to answer */
+#define CHECK_INTERVAL_MS "500"  /* the server looks for a vanished waiter this often */
+
+int64_t pg_deadline_ms(int ms) { return baton_now_ns() + (int64_t)ms * 1000000LL; }
+
+/* libpq prints notices (CREATE ... IF NOT EXISTS, a WARNING from
+ * pg_advisory_unlock) to stderr by default; the library never does. */
+static void quiet_notice(void *arg, const char *msg)
+{
+    (void)arg;
+    baton_log(BATON_LOG_DEBUG, "postgres: %s", msg);
+}
+
+static int is_auth_failure(PGconn *c)
+{
+    const char *m = PQerrorMessage(c);
+    return PQconnectionNeedsPassword(c) || strstr(m, "password authentication failed") ||
+           strstr(m, "authentication failed") || strstr(m, "no password supplied") ||
+           strstr(m, "no pg_hba.conf entry");
+}
+
+/* The first line of libpq's message, for ours. */
+static void first_line(const char *m, char *out, size_t n)
+{
+    size_t k = strcspn(m ? m : "", "\n");
+    if (k >= n) k = n - 1;
+    memcpy(out, m ? m : "", k);
+    out[k] = 0;
+}
+
+int pg_conn_get(pgeng *e, PGconn **out)
+{
+    PGconn *c = NULL;
+    int64_t deadline;
+    PostgresPollingStatusType st = PGRES_POLLING_WRITING;
+    char msg[512];
+
+    *out = NULL;
+    /* An idle connection the server closed meanwhile (a restart, a
+     * terminated backend) has something to read: its last words or EOF. */
+    pthread_mutex_lock(&e->mu);
+    while (e->nidle > 0 && !c) {
+        PGconn *p = e->idle[--e->nidle];
+        struct pollfd pfd = { PQsocket(p), POLLIN, 0 };
+        if (PQstatus(p) == CONNECTION_OK && pfd.fd >= 0 && poll(&pfd, 1, 0) == 0) c = p;
+        else PQfinish(p);
+    }
+    pthread_mutex_unlock(&e->mu);
+    if (c) {
+        *out = c;
+        return 0;
+    }
+
+    deadline = pg_deadline_ms(e->connect_timeout_ms);
+    c = PQconnectStartParams(e->kw, e->val, 0);
+    if (!c) return baton_seterr(BATON_ENOMEM, 0, "postgres: out of memory");
+    if (PQstatus(c) == CONNECTION_BAD) goto failed;
+    for (;;) {
+        struct pollfd pfd;
+        int64_t left;
+        int prc;
+        if (st == PGRES_POLLING_OK) break;
+        if (st == PGRES_POLLING_FAILED) goto failed;
+        pfd.fd = PQsocket(c);
+        pfd.events = st == PGRES_POLLING_READING ? POLLIN : POLLOUT;
+        pfd.revents = 0;
+        left = (deadline - baton_now_ns()) / 1000000LL;
+        if (left <= 0) {
+            PQfinish(c);
+            return baton_seterr(BATON_EUNAVAILABLE, ETIMEDOUT, "postgres: no connection within %d ms",
+                                e->connect_timeout_ms);
+        }
+        prc = poll(&pfd, 1, left > 1000 ? 1000 : (int)left);
+        if (prc < 0 && errno != EINTR) goto failed;
+        if (prc > 0) st = PQconnectPoll(c);
+    }
+    PQsetNoticeProcessor(c, quiet_notice, NULL);
+    if (PQserverVersion(c) >= 140000) {
+        /* A backend blocked in a lock wait does not read its socket, so a
+         * waiter that died (kill -9) would stay queued, and hold back
+         * readers behind a dead writer, until it would have been granted.
+         * Since PostgreSQL 14 the server can look for a closed client
+         * during a statement; best effort (older servers: no such setting). */
+        PGresult *r = NULL;
+        if (pg_exec(e, c, "SET client_connection_check_interval = " CHECK_INTERVAL_MS, 0, NULL,
+                    pg_deadline_ms(e->io_timeout_ms), NULL, &r) == 0)
+            PQclear(r);
+        if (PQstatus(c) != CONNECTION_OK) {
+            PQfinish(c);
+            return baton_seterr(BATON_EUNAVAILABLE, 0, "postgres: the connection dropped at its setup");
+        }
+    }
+    *out = c;
+    return 0;
+failed:
+    first_line(PQerrorMessage(c), msg, sizeof msg);
+    if (is_auth_failure(c)) {
+        PQfinish(c);
+        return baton_seterr(BATON_EAUTH, 0, "postgres: authentication failed: %s", msg);
+    }
+    PQfinish(c);
+    return baton_seterr(BATON_EUNAVAILABLE, 0, "postgres: cannot connect: %s", msg);
+}
+
+void pg_conn_put(pgeng *e, PGconn *c)
+{
+    if (!c) return;
+    if (PQstatus(c) == CONNECTION_OK && PQtransactionStatus(c) == PQTRANS_IDLE && !PQisBusy(c)) {
+        pthread_mutex_lock(&e->mu);
+        if (e->nidle < PG_POOL_IDLE) {
+            e->idle[e->nidle++] = c;
+            c = NULL;
+        }
+        pthread_mutex_unlock(&e->mu);
+    }
+    if (c) PQfinish(c);
+}
+
+int pg_err(PGresult *r, PGconn *c, const char *what)
+{
+    const char *state = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
+    char msg[512];
+    int code = BATON_EIO;
+
+    first_line(r ? PQresultErrorMessage(r) : PQerrorMessage(c), msg, sizeof msg);
+    if (!*msg && c) first_line(PQerrorMessage(c), msg, sizeof msg);
+    if (!state || (c && PQstatus(c) != CONNECTION_OK)) code = BATON_EUNAVAILABLE;
+    else if (!strncmp(state, "08", 2) || !strncmp(state, "57P", 3) || !strcmp(state, "53300"))
+        code = BATON_EUNAVAILABLE;      /* connection failures, shutdowns, too many clients */
+    else if (!strncmp(state, "28", 2) || !strcmp(state, "42501"))
+        code = BATON_EAUTH;             /* authorization, insufficient privilege */
+    else if (!strcmp(state, "42P01") || !strcmp(state, "42703") || !strcmp(state, "42804") ||
+             !strcmp(state, "42P10") || !strcmp(state, "23502"))
+        code = BATON_EPROTO;            /* the table is not what we expect */
+    return baton_seterr(code, 0, "postgres: %s: %s%s%s%s", what, msg, state ? " (SQLSTATE " : "",
+                        state ? state : "", state ? ")" : "");
+}
+
+/* Waits for C's socket to be readable for at most MS; 1 readable, 0 not. */
+static int wait_readable(PGconn *c, int64_t ms)
+{
+    struct pollfd pfd = { PQsocket(c), POLLIN, 0 };
+    int prc;
+    if (pfd.fd < 0) return 1;           /* let PQconsumeInput say what went wrong */
+    if (ms < 0) ms = 0;
+    prc = poll(&pfd, 1, ms > 1000 ? 1000 : (int)ms);
+    return prc != 0;                    /* errors too: PQconsumeInput reports them */
+}
+
+int pg_exec(pgeng *e, PGconn *c, const char *sql, int n, const char *const *params, int64_t deadline,
+            baton_waiter *w, PGresult **res)
+{
+    int stopped = 0;                    /* BATON_ETIMEDOUT / BATON_ECANCELED once we cancelled */
+    int64_t grace = 0;
+    PGresult *r, *keep = NULL;
+    int rc;
+
+    (void)e;
+    *res = NULL;
+    if (!PQsendQueryParams(c, sql, n, NULL, params, NULL, NULL, 0))
+        return pg_err(NULL, c, "cannot send a statement");
+    while (PQisBusy(c)) {
+        int64_t now = baton_now_ns(), until = stopped ? grace : deadline;
+        /* a waiter is looked at every 50 ms: cancel wakes the waiter's
+         * condition variable, which poll() cannot watch */
+        int64_t ms = until == INT64_MAX ? 1000 : (until - now) / 1000000LL;
+        if (w && ms > 50) ms = 50;
+        if (!stopped && ((deadline != INT64_MAX && now >= deadline) || (w && baton_waiter_canceled(w)))) {
+            char eb[256];
+            PGcancel *cn = PQgetCancel(c);
+            stopped = w && baton_waiter_canceled(w) ? BATON_ECANCELED : BATON_ETIMEDOUT;
+            if (cn) {
+                PQcancel(cn, eb, sizeof eb);
+                PQfreeCancel(cn);
+            }
+            grace = now + (int64_t)CANCEL_GRACE_MS * 1000000LL;
+            continue;
+        }
+        if (stopped && now >= grace)
+            return baton_seterr(BATON_EUNAVAILABLE, 0, "postgres: the server does not answer");
+        if (wait_readable(c, ms) && !PQconsumeInput(c)) return pg_err(NULL, c, "connection lost");
+    }
+    /* one statement: one result, then NULL (keep the first, drain the rest) */
+    while ((r = PQgetResult(c))) {
+        if (!keep) keep = r;
+        else PQclear(r);
+    }
+    if (!keep) return pg_err(NULL, c, "no answer");
+    switch (PQresultStatus(keep)) {
+    case PGRES_TUPLES_OK:
+    case PGRES_COMMAND_OK:
+        *res = keep;
+        return 0;
+    default:
+        break;
+    }
+    {
+        const char *state = PQresultErrorField(keep, PG_DIAG_SQLSTATE);
+        if (stopped && state && (!strcmp(state, "57014") || !strcmp(state, "55P03"))) {
+            PQclear(keep);
+            return baton_seterr(stopped, 0, stopped == BATON_ECANCELED ? "postgres: canceled"
+                                                                       : "postgres: timed out");
+        }
+    }
+    rc = pg_err(keep, c, "statement failed");
+    PQclear(keep);
+    return rc;
+}
+
+int pg_run(pgeng *e, const char *sql, int n, const char *const *params, int retry, PGresult **res)
+{
+    for (int attempt = 0;; attempt++) {
+        PGconn *c;
+        int rc = pg_conn_get(e, &c);
+        if (rc) return rc;
+        rc = pg_exec(e, c, sql, n, params, pg_deadline_ms(e->io_timeout_ms), NULL, res);
+        pg_conn_put(e, c);
+        /* the I/O timeout is the server's silence, not a lock wait (not
+         * retried: a second try would only wait as long again) */
+        if (rc == BATON_ETIMEDOUT)
+            return baton_seterr(BATON_EUNAVAILABLE, 0, "postgres: no answer within %d ms", e->io_timeout_ms);
+        if (rc != BATON_EUNAVAILABLE || !retry || attempt > 0) return rc;
+    }
+}
+
+char *pg_sql(pgeng *e, const char *tmpl)
+{
+    size_t n = 1, tl = strlen(e->qtable);
+    char *out, *o;
+    for (const char *p = tmpl; *p; p++) n += (p[0] == '@' && p[1] == 'T') ? tl : 1;
+    if (!(out = malloc(n))) return NULL;
+    o = out;
+    for (const char *p = tmpl; *p; p++) {
+        if (p[0] == '@' && p[1] == 'T') {
+            memcpy(o, e->qtable, tl);
+            o += tl;
+            p++;
+        } else {
+            *o++ = *p;
+        }
+    }
+    *o = 0;
+    return out;
+}
+
+/* ---- the table ------------------------------------------------------------ */
+
+/* The columns we use, and the types we accept for them. */
+static const struct {
+    const char *col, *type, *alt;
+} shape[] = {
+    { "name", "text", "character varying" },
+    { "key", "bigint", NULL },
+    { "fence", "bigint", NULL },
+    { "owner", "text", "character varying" },
+    { "holder", "text", "character varying" },
+    { "lease_until", "timestamp with time zone", NULL },
+    { "acquired_at", "timestamp with time zone", NULL },
+};
+
+#define DDL "CREATE TABLE @T (name text PRIMARY KEY, key bigint NOT NULL, fence bigint NOT NULL DEFAULT 0, " \
+            "owner text, holder text, lease_until timestamptz, acquired_at timestamptz)"
+
+static int check_shape(pgeng *e, PGconn *c, const char *reg)
+{
+    const char *p[1] = { reg };
+    PGresult *r = NULL;
+    int rc, found[sizeof shape / sizeof shape[0]] = { 0 };
+
+    rc = pg_exec(e, c, "SELECT a.attname, format_type(a.atttypid, NULL) FROM pg_attribute a "
+                 "WHERE a.attrelid = $1::regclass AND a.attnum > 0 AND NOT a.attisdropped",
+                 1, p, pg_deadline_ms(e->io_timeout_ms), NULL, &r);
+    if (rc) return rc;
+    for (int i = 0; i < PQntuples(r); i++) {
+        const char *col = PQgetvalue(r, i, 0), *type = PQgetvalue(r, i, 1);
+        for (size_t k = 0; k < sizeof shape / sizeof shape[0]; k++) {
+            if (strcmp(col, shape[k].col)) continue;
+            found[k] = 1;
+            if (strcmp(type, shape[k].type) && !(shape[k].alt && !strncmp(type, shape[k].alt, strlen(shape[k].alt)))) {
+                rc = baton_seterr(BATON_EPROTO, 0, "postgres: table %s: column \"%s\" is %s, expected %s "
+                                  "(docs/postgres-engine.md has the DDL)", e->qtable, col, type, shape[k].type);
+                goto out;
+            }
+        }
+    }
+    for (size_t k = 0; k < sizeof shape / sizeof shape[0]; k++)
+        if (!found[k]) {
+            rc = baton_seterr(BATON_EPROTO, 0, "postgres: table %s has no column \"%s\" (%s) "
+                              "(docs/postgres-engine.md has the DDL)", e->qtable, shape[k].col, shape[k].type);
+            goto out;
+        }
+    PQclear(r);
+    r = NULL;
+    /* ON CONFLICT (name) needs a unique index on name alone */
+    rc = pg_exec(e, c, "SELECT 1 FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid "
+                 "AND a.attnum = i.indkey[0] WHERE i.indrelid = $1::regclass AND i.indisunique "
+                 "AND i.indnkeyatts = 1 AND a.attname = 'name'",
+                 1, p, pg_deadline_ms(e->io_timeout_ms), NULL, &r);
+    if (rc) return rc;
+    if (PQntuples(r) == 0)
+        rc = baton_seterr(BATON_EPROTO, 0, "postgres: table %s: column \"name\" has no unique index "
+                          "(make it the primary key)", e->qtable);
+out:
+    PQclear(r);
+    return rc;
+}
+
+/* Row mode's fence sequence: created when missing, starting above every
+ * fence the table already holds (another mode may have granted some). */
+static int sequence_ready(pgeng *e, PGconn *c)
+{
+    const char *p[1] = { e->qseq };
+    PGresult *r = NULL;
+    char *create = NULL, *ddl = NULL;
+    int rc, ok;
+
+    rc = pg_exec(e, c, "SELECT to_regclass($1) IS NOT NULL", 1, p, pg_deadline_ms(e->io_timeout_ms), NULL, &r);
+    if (rc) return rc;
+    ok = !strcmp(PQgetvalue(r, 0, 0), "t");
+    PQclear(r);
+    r = NULL;
+    if (ok) return 0;
+    {
+        size_t n = strlen(e->qseq) * 2 + strlen(e->qtable) + 200;
+        if (!(create = malloc(n)) || !(ddl = malloc(n))) {
+            rc = baton_seterr(BATON_ENOMEM, 0, "out of memory");
+            goto out;
+        }
+        snprintf(ddl, n, "CREATE SEQUENCE %s; SELECT setval('%s', (SELECT coalesce(max(fence), 0) + 1 FROM %s))",
+                 e->qseq, e->qseq, e->qtable);
+        snprintf(create, n, "CREATE SEQUENCE IF NOT EXISTS %s", e->qseq);
+    }
+    rc = pg_exec(e, c, create, 0, NULL, pg_deadline_ms(e->io_timeout_ms), NULL, &r);
+    PQclear(r);
+    r = NULL;
+    if (rc == BATON_EAUTH) {
+        const char *u = PQuser(c);
+        rc = baton_seterr(BATON_EAUTH, 0, "postgres: role \"%s\" may not create row mode's fence sequence %s; "
+                          "ask a DBA to run: %s; GRANT USAGE ON SEQUENCE %s TO \"%s\";", u ? u : "", e->qseq, ddl,
+                          e->qseq, u ? u : "");
+        goto out;
+    }
+    if (rc) goto out;
+    {
+        const char *q[1] = { e->qseq };
+        char *sv = pg_sql(e, "SELECT setval($1::regclass, GREATEST((SELECT coalesce(max(fence), 0) + 1 FROM @T), "
+                             "(SELECT last_value FROM pg_sequences WHERE format('%I.%I', schemaname, sequencename)"
+                             "::regclass = $1::regclass)))");
+        if (!sv) {
+            rc = baton_seterr(BATON_ENOMEM, 0, "out of memory");
+            goto out;
+        }
+        rc = pg_exec(e, c, sv, 1, q, pg_deadline_ms(e->io_timeout_ms), NULL, &r);
+        free(sv);
+        PQclear(r);
+    }
+out:
+    free(create);
+    free(ddl);
+    return rc;
+}
+
+int pg_table_ready(pgeng *e)
+{
+    PGconn *c = NULL;
+    PGresult *r = NULL;
+    const char *p[1] = { e->qtable };
+    char *ddl = NULL;
+    int rc, ok;
+
+    pthread_mutex_lock(&e->mu);
+    ok = e->table_ok;
+    pthread_mutex_unlock(&e->mu);
+    if (ok) return 0;
+    if ((rc = pg_conn_get(e, &c))) return rc;
+    /* Look first: CREATE TABLE IF NOT EXISTS needs the CREATE privilege on
+     * the schema even when the table is there, which a least-privilege
+     * role does not have. */
+    rc = pg_exec(e, c, "SELECT to_regclass($1) IS NOT NULL", 1, p, pg_deadline_ms(e->io_timeout_ms), NULL, &r);
+    if (rc) goto out;
+    ok = !strcmp(PQgetvalue(r, 0, 0), "t");
+    PQclear(r);
+    r = NULL;
+    if (!ok) {
+        char *create = pg_sql(e, "CREATE TABLE IF NOT EXISTS @T (name text PRIMARY KEY, key bigint NOT NULL, "
+                              "fence bigint NOT NULL DEFAULT 0, owner text, holder text, "
+                              "lease_until timestamptz, acquired_at timestamptz)");
+        if (!create || !(ddl = pg_sql(e, DDL))) {
+            free(create);
+            rc = baton_seterr(BATON_ENOMEM, 0, "out of memory");
+            goto out;
+        }
+        rc = pg_exec(e, c, create, 0, NULL, pg_deadline_ms(e->io_timeout_ms), NULL, &r);
+        free(create);
+        if (rc == BATON_EAUTH) {
+            const char *u = PQuser(c);
+            rc = baton_seterr(BATON_EAUTH, 0, "postgres: role \"%s\" may not create the lock table %s; "
+                              "ask a DBA to run: %s; GRANT SELECT, INSERT, UPDATE ON %s TO \"%s\";",
+                              u ? u : "", e->qtable, ddl, e->qtable, u ? u : "");
+            goto out;
+        }
+        /* two clients creating it at once: the loser sees a duplicate type */
+        if (rc && strstr(baton_error_last()->message, "23505")) rc = 0;
+        if (rc) goto out;
+        PQclear(r);
+        r = NULL;
+    }
+    if ((rc = check_shape(e, c, e->qtable))) goto out;
+    if (e->mode == PG_ROW && (rc = sequence_ready(e, c))) goto out;
+    pthread_mutex_lock(&e->mu);
+    e->table_ok = 1;
+    pthread_mutex_unlock(&e->mu);
+out:
+    free(ddl);
+    PQclear(r);
+    pg_conn_put(e, c);
+    return rc;
+}
+
+/* ---- open / close --------------------------------------------------------- */
+
+static const char *const passthrough[] = {
+    "sslmode", "sslrootcert", "sslcert", "sslkey", "sslcrl", "sslpassword", "passfile",
+    "application_name", "target_session_attrs", "channel_binding", "gssencmode", "keepalives",
+    "keepalives_idle", "keepalives_interval", "keepalives_count", "tcp_user_timeout", "options", NULL,
+};
+
+static int add_kw(pgeng *e, const char *k, const char *v)
+{
+    char *kk = strdup(k), *vv = strdup(v);
+    if (!kk || !vv) {
+        free(kk);
+        free(vv);
+        return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+    }
+    e->kw[e->nkw] = kk;
+    e->val[e->nkw] = vv;
+    e->nkw++;
+    return 0;
+}
+
+static int parse_ms(const char *k, const char *v, int lo, int hi, int *out)
+{
+    char *end;
+    long x = strtol(v, &end, 10);
+    if (!*v || *end || x < lo || x > hi)
+        return baton_seterr(BATON_EINVAL, 0, "postgres: %s must be a number of ms from %d to %d", k, lo, hi);
+    *out = (int)x;
+    return 0;
+}
+
+/* An identifier, double-quoted for SQL (a NUL-free string; quotes doubled). */
+static char *quote_ident(const char *s)
+{
+    size_t n = 3;
+    char *out, *o;
+    for (const char *p = s; *p; p++) n += *p == '"' ? 2 : 1;
+    if (!(out = malloc(n))) return NULL;
+    o = out;
+    *o++ = '"';
+    for (const char *p = s; *p; p++) {
+        if (*p == '"') *o++ = '"';
+        *o++ = *p;
+    }
+    *o++ = '"';
+    *o = 0;
+    return out;
+}
+
+static void eng_free(pgeng *e)
+{
+    for (int i = 0; i < e->nidle; i++) PQfinish(e->idle[i]);
+    if (e->kw)
+        for (size_t i = 0; i < e->nkw; i++) {
+            free((char *)e->kw[i]);
+            if (e->val[i]) memset((char *)e->val[i], 0, strlen(e->val[i])); /* a password among them */
+            free((char *)e->val[i]);
+        }
+    free(e->kw);
+    free(e->val);
+    free(e->schema);
+    free(e->table);
+    free(e->qtable);
+    free(e->qseq);
+    free(e->channel);
+    free(e->ident);
+    if (e->wake[0] >= 0) close(e->wake[0]);
+    if (e->wake[1] >= 0) close(e->wake[1]);
+    pthread_mutex_destroy(&e->mu);
+    free(e);
+}
+
+static int configure(pgeng *e, const baton_uri *u, const baton_client_options *opts)
+{
+    char hosts[1024] = "", ports[512] = "";
+    const char *mode = "session", *app = NULL;
+    int rc;
+
+    e->connect_timeout_ms = opts && opts->connect_timeout_ms > 0 ? opts->connect_timeout_ms : 2000;
+    e->io_timeout_ms = opts && opts->io_timeout_ms > 0 ? opts->io_timeout_ms : 5000;
+    /* keywords: hosts, ports, user, password, dbname, application_name + passthrough */
+    e->kw = calloc(u->nparams + 8, sizeof *e->kw);
+    e->val = calloc(u->nparams + 8, sizeof *e->val);
+    if (!e->kw || !e->val) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+    for (size_t i = 0; i < u->nparams; i++) {
+        const char *k = u->params[i].key, *v = u->params[i].value ? u->params[i].value : "";
+        int pass = 0;
+        for (const char *const *p = passthrough; *p; p++) pass |= !strcmp(*p, k);
+        if (!strcmp(k, "mode")) mode = v;
+        else if (!strcmp(k, "schema")) {
+            free(e->schema);
+            if (!(e->schema = strdup(v))) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+        } else if (!strcmp(k, "table")) {
+            free(e->table);
+            if (!(e->table = strdup(v))) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+        } else if (!strcmp(k, "connect_timeout_ms")) {
+            if ((rc = parse_ms(k, v, 1, 3600 * 1000, &e->connect_timeout_ms))) return rc;
+        } else if (pass) {
+            if (!strcmp(k, "application_name")) app = v;
+            if ((rc = add_kw(e, k, v))) return rc;
+        } else {
+            return baton_seterr(BATON_EINVAL, 0, "postgres: unknown option '%s' (known: mode, schema, table, "
+                                "connect_timeout_ms, and libpq's sslmode, sslrootcert, sslcert, sslkey, "
+                                "passfile, application_name, ...)", k);
+        }
+    }
+    if (!strcmp(mode, "session")) e->mode = PG_SESSION;
+    else if (!strcmp(mode, "lease")) e->mode = PG_LEASE;
+    else if (!strcmp(mode, "row")) e->mode = PG_ROW;
+    else return baton_seterr(BATON_EINVAL, 0, "postgres: mode must be session, lease or row, not '%s'", mode);
+    if (!e->table && !(e->table = strdup(DEFAULT_TABLE))) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+    /* 57: room for row mode's "<table>_fence" in PostgreSQL's 63-byte names */
+    if (!*e->table || strlen(e->table) > 57 || (e->schema && (!*e->schema || strlen(e->schema) > 63)))
+        return baton_seterr(BATON_EINVAL, 0, "postgres: table names are 1 to 57 bytes, schema names 1 to 63");
+
+    for (size_t i = 0; i < u->nhosts; i++) {
+        const char *h = u->hosts[i].host ? u->hosts[i].host : "";
+        char p[16];
+        if (strchr(h, ','))
+            return baton_seterr(BATON_EINVAL, 0, "postgres: bad host in the URI");
+        snprintf(p, sizeof p, "%d", u->hosts[i].port ? u->hosts[i].port : 5432);
+        if (strlen(hosts) + strlen(h) + 2 > sizeof hosts || strlen(ports) + strlen(p) + 2 > sizeof ports)
+            return baton_seterr(BATON_EINVAL, 0, "postgres: too many hosts in the URI");
+        if (i) {
+            strcat(hosts, ",");
+            strcat(ports, ",");
+        }
+        strcat(hosts, h);
+        strcat(ports, p);
+    }
+    if (*hosts && (rc = add_kw(e, "host", hosts))) return rc;
+    if (*ports && (rc = add_kw(e, "port", ports))) return rc;
+    if (u->user && *u->user && (rc = add_kw(e, "user", u->user))) return rc;
+    if (opts && opts->password) rc = add_kw(e, "password", opts->password);
+    else if (u->password) rc = add_kw(e, "password", u->password);
+    else rc = 0;
+    if (rc) return rc;
+    if (u->path && *u->path && (rc = add_kw(e, "dbname", u->path))) return rc;
+    if (!app && (rc = add_kw(e, "application_name", "baton"))) return rc;
+
+    /* "schema"."table", and the NOTIFY channel named after it */
+    {
+        char *qs = e->schema ? quote_ident(e->schema) : NULL, *qt = quote_ident(e->table);
+        size_t n = (qs ? strlen(qs) + 1 : 0) + (qt ? strlen(qt) : 0) + 1;
+        if ((e->schema && !qs) || !qt || !(e->qtable = malloc(n))) {
+            free(qs);
+            free(qt);
+            return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+        }
+        snprintf(e->qtable, n, "%s%s%s", qs ? qs : "", qs ? "." : "", qt);
+        free(qt);
+        {
+            char seq[80];
+            snprintf(seq, sizeof seq, "%s_fence", e->table);
+            qt = quote_ident(seq);
+            n = (qs ? strlen(qs) + 1 : 0) + (qt ? strlen(qt) : 0) + 1;
+            if (!qt || !(e->qseq = malloc(n))) {
+                free(qs);
+                free(qt);
+                return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+            }
+            snprintf(e->qseq, n, "%s%s%s", qs ? qs : "", qs ? "." : "", qt);
+        }
+        free(qs);
+        free(qt);
+        /* channel names are identifiers: at most 63 bytes */
+        if (!(e->channel = malloc(64))) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+        snprintf(e->channel, 64, "baton:%s%s%s", e->schema ? e->schema : "", e->schema ? "." : "", e->table);
+    }
+    return 0;
+}
+
+static int pg_open(void **eng, const baton_uri *u, const baton_client_options *opts)
+{
+    pgeng *e = calloc(1, sizeof *e);
+    int rc;
+
+    *eng = NULL;
+    if (!e) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+    e->wake[0] = e->wake[1] = -1;
+    pthread_mutex_init(&e->mu, NULL);
+    if ((rc = configure(e, u, opts))) goto fail;
+    if (pipe(e->wake) != 0) {
+        rc = baton_seterr(BATON_EIO, errno, "postgres: pipe: %s", strerror(errno));
+        goto fail;
+    }
+    /* Connect now: a wrong password or an unreachable server is an open
+     * error, not a surprise at the first lock. The connection is pooled. */
+    {
+        PGconn *c;
+        char buf[1300];
+        if ((rc = pg_conn_get(e, &c))) goto fail;
+        snprintf(buf, sizeof buf, "postgres://%s:%s/%s#%s", PQhost(c) ? PQhost(c) : "",
+                 PQport(c) ? PQport(c) : "", PQdb(c) ? PQdb(c) : "", e->qtable);
+        pg_conn_put(e, c);
+        if (!(e->ident = strdup(buf))) {
+            rc = baton_seterr(BATON_ENOMEM, 0, "out of memory");
+            goto fail;
+        }
+    }
+    *eng = e;
+    return 0;
+fail:
+    eng_free(e);
+    return rc;
+}
+
+static void pg_close(void *eng)
+{
+    pgeng *e = eng;
+    pg_listener_stop(e);
+    eng_free(e);
+}
+
+/* ---- locks ---------------------------------------------------------------- */
+
+/* The advisory key of NAME: the first 8 bytes of SHA-256(NAME), big-endian,
+ * as a signed int8 (docs/postgres-engine.md). */
+static void name_key(const char *name, pglock *l)
+{
+    unsigned char d[BATON_SHA256_SIZE];
+    uint64_t k = 0;
+    baton__sha256(name, strlen(name), d);
+    for (int i = 0; i < 8; i++) k = k << 8 | d[i];
+    snprintf(l->key, sizeof l->key, "%" PRId64, (int64_t)k);
+    /* pg_locks shows an int8 key as classid (high half) and objid (low half) */
+    snprintf(l->classid, sizeof l->classid, "%" PRIu32, (uint32_t)(k >> 32));
+    snprintf(l->objid, sizeof l->objid, "%" PRIu32, (uint32_t)k);
+}
+
+static int pg_lock_new(void *eng, const char *name, const baton_lock_options *opts, void **st)
+{
+    pgeng *e = eng;
+    pglock *l;
+    if (e->mode != PG_LEASE && opts && opts->fixed_lease)
+        return baton_seterr(BATON_ENOTSUP, 0, "postgres: no fixed leases in %s mode: a lock lives as "
+                            "long as its connection (use ?mode=lease)", e->mode == PG_ROW ? "row" : "session");
+    if (!(l = calloc(1, sizeof *l)) || !(l->name = strdup(name))) {
+        free(l);
+        return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+    }
+    l->e = e;
+    name_key(name, l);
+    *st = l;
+    return 0;
+}
+
+static void pg_lock_free(void *eng, void *st)
+{
+    pglock *l = st;
+    (void)eng;
+    /* a connection still here belongs to a grant that was lost: closing it
+     * makes sure the server holds nothing for it */
+    if (l->conn) PQfinish(l->conn);
+    if (l->rw) {
+        int last;
+        pg_rw_drop(l);
+        pthread_mutex_lock(&l->rw->mu);
+        last = --l->rw->refs == 0;
+        pthread_mutex_unlock(&l->rw->mu);
+        if (last) {
+            pthread_mutex_destroy(&l->rw->mu);
+            free(l->rw);
+        }
+    }
+    free(l->name);
+    free(l);
+}
+
+static int pg_rwlock_new(void *eng, const char *name, const baton_lock_options *opts, void **rd, void **wr)
+{
+    pgeng *e = eng;
+    pglock *r = NULL, *w = NULL;
+    pgrw *rw;
+    int rc;
+
+    if (e->mode != PG_SESSION)
+        return baton_seterr(BATON_ENOTSUP, 0, "postgres: read-write locks exist in session mode only");
+    if (!(rw = calloc(1, sizeof *rw))) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+    if ((rc = pg_lock_new(eng, name, opts, (void **)&r))) goto fail;
+    if ((rc = pg_lock_new(eng, name, opts, (void **)&w))) goto fail;
+    pthread_mutex_init(&rw->mu, NULL);
+    rw->refs = 2;
+    r->kind = PG_READ;
+    w->kind = PG_WRITE;
+    r->rw = w->rw = rw;
+    *rd = r;
+    *wr = w;
+    return 0;
+fail:
+    if (r) pg_lock_free(eng, r);
+    free(rw);
+    return rc;
+}
+
+static int pg_lock_acquire(void *eng, void *st, baton_acquire_req *req)
+{
+    pgeng *e = eng;
+    int rc;
+    if ((rc = pg_table_ready(e))) return rc;
+    if (((pglock *)st)->rw) return pg_rw_acquire(e, st, req);
+    if (e->mode == PG_ROW) return pg_row_acquire(e, st, req);
+    return e->mode == PG_SESSION ? pg_session_acquire(e, st, req) : pg_lease_acquire(e, st, req);
+}
+
+static int pg_lock_release(void *eng, void *st, const baton_owner *owner)
+{
+    pgeng *e = eng;
+    if (((pglock *)st)->rw) return pg_rw_release(e, st);
+    if (e->mode == PG_ROW) return pg_row_release(e, st);
+    return e->mode == PG_SESSION ? pg_session_release(e, st) : pg_lease_release(e, st, owner);
+}
+
+static int pg_lock_renew(void *eng, void *st, const baton_owner *owner, uint32_t lease_ms, int64_t deadline_ns)
+{
+    pgeng *e = eng;
+    if (((pglock *)st)->rw) return pg_rw_renew(e, st, deadline_ns);
+    if (e->mode == PG_ROW) return pg_row_renew(e, st, deadline_ns);
+    return e->mode == PG_SESSION ? pg_session_renew(e, st, deadline_ns)
+                                 : pg_lease_renew(e, st, owner, lease_ms, deadline_ns);
+}
+
+static int pg_lock_info(void *eng, const char *name, baton_lockinfo *out)
+{
+    pgeng *e = eng;
+    pglock k;
+    PGresult *r = NULL;
+    char *sql;
+    int rc;
+
+    if ((rc = pg_table_ready(e))) return rc;
+    if (e->mode == PG_ROW) return pg_row_info(e, name, out);
+    memset(&k, 0, sizeof k);
+    name_key(name, &k);
+    {
+        const char *p[3] = { name, k.classid, k.objid };
+        /* session mode: held = the server holds the advisory lock (whoever
+         * takes it); lease mode: held = the lease has not run out */
+        sql = pg_sql(e, e->mode == PG_SESSION
+            ? "WITH k AS (SELECT mode, granted FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1 "
+              "AND classid = $2::oid AND objid = $3::oid "
+              "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())) "
+              "SELECT t.fence, coalesce(t.holder, ''), -1, EXISTS (SELECT 1 FROM k WHERE granted), "
+              "(SELECT count(*) FROM k WHERE granted AND mode = 'ShareLock'), "
+              "EXISTS (SELECT 1 FROM k WHERE granted AND mode = 'ExclusiveLock'), "
+              "(SELECT count(*) FROM k WHERE NOT granted AND mode = 'ExclusiveLock') "
+              "FROM (SELECT $1::text AS n) q LEFT JOIN @T t ON t.name = q.n"
+            : "SELECT t.fence, coalesce(t.holder, ''), coalesce(ceil(extract(epoch FROM "
+              "(t.lease_until - clock_timestamp())) * 1000)::bigint, -1), "
+              "coalesce(t.owner IS NOT NULL AND t.lease_until > clock_timestamp(), false) "
+              "FROM (SELECT $1::text AS n, $2::text AS a, $3::text AS b) q LEFT JOIN @T t ON t.name = q.n");
+        if (!sql) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+        rc = pg_run(e, sql, 3, p, 1, &r);
+        free(sql);
+    }
+    if (rc) return rc;
+    out->held = !strcmp(PQgetvalue(r, 0, 3), "t");
+    if (e->mode == PG_SESSION) {
+        /* a plain lock is the exclusive mode too: it shows as a writer */
+        out->readers = strtoll(PQgetvalue(r, 0, 4), NULL, 10);
+        out->writer = !strcmp(PQgetvalue(r, 0, 5), "t");
+        out->waiting_writers = strtoll(PQgetvalue(r, 0, 6), NULL, 10);
+    }
+    out->fence = PQgetisnull(r, 0, 0) ? 0 : strtoull(PQgetvalue(r, 0, 0), NULL, 10);
+    if (out->held) {
+        snprintf(out->holder, sizeof out->holder, "%s", PQgetvalue(r, 0, 1));
+        if (e->mode == PG_LEASE) {
+            out->remaining_ms = strtoll(PQgetvalue(r, 0, 2), NULL, 10);
+            if (out->remaining_ms < 1) out->remaining_ms = 1;
+        }
+    }
+    PQclear(r);
+    return 0;
+}
+
+static int pg_identity(void *eng, char *buf, size_t n)
+{
+    pgeng *e = eng;
+    snprintf(buf, n, "%s", e->ident);
+    return 0;
+}
+
+static int pg_describe(void *eng, char *buf, size_t n)
+{
+    pgeng *e = eng;
+    PGconn *c;
+    int rc = pg_conn_get(e, &c), v;
+    if (rc) return rc;
+    v = PQserverVersion(c);
+    snprintf(buf, n, "%s mode, table %s, server %d.%d at %s:%s database %s as %s",
+             e->mode == PG_SESSION ? "session" : e->mode == PG_LEASE ? "lease" : "row", e->qtable, v / 10000, v % 10000,
+             PQhost(c) ? PQhost(c) : "", PQport(c) ? PQport(c) : "", PQdb(c) ? PQdb(c) : "",
+             PQuser(c) ? PQuser(c) : "");
+    pg_conn_put(e, c);
+    return 0;
+}
+
+static const char *const pg_schemes[] = { "postgres", "postgresql", NULL };
+
+const baton_backend baton__backend_postgres = {
+    .version = BATON_BACKEND_VERSION,
+    .name = "postgres",
+    .schemes = pg_schemes,
+    /* RWLOCK: session mode only (lease mode answers BATON_ENOTSUP) */
+    .caps = BATON_CAP_LEASE | BATON_CAP_NOTIFY | BATON_CAP_INFO | BATON_CAP_RWLOCK,
+    .open = pg_open,
+    .close = pg_close,
+    .lock_new = pg_lock_new,
+    .lock_free = pg_lock_free,
+    .lock_acquire = pg_lock_acquire,
+    .lock_release = pg_lock_release,
+    .lock_renew = pg_lock_renew,
+    .lock_info = pg_lock_info,
+    .rwlock_new = pg_rwlock_new,
+    .identity = pg_identity,
+    .describe = pg_describe,
+};

@@ -1,0 +1,141 @@
+/*
+ * Internal declarations shared by the PostgreSQL backend modules:
+ *   pg.c       URI/options, connecting (libpq, non-blocking with our own
+ *              timeout), the connection pool, running one statement with a
+ *              deadline and cancellation, errors, the table, identity,
+ *              describe and the backend table
+ *   session.c  session mode: pg_advisory_lock on the lock's own connection
+ *   lease.c    lease mode: a conditional upsert on the server's clock, the
+ *              LISTEN thread that wakes waiters
+ *   row.c      row mode: the row locked by a transaction kept open
+ *   rw.c       read-write locks (session mode)
+ *
+ * Layout and rules: docs/postgres-engine.md.
+ */
+#ifndef BATON_PG_INT_H
+#define BATON_PG_INT_H
+
+#include "baton/sys/backend.h"
+
+#include <libpq-fe.h>
+#include <pthread.h>
+#include <stdint.h>
+
+enum { PG_SESSION, PG_LEASE, PG_ROW };
+
+#define PG_POOL_IDLE 4       /* idle connections a client keeps for reuse */
+
+/* A blocked lease-mode acquire, woken by a NOTIFY for its name. */
+typedef struct pgwait {
+    const char *name;
+    baton_waiter *w;
+    struct pgwait *next;
+} pgwait;
+
+typedef struct pgeng {
+    pthread_mutex_t mu;
+    int mode;                /* PG_SESSION or PG_LEASE */
+    const char **kw, **val;  /* libpq connection keywords, NULL-terminated */
+    size_t nkw;
+    int connect_timeout_ms;
+    int io_timeout_ms;
+    char *schema, *table;    /* as given (schema NULL = the search_path's) */
+    char *qtable;            /* quoted, qualified: "schema"."table" */
+    char *qseq;              /* row mode's fence sequence: "schema"."table_fence" */
+    char *channel;           /* NOTIFY channel of this table (lease mode) */
+    char *ident;             /* identity() */
+    /* guarded by mu */
+    PGconn *idle[PG_POOL_IDLE];
+    int nidle;
+    int table_ok;            /* the table exists and has our shape */
+    pgwait *waits;
+    int listening;           /* the listener's LISTEN is in effect */
+    int stop;
+    pthread_t thr;
+    int thr_started;
+    int wake[2];             /* self-pipe: stops the listener */
+} pgeng;
+
+enum { PG_LOCK, PG_READ, PG_WRITE };
+
+/* The two sides of a read-write lock share one connection (one session):
+ * the holder of the write side takes the read side on the same session
+ * (a downgrade), which PostgreSQL grants at once. */
+typedef struct pgrw {
+    pthread_mutex_t mu;      /* one statement at a time on conn (a side's keeper check vs the other side) */
+    PGconn *conn;            /* while either side is held */
+    int held[2];             /* [0] read side, [1] write side */
+    int refs;                /* lock states still using it */
+} pgrw;
+
+/* One lock state. */
+typedef struct pglock {
+    pgeng *e;
+    int kind;                /* PG_LOCK, PG_READ or PG_WRITE */
+    pgrw *rw;                /* PG_READ and PG_WRITE: the pair */
+    char *name;
+    char key[24];            /* the advisory key, decimal (int8) */
+    char classid[16], objid[16]; /* its halves as pg_locks shows them */
+    PGconn *conn;            /* session mode: the connection holding the lock */
+    uint64_t fence;          /* of the current grant, 0 when none */
+} pglock;
+
+/* ---- pg.c ---------------------------------------------------------------- */
+
+int64_t pg_deadline_ms(int ms);
+/* A connection from the pool, or a new one (within the connect timeout).
+ * BATON_EUNAVAILABLE, BATON_EAUTH. */
+int pg_conn_get(pgeng *e, PGconn **out);
+/* Back to the pool when it is healthy and idle, else closed. NULL is fine. */
+void pg_conn_put(pgeng *e, PGconn *c);
+/* Runs SQL (text parameters) on C. Waits at most until DEADLINE (monotonic
+ * ns, INT64_MAX = no limit) and stops early when W (may be NULL) is
+ * cancelled; in both cases the statement is cancelled on the server
+ * (PQcancel). 0 with *res (free it with PQclear); BATON_ETIMEDOUT or
+ * BATON_ECANCELED when it was stopped; BATON_EUNAVAILABLE when the
+ * connection broke or the server does not answer (C is then unusable:
+ * pg_conn_put closes it); or the server's error as a baton code. */
+int pg_exec(pgeng *e, PGconn *c, const char *sql, int n, const char *const *params, int64_t deadline,
+            baton_waiter *w, PGresult **res);
+/* pg_exec on a pooled connection within the I/O timeout; RETRY = the
+ * statement may run twice (tried again once on a fresh connection when a
+ * pooled one turns out to be dead). */
+int pg_run(pgeng *e, const char *sql, int n, const char *const *params, int retry, PGresult **res);
+/* The table exists (created when missing) and has the columns we use:
+ * BATON_EPROTO naming a wrong column, BATON_EAUTH with the DDL to run when
+ * we may not create it. Checked once per client. */
+int pg_table_ready(pgeng *e);
+/* A statement's text with every "@T" replaced by the quoted table name
+ * (malloc'd; NULL when out of memory). */
+char *pg_sql(pgeng *e, const char *tmpl);
+/* A result's error (or the connection's) as a baton code, with the message. */
+int pg_err(PGresult *r, PGconn *c, const char *what);
+
+/* ---- session.c / lease.c ------------------------------------------------- */
+
+/* The granting statement: the advisory lock (SHARED or exclusive; a try,
+ * or a WAIT) and, when granted, the name's row upserted with fence + 1;
+ * parameters name, key, owner hex, holder; returns the fence, or no row. */
+char *pg_grant_sql(pgeng *e, int shared, int wait);
+int pg_session_acquire(pgeng *e, pglock *l, baton_acquire_req *req);
+int pg_session_release(pgeng *e, pglock *l);
+int pg_session_renew(pgeng *e, pglock *l, int64_t deadline_ns);
+/* The read or write side of a read-write lock (session mode). */
+int pg_rw_acquire(pgeng *e, pglock *l, baton_acquire_req *req);
+int pg_rw_release(pgeng *e, pglock *l);
+int pg_rw_renew(pgeng *e, pglock *l, int64_t deadline_ns);
+/* A side freed while the server may still hold it (a grant reported lost). */
+void pg_rw_drop(pglock *l);
+
+int pg_row_acquire(pgeng *e, pglock *l, baton_acquire_req *req);
+int pg_row_release(pgeng *e, pglock *l);
+int pg_row_renew(pgeng *e, pglock *l, int64_t deadline_ns);
+int pg_row_info(pgeng *e, const char *name, baton_lockinfo *out);
+
+int pg_lease_acquire(pgeng *e, pglock *l, baton_acquire_req *req);
+int pg_lease_release(pgeng *e, pglock *l, const baton_owner *owner);
+int pg_lease_renew(pgeng *e, pglock *l, const baton_owner *owner, uint32_t lease_ms, int64_t deadline_ns);
+/* Stops the listener thread (close). */
+void pg_listener_stop(pgeng *e);
+
+#endif
