@@ -55,8 +55,11 @@ kill -TERM $H; wait $H 2>/dev/null
 check "flock -n succeeds once baton let go" [ "$(rc_of flock -n "$JOB" true)" = 0 ]
 
 # ---- flock holds: baton waits, times out, or gets it when flock lets go --
-rm -f "$TMP/held"
-flock "$JOB" sh -c "touch '$TMP/held'; sleep 1.5" & BG_PIDS+=($!); F=$!
+rm -f "$TMP/held" "$TMP/flock.go"
+# flock holds until told to let go (at most 30 s): a fixed hold ran out
+# before the waiting case below on a loaded machine under ASan
+flock "$JOB" sh -c "touch '$TMP/held'; i=0; while [ ! -e '$TMP/flock.go' ] && [ \$i -lt 600 ]; do sleep 0.05; i=\$((i+1)); done" &
+F=$!; BG_PIDS+=($F)
 check "flock holds $JOB" wait_for "$TMP/held"
 check "baton run -n fails while flock holds (exit 1)" [ "$(rc_of "$BATON" run -n "$JOB" true)" = 1 ]
 check "baton run -n -E 9 exits 9" [ "$(rc_of "$BATON" run -n -E 9 "$JOB" true)" = 9 ]
@@ -68,6 +71,7 @@ check "baton status says held" bash -c "'$BATON' status '$JOB' | grep -q '^held:
 "$BATON" run "$JOB" -- sh -c "echo \"\$BATON_FENCE\" > '$TMP/f1'" & W=$!
 sleep 0.2
 check "a waiting baton run waits while flock holds" [ ! -e "$TMP/f1" ]
+touch "$TMP/flock.go"
 wait $F
 wait $W; rc=$?
 check "it runs once flock lets go (exit $rc)" [ $rc = 0 -a -s "$TMP/f1" ]
