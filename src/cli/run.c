@@ -458,6 +458,18 @@ void cli_usage_elect(FILE *f)
         "leader) and BATON_URI. exit: as baton run (75: leadership lost while COMMAND ran).\n");
 }
 
+/* baton_election_open, its failure reported (an engine without elections
+ * in words of its own). */
+static int election_open(baton_election **e, baton_client *c, const char *name, const baton_election_options *o)
+{
+    int rc = baton_election_open(e, c, name, o);
+    if (rc == BATON_ENOTSUP)
+        fprintf(stderr, "%s: elections are not supported by the %s engine\n", prog, baton_client_backend(c));
+    else if (rc)
+        cli_report("election", rc);
+    return rc;
+}
+
 /* --listen and --leader: observe the election without campaigning. */
 static int elect_watch(const char *uri, const char *name, int listen, int64_t wait_ms)
 {
@@ -469,11 +481,7 @@ static int elect_watch(const char *uri, const char *name, int listen, int64_t wa
     int rc, code = 0;
 
     if ((rc = baton_client_open(&c, uri, NULL))) { cli_report("open", rc); return cli_exit_for(rc); }
-    if ((rc = baton_election_open(&e, c, name, NULL))) {
-        if (rc == BATON_ENOTSUP)
-            fprintf(stderr, "%s: elections are not supported by the %s engine\n", prog, baton_client_backend(c));
-        else
-            cli_report("election", rc);
+    if ((rc = election_open(&e, c, name, NULL))) {
         code = cli_exit_for(rc);
         goto out;
     }
@@ -715,11 +723,7 @@ static int run_main(int argc, char **argv, int elect)
         eo.lease_ms = r.lease_ms;
         eo.on_lost = on_lost_lead;
         r.value = value;
-        if ((rc = baton_election_open(&r.el, c, name, &eo))) {
-            if (rc == BATON_ENOTSUP)
-                fprintf(stderr, "%s: elections are not supported by the %s engine\n", prog, baton_client_backend(c));
-            else
-                cli_report("election", rc);
+        if ((rc = election_open(&r.el, c, name, &eo))) {
             code = cli_exit_for(rc);
             goto out;
         }

@@ -116,49 +116,59 @@ int baton_client_describe(baton_client *c, char *buf, size_t n)
     return c->be->describe(c->eng, buf, n);
 }
 
+/* Calls FN on every member of the host's client (none once it is closing)
+ * and kicks the keeper when one of them made something due. */
+static void host_each(baton_host *h, int (*fn)(baton__member *m, void *arg), void *arg)
+{
+    baton_client *c;
+    int any = 0;
+    if (!h) return;
+    pthread_mutex_lock(&h->mu);
+    if (!(c = h->c)) {
+        pthread_mutex_unlock(&h->mu);
+        return;
+    }
+    pthread_mutex_lock(&c->mu);
+    for (baton__member *m = c->members; m; m = m->cnext)
+        if (fn(m, arg)) any = 1;
+    pthread_mutex_unlock(&c->mu);
+    if (any) baton__keeper_kick(c->keeper);
+    pthread_mutex_unlock(&h->mu);
+}
+
+static int member_recheck(baton__member *m, void *arg)
+{
+    return m->recheck && m->recheck(m, *(int64_t *)arg);
+}
+
 /* Every held, renewed lock is due for its owner-checked renewal now: the
  * engine said it may have lost them (see backend.h). */
 void baton_host_recheck(baton_host *h)
 {
-    baton_client *c;
-    int any = 0;
-    if (!h) return;
-    pthread_mutex_lock(&h->mu);
-    if (!(c = h->c)) {
-        pthread_mutex_unlock(&h->mu);
-        return;
-    }
     int64_t now = baton_now_ns();
-    pthread_mutex_lock(&c->mu);
-    for (baton__member *m = c->members; m; m = m->cnext)
-        if (m->recheck && m->recheck(m, now)) any = 1;
-    pthread_mutex_unlock(&c->mu);
-    if (any) baton__keeper_kick(c->keeper);
-    pthread_mutex_unlock(&h->mu);
+    host_each(h, member_recheck, &now);
+}
+
+typedef struct {
+    void *st;
+    uint64_t fence;
+} lost_arg;
+
+static int member_lost(baton__member *m, void *arg)
+{
+    lost_arg *a = arg;
+    return m->lost && m->lost(m, a->st, a->fence);
 }
 
 /* The engine says grants are gone (see backend.h): the keeper reports them. */
-static void host_lost(baton_host *h, void *st, uint64_t fence)
-{
-    baton_client *c;
-    int any = 0;
-    if (!h) return;
-    pthread_mutex_lock(&h->mu);
-    if (!(c = h->c)) {
-        pthread_mutex_unlock(&h->mu);
-        return;
-    }
-    pthread_mutex_lock(&c->mu);
-    for (baton__member *m = c->members; m; m = m->cnext)
-        if (m->lost && m->lost(m, st, fence)) any = 1;
-    pthread_mutex_unlock(&c->mu);
-    if (any) baton__keeper_kick(c->keeper);
-    pthread_mutex_unlock(&h->mu);
-}
-
 void baton_host_lost(baton_host *h, void *st, uint64_t fence)
 {
-    if (st) host_lost(h, st, fence);
+    lost_arg a = { st, fence };
+    if (st) host_each(h, member_lost, &a);
 }
 
-void baton_host_lost_all(baton_host *h) { host_lost(h, NULL, 0); }
+void baton_host_lost_all(baton_host *h)
+{
+    lost_arg a = { NULL, 0 };
+    host_each(h, member_lost, &a);
+}
