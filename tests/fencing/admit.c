@@ -74,6 +74,7 @@ static void test_admit_store_refuse(void)
     CHECK(seen == UINT64_MAX);
     CHECK_RC(baton_fence_admit(p, UINT64_MAX - 1, NULL), BATON_ESTALE);
     CHECK(strcmp(baton_strerror(BATON_ESTALE), "unknown error") != 0);
+    CHECK(BATON_ESTALE == -16);   /* never renumbered */
 }
 
 static void test_files_of_others(void)
