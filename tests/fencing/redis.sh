@@ -46,7 +46,7 @@ rm -f fa a.out go done
     echo "$BATON_FENCE" > fa
     while [ ! -e go ]; do sleep 0.05; done
     ./write "A $BATON_FENCE" > a.out
-    "$0" fence data.fence -- sh -c "echo A > data"; echo $? > a.fence.rc
+    "$0" fence data.fence -- sh -c "echo A > data"; echo $? > a.rc.tmp; mv a.rc.tmp a.fence.rc
     while [ ! -e done ]; do sleep 0.05; done' "$BATON" >/dev/null 2>a.err &
 AP=$!
 BG_PIDS+=("$AP")
@@ -61,7 +61,7 @@ FA=$(cat fa) FB=$(cat fb)
 check "B's fence ($FB) is larger than A's ($FA)" gt "$FB" "$FA"
 check "B's EVAL wrote (1)" [ "$(cat b.out)" = 1 ]
 touch go                        # A, still believing it holds the lock, writes
-check "A's late writes are done" wait_file a.fence.rc 20 && sleep 0.1
+check "A's late writes are done" wait_file a.fence.rc 20
 check "A's late EVAL is refused (0)" [ "$(cat a.out)" = 0 ]
 check "the data is B's" [ "$(rcli GET "{$R}:data")" = "B $FB" ]
 check "the fence key holds B's fence, digit for digit" [ "$(rcli GET "{$R}:fence")" = "$FB" ]

@@ -56,7 +56,7 @@ rm -f fa a.rows go done
 "${B[@]}" run -u "$URI" -t 1 "$N" -- sh -c '
     echo "$BATON_FENCE" > fa
     while [ ! -e go ]; do sleep 0.05; done
-    ./pgwrite pg-update 1 111 "$BATON_FENCE" > a.rows
+    ./pgwrite pg-update 1 111 "$BATON_FENCE" > a.rows.tmp && mv a.rows.tmp a.rows
     while [ ! -e done ]; do sleep 0.05; done' >/dev/null 2>"$TMP/a.err" &
 AP=$!
 BG_PIDS+=("$AP")
@@ -69,7 +69,7 @@ FA=$(cat fa) FB=$(cat fb)
 check "B's fence ($FB) is larger than A's ($FA)" gt "$FB" "$FA"
 check "B's update changed 1 row" [ "$(cat b.rows)" = 1 ]
 touch go                         # A, still believing it holds the lock, writes
-check "A's late write is done" wait_file a.rows 20 && sleep 0.1
+check "A's late write is done" wait_file a.rows 20
 check "A's late update changed 0 rows: fenced off" [ "$(cat a.rows)" = 0 ]
 check "the row holds B's data and fence" [ "$(sql 'SELECT balance, fence FROM accounts WHERE id = 1')" = "222|$FB" ]
 cont_holder "$AP"
