@@ -95,6 +95,27 @@ expect_rc 0 "the recipe stores a larger one" env BATON_FENCE=$((big + 1)) sh fen
 expect_rc 65 "  baton fence then refuses the previous" b fence out.csv.fence "$big"
 
 # ---- concurrent admits serialize ---------------------------------------------
+# 8 writers of one holder (one fence: all admitted) released at once by a
+# file: their commands must run one at a time.
+E=$TMP/e.fence
+: > elog
+rm -f go
+pids=()
+for i in 1 2 3 4 5 6 7 8; do
+    sh -c 'while [ ! -e go ]; do sleep 0.01; done
+           exec "$0" fence "$1" 100 -- sh -c "echo start $2 >> elog; sleep 0.1; echo end $2 >> elog"' \
+        "$BATON" "$E" "$i" 2>/dev/null &
+    pids+=("$!")
+done
+touch go
+erc=0
+for p in "${pids[@]}"; do wait "$p" || erc=$?; done
+check "one fence, 8 writers at once: all admitted (odd exit: $erc)" [ "$erc" = 0 ]
+check "  8 start/end pairs" [ "$(wc -l < elog)" = 16 ]
+check "  no two commands overlap" awk '
+    NR % 2 == 1 { if ($1 != "start") exit 1; s = $2; next }
+    { if ($1 != "end" || $2 != s) exit 1 }' elog
+
 # 16 writers start at once, fences in a shuffled order. Each admitted one logs
 # "start i", pauses, logs "end i" under the guard. Serialized: every start is
 # followed by its own end; admitted fences increase; the largest always wins.
