@@ -55,11 +55,37 @@ static int parse_fence(const char *s, uint64_t *out)
     return 0;
 }
 
+static volatile sig_atomic_t g_child;
+
+/* INT, TERM, HUP, QUIT go to COMMAND, and we wait for it: the flock must
+ * outlive COMMAND's write (only SIGKILL can end us first). */
+static void forward(int sig)
+{
+    if (g_child > 0) kill((pid_t)g_child, sig);
+}
+
 /* COMMAND under the guard: its exit status the shell's way. */
 static int run_command(char **argv)
 {
+    static const int sigs[] = { SIGINT, SIGTERM, SIGHUP, SIGQUIT };
+    struct sigaction sa, old;
     int status;
-    pid_t pid = fork(), w;
+    pid_t pid, w;
+
+    /* waitpid needs SIGCHLD not ignored */
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = SIG_DFL;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGCHLD, &sa, NULL);
+    sa.sa_handler = forward;
+    sa.sa_flags = SA_RESTART;
+    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
+        /* a signal we were started with ignored stays ignored, for COMMAND too */
+        if (sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler != SIG_IGN)
+            sigaction(sigs[i], &sa, NULL);
+    }
+    fflush(NULL);
+    pid = fork();
 
     if (pid < 0) {
         fprintf(stderr, "%s: fence: fork: %s\n", cli_prog, strerror(errno));
@@ -70,6 +96,7 @@ static int run_command(char **argv)
         fprintf(stderr, "%s: fence: %s: %s\n", cli_prog, argv[0], strerror(errno));
         _exit(errno == ENOENT ? 127 : 126);
     }
+    g_child = pid;
     while ((w = waitpid(pid, &status, 0)) < 0 && errno == EINTR)
         ;
     if (w < 0) {

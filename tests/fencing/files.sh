@@ -59,6 +59,21 @@ expect_rc 65 "fenced off: COMMAND does not run" b fence "$G" 9 -- sh -c 'echo ra
 check "  it did not" [ ! -e "$TMP/ran" ]
 expect_rc 127 "a COMMAND that does not exist" b fence "$G" 10 -- "$TMP/no-such-command"
 
+# SIGTERM to baton fence goes to COMMAND, and the flock is kept until COMMAND
+# has exited: an admit that comes after the signal finds COMMAND's write done.
+T=$TMP/t.fence
+rm -f started tdone
+"${B[@]}" fence "$T" 5 -- sh -c 'trap "sleep 0.3; echo done > tdone; exit 7" TERM
+    touch started; while :; do sleep 0.05; done' 2>/dev/null &
+TP=$!
+BG_PIDS+=("$TP")
+check "a command under baton fence runs" wait_file started 20
+kill -TERM "$TP"
+expect_rc 0 "the next admit waits for it" b fence "$T" 6
+check "  and finds its write done" [ -e tdone ]
+wait_pid "$TP" 20
+check "baton fence forwarded SIGTERM and exits with COMMAND's status (7, got $RC)" [ "$RC" = 7 ]
+
 # ---- a stale holder with real grants ----------------------------------------
 # A's grant, kept; then B's grant and write; then A's late write with its fence
 # (as a holder paused past its lease would do on an engine with leases).
