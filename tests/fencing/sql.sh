@@ -81,6 +81,26 @@ check "B again with its fence (the same holder): 1 row" [ "$(./pgwrite pg-update
 check "control: without the fence condition A's write lands" [ "$(./pgwrite pg-update-nofence 1 111 "$FA")" = 1 ]
 check "  (and clobbers B's data)" [ "$(sql 'SELECT balance FROM accounts WHERE id = 1')" = 111 ]
 
+# A newer holder's UPDATE, not committed yet, holds the row; B's UPDATE with
+# its (now older) fence waits for it, then re-checks the condition against
+# the committed row: 0 rows, although the fence it first saw was its own.
+sql "UPDATE accounts SET balance = 0, fence = $FB WHERE id = 1"
+FN=$(( FB + 1000 ))
+rm -f locked1
+PGOPTIONS="-c search_path=$SCHEMA" psql_ -Atq >/dev/null 2>&1 <<EOS &
+BEGIN;
+UPDATE accounts SET balance = 900, fence = $FN WHERE id = 1;
+\! touch $TMP/locked1
+SELECT pg_sleep(1.5);
+COMMIT;
+EOS
+NP=$!
+BG_PIDS+=("$NP")
+check "a newer holder's UPDATE holds the row" wait_file locked1 20
+check "B's UPDATE waits, re-checks, changes 0 rows" [ "$(./pgwrite pg-update 1 333 "$FB")" = 0 ]
+wait "$NP"
+check "  the newer data stands" [ "$(sql 'SELECT balance, fence FROM accounts WHERE id = 1')" = "900|$FN" ]
+
 # ---- upsert ----------------------------------------------------------------------
 FC=$(b run -u "$URI" "$N" -- sh -c 'echo "$BATON_FENCE"')
 check "a third grant's fence ($FC) is larger still" gt "$FC" "$FB"
