@@ -102,6 +102,11 @@ printf 'stale\n' > stale
 expect_rc 65 "docs: the flock(1) recipe with A's stale fence" env BATON_FENCE="$FA" sh fenced-cp out.csv stale
 check "  fenced off, out.csv unchanged" cmp -s v2 out.csv
 check "  says so" grep -q "fenced off: stored" "$TMP/err"
+echo "junk" > junk.csv.fence
+expect_rc 74 "docs: the flock(1) recipe fails closed on a fence file of junk" b run -u "$URI" "$N" -- sh fenced-cp junk.csv v2
+check "  and writes nothing" [ ! -e junk.csv ]
+expect_rc 74 "docs: ... and on a BATON_FENCE that is not a number" env BATON_FENCE=12x sh fenced-cp out.csv stale
+check "  out.csv unchanged" cmp -s v2 out.csv
 # both use one fence file and one lock: each refuses what the other stored
 big=$(( $(cat out.csv.fence) + 1000 ))
 expect_rc 0 "baton fence raises the fence the recipe reads" b fence out.csv.fence "$big"
