@@ -29,7 +29,8 @@ static void usage(FILE *f)
         "exit: the child's status (128+signal if killed), 1 busy, 64 usage, 69 engine\n"
         "unreachable or authentication failed, 70 internal failure, 74 the lock store\n"
         "refused (a planted file, an I/O error), 75 lease lost while\n"
-        "CMD ran, 128+signal when INT/TERM/HUP canceled the wait; baton fence: 65 fenced off.\n");
+        "CMD ran, 128+signal when INT/TERM/HUP canceled the wait. baton fence: 65 fenced\n"
+        "off (a newer fence is stored).\n");
 }
 
 static void usage_status(FILE *f)
