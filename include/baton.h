@@ -43,7 +43,8 @@ extern "C" {
     X(EPROTO, -12, "protocol error")                                           \
     X(EDEADLK, -13, "would deadlock")                                          \
     X(EIO, -14, "i/o error")                                                   \
-    X(ENOTHELD, -15, "not held")
+    X(ENOTHELD, -15, "not held")                                            \
+    X(ESTALE, -16, "fenced off: a newer fence was seen")
 
 typedef enum {
 #define BATON__ERR_ENUM(name, value, msg) BATON_##name = value,
@@ -312,6 +313,31 @@ BATON_EXTERN(int) baton_multilock_held(const baton_multilock *m);
 BATON_EXTERN(size_t) baton_multilock_fences(const baton_multilock *m, uint64_t *out, size_t cap);
 BATON_EXTERN(int) baton_multilock_cancel(baton_multilock *m);
 BATON_EXTERN(void) baton_multilock_free(baton_multilock *m);
+
+/* ---- fence files -----------------------------------------------------------
+ * Fencing the caller's own files with a grant's fence (docs/fencing.md). The
+ * fence file PATH holds the highest fence admitted so far, in decimal (a
+ * missing or empty file: none yet). Under an exclusive flock(2) on PATH.lock
+ * (created beside it, mode 0666 & ~umask), FENCE is admitted when it is >=
+ * the stored fence — equal is the same holder writing again; a later holder
+ * always has a larger one — and stored by writing PATH.tmp and renaming it
+ * over PATH (fsync'd). A smaller FENCE is refused with BATON_ESTALE ("fenced
+ * off: stored N > yours M"), PATH unchanged. *seen (may be NULL) receives
+ * the fence stored before the call. FENCE 0 (no grant has it) and an empty
+ * PATH are BATON_EINVAL; a PATH that does not hold a fence, or an I/O error,
+ * BATON_EIO. The wait for the flock is unbounded (other admits are short;
+ * a guard is held as long as its owner writes). */
+typedef struct baton_fence_guard baton_fence_guard;
+
+/* Admits FENCE and lets go of the flock at once. */
+BATON_EXTERN(int) baton_fence_admit(const char *path, uint64_t fence, uint64_t *seen);
+/* Admits FENCE and keeps the flock in *out until baton_fence_leave(), so that
+ * the caller's write happens before any other admit of PATH: no newer holder
+ * can admit and write in between. *out is NULL on failure. */
+BATON_EXTERN(int) baton_fence_enter(baton_fence_guard **out, const char *path, uint64_t fence,
+                                    uint64_t *seen);
+/* Lets go of the flock and frees; NULL is a no-op. */
+BATON_EXTERN(void) baton_fence_leave(baton_fence_guard *g);
 
 #ifdef __cplusplus
 }

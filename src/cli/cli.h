@@ -12,6 +12,7 @@
 #define EX_IOERR 74        /* the lock store is in a state baton refuses (a planted file, an I/O error) */
 #define EX_SOFTWARE 70
 #define EX_LOST 75
+#define EX_FENCED 65       /* baton fence: a newer fence was seen (BATON_ESTALE) */
 
 extern const char *const cli_prog;   /* "baton" */
 
@@ -93,5 +94,7 @@ void cli_usage_run(FILE *f);
 int cli_elect(int argc, char **argv);
 void cli_usage_elect(FILE *f);
 int baton__cli_bench(int argc, char **argv);
+int cli_fence(int argc, char **argv);
+void cli_usage_fence(FILE *f);
 
 #endif

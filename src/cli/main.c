@@ -18,6 +18,7 @@ static void usage(FILE *f)
         "       baton status [-u URI] NAME\n"
         "       baton latch [-u URI] NAME set N | down | count | wait [-w SECS]\n"
         "       baton sem [-u URI] NAME set N | add N | available | drain\n"
+        "       baton fence [-q] FILE [FENCE] [-- COMMAND [ARG...]]\n"
         "       baton bench [-u URI] --workload W [options]\n"
         "       baton version\n"
         "\n"
@@ -28,7 +29,8 @@ static void usage(FILE *f)
         "exit: the child's status (128+signal if killed), 1 busy, 64 usage, 69 engine\n"
         "unreachable or authentication failed, 70 internal failure, 74 the lock store\n"
         "refused (a planted file, an I/O error), 75 lease lost while\n"
-        "CMD ran, 128+signal when INT/TERM/HUP canceled the wait.\n");
+        "CMD ran, 128+signal when INT/TERM/HUP canceled the wait. baton fence: 65 fenced\n"
+        "off (a newer fence is stored).\n");
 }
 
 static void usage_status(FILE *f)
@@ -240,10 +242,11 @@ static void log_to_stderr(int level, const char *msg, void *p)
 int main(int argc, char **argv)
 {
     baton_log_set(log_to_stderr, NULL);
-    if (argc < 2) return cli_usage_error(NULL, "missing command (run, elect, status, latch, sem, bench, version)");
+    if (argc < 2) return cli_usage_error(NULL, "missing command (run, elect, status, latch, sem, fence, bench, version)");
     if (!strcmp(argv[1], "run")) return cli_run(argc - 1, argv + 1);
     if (!strcmp(argv[1], "elect")) return cli_elect(argc - 1, argv + 1);
     if (!strcmp(argv[1], "status")) return cmd_status(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "fence")) return cli_fence(argc - 1, argv + 1);
     if (!strcmp(argv[1], "bench")) return baton__cli_bench(argc - 1, argv + 1);
     if (!strcmp(argv[1], "latch")) return cmd_sync(argc - 1, argv + 1, 1);
     if (!strcmp(argv[1], "sem")) return cmd_sync(argc - 1, argv + 1, 0);
