@@ -875,4 +875,5 @@ const baton_backend baton__backend_postgres = {
     .rwlock_new = pg_rwlock_new,
     .identity = pg_identity,
     .describe = pg_describe,
+    .engine_ops = pg_engine_ops,
 };

@@ -9,6 +9,7 @@
  *              LISTEN thread that wakes waiters
  *   row.c      row mode: the row locked by a transaction kept open
  *   rw.c       read-write locks (session mode)
+ *   ops.c      engine_ops: the server's statement counts (baton bench)
  *
  * Layout and rules: docs/postgres-engine.md.
  */
@@ -48,6 +49,7 @@ typedef struct pgeng {
     PGconn *idle[PG_POOL_IDLE];
     int nidle;
     int table_ok;            /* the table exists and has our shape */
+    int ops_src;             /* engine_ops' source, once known (ops.c) */
     pgwait *waits;
     int listening;           /* the listener's LISTEN is in effect */
     int stop;
@@ -137,5 +139,9 @@ int pg_lease_release(pgeng *e, pglock *l, const baton_owner *owner);
 int pg_lease_renew(pgeng *e, pglock *l, const baton_owner *owner, uint32_t lease_ms, int64_t deadline_ns);
 /* Stops the listener thread (close). */
 void pg_listener_stop(pgeng *e);
+
+/* ---- ops.c ------------------------------------------------------------------ */
+
+int pg_engine_ops(void *eng, void (*fn)(void *arg, const char *op, uint64_t count), void *arg);
 
 #endif
