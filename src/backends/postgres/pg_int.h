@@ -24,6 +24,11 @@
 
 enum { PG_SESSION, PG_LEASE, PG_ROW };
 
+/* The statements of a lock cycle, prepared once per connection (pg.c). */
+enum { PG_PS_GRANT_WAIT, PG_PS_GRANT_TRY, PG_PS_UNLOCK,   /* session mode */
+       PG_PS_CLAIM, PG_PS_RELEASE, PG_PS_RENEW,           /* lease mode */
+       PG_PS_N };
+
 #define PG_POOL_IDLE 4       /* idle connections a client keeps for reuse */
 
 /* A blocked lease-mode acquire, woken by a NOTIFY for its name. */
@@ -45,6 +50,7 @@ typedef struct pgeng {
     char *qseq;              /* row mode's fence sequence: "schema"."table_fence" */
     char *channel;           /* NOTIFY channel of this table (lease mode) */
     char *ident;             /* identity() */
+    char *ps_sql[PG_PS_N];   /* the text of each prepared statement */
     /* guarded by mu */
     PGconn *idle[PG_POOL_IDLE];
     int nidle;
@@ -99,6 +105,12 @@ void pg_conn_put(pgeng *e, PGconn *c);
  * pg_conn_put closes it); or the server's error as a baton code. */
 int pg_exec(pgeng *e, PGconn *c, const char *sql, int n, const char *const *params, int64_t deadline,
             baton_waiter *w, PGresult **res);
+/* pg_exec of the prepared statement ID (e->ps_sql[ID]), prepared on C
+ * first if it is not yet. */
+int pg_exec_ps(pgeng *e, PGconn *c, int id, int n, const char *const *params, int64_t deadline, baton_waiter *w,
+               PGresult **res);
+/* pg_run of the prepared statement ID. */
+int pg_run_ps(pgeng *e, int id, int n, const char *const *params, int retry, PGresult **res);
 /* pg_exec on a pooled connection within the I/O timeout; RETRY = the
  * statement may run twice (tried again once on a fresh connection when a
  * pooled one turns out to be dead). */
@@ -119,6 +131,9 @@ int pg_err(PGresult *r, PGconn *c, const char *what);
  * or a WAIT) and, when granted, the name's row upserted with fence + 1;
  * parameters name, key, owner hex, holder; returns the fence, or no row. */
 char *pg_grant_sql(pgeng *e, int shared, int wait);
+/* The text of prepared statement ID (malloc'd), from session.c or lease.c. */
+char *pg_session_stmt(pgeng *e, int id);
+char *pg_lease_stmt(pgeng *e, int id);
 int pg_session_acquire(pgeng *e, pglock *l, baton_acquire_req *req);
 int pg_session_release(pgeng *e, pglock *l);
 int pg_session_renew(pgeng *e, pglock *l, int64_t deadline_ns);
