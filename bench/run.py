@@ -1017,7 +1017,8 @@ def render_sql(got, eng, stamp):
     rows = sql_rows(got, eng)
     metcell = {True: "met", False: "**not met**", None: "n/a", "info": "—"}
     t = ["| measure | baton | peer / bound | ratio | target | met |", "|---|---|---|---|---|---|"]
-    t += ["| %s | %s | %s | %s | %s | %s |" % (m, b, p, r, tg, metcell[ok]) for m, b, p, r, tg, ok, _, _ in rows]
+    esc = lambda x: str(x).replace("|", "\\|")    # the engine's op names ("sql|with") in a table cell
+    t += ["| %s | %s | %s | %s | %s | %s |" % (esc(m), esc(b), esc(p), r, tg, metcell[ok]) for m, b, p, r, tg, ok, _, _ in rows]
     cfg = got.get(k + "_cfg") or {}
     la = got.get(k + "_load") or []
     load = ", ".join("%s %.2f" % (x["when"].split(" ", 1)[-1], x["load1"]) for x in la)

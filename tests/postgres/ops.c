@@ -7,7 +7,9 @@
  *     with a generous bound);
  *   - with it: statements per first keyword, exact at once: two reads with
  *     nothing between them agree (our own reads are left out), and N pairs
- *     add exactly N grants and N releases, in session and lease modes. */
+ *     add exactly N grants and N releases, in session and lease modes;
+ *   - the statements of a lock cycle are prepared once per connection
+ *     (counted by the server's plans), and not with ?prepare=0. */
 #include <baton.h>
 #include <baton/sys/stats.h>
 
@@ -27,6 +29,8 @@ static void cleanup(void) {
     if (g_dir[0]) tl_sh("bash '%s/postgres.sh' stop '%s' >/dev/null 2>&1", TL_SERVERS_DIR, g_dir);
 }
 
+/* One superuser statement: -1 on error, else the integer of a one-cell
+ * answer, else 0. */
 static int su(const char *sql) {
     char conninfo[256];
     int rc = -1;
@@ -37,6 +41,8 @@ static int su(const char *sql) {
         PGresult *r = PQexec(c, sql);
         rc = PQresultStatus(r) == PGRES_COMMAND_OK || PQresultStatus(r) == PGRES_TUPLES_OK ? 0 : -1;
         if (rc) fprintf(stderr, "   su(%s): %s", sql, PQresultErrorMessage(r));
+        else if (PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1 && PQnfields(r) == 1)
+            rc = atoi(PQgetvalue(r, 0, 0));
         PQclear(r);
     } else {
         fprintf(stderr, "   su: %s", PQerrorMessage(c));
@@ -129,8 +135,14 @@ static void test_xact_counts(void) {
 /* pg_stat_statements: exact counts per statement kind. */
 static void test_statement_counts(void) {
     CHECK(su("ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'") == 0);
+    /* for test_prepared: count plans, and plan a prepared statement once */
+    CHECK(su("ALTER SYSTEM SET plan_cache_mode = force_generic_plan") == 0);
     tl_server_restart("postgres", g_dir);
     CHECK(su("CREATE EXTENSION IF NOT EXISTS pg_stat_statements") == 0);
+    /* known once the library is loaded; new connections see it after the reload */
+    CHECK(su("ALTER SYSTEM SET pg_stat_statements.track_planning = on") == 0);
+    CHECK(su("SELECT pg_reload_conf()::int") == 1);
+    tl_sleep_ms(300);
 
     baton_client *s = open_ok(""), *l = open_ok("?mode=lease");
     counts a, b, c, d;
@@ -162,6 +174,38 @@ static void test_statement_counts(void) {
     baton_client_close(l);
 }
 
+/* The session grant's plans so far (pg_stat_statements.track_planning). */
+static int grant_plans(void) {
+    return su("SELECT coalesce(sum(plans), 0)::int FROM pg_stat_statements "
+              "WHERE query LIKE 'WITH g AS (SELECT pg_advisory_lock(%'");
+}
+
+/* The statements of a lock cycle are prepared once per connection: PAIRS
+ * more pairs on a warm client plan the grant no more (a generic plan, kept);
+ * with ?prepare=0 each one is planned again. A bad value is refused. */
+static void test_prepared(void) {
+    baton_client *p = open_ok(""), *t = open_ok("?prepare=0"), *bad = NULL;
+    char u[256];
+    int before, after;
+    pairs(p, "ops-prep", 1);
+    before = grant_plans();
+    CHECK(before > 0);
+    pairs(p, "ops-prep", PAIRS);
+    after = grant_plans();
+    CHECK(after == before);
+    pairs(t, "ops-text", 1);
+    before = grant_plans();
+    pairs(t, "ops-text", PAIRS);
+    after = grant_plans();
+    CHECK(after - before == PAIRS);
+    baton_client_close(p);
+    baton_client_close(t);
+    snprintf(u, sizeof u, "postgres://baton:baton-test@127.0.0.1:%d/postgres?prepare=maybe", g_port);
+    CHECK_RC(baton_client_open(&bad, u, NULL), BATON_EINVAL);
+    CHECK(strstr(tl_lastmsg(), "prepare") != NULL);
+    CHECK(bad == NULL);
+}
+
 int main(void) {
     const char *tmp = getenv("BATON_TEST_TMP");
     snprintf(g_dir, sizeof g_dir, "%s/pg_ops", tmp && *tmp ? tmp : "/tmp");
@@ -171,5 +215,6 @@ int main(void) {
 
     RUN(test_xact_counts);
     RUN(test_statement_counts);
+    RUN(test_prepared);
     return th_finish();
 }

@@ -5,7 +5,8 @@
  * mode in row.c, lease mode in lease.c.
  *
  * URI: postgres[ql]://[user[:password]@]host[:port][,host[:port]...][/dbname][?options]
- * Our options: mode (session | row | lease), schema, table, connect_timeout_ms.
+ * Our options: mode (session | row | lease), schema, table, connect_timeout_ms,
+ * prepare (1 | 0).
  * Passed through to libpq: sslmode, sslrootcert, sslcert, sslkey, sslcrl,
  * sslpassword, passfile, application_name, target_session_attrs,
  * channel_binding, gssencmode, keepalives*, tcp_user_timeout, options.
@@ -119,7 +120,7 @@ int pg_conn_get(pgeng *e, PGconn **out)
         if (prc > 0) st = PQconnectPoll(c);
     }
     PQsetNoticeProcessor(c, quiet_notice, NULL);
-    ps_attach(c);
+    if (!e->no_prepare) ps_attach(c);
     if (PQserverVersion(c) >= 140000) {
         /* A backend blocked in a lock wait does not read its socket, so a
          * waiter that died (kill -9) would stay queued, and hold back
@@ -671,12 +672,18 @@ static int configure(pgeng *e, const baton_uri *u, const baton_client_options *o
             if (!(e->table = strdup(v))) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
         } else if (!strcmp(k, "connect_timeout_ms")) {
             if ((rc = parse_ms(k, v, 1, 3600 * 1000, &e->connect_timeout_ms))) return rc;
+        } else if (!strcmp(k, "prepare")) {
+            /* 0: statements as text every time (a pooler in transaction
+             * mode that cannot keep prepared statements) */
+            if (strcmp(v, "0") && strcmp(v, "1"))
+                return baton_seterr(BATON_EINVAL, 0, "postgres: prepare must be 0 or 1, not '%s'", v);
+            e->no_prepare = !strcmp(v, "0");
         } else if (pass) {
             if (!strcmp(k, "application_name")) app = v;
             if ((rc = add_kw(e, k, v))) return rc;
         } else {
             return baton_seterr(BATON_EINVAL, 0, "postgres: unknown option '%s' (known: mode, schema, table, "
-                                "connect_timeout_ms, and libpq's sslmode, sslrootcert, sslcert, sslkey, "
+                                "connect_timeout_ms, prepare, and libpq's sslmode, sslrootcert, sslcert, sslkey, "
                                 "passfile, application_name, ...)", k);
         }
     }

@@ -45,6 +45,7 @@ typedef struct pgeng {
     size_t nkw;
     int connect_timeout_ms;
     int io_timeout_ms;
+    int no_prepare;          /* ?prepare=0: statements sent as text every time */
     char *schema, *table;    /* as given (schema NULL = the search_path's) */
     char *qtable;            /* quoted, qualified: "schema"."table" */
     char *qseq;              /* row mode's fence sequence: "schema"."table_fence" */
