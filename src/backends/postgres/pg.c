@@ -121,12 +121,15 @@ int pg_conn_get(pgeng *e, PGconn **out)
     }
     PQsetNoticeProcessor(c, quiet_notice, NULL);
     if (!e->no_prepare) ps_attach(c);
-    if (PQserverVersion(c) >= 140000) {
+    if (e->mode != PG_LEASE && PQserverVersion(c) >= 140000) {
         /* A backend blocked in a lock wait does not read its socket, so a
          * waiter that died (kill -9) would stay queued, and hold back
          * readers behind a dead writer, until it would have been granted.
          * Since PostgreSQL 14 the server can look for a closed client
-         * during a statement; best effort (older servers: no such setting). */
+         * during a statement; best effort (older servers: no such setting).
+         * Not in lease mode: its statements never wait on the server (a
+         * waiter waits in the client), and the check arms a timer around
+         * every statement, and costs a round trip per new connection. */
         PGresult *r = NULL;
         if (pg_exec(e, c, "SET client_connection_check_interval = " CHECK_INTERVAL_MS, 0, NULL,
                     pg_deadline_ms(e->io_timeout_ms), NULL, &r) == 0)
