@@ -14,8 +14,14 @@ table goes between the REDLOCK markers.
 ZooKeeper: one standalone server of its own (tests/servers/zk.sh); on it, interleaved, the raw C
 client bound (../shared/peers/zkraw.c, compiled next to BATON at run time), kazoo
 (pylocks.py kazoo) and baton on `zk://`, plus baton's herd; its table goes between the ZK markers.
---only redis|redlock|zk runs (and publishes) one section.
-usage: bench/run.py [--docs] [--only redis|redlock|zk] [--redlock-nodes N] BATON_BINARY
+PostgreSQL: one server of its own (tests/servers/postgres.sh); on it, interleaved, pgbench -c 1
+running the statements of baton's session and lease modes as custom scripts (the round-trip bound)
+and baton on `postgres://` in each mode, contended and handoff per mode, then baton's herd with
+pg_stat_statements preloaded; its table goes between the POSTGRES markers. The section is written
+for any SQL engine (measure_sql / render_sql over an engine description, PG_ENGINE), so another
+(MySQL: mysqlslap as the bound) is one more description.
+--only redis|redlock|zk|postgres runs (and publishes) one section.
+usage: bench/run.py [--docs] [--only redis|redlock|zk|postgres] [--redlock-nodes N] BATON_BINARY
 """
 import datetime, hashlib, json, os, re, resource, shutil, signal, socket, statistics, subprocess, sys, tempfile, time
 
@@ -58,7 +64,12 @@ ZK_N = 3000            # uncontended pairs on ZooKeeper: baton, kazoo and the ra
 ZK_REPS = 3            # rotations of raw / kazoo / baton per ZooKeeper workload (medians kept)
 ZK_HERD_ROUNDS = 100
 ZK_SH = os.path.join(ROOT, "tests", "servers", "zk.sh")
-SECTIONS = ("redis", "redlock", "zk")
+PG_N = 10000          # uncontended pairs on PostgreSQL: pgbench (transactions) and baton alike
+PG_REPS = 3            # rotations of the bound(s) and baton per PostgreSQL workload (medians kept)
+PG_HERD_W = (1, 4, 16, 64)   # postgres.sh allows 200 connections; a lease-mode waiter uses two
+PG_HERD_ROUNDS = 64
+PG_SH = os.path.join(ROOT, "tests", "servers", "postgres.sh")
+SECTIONS = ("redis", "redlock", "zk", "postgres")
 
 PUBLISH = False
 _args = []
@@ -208,6 +219,7 @@ def stop(p, grace=5.0):
 
 REDIS_DIRS = []        # servers started with tests/servers/redis.sh (the RedLock nodes)
 ZK_DIRS = []           # servers started with tests/servers/zk.sh
+SQL_DIRS = []          # (stop function, dir) of the SQL engines' servers
 
 
 def stop_servers():
@@ -219,6 +231,9 @@ def stop_servers():
     for d in ZK_DIRS:
         subprocess.run(["bash", ZK_SH, "stop", d], capture_output=True)
     ZK_DIRS.clear()
+    for stopfn, d in SQL_DIRS:
+        stopfn(d)
+    SQL_DIRS.clear()
 
 
 def cleanup():
@@ -734,6 +749,303 @@ def measure_zk(got):
     got["zk_load"] = [r for r in results if r.get("workload") == "loadavg" and r.get("when", "").startswith("zk")]
 
 
+# ---- SQL engines (PostgreSQL; MySQL/MariaDB later): one section shape ----
+#
+# An engine description (PG_ENGINE below) says how to start and stop a server, the baton URI of
+# each lock mode, and, for the modes that have one, the bound: the engine's own benchmark tool
+# running exactly the statements baton sends per lock/unlock pair, one client, the same way
+# baton connects (TCP to 127.0.0.1 with a password). measure_sql and sql_rows/render_sql do the
+# rest, so a MySQL section is another description (tests/servers/mysql.sh, mysqlslap or sysbench
+# with the engine's statements) and one more entry in SQL_ENGINES.
+
+def pg_start(d):
+    """A server of tests/servers/postgres.sh in D; (host, port, user, password, settings) or None."""
+    r = subprocess.run(["bash", PG_SH, "start", d], capture_output=True, text=True)
+    if r.returncode != 0:
+        log("  skipped PostgreSQL: postgres.sh start failed (exit %d): %s" % (r.returncode, r.stderr.strip()[-300:]))
+        return None
+    SQL_DIRS.append((pg_stop, d))
+    port = int(r.stdout.strip().splitlines()[-1])
+    user, pw = open(os.path.join(d, "user")).read().strip(), open(os.path.join(d, "password")).read().strip()
+    cfg = {}
+    q = pg_sql(("127.0.0.1", port, user, pw), "SELECT name || '=' || setting FROM pg_settings WHERE name IN "
+               "('fsync', 'synchronous_commit', 'full_page_writes', 'shared_buffers', 'max_connections', "
+               "'server_version', 'ssl') ORDER BY name")
+    for line in (q or "").splitlines():
+        k, _, v = line.partition("=")
+        cfg[k] = v
+    return ("127.0.0.1", port, user, pw, cfg)
+
+
+def pg_stop(d):
+    subprocess.run(["bash", PG_SH, "stop", d], capture_output=True)
+
+
+def pg_sql(srv, sql):
+    """One statement with psql over TCP, as the bench user; its unaligned output, or None."""
+    if not shutil.which("psql"):
+        return None
+    host, port, user, pw = srv[:4]
+    r = subprocess.run(["psql", "-X", "-qAt", "-h", host, "-p", str(port), "-U", user, "-d", "postgres", "-c", sql],
+                       capture_output=True, text=True, env=dict(os.environ, PGPASSWORD=pw), timeout=60)
+    if r.returncode != 0:
+        log("  psql %r failed: %s" % (sql[:60], r.stderr.strip()[-300:]))
+        return None
+    return r.stdout
+
+
+def pg_uri(srv, qs=""):
+    host, port, user, pw = srv[:4]
+    return "postgres://%s:%s@%s:%d/postgres%s" % (user, pw, host, port, qs)
+
+
+# The statements of baton's session and lease modes (src/backends/postgres/session.c GRANT_TAIL
+# with pg_grant_sql(wait = 1): `baton bench` acquires with an infinite wait; lease.c claim_sql and
+# release_sql), table "baton_locks", as pgbench scripts: the variables are sent as parameters in
+# pgbench's extended and prepared modes, as baton sends them (text, types left to the server). One
+# pgbench transaction is one pair. The lease release needs the fence its claim returned: \gset.
+PG_SCRIPTS = {
+    "session": (
+        "WITH g AS (SELECT pg_advisory_lock(:key::bigint)) "
+        "INSERT INTO \"baton_locks\" AS l (name, key, fence, owner, holder, acquired_at) "
+        "SELECT :name, :key::bigint, 1, :owner, :holder, clock_timestamp() FROM g "
+        "ON CONFLICT (name) DO UPDATE SET fence = l.fence + 1, key = EXCLUDED.key, owner = EXCLUDED.owner, "
+        "holder = EXCLUDED.holder, acquired_at = EXCLUDED.acquired_at, lease_until = NULL RETURNING l.fence;\n"
+        "SELECT pg_advisory_unlock(:key::bigint);\n"),
+    "lease": (
+        "WITH c AS (INSERT INTO \"baton_locks\" AS l (name, key, fence, owner, holder, lease_until, acquired_at) "
+        "VALUES (:name, :key::bigint, 1, :owner, :holder, clock_timestamp() + :ms::bigint * interval '1 millisecond', "
+        "clock_timestamp()) "
+        "ON CONFLICT (name) DO UPDATE SET fence = l.fence + 1, owner = EXCLUDED.owner, holder = EXCLUDED.holder, "
+        "lease_until = EXCLUDED.lease_until, acquired_at = EXCLUDED.acquired_at "
+        "WHERE l.owner IS NULL OR l.lease_until IS NULL OR l.lease_until <= clock_timestamp() "
+        "OR l.owner = EXCLUDED.owner RETURNING l.fence) "
+        "SELECT (SELECT fence FROM c) AS fence, (SELECT ceil(extract(epoch FROM (lease_until - clock_timestamp())) * 1000)"
+        "::bigint FROM \"baton_locks\" WHERE name = :name) AS left_ms\n\\gset\n"
+        "UPDATE \"baton_locks\" SET owner = NULL, holder = NULL, lease_until = NULL "
+        "WHERE name = :name AND owner = :owner AND fence = :fence::bigint RETURNING pg_notify(:chan, name);\n"),
+}
+# The values: a name, its key and an owner of the lengths baton uses (32 hex digits; "host pid tid").
+PG_VARS = {"key": "-6075914839716432371", "owner": "0f1e2d3c4b5a69788796a5b4c3d2e1f0",
+           "holder": "bench-host 12345 140234567890123", "ms": "30000", "chan": "baton:baton_locks"}
+
+
+def pgbench_bound(srv, mode, proto, n, label, work):
+    """pgbench -n -c 1 -t N -M PROTO over TCP with the password, running mode's script; one
+    transaction = one lock/unlock pair, so pairs_per_s = tps (without the connection time)."""
+    if not shutil.which("pgbench"):
+        log("  skipped %s: no pgbench (postgresql-client)" % label)
+        return None
+    f = os.path.join(work, "%s.sql" % mode)
+    with open(f, "w") as out:
+        out.write(PG_SCRIPTS[mode])
+    host, port, user, pw = srv[:4]
+    cmd = ["pgbench", "-n", "-c", "1", "-t", str(n), "-M", proto, "-f", f, "-h", host, "-p", str(port), "-U", user]
+    for k, v in dict(PG_VARS, name="pgbench-%s" % mode).items():
+        cmd += ["-D", "%s=%s" % (k, v)]
+    r = run_raw(cmd + ["postgres"], env={"PGPASSWORD": pw, "PGSSLMODE": "disable"}, timeout=300)
+    if r is None:
+        return None
+    rc, out, err, wall, cu, cs = r
+    tps = re.search(r"tps = ([0-9.]+) \(without initial connection time\)", out)
+    lat = re.search(r"latency average = ([0-9.]+) ms", out)
+    failed = re.search(r"number of failed transactions: (\d+)", out)
+    if rc != 0 or not tps or (failed and int(failed.group(1))):
+        log("  skipped %s: %s" % (label, (err or out).strip()[-300:]))
+        return None
+    return record({"peer": "pgbench", "workload": "uncontended", "mode": mode, "protocol": proto, "n": n,
+                   "pairs_per_s": float(tps.group(1)), "latency_avg_ms": float(lat.group(1)) if lat else None,
+                   "_cpu_user_s": round(cu, 6), "_cpu_sys_s": round(cs, 6), "_wall_s": round(wall, 3)}, label)
+
+
+def pg_herd_prepare(srv, d):
+    """pg_stat_statements for the herd's counts (engine_ops): preloaded (a restart on the same
+    port) and created in the database. False when it cannot be."""
+    if pg_sql(srv, "ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'") is None:
+        return False
+    r = subprocess.run(["bash", PG_SH, "restart", d], capture_output=True, text=True)
+    if r.returncode != 0:
+        log("  postgres.sh restart failed: %s" % r.stderr.strip()[-300:])
+        return False
+    return pg_sql(srv, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements") is not None
+
+
+PG_ENGINE = {
+    "key": "pg", "title": "PostgreSQL", "marker": "POSTGRES", "only": "postgres",
+    "start": pg_start, "uri": pg_uri, "herd_prepare": pg_herd_prepare,
+    # (mode, URI query, bounds: [(name, function(srv, n, label, work))]); the first bound is the target's
+    "modes": [
+        ("session", "", [("pgbench -M prepared", lambda s, n, lb, w: pgbench_bound(s, "session", "prepared", n, lb, w)),
+                         ("pgbench -M extended", lambda s, n, lb, w: pgbench_bound(s, "session", "extended", n, lb, w))]),
+        ("lease", "?mode=lease", [("pgbench -M prepared", lambda s, n, lb, w: pgbench_bound(s, "lease", "prepared", n, lb, w)),
+                                  ("pgbench -M extended", lambda s, n, lb, w: pgbench_bound(s, "lease", "extended", n, lb, w))]),
+        ("row", "?mode=row", []),
+    ],
+    "n": PG_N, "reps": PG_REPS, "herd_w": PG_HERD_W, "herd_rounds": PG_HERD_ROUNDS, "herd_modes": ("session", "lease"),
+}
+SQL_ENGINES = {"postgres": PG_ENGINE}
+
+
+def measure_sql(got, eng):
+    """One server of the engine; per lock mode, interleaved and ENG["reps"] times each (the order
+    rotating), its bounds and baton uncontended, then baton contended (8 processes, 5 s) and
+    handoff (200 rounds); medians kept. Then baton's herd per mode, counted by engine_ops."""
+    k = eng["key"]
+    d = mktemp("baton-bench-%s." % k)
+    srv = eng["start"](d)
+    if not srv:
+        return
+    got[k + "_cfg"] = srv[4]
+    log("%s: baton on %s, its bounds on the same server" % (eng["title"], eng["uri"](srv)))
+    loadavg("%s start" % k)
+    work = mktemp("baton-bench-%s-work." % k)
+    for mode, qs, bounds in eng["modes"]:
+        uri = eng["uri"](srv, qs)
+        bench = lambda *a: [BATON, "bench", "-u", uri] + list(a) + ["--json"]
+        sides = [(name, (lambda fn, lb: lambda: fn(srv, eng["n"], lb, work))(fn, "%s_%s_bound%d" % (k, mode, i)))
+                 for i, (name, fn) in enumerate(bounds)]
+        sides.append(("baton", lambda: run(bench("--workload", "uncontended", "--n", str(eng["n"])),
+                                            "%s_%s_baton_unc" % (k, mode))))
+        log("%s %s mode uncontended (%d rounds: %s, order rotating)" % (eng["title"], mode, eng["reps"],
+                                                                       " / ".join(n for n, _ in sides)))
+        runs = {n: [] for n, _ in sides}
+        # baton creates its table (and row mode's sequence) on first use: the bounds need it
+        run_raw(bench("--workload", "uncontended", "--n", "20"), timeout=60)
+        for rep in range(eng["reps"]):
+            j = rep % len(sides)
+            for name, go in sides[j:] + sides[:j]:
+                runs[name].append(go())
+        for i, (name, _) in enumerate(bounds):
+            got["%s_%s_bound%d" % (k, mode, i)] = median_run(runs[name], "pairs_per_s")
+        got["%s_%s_unc" % (k, mode)] = median_run(runs["baton"], "pairs_per_s")
+        for key, args, field in (("cont", ("--workload", "contended", "--clients", "8", "--seconds", "5"), "handoffs_per_s"),
+                                 ("handoff", ("--workload", "handoff", "--rounds", "200"), "handoff_p50_us")):
+            log("%s %s mode %s (%d runs)" % (eng["title"], mode, key, eng["reps"]))
+            got["%s_%s_%s" % (k, mode, key)] = median_run(
+                [run(bench(*args), "%s_%s_%s" % (k, mode, key)) for _ in range(eng["reps"])], field)
+    loadavg("%s herd" % k)
+    if not eng["herd_prepare"](srv, d):
+        log("  skipped the herd's counts: the engine's statement statistics are not available")
+    for mode, qs, _ in eng["modes"]:
+        if mode not in eng["herd_modes"]:
+            continue
+        uri = eng["uri"](srv, qs)
+        log("%s %s mode herd (statements per handoff: engine_ops)" % (eng["title"], mode))
+        for w in eng["herd_w"]:
+            key = "%s_%s_herd_%d" % (k, mode, w)
+            got[key] = run([BATON, "bench", "-u", uri, "--workload", "herd", "--waiters", str(w), "--rounds",
+                            str(eng["herd_rounds"]), "--json"], key, timeout=600)
+            if not got[key] and w == eng["herd_w"][0]:
+                break
+    loadavg("%s end" % k)
+    got[k + "_load"] = [r for r in results if r.get("workload") == "loadavg" and r.get("when", "").startswith(k + " ")]
+
+
+def published(label, field):
+    """The median FIELD of LABEL's results in the newest bench/results/*.jsonl that has them: the
+    Redis and ZooKeeper rows the SQL tables are read beside. (value, stamp) or (None, None)."""
+    for fn in sorted(os.listdir(os.path.join(ROOT, "bench", "results")), reverse=True) if os.path.isdir(
+            os.path.join(ROOT, "bench", "results")) else []:
+        vals = []
+        for line in open(os.path.join(ROOT, "bench", "results", fn)):
+            try:
+                j = json.loads(line)
+            except ValueError:
+                continue
+            if j.get("bench_label") == label and num(j, field) is not None:
+                vals.append(j[field])
+        if vals:
+            return statistics.median(vals), fn[:-6]
+    return None, None
+
+
+def sql_rows(got, eng):
+    """The SQL engine's table: (measure, baton, peer, ratio, target, met, short, nval) as zk_rows'."""
+    k, t = eng["key"], eng["title"]
+    g = lambda key, fld: num(got.get(key), fld)
+    rows = []
+
+    def row(measure, baton, peer, ratio, target, ok=None, info=False, short=None, nval=None):
+        rows.append((measure, baton, peer, ratio if isinstance(ratio, str) else rfmt(ratio), target,
+                     "info" if info else ok, short or measure, nval))
+
+    for mode, qs, bounds in eng["modes"]:
+        unc = g("%s_%s_unc" % (k, mode), "pairs_per_s")
+        for i, (name, _) in enumerate(bounds):
+            b = g("%s_%s_bound%d" % (k, mode, i), "pairs_per_s")
+            r = div(unc, b)
+            if i == 0:
+                row("%s %s mode uncontended pairs/s vs `%s -c 1` running the same statements (the round-trip bound)"
+                    % (t, mode, name), f(unc), "%s %s" % (name, f(b)), r, "≥ 0.9", None if r is None else r >= 0.9,
+                    short="%s %s ≥ 0.9 × %s" % (k, mode, name))
+            else:
+                row("… vs `%s -c 1`" % name, f(unc), "%s %s" % (name, f(b)), r, "—", info=True)
+        if not bounds:
+            row("%s %s mode uncontended pairs/s (no bound: baton only)" % (t, mode), f(unc), "", "—", "—", info=True)
+        row("… acquire p50 µs", f(g("%s_%s_unc" % (k, mode), "acquire_p50_us")), "", "—", "—", info=True)
+    red_c, red_cs = published("baton_cont", "handoffs_per_s")
+    zk_c, zk_cs = published("zk_baton_cont", "handoffs_per_s")
+    red_h, red_hs = published("baton_handoff", "handoff_p50_us")
+    zk_h, zk_hs = published("zk_baton_handoff", "handoff_p50_us")
+    ref = lambda rv, zv: "beside: Redis %s, ZooKeeper %s (baton, their published runs)" % (f(rv), f(zv))
+    for mode, qs, _ in eng["modes"]:
+        c = "%s_%s_cont" % (k, mode)
+        mm = div(g(c, "min_per_client"), g(c, "max_per_client"))
+        ok = (got.get(c) or {}).get("counter_ok")
+        row("%s %s mode contended handoffs/s, 8 processes (min/max grants per client %s, wait p99 %s ms)"
+            % (t, mode, f(mm, "%.2f"), f(g(c, "wait_p99_ms"), "%.2f")), f(g(c, "handoffs_per_s")),
+            ref(red_c, zk_c), "—", "—", info=True)
+        row("… counter_ok", "n/a" if ok is None else str(ok).lower(), "", "—", "true", ok,
+            short="%s %s contended counter_ok" % (k, mode))
+        h = "%s_%s_handoff" % (k, mode)
+        row("%s %s mode handoff p50 µs, release → the blocked waiter's grant (p99 %s µs)"
+            % (t, mode, f(g(h, "handoff_p99_us"))), f(g(h, "handoff_p50_us")), ref(red_h, zk_h), "—", "—", info=True)
+    for mode in eng["herd_modes"]:
+        for w in eng["herd_w"]:
+            key = "%s_%s_herd_%d" % (k, mode, w)
+            c, p50, loop = g(key, "commands_per_handoff"), g(key, "handoff_p50_us"), g(key, "commands_per_grant_loop")
+            top = (got.get(key) or {}).get("commands") or ""
+            cell = "n/a" if c is None else "%.2f (%s; handoff p50 %s µs; in an acquire/release loop %s per grant)" % (
+                c, top or "none counted", f(p50), f(loop, "%.2f"))
+            row("Herd, %s mode, W = %d: statements per handoff (engine_ops)" % (mode, w), cell, "", "—", "—", info=True)
+    got[k + "_refs"] = {"redis": red_hs or red_cs, "zk": zk_hs or zk_cs}
+    return rows
+
+
+def render_sql(got, eng, stamp):
+    k = eng["key"]
+    rows = sql_rows(got, eng)
+    metcell = {True: "met", False: "**not met**", None: "n/a", "info": "—"}
+    t = ["| measure | baton | peer / bound | ratio | target | met |", "|---|---|---|---|---|---|"]
+    esc = lambda x: str(x).replace("|", "\\|")    # the engine's op names ("sql|with") in a table cell
+    t += ["| %s | %s | %s | %s | %s | %s |" % (esc(m), esc(b), esc(p), r, tg, metcell[ok]) for m, b, p, r, tg, ok, _, _ in rows]
+    cfg = got.get(k + "_cfg") or {}
+    la = got.get(k + "_load") or []
+    load = ", ".join("%s %.2f" % (x["when"].split(" ", 1)[-1], x["load1"]) for x in la)
+    how = "make bench" if len(SECTIONS) > 1 else "make bench BENCH_ARGS='--only %s'" % eng["only"]
+    refs = got.get(k + "_refs") or {}
+    s = ("Run of %s (`%s`, results in `bench/results/%s.jsonl`): one %s %s server started by its test script "
+         "(%s), every client over TCP to 127.0.0.1 with the password; %d runs of each workload per client, "
+         "interleaved (the order rotates), medians kept; uncontended %d pairs, contended 8 processes for 5 s, "
+         "handoff 200 rounds, herd %d rounds at W = %s; the Redis and ZooKeeper figures beside are baton's in "
+         "their published runs (%s, %s)"
+         % (stamp, how, stamp, eng["title"], cfg.get("server_version", "?"),
+            ", ".join("%s=%s" % (a, cfg[a]) for a in ("fsync", "synchronous_commit", "full_page_writes", "ssl")
+                      if a in cfg), eng["reps"], eng["n"], eng["herd_rounds"], ", ".join(map(str, eng["herd_w"])),
+            refs.get("redis") or "none", refs.get("zk") or "none"))
+    s += "; load average (1 min) at %s on %s CPUs.\n\n" % (load, os.cpu_count()) if load else ".\n\n"
+    s += "\n".join(t)
+    notmet = ["%s (%s)" % (sh, nv or r) for m, b, p, r, tg, ok, sh, nv in rows if ok is False]
+    na = [sh for *_, ok, sh, _ in rows if ok is None]
+    met = sum(1 for row in rows if row[5] is True)
+    s += "\n\nTargets met: %d of %d measured." % (met, met + len(notmet))
+    if notmet:
+        s += " Not met: " + "; ".join(notmet) + "."
+    if na:
+        s += " Not measured in this run (n/a): " + "; ".join(na) + "."
+    return s
+
+
 def measure():
     got, svgs = {}, []
     if "redis" in SECTIONS:
@@ -744,6 +1056,10 @@ def measure():
     if "zk" in SECTIONS:
         stop_servers()                    # the RedLock nodes too
         measure_zk(got)
+    for name, eng in SQL_ENGINES.items():
+        if name in SECTIONS:
+            stop_servers()
+            measure_sql(got, eng)
     return got, svgs
 
 
@@ -1098,6 +1414,9 @@ def main():
         blocks["REDLOCK"] = render_redlock(got, stamp)
     if "zk" in SECTIONS:
         blocks["ZK"] = render_zk(got, stamp)
+    for name, eng in SQL_ENGINES.items():
+        if name in SECTIONS:
+            blocks[eng["marker"]] = render_sql(got, eng, stamp)
     text = "\n\n".join(blocks.values())
     open(os.path.join(OUT_DIR, "table.md"), "w").write(text + "\n")
     print("\n" + text)

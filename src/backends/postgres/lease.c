@@ -46,6 +46,11 @@ static const char release_sql[] =
     "UPDATE @T SET owner = NULL, holder = NULL, lease_until = NULL "
     "WHERE name = $1 AND owner = $2 AND fence = $3::bigint RETURNING pg_notify($4, name)";
 
+char *pg_lease_stmt(pgeng *e, int id)
+{
+    return pg_sql(e, id == PG_PS_CLAIM ? claim_sql : id == PG_PS_RELEASE ? release_sql : renew_sql);
+}
+
 /* ---- the listener --------------------------------------------------------- */
 
 static void wake_name(pgeng *e, const char *name)
@@ -153,15 +158,11 @@ static int claim(pgeng *e, pglock *l, const baton_owner *o, uint32_t lease_ms, u
     char ms[16];
     const char *p[5] = { l->name, l->key, o->hex, o->desc, ms };
     PGresult *r = NULL;
-    char *sql = pg_sql(e, claim_sql);
     int rc;
 
-    if (!sql) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
     snprintf(ms, sizeof ms, "%u", lease_ms);
     /* safe to run twice: a second run by the same owner re-claims it */
-    rc = pg_run(e, sql, 5, p, 1, &r);
-    free(sql);
-    if (rc) return rc;
+    if ((rc = pg_run_ps(e, PG_PS_CLAIM, 5, p, 1, &r))) return rc;
     *left_ms = PQgetisnull(r, 0, 1) ? -1 : strtoll(PQgetvalue(r, 0, 1), NULL, 10);
     if (PQgetisnull(r, 0, 0)) {
         rc = baton_seterr(BATON_ELOCKED, 0, "postgres: lock '%s' is held", l->name);
@@ -237,16 +238,12 @@ int pg_lease_release(pgeng *e, pglock *l, const baton_owner *owner)
     char fence[24];
     const char *p[4] = { l->name, owner->hex, fence, e->channel };
     PGresult *r = NULL;
-    char *sql = pg_sql(e, release_sql);
     int rc;
 
-    if (!sql) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
     snprintf(fence, sizeof fence, "%llu", (unsigned long long)l->fence);
     l->fence = 0;
     /* not retried: a second run after a first that committed would say LOST */
-    rc = pg_run(e, sql, 4, p, 0, &r);
-    free(sql);
-    if (rc) return rc;
+    if ((rc = pg_run_ps(e, PG_PS_RELEASE, 4, p, 0, &r))) return rc;
     if (PQntuples(r) == 0)
         rc = baton_seterr(BATON_ELOST, 0, "postgres: lock '%s': the lease had ended and another owner took it",
                           l->name);
@@ -260,15 +257,13 @@ int pg_lease_renew(pgeng *e, pglock *l, const baton_owner *owner, uint32_t lease
     const char *p[4] = { l->name, owner->hex, ms, fence };
     PGresult *r = NULL;
     PGconn *c = NULL;
-    char *sql = pg_sql(e, renew_sql);
     int64_t io = pg_deadline_ms(e->io_timeout_ms);
     int rc;
 
-    if (!sql) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
     snprintf(ms, sizeof ms, "%u", lease_ms);
     snprintf(fence, sizeof fence, "%llu", (unsigned long long)l->fence);
     if ((rc = pg_conn_get(e, &c))) goto out;
-    rc = pg_exec(e, c, sql, 4, p, deadline_ns < io ? deadline_ns : io, NULL, &r);
+    rc = pg_exec_ps(e, c, PG_PS_RENEW, 4, p, deadline_ns < io ? deadline_ns : io, NULL, &r);
     if (rc == BATON_ETIMEDOUT) rc = baton_seterr(BATON_EUNAVAILABLE, 0, "postgres: renewal timed out");
     if (rc) goto out;
     if (strcmp(PQcmdTuples(r), "1"))
@@ -277,6 +272,5 @@ int pg_lease_renew(pgeng *e, pglock *l, const baton_owner *owner, uint32_t lease
 out:
     PQclear(r);
     pg_conn_put(e, c);
-    free(sql);
     return rc;
 }

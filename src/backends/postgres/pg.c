@@ -5,7 +5,8 @@
  * mode in row.c, lease mode in lease.c.
  *
  * URI: postgres[ql]://[user[:password]@]host[:port][,host[:port]...][/dbname][?options]
- * Our options: mode (session | row | lease), schema, table, connect_timeout_ms.
+ * Our options: mode (session | row | lease), schema, table, connect_timeout_ms,
+ * prepare (1 | 0).
  * Passed through to libpq: sslmode, sslrootcert, sslcert, sslkey, sslcrl,
  * sslpassword, passfile, application_name, target_session_attrs,
  * channel_binding, gssencmode, keepalives*, tcp_user_timeout, options.
@@ -32,6 +33,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <libpq-events.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -68,6 +70,8 @@ static void first_line(const char *m, char *out, size_t n)
     memcpy(out, m ? m : "", k);
     out[k] = 0;
 }
+
+static void ps_attach(PGconn *c);
 
 int pg_conn_get(pgeng *e, PGconn **out)
 {
@@ -116,12 +120,16 @@ int pg_conn_get(pgeng *e, PGconn **out)
         if (prc > 0) st = PQconnectPoll(c);
     }
     PQsetNoticeProcessor(c, quiet_notice, NULL);
-    if (PQserverVersion(c) >= 140000) {
+    if (!e->no_prepare) ps_attach(c);
+    if (e->mode != PG_LEASE && PQserverVersion(c) >= 140000) {
         /* A backend blocked in a lock wait does not read its socket, so a
          * waiter that died (kill -9) would stay queued, and hold back
          * readers behind a dead writer, until it would have been granted.
          * Since PostgreSQL 14 the server can look for a closed client
-         * during a statement; best effort (older servers: no such setting). */
+         * during a statement; best effort (older servers: no such setting).
+         * Not in lease mode: its statements never wait on the server (a
+         * waiter waits in the client), and the check arms a timer around
+         * every statement, and costs a round trip per new connection. */
         PGresult *r = NULL;
         if (pg_exec(e, c, "SET client_connection_check_interval = " CHECK_INTERVAL_MS, 0, NULL,
                     pg_deadline_ms(e->io_timeout_ms), NULL, &r) == 0)
@@ -188,18 +196,16 @@ static int wait_readable(PGconn *c, int64_t ms)
     return prc != 0;                    /* errors too: PQconsumeInput reports them */
 }
 
-int pg_exec(pgeng *e, PGconn *c, const char *sql, int n, const char *const *params, int64_t deadline,
-            baton_waiter *w, PGresult **res)
+/* The answer to the one command sent on C: waits (deadline, cancel) as
+ * pg_exec says. */
+static int wait_result(PGconn *c, int64_t deadline, baton_waiter *w, PGresult **res)
 {
     int stopped = 0;                    /* BATON_ETIMEDOUT / BATON_ECANCELED once we cancelled */
     int64_t grace = 0;
     PGresult *r, *keep = NULL;
     int rc;
 
-    (void)e;
     *res = NULL;
-    if (!PQsendQueryParams(c, sql, n, NULL, params, NULL, NULL, 0))
-        return pg_err(NULL, c, "cannot send a statement");
     while (PQisBusy(c)) {
         int64_t now = baton_now_ns(), until = stopped ? grace : deadline;
         /* a waiter is looked at every 50 ms: cancel wakes the waiter's
@@ -248,13 +254,95 @@ int pg_exec(pgeng *e, PGconn *c, const char *sql, int n, const char *const *para
     return rc;
 }
 
-int pg_run(pgeng *e, const char *sql, int n, const char *const *params, int retry, PGresult **res)
+int pg_exec(pgeng *e, PGconn *c, const char *sql, int n, const char *const *params, int64_t deadline,
+            baton_waiter *w, PGresult **res)
+{
+    (void)e;
+    *res = NULL;
+    if (!PQsendQueryParams(c, sql, n, NULL, params, NULL, NULL, 0))
+        return pg_err(NULL, c, "cannot send a statement");
+    return wait_result(c, deadline, w, res);
+}
+
+/* ---- prepared statements ---------------------------------------------------
+ *
+ * The statements of every lock cycle are parsed and planned once per
+ * connection (PQprepare), then only bound and run: a pair costs the server
+ * half as much (docs/PERFORMANCE.md, PostgreSQL). Which ones a connection
+ * has prepared is its libpq instance data (a bit per statement), freed with
+ * the connection. */
+
+static const char *const ps_name[PG_PS_N] = { "baton_grant_wait", "baton_grant_try", "baton_unlock",
+                                                "baton_claim", "baton_release", "baton_renew" };
+
+static int ps_event(PGEventId id, void *info, void *pass)
+{
+    (void)pass;
+    if (id == PGEVT_CONNDESTROY) {
+        PGEventConnDestroy *d = info;
+        free(PQinstanceData(d->conn, ps_event));
+    } else if (id == PGEVT_CONNRESET) {
+        /* a reset connection is a new session: nothing is prepared there */
+        PGEventConnReset *d = info;
+        unsigned *bits = PQinstanceData(d->conn, ps_event);
+        if (bits) *bits = 0;
+    }
+    return 1;
+}
+
+/* Prepared-statement bookkeeping for a new connection; best effort (without
+ * it, pg_exec_ps sends the text each time). */
+static void ps_attach(PGconn *c)
+{
+    unsigned *bits = calloc(1, sizeof *bits);
+    if (!bits) return;
+    if (!PQregisterEventProc(c, ps_event, "baton", NULL) || !PQsetInstanceData(c, ps_event, bits)) free(bits);
+}
+
+int pg_exec_ps(pgeng *e, PGconn *c, int id, int n, const char *const *params, int64_t deadline, baton_waiter *w,
+               PGresult **res)
+{
+    unsigned *bits = PQinstanceData(c, ps_event);
+    PGresult *r = NULL;
+    int rc;
+
+    *res = NULL;
+    if (!bits) return pg_exec(e, c, e->ps_sql[id], n, params, deadline, w, res);
+    for (int attempt = 0;; attempt++) {
+        const char *state;
+        if (!(*bits & 1u << id)) {
+            /* one more round trip, once per connection */
+            if (!PQsendPrepare(c, ps_name[id], e->ps_sql[id], n, NULL))
+                return pg_err(NULL, c, "cannot send a statement");
+            if ((rc = wait_result(c, deadline, NULL, &r))) return rc;
+            PQclear(r);
+            *bits |= 1u << id;
+        }
+        if (!PQsendQueryPrepared(c, ps_name[id], n, params, NULL, NULL, 0))
+            return pg_err(NULL, c, "cannot send a statement");
+        rc = wait_result(c, deadline, w, res);
+        state = rc ? baton_error_last()->message : NULL;
+        /* The server forgot it (DISCARD ALL, a pooler's new session): it
+         * did not run, so prepare it again and run it once more. */
+        if (rc && attempt == 0 && state && strstr(state, "SQLSTATE 26000") && PQstatus(c) == CONNECTION_OK) {
+            *bits &= ~(1u << id);
+            continue;
+        }
+        return rc;
+    }
+}
+
+/* A pooled connection for ONE statement, run by RUN(e, c, arg, res): tried
+ * again once on a fresh connection when RETRY and a pooled one turns out to
+ * be dead. */
+static int run_pooled(pgeng *e, int retry, PGresult **res,
+                      int (*run)(pgeng *e, PGconn *c, const void *arg, PGresult **res), const void *arg)
 {
     for (int attempt = 0;; attempt++) {
         PGconn *c;
         int rc = pg_conn_get(e, &c);
         if (rc) return rc;
-        rc = pg_exec(e, c, sql, n, params, pg_deadline_ms(e->io_timeout_ms), NULL, res);
+        rc = run(e, c, arg, res);
         pg_conn_put(e, c);
         /* the I/O timeout is the server's silence, not a lock wait (not
          * retried: a second try would only wait as long again) */
@@ -262,6 +350,36 @@ int pg_run(pgeng *e, const char *sql, int n, const char *const *params, int retr
             return baton_seterr(BATON_EUNAVAILABLE, 0, "postgres: no answer within %d ms", e->io_timeout_ms);
         if (rc != BATON_EUNAVAILABLE || !retry || attempt > 0) return rc;
     }
+}
+
+typedef struct {
+    const char *sql;
+    int id, n;
+    const char *const *params;
+} run_args;
+
+static int run_text(pgeng *e, PGconn *c, const void *arg, PGresult **res)
+{
+    const run_args *a = arg;
+    return pg_exec(e, c, a->sql, a->n, a->params, pg_deadline_ms(e->io_timeout_ms), NULL, res);
+}
+
+static int run_ps(pgeng *e, PGconn *c, const void *arg, PGresult **res)
+{
+    const run_args *a = arg;
+    return pg_exec_ps(e, c, a->id, a->n, a->params, pg_deadline_ms(e->io_timeout_ms), NULL, res);
+}
+
+int pg_run(pgeng *e, const char *sql, int n, const char *const *params, int retry, PGresult **res)
+{
+    run_args a = { sql, 0, n, params };
+    return run_pooled(e, retry, res, run_text, &a);
+}
+
+int pg_run_ps(pgeng *e, int id, int n, const char *const *params, int retry, PGresult **res)
+{
+    run_args a = { NULL, id, n, params };
+    return run_pooled(e, retry, res, run_ps, &a);
 }
 
 char *pg_sql(pgeng *e, const char *tmpl)
@@ -525,6 +643,7 @@ static void eng_free(pgeng *e)
     free(e->qseq);
     free(e->channel);
     free(e->ident);
+    for (int i = 0; i < PG_PS_N; i++) free(e->ps_sql[i]);
     if (e->wake[0] >= 0) close(e->wake[0]);
     if (e->wake[1] >= 0) close(e->wake[1]);
     pthread_mutex_destroy(&e->mu);
@@ -556,12 +675,18 @@ static int configure(pgeng *e, const baton_uri *u, const baton_client_options *o
             if (!(e->table = strdup(v))) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
         } else if (!strcmp(k, "connect_timeout_ms")) {
             if ((rc = parse_ms(k, v, 1, 3600 * 1000, &e->connect_timeout_ms))) return rc;
+        } else if (!strcmp(k, "prepare")) {
+            /* 0: statements as text every time (a pooler in transaction
+             * mode that cannot keep prepared statements) */
+            if (strcmp(v, "0") && strcmp(v, "1"))
+                return baton_seterr(BATON_EINVAL, 0, "postgres: prepare must be 0 or 1, not '%s'", v);
+            e->no_prepare = !strcmp(v, "0");
         } else if (pass) {
             if (!strcmp(k, "application_name")) app = v;
             if ((rc = add_kw(e, k, v))) return rc;
         } else {
             return baton_seterr(BATON_EINVAL, 0, "postgres: unknown option '%s' (known: mode, schema, table, "
-                                "connect_timeout_ms, and libpq's sslmode, sslrootcert, sslcert, sslkey, "
+                                "connect_timeout_ms, prepare, and libpq's sslmode, sslrootcert, sslcert, sslkey, "
                                 "passfile, application_name, ...)", k);
         }
     }
@@ -627,6 +752,10 @@ static int configure(pgeng *e, const baton_uri *u, const baton_client_options *o
         /* channel names are identifiers: at most 63 bytes */
         if (!(e->channel = malloc(64))) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
         snprintf(e->channel, 64, "baton:%s%s%s", e->schema ? e->schema : "", e->schema ? "." : "", e->table);
+    }
+    for (int i = 0; i < PG_PS_N; i++) {
+        e->ps_sql[i] = i <= PG_PS_UNLOCK ? pg_session_stmt(e, i) : pg_lease_stmt(e, i);
+        if (!e->ps_sql[i]) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
     }
     return 0;
 }
@@ -875,4 +1004,5 @@ const baton_backend baton__backend_postgres = {
     .rwlock_new = pg_rwlock_new,
     .identity = pg_identity,
     .describe = pg_describe,
+    .engine_ops = pg_engine_ops,
 };

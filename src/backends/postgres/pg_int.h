@@ -9,6 +9,7 @@
  *              LISTEN thread that wakes waiters
  *   row.c      row mode: the row locked by a transaction kept open
  *   rw.c       read-write locks (session mode)
+ *   ops.c      engine_ops: the server's statement counts (baton bench)
  *
  * Layout and rules: docs/postgres-engine.md.
  */
@@ -22,6 +23,11 @@
 #include <stdint.h>
 
 enum { PG_SESSION, PG_LEASE, PG_ROW };
+
+/* The statements of a lock cycle, prepared once per connection (pg.c). */
+enum { PG_PS_GRANT_WAIT, PG_PS_GRANT_TRY, PG_PS_UNLOCK,   /* session mode */
+       PG_PS_CLAIM, PG_PS_RELEASE, PG_PS_RENEW,           /* lease mode */
+       PG_PS_N };
 
 #define PG_POOL_IDLE 4       /* idle connections a client keeps for reuse */
 
@@ -39,15 +45,18 @@ typedef struct pgeng {
     size_t nkw;
     int connect_timeout_ms;
     int io_timeout_ms;
+    int no_prepare;          /* ?prepare=0: statements sent as text every time */
     char *schema, *table;    /* as given (schema NULL = the search_path's) */
     char *qtable;            /* quoted, qualified: "schema"."table" */
     char *qseq;              /* row mode's fence sequence: "schema"."table_fence" */
     char *channel;           /* NOTIFY channel of this table (lease mode) */
     char *ident;             /* identity() */
+    char *ps_sql[PG_PS_N];   /* the text of each prepared statement */
     /* guarded by mu */
     PGconn *idle[PG_POOL_IDLE];
     int nidle;
     int table_ok;            /* the table exists and has our shape */
+    int ops_src;             /* engine_ops' source, once known (ops.c) */
     pgwait *waits;
     int listening;           /* the listener's LISTEN is in effect */
     int stop;
@@ -97,6 +106,12 @@ void pg_conn_put(pgeng *e, PGconn *c);
  * pg_conn_put closes it); or the server's error as a baton code. */
 int pg_exec(pgeng *e, PGconn *c, const char *sql, int n, const char *const *params, int64_t deadline,
             baton_waiter *w, PGresult **res);
+/* pg_exec of the prepared statement ID (e->ps_sql[ID]), prepared on C
+ * first if it is not yet. */
+int pg_exec_ps(pgeng *e, PGconn *c, int id, int n, const char *const *params, int64_t deadline, baton_waiter *w,
+               PGresult **res);
+/* pg_run of the prepared statement ID. */
+int pg_run_ps(pgeng *e, int id, int n, const char *const *params, int retry, PGresult **res);
 /* pg_exec on a pooled connection within the I/O timeout; RETRY = the
  * statement may run twice (tried again once on a fresh connection when a
  * pooled one turns out to be dead). */
@@ -117,6 +132,9 @@ int pg_err(PGresult *r, PGconn *c, const char *what);
  * or a WAIT) and, when granted, the name's row upserted with fence + 1;
  * parameters name, key, owner hex, holder; returns the fence, or no row. */
 char *pg_grant_sql(pgeng *e, int shared, int wait);
+/* The text of prepared statement ID (malloc'd), from session.c or lease.c. */
+char *pg_session_stmt(pgeng *e, int id);
+char *pg_lease_stmt(pgeng *e, int id);
 int pg_session_acquire(pgeng *e, pglock *l, baton_acquire_req *req);
 int pg_session_release(pgeng *e, pglock *l);
 int pg_session_renew(pgeng *e, pglock *l, int64_t deadline_ns);
@@ -137,5 +155,9 @@ int pg_lease_release(pgeng *e, pglock *l, const baton_owner *owner);
 int pg_lease_renew(pgeng *e, pglock *l, const baton_owner *owner, uint32_t lease_ms, int64_t deadline_ns);
 /* Stops the listener thread (close). */
 void pg_listener_stop(pgeng *e);
+
+/* ---- ops.c ------------------------------------------------------------------ */
+
+int pg_engine_ops(void *eng, void (*fn)(void *arg, const char *op, uint64_t count), void *arg);
 
 #endif

@@ -37,8 +37,14 @@ char *pg_grant_sql(pgeng *e, int shared, int wait)
     return pg_sql(e, buf);
 }
 
+char *pg_session_stmt(pgeng *e, int id)
+{
+    if (id == PG_PS_UNLOCK) return strdup("SELECT pg_advisory_unlock($1::bigint)");
+    return pg_grant_sql(e, 0, id == PG_PS_GRANT_WAIT);
+}
+
 /* One grant attempt on a connection of the pool. */
-static int grant_once(pgeng *e, pglock *l, baton_acquire_req *req, const char *sql, int wait)
+static int grant_once(pgeng *e, pglock *l, baton_acquire_req *req, int wait)
 {
     const char *p[4] = { l->name, l->key, req->owner->hex, req->owner->desc };
     PGconn *c = NULL;
@@ -48,8 +54,8 @@ static int grant_once(pgeng *e, pglock *l, baton_acquire_req *req, const char *s
     if ((rc = pg_conn_get(e, &c))) return rc;
     /* the server queues waiters itself: one statement blocks until the
      * grant, the deadline (PQcancel) or baton_lock_cancel */
-    rc = pg_exec(e, c, sql, 4, p, wait ? req->deadline_ns : pg_deadline_ms(e->io_timeout_ms),
-                 wait ? req->waiter : NULL, &r);
+    rc = pg_exec_ps(e, c, wait ? PG_PS_GRANT_WAIT : PG_PS_GRANT_TRY, 4, p,
+                    wait ? req->deadline_ns : pg_deadline_ms(e->io_timeout_ms), wait ? req->waiter : NULL, &r);
     if (rc) {
         /* it may have been granted before the failure: close, never pool */
         PQfinish(c);
@@ -87,18 +93,16 @@ out:
 int pg_session_acquire(pgeng *e, pglock *l, baton_acquire_req *req)
 {
     int rc, wait = req->deadline_ns != 0;
-    char *sql;
 
     if (l->conn) {
         /* the connection of a grant reported lost: it holds nothing we want */
         PQfinish(l->conn);
         l->conn = NULL;
     }
-    if (!(sql = pg_grant_sql(e, 0, wait))) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
     for (;;) {
         unsigned gen = req->waiter ? baton_waiter_gen(req->waiter) : 0;
         int64_t until;
-        rc = grant_once(e, l, req, sql, wait);
+        rc = grant_once(e, l, req, wait);
         if (rc != BATON_EUNAVAILABLE || !wait || !req->waiter) break;
         /* The server went away under a waiter (a restart, a terminated
          * backend): the wait held nothing, so it goes on, on a new
@@ -115,7 +119,6 @@ int pg_session_acquire(pgeng *e, pglock *l, baton_acquire_req *req)
             break;
         }
     }
-    free(sql);
     return rc;
 }
 
@@ -129,8 +132,7 @@ int pg_session_release(pgeng *e, pglock *l)
     l->conn = NULL;
     l->fence = 0;
     if (!c) return baton_seterr(BATON_ELOST, 0, "postgres: lock '%s': its connection is gone", l->name);
-    rc = pg_exec(e, c, "SELECT pg_advisory_unlock($1::bigint)", 1, p, pg_deadline_ms(e->io_timeout_ms),
-                 NULL, &r);
+    rc = pg_exec_ps(e, c, PG_PS_UNLOCK, 1, p, pg_deadline_ms(e->io_timeout_ms), NULL, &r);
     if (rc) {
         /* a dead connection took the lock with it; a live one that cannot
          * answer is closed, which frees the lock on the server */
