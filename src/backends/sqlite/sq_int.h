@@ -1,0 +1,111 @@
+/*
+ * Internal declarations shared by the SQLite backend modules:
+ *   sqlite.c  URI and options, opening the database file (checks, WAL), the
+ *             connection pool with a deadline-aware busy handler, errors,
+ *             the table, lock_info, identity, describe and the backend table
+ *   lease.c   the lease: claim, renew and release, each one short write
+ *             transaction; the waiting loop
+ *   wake.c    the same-host wake-up: a sidecar file written after every
+ *             release, watched with inotify by waiters of other processes
+ *
+ * Layout and rules: docs/sqlite-engine.md.
+ */
+#ifndef BATON_SQ_INT_H
+#define BATON_SQ_INT_H
+
+#include "baton/sys/backend.h"
+
+#include <pthread.h>
+#include <sqlite3.h>
+#include <stdint.h>
+
+#define SQ_POOL_IDLE 4           /* idle connections a client keeps for reuse */
+
+/* One connection and what its busy handler needs: SQLite calls the handler
+ * while another connection holds the write lock; it gives up at DEADLINE
+ * (monotonic ns) or when W is cancelled. */
+typedef struct sqconn {
+    sqlite3 *db;
+    int64_t deadline;
+    baton_waiter *w;
+} sqconn;
+
+/* A blocked acquire, woken by the wake-up watcher. */
+typedef struct sqwait {
+    baton_waiter *w;
+    struct sqwait *next;
+} sqwait;
+
+typedef struct sqeng {
+    pthread_mutex_t mu;
+    char *path;              /* the database file, absolute, as given */
+    char *real;              /* its resolved real path (identity) */
+    char *table;             /* validated identifier: [A-Za-z_][A-Za-z0-9_]* */
+    char *wakepath;          /* <real>-baton-wake */
+    char boot[40];           /* this boot's id (/proc/sys/kernel/random/boot_id) */
+    int busy_timeout_ms;     /* how long one statement waits for the write lock */
+    int recheck_ms;          /* the longest a waiter sleeps between claims */
+    int io_timeout_ms;
+    char journal[16];        /* the journal mode the database is in ("wal") */
+    /* guarded by mu */
+    sqconn *idle[SQ_POOL_IDLE];
+    int nidle;
+    sqwait *waits;
+    /* the watcher (wake.c) */
+    int ino_fd;              /* -1 until started; also -1 when inotify is unavailable */
+    int watching;            /* the watch is in place: releases elsewhere wake us */
+    int watch_failed;        /* gave up on the watch: waiters back off instead */
+    int stop;
+    int stop_pipe[2];
+    pthread_t thr;
+    int thr_started;
+} sqeng;
+
+/* One lock state. */
+typedef struct sqlock {
+    char *name;
+    uint64_t fence;          /* of the current grant, 0 when none */
+} sqlock;
+
+/* ---- sqlite.c ------------------------------------------------------------ */
+
+/* Milliseconds on CLOCK_BOOTTIME: monotonic, shared by every process of the
+ * host, counting suspend. Leases are stored on it. */
+int64_t sq_boot_ms(void);
+/* A connection from the pool (or a new one). */
+int sq_conn_get(sqeng *e, sqconn **out);
+/* Back to the pool (or closed when the pool is full or BROKEN). */
+void sq_conn_put(sqeng *e, sqconn *c, int broken);
+/* Arms C's busy handler: wait for the write lock until DEADLINE (monotonic
+ * ns), or until W (may be NULL) is cancelled. */
+void sq_conn_arm(sqconn *c, int64_t deadline, baton_waiter *w);
+/* A statement's text with every "@T" replaced by the quoted table name. */
+char *sq_sql(sqeng *e, const char *tmpl);
+/* Prepares SQL (with @T) on C: 0 or a baton error. */
+int sq_prepare(sqeng *e, sqconn *c, const char *tmpl, sqlite3_stmt **st);
+/* SQLite's result code RC on C as a baton code, with the message. */
+int sq_err(sqeng *e, sqconn *c, int rc, const char *what);
+/* Runs plain SQL (no results) on C. */
+int sq_exec(sqeng *e, sqconn *c, const char *sql, const char *what);
+
+/* ---- lease.c ------------------------------------------------------------- */
+
+int sq_lease_acquire(sqeng *e, sqlock *l, baton_acquire_req *req);
+int sq_lease_release(sqeng *e, sqlock *l, const baton_owner *owner);
+int sq_lease_renew(sqeng *e, sqlock *l, const baton_owner *owner, uint32_t lease_ms, int64_t deadline_ns);
+
+/* ---- wake.c -------------------------------------------------------------- */
+
+/* Starts watching the sidecar (once per client; idempotent). Never fails:
+ * without a watch, waiters back off instead. Call before the claim that a
+ * release must not slip past. */
+void sq_wake_watch(sqeng *e);
+/* Wakes this client's waiters. */
+void sq_wake_local(sqeng *e);
+/* Tells every process of the host that a lock was released (after the
+ * commit). Best effort. */
+void sq_wake_others(sqeng *e);
+/* Stops the watcher (close). */
+void sq_wake_stop(sqeng *e);
+
+#endif
