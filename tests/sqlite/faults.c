@@ -275,7 +275,15 @@ static void test_row_of_another_boot(void) {
                        "9000000000000, '00000000-0000-0000-0000-000000000000', 0)", NULL, NULL, NULL) == SQLITE_OK);
     CHECK_RC(baton_lock_open(&l, c, "oldboot", NULL), 0);
     CHECK_RC(baton_lock_acquire(l, 0), 0);
-    CHECK(baton_lock_fence(l) == 42);
+    /* above the row's fence, and at least the wall clock in us (2001 on) */
+    CHECK(baton_lock_fence(l) > 1000000000000000ull);
+    CHECK_RC(baton_lock_release(l), 0);
+    /* a stored fence above the clock: the next is exactly one more */
+    CHECK(sqlite3_exec(db, "UPDATE baton_locks SET fence = 5000000000000000 WHERE name = 'oldboot'", NULL, NULL,
+                       NULL) == SQLITE_OK);
+    CHECK_RC(baton_lock_acquire(l, 0), 0);
+    CHECK(baton_lock_fence(l) == 5000000000000001ull);
+    uint64_t f42 = baton_lock_fence(l);
     CHECK_RC(baton_lock_release(l), 0);
     /* the same row in this boot is held */
     {
@@ -294,7 +302,7 @@ static void test_row_of_another_boot(void) {
     CHECK_RC(baton_lock_acquire(l, 0), BATON_ELOCKED);
     baton_lockinfo info = BATON_LOCK_INFO_INIT;
     CHECK_RC(baton_lock_info(c, "oldboot", &info), 0);
-    CHECK(info.held && info.fence == 42 && info.remaining_ms > 0);
+    CHECK(info.held && info.fence == f42 && info.remaining_ms > 0);
     sqlite3_close(db);
     baton_lock_free(l);
     baton_client_close(c);

@@ -3,8 +3,9 @@
  * A claim is one short write transaction (BEGIN IMMEDIATE, so two claimants
  * never both read "free": the second waits for the write lock and then sees
  * the first's row): it reads the row and, when the lease is over, the row is
- * free, or the claimant already owns it, writes the new owner with fence + 1
- * (a missing row is inserted with fence 1). Renewal and release are one
+ * free, or the claimant already owns it, writes the new owner with the next
+ * fence (one more than the row's, at least the wall clock in microseconds:
+ * next_fence; a missing row is inserted). Renewal and release are one
  * owner- and fence-checked UPDATE each.
  *
  * Times are CLOCK_BOOTTIME milliseconds, which every process of the host
@@ -58,6 +59,20 @@ static int64_t busy_deadline(sqeng *e, int64_t deadline)
     return deadline > 0 && deadline < b ? deadline : b;
 }
 
+/* The fence of a new grant: one more than the row's, and at least the wall
+ * clock in microseconds, as the file engine does. synchronous=NORMAL lets
+ * a power loss take the last commits, so the stored fence may come back
+ * lower than one already handed out; the clock floor keeps the next one
+ * above it (unless the clock was set back meanwhile). */
+static uint64_t next_fence(uint64_t stored)
+{
+    struct timespec ts;
+    uint64_t floor;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    floor = (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+    return stored + 1 > floor ? stored + 1 : floor;
+}
+
 /* One claim: 0 with *fence, BATON_ELOCKED with *left_ms (how long the
  * holder's lease still runs), or an error (BATON_EUNAVAILABLE when the
  * database stayed locked, BATON_ECANCELED when W was cancelled). */
@@ -95,11 +110,11 @@ static int claim(sqeng *e, sqlock *l, baton_acquire_req *req, uint64_t *fence, i
             rc = baton_seterr(BATON_ELOCKED, 0, "sqlite: lock '%s' is held", l->name);
             goto out;
         }
-        *fence = (uint64_t)sqlite3_column_int64(sel, 0) + 1;
+        *fence = next_fence((uint64_t)sqlite3_column_int64(sel, 0));
         rc = sq_prepare(e, c, "UPDATE @T SET fence = ?2, owner = ?3, holder = ?4, lease_until = ?5, boot = ?6, "
                         "acquired_at = ?7 WHERE name = ?1", &put);
     } else if (rc == SQLITE_DONE) {
-        *fence = 1;
+        *fence = next_fence(0);
         rc = sq_prepare(e, c, "INSERT INTO @T (name, fence, owner, holder, lease_until, boot, acquired_at) "
                         "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)", &put);
     } else {
