@@ -250,9 +250,16 @@ static void test_foreign_write_lock(void) {
     t0 = tl_now_ms();
     CHECK_RC(baton_lock_acquire(l, 0), BATON_EUNAVAILABLE);   /* a try waits busy_timeout_ms */
     CHECK(tl_now_ms() - t0 < 10000);
-    /* WAL: readers do not wait for the writer */
+    /* WAL: readers do not wait for the writer, and a new client only reads */
     CHECK_RC(baton_lock_info(c, "foreign", &info), 0);
     CHECK(!info.held);
+    {
+        baton_client *c2 = NULL;
+        t0 = tl_now_ms();
+        CHECK_RC(baton_client_open(&c2, uri, NULL), 0);
+        CHECK(tl_now_ms() - t0 < 10000);
+        if (c2) baton_client_close(c2);
+    }
     CHECK(sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL) == SQLITE_OK);
     CHECK_RC(baton_lock_acquire(l, 5000), 0);
     CHECK_RC(baton_lock_release(l), 0);

@@ -111,6 +111,7 @@ static int claim(sqeng *e, sqlock *l, baton_acquire_req *req, uint64_t *fence, i
             goto out;
         }
         *fence = next_fence((uint64_t)sqlite3_column_int64(sel, 0));
+        sqlite3_reset(sel);   /* done reading (owner and boot are gone now) */
         rc = sq_prepare(e, c, "UPDATE @T SET fence = ?2, owner = ?3, holder = ?4, lease_until = ?5, boot = ?6, "
                         "acquired_at = ?7 WHERE name = ?1", &put);
     } else if (rc == SQLITE_DONE) {
@@ -153,6 +154,7 @@ int sq_lease_acquire(sqeng *e, sqlock *l, baton_acquire_req *req)
     sqwait me = { req->waiter, NULL };
     int rc, linked = 0, busy = 0;
     int64_t backoff = BACKOFF_MIN_MS;
+    char why[200] = "";
 
     for (;;) {
         unsigned gen = req->waiter ? baton_waiter_gen(req->waiter) : 0;
@@ -169,6 +171,7 @@ int sq_lease_acquire(sqeng *e, sqlock *l, baton_acquire_req *req)
         /* a database locked by a long foreign transaction: keep trying until
          * the deadline, then say so */
         busy = rc == BATON_EUNAVAILABLE;
+        if (busy) snprintf(why, sizeof why, "%s", baton_error_last()->message ? baton_error_last()->message : "");
         if (!linked) {
             /* watch before the next claim, so a release between that claim
              * and the park still wakes us (it bumps the generation) */
@@ -181,8 +184,8 @@ int sq_lease_acquire(sqeng *e, sqlock *l, baton_acquire_req *req)
             continue;
         }
         if (req->deadline_ns != INT64_MAX && baton_now_ns() >= req->deadline_ns) {
-            rc = baton_seterr(BATON_ETIMEDOUT, 0, "sqlite: lock '%s': wait timed out%s", l->name,
-                              busy ? " (the database stayed locked by another transaction)" : "");
+            rc = baton_seterr(BATON_ETIMEDOUT, 0, "sqlite: lock '%s': wait timed out%s%s%s", l->name,
+                              busy ? " (last: " : "", why, busy ? ")" : "");
             break;
         }
         pthread_mutex_lock(&e->mu);

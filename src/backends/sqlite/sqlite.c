@@ -254,10 +254,18 @@ static int table_ready(sqeng *e, sqconn *c)
     char *ddl = sq_sql(e, DDL);
 
     if (!ddl) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
-    rc = sq_exec(e, c, ddl, "create the lock table");
-    free(ddl);
-    if (rc) return rc;
-    if ((rc = sq_prepare(e, c, "PRAGMA table_info(@T)", &st))) return rc;
+    /* look first: CREATE TABLE IF NOT EXISTS wants the write lock even when
+     * the table is there, and a client must open while another writer
+     * works (a read never waits in WAL mode) */
+    if ((rc = sq_prepare(e, c, "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1", &st))) goto out;
+    sqlite3_bind_text(st, 1, e->table, -1, SQLITE_STATIC);
+    rc = sqlite3_step(st);
+    sqlite3_finalize(st);
+    st = NULL;
+    if (rc == SQLITE_DONE) rc = sq_exec(e, c, ddl, "create the lock table");
+    else rc = rc == SQLITE_ROW ? 0 : sq_err(e, c, rc, "look for the lock table");
+    if (rc) goto out;
+    if ((rc = sq_prepare(e, c, "PRAGMA table_info(@T)", &st))) goto out;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
         const char *col = (const char *)sqlite3_column_text(st, 1);
         const char *type = (const char *)sqlite3_column_text(st, 2);
@@ -293,6 +301,7 @@ static int table_ready(sqeng *e, sqconn *c)
                           "(docs/sqlite-engine.md has the DDL)", e->path, e->table);
 out:
     sqlite3_finalize(st);
+    free(ddl);
     return rc;
 }
 
