@@ -53,12 +53,6 @@ static int64_t jitter(int64_t ms)
     return ms * 3 / 4 + (ms > 1 ? (int64_t)(jitter_rand() % (uint32_t)(ms / 2 + 1)) : 0);
 }
 
-static int64_t busy_deadline(sqeng *e, int64_t deadline)
-{
-    int64_t b = baton_now_ns() + (int64_t)e->busy_timeout_ms * 1000000LL;
-    return deadline > 0 && deadline < b ? deadline : b;
-}
-
 /* The fence of a new grant: one more than the row's, and at least the wall
  * clock in microseconds, as the file engine does. synchronous=NORMAL lets
  * a power loss take the last commits, so the stored fence may come back
@@ -85,13 +79,8 @@ static int claim(sqeng *e, sqlock *l, baton_acquire_req *req, uint64_t *fence, i
 
     *left_ms = -1;
     if ((rc = sq_conn_get(e, &c))) return rc;
-    sq_conn_arm(c, busy_deadline(e, req->deadline_ns), req->waiter);
-    if ((rc = sqlite3_exec(c->db, "BEGIN IMMEDIATE", NULL, NULL, NULL)) != SQLITE_OK) {
-        rc = req->waiter && baton_waiter_canceled(req->waiter)
-                 ? baton_seterr(BATON_ECANCELED, 0, "sqlite: lock '%s': acquire canceled", l->name)
-                 : sq_err(e, c, rc, "claim");
-        goto out;
-    }
+    sq_conn_arm(c, sq_busy_deadline(e, req->deadline_ns), req->waiter);
+    if ((rc = sq_begin(e, c, req->waiter, "claim"))) goto out;
     if ((rc = sq_prepare(e, c, "SELECT fence, owner, lease_until, boot FROM @T WHERE name = ?1", &sel))) goto out;
     sqlite3_bind_text(sel, 1, l->name, -1, SQLITE_STATIC);
     rc = sqlite3_step(sel);
@@ -149,32 +138,29 @@ out:
     return rc;
 }
 
-int sq_lease_acquire(sqeng *e, sqlock *l, baton_acquire_req *req)
+int sq_wait(sqeng *e, baton_waiter *w, int64_t deadline, const char *what,
+            int (*attempt)(void *arg, int64_t *left_ms), void *arg)
 {
-    sqwait me = { req->waiter, NULL };
+    sqwait me = { w, NULL };
     int rc, linked = 0, busy = 0;
     int64_t backoff = BACKOFF_MIN_MS;
     char why[200] = "";
 
     for (;;) {
-        unsigned gen = req->waiter ? baton_waiter_gen(req->waiter) : 0;
-        int64_t sent = baton_now_ns(), left = -1, until, nap;
+        unsigned gen = w ? baton_waiter_gen(w) : 0;
+        int64_t left = -1, until, nap;
         int watching;
 
-        rc = claim(e, l, req, &req->fence, &left);
-        if (rc == 0) {
-            l->fence = req->fence;
-            req->sent_ns = sent;    /* the lease started no earlier than this */
-            break;
-        }
-        if ((rc != BATON_ELOCKED && rc != BATON_EUNAVAILABLE) || req->deadline_ns == 0 || !req->waiter) break;
+        rc = attempt(arg, &left);
+        if (rc == 0) break;
+        if ((rc != BATON_ELOCKED && rc != BATON_EUNAVAILABLE) || deadline == 0 || !w) break;
         /* a database locked by a long foreign transaction: keep trying until
          * the deadline, then say so */
         busy = rc == BATON_EUNAVAILABLE;
         if (busy) snprintf(why, sizeof why, "%s", baton_error_last()->message ? baton_error_last()->message : "");
         if (!linked) {
-            /* watch before the next claim, so a release between that claim
-             * and the park still wakes us (it bumps the generation) */
+            /* watch before the next attempt, so a release between that
+             * attempt and the park still wakes us (it bumps the generation) */
             sq_wake_watch(e);
             pthread_mutex_lock(&e->mu);
             me.next = e->waits;
@@ -183,16 +169,16 @@ int sq_lease_acquire(sqeng *e, sqlock *l, baton_acquire_req *req)
             linked = 1;
             continue;
         }
-        if (req->deadline_ns != INT64_MAX && baton_now_ns() >= req->deadline_ns) {
-            rc = baton_seterr(BATON_ETIMEDOUT, 0, "sqlite: lock '%s': wait timed out%s%s%s", l->name,
-                              busy ? " (last: " : "", why, busy ? ")" : "");
+        if (deadline != INT64_MAX && baton_now_ns() >= deadline) {
+            rc = baton_seterr(BATON_ETIMEDOUT, 0, "sqlite: %s: wait timed out%s%s%s", what, busy ? " (last: " : "",
+                              why, busy ? ")" : "");
             break;
         }
         pthread_mutex_lock(&e->mu);
         watching = e->watching;
         pthread_mutex_unlock(&e->mu);
         if (watching && !busy) {
-            /* a release wakes us: claim again only now and then, in case a
+            /* a release wakes us: try again only now and then, in case a
              * wake-up was lost (the sidecar replaced, inotify overflow) */
             nap = jitter(e->recheck_ms);
         } else {
@@ -207,9 +193,9 @@ int sq_lease_acquire(sqeng *e, sqlock *l, baton_acquire_req *req)
             int64_t end = baton_now_ns() + (left + 1 + (int64_t)(jitter_rand() % 8)) * 1000000LL;
             if (end < until) until = end;
         }
-        if (until > req->deadline_ns) until = req->deadline_ns;
-        if (baton_waiter_park(req->waiter, gen, until) == BATON_ECANCELED) {
-            rc = baton_seterr(BATON_ECANCELED, 0, "sqlite: lock '%s': acquire canceled", l->name);
+        if (until > deadline) until = deadline;
+        if (baton_waiter_park(w, gen, until) == BATON_ECANCELED) {
+            rc = baton_seterr(BATON_ECANCELED, 0, "sqlite: %s: canceled", what);
             break;
         }
     }
@@ -223,6 +209,32 @@ int sq_lease_acquire(sqeng *e, sqlock *l, baton_acquire_req *req)
         pthread_mutex_unlock(&e->mu);
     }
     return rc;
+}
+
+typedef struct {
+    sqeng *e;
+    sqlock *l;
+    baton_acquire_req *req;
+} claim_arg;
+
+static int claim_attempt(void *arg, int64_t *left_ms)
+{
+    claim_arg *a = arg;
+    int64_t sent = baton_now_ns();
+    int rc = claim(a->e, a->l, a->req, &a->req->fence, left_ms);
+    if (rc == 0) {
+        a->l->fence = a->req->fence;
+        a->req->sent_ns = sent;    /* the lease started no earlier than this */
+    }
+    return rc;
+}
+
+int sq_lease_acquire(sqeng *e, sqlock *l, baton_acquire_req *req)
+{
+    claim_arg a = { e, l, req };
+    char what[300];
+    snprintf(what, sizeof what, "lock '%.200s'", l->name);
+    return sq_wait(e, req->waiter, req->deadline_ns, what, claim_attempt, &a);
 }
 
 /* One owner- and fence-checked UPDATE (autocommit: one short write
@@ -260,7 +272,7 @@ int sq_lease_release(sqeng *e, sqlock *l, const baton_owner *owner)
     /* the row keeps its fence: the next grant counts on from it */
     rc = checked_update(e, "UPDATE @T SET owner = NULL, holder = NULL, lease_until = NULL "
                         "WHERE name = ?1 AND owner = ?2 AND fence = ?3 AND boot = ?4",
-                        l, owner, 0, busy_deadline(e, 0), "release", &n);
+                        l, owner, 0, sq_busy_deadline(e, 0), "release", &n);
     l->fence = 0;
     if (rc) return rc;
     if (n > 0) {
@@ -279,7 +291,7 @@ int sq_lease_renew(sqeng *e, sqlock *l, const baton_owner *owner, uint32_t lease
     int rc, n = 0;
     int64_t until = sq_boot_ms() + lease_ms;   /* read before the write lock: never later than meant */
     rc = checked_update(e, "UPDATE @T SET lease_until = ?5 WHERE name = ?1 AND owner = ?2 AND fence = ?3 AND boot = ?4",
-                        l, owner, until, busy_deadline(e, deadline_ns), "renew", &n);
+                        l, owner, until, sq_busy_deadline(e, deadline_ns), "renew", &n);
     if (rc == BATON_EUNAVAILABLE)
         rc = baton_seterr(BATON_EUNAVAILABLE, 0, "sqlite: lock '%s': renewal: the database stayed locked by "
                           "another transaction", l->name);

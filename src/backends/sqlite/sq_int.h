@@ -50,6 +50,7 @@ typedef struct sqeng {
     /* guarded by mu */
     sqconn *idle[SQ_POOL_IDLE];
     int nidle;
+    int permits_ok;          /* the _sem and _permit tables exist (permits.c) */
     sqwait *waits;
     /* the watcher (wake.c) */
     int ino_fd;              /* -1 until started; also -1 when inotify is unavailable */
@@ -87,12 +88,39 @@ int sq_prepare(sqeng *e, sqconn *c, const char *tmpl, sqlite3_stmt **st);
 int sq_err(sqeng *e, sqconn *c, int rc, const char *what);
 /* Runs plain SQL (no results) on C. */
 int sq_exec(sqeng *e, sqconn *c, const char *sql, const char *what);
+/* BEGIN IMMEDIATE on C (armed): the write lock first, so what the
+ * transaction reads stays true until its COMMIT. BATON_ECANCELED when W was
+ * cancelled while waiting for the lock. */
+int sq_begin(sqeng *e, sqconn *c, baton_waiter *w, const char *what);
+/* A deadline for one statement's wait for the write lock: DEADLINE when
+ * set and sooner, else busy_timeout_ms from now. */
+int64_t sq_busy_deadline(sqeng *e, int64_t deadline);
 
 /* ---- lease.c ------------------------------------------------------------- */
+
+/* Waits until ATTEMPT answers something else than BATON_ELOCKED (or
+ * BATON_EUNAVAILABLE: the database stayed locked), parked on W between
+ * attempts: woken by releases (wake.c), at the end of the lease ATTEMPT
+ * reports in *left_ms (-1 none), every recheck_ms, or by backoff without a
+ * watch. DEADLINE 0 = one attempt. WHAT names the object in errors. */
+int sq_wait(sqeng *e, baton_waiter *w, int64_t deadline, const char *what,
+            int (*attempt)(void *arg, int64_t *left_ms), void *arg);
 
 int sq_lease_acquire(sqeng *e, sqlock *l, baton_acquire_req *req);
 int sq_lease_release(sqeng *e, sqlock *l, const baton_owner *owner);
 int sq_lease_renew(sqeng *e, sqlock *l, const baton_owner *owner, uint32_t lease_ms, int64_t deadline_ns);
+
+/* ---- permits.c ----------------------------------------------------------- */
+
+int sq_permits_new(void *eng, const char *name, void **st);
+void sq_permits_free(void *eng, void *st);
+int sq_permits_acquire(void *eng, void *st, uint32_t lease_ms, int64_t deadline_ns, baton_waiter *w,
+                       char id[BATON_PERMIT_ID_SIZE]);
+int sq_permits_release(void *eng, void *st, const char *id);
+int sq_permits_renew(void *eng, void *st, const char *id, uint32_t lease_ms);
+int sq_permits_ctl(void *eng, void *st, int op, int64_t arg, int64_t *out);
+/* Available permits of NAME for lock_info; BATON_PERMITS_UNKNOWN when none. */
+int sq_permits_info(sqeng *e, sqconn *c, const char *name, int64_t *out);
 
 /* ---- wake.c -------------------------------------------------------------- */
 

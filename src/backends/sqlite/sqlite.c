@@ -12,7 +12,8 @@
  * recheck_ms (default 1000), mode (lease, the only one).
  *
  * Capabilities: LEASE (the core renews), INFO, NOTIFY (a release wakes
- * waiters through the sidecar file, see wake.c). Nothing else.
+ * waiters through the sidecar file, see wake.c), PERMITS (permits.c).
+ * Nothing else.
  */
 #include "sq_int.h"
 #include "core/internal.h"
@@ -97,6 +98,11 @@ int sq_err(sqeng *e, sqconn *c, int rc, const char *what)
         return baton_seterr(BATON_EUNAVAILABLE, rc, "sqlite: %s: cannot open %s (%s)", what, e->path, m);
     case SQLITE_NOMEM:
         return baton_seterr(BATON_ENOMEM, rc, "out of memory");
+    case SQLITE_ERROR:
+        /* our statements are fixed: an SQL error means tables of another
+         * shape (a column missing from the _sem or _permit table) */
+        return baton_seterr(BATON_EPROTO, rc, "sqlite: %s: %s: %s (docs/sqlite-engine.md has the DDL)", what,
+                            e->path, m);
     case SQLITE_IOERR:
     case SQLITE_FULL:
         return baton_seterr(BATON_EIO, rc, "sqlite: %s: %s: %s", what, e->path, m);
@@ -111,17 +117,38 @@ int sq_exec(sqeng *e, sqconn *c, const char *sql, const char *what)
     return rc == SQLITE_OK ? 0 : sq_err(e, c, rc, what);
 }
 
+int sq_begin(sqeng *e, sqconn *c, baton_waiter *w, const char *what)
+{
+    int rc = sqlite3_exec(c->db, "BEGIN IMMEDIATE", NULL, NULL, NULL);
+    if (rc == SQLITE_OK) return 0;
+    if (w && baton_waiter_canceled(w)) return baton_seterr(BATON_ECANCELED, 0, "sqlite: %s: canceled", what);
+    return sq_err(e, c, rc, what);
+}
+
+int64_t sq_busy_deadline(sqeng *e, int64_t deadline)
+{
+    int64_t b = baton_now_ns() + (int64_t)e->busy_timeout_ms * 1000000LL;
+    return deadline > 0 && deadline < b ? deadline : b;
+}
+
+/* "@T" the lock table, "@S" the semaphores' counts (<table>_sem), "@P" the
+ * permits (<table>_permit). */
+static const char *sql_suffix(char c)
+{
+    return c == 'T' ? "" : c == 'S' ? "_sem" : c == 'P' ? "_permit" : NULL;
+}
+
 char *sq_sql(sqeng *e, const char *tmpl)
 {
-    size_t n = 1, tl = strlen(e->table) + 2;
+    size_t n = 1, tl = strlen(e->table) + 2 + 7;
     char *out, *o;
-    for (const char *p = tmpl; *p; p++) n += (p[0] == '@' && p[1] == 'T') ? tl : 1;
+    for (const char *p = tmpl; *p; p++) n += (p[0] == '@' && p[1] && sql_suffix(p[1])) ? tl : 1;
     if (!(out = malloc(n))) return NULL;
     o = out;
     for (const char *p = tmpl; *p; p++) {
-        if (p[0] == '@' && p[1] == 'T') {
+        if (p[0] == '@' && p[1] && sql_suffix(p[1])) {
             /* the table name is a checked identifier: quoting cannot break */
-            o += sprintf(o, "\"%s\"", e->table);
+            o += sprintf(o, "\"%s%s\"", e->table, sql_suffix(p[1]));
             p++;
         } else {
             *o++ = *p;
@@ -564,6 +591,9 @@ static int sq_lock_info(void *eng, const char *name, baton_lockinfo *out)
     } else {
         rc = sq_err(e, c, rc, "lock info");
     }
+    sqlite3_finalize(st);
+    st = NULL;
+    if (!rc) rc = sq_permits_info(e, c, name, &out->permits);
 out:
     sqlite3_finalize(st);
     sq_conn_put(e, c, 0);
@@ -600,7 +630,7 @@ const baton_backend baton__backend_sqlite = {
     .version = BATON_BACKEND_VERSION,
     .name = "sqlite",
     .schemes = sq_schemes,
-    .caps = BATON_CAP_LEASE | BATON_CAP_NOTIFY | BATON_CAP_INFO,
+    .caps = BATON_CAP_LEASE | BATON_CAP_NOTIFY | BATON_CAP_INFO | BATON_CAP_PERMITS,
     .open = sq_open,
     .close = sq_close,
     .lock_new = sq_lock_new,
@@ -609,6 +639,12 @@ const baton_backend baton__backend_sqlite = {
     .lock_release = sq_lock_release,
     .lock_renew = sq_lock_renew,
     .lock_info = sq_lock_info,
+    .permits_new = sq_permits_new,
+    .permits_free = sq_permits_free,
+    .permits_acquire = sq_permits_acquire,
+    .permits_release = sq_permits_release,
+    .permits_renew = sq_permits_renew,
+    .permits_ctl = sq_permits_ctl,
     .identity = sq_identity,
     .describe = sq_describe,
 };
