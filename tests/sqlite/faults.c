@@ -12,7 +12,8 @@
  *     come back (timeout or "locked"), never hang;
  *   - a row from another boot is expired whatever its lease_until says;
  *   - bad input: missing directory, not a database, wrong-shaped tables,
- *     malformed URIs and options, mode=row.
+ *     malformed URIs and options, mode=row; a read-only file and
+ *     directory (as nobody, through setpriv, when run as root).
  *
  * Worker modes (re-executing /proc/self/exe):
  *   test_sqlite_faults --hold URI NAME LEASE_MS     holds NAME; "held FENCE";
@@ -333,6 +334,34 @@ static void expect_open(const char *uri, int want, const char *needle) {
     if (c) baton_client_close(c);
 }
 
+/* expect_open, as ourselves, or as nobody when we are root (a worker run
+ * through setpriv; it prints the code and the message). */
+static void expect_open_as_user(const char *uri, int want, const char *needle) {
+    if (geteuid() != 0) {
+        expect_open(uri, want, needle);
+        return;
+    }
+    char self[1024], cmd[3000], line[1024] = "";
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0 || access("/usr/bin/setpriv", X_OK) != 0) {
+        fprintf(stderr, "   (permission case skipped: root without setpriv)\n");
+        return;
+    }
+    self[n] = 0;
+    snprintf(cmd, sizeof cmd, "/usr/bin/setpriv --reuid=65534 --regid=65534 --clear-groups '%s' --open '%s'", self,
+             uri);
+    FILE *f = popen(cmd, "r");
+    if (!f || !fgets(line, sizeof line, f)) line[0] = 0;
+    if (f) pclose(f);
+    int rc = 1;
+    CHECK(sscanf(line, "%d", &rc) == 1);
+    CHECK_RC(rc, want);
+    if (rc != want || (needle && !strstr(line, needle))) {
+        CHECK(!"message names the problem");
+        fprintf(stderr, "   %s as nobody: %s\n", uri, line);
+    }
+}
+
 static void make_db(const char *path, const char *sql) {
     sqlite3 *db = NULL;
     unlink(path);
@@ -405,20 +434,19 @@ static void test_bad_input(void) {
     snprintf(u, sizeof u, "sqlite://%s/", g_dir);
     expect_open(u, BATON_EINVAL, NULL);
 
-    if (geteuid() != 0) {
-        /* permissions (root reads and writes everything: skipped there) */
-        snprintf(p, sizeof p, "%s/ro.db", g_dir);
-        make_db(p, "CREATE TABLE t (x)");
-        chmod(p, 0400);
-        snprintf(u, sizeof u, "sqlite://%s", p);
-        expect_open(u, BATON_EAUTH, NULL);
-        snprintf(p, sizeof p, "%s/rodir", g_dir);
-        mkdir(p, 0500);
-        snprintf(u, sizeof u, "sqlite://%s/x.db", p);
-        expect_open(u, BATON_EAUTH, NULL);
-    } else {
-        fprintf(stderr, "   (permission cases skipped: running as root)\n");
-    }
+    /* permissions: a file we may read but not write, a directory we may
+     * not create in. Root writes everything: as root, the opens run in a
+     * worker as nobody (setpriv), on files root owns. */
+    snprintf(p, sizeof p, "%s/ro.db", g_dir);
+    make_db(p, "CREATE TABLE t (x)");
+    chmod(p, 0444);
+    snprintf(u, sizeof u, "sqlite://%s", p);
+    expect_open_as_user(u, BATON_EAUTH, "ro.db");
+    snprintf(p, sizeof p, "%s/rodir", g_dir);
+    mkdir(p, 0555);
+    chmod(p, 0555);
+    snprintf(u, sizeof u, "sqlite://%s/x.db", p);
+    expect_open_as_user(u, BATON_EAUTH, "rodir");
 }
 
 /* The identity is the resolved file: two spellings of one file are one
@@ -444,11 +472,19 @@ static void test_identity(void) {
 int main(int argc, char **argv) {
     if (argc == 5 && !strcmp(argv[1], "--hold")) return worker_hold(argv[2], argv[3], atoi(argv[4]));
     if (argc == 5 && !strcmp(argv[1], "--wait")) return worker_wait(argv[2], argv[3], atoi(argv[4]));
+    if (argc == 3 && !strcmp(argv[1], "--open")) {
+        baton_client *c = NULL;
+        int rc = baton_client_open(&c, argv[2], NULL);
+        printf("%d %s\n", rc, rc ? tl_lastmsg() : "");
+        if (c) baton_client_close(c);
+        return 0;
+    }
     signal(SIGPIPE, SIG_IGN);
     const char *tmp = getenv("BATON_TEST_TMP");
     snprintf(g_dir, sizeof g_dir, "%s/sqlite_faults", tmp && *tmp ? tmp : "/tmp");
     tl_sh("rm -rf '%s'", g_dir);
     tl_mkdirs(g_dir);
+    chmod(g_dir, 0755);   /* the permission cases run as nobody when we are root */
     if (g_dir[0] != '/') {
         fprintf(stderr, "BATON_TEST_TMP must be absolute\n");
         return 1;
