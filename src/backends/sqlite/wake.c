@@ -24,9 +24,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/inotify.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
-#define WATCH_MASK (IN_CLOSE_WRITE | IN_ATTRIB | IN_DELETE_SELF | IN_MOVE_SELF)
+#define WATCH_MASK (IN_CLOSE_WRITE | IN_ATTRIB | IN_DELETE_SELF | IN_MOVE_SELF | IN_DONT_FOLLOW)
 
 void sq_wake_local(sqeng *e)
 {
@@ -35,14 +36,19 @@ void sq_wake_local(sqeng *e)
     pthread_mutex_unlock(&e->mu);
 }
 
-/* The sidecar exists (created when missing, 0666 less the umask, so other
- * users of a shared database can signal too), then the watch on it.
- * 0, or -1 (errno). */
+/* The sidecar exists, then the watch on it. 0, or -1 (errno). A sidecar we
+ * create gets the database's read and write bits (whatever the umask):
+ * whoever may write the database may signal its releases. */
 static int add_watch(sqeng *e)
 {
-    int fd = open(e->wakepath, O_RDONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0666);
-    if (fd < 0) return -1;
-    close(fd);
+    int fd = open(e->wakepath, O_RDONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd >= 0) {
+        struct stat sb;
+        if (stat(e->real, &sb) == 0 && fchmod(fd, sb.st_mode & 0666) != 0) { /* 0600 then: ours only */ }
+        close(fd);
+    } else if (errno != EEXIST) {
+        return -1;
+    }
     return inotify_add_watch(e->ino_fd, e->wakepath, WATCH_MASK) < 0 ? -1 : 0;
 }
 
