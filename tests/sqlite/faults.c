@@ -7,7 +7,8 @@
  *     BATON_ELOST;
  *   - a waiter in another process is woken by a release through the sidecar
  *     file, not by its re-check (set to 10 minutes) nor the holder's lease;
- *     also when the sidecar was deleted meanwhile;
+ *     also when the sidecar was deleted meanwhile; an unusable sidecar only
+ *     slows the waiter down to its re-check;
  *   - a database locked by a long foreign write transaction: bounded calls
  *     come back (timeout or "locked"), never hang;
  *   - a row from another boot is expired whatever its lease_until says;
@@ -223,6 +224,41 @@ static void wake_case(const char *name, int delete_sidecar) {
     CHECK(el < 20000);   /* woken by the release, not by the end of its wait (see above) */
     fprintf(stderr, "   woken %lld ms after the release\n", (long long)el);
     CHECK(tl_exited_ok(tl_worker_reap(&w, 10000)));
+    baton_lock_free(l);
+    baton_client_close(c);
+}
+
+/* A sidecar nobody can use (a directory in its place): releases cannot
+ * signal, so a waiter in another process gets the lock by its re-check
+ * (default 1 s) instead; nothing fails or hangs. */
+static void test_unusable_sidecar(void) {
+    char db[1300], side[1400], uri[1400], line[256];
+    int rc = -100;
+    unsigned long long fence = 0;
+    tl_worker w;
+    snprintf(db, sizeof db, "%s/nowake.db", g_dir);
+    snprintf(side, sizeof side, "%s-baton-wake", db);
+    snprintf(uri, sizeof uri, "sqlite://%s", db);
+    CHECK(mkdir(side, 0755) == 0);
+    baton_client *c = open_ok(uri);
+    baton_lock *l = NULL;
+    CHECK_RC(baton_lock_open(&l, c, "nowake", NULL), 0);
+    CHECK_RC(baton_lock_acquire(l, 0), 0);
+    if (spawn(&w, "--wait", uri, "nowake", 30000)) {
+        CHECK(!"spawn");
+        return;
+    }
+    CHECK(tl_expect_line(&w, "waiting", line, sizeof line, 20000) == 0);
+    tl_sleep_ms(500);
+    CHECK_RC(baton_lock_release(l), 0);
+    CHECK(tl_expect_line(&w, "got ", line, sizeof line, 40000) == 0);
+    sscanf(line, "got %d %llu", &rc, &fence);
+    CHECK_RC(rc, 0);
+    CHECK(tl_exited_ok(tl_worker_reap(&w, 10000)));
+    {
+        struct stat sb;
+        CHECK(stat(side, &sb) == 0 && S_ISDIR(sb.st_mode));   /* left alone */
+    }
     baton_lock_free(l);
     baton_client_close(c);
 }
@@ -496,6 +532,7 @@ int main(int argc, char **argv) {
     RUN(test_sigstop_holder);
     RUN(test_release_wakes_other_process);
     RUN(test_wake_after_sidecar_deleted);
+    RUN(test_unusable_sidecar);
     RUN(test_foreign_write_lock);
     RUN(test_row_of_another_boot);
     RUN(test_bad_input);
