@@ -1,6 +1,7 @@
 /*
- * The permit-expirable semaphore (Redisson's RPermitExpirableSemaphore, in
- * two tables beside the lock table):
+ * Semaphores: the permit-expirable one (Redisson's RPermitExpirableSemaphore)
+ * and the plain counting one (RSemaphore), in two tables beside the lock
+ * table; a name used both ways shares its count, as on Redis:
  *   <table>_sem     name -> permits: the available count (may go negative
  *                   through add); a row = the semaphore was set
  *   <table>_permit  (name, id) -> lease_until, boot: each permit handed out
@@ -279,4 +280,52 @@ int sq_permits_info(sqeng *e, sqconn *c, const char *name, int64_t *out)
              name, e->boot, sq_boot_ms(), 1, NULL, &v, &row);
     if (!rc && row) *out = v;
     return rc;
+}
+
+/* ---- the plain semaphore ------------------------------------------------- */
+
+typedef struct {
+    sqeng *e;
+    sqlock *s;
+    uint32_t permits;
+    int64_t deadline;
+    baton_waiter *w;
+} sem_arg;
+
+static int sem_take(void *arg, int64_t *left_ms)
+{
+    sem_arg *a = arg;
+    sqeng *e = a->e;
+    sqconn *c = NULL;
+    int64_t v = 0;
+    int rc, n = 0, row = 0, took = 0;
+
+    (void)left_ms;   /* no lease ends here: a release or an add wakes us */
+    if ((rc = txn_open(e, a->s->name, a->deadline, a->w, &c, &n))) return rc;
+    rc = run(e, c, "SELECT permits FROM @S WHERE name = ?1", a->s->name, NULL, 0, 0, NULL, &v, &row);
+    if (!rc && row && v >= (int64_t)a->permits) {
+        rc = run(e, c, "UPDATE @S SET permits = permits - ?3 WHERE name = ?1", a->s->name, NULL, a->permits, 1,
+                 NULL, NULL, NULL);
+        took = 1;
+    }
+    if ((rc = txn_close(e, c, rc, n > 0))) return rc;
+    if (!took)
+        return baton_seterr(BATON_ELOCKED, 0, "sqlite: semaphore '%s': fewer than %u permits free", a->s->name,
+                            a->permits);
+    return 0;
+}
+
+int sq_sem_acquire(void *eng, void *st, uint32_t permits, int64_t deadline_ns, baton_waiter *w)
+{
+    sqlock *s = st;
+    sem_arg a = { eng, s, permits, deadline_ns, w };
+    char what[300];
+    snprintf(what, sizeof what, "semaphore '%.200s'", s->name);
+    return sq_wait(eng, w, deadline_ns, what, sem_take, &a);
+}
+
+int sq_sem_release(void *eng, void *st, uint32_t permits)
+{
+    /* anyone may release; a semaphore never set is set by it */
+    return sq_permits_ctl(eng, st, BATON_CTL_ADD, permits, NULL);
 }

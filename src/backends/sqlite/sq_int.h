@@ -5,6 +5,7 @@
  *             the table, lock_info, identity, describe and the backend table
  *   lease.c   the lease: claim, renew and release, each one short write
  *             transaction; the waiting loop
+ *   permits.c semaphores: permit-expirable and plain
  *   wake.c    the same-host wake-up: a sidecar file written after every
  *             release, watched with inotify by waiters of other processes
  *
@@ -119,6 +120,8 @@ int sq_permits_acquire(void *eng, void *st, uint32_t lease_ms, int64_t deadline_
 int sq_permits_release(void *eng, void *st, const char *id);
 int sq_permits_renew(void *eng, void *st, const char *id, uint32_t lease_ms);
 int sq_permits_ctl(void *eng, void *st, int op, int64_t arg, int64_t *out);
+int sq_sem_acquire(void *eng, void *st, uint32_t permits, int64_t deadline_ns, baton_waiter *w);
+int sq_sem_release(void *eng, void *st, uint32_t permits);
 /* Available permits of NAME for lock_info; BATON_PERMITS_UNKNOWN when none. */
 int sq_permits_info(sqeng *e, sqconn *c, const char *name, int64_t *out);
 

@@ -12,7 +12,7 @@
  * recheck_ms (default 1000), mode (lease, the only one).
  *
  * Capabilities: LEASE (the core renews), INFO, NOTIFY (a release wakes
- * waiters through the sidecar file, see wake.c), PERMITS (permits.c).
+ * waiters through the sidecar file, see wake.c), SEM and PERMITS (permits.c).
  * Nothing else.
  */
 #include "sq_int.h"
@@ -630,7 +630,7 @@ const baton_backend baton__backend_sqlite = {
     .version = BATON_BACKEND_VERSION,
     .name = "sqlite",
     .schemes = sq_schemes,
-    .caps = BATON_CAP_LEASE | BATON_CAP_NOTIFY | BATON_CAP_INFO | BATON_CAP_PERMITS,
+    .caps = BATON_CAP_LEASE | BATON_CAP_NOTIFY | BATON_CAP_INFO | BATON_CAP_SEM | BATON_CAP_PERMITS,
     .open = sq_open,
     .close = sq_close,
     .lock_new = sq_lock_new,
@@ -639,6 +639,11 @@ const baton_backend baton__backend_sqlite = {
     .lock_release = sq_lock_release,
     .lock_renew = sq_lock_renew,
     .lock_info = sq_lock_info,
+    .sem_new = sq_permits_new,
+    .sem_free = sq_permits_free,
+    .sem_acquire = sq_sem_acquire,
+    .sem_release = sq_sem_release,
+    .sem_ctl = sq_permits_ctl,
     .permits_new = sq_permits_new,
     .permits_free = sq_permits_free,
     .permits_acquire = sq_permits_acquire,
