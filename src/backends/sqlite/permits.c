@@ -329,3 +329,119 @@ int sq_sem_release(void *eng, void *st, uint32_t permits)
     /* anyone may release; a semaphore never set is set by it */
     return sq_permits_ctl(eng, st, BATON_CTL_ADD, permits, NULL);
 }
+
+/* ---- the count-down latch ------------------------------------------------- */
+
+/* <table>_latch: name -> count; a row = the latch is set and not yet at
+ * zero (the count-down to zero deletes it, as Redisson's does). */
+#define DDL_LATCH "CREATE TABLE IF NOT EXISTS @L (name TEXT PRIMARY KEY NOT NULL, count INTEGER NOT NULL)"
+
+int sq_latch_new(void *eng, const char *name, void **st)
+{
+    sqeng *e = eng;
+    sqconn *c = NULL;
+    sqlock *l;
+    int rc, ok;
+
+    pthread_mutex_lock(&e->mu);
+    ok = e->latch_ok;
+    pthread_mutex_unlock(&e->mu);
+    if (!ok) {
+        char *ddl = sq_sql(e, DDL_LATCH);
+        if (!ddl) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+        if ((rc = sq_conn_get(e, &c))) {
+            free(ddl);
+            return rc;
+        }
+        sq_conn_arm(c, sq_busy_deadline(e, 0), NULL);
+        rc = sq_exec(e, c, ddl, "create the latch table");
+        free(ddl);
+        sq_conn_put(e, c, 0);
+        if (rc) return rc;
+        pthread_mutex_lock(&e->mu);
+        e->latch_ok = 1;
+        pthread_mutex_unlock(&e->mu);
+    }
+    if (!(l = calloc(1, sizeof *l)) || !(l->name = strdup(name))) {
+        free(l);
+        return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+    }
+    *st = l;
+    return 0;
+}
+
+int sq_latch_ctl(void *eng, void *st, int op, int64_t arg, int64_t *out)
+{
+    sqeng *e = eng;
+    sqlock *l = st;
+    sqconn *c = NULL;
+    int rc, ch = 0, row = 0, zero = 0;
+    int64_t v = 0;
+
+    if (op != BATON_CTL_TRY_SET && op != BATON_CTL_COUNT_DOWN && op != BATON_CTL_AVAILABLE)
+        return baton_seterr(BATON_EINVAL, 0, "sqlite: unknown latch operation %d", op);
+    if ((rc = sq_conn_get(e, &c))) return rc;
+    sq_conn_arm(c, sq_busy_deadline(e, 0), NULL);
+    if ((rc = sq_begin(e, c, NULL, "latch"))) goto out;
+    switch (op) {
+    case BATON_CTL_TRY_SET:
+        rc = run(e, c, "INSERT OR IGNORE INTO @L (name, count) VALUES (?1, ?3)", l->name, NULL, arg, 1, &ch, NULL,
+                 NULL);
+        if (!rc && out) *out = ch;
+        break;
+    case BATON_CTL_COUNT_DOWN:
+        rc = run(e, c, "SELECT count FROM @L WHERE name = ?1", l->name, NULL, 0, 0, NULL, &v, &row);
+        if (!rc && row) {
+            zero = v <= 1;
+            rc = zero ? run(e, c, "DELETE FROM @L WHERE name = ?1", l->name, NULL, 0, 0, NULL, NULL, NULL)
+                      : run(e, c, "UPDATE @L SET count = count - 1 WHERE name = ?1", l->name, NULL, 0, 0, NULL, NULL,
+                            NULL);
+        }
+        break;
+    case BATON_CTL_AVAILABLE:
+        rc = run(e, c, "SELECT count FROM @L WHERE name = ?1", l->name, NULL, 0, 0, NULL, &v, &row);
+        if (!rc && out) *out = row && v > 0 ? v : 0;
+        break;
+    }
+    if (!rc && (rc = sq_exec(e, c, "COMMIT", "latch: commit"))) {
+        sq_conn_put(e, c, 1);
+        return rc;
+    }
+out:
+    sq_conn_put(e, c, 0);
+    if (!rc && zero) {
+        sq_wake_local(e);
+        sq_wake_others(e);
+    }
+    return rc;
+}
+
+static int latch_zero(void *arg, int64_t *left_ms)
+{
+    sqeng *e = ((void **)arg)[0];
+    sqlock *l = ((void **)arg)[1];
+    sqconn *c = NULL;
+    int64_t v = 0;
+    int rc, row = 0;
+    (void)left_ms;
+    if ((rc = sq_conn_get(e, &c))) return rc;
+    sq_conn_arm(c, sq_busy_deadline(e, 0), NULL);
+    /* a read: never waits for a writer in WAL mode */
+    rc = run(e, c, "SELECT count FROM @L WHERE name = ?1", l->name, NULL, 0, 0, NULL, &v, &row);
+    sq_conn_put(e, c, 0);
+    if (rc) return rc;
+    if (row && v > 0) return baton_seterr(BATON_ELOCKED, 0, "sqlite: latch '%s': count %lld", l->name, (long long)v);
+    return 0;
+}
+
+int sq_latch_await(void *eng, void *st, int64_t deadline_ns, baton_waiter *w)
+{
+    sqlock *l = st;
+    void *arg[2] = { eng, l };
+    char what[300];
+    int rc;
+    snprintf(what, sizeof what, "latch '%.200s'", l->name);
+    rc = sq_wait(eng, w, deadline_ns, what, latch_zero, arg);
+    if (rc == BATON_ELOCKED) rc = baton_seterr(BATON_ETIMEDOUT, 0, "sqlite: %s: not at zero", what);
+    return rc;
+}

@@ -5,7 +5,7 @@
  *             the table, lock_info, identity, describe and the backend table
  *   lease.c   the lease: claim, renew and release, each one short write
  *             transaction; the waiting loop
- *   permits.c semaphores: permit-expirable and plain
+ *   permits.c semaphores (permit-expirable and plain) and count-down latches
  *   wake.c    the same-host wake-up: a sidecar file written after every
  *             release, watched with inotify by waiters of other processes
  *
@@ -52,6 +52,7 @@ typedef struct sqeng {
     sqconn *idle[SQ_POOL_IDLE];
     int nidle;
     int permits_ok;          /* the _sem and _permit tables exist (permits.c) */
+    int latch_ok;            /* the _latch table exists */
     sqwait *waits;
     /* the watcher (wake.c) */
     int ino_fd;              /* -1 until started; also -1 when inotify is unavailable */
@@ -122,6 +123,9 @@ int sq_permits_renew(void *eng, void *st, const char *id, uint32_t lease_ms);
 int sq_permits_ctl(void *eng, void *st, int op, int64_t arg, int64_t *out);
 int sq_sem_acquire(void *eng, void *st, uint32_t permits, int64_t deadline_ns, baton_waiter *w);
 int sq_sem_release(void *eng, void *st, uint32_t permits);
+int sq_latch_new(void *eng, const char *name, void **st);
+int sq_latch_ctl(void *eng, void *st, int op, int64_t arg, int64_t *out);
+int sq_latch_await(void *eng, void *st, int64_t deadline_ns, baton_waiter *w);
 /* Available permits of NAME for lock_info; BATON_PERMITS_UNKNOWN when none. */
 int sq_permits_info(sqeng *e, sqconn *c, const char *name, int64_t *out);
 

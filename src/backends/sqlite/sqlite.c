@@ -12,7 +12,8 @@
  * recheck_ms (default 1000), mode (lease, the only one).
  *
  * Capabilities: LEASE (the core renews), INFO, NOTIFY (a release wakes
- * waiters through the sidecar file, see wake.c), SEM and PERMITS (permits.c).
+ * waiters through the sidecar file, see wake.c), SEM, PERMITS and LATCH
+ * (permits.c).
  * Nothing else.
  */
 #include "sq_int.h"
@@ -132,10 +133,10 @@ int64_t sq_busy_deadline(sqeng *e, int64_t deadline)
 }
 
 /* "@T" the lock table, "@S" the semaphores' counts (<table>_sem), "@P" the
- * permits (<table>_permit). */
+ * permits (<table>_permit), "@L" the latches (<table>_latch). */
 static const char *sql_suffix(char c)
 {
-    return c == 'T' ? "" : c == 'S' ? "_sem" : c == 'P' ? "_permit" : NULL;
+    return c == 'T' ? "" : c == 'S' ? "_sem" : c == 'P' ? "_permit" : c == 'L' ? "_latch" : NULL;
 }
 
 char *sq_sql(sqeng *e, const char *tmpl)
@@ -630,7 +631,7 @@ const baton_backend baton__backend_sqlite = {
     .version = BATON_BACKEND_VERSION,
     .name = "sqlite",
     .schemes = sq_schemes,
-    .caps = BATON_CAP_LEASE | BATON_CAP_NOTIFY | BATON_CAP_INFO | BATON_CAP_SEM | BATON_CAP_PERMITS,
+    .caps = BATON_CAP_LEASE | BATON_CAP_NOTIFY | BATON_CAP_INFO | BATON_CAP_SEM | BATON_CAP_PERMITS | BATON_CAP_LATCH,
     .open = sq_open,
     .close = sq_close,
     .lock_new = sq_lock_new,
@@ -650,6 +651,10 @@ const baton_backend baton__backend_sqlite = {
     .permits_release = sq_permits_release,
     .permits_renew = sq_permits_renew,
     .permits_ctl = sq_permits_ctl,
+    .latch_new = sq_latch_new,
+    .latch_free = sq_permits_free,
+    .latch_ctl = sq_latch_ctl,
+    .latch_await = sq_latch_await,
     .identity = sq_identity,
     .describe = sq_describe,
 };
