@@ -40,6 +40,8 @@ pkgs=(
   python3-kazoo                             # ZooKeeper interop tests (kazoo)
   libpq-dev                                 # PostgreSQL backend (libpq)
   postgresql                                # test servers (tests/servers/postgres.sh: initdb, postgres)
+  libsqlite3-dev                            # SQLite backend (libsqlite3)
+  sqlite3                                   # the sqlite3 CLI (tests/sqlite: a foreign write transaction)
   procps iproute2 strace                    # ps/pkill/ss used by the test scripts; strace checks poll timeouts
 )
 fi

@@ -5,6 +5,7 @@
 #   cli.sh redis PATH/TO/baton     the test Redis server ($BATON_TEST_SRV/redis/port)
 #   cli.sh zk    PATH/TO/baton     the test ZooKeeper server ($BATON_TEST_SRV/zk/port),
 #                                  sessions of 4 s
+#   cli.sh sqlite PATH/TO/baton    a SQLite database file in the test's temp dir (no server)
 #
 # Prints "N passed, N failed"; exits 1 on failure, 77 when the Redis or
 # ZooKeeper server is missing (unless BATON_REQUIRE_ALL=1).
@@ -66,7 +67,13 @@ zk)
     U=(-u "$URI")
     URI_DESC="zk"
     ;;
-*) echo "usage: $0 file|redis|zk BATON" >&2; exit 2 ;;
+sqlite)
+    unset BATON_DIR BATON_URI BATON_REDIS_PASSWORD REDISCLI_AUTH
+    URI="sqlite://$TMP/locks.db"
+    U=(-u "$URI")
+    URI_DESC="sqlite"
+    ;;
+*) echo "usage: $0 file|redis|zk|sqlite BATON" >&2; exit 2 ;;
 esac
 [ -x "$BATON" ] || { echo "no baton at $BATON" >&2; exit 1; }
 BATON_BASH=$(command -v bash)
@@ -177,6 +184,12 @@ if [ "$MODE" = file ]; then
     # $BATON_URI is the default for -u
     BATON_URI="file://$TMP/other" expect_rc 0 "[file] \$BATON_URI" b run "${P}u2" -- sh -c 'echo "$BATON_URI"'
     check "[file] \$BATON_URI is used" grep -q "$TMP/other" "$TMP/out"
+elif [ "$MODE" = sqlite ]; then
+    # the database's absolute path: a nested baton anywhere finds the same file
+    check "[sqlite] BATON_URI is the sqlite URI ($uri)" [ "$uri" = "$URI" ]
+    BATON_URI="$URI" expect_rc 0 "[sqlite] \$BATON_URI is the default for -u" b run "${P}envuri" -- sh -c 'cd / && "$0" status "$BATON_LOCK"' "$BATON"
+    check "[sqlite] a nested status from another directory sees the holder" grep -q "^held: yes" "$TMP/out"
+    check "[sqlite] ...and names it" grep -q "^holder: " "$TMP/out"
 elif [ "$MODE" = zk ]; then
     check "[zk] BATON_URI is the zk URI ($uri)" [ "$uri" = "$URI" ]
     BATON_URI="$URI" expect_rc 0 "[zk] \$BATON_URI is the default for -u" b run "${P}envuri" -- sh -c 'echo "$BATON_URI"'
@@ -307,6 +320,24 @@ if b latch "${U[@]}" "$N" set 2 2>/dev/null; then
     check "[$URI_DESC] the waiter woke at zero" grep -qx "rc=0" "$TMP/latch.rc"
 else
     ok "[$URI_DESC] no latch on this engine (ENOTSUP)"
+fi
+
+if [ "$MODE" = sqlite ]; then
+    expect_rc 69 "[sqlite] a database in a missing directory" b run -u "sqlite://$TMP/no/such/dir/x.db" "${P}u" -- touch "$TMP/ran69"
+    check "[sqlite] ...the command did not run" [ ! -e "$TMP/ran69" ]
+    check "[sqlite] ...and the message names the directory" grep -q "no/such/dir" "$TMP/err"
+    expect_rc 64 "[sqlite] mode=row is not supported" b run -u "$URI?mode=row" "${P}u" -- true
+    expect_rc 64 "[sqlite] a relative path" b run -u "sqlite://locks.db" "${P}u" -- true
+    printf 'not a database at all\n%.0s' $(seq 100) > "$TMP/text.db"
+    expect_rc 69 "[sqlite] a file that is not a database" b status -u "sqlite://$TMP/text.db" "${P}u"
+    if command -v sqlite3 >/dev/null; then
+        # the table as the docs show it: a holder's row names it
+        start_holder sq "${P}table" && {
+            row=$(sqlite3 "$TMP/locks.db" "SELECT fence, holder FROM baton_locks WHERE name = '${P}table'" 2>&1)
+            check "[sqlite] the holder's row is in baton_locks ($row)" [ -n "$row" ] && [[ "$row" == "$(cat "$TMP/h.sq.fence")|"* ]]
+            stop_holder sq
+        }
+    fi
 fi
 
 if [ "$MODE" = redis ]; then

@@ -46,11 +46,35 @@ static void test_unknown_and_malformed(void) {
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) expect_open(bad[i], BATON_EINVAL);
     /* engines not written yet: "not implemented", not "not built here" */
-    const char *planned[] = { "etcd://127.0.0.1:2379", "mysql://h/db", "sqlite:///tmp/x.db" };
+    const char *planned[] = { "etcd://127.0.0.1:2379", "mysql://h/db" };
     for (size_t i = 0; i < sizeof planned / sizeof planned[0]; i++) expect_open(planned[i], BATON_ENOTSUP);
 #ifndef BATON_TEST_HAVE_ZK
     /* written, but not built here */
     expect_open("zk://127.0.0.1:2181", BATON_EDISABLED);
+#endif
+#ifndef BATON_TEST_HAVE_SQLITE
+    expect_open("sqlite:///tmp/x.db", BATON_EDISABLED);
+#else
+    /* built: the URI and its options are checked before the file is touched */
+    expect_open("sqlite://", BATON_EINVAL);                     /* no file */
+    expect_open("sqlite:///", BATON_EINVAL);
+    expect_open("sqlite://x.db", BATON_EINVAL);                 /* relative: a host, not a path */
+    expect_open("sqlite://otherhost/tmp/x.db", BATON_EINVAL);   /* one host only */
+    expect_open("sqlite://user@localhost/tmp/x.db", BATON_EINVAL);
+    expect_open("sqlite://localhost:1/tmp/x.db", BATON_EINVAL);
+    expect_open("sqlite:///tmp/dir/", BATON_EINVAL);            /* a directory */
+    expect_open("sqlite:///nonexistent-baton-dir/x.db?nosuch=1", BATON_EINVAL);
+    expect_open("sqlite:///nonexistent-baton-dir/x.db?busy_timeout_ms=-1", BATON_EINVAL);
+    expect_open("sqlite:///nonexistent-baton-dir/x.db?busy_timeout_ms=", BATON_EINVAL);
+    expect_open("sqlite:///nonexistent-baton-dir/x.db?recheck_ms=99999999999", BATON_EINVAL);
+    expect_open("sqlite:///nonexistent-baton-dir/x.db?table=1abc", BATON_EINVAL);
+    expect_open("sqlite:///nonexistent-baton-dir/x.db?table=a%22b", BATON_EINVAL);
+    expect_open("sqlite:///nonexistent-baton-dir/x.db?mode=bogus", BATON_EINVAL);
+    expect_open("sqlite:///nonexistent-baton-dir/x.db?mode=row", BATON_ENOTSUP);
+    expect_open("sqlite:///nonexistent-baton-dir/x.db?mode=session", BATON_ENOTSUP);
+    /* well-formed, but the directory is missing */
+    expect_open("sqlite:///nonexistent-baton-dir/x.db", BATON_EUNAVAILABLE);
+    expect_open("sqlite://localhost/nonexistent-baton-dir/x.db?mode=lease", BATON_EUNAVAILABLE);
 #endif
 #ifndef BATON_TEST_HAVE_POSTGRES
     expect_open("postgres://h/db", BATON_EDISABLED);

@@ -1,0 +1,146 @@
+/*
+ * Internal declarations shared by the SQLite backend modules:
+ *   sqlite.c  URI and options, opening the database file (checks, WAL), the
+ *             connection pool with a deadline-aware busy handler, errors,
+ *             the table, lock_info, identity, describe and the backend table
+ *   lease.c   the lease: claim, renew and release, each one short write
+ *             transaction; the waiting loop
+ *   permits.c semaphores (permit-expirable and plain) and count-down latches
+ *   wake.c    the same-host wake-up: a sidecar file written after every
+ *             release, watched with inotify by waiters of other processes
+ *
+ * Layout and rules: docs/sqlite-engine.md.
+ */
+#ifndef BATON_SQ_INT_H
+#define BATON_SQ_INT_H
+
+#include "baton/sys/backend.h"
+
+#include <pthread.h>
+#include <sqlite3.h>
+#include <stdint.h>
+
+#define SQ_POOL_IDLE 4           /* idle connections a client keeps for reuse */
+
+/* One connection and what its busy handler needs: SQLite calls the handler
+ * while another connection holds the write lock; it gives up at DEADLINE
+ * (monotonic ns) or when W is cancelled. */
+typedef struct sqconn {
+    sqlite3 *db;
+    int64_t deadline;
+    baton_waiter *w;
+} sqconn;
+
+/* A blocked acquire, woken by the wake-up watcher. */
+typedef struct sqwait {
+    baton_waiter *w;
+    struct sqwait *next;
+} sqwait;
+
+typedef struct sqeng {
+    pthread_mutex_t mu;
+    char *path;              /* the database file, absolute, as given */
+    char *real;              /* its resolved real path (identity) */
+    char *table;             /* validated identifier: [A-Za-z_][A-Za-z0-9_]* */
+    char *wakepath;          /* <real>-baton-wake */
+    char boot[40];           /* this boot's id (/proc/sys/kernel/random/boot_id) */
+    int busy_timeout_ms;     /* how long one statement waits for the write lock */
+    int recheck_ms;          /* the longest a waiter sleeps between claims */
+    int io_timeout_ms;
+    char journal[16];        /* the journal mode the database is in ("wal") */
+    /* guarded by mu */
+    sqconn *idle[SQ_POOL_IDLE];
+    int nidle;
+    int permits_ok;          /* the _sem and _permit tables exist (permits.c) */
+    int latch_ok;            /* the _latch table exists */
+    sqwait *waits;
+    /* the watcher (wake.c) */
+    int ino_fd;              /* -1 until started; also -1 when inotify is unavailable */
+    int watching;            /* the watch is in place: releases elsewhere wake us */
+    int watch_failed;        /* gave up on the watch: waiters back off instead */
+    int stop;
+    int stop_pipe[2];
+    pthread_t thr;
+    int thr_started;
+} sqeng;
+
+/* One lock state. */
+typedef struct sqlock {
+    char *name;
+    uint64_t fence;          /* of the current grant, 0 when none */
+} sqlock;
+
+/* ---- sqlite.c ------------------------------------------------------------ */
+
+/* Milliseconds on CLOCK_BOOTTIME: monotonic, shared by every process of the
+ * host, counting suspend. Leases are stored on it. */
+int64_t sq_boot_ms(void);
+/* A connection from the pool (or a new one). */
+int sq_conn_get(sqeng *e, sqconn **out);
+/* Back to the pool (or closed when the pool is full or BROKEN). */
+void sq_conn_put(sqeng *e, sqconn *c, int broken);
+/* Arms C's busy handler: wait for the write lock until DEADLINE (monotonic
+ * ns), or until W (may be NULL) is cancelled. */
+void sq_conn_arm(sqconn *c, int64_t deadline, baton_waiter *w);
+/* A statement's text with every "@T" replaced by the quoted table name. */
+char *sq_sql(sqeng *e, const char *tmpl);
+/* Prepares SQL (with @T) on C: 0 or a baton error. */
+int sq_prepare(sqeng *e, sqconn *c, const char *tmpl, sqlite3_stmt **st);
+/* SQLite's result code RC on C as a baton code, with the message. */
+int sq_err(sqeng *e, sqconn *c, int rc, const char *what);
+/* Runs plain SQL (no results) on C. */
+int sq_exec(sqeng *e, sqconn *c, const char *sql, const char *what);
+/* BEGIN IMMEDIATE on C (armed): the write lock first, so what the
+ * transaction reads stays true until its COMMIT. BATON_ECANCELED when W was
+ * cancelled while waiting for the lock. */
+int sq_begin(sqeng *e, sqconn *c, baton_waiter *w, const char *what);
+/* A deadline for one statement's wait for the write lock: DEADLINE when
+ * set and sooner, else busy_timeout_ms from now. */
+int64_t sq_busy_deadline(sqeng *e, int64_t deadline);
+
+/* ---- lease.c ------------------------------------------------------------- */
+
+/* Waits until ATTEMPT answers something else than BATON_ELOCKED (or
+ * BATON_EUNAVAILABLE: the database stayed locked), parked on W between
+ * attempts: woken by releases (wake.c), at the end of the lease ATTEMPT
+ * reports in *left_ms (-1 none), every recheck_ms, or by backoff without a
+ * watch. DEADLINE 0 = one attempt. WHAT names the object in errors. */
+int sq_wait(sqeng *e, baton_waiter *w, int64_t deadline, const char *what,
+            int (*attempt)(void *arg, int64_t *left_ms), void *arg);
+
+int sq_lease_acquire(sqeng *e, sqlock *l, baton_acquire_req *req);
+int sq_lease_release(sqeng *e, sqlock *l, const baton_owner *owner);
+int sq_lease_renew(sqeng *e, sqlock *l, const baton_owner *owner, uint32_t lease_ms, int64_t deadline_ns);
+
+/* ---- permits.c ----------------------------------------------------------- */
+
+int sq_permits_new(void *eng, const char *name, void **st);
+void sq_permits_free(void *eng, void *st);
+int sq_permits_acquire(void *eng, void *st, uint32_t lease_ms, int64_t deadline_ns, baton_waiter *w,
+                       char id[BATON_PERMIT_ID_SIZE]);
+int sq_permits_release(void *eng, void *st, const char *id);
+int sq_permits_renew(void *eng, void *st, const char *id, uint32_t lease_ms);
+int sq_permits_ctl(void *eng, void *st, int op, int64_t arg, int64_t *out);
+int sq_sem_acquire(void *eng, void *st, uint32_t permits, int64_t deadline_ns, baton_waiter *w);
+int sq_sem_release(void *eng, void *st, uint32_t permits);
+int sq_latch_new(void *eng, const char *name, void **st);
+int sq_latch_ctl(void *eng, void *st, int op, int64_t arg, int64_t *out);
+int sq_latch_await(void *eng, void *st, int64_t deadline_ns, baton_waiter *w);
+/* Available permits of NAME for lock_info; BATON_PERMITS_UNKNOWN when none. */
+int sq_permits_info(sqeng *e, sqconn *c, const char *name, int64_t *out);
+
+/* ---- wake.c -------------------------------------------------------------- */
+
+/* Starts watching the sidecar (once per client; idempotent). Never fails:
+ * without a watch, waiters back off instead. Call before the claim that a
+ * release must not slip past. */
+void sq_wake_watch(sqeng *e);
+/* Wakes this client's waiters. */
+void sq_wake_local(sqeng *e);
+/* Tells every process of the host that a lock was released (after the
+ * commit). Best effort. */
+void sq_wake_others(sqeng *e);
+/* Stops the watcher (close). */
+void sq_wake_stop(sqeng *e);
+
+#endif
