@@ -40,6 +40,8 @@ pkgs=(
   python3-kazoo                             # ZooKeeper interop tests (kazoo)
   libpq-dev                                 # PostgreSQL backend (libpq)
   postgresql                                # test servers (tests/servers/postgres.sh: initdb, postgres)
+  libmariadb-dev                            # MySQL/MariaDB backend (Connector/C)
+  mariadb-server mariadb-client             # test servers (tests/servers/mysql.sh: mariadb-install-db, mariadbd)
   procps iproute2 strace                    # ps/pkill/ss used by the test scripts; strace checks poll timeouts
 )
 fi

@@ -16,6 +16,9 @@ extern const baton_backend baton__backend_zk;
 #ifdef BATON_WITH_POSTGRES
 extern const baton_backend baton__backend_postgres;
 #endif
+#ifdef BATON_WITH_MYSQL
+extern const baton_backend baton__backend_mysql;
+#endif
 
 static const baton_backend *const compiled[] = {
     &baton__backend_file,
@@ -31,14 +34,17 @@ static const baton_backend *const compiled[] = {
 #ifdef BATON_WITH_POSTGRES
     &baton__backend_postgres,
 #endif
+#ifdef BATON_WITH_MYSQL
+    &baton__backend_mysql,
+#endif
 };
 
 /* Engines baton has, whether this build compiled them in or not. */
 static const char *const known[] = { "file", "redis", "rediss", "redlock", "zk", "zookeeper",
-                                     "postgres", "postgresql", NULL };
+                                     "postgres", "postgresql", "mysql", "mariadb", NULL };
 /* Engines planned but not written yet: no build flag adds them. */
 static const char *const planned[] = {
-    "sqlite", "mysql", "mariadb", "etcd", "etcds", NULL,
+    "sqlite", "etcd", "etcds", NULL,
 };
 
 int baton__registry_find(const char *scheme, const baton_backend **out)

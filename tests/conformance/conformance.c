@@ -1110,7 +1110,7 @@ int main(int argc, char **argv) {
         g_leases = 0;
         g_session_ms = p ? atoi(p + strlen("session_timeout_ms=")) : 10000;
     }
-    if (!strcmp(g_backend, "postgres") && !strstr(g_uri, "mode=lease")) {
+    if ((!strcmp(g_backend, "postgres") || !strcmp(g_backend, "mysql")) && !strstr(g_uri, "mode=lease")) {
         g_leases = 0;
         g_conn_session = 1;
     }
