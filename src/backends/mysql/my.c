@@ -194,6 +194,13 @@ static int connect_new(myeng *e, MYSQL **out)
         mysql_close(c);
         return rc;
     }
+    /* Connector/C 3.3 lets MYSQL_OPT_SSL_ENFORCE alone (no verification)
+     * fall back to plain text when the server has no TLS: look ourselves */
+    if (e->ssl_enforce && !mysql_get_ssl_cipher(c)) {
+        mysql_close(c);
+        return baton_seterr(BATON_EUNAVAILABLE, 0, "mysql: cannot connect: ssl-mode asks for TLS, but the "
+                            "connection to %s:%d is not encrypted (the server has no TLS)", e->host, e->port);
+    }
     *out = c;
     return 0;
 }

@@ -71,15 +71,39 @@ static int rollback(myeng *e, MYSQL *c)
     return my_exec(e, c, "ROLLBACK", NULL);
 }
 
+#define RETRY_MS 200             /* a waiter whose server is away tries again this often */
+
+static int acquire_once(myeng *e, mylock *l, baton_acquire_req *req);
+
 int my_row_acquire(myeng *e, mylock *l, baton_acquire_req *req)
 {
-    MYSQL *c = NULL;
-    int rc, wait = req->deadline_ns != 0, made = 0;
-
+    int rc;
     if (l->conn) {           /* the connection of a grant reported lost */
         my_conn_close(l->conn);
         l->conn = NULL;
     }
+    for (;;) {
+        unsigned gen = req->waiter ? baton_waiter_gen(req->waiter) : 0;
+        int64_t until;
+        rc = acquire_once(e, l, req);
+        if (rc != BATON_EUNAVAILABLE || req->deadline_ns == 0 || !req->waiter) return rc;
+        /* The server went away under a waiter (a restart, a KILL): the wait
+         * held nothing, so it goes on, on a new connection, until its deadline. */
+        if (req->deadline_ns != INT64_MAX && baton_now_ns() >= req->deadline_ns)
+            return baton_seterr(BATON_ETIMEDOUT, 0, "mysql: lock '%s': wait timed out (the server is unavailable)",
+                                l->name);
+        until = baton_now_ns() + RETRY_MS * 1000000LL;
+        if (until > req->deadline_ns) until = req->deadline_ns;
+        if (baton_waiter_park(req->waiter, gen, until) == BATON_ECANCELED)
+            return baton_seterr(BATON_ECANCELED, 0, "mysql: lock '%s': acquire canceled", l->name);
+    }
+}
+
+static int acquire_once(myeng *e, mylock *l, baton_acquire_req *req)
+{
+    MYSQL *c = NULL;
+    int rc, wait = req->deadline_ns != 0, made = 0;
+
     if ((rc = my_conn_get(e, &c))) return rc;
     if ((rc = my_exec(e, c, "START TRANSACTION", NULL))) goto fail;
     for (;;) {
@@ -97,9 +121,8 @@ int my_row_acquire(myeng *e, mylock *l, baton_acquire_req *req)
         rc = wait ? my_wait(e, c, sql, req->deadline_ns, req->waiter, NULL) : my_exec(e, c, sql, NULL);
         free(sql);
         if (rc == 0 && mysql_affected_rows(c) == 0) {
-            /* no row yet: make it (outside our transaction's view? a
-             * consistent read would not see a row committed after our
-             * snapshot, but the UPDATE reads the latest version) */
+            /* no row yet: make it outside the transaction (autocommit),
+             * then lock it in a new one */
             if (made++) {
                 rc = baton_seterr(BATON_EPROTO, 0, "mysql: lock '%s': its row vanished", l->name);
                 goto abort;
