@@ -668,29 +668,29 @@ static char *quote_ident(const char *s)
 static int configure(myeng *e, const baton_uri *u, const baton_client_options *opts)
 {
     const char *mode = "session", *passfile = NULL, *sslmode = NULL;
-    int rc;
+    int rc = 0;
 
     e->connect_timeout_ms = opts && opts->connect_timeout_ms > 0 ? opts->connect_timeout_ms : 2000;
     e->io_timeout_ms = opts && opts->io_timeout_ms > 0 ? opts->io_timeout_ms : 5000;
     e->ssl_verify = -1;
     for (size_t i = 0; i < u->nparams; i++) {
         const char *k = u->params[i].key, *v = u->params[i].value ? u->params[i].value : "";
+        rc = 0;
         if (!strcmp(k, "mode")) mode = v;
         else if (!strcmp(k, "table")) rc = set_str(&e->table, v);
         else if (!strcmp(k, "connect_timeout_ms")) rc = parse_ms(k, v, 1, 3600 * 1000, &e->connect_timeout_ms);
-        else if (!strcmp(k, "passfile")) passfile = v, rc = 0;
+        else if (!strcmp(k, "passfile")) passfile = v;
         else if (!strcmp(k, "socket")) rc = set_str(&e->unix_socket, v);
         else if (is_opt(k, "ssl-ca")) rc = set_str(&e->ssl_ca, v);
         else if (is_opt(k, "ssl-capath")) rc = set_str(&e->ssl_capath, v);
         else if (is_opt(k, "ssl-cert")) rc = set_str(&e->ssl_cert, v);
         else if (is_opt(k, "ssl-key")) rc = set_str(&e->ssl_key, v);
         else if (is_opt(k, "ssl-cipher")) rc = set_str(&e->ssl_cipher, v);
-        else if (is_opt(k, "ssl-mode")) sslmode = v, rc = 0;
+        else if (is_opt(k, "ssl-mode")) sslmode = v;
         else if (is_opt(k, "ssl-verify-server-cert")) {
             if (strcmp(v, "0") && strcmp(v, "1"))
                 return baton_seterr(BATON_EINVAL, 0, "mysql: ssl-verify-server-cert must be 0 or 1");
             e->ssl_verify = *v == '1';
-            rc = 0;
         } else {
             return baton_seterr(BATON_EINVAL, 0, "mysql: unknown option '%s' (known: mode, table, connect_timeout_ms, "
                                 "passfile, socket, ssl-ca, ssl-capath, ssl-cert, ssl-key, ssl-cipher, ssl-mode, "
@@ -731,6 +731,7 @@ static int configure(myeng *e, const baton_uri *u, const baton_client_options *o
     else if (u->password) rc = set_str(&e->password, u->password);
     else if (passfile) rc = read_passfile(e, passfile);
     else if (getenv("MYSQL_PWD")) rc = set_str(&e->password, getenv("MYSQL_PWD"));
+    else rc = 0;
     if (rc) return rc;
     /* every connection's socket timeout; a wait is cut into statements that
      * each end (on the server) a second before it */

@@ -175,7 +175,7 @@ int my_session_renew(myeng *e, mylock *l, int64_t deadline_ns)
     MYSQL_RES *r = NULL;
     char *sql;
     const char *v;
-    int rc;
+    int rc, ok;
 
     (void)deadline_ns;  /* the socket timeout bounds it */
     if (!l->conn) return baton_seterr(BATON_ELOST, 0, "mysql: lock '%s': no connection", l->name);
@@ -184,8 +184,9 @@ int my_session_renew(myeng *e, mylock *l, int64_t deadline_ns)
     rc = my_exec(e, l->conn, sql, &r);
     free(sql);
     v = rc ? NULL : my_cell(r, 0);
+    ok = v && !strcmp(v, "1");
     mysql_free_result(r);
-    if (rc == 0 && v && !strcmp(v, "1")) return 0;
+    if (rc == 0 && ok) return 0;
     my_conn_close(l->conn);
     l->conn = NULL;
     return baton_seterr(BATON_ELOST, 0, "mysql: lock '%s': %s", l->name,
