@@ -42,6 +42,8 @@ pkgs=(
   postgresql                                # test servers (tests/servers/postgres.sh: initdb, postgres)
   libsqlite3-dev                            # SQLite backend (libsqlite3)
   sqlite3                                   # the sqlite3 CLI (tests/sqlite: a foreign write transaction)
+  libmariadb-dev                            # MySQL/MariaDB backend (Connector/C)
+  mariadb-server mariadb-client             # test servers (tests/servers/mysql.sh: mariadb-install-db, mariadbd)
   procps iproute2 strace                    # ps/pkill/ss used by the test scripts; strace checks poll timeouts
 )
 fi

@@ -105,6 +105,10 @@ int cli_child_uri(baton_client *c, const char *given, char **uri, char **passwor
          * engine takes "user:password" from $BATON_ZK_AUTH */
         if (!(*password = pct_decode(auth, (size_t)(at - auth)))) return -1;
         *password_var = "BATON_ZK_AUTH";
+    } else if (at && (colon = memchr(auth, ':', (size_t)(at - auth))) && at > colon + 1 && !strcmp(backend, "mysql")) {
+        /* the MySQL engine reads $MYSQL_PWD when the URI has no password */
+        if (!(*password = pct_decode(colon + 1, (size_t)(at - colon - 1)))) return -1;
+        *password_var = "MYSQL_PWD";
     }
     /* The redacted URI without an empty user info: "redis://@host" (what is
      * left of "redis://:pw@host") is "redis://host". */

@@ -19,6 +19,9 @@ extern const baton_backend baton__backend_postgres;
 #ifdef BATON_WITH_SQLITE
 extern const baton_backend baton__backend_sqlite;
 #endif
+#ifdef BATON_WITH_MYSQL
+extern const baton_backend baton__backend_mysql;
+#endif
 
 static const baton_backend *const compiled[] = {
     &baton__backend_file,
@@ -37,14 +40,17 @@ static const baton_backend *const compiled[] = {
 #ifdef BATON_WITH_SQLITE
     &baton__backend_sqlite,
 #endif
+#ifdef BATON_WITH_MYSQL
+    &baton__backend_mysql,
+#endif
 };
 
 /* Engines baton has, whether this build compiled them in or not. */
 static const char *const known[] = { "file", "redis", "rediss", "redlock", "zk", "zookeeper",
-                                     "postgres", "postgresql", "sqlite", NULL };
+                                     "postgres", "postgresql", "sqlite", "mysql", "mariadb", NULL };
 /* Engines planned but not written yet: no build flag adds them. */
 static const char *const planned[] = {
-    "mysql", "mariadb", "etcd", "etcds", NULL,
+    "etcd", "etcds", NULL,
 };
 
 int baton__registry_find(const char *scheme, const baton_backend **out)

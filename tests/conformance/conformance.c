@@ -42,7 +42,7 @@ static char g_uri[1024];
 static char g_prefix[128];
 static int g_leases;            /* the engine has leases (not the file backend) */
 static int g_session_ms;        /* a session engine (ZooKeeper): its session timeout; no leases */
-static int g_conn_session;      /* a lock that lives on its connection (PostgreSQL session and row modes):
+static int g_conn_session;      /* a lock that lives on its connection (PostgreSQL and MySQL session and row modes):
                                    no lease, freed by the server as soon as the holder's connection
                                    closes, held as long as a stopped holder's connection stays open */
 static const char *g_backend = "";
@@ -1110,7 +1110,7 @@ int main(int argc, char **argv) {
         g_leases = 0;
         g_session_ms = p ? atoi(p + strlen("session_timeout_ms=")) : 10000;
     }
-    if (!strcmp(g_backend, "postgres") && !strstr(g_uri, "mode=lease")) {
+    if ((!strcmp(g_backend, "postgres") || !strcmp(g_backend, "mysql")) && !strstr(g_uri, "mode=lease")) {
         g_leases = 0;
         g_conn_session = 1;
     }

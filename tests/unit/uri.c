@@ -46,7 +46,7 @@ static void test_unknown_and_malformed(void) {
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) expect_open(bad[i], BATON_EINVAL);
     /* engines not written yet: "not implemented", not "not built here" */
-    const char *planned[] = { "etcd://127.0.0.1:2379", "mysql://h/db" };
+    const char *planned[] = { "etcd://127.0.0.1:2379", "etcds://127.0.0.1:2379" };
     for (size_t i = 0; i < sizeof planned / sizeof planned[0]; i++) expect_open(planned[i], BATON_ENOTSUP);
 #ifndef BATON_TEST_HAVE_ZK
     /* written, but not built here */
@@ -85,6 +85,26 @@ static void test_unknown_and_malformed(void) {
     expect_open("postgres://127.0.0.1:1/db?mode=bogus", BATON_EINVAL);
     expect_open("postgresql://127.0.0.1:1/db?table=t23456789012345678901234567890123456789012345678901234567890",
                 BATON_EINVAL);   /* 58 bytes: no room for row mode's "<table>_fence" */
+#endif
+#ifndef BATON_TEST_HAVE_MYSQL
+    expect_open("mysql://h/db", BATON_EDISABLED);
+    expect_open("mariadb://h/db", BATON_EDISABLED);
+#else
+    /* built: bad options are refused before any connection */
+    expect_open("mysql://127.0.0.1:1/db?nosuch=1", BATON_EINVAL);
+    expect_open("mariadb://127.0.0.1:1/db?mode=bogus", BATON_EINVAL);
+    expect_open("mysql://127.0.0.1:1/db?mode=row&ssl-mode=sometimes", BATON_EINVAL);
+    expect_open("mysql://127.0.0.1:1/db?ssl_verify_server_cert=2", BATON_EINVAL);
+    expect_open("mysql://127.0.0.1:1/db?connect_timeout_ms=0", BATON_EINVAL);
+    expect_open("mysql://127.0.0.1:1/db?connect_timeout_ms=abc", BATON_EINVAL);
+    expect_open("mysql://127.0.0.1:1/", BATON_EINVAL);        /* no database */
+    expect_open("mysql://127.0.0.1:1", BATON_EINVAL);
+    expect_open("mysql://127.0.0.1:1/a/b", BATON_EINVAL);
+    expect_open("mysql://h1:1,h2:2/db", BATON_EINVAL);       /* one host */
+    expect_open("mysql://127.0.0.1:1/db?passfile=/nonexistent/baton-pw", BATON_EINVAL);
+    expect_open("mysql://127.0.0.1:1/db?table=t2345678901234567890123456789012345678901234567890123456789",
+                BATON_EINVAL);   /* 59 bytes: no room for row mode's "<table>_fence" */
+    expect_open("mysql://127.0.0.1:1/db?table=", BATON_EINVAL);
 #endif
 }
 

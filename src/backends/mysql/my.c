@@ -1,0 +1,966 @@
+/*
+ * The MySQL/MariaDB backend: URI and options, connections, statements, the
+ * watchdog that stops waits, errors, the lock table, identity, describe,
+ * engine_ops and the backend table. Session mode lives in session.c, row
+ * mode in row.c, lease mode in lease.c.
+ *
+ * URI: mysql://[user[:password]@]host[:port]/database[?options] (or mariadb://)
+ * Options: mode (session | row | lease), table, connect_timeout_ms, passfile,
+ * socket, and TLS: ssl-ca, ssl-capath, ssl-cert, ssl-key, ssl-cipher,
+ * ssl-mode (DISABLED | PREFERRED | REQUIRED | VERIFY_CA | VERIFY_IDENTITY),
+ * ssl-verify-server-cert (0 | 1); underscores may stand for the dashes.
+ * The password: baton_client_options.password, else the URI's, else the
+ * first line of ?passfile=, else $MYSQL_PWD.
+ *
+ * Capabilities, as for PostgreSQL: the table serves every mode, so it says
+ * BATON_CAP_LEASE for all. Lease mode has a real lease renewed by the
+ * core's keeper; session and row modes have none (the lock lives as long
+ * as its connection, or its transaction) and their "renewal" is the check
+ * the contract asks for: every lease/3 the keeper calls lock_renew, which
+ * asks the holding connection whether it still holds the lock (a dead
+ * connection: the server already freed it, ELOST). No BATON_CAP_NOTIFY:
+ * MariaDB cannot notify, lease-mode waiters poll (lease.c).
+ *
+ * Statements carry every string as a hex literal (X'...'): binary-safe and
+ * never in need of escaping, whatever the server's sql_mode.
+ */
+#include "my_int.h"
+#include "core/internal.h"
+#include "backends/file/sha256.h"
+
+#include <errno.h>
+#include <errmsg.h>
+#include <inttypes.h>
+#include <mysqld_error.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define DEFAULT_TABLE "baton_locks"
+#define WATCH_MS 20              /* the watchdog looks at cancelled waiters this often */
+
+/* Connector/C must be initialised once per process before threads use it. */
+static pthread_once_t lib_once = PTHREAD_ONCE_INIT;
+static void lib_init(void) { mysql_library_init(0, NULL, NULL); }
+
+int64_t my_deadline_ms(int ms) { return baton_now_ns() + (int64_t)ms * 1000000LL; }
+
+/* ---- errors --------------------------------------------------------------- */
+
+static int code_of(unsigned int n)
+{
+    switch (n) {
+    case ER_ACCESS_DENIED_ERROR: case ER_DBACCESS_DENIED_ERROR: case ER_TABLEACCESS_DENIED_ERROR:
+    case ER_COLUMNACCESS_DENIED_ERROR: case ER_SPECIFIC_ACCESS_DENIED_ERROR: case ER_PASSWORD_NO_MATCH:
+    case 1698: /* ER_ACCESS_DENIED_NO_PASSWORD_ERROR */
+    case 1862: /* ER_MUST_CHANGE_PASSWORD_LOGIN */
+        return BATON_EAUTH;
+    case ER_NO_SUCH_TABLE: case ER_BAD_FIELD_ERROR: case ER_NO_DEFAULT_FOR_FIELD:
+    case ER_TRUNCATED_WRONG_VALUE_FOR_FIELD: case ER_DATA_TOO_LONG: case ER_BAD_DB_ERROR:
+        return BATON_EPROTO;
+    case ER_CON_COUNT_ERROR: case ER_SERVER_SHUTDOWN: case ER_NET_READ_ERROR: case ER_NET_READ_INTERRUPTED:
+    case ER_NET_ERROR_ON_WRITE: case ER_NET_WRITE_INTERRUPTED: case ER_TOO_MANY_USER_CONNECTIONS:
+    case 1927: /* ER_CONNECTION_KILLED */
+    case 4031: /* ER_CLIENT_INTERACTION_TIMEOUT */
+        return BATON_EUNAVAILABLE;
+    default:
+        /* 2000-2999: the client library's own (no connection, lost it, TLS) */
+        return n >= 2000 && n < 3000 ? BATON_EUNAVAILABLE : BATON_EIO;
+    }
+}
+
+int my_err(MYSQL *c, const char *what)
+{
+    unsigned int n = mysql_errno(c);
+    return baton_seterr(n ? code_of(n) : BATON_EIO, (long)n, "mysql: %s: %s (error %u)", what,
+                        n ? mysql_error(c) : "no answer", n);
+}
+
+/* ---- strings -------------------------------------------------------------- */
+
+char *my_escape(const char *s)
+{
+    static const char hex[] = "0123456789abcdef";
+    size_t n = strlen(s);
+    char *out = malloc(2 * n + 4), *o = out;
+    if (!out) return NULL;
+    *o++ = 'X';
+    *o++ = '\'';
+    for (size_t i = 0; i < n; i++) {
+        *o++ = hex[(unsigned char)s[i] >> 4];
+        *o++ = hex[(unsigned char)s[i] & 15];
+    }
+    *o++ = '\'';
+    *o = 0;
+    return out;
+}
+
+char *my_sql(myeng *e, const char *fmt, ...)
+{
+    va_list ap;
+    char *body = NULL, *out, *o;
+    size_t n = 1, tl = strlen(e->qtable), sl = strlen(e->qseq);
+    int len;
+
+    va_start(ap, fmt);
+    len = vasprintf(&body, fmt, ap);
+    va_end(ap);
+    if (len < 0) return NULL;
+    for (const char *p = body; *p; p++)
+        n += (p[0] == '@' && p[1] == 'T') ? tl : (p[0] == '@' && p[1] == 'S') ? sl : 1;
+    if (!(out = malloc(n))) {
+        free(body);
+        return NULL;
+    }
+    o = out;
+    for (const char *p = body; *p; p++) {
+        if (p[0] == '@' && (p[1] == 'T' || p[1] == 'S')) {
+            const char *q = p[1] == 'T' ? e->qtable : e->qseq;
+            size_t ql = p[1] == 'T' ? tl : sl;
+            memcpy(o, q, ql);
+            o += ql;
+            p++;
+        } else {
+            *o++ = *p;
+        }
+    }
+    *o = 0;
+    free(body);
+    return out;
+}
+
+const char *my_cell(MYSQL_RES *r, int col)
+{
+    MYSQL_ROW row;
+    if (!r || (int)mysql_num_fields(r) <= col) return NULL;
+    mysql_data_seek(r, 0);
+    row = mysql_fetch_row(r);
+    return row ? row[col] : NULL;
+}
+
+/* ---- connections ---------------------------------------------------------- */
+
+void my_conn_close(MYSQL *c)
+{
+    if (c) mysql_close(c);
+}
+
+int in_trans_or_lost(MYSQL *c)
+{
+    unsigned int st = 0;
+    if (mariadb_get_infov(c, MARIADB_CONNECTION_SERVER_STATUS, &st)) return 1;
+    return (st & SERVER_STATUS_IN_TRANS) != 0;
+}
+
+static MYSQL *new_handle(myeng *e)
+{
+    MYSQL *c = mysql_init(NULL);
+    unsigned int ct = (unsigned int)((e->connect_timeout_ms + 999) / 1000), rt = (unsigned int)e->read_timeout_s;
+    my_bool yes = 1;
+    if (!c) return NULL;
+    mysql_optionsv(c, MYSQL_OPT_CONNECT_TIMEOUT, &ct);
+    mysql_optionsv(c, MYSQL_OPT_READ_TIMEOUT, &rt);
+    mysql_optionsv(c, MYSQL_OPT_WRITE_TIMEOUT, &rt);
+    if (e->ssl_ca) mysql_optionsv(c, MYSQL_OPT_SSL_CA, e->ssl_ca);
+    if (e->ssl_capath) mysql_optionsv(c, MYSQL_OPT_SSL_CAPATH, e->ssl_capath);
+    if (e->ssl_cert) mysql_optionsv(c, MYSQL_OPT_SSL_CERT, e->ssl_cert);
+    if (e->ssl_key) mysql_optionsv(c, MYSQL_OPT_SSL_KEY, e->ssl_key);
+    if (e->ssl_cipher) mysql_optionsv(c, MYSQL_OPT_SSL_CIPHER, e->ssl_cipher);
+    if (e->ssl_enforce) mysql_optionsv(c, MYSQL_OPT_SSL_ENFORCE, &yes);
+    if (e->ssl_verify >= 0) {
+        my_bool v = e->ssl_verify > 0;
+        mysql_optionsv(c, MYSQL_OPT_SSL_VERIFY_SERVER_CERT, &v);
+    }
+    return c;
+}
+
+static int connect_new(myeng *e, MYSQL **out)
+{
+    MYSQL *c = new_handle(e);
+    int rc;
+    *out = NULL;
+    if (!c) return baton_seterr(BATON_ENOMEM, 0, "mysql: out of memory");
+    if (!mysql_real_connect(c, e->unix_socket ? NULL : e->host, e->user, e->password, e->db,
+                            (unsigned int)e->port, e->unix_socket, 0)) {
+        unsigned int n = mysql_errno(c);
+        rc = code_of(n);
+        if (rc != BATON_EAUTH) rc = n == ER_BAD_DB_ERROR ? BATON_EINVAL : BATON_EUNAVAILABLE;
+        rc = baton_seterr(rc, (long)n, "mysql: %s: %s (error %u)",
+                          rc == BATON_EAUTH ? "authentication failed" : "cannot connect", mysql_error(c), n);
+        mysql_close(c);
+        return rc;
+    }
+    /* Connector/C 3.3 lets MYSQL_OPT_SSL_ENFORCE alone (no verification)
+     * fall back to plain text when the server has no TLS: look ourselves */
+    if (e->ssl_enforce && !mysql_get_ssl_cipher(c)) {
+        mysql_close(c);
+        return baton_seterr(BATON_EUNAVAILABLE, 0, "mysql: cannot connect: ssl-mode asks for TLS, but the "
+                            "connection to %s:%d is not encrypted (the server has no TLS)", e->host, e->port);
+    }
+    *out = c;
+    return 0;
+}
+
+int my_conn_get(myeng *e, MYSQL **out)
+{
+    MYSQL *c = NULL;
+    *out = NULL;
+    /* An idle connection the server closed meanwhile (a restart, a KILL)
+     * has something to read: its last words or EOF. */
+    pthread_mutex_lock(&e->mu);
+    while (e->nidle > 0 && !c) {
+        MYSQL *p = e->idle[--e->nidle];
+        struct pollfd pfd = { (int)mysql_get_socket(p), POLLIN, 0 };
+        if (pfd.fd >= 0 && poll(&pfd, 1, 0) == 0) c = p;
+        else mysql_close(p);
+    }
+    pthread_mutex_unlock(&e->mu);
+    if (c) {
+        *out = c;
+        return 0;
+    }
+    return connect_new(e, out);
+}
+
+void my_conn_put(myeng *e, MYSQL *c)
+{
+    unsigned int n;
+    if (!c) return;
+    n = mysql_errno(c);
+    if (!(n >= 2000 && n < 3000) && code_of(n) != BATON_EUNAVAILABLE && !in_trans_or_lost(c)) {
+        pthread_mutex_lock(&e->mu);
+        if (e->nidle < MY_POOL_IDLE && !e->stop) {
+            e->idle[e->nidle++] = c;
+            c = NULL;
+        }
+        pthread_mutex_unlock(&e->mu);
+    }
+    if (c) mysql_close(c);
+}
+
+/* ---- statements ----------------------------------------------------------- */
+
+int my_exec(myeng *e, MYSQL *c, const char *sql, MYSQL_RES **res)
+{
+    MYSQL_RES *r = NULL;
+    (void)e;
+    if (res) *res = NULL;
+    if (mysql_real_query(c, sql, strlen(sql))) return my_err(c, "statement failed");
+    if (mysql_field_count(c) > 0) {
+        if (!(r = mysql_store_result(c))) return my_err(c, "cannot read the result");
+        if (res) *res = r;
+        else mysql_free_result(r);
+    }
+    return 0;
+}
+
+int my_run(myeng *e, const char *sql, int retry, MYSQL_RES **res, uint64_t *affected, uint64_t *insert_id)
+{
+    for (int attempt = 0;; attempt++) {
+        MYSQL *c;
+        int rc = my_conn_get(e, &c);
+        if (rc) return rc;
+        rc = my_exec(e, c, sql, res);
+        if (rc == 0) {
+            if (affected) *affected = mysql_affected_rows(c);
+            if (insert_id) *insert_id = mysql_insert_id(c);
+        }
+        my_conn_put(e, c);
+        if (rc != BATON_EUNAVAILABLE || !retry || attempt > 0) return rc;
+    }
+}
+
+/* The watchdog: one thread per client, started by the first wait. It KILLs
+ * (KILL QUERY, on a connection of its own) a waiting statement whose
+ * deadline passed or whose waiter was cancelled: the server then ends the
+ * wait and the statement answers at once. Statements that do not wait
+ * never meet it (the socket timeout bounds them). */
+static void abs_time(struct timespec *ts, int64_t ns)
+{
+    ts->tv_sec = (time_t)(ns / 1000000000LL);
+    ts->tv_nsec = (long)(ns % 1000000000LL);
+}
+
+static void send_kill(myeng *e, unsigned long id)
+{
+    char q[64];
+    if (!e->killer && connect_new(e, &e->killer)) {
+        baton_log(BATON_LOG_WARN, "mysql: cannot connect to stop a wait: %s", baton_error_last()->message);
+        return;
+    }
+    snprintf(q, sizeof q, "KILL QUERY %lu", id);
+    if (mysql_real_query(e->killer, q, strlen(q))) {
+        unsigned int n = mysql_errno(e->killer);
+        if (n != ER_NO_SUCH_THREAD) {
+            baton_log(BATON_LOG_WARN, "mysql: %s: %s", q, mysql_error(e->killer));
+            mysql_close(e->killer);
+            e->killer = NULL;
+        }
+    }
+}
+
+static void *watchdog(void *arg)
+{
+    myeng *e = arg;
+    pthread_mutex_lock(&e->mu);
+    while (!e->stop) {
+        int64_t now = baton_now_ns(), next = INT64_MAX;
+        myrun *hit = NULL;
+        struct timespec ts;
+        for (myrun *r = e->runs; r; r = r->next) {
+            if (r->why) continue;
+            if (now >= r->deadline_ns) r->why = BATON_ETIMEDOUT;
+            else if (r->w && baton_waiter_canceled(r->w)) r->why = BATON_ECANCELED;
+            if (r->why) {
+                hit = r;
+                break;
+            }
+            if (r->deadline_ns < next) next = r->deadline_ns;
+            if (r->w && now + WATCH_MS * 1000000LL < next) next = now + WATCH_MS * 1000000LL;
+        }
+        if (hit) {
+            unsigned long id = hit->thread_id;
+            hit->kill_pending = 1;
+            pthread_mutex_unlock(&e->mu);
+            send_kill(e, id);
+            pthread_mutex_lock(&e->mu);
+            hit->kill_pending = 0;
+            pthread_cond_broadcast(&e->kill_cv);
+            continue;
+        }
+        if (next == INT64_MAX) {
+            pthread_cond_wait(&e->wd_cv, &e->mu);
+        } else {
+            abs_time(&ts, next);
+            pthread_cond_timedwait(&e->wd_cv, &e->mu, &ts);
+        }
+    }
+    pthread_mutex_unlock(&e->mu);
+    return NULL;
+}
+
+int my_wait(myeng *e, MYSQL *c, const char *sql, int64_t deadline, baton_waiter *w, MYSQL_RES **res)
+{
+    myrun run;
+    int rc;
+
+    memset(&run, 0, sizeof run);
+    run.thread_id = mysql_thread_id(c);
+    run.deadline_ns = deadline;
+    run.w = w;
+    pthread_mutex_lock(&e->mu);
+    if (!e->wd_started) {
+        if (pthread_create(&e->wd, NULL, watchdog, e)) {
+            pthread_mutex_unlock(&e->mu);
+            return baton_seterr(BATON_EIO, 0, "mysql: cannot start the watchdog thread");
+        }
+        e->wd_started = 1;
+    }
+    run.next = e->runs;
+    e->runs = &run;
+    pthread_cond_signal(&e->wd_cv);
+    pthread_mutex_unlock(&e->mu);
+
+    rc = my_exec(e, c, sql, res);
+
+    pthread_mutex_lock(&e->mu);
+    /* a KILL on its way must land before the connection runs anything else */
+    while (run.kill_pending) pthread_cond_wait(&e->kill_cv, &e->mu);
+    for (myrun **pp = &e->runs; *pp; pp = &(*pp)->next)
+        if (*pp == &run) {
+            *pp = run.next;
+            break;
+        }
+    pthread_mutex_unlock(&e->mu);
+    if (rc && run.why && code_of(mysql_errno(c)) != BATON_EUNAVAILABLE)
+        rc = baton_seterr(run.why, 0, "mysql: %s", run.why == BATON_ETIMEDOUT ? "wait timed out" : "wait canceled");
+    else if (rc == 0 && run.why == BATON_ECANCELED)
+        rc = 0;   /* it finished first: the caller looks at the result */
+    return rc;
+}
+
+/* ---- the table ------------------------------------------------------------ */
+
+#define DDL "CREATE TABLE @T (name VARBINARY(1024) NOT NULL PRIMARY KEY, fence BIGINT UNSIGNED NOT NULL " \
+            "DEFAULT 0, owner VARBINARY(64) NULL, holder VARBINARY(255) NULL, lease_until DATETIME(6) NULL, " \
+            "acquired_at DATETIME(6) NULL) ENGINE=InnoDB"
+
+/* The columns we use, and the types we accept for them. */
+static const struct {
+    const char *col, *types;
+} shape[] = {
+    { "name", " varbinary binary varchar char " },
+    { "fence", " bigint " },
+    { "owner", " varbinary binary varchar char " },
+    { "holder", " varbinary binary varchar char text blob " },
+    { "lease_until", " datetime " },
+    { "acquired_at", " datetime " },
+};
+
+static int check_shape(myeng *e, MYSQL *c, const char *etab)
+{
+    MYSQL_RES *r = NULL;
+    MYSQL_ROW row;
+    char *q;
+    int rc, found[sizeof shape / sizeof shape[0]] = { 0 };
+
+    q = my_sql(e, "SELECT COLUMN_NAME, DATA_TYPE, COALESCE(COLLATION_NAME, '') FROM information_schema.COLUMNS "
+                  "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = %s", etab);
+    if (!q) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+    rc = my_exec(e, c, q, &r);
+    free(q);
+    if (rc) return rc;
+    while ((row = mysql_fetch_row(r))) {
+        for (size_t k = 0; k < sizeof shape / sizeof shape[0]; k++) {
+            char t[80];
+            if (!row[0] || strcasecmp(row[0], shape[k].col)) continue;
+            found[k] = 1;
+            snprintf(t, sizeof t, " %s ", row[1] ? row[1] : "");
+            for (char *p = t; *p; p++) *p = (char)(*p >= 'A' && *p <= 'Z' ? *p + 32 : *p);
+            if (!strstr(shape[k].types, t)) {
+                rc = baton_seterr(BATON_EPROTO, 0, "mysql: table %s: column \"%s\" is %s, expected one of%s"
+                                  "(docs/mysql-engine.md has the DDL)", e->qtable, shape[k].col, row[1],
+                                  shape[k].types);
+                goto out;
+            }
+            /* a case-insensitive name column would make "A" and "a" one row */
+            if (!strcmp(shape[k].col, "name") && (!strcmp(t, " varchar ") || !strcmp(t, " char ")) &&
+                (!row[2] || !strstr(row[2], "_bin"))) {
+                rc = baton_seterr(BATON_EPROTO, 0, "mysql: table %s: column \"name\" has the collation %s; "
+                                  "it must compare bytes (VARBINARY, or a _bin collation)", e->qtable, row[2]);
+                goto out;
+            }
+        }
+    }
+    for (size_t k = 0; k < sizeof shape / sizeof shape[0]; k++)
+        if (!found[k]) {
+            rc = baton_seterr(BATON_EPROTO, 0, "mysql: table %s has no column \"%s\" (%s) "
+                              "(docs/mysql-engine.md has the DDL)", e->qtable, shape[k].col, shape[k].types + 1);
+            goto out;
+        }
+    mysql_free_result(r);
+    r = NULL;
+    /* ON DUPLICATE KEY UPDATE needs a unique index on name alone */
+    q = my_sql(e, "SELECT 1 FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = %s "
+                  "GROUP BY INDEX_NAME HAVING MAX(NON_UNIQUE) = 0 AND COUNT(*) = 1 AND MAX(COLUMN_NAME) = 'name'",
+               etab);
+    if (!q) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+    rc = my_exec(e, c, q, &r);
+    free(q);
+    if (rc) goto out;
+    if (mysql_num_rows(r) == 0)
+        rc = baton_seterr(BATON_EPROTO, 0, "mysql: table %s: column \"name\" has no unique index "
+                          "(make it the primary key)", e->qtable);
+out:
+    mysql_free_result(r);
+    return rc;
+}
+
+/* Row mode's fence sequence: created when missing, and moved above every
+ * fence the table holds (another mode may have granted some). */
+static int sequence_ready(myeng *e, MYSQL *c)
+{
+    char *q = NULL;
+    int rc;
+
+    /* Look first: CREATE SEQUENCE IF NOT EXISTS waits for the metadata
+     * lock every open transaction that used the sequence holds (every row
+     * mode holder) */
+    {
+        MYSQL_RES *r = NULL;
+        char *es = my_escape(e->seq);
+        int there;
+        q = es ? my_sql(e, "SELECT 1 FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND "
+                           "TABLE_NAME = %s AND TABLE_TYPE = 'SEQUENCE'", es) : NULL;
+        free(es);
+        if (!q) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+        rc = my_exec(e, c, q, &r);
+        free(q);
+        if (rc) return rc;
+        there = mysql_num_rows(r) > 0;
+        mysql_free_result(r);
+        if (there) return 0;
+    }
+    q = my_sql(e, "CREATE SEQUENCE IF NOT EXISTS @S NOCACHE");
+    if (!q) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+    rc = my_exec(e, c, q, NULL);
+    free(q);
+    if (rc == BATON_EAUTH) {
+        return baton_seterr(BATON_EAUTH, 0, "mysql: user '%s' may not create row mode's fence sequence %s; "
+                            "ask a DBA to run: CREATE SEQUENCE %s NOCACHE; GRANT SELECT, INSERT ON %s.%s TO <user>;",
+                            e->user ? e->user : "", e->qseq, e->qseq, e->db, e->qseq);
+    }
+    if (rc) return rc;
+    /* SETVAL takes a constant, and never moves a sequence back */
+    {
+        MYSQL_RES *r = NULL;
+        const char *v;
+        uint64_t max = 0;
+        if (!(q = my_sql(e, "SELECT COALESCE(MAX(fence), 0) FROM @T")))
+            return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+        rc = my_exec(e, c, q, &r);
+        free(q);
+        if (rc) return rc;
+        if ((v = my_cell(r, 0))) max = strtoull(v, NULL, 10);
+        mysql_free_result(r);
+        if (!(q = my_sql(e, "SELECT SETVAL(@S, %" PRIu64 ")", max)))
+            return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+        rc = my_exec(e, c, q, NULL);
+        free(q);
+    }
+    return rc;
+}
+
+int my_table_ready(myeng *e)
+{
+    MYSQL *c = NULL;
+    MYSQL_RES *r = NULL;
+    char *q = NULL, *etab = NULL;
+    const char *v;
+    int rc, ok;
+
+    pthread_mutex_lock(&e->mu);
+    ok = e->table_ok;
+    pthread_mutex_unlock(&e->mu);
+    if (ok) return 0;
+    if (!(etab = my_escape(e->table))) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+    if ((rc = my_conn_get(e, &c))) goto out;
+    /* Look first: CREATE TABLE IF NOT EXISTS needs the CREATE privilege even
+     * when the table is there, which a least-privilege user does not have. */
+    if (!(q = my_sql(e, "SELECT ENGINE FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() "
+                        "AND TABLE_NAME = %s", etab))) {
+        rc = baton_seterr(BATON_ENOMEM, 0, "out of memory");
+        goto out;
+    }
+    if ((rc = my_exec(e, c, q, &r))) goto out;
+    free(q);
+    q = NULL;
+    if (mysql_num_rows(r) == 0) {
+        if (!(q = my_sql(e, "%s", DDL))) {
+            rc = baton_seterr(BATON_ENOMEM, 0, "out of memory");
+            goto out;
+        }
+        rc = my_exec(e, c, q + 0, NULL);
+        if (rc == BATON_EAUTH) {
+            rc = baton_seterr(BATON_EAUTH, 0, "mysql: user '%s' may not create the lock table %s; ask a DBA "
+                              "to run: %s; GRANT SELECT, INSERT, UPDATE ON %s.%s TO <user>;", e->user ? e->user : "",
+                              e->qtable, q, e->db, e->qtable);
+            goto out;
+        }
+        /* two clients creating it at once: the loser finds it there */
+        if (rc && baton_error_last()->native == ER_TABLE_EXISTS_ERROR) rc = 0;
+        if (rc) goto out;
+    } else if ((v = my_cell(r, 0)) && strcasecmp(v, "InnoDB")) {
+        rc = baton_seterr(BATON_EPROTO, 0, "mysql: table %s uses the %s engine; it must be InnoDB (transactions, "
+                          "row locks)", e->qtable, v);
+        goto out;
+    }
+    if ((rc = check_shape(e, c, etab))) goto out;
+    if (e->mode == MY_ROW && (rc = sequence_ready(e, c))) goto out;
+    pthread_mutex_lock(&e->mu);
+    e->table_ok = 1;
+    pthread_mutex_unlock(&e->mu);
+out:
+    mysql_free_result(r);
+    my_conn_put(e, c);
+    free(q);
+    free(etab);
+    return rc;
+}
+
+/* ---- open / close --------------------------------------------------------- */
+
+static int set_str(char **dst, const char *v)
+{
+    free(*dst);
+    if (!(*dst = strdup(v))) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+    return 0;
+}
+
+static int parse_ms(const char *k, const char *v, int lo, int hi, int *out)
+{
+    char *end;
+    long x = strtol(v, &end, 10);
+    if (!*v || *end || x < lo || x > hi)
+        return baton_seterr(BATON_EINVAL, 0, "mysql: %s must be a number of ms from %d to %d", k, lo, hi);
+    *out = (int)x;
+    return 0;
+}
+
+/* "ssl_ca" and "ssl-ca" are one option. */
+static int is_opt(const char *k, const char *want)
+{
+    for (; *k && *want; k++, want++)
+        if (*k != *want && !(*k == '_' && *want == '-')) return 0;
+    return !*k && !*want;
+}
+
+static void wipe(char *s)
+{
+    if (s) memset(s, 0, strlen(s));
+    free(s);
+}
+
+static void eng_free(myeng *e)
+{
+    for (int i = 0; i < e->nidle; i++) mysql_close(e->idle[i]);
+    if (e->killer) mysql_close(e->killer);
+    free(e->host);
+    free(e->user);
+    wipe(e->password);
+    free(e->db);
+    free(e->unix_socket);
+    free(e->ssl_ca);
+    free(e->ssl_capath);
+    free(e->ssl_cert);
+    free(e->ssl_key);
+    free(e->ssl_cipher);
+    free(e->table);
+    free(e->qtable);
+    free(e->seq);
+    free(e->qseq);
+    free(e->ident);
+    pthread_cond_destroy(&e->wd_cv);
+    pthread_cond_destroy(&e->kill_cv);
+    pthread_mutex_destroy(&e->mu);
+    free(e);
+}
+
+static int read_passfile(myeng *e, const char *path)
+{
+    char buf[1024];
+    FILE *f = fopen(path, "r");
+    size_t n;
+    if (!f) return baton_seterr(BATON_EINVAL, errno, "mysql: passfile %s: %s", path, strerror(errno));
+    n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    buf[strcspn(buf, "\r\n")] = 0;
+    n = strlen(buf);
+    if (!n) return baton_seterr(BATON_EINVAL, 0, "mysql: passfile %s holds no password", path);
+    e->password = strdup(buf);
+    memset(buf, 0, sizeof buf);
+    return e->password ? 0 : baton_seterr(BATON_ENOMEM, 0, "out of memory");
+}
+
+/* A backquoted identifier (backquotes doubled). */
+static char *quote_ident(const char *s)
+{
+    size_t n = 3;
+    char *out, *o;
+    for (const char *p = s; *p; p++) n += *p == '`' ? 2 : 1;
+    if (!(out = malloc(n))) return NULL;
+    o = out;
+    *o++ = '`';
+    for (const char *p = s; *p; p++) {
+        if (*p == '`') *o++ = '`';
+        *o++ = *p;
+    }
+    *o++ = '`';
+    *o = 0;
+    return out;
+}
+
+static int configure(myeng *e, const baton_uri *u, const baton_client_options *opts)
+{
+    const char *mode = "session", *passfile = NULL, *sslmode = NULL;
+    int rc = 0;
+
+    e->connect_timeout_ms = opts && opts->connect_timeout_ms > 0 ? opts->connect_timeout_ms : 2000;
+    e->io_timeout_ms = opts && opts->io_timeout_ms > 0 ? opts->io_timeout_ms : 5000;
+    e->ssl_verify = -1;
+    for (size_t i = 0; i < u->nparams; i++) {
+        const char *k = u->params[i].key, *v = u->params[i].value ? u->params[i].value : "";
+        rc = 0;
+        if (!strcmp(k, "mode")) mode = v;
+        else if (!strcmp(k, "table")) rc = set_str(&e->table, v);
+        else if (!strcmp(k, "connect_timeout_ms")) rc = parse_ms(k, v, 1, 3600 * 1000, &e->connect_timeout_ms);
+        else if (!strcmp(k, "passfile")) passfile = v;
+        else if (!strcmp(k, "socket")) rc = set_str(&e->unix_socket, v);
+        else if (is_opt(k, "ssl-ca")) rc = set_str(&e->ssl_ca, v);
+        else if (is_opt(k, "ssl-capath")) rc = set_str(&e->ssl_capath, v);
+        else if (is_opt(k, "ssl-cert")) rc = set_str(&e->ssl_cert, v);
+        else if (is_opt(k, "ssl-key")) rc = set_str(&e->ssl_key, v);
+        else if (is_opt(k, "ssl-cipher")) rc = set_str(&e->ssl_cipher, v);
+        else if (is_opt(k, "ssl-mode")) sslmode = v;
+        else if (is_opt(k, "ssl-verify-server-cert")) {
+            if (strcmp(v, "0") && strcmp(v, "1"))
+                return baton_seterr(BATON_EINVAL, 0, "mysql: ssl-verify-server-cert must be 0 or 1");
+            e->ssl_verify = *v == '1';
+        } else {
+            return baton_seterr(BATON_EINVAL, 0, "mysql: unknown option '%s' (known: mode, table, connect_timeout_ms, "
+                                "passfile, socket, ssl-ca, ssl-capath, ssl-cert, ssl-key, ssl-cipher, ssl-mode, "
+                                "ssl-verify-server-cert)", k);
+        }
+        if (rc) return rc;
+    }
+    if (!strcmp(mode, "session")) e->mode = MY_SESSION;
+    else if (!strcmp(mode, "lease")) e->mode = MY_LEASE;
+    else if (!strcmp(mode, "row")) e->mode = MY_ROW;
+    else return baton_seterr(BATON_EINVAL, 0, "mysql: mode must be session, row or lease, not '%s'", mode);
+    if (sslmode) {
+        if (!strcasecmp(sslmode, "DISABLED") || !strcasecmp(sslmode, "PREFERRED")) {
+            /* Connector/C speaks TLS when a certificate option asks for it */
+        } else if (!strcasecmp(sslmode, "REQUIRED")) {
+            e->ssl_enforce = 1;
+            if (e->ssl_verify < 0) e->ssl_verify = 0;
+        } else if (!strcasecmp(sslmode, "VERIFY_CA") || !strcasecmp(sslmode, "VERIFY_IDENTITY")) {
+            e->ssl_enforce = 1;
+            e->ssl_verify = 1;
+        } else {
+            return baton_seterr(BATON_EINVAL, 0, "mysql: ssl-mode must be DISABLED, PREFERRED, REQUIRED, VERIFY_CA "
+                                "or VERIFY_IDENTITY, not '%s'", sslmode);
+        }
+    }
+    if (u->nhosts > 1) return baton_seterr(BATON_EINVAL, 0, "mysql: one host only in the URI");
+    if (!u->path || !*u->path || strchr(u->path, '/'))
+        return baton_seterr(BATON_EINVAL, 0, "mysql: the URI must name a database: mysql://host[:port]/database");
+    if (!e->table && !(e->table = strdup(DEFAULT_TABLE))) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+    /* 58: room for row mode's "<table>_fence" in MariaDB's 64-character names */
+    if (!*e->table || strlen(e->table) > 58 || strlen(u->path) > 64)
+        return baton_seterr(BATON_EINVAL, 0, "mysql: table names are 1 to 58 bytes, database names 1 to 64");
+    if ((rc = set_str(&e->db, u->path))) return rc;
+    if ((rc = set_str(&e->host, u->host && *u->host ? u->host : "127.0.0.1"))) return rc;
+    e->port = u->port ? u->port : 3306;
+    if (u->user && *u->user && (rc = set_str(&e->user, u->user))) return rc;
+    if (opts && opts->password) rc = set_str(&e->password, opts->password);
+    else if (u->password) rc = set_str(&e->password, u->password);
+    else if (passfile) rc = read_passfile(e, passfile);
+    else if (getenv("MYSQL_PWD")) rc = set_str(&e->password, getenv("MYSQL_PWD"));
+    else rc = 0;
+    if (rc) return rc;
+    /* every connection's socket timeout; a wait is cut into statements that
+     * each end (on the server) a second before it */
+    e->read_timeout_s = (e->io_timeout_ms + 999) / 1000 + 1;
+    e->chunk_s = e->read_timeout_s - 1;
+
+    e->qtable = quote_ident(e->table);
+    if (!(e->seq = malloc(strlen(e->table) + 8))) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+    sprintf(e->seq, "%s_fence", e->table);
+    e->qseq = quote_ident(e->seq);
+    if (!e->qtable || !e->qseq) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+    return 0;
+}
+
+static int my_open(void **eng, const baton_uri *u, const baton_client_options *opts)
+{
+    myeng *e = calloc(1, sizeof *e);
+    pthread_condattr_t ca;
+    MYSQL *c = NULL;
+    MYSQL_RES *r = NULL;
+    int rc;
+
+    *eng = NULL;
+    if (!e) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+    pthread_once(&lib_once, lib_init);
+    pthread_mutex_init(&e->mu, NULL);
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&e->wd_cv, &ca);
+    pthread_cond_init(&e->kill_cv, NULL);
+    pthread_condattr_destroy(&ca);
+    if ((rc = configure(e, u, opts))) goto fail;
+    /* Connect now: a wrong password or an unreachable server is an open
+     * error, not a surprise at the first lock. The connection is pooled. */
+    if ((rc = my_conn_get(e, &c))) goto fail;
+    if ((rc = my_exec(e, c, "SELECT @@hostname, @@port, DATABASE(), VERSION()", &r))) goto fail;
+    {
+        MYSQL_ROW row = mysql_fetch_row(r);
+        char buf[1200];
+        if (!row) {
+            rc = baton_seterr(BATON_EPROTO, 0, "mysql: the server answered no row");
+            goto fail;
+        }
+        snprintf(buf, sizeof buf, "mysql://%s:%s/%s#%s", row[0] ? row[0] : "", row[1] ? row[1] : "",
+                 row[2] ? row[2] : "", e->table);
+        if (!(e->ident = strdup(buf))) {
+            rc = baton_seterr(BATON_ENOMEM, 0, "out of memory");
+            goto fail;
+        }
+        snprintf(e->server, sizeof e->server, "%.40s at %.32s:%d", row[3] ? row[3] : "?", e->host, e->port);
+    }
+    mysql_free_result(r);
+    my_conn_put(e, c);
+    *eng = e;
+    return 0;
+fail:
+    mysql_free_result(r);
+    if (c) mysql_close(c);
+    eng_free(e);
+    return rc;
+}
+
+static void my_close(void *eng)
+{
+    myeng *e = eng;
+    int started;
+    pthread_mutex_lock(&e->mu);
+    e->stop = 1;
+    started = e->wd_started;
+    pthread_cond_broadcast(&e->wd_cv);
+    pthread_mutex_unlock(&e->mu);
+    if (started) pthread_join(e->wd, NULL);
+    eng_free(e);
+}
+
+/* ---- locks ---------------------------------------------------------------- */
+
+/* GET_LOCK's name for NAME: the name itself when it is at most 64 bytes
+ * (MySQL's limit) and does not start with "sha256:"; else "sha256:" and the
+ * unpadded base64url of its SHA-256 (50 characters). Never a truncation, so
+ * two names are never one lock. */
+static void name_key(const char *name, char key[72])
+{
+    static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    unsigned char d[BATON_SHA256_SIZE + 1];
+    size_t n = strlen(name);
+    char *o;
+    if (n <= 64 && strncmp(name, "sha256:", 7)) {
+        memcpy(key, name, n + 1);
+        return;
+    }
+    baton__sha256(name, n, d);
+    d[BATON_SHA256_SIZE] = 0;
+    o = key + sprintf(key, "sha256:");
+    for (int i = 0; i < BATON_SHA256_SIZE; i += 3) {
+        uint32_t v = (uint32_t)d[i] << 16 | (uint32_t)d[i + 1] << 8 | (i + 2 < BATON_SHA256_SIZE ? d[i + 2] : 0);
+        *o++ = b64[v >> 18 & 63];
+        *o++ = b64[v >> 12 & 63];
+        *o++ = b64[v >> 6 & 63];
+        if (i + 2 < BATON_SHA256_SIZE) *o++ = b64[v & 63];
+    }
+    *o = 0;
+}
+
+static int my_lock_new(void *eng, const char *name, const baton_lock_options *opts, void **st)
+{
+    myeng *e = eng;
+    mylock *l;
+    if (e->mode != MY_LEASE && opts && opts->fixed_lease)
+        return baton_seterr(BATON_ENOTSUP, 0, "mysql: no fixed leases in %s mode: a lock lives as long as its "
+                            "connection (use ?mode=lease)", e->mode == MY_ROW ? "row" : "session");
+    if (!(l = calloc(1, sizeof *l))) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+    l->e = e;
+    name_key(name, l->key);
+    if (!(l->name = strdup(name)) || !(l->esc = my_escape(name)) || !(l->ekey = my_escape(l->key))) {
+        free(l->name);
+        free(l->esc);
+        free(l);
+        return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+    }
+    *st = l;
+    return 0;
+}
+
+static void my_lock_free(void *eng, void *st)
+{
+    mylock *l = st;
+    (void)eng;
+    /* a connection still here belongs to a grant that was lost: closing it
+     * makes sure the server holds nothing for it */
+    if (l->conn) mysql_close(l->conn);
+    free(l->name);
+    free(l->esc);
+    free(l->ekey);
+    free(l);
+}
+
+static int my_lock_acquire(void *eng, void *st, baton_acquire_req *req)
+{
+    myeng *e = eng;
+    int rc;
+    if ((rc = my_table_ready(e))) return rc;
+    if (e->mode == MY_ROW) return my_row_acquire(e, st, req);
+    return e->mode == MY_SESSION ? my_session_acquire(e, st, req) : my_lease_acquire(e, st, req);
+}
+
+static int my_lock_release(void *eng, void *st, const baton_owner *owner)
+{
+    myeng *e = eng;
+    if (e->mode == MY_ROW) return my_row_release(e, st);
+    return e->mode == MY_SESSION ? my_session_release(e, st) : my_lease_release(e, st, owner);
+}
+
+static int my_lock_renew(void *eng, void *st, const baton_owner *owner, uint32_t lease_ms, int64_t deadline_ns)
+{
+    myeng *e = eng;
+    if (e->mode == MY_ROW) return my_row_renew(e, st, deadline_ns);
+    return e->mode == MY_SESSION ? my_session_renew(e, st, deadline_ns)
+                                 : my_lease_renew(e, st, owner, lease_ms, deadline_ns);
+}
+
+static int my_lock_info(void *eng, const char *name, baton_lockinfo *out)
+{
+    myeng *e = eng;
+    mylock *l = NULL;
+    int rc;
+    if ((rc = my_table_ready(e))) return rc;
+    if ((rc = my_lock_new(eng, name, NULL, (void **)&l))) return rc;
+    rc = e->mode == MY_ROW ? my_row_info(e, l, out) : e->mode == MY_SESSION ? my_session_info(e, l, out)
+                                                                           : my_lease_info(e, l, out);
+    my_lock_free(eng, l);
+    return rc;
+}
+
+static int my_identity(void *eng, char *buf, size_t n)
+{
+    myeng *e = eng;
+    snprintf(buf, n, "%s", e->ident);
+    return 0;
+}
+
+static int my_describe(void *eng, char *buf, size_t n)
+{
+    myeng *e = eng;
+    snprintf(buf, n, "%s mode, table %s.%s, server %s as %s", e->mode == MY_SESSION ? "session" :
+             e->mode == MY_LEASE ? "lease" : "row", e->db, e->qtable, e->server, e->user ? e->user : "(default user)");
+    return 0;
+}
+
+/* The server's statement counters (SHOW GLOBAL STATUS): Com_* of the
+ * statements the engine sends, as lower-case statement names. Not
+ * Questions: it counts this SHOW too, so it would never settle. */
+static int my_engine_ops(void *eng, void (*fn)(void *arg, const char *op, uint64_t count), void *arg)
+{
+    myeng *e = eng;
+    MYSQL_RES *r = NULL;
+    MYSQL_ROW row;
+    int rc = my_run(e, "SHOW GLOBAL STATUS WHERE Variable_name IN ('Com_select', 'Com_insert', 'Com_insert_select', "
+                       "'Com_update', 'Com_commit', 'Com_begin', 'Com_rollback', 'Com_kill', 'Com_do')",
+                    1, &r, NULL, NULL);
+    if (rc) return rc;
+    while ((row = mysql_fetch_row(r))) {
+        char op[64];
+        const char *k = row[0] ? row[0] : "";
+        if (!strncasecmp(k, "Com_", 4)) k += 4;
+        snprintf(op, sizeof op, "%s", k);
+        for (char *p = op; *p; p++) *p = (char)(*p >= 'A' && *p <= 'Z' ? *p + 32 : *p);
+        fn(arg, op, row[1] ? strtoull(row[1], NULL, 10) : 0);
+    }
+    mysql_free_result(r);
+    return 0;
+}
+
+static const char *const my_schemes[] = { "mysql", "mariadb", NULL };
+
+const baton_backend baton__backend_mysql = {
+    .version = BATON_BACKEND_VERSION,
+    .name = "mysql",
+    .schemes = my_schemes,
+    .caps = BATON_CAP_LEASE | BATON_CAP_INFO,
+    .open = my_open,
+    .close = my_close,
+    .lock_new = my_lock_new,
+    .lock_free = my_lock_free,
+    .lock_acquire = my_lock_acquire,
+    .lock_release = my_lock_release,
+    .lock_renew = my_lock_renew,
+    .lock_info = my_lock_info,
+    .identity = my_identity,
+    .engine_ops = my_engine_ops,
+    .describe = my_describe,
+};

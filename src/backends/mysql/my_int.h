@@ -1,0 +1,133 @@
+/*
+ * Internal declarations shared by the MySQL/MariaDB backend modules:
+ *   my.c       URI/options, connecting (Connector/C), the connection pool,
+ *              running a statement, the watchdog that stops waits (deadline,
+ *              cancel) with KILL QUERY, errors, the table, identity,
+ *              describe, engine_ops and the backend table
+ *   session.c  session mode: GET_LOCK on the lock's own connection
+ *   row.c      row mode: the name's row locked by a transaction kept open
+ *   lease.c    lease mode: a conditional upsert on the server's clock
+ *
+ * Layout and rules: docs/mysql-engine.md.
+ */
+#ifndef BATON_MY_INT_H
+#define BATON_MY_INT_H
+
+#include "baton/sys/backend.h"
+
+#include <mysql.h>
+#include <pthread.h>
+#include <stdint.h>
+
+enum { MY_SESSION, MY_LEASE, MY_ROW };
+
+#define MY_POOL_IDLE 4       /* idle connections a client keeps for reuse */
+
+/* One waiting statement the watchdog looks after (registered by my_wait). */
+typedef struct myrun {
+    unsigned long thread_id; /* the server's connection id of the statement's connection */
+    int64_t deadline_ns;     /* KILL QUERY at this time (INT64_MAX = never) */
+    baton_waiter *w;         /* ... or when this is cancelled (may be NULL) */
+    int why;                 /* 0, or BATON_ETIMEDOUT / BATON_ECANCELED once the KILL was decided */
+    int kill_pending;        /* the watchdog is sending the KILL */
+    struct myrun *next;
+} myrun;
+
+typedef struct myeng {
+    pthread_mutex_t mu;
+    int mode;                /* MY_SESSION, MY_ROW or MY_LEASE */
+    char *host, *user, *password, *db, *unix_socket;
+    int port;
+    char *ssl_ca, *ssl_cert, *ssl_key, *ssl_capath, *ssl_cipher;
+    int ssl_enforce, ssl_verify;
+    int connect_timeout_ms;
+    int io_timeout_ms;
+    int read_timeout_s;      /* the socket timeout of every connection (I/O timeout + 1 s) */
+    int chunk_s;             /* a wait is one statement of at most this long (< read_timeout_s) */
+    char *table;             /* as given */
+    char *qtable;            /* quoted: `table` (in the URI's database) */
+    char *seq;               /* row mode's fence sequence, unquoted: <table>_fence */
+    char *qseq;              /* quoted */
+    char *ident;             /* identity() */
+    char server[96];         /* "10.11.19-MariaDB at host:port" (describe) */
+    /* guarded by mu */
+    MYSQL *idle[MY_POOL_IDLE];
+    int nidle;
+    int table_ok;            /* the table exists and has our shape */
+    myrun *runs;             /* waits under watch */
+    int stop;
+    int wd_started;
+    pthread_t wd;
+    pthread_cond_t wd_cv;    /* a new run, or stop */
+    pthread_cond_t kill_cv;  /* a KILL was sent */
+    MYSQL *killer;           /* the watchdog's own connection (only the watchdog uses it) */
+} myeng;
+
+/* One lock state. */
+typedef struct mylock {
+    myeng *e;
+    char *name;              /* as given */
+    char *esc;               /* name, escaped for a string literal */
+    char key[72];            /* GET_LOCK name: the name, or "sha256:" + base64url of its SHA-256 */
+    char *ekey;              /* key, escaped */
+    MYSQL *conn;             /* session and row modes: the connection holding the lock */
+    uint64_t fence;          /* of the current grant, 0 when none */
+} mylock;
+
+/* ---- my.c ----------------------------------------------------------------- */
+
+int64_t my_deadline_ms(int ms);
+/* A connection from the pool, or a new one. BATON_EUNAVAILABLE, BATON_EAUTH. */
+int my_conn_get(myeng *e, MYSQL **out);
+/* Back to the pool when healthy and not in a transaction, else closed. NULL is fine. */
+void my_conn_put(myeng *e, MYSQL *c);
+void my_conn_close(MYSQL *c);
+/* 1 when C is in a transaction (or its status cannot be read). */
+int in_trans_or_lost(MYSQL *c);
+/* Runs SQL on C (bounded by the connection's socket timeout). 0 with *res
+ * (NULL for statements without a result set; free it with
+ * mysql_free_result), or the server's or the connection's error as a
+ * baton code (my_err). */
+int my_exec(myeng *e, MYSQL *c, const char *sql, MYSQL_RES **res);
+/* my_exec for a statement that waits on the server (GET_LOCK, a row lock):
+ * the watchdog KILLs the statement (KILL QUERY) when DEADLINE passes or W
+ * is cancelled; then BATON_ETIMEDOUT or BATON_ECANCELED, unless the
+ * statement had succeeded first (0: look at its result). */
+int my_wait(myeng *e, MYSQL *c, const char *sql, int64_t deadline, baton_waiter *w, MYSQL_RES **res);
+/* my_exec on a pooled connection; RETRY = the statement may run twice
+ * (tried again once on a fresh connection when a pooled one is dead). */
+int my_run(myeng *e, const char *sql, int retry, MYSQL_RES **res, uint64_t *affected, uint64_t *insert_id);
+/* The connection's last error as a baton code, with the message. */
+int my_err(MYSQL *c, const char *what);
+/* The table exists (created when missing) and has the columns we use. */
+int my_table_ready(myeng *e);
+/* A statement from a printf format, with every "@T" replaced by the quoted
+ * table and "@S" by the quoted sequence (malloc'd; NULL when out of memory). */
+char *my_sql(myeng *e, const char *fmt, ...)
+#ifdef __GNUC__
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+/* S escaped for a string literal in quotes (malloc'd). */
+char *my_escape(const char *s);
+/* The first column of the first row, as text (NULL when SQL NULL or no row). */
+const char *my_cell(MYSQL_RES *r, int col);
+
+/* ---- modes ---------------------------------------------------------------- */
+
+int my_session_acquire(myeng *e, mylock *l, baton_acquire_req *req);
+int my_session_release(myeng *e, mylock *l);
+int my_session_renew(myeng *e, mylock *l, int64_t deadline_ns);
+int my_session_info(myeng *e, mylock *l, baton_lockinfo *out);
+
+int my_row_acquire(myeng *e, mylock *l, baton_acquire_req *req);
+int my_row_release(myeng *e, mylock *l);
+int my_row_renew(myeng *e, mylock *l, int64_t deadline_ns);
+int my_row_info(myeng *e, mylock *l, baton_lockinfo *out);
+
+int my_lease_acquire(myeng *e, mylock *l, baton_acquire_req *req);
+int my_lease_release(myeng *e, mylock *l, const baton_owner *owner);
+int my_lease_renew(myeng *e, mylock *l, const baton_owner *owner, uint32_t lease_ms, int64_t deadline_ns);
+int my_lease_info(myeng *e, mylock *l, baton_lockinfo *out);
+
+#endif
