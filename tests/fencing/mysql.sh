@@ -1,8 +1,10 @@
 #!/bin/bash
 # The MySQL/MariaDB recipes of docs/fencing.md, run as written (server-side
-# prepared statements in the mariadb client) on a throwaway mariadbd of the
-# test's own (a temp datadir, a free loopback port, stopped at exit), with
-# fences from two file:// grants: the newer holder's UPDATE changes 1 row,
+# prepared statements in the mariadb client) on the suite's MariaDB with
+# fences from two mysql:// grants (BATON_FENCING_MY_SRV: the "mysql"
+# fixture's dir), or, in a build without the engine, on a throwaway mariadbd
+# of the test's own (a temp datadir, a free loopback port, stopped at exit)
+# with fences from two file:// grants: the newer holder's UPDATE changes 1 row,
 # the older holder's late one 0; the upsert likewise; the same holder writing
 # the same values again gets 0 rows affected (the CLIENT_FOUND_ROWS caveat the
 # doc warns about). Controls without the fence condition let the stale write in.
@@ -16,32 +18,41 @@ TMP=${BATON_TEST_TMP:-$PWD}/fencing_mysql.$$
 mkdir -p "$TMP"
 . "$(cd "$(dirname "$0")" && pwd)/lib.sh"
 
-for c in mariadbd mariadb-install-db mariadb; do
-    command -v "$c" >/dev/null || [ -x "/usr/sbin/$c" ] || skip_or_fail "$c is missing"
-done
-MARIADBD=$(command -v mariadbd || echo /usr/sbin/mariadbd)
 unset BATON_DIR BATON_URI BATON_FENCE
 cd "$TMP" || exit 1
-D=$TMP/db
-ME=$(id -un)
-mariadb-install-db --no-defaults --datadir="$D" --user="$ME" --auth-root-authentication-method=normal \
-    --skip-test-db >install.log 2>&1 || { cat install.log >&2; skip_or_fail "mariadb-install-db failed"; }
-PORT=$(/usr/bin/python3 -c 'import socket
-s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()')
-"$MARIADBD" --no-defaults --datadir="$D" --socket="$D/sock" --port="$PORT" --bind-address=127.0.0.1 \
-    --user="$ME" --pid-file="$D/pid" --log-error="$D/err.log" --skip-log-bin --innodb-buffer-pool-size=16M \
-    --skip-name-resolve >/dev/null 2>&1 &
-SP=$!
-BG_PIDS+=("$SP")
-trap 'kill -TERM "$SP" 2>/dev/null; wait "$SP" 2>/dev/null; cleanup' EXIT
-my() { mariadb --no-defaults -S "$D/sock" -uroot -N -B "$@"; }
-up=0
-for ((i = 0; i < 1200; i++)); do   # 60 s: only a bound for a loaded box
-    my -e 'SELECT 1' >/dev/null 2>&1 && { up=1; break; }
-    kill -0 "$SP" 2>/dev/null || break
-    sleep 0.05
-done
-[ $up = 1 ] || { tail -5 "$D/err.log" >&2; skip_or_fail "mariadbd did not start"; }
+URI="file://$TMP/locks"
+if [ -n "${BATON_FENCING_MY_SRV:-}" ] && [ -f "$BATON_FENCING_MY_SRV/port" ]; then
+    # The suite's MariaDB (the "mysql" fixture): the fences come from real
+    # mysql:// grants on it, the user's table lives in a database of its own.
+    PORT=$(cat "$BATON_FENCING_MY_SRV/port")
+    my() { MYSQL_PWD=baton-test mariadb --no-defaults -h127.0.0.1 -P"$PORT" -ubaton -N -B "$@"; }
+    URI="mysql://baton:baton-test@127.0.0.1:$PORT/baton"
+    my -e 'DROP DATABASE IF EXISTS fencing'
+else
+    for c in mariadbd mariadb-install-db mariadb; do
+        command -v "$c" >/dev/null || [ -x "/usr/sbin/$c" ] || skip_or_fail "$c is missing"
+    done
+    MARIADBD=$(command -v mariadbd || echo /usr/sbin/mariadbd)
+    D=$TMP/db
+    ME=$(id -un)
+    mariadb-install-db --no-defaults --datadir="$D" --user="$ME" --auth-root-authentication-method=normal \
+        --skip-test-db >install.log 2>&1 || { cat install.log >&2; skip_or_fail "mariadb-install-db failed"; }
+    PORT=$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()')
+    "$MARIADBD" --no-defaults --datadir="$D" --socket="$D/sock" --port="$PORT" --bind-address=127.0.0.1 \
+        --user="$ME" --pid-file="$D/pid" --log-error="$D/err.log" --skip-log-bin --innodb-buffer-pool-size=16M \
+        --skip-name-resolve >/dev/null 2>&1 &
+    SP=$!
+    BG_PIDS+=("$SP")
+    trap 'kill -TERM "$SP" 2>/dev/null; wait "$SP" 2>/dev/null; cleanup' EXIT
+    my() { mariadb --no-defaults -S "$D/sock" -uroot -N -B "$@"; }
+    up=0
+    for ((i = 0; i < 1200; i++)); do   # 60 s: only a bound for a loaded box
+        my -e 'SELECT 1' >/dev/null 2>&1 && { up=1; break; }
+        kill -0 "$SP" 2>/dev/null || break
+        sleep 0.05
+    done
+    [ $up = 1 ] || { tail -5 "$D/err.log" >&2; skip_or_fail "mariadbd did not start"; }
+fi
 my -e 'CREATE DATABASE fencing'
 db() { my fencing -e "$1"; }
 
@@ -66,7 +77,6 @@ upsert() {
 }
 row() { db "SELECT balance, fence FROM accounts WHERE id = $1" | tr '\t' '|'; }
 
-URI="file://$TMP/locks"
 FA=$(b run -u "$URI" job -- sh -c 'echo "$BATON_FENCE"')
 FB=$(b run -u "$URI" job -- sh -c 'echo "$BATON_FENCE"')
 check "two grants, increasing fences" gt "$FB" "$FA"
