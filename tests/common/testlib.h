@@ -17,6 +17,7 @@
 #include <signal.h>
 #include <spawn.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -63,6 +64,12 @@ static inline baton_client *tl_client_open(const char *uri) {
         exit(1);
     }
     return c;
+}
+
+/* An on_lost callback that counts its calls in the atomic_int PAYLOAD. */
+static inline void tl_count_lost(baton_lock *l, void *payload) {
+    (void)l;
+    atomic_fetch_add((atomic_int *)payload, 1);
 }
 
 /* ---- timing ------------------------------------------------------------- */

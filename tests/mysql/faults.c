@@ -98,33 +98,17 @@ static int kill_where(const char *sel) {
     return n;
 }
 
-static void count_lost(baton_lock *l, void *payload) {
-    (void)l;
-    atomic_fetch_add((atomic_int *)payload, 1);
-}
-
-static baton_client *open_ok(const char *u) {
-    baton_client *c = NULL;
-    int rc = baton_client_open(&c, u, NULL);
-    if (rc) {
-        fprintf(stderr, "FAIL: open %s: %s\n", u, tl_lastmsg());
-        printf("0 passed, 1 failed\n");
-        exit(1);
-    }
-    return c;
-}
-
 /* Session and row modes: a DBA KILLs the holder's connection. */
 static void kill_case(int row) {
     char u1[512], u2[512], n[64], sel[512];
     snprintf(n, sizeof n, "kill-%s-%d", g_tag, row);
-    baton_client *c1 = open_ok(uri(u1, sizeof u1, "baton", "baton-test", row ? "mode=row" : ""));
-    baton_client *c2 = open_ok(uri(u2, sizeof u2, "baton", "baton-test", row ? "mode=row" : ""));
+    baton_client *c1 = tl_client_open(uri(u1, sizeof u1, "baton", "baton-test", row ? "mode=row" : ""));
+    baton_client *c2 = tl_client_open(uri(u2, sizeof u2, "baton", "baton-test", row ? "mode=row" : ""));
     atomic_int lost;
     atomic_init(&lost, 0);
     baton_lock_options o = BATON_LOCK_OPTIONS_INIT;
     o.lease_ms = 900;   /* the connection is checked every 300 ms */
-    o.on_lost = count_lost;
+    o.on_lost = tl_count_lost;
     o.on_lost_payload = &lost;
     baton_lock *a = NULL, *b = NULL;
     CHECK_RC(baton_lock_open(&a, c1, n, &o), 0);
@@ -171,13 +155,13 @@ static void test_row_kill(void) { kill_case(1); }
 static void test_lease_survives_kill(void) {
     char u1[512], u2[512], n[64];
     snprintf(n, sizeof n, "lkill-%s", g_tag);
-    baton_client *c1 = open_ok(uri(u1, sizeof u1, "baton", "baton-test", "mode=lease"));
-    baton_client *c2 = open_ok(uri(u2, sizeof u2, "baton", "baton-test", "mode=lease"));
+    baton_client *c1 = tl_client_open(uri(u1, sizeof u1, "baton", "baton-test", "mode=lease"));
+    baton_client *c2 = tl_client_open(uri(u2, sizeof u2, "baton", "baton-test", "mode=lease"));
     atomic_int lost;
     atomic_init(&lost, 0);
     baton_lock_options o = BATON_LOCK_OPTIONS_INIT;
     o.lease_ms = 1500;
-    o.on_lost = count_lost;
+    o.on_lost = tl_count_lost;
     o.on_lost_payload = &lost;
     baton_lock *a = NULL, *b = NULL;
     CHECK_RC(baton_lock_open(&a, c1, n, &o), 0);
@@ -246,7 +230,7 @@ static void test_lease_stopped_holder(void) {
     uint64_t f1 = strtoull(line, NULL, 10);
     CHECK(f1 > 0);
     if (f1 == 0) fprintf(stderr, "   holder said: %s\n", line);
-    baton_client *c = open_ok(u);
+    baton_client *c = tl_client_open(u);
     baton_lock *b = NULL;
     CHECK_RC(baton_lock_open(&b, c, n, NULL), 0);
     CHECK_RC(baton_lock_acquire(b, 0), BATON_ELOCKED);
@@ -289,13 +273,13 @@ static void restart_case(int mode) {
     char u[512], n[64];
     const char *qs = mode == 0 ? "" : mode == 1 ? "mode=row" : "mode=lease";
     snprintf(n, sizeof n, "restart-%s-%d", g_tag, mode);
-    baton_client *c1 = open_ok(uri(u, sizeof u, "baton", "baton-test", qs));
-    baton_client *c2 = open_ok(u);
+    baton_client *c1 = tl_client_open(uri(u, sizeof u, "baton", "baton-test", qs));
+    baton_client *c2 = tl_client_open(u);
     atomic_int lost;
     atomic_init(&lost, 0);
     baton_lock_options o = BATON_LOCK_OPTIONS_INIT;
     o.lease_ms = mode == 2 ? 4000 : 900;
-    o.on_lost = count_lost;
+    o.on_lost = tl_count_lost;
     o.on_lost_payload = &lost;
     baton_lock *a = NULL, *b = NULL;
     CHECK_RC(baton_lock_open(&a, c1, n, &o), 0);
@@ -343,7 +327,7 @@ static void test_lease_restart(void) { restart_case(2); }
 static void cancel_case(int row) {
     char u[512], n[64];
     snprintf(n, sizeof n, "cancel-%s-%d", g_tag, row);
-    baton_client *c = open_ok(uri(u, sizeof u, "baton", "baton-test", row ? "mode=row" : ""));
+    baton_client *c = tl_client_open(uri(u, sizeof u, "baton", "baton-test", row ? "mode=row" : ""));
     baton_lock *a = NULL, *b = NULL, *d = NULL;
     CHECK_RC(baton_lock_open(&a, c, n, NULL), 0);
     CHECK_RC(baton_lock_open(&b, c, n, NULL), 0);
@@ -398,7 +382,7 @@ static void test_server_dies_mid_wait(void) {
     snprintf(n, sizeof n, "dies-%s", g_tag);
     for (int mode = 0; mode < 3; mode++) {
         const char *qs = mode == 0 ? "" : mode == 1 ? "mode=row" : "mode=lease";
-        baton_client *c = open_ok(uri(u, sizeof u, "baton", "baton-test", qs));
+        baton_client *c = tl_client_open(uri(u, sizeof u, "baton", "baton-test", qs));
         baton_lock *a = NULL, *b = NULL;
         CHECK_RC(baton_lock_open(&a, c, n, NULL), 0);
         CHECK_RC(baton_lock_open(&b, c, n, NULL), 0);
@@ -517,7 +501,7 @@ static void test_bad_shape(void) {
              "owner VARBINARY(64), holder VARBINARY(255), lease_until DATETIME(6), acquired_at DATETIME(6)) "
              "ENGINE=InnoDB", g_tag) == 0);
     snprintf(qs, sizeof qs, "table=shape_int_%s", g_tag);
-    baton_client *c = open_ok(uri(u, sizeof u, "baton", "baton-test", qs));
+    baton_client *c = tl_client_open(uri(u, sizeof u, "baton", "baton-test", qs));
     baton_lock *l = NULL;
     CHECK_RC(baton_lock_open(&l, c, n, NULL), 0);
     CHECK_RC(baton_lock_acquire(l, 0), BATON_EPROTO);
@@ -531,7 +515,7 @@ static void test_bad_shape(void) {
     CHECK(su("CREATE TABLE shape_miss_%s (name VARBINARY(1024) PRIMARY KEY, fence BIGINT NOT NULL DEFAULT 0, "
              "owner VARBINARY(64), holder VARBINARY(255), acquired_at DATETIME(6)) ENGINE=InnoDB", g_tag) == 0);
     snprintf(qs, sizeof qs, "mode=lease&table=shape_miss_%s", g_tag);
-    c = open_ok(uri(u, sizeof u, "baton", "baton-test", qs));
+    c = tl_client_open(uri(u, sizeof u, "baton", "baton-test", qs));
     CHECK_RC(baton_lock_open(&l, c, n, NULL), 0);
     CHECK_RC(baton_lock_acquire(l, 0), BATON_EPROTO);
     CHECK(strstr(tl_lastmsg(), "\"lease_until\"") != NULL);
@@ -542,7 +526,7 @@ static void test_bad_shape(void) {
              "NOT NULL DEFAULT 0, owner VARBINARY(64), holder VARBINARY(255), lease_until DATETIME(6), "
              "acquired_at DATETIME(6)) ENGINE=InnoDB", g_tag) == 0);
     snprintf(qs, sizeof qs, "table=shape_ci_%s", g_tag);
-    c = open_ok(uri(u, sizeof u, "baton", "baton-test", qs));
+    c = tl_client_open(uri(u, sizeof u, "baton", "baton-test", qs));
     CHECK_RC(baton_lock_open(&l, c, n, NULL), 0);
     CHECK_RC(baton_lock_acquire(l, 0), BATON_EPROTO);
     CHECK(strstr(tl_lastmsg(), "\"name\"") != NULL);
@@ -559,7 +543,7 @@ static void test_privileges(void) {
     CHECK(su("CREATE USER '%s'@'127.0.0.1' IDENTIFIED BY 'low-pw'", user) == 0);
     CHECK(su("GRANT SELECT, INSERT, UPDATE ON baton.baton_locks TO '%s'@'127.0.0.1'", user) == 0);
     snprintf(qs, sizeof qs, "table=priv_%s", g_tag);
-    baton_client *c = open_ok(uri(u, sizeof u, user, "low-pw", qs));
+    baton_client *c = tl_client_open(uri(u, sizeof u, user, "low-pw", qs));
     baton_lock *l = NULL;
     CHECK_RC(baton_lock_open(&l, c, n, NULL), 0);
     CHECK_RC(baton_lock_acquire(l, 0), BATON_EAUTH);
@@ -574,7 +558,7 @@ static void test_privileges(void) {
     CHECK(su("GRANT SELECT, INSERT, UPDATE ON baton.priv_%s TO '%s'@'127.0.0.1'", g_tag, user) == 0);
     /* row mode needs its sequence too */
     snprintf(qs, sizeof qs, "table=priv_%s&mode=row", g_tag);
-    c = open_ok(uri(u, sizeof u, user, "low-pw", qs));
+    c = tl_client_open(uri(u, sizeof u, user, "low-pw", qs));
     CHECK_RC(baton_lock_open(&l, c, n, NULL), 0);
     CHECK_RC(baton_lock_acquire(l, 0), BATON_EAUTH);
     CHECK(strstr(tl_lastmsg(), "CREATE SEQUENCE") != NULL);
@@ -585,7 +569,7 @@ static void test_privileges(void) {
     CHECK(su("GRANT SELECT, INSERT ON baton.priv_%s_fence TO '%s'@'127.0.0.1'", g_tag, user) == 0);
     for (int mode = 0; mode < 3; mode++) {
         snprintf(qs, sizeof qs, "table=priv_%s%s", g_tag, mode == 1 ? "&mode=lease" : mode == 2 ? "&mode=row" : "");
-        c = open_ok(uri(u, sizeof u, user, "low-pw", qs));
+        c = tl_client_open(uri(u, sizeof u, user, "low-pw", qs));
         CHECK_RC(baton_lock_open(&l, c, n, NULL), 0);
         CHECK_RC(baton_lock_acquire(l, 0), 0);
         if (baton_lock_fence(l) == 0) fprintf(stderr, "   mode %d: %s\n", mode, tl_lastmsg());
@@ -609,7 +593,7 @@ static void test_long_names(void) {
     char u[512], n1[200], n2[200], n3[80];
     for (int mode = 0; mode < 3; mode++) {
         const char *qs = mode == 0 ? "" : mode == 1 ? "mode=row" : "mode=lease";
-        baton_client *c = open_ok(uri(u, sizeof u, "baton", "baton-test", qs));
+        baton_client *c = tl_client_open(uri(u, sizeof u, "baton", "baton-test", qs));
         snprintf(n1, sizeof n1, "long-%s-%d-%0100d-one", g_tag, mode, 0);
         snprintf(n2, sizeof n2, "long-%s-%d-%0100d-two", g_tag, mode, 0);
         baton_lock *a = NULL, *b = NULL, *a2 = NULL;
@@ -631,7 +615,7 @@ static void test_long_names(void) {
     }
     /* session mode: a short name is the server's lock name as it is (other
      * programs' GET_LOCK sees it); a long one is sha256:<base64url> */
-    baton_client *c = open_ok(uri(u, sizeof u, "baton", "baton-test", ""));
+    baton_client *c = tl_client_open(uri(u, sizeof u, "baton", "baton-test", ""));
     snprintf(n3, sizeof n3, "short-%s", g_tag);
     baton_lock *s = NULL, *l = NULL;
     CHECK_RC(baton_lock_open(&s, c, n3, NULL), 0);
@@ -664,7 +648,7 @@ static void test_malformed(void) {
     snprintf(u, sizeof u, "mysql://baton:baton-test@127.0.0.1:%d:5/baton", g_port);
     CHECK(baton_client_open(&c, u, NULL) == BATON_EINVAL);
     /* fixed leases exist in lease mode only */
-    c = open_ok(uri(u, sizeof u, "baton", "baton-test", ""));
+    c = tl_client_open(uri(u, sizeof u, "baton", "baton-test", ""));
     baton_lock_options o = BATON_LOCK_OPTIONS_INIT;
     o.fixed_lease = 1;
     baton_lock *l = NULL;

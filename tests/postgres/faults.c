@@ -63,34 +63,18 @@ static int su(const char *fmt, ...) {
     return rc;
 }
 
-static void count_lost(baton_lock *l, void *payload) {
-    (void)l;
-    atomic_fetch_add((atomic_int *)payload, 1);
-}
-
-static baton_client *open_ok(const char *u) {
-    baton_client *c = NULL;
-    int rc = baton_client_open(&c, u, NULL);
-    if (rc) {
-        fprintf(stderr, "FAIL: open %s: %s\n", u, tl_lastmsg());
-        printf("0 passed, 1 failed\n");
-        exit(1);
-    }
-    return c;
-}
-
 /* Session and row modes: the holder's connection is terminated by a DBA. */
 static void terminate_case(int row) {
     char u1[512], u2[512], n[64];
     snprintf(n, sizeof n, "term-%s-%d", g_tag, row);
-    baton_client *c1 = open_ok(uri(u1, sizeof u1, "baton", "baton-test",
+    baton_client *c1 = tl_client_open(uri(u1, sizeof u1, "baton", "baton-test",
                                    row ? "mode=row&application_name=holder1" : "application_name=holder1"));
-    baton_client *c2 = open_ok(uri(u2, sizeof u2, "baton", "baton-test", row ? "mode=row" : ""));
+    baton_client *c2 = tl_client_open(uri(u2, sizeof u2, "baton", "baton-test", row ? "mode=row" : ""));
     atomic_int lost;
     atomic_init(&lost, 0);
     baton_lock_options o = BATON_LOCK_OPTIONS_INIT;
     o.lease_ms = 900;   /* the connection is checked every 300 ms */
-    o.on_lost = count_lost;
+    o.on_lost = tl_count_lost;
     o.on_lost_payload = &lost;
     baton_lock *a = NULL, *b = NULL;
     CHECK_RC(baton_lock_open(&a, c1, n, &o), 0);
@@ -136,13 +120,13 @@ static void test_row_terminate(void) { terminate_case(1); }
 static void test_lease_survives_terminate(void) {
     char u1[512], u2[512], n[64];
     snprintf(n, sizeof n, "lterm-%s", g_tag);
-    baton_client *c1 = open_ok(uri(u1, sizeof u1, "baton", "baton-test", "mode=lease&application_name=holder2"));
-    baton_client *c2 = open_ok(uri(u2, sizeof u2, "baton", "baton-test", "mode=lease"));
+    baton_client *c1 = tl_client_open(uri(u1, sizeof u1, "baton", "baton-test", "mode=lease&application_name=holder2"));
+    baton_client *c2 = tl_client_open(uri(u2, sizeof u2, "baton", "baton-test", "mode=lease"));
     atomic_int lost;
     atomic_init(&lost, 0);
     baton_lock_options o = BATON_LOCK_OPTIONS_INIT;
     o.lease_ms = 1500;
-    o.on_lost = count_lost;
+    o.on_lost = tl_count_lost;
     o.on_lost_payload = &lost;
     baton_lock *a = NULL, *b = NULL;
     CHECK_RC(baton_lock_open(&a, c1, n, &o), 0);
@@ -185,8 +169,8 @@ static void *acq_main(void *arg) {
 static void test_lease_server_restart(void) {
     char u[512], n[64];
     snprintf(n, sizeof n, "restart-%s", g_tag);
-    baton_client *c1 = open_ok(uri(u, sizeof u, "baton", "baton-test", "mode=lease"));
-    baton_client *c2 = open_ok(u);
+    baton_client *c1 = tl_client_open(uri(u, sizeof u, "baton", "baton-test", "mode=lease"));
+    baton_client *c2 = tl_client_open(u);
     baton_lock_options o = BATON_LOCK_OPTIONS_INIT;
     o.lease_ms = 4000;
     baton_lock *a = NULL, *b = NULL;
@@ -220,13 +204,13 @@ static void test_lease_server_restart(void) {
 static void test_session_server_restart(void) {
     char u[512], n[64];
     snprintf(n, sizeof n, "srestart-%s", g_tag);
-    baton_client *c1 = open_ok(uri(u, sizeof u, "baton", "baton-test", ""));
-    baton_client *c2 = open_ok(u);
+    baton_client *c1 = tl_client_open(uri(u, sizeof u, "baton", "baton-test", ""));
+    baton_client *c2 = tl_client_open(u);
     atomic_int lost;
     atomic_init(&lost, 0);
     baton_lock_options o = BATON_LOCK_OPTIONS_INIT;
     o.lease_ms = 900;
-    o.on_lost = count_lost;
+    o.on_lost = tl_count_lost;
     o.on_lost_payload = &lost;
     baton_lock *a = NULL, *b = NULL;
     CHECK_RC(baton_lock_open(&a, c1, n, &o), 0);
@@ -260,8 +244,8 @@ static void test_session_server_restart(void) {
 static void test_lease_notify_wakes(void) {
     char u[512], n[64];
     snprintf(n, sizeof n, "notify-%s", g_tag);
-    baton_client *c1 = open_ok(uri(u, sizeof u, "baton", "baton-test", "mode=lease"));
-    baton_client *c2 = open_ok(u);
+    baton_client *c1 = tl_client_open(uri(u, sizeof u, "baton", "baton-test", "mode=lease"));
+    baton_client *c2 = tl_client_open(u);
     baton_lock *a = NULL, *b = NULL;
     CHECK_RC(baton_lock_open(&a, c1, n, NULL), 0);
     CHECK_RC(baton_lock_open(&b, c2, n, NULL), 0);
@@ -384,7 +368,7 @@ static void test_bad_shape(void) {
     CHECK(su("CREATE TABLE shape_int_%s (name text PRIMARY KEY, key bigint, fence integer, owner text, "
              "holder text, lease_until timestamptz, acquired_at timestamptz)", g_tag) == 0);
     snprintf(qs, sizeof qs, "table=shape_int_%s", g_tag);
-    baton_client *c = open_ok(uri(u, sizeof u, "baton", "baton-test", qs));
+    baton_client *c = tl_client_open(uri(u, sizeof u, "baton", "baton-test", qs));
     baton_lock *l = NULL;
     CHECK_RC(baton_lock_open(&l, c, n, NULL), 0);
     CHECK_RC(baton_lock_acquire(l, 0), BATON_EPROTO);
@@ -398,7 +382,7 @@ static void test_bad_shape(void) {
     CHECK(su("CREATE TABLE shape_miss_%s (name text PRIMARY KEY, key bigint, fence bigint, owner text, "
              "holder text, acquired_at timestamptz)", g_tag) == 0);
     snprintf(qs, sizeof qs, "mode=lease&table=shape_miss_%s", g_tag);
-    c = open_ok(uri(u, sizeof u, "baton", "baton-test", qs));
+    c = tl_client_open(uri(u, sizeof u, "baton", "baton-test", qs));
     CHECK_RC(baton_lock_open(&l, c, n, NULL), 0);
     CHECK_RC(baton_lock_acquire(l, 0), BATON_EPROTO);
     CHECK(strstr(tl_lastmsg(), "\"lease_until\"") != NULL);
@@ -408,7 +392,7 @@ static void test_bad_shape(void) {
     CHECK(su("CREATE TABLE shape_nopk_%s (name text, key bigint, fence bigint, owner text, "
              "holder text, lease_until timestamptz, acquired_at timestamptz)", g_tag) == 0);
     snprintf(qs, sizeof qs, "table=shape_nopk_%s", g_tag);
-    c = open_ok(uri(u, sizeof u, "baton", "baton-test", qs));
+    c = tl_client_open(uri(u, sizeof u, "baton", "baton-test", qs));
     CHECK_RC(baton_lock_open(&l, c, n, NULL), 0);
     CHECK_RC(baton_lock_acquire(l, 0), BATON_EPROTO);
     CHECK(strstr(tl_lastmsg(), "unique") != NULL);
@@ -424,7 +408,7 @@ static void test_privileges(void) {
     snprintf(role, sizeof role, "lowpriv_%s", g_tag);
     CHECK(su("CREATE ROLE %s LOGIN PASSWORD 'low-pw'", role) == 0);
     snprintf(qs, sizeof qs, "table=priv_%s", g_tag);
-    baton_client *c = open_ok(uri(u, sizeof u, role, "low-pw", qs));
+    baton_client *c = tl_client_open(uri(u, sizeof u, role, "low-pw", qs));
     baton_lock *l = NULL;
     CHECK_RC(baton_lock_open(&l, c, n, NULL), 0);
     CHECK_RC(baton_lock_acquire(l, 0), BATON_EAUTH);
@@ -438,7 +422,7 @@ static void test_privileges(void) {
              "GRANT SELECT, INSERT, UPDATE ON priv_%s TO %s", g_tag, g_tag, role) == 0);
     /* row mode also needs its fence sequence */
     snprintf(qs, sizeof qs, "table=priv_%s&mode=row", g_tag);
-    c = open_ok(uri(u, sizeof u, role, "low-pw", qs));
+    c = tl_client_open(uri(u, sizeof u, role, "low-pw", qs));
     CHECK_RC(baton_lock_open(&l, c, n, NULL), 0);
     CHECK_RC(baton_lock_acquire(l, 0), BATON_EAUTH);
     CHECK(strstr(tl_lastmsg(), "CREATE SEQUENCE") != NULL && strstr(tl_lastmsg(), "GRANT USAGE") != NULL);
@@ -448,7 +432,7 @@ static void test_privileges(void) {
     CHECK(su("CREATE SEQUENCE priv_%s_fence; GRANT USAGE ON SEQUENCE priv_%s_fence TO %s", g_tag, g_tag, role) == 0);
     for (int mode = 0; mode < 3; mode++) {
         snprintf(qs, sizeof qs, "table=priv_%s%s", g_tag, mode == 1 ? "&mode=lease" : mode == 2 ? "&mode=row" : "");
-        c = open_ok(uri(u, sizeof u, role, "low-pw", qs));
+        c = tl_client_open(uri(u, sizeof u, role, "low-pw", qs));
         CHECK_RC(baton_lock_open(&l, c, n, NULL), 0);
         CHECK_RC(baton_lock_acquire(l, 0), 0);
         if (baton_lock_fence(l) == 0) fprintf(stderr, "   mode %d: %s\n", mode, tl_lastmsg());
@@ -466,7 +450,7 @@ static void test_privileges(void) {
 static void test_key_is_documented_hash(void) {
     char u[512], n[64];
     snprintf(n, sizeof n, "keyhash-%s", g_tag);
-    baton_client *c = open_ok(uri(u, sizeof u, "baton", "baton-test", ""));
+    baton_client *c = tl_client_open(uri(u, sizeof u, "baton", "baton-test", ""));
     baton_lock *l = NULL;
     CHECK_RC(baton_lock_open(&l, c, n, NULL), 0);
     CHECK_RC(baton_lock_acquire(l, 0), 0);

@@ -52,31 +52,15 @@ static char g_dir[1024];
 static char g_db[1200];       /* the shared database of the lock cases */
 static char g_uri[1300];
 
-static void count_lost(baton_lock *l, void *payload) {
-    (void)l;
-    atomic_fetch_add((atomic_int *)payload, 1);
-}
-
-static baton_client *open_ok(const char *u) {
-    baton_client *c = NULL;
-    int rc = baton_client_open(&c, u, NULL);
-    if (rc) {
-        fprintf(stderr, "FAIL: open %s: %s\n", u, tl_lastmsg());
-        printf("0 passed, 1 failed\n");
-        exit(1);
-    }
-    return c;
-}
-
 /* ---- workers --------------------------------------------------------------- */
 
 static int worker_hold(const char *uri, const char *name, int lease_ms) {
-    baton_client *c = open_ok(uri);
+    baton_client *c = tl_client_open(uri);
     baton_lock *l = NULL;
     atomic_int lost = 0;
     baton_lock_options o = BATON_LOCK_OPTIONS_INIT;
     o.lease_ms = (uint32_t)lease_ms;
-    o.on_lost = count_lost;
+    o.on_lost = tl_count_lost;
     o.on_lost_payload = &lost;
     if (baton_lock_open(&l, c, name, &o) || baton_lock_acquire(l, 10000)) {
         tl_out_line("error %s\n", tl_lastmsg());
@@ -94,7 +78,7 @@ static int worker_hold(const char *uri, const char *name, int lease_ms) {
 }
 
 static int worker_wait(const char *uri, const char *name, int wait_ms) {
-    baton_client *c = open_ok(uri);
+    baton_client *c = tl_client_open(uri);
     baton_lock *l = NULL;
     if (baton_lock_open(&l, c, name, NULL)) return 1;
     tl_out_line("waiting\n");
@@ -129,7 +113,7 @@ static void test_sigkill_holder(void) {
     kill(w.pid, SIGKILL);
     tl_worker_reap(&w, 10000);
 
-    baton_client *c = open_ok(g_uri);
+    baton_client *c = tl_client_open(g_uri);
     baton_lock *l = NULL;
     CHECK_RC(baton_lock_open(&l, c, "kill9", NULL), 0);
     /* the dead holder's lease still runs: nobody freed the row */
@@ -156,7 +140,7 @@ static void test_sigstop_holder(void) {
     sscanf(line, "held %llu", &f1);
     kill(w.pid, SIGSTOP);
 
-    baton_client *c = open_ok(g_uri);
+    baton_client *c = tl_client_open(g_uri);
     baton_lock *l = NULL;
     CHECK_RC(baton_lock_open(&l, c, "stop", NULL), 0);
     CHECK_RC(baton_lock_acquire(l, 0), BATON_ELOCKED);
@@ -196,7 +180,7 @@ static void wake_case(const char *name, int delete_sidecar) {
     snprintf(uri, sizeof uri, "%s?recheck_ms=600000", g_uri);
     snprintf(side, sizeof side, "%s-baton-wake", g_db);
 
-    baton_client *c = open_ok(g_uri);
+    baton_client *c = tl_client_open(g_uri);
     baton_lock *l = NULL;
     baton_lock_options o = BATON_LOCK_OPTIONS_INIT;
     o.lease_ms = 90000;
@@ -240,7 +224,7 @@ static void test_unusable_sidecar(void) {
     snprintf(side, sizeof side, "%s-baton-wake", db);
     snprintf(uri, sizeof uri, "sqlite://%s", db);
     CHECK(mkdir(side, 0755) == 0);
-    baton_client *c = open_ok(uri);
+    baton_client *c = tl_client_open(uri);
     baton_lock *l = NULL;
     CHECK_RC(baton_lock_open(&l, c, "nowake", NULL), 0);
     CHECK_RC(baton_lock_acquire(l, 0), 0);
@@ -272,7 +256,7 @@ static void test_foreign_write_lock(void) {
     char uri[1400];
     sqlite3 *db = NULL;
     snprintf(uri, sizeof uri, "%s?busy_timeout_ms=300", g_uri);
-    baton_client *c = open_ok(uri);
+    baton_client *c = tl_client_open(uri);
     baton_lock *l = NULL;
     baton_lockinfo info = BATON_LOCK_INFO_INIT;
     CHECK_RC(baton_lock_open(&l, c, "foreign", NULL), 0);
@@ -309,7 +293,7 @@ static void test_foreign_write_lock(void) {
 
 static void test_row_of_another_boot(void) {
     sqlite3 *db = NULL;
-    baton_client *c = open_ok(g_uri);   /* creates the table */
+    baton_client *c = tl_client_open(g_uri);   /* creates the table */
     baton_lock *l = NULL;
     CHECK(sqlite3_open(g_db, &db) == SQLITE_OK);
     sqlite3_busy_timeout(db, 5000);
@@ -489,10 +473,10 @@ static void test_bad_input(void) {
  * engine (a multilock orders by it). */
 static void test_identity(void) {
     char u[1400];
-    baton_client *a = open_ok(g_uri);
+    baton_client *a = tl_client_open(g_uri);
     snprintf(u, sizeof u, "sqlite://localhost%s/../%s", g_dir, strrchr(g_dir, '/') + 1);
     strncat(u, "/locks.db", sizeof u - strlen(u) - 1);
-    baton_client *b = open_ok(u);
+    baton_client *b = tl_client_open(u);
     baton_lock *la = NULL, *lb = NULL;
     CHECK_RC(baton_lock_open(&la, a, "ident", NULL), 0);
     CHECK_RC(baton_lock_open(&lb, b, "ident", NULL), 0);
