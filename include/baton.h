@@ -99,6 +99,14 @@ BATON_EXTERN(const char *) baton_client_uri(const baton_client *c);
  * ZooKeeper session id and its negotiated timeout). BATON_ENOTSUP when the
  * engine has nothing to say. */
 BATON_EXTERN(int) baton_client_describe(baton_client *c, char *buf, size_t n);
+/* For handing this client's engine to a child process (what `baton run`
+ * does with BATON_URI): *var = the environment variable the engine reads
+ * its credentials from when a URI carries none (static; NULL when it reads
+ * none), *secret = the credentials of the URI the client was opened with,
+ * in that variable's form (malloc'd; NULL when the URI had none: wipe and
+ * free it). Pair it with baton_client_uri(), which has no password. 0, or
+ * BATON_ENOMEM / BATON_EINVAL. */
+BATON_EXTERN(int) baton_client_secret(baton_client *c, const char **var, char **secret);
 
 /* A quorum client (RedLock) over the engines of N open clients: a majority of
  * them must grant. The members must be of one kind that has a quorum form

@@ -7,33 +7,6 @@
 
 extern char **environ;
 
-static int hexval(int c)
-{
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-}
-
-/* [s, s+n) percent-decoded (the engine has parsed the URI already, so the
- * escapes are good; a bad one is kept as it is). */
-static char *pct_decode(const char *s, size_t n)
-{
-    char *out = malloc(n + 1), *p = out;
-    if (!out) return NULL;
-    for (size_t i = 0; i < n; i++) {
-        int h, l;
-        if (s[i] == '%' && i + 2 < n && (h = hexval((unsigned char)s[i + 1])) >= 0 && (l = hexval((unsigned char)s[i + 2])) >= 0) {
-            *p++ = (char)(h * 16 + l);
-            i += 2;
-        } else {
-            *p++ = s[i];
-        }
-    }
-    *p = 0;
-    return out;
-}
-
 /* "file://" + DIR, with every byte but [A-Za-z0-9/._~-] as %XX. */
 static char *file_uri(const char *dir)
 {
@@ -76,10 +49,10 @@ static char *file_default_uri(void)
 int cli_child_uri(baton_client *c, const char *given, char **uri, char **password, const char **password_var)
 {
     const char *red = baton_client_uri(c), *backend = baton_client_backend(c);
-    const char *auth, *auth_end, *at = NULL, *colon;
+    const char *auth, *auth_end;
 
     *uri = *password = NULL;
-    *password_var = "BATON_REDIS_PASSWORD";
+    *password_var = NULL;
     if (!given || !*given) given = "file://";
     if (!red) red = given;
     auth = strstr(given, "://");
@@ -92,24 +65,9 @@ int cli_child_uri(baton_client *c, const char *given, char **uri, char **passwor
         *uri = plen ? strdup(red) : file_default_uri();
         return *uri ? 0 : -1;
     }
-    /* The password: what the engine reads from the URI (the user info's text
-     * after its first ':'), percent-decoded. It goes to the environment
-     * variable the Redis engines read when the URI has none. */
-    for (const char *p = auth; p < auth_end; p++)
-        if (*p == '@') at = p;
-    if (at && (colon = memchr(auth, ':', (size_t)(at - auth))) && at > colon + 1 &&
-        (!strcmp(backend, "redis") || !strcmp(backend, "redlock"))) {
-        if (!(*password = pct_decode(colon + 1, (size_t)(at - colon - 1)))) return -1;
-    } else if (at && (colon = memchr(auth, ':', (size_t)(at - auth))) && at > colon + 1 && !strcmp(backend, "zk")) {
-        /* ZooKeeper digest credentials: the redacted URI keeps the user, the
-         * engine takes "user:password" from $BATON_ZK_AUTH */
-        if (!(*password = pct_decode(auth, (size_t)(at - auth)))) return -1;
-        *password_var = "BATON_ZK_AUTH";
-    } else if (at && (colon = memchr(auth, ':', (size_t)(at - auth))) && at > colon + 1 && !strcmp(backend, "mysql")) {
-        /* the MySQL engine reads $MYSQL_PWD when the URI has no password */
-        if (!(*password = pct_decode(colon + 1, (size_t)(at - colon - 1)))) return -1;
-        *password_var = "MYSQL_PWD";
-    }
+    /* The credentials go to the variable the engine reads when a URI has
+     * none (the engine names it), never into the child's URI. */
+    if (baton_client_secret(c, password_var, password)) return -1;
     /* The redacted URI without an empty user info: "redis://@host" (what is
      * left of "redis://:pw@host") is "redis://host". */
     if (!(*uri = strdup(red))) {

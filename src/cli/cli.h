@@ -72,9 +72,9 @@ const char *cli_default_uri(const char *u);
 
 /* BATON_URI for the command: the engine's URI as a nested baton can use it.
  * No password in it; the file engine's actual directory when the URI did not
- * name one. *password is the URI's password (percent-decoded), or NULL, for
- * BATON_REDIS_PASSWORD (Redis and RedLock URIs); for zk:// URIs *password is
- * "user:password" for BATON_ZK_AUTH. *password_var names the variable. Both malloc'd; free the
+ * name one. *password is the URI's credentials for the variable the engine
+ * reads, *password_var (baton_client_secret: BATON_REDIS_PASSWORD,
+ * BATON_ZK_AUTH, PGPASSWORD, MYSQL_PWD), or NULL. Both malloc'd; free the
  * password with cli_secret_free. 0, or -1 when out of memory. */
 int cli_child_uri(baton_client *c, const char *given, char **uri, char **password, const char **password_var);
 void cli_secret_free(char *s);

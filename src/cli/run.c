@@ -799,14 +799,14 @@ static int run_main(int argc, char **argv, int elect)
     else if (verbose)
         fprintf(stderr, "%s: %s: got the lock after %.3f s, fence %s\n", prog, name, (double)(mono_ns() - acq_start) / 1e9, buf);
     /* The command's BATON_URI names the engine so that a nested baton can
-     * use it: with no password in it (that goes to BATON_REDIS_PASSWORD,
-     * which the Redis engines read), with the file engine's directory. */
+     * use it: with no password in it (that goes to the variable the engine
+     * reads, baton_client_secret), with the file engine's directory. */
     env_vals[0] = name;
     env_vals[1] = r.l || r.el ? buf : NULL;
     if (cli_child_uri(c, uri, &child_uri, &child_pw, &env_keys[3]) == 0) {
         env_vals[2] = child_uri;
         env_vals[3] = child_pw;
-        if (cli_env_make(&ce, env_keys, env_vals, child_pw ? 4 : 3)) ce.env = NULL;
+        if (cli_env_make(&ce, env_keys, env_vals, child_pw && env_keys[3] ? 4 : 3)) ce.env = NULL;
     }
     if (cmdstr) {
         sh_argv[2] = (char *)cmdstr;

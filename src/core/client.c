@@ -116,6 +116,23 @@ int baton_client_describe(baton_client *c, char *buf, size_t n)
     return c->be->describe(c->eng, buf, n);
 }
 
+int baton_client_secret(baton_client *c, const char **var, char **secret)
+{
+    const baton_uri *u;
+    if (!c || !var || !secret) return baton_seterr(BATON_EINVAL, 0, "baton_client_secret: NULL argument");
+    *var = c->be->secret_env;
+    *secret = NULL;
+    u = c->uri;
+    if (!c->be->secret_env || !u->password || !*u->password) return 0;
+    if (c->be->secret_userinfo) {
+        size_t n = strlen(u->user ? u->user : "") + 1 + strlen(u->password) + 1;
+        if ((*secret = malloc(n))) snprintf(*secret, n, "%s:%s", u->user ? u->user : "", u->password);
+    } else {
+        *secret = strdup(u->password);
+    }
+    return *secret ? 0 : baton_seterr(BATON_ENOMEM, 0, "out of memory");
+}
+
 /* Calls FN on every member of the host's client (none once it is closing)
  * and kicks the keeper when one of them made something due. */
 static void host_each(baton_host *h, int (*fn)(baton__member *m, void *arg), void *arg)

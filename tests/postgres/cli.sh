@@ -64,6 +64,13 @@ for mode in session row lease; do
     rm -f "$TMP/go" "$TMP/go.held"
 done
 
+# a nested baton (baton run inside baton run) reaches the server without the
+# password in its BATON_URI: the child has PGPASSWORD, which libpq reads
+expect_rc 0 "nested run" b run -u "$BASE" "${P}outer" -- sh -c \
+    'case "$BATON_URI" in *baton-test*) exit 9;; esac; "$0" run -u "$BATON_URI" "$1" -- sh -c "echo \$BATON_FENCE" >"$2"' \
+    "$BATON" "${P}inner" "$TMP/nested"
+check "nested run: the inner grant has a fence" [ -s "$TMP/nested" ]
+
 expect_rc 69 "wrong password" b run -u "postgres://baton:nope@127.0.0.1:$PORT/postgres" "${P}x" -- true
 check "wrong password: says authentication" grep -qi "auth" "$TMP/err"
 # a port nothing listens on

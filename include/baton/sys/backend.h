@@ -22,7 +22,7 @@
 extern "C" {
 #endif
 
-#define BATON_BACKEND_VERSION 4
+#define BATON_BACKEND_VERSION 5
 
 /* Capability bits. */
 #define BATON_CAP_LEASE   (1u << 0) /* locks expire unless renewed; core renews them */
@@ -275,6 +275,18 @@ typedef struct baton_backend {
      * sees it ("session 0x1f00a2 timeout 4000 ms (negotiated)"), for `baton
      * status`. Writes at most n bytes; NULL = nothing to say. */
     int (*describe)(void *eng, char *buf, size_t n);
+
+    /* ---- version 5 ---- */
+
+    /* may: the environment variable the engine reads its credentials from
+     * when the URI carries none ("PGPASSWORD"), so that a process can hand
+     * the engine to a child (baton run's BATON_URI) without the secret in a
+     * URI; NULL = none. The core fills it from the URI it was opened with
+     * (baton_client_secret). */
+    const char *secret_env;
+    /* with secret_env: 1 when it holds the URI's whole user info
+     * ("user:password", ZooKeeper's digest), 0 when the password alone. */
+    int secret_userinfo;
 } baton_backend;
 
 /* sem_ctl / permits_ctl / latch_ctl operations. */

@@ -963,4 +963,5 @@ const baton_backend baton__backend_mysql = {
     .identity = my_identity,
     .engine_ops = my_engine_ops,
     .describe = my_describe,
+    .secret_env = "MYSQL_PWD",
 };

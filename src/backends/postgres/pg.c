@@ -1005,4 +1005,5 @@ const baton_backend baton__backend_postgres = {
     .identity = pg_identity,
     .describe = pg_describe,
     .engine_ops = pg_engine_ops,
+    .secret_env = "PGPASSWORD", /* libpq reads it */
 };

@@ -67,4 +67,5 @@ const baton_backend baton__backend_redis = {
     .attach = baton__redis_attach,
     .identity = baton__redis_identity,
     .engine_ops = baton__redis_engine_ops,
+    .secret_env = "BATON_REDIS_PASSWORD",
 };

@@ -930,4 +930,5 @@ const baton_backend baton__backend_redlock = {
     .lock_renew = rl_lock_renew,
     .lock_info = rl_lock_info,
     .engine_ops = rl_engine_ops,
+    .secret_env = "BATON_REDIS_PASSWORD",
 };

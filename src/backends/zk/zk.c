@@ -1028,4 +1028,6 @@ const baton_backend baton__backend_zk = {
     .election_new = zk_election_new,
     .election_leader = zk_election_leader,
     .election_proclaim = zk_election_proclaim,
+    .secret_env = "BATON_ZK_AUTH",
+    .secret_userinfo = 1,
 };
