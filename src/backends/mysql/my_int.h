@@ -57,6 +57,9 @@ typedef struct myeng {
     myrun *runs;             /* waits under watch */
     int stop;
     int wd_started;
+    int64_t wd_next;         /* when the watchdog looks at the runs next (0: it is looking now;
+                              * INT64_MAX: not before it is signalled) */
+    int64_t wd_last;         /* when the last wait was registered */
     pthread_t wd;
     pthread_cond_t wd_cv;    /* a new run, or stop */
     pthread_cond_t kill_cv;  /* a KILL was sent */
