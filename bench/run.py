@@ -758,14 +758,15 @@ def measure_zk(got):
     got["zk_load"] = [r for r in results if r.get("workload") == "loadavg" and r.get("when", "").startswith("zk")]
 
 
-# ---- SQL engines (PostgreSQL; MySQL/MariaDB later): one section shape ----
+# ---- SQL engines (PostgreSQL, MySQL/MariaDB): one section shape ----
 #
 # An engine description (PG_ENGINE below) says how to start and stop a server, the baton URI of
 # each lock mode, and, for the modes that have one, the bound: the engine's own benchmark tool
 # running exactly the statements baton sends per lock/unlock pair, one client, the same way
 # baton connects (TCP to 127.0.0.1 with a password). measure_sql and sql_rows/render_sql do the
-# rest, so a MySQL section is another description (tests/servers/mysql.sh, mysqlslap or sysbench
-# with the engine's statements) and one more entry in SQL_ENGINES.
+# rest: MY_ENGINE below is the MySQL/MariaDB description. Optional keys: "bound_text" (the
+# first bound's row, a format of title, mode and bound name) and "settings" (the server settings
+# the table's header names).
 
 def pg_start(d):
     """A server of tests/servers/postgres.sh in D; (host, port, user, password, settings) or None."""
