@@ -18,10 +18,14 @@ PostgreSQL: one server of its own (tests/servers/postgres.sh); on it, interleave
 running the statements of baton's session and lease modes as custom scripts (the round-trip bound)
 and baton on `postgres://` in each mode, contended and handoff per mode, then baton's herd with
 pg_stat_statements preloaded; its table goes between the POSTGRES markers. The section is written
-for any SQL engine (measure_sql / render_sql over an engine description, PG_ENGINE), so another
-(MySQL: mysqlslap as the bound) is one more description.
---only redis|redlock|zk|postgres runs (and publishes) one section.
-usage: bench/run.py [--docs] [--only redis|redlock|zk|postgres] [--redlock-nodes N] BATON_BINARY
+for any SQL engine (measure_sql / render_sql over an engine description, PG_ENGINE).
+MySQL/MariaDB (MY_ENGINE): one MariaDB server of its own (tests/servers/mysql.sh); on it,
+interleaved, a C loop over Connector/C sending baton's session and lease statements
+(bench/peers/myraw.c, compiled next to BATON at run time: the round-trip bound), mysqlslap -c 1
+running the same statements, and baton on `mysql://` in each mode; then contended, handoff and
+the herd (counted by the server's Com_* counters); its table goes between the MYSQL markers.
+--only redis|redlock|zk|postgres|mysql runs (and publishes) one section.
+usage: bench/run.py [--docs] [--only redis|redlock|zk|postgres|mysql] [--redlock-nodes N] BATON_BINARY
 """
 import datetime, hashlib, json, os, re, resource, shutil, signal, socket, statistics, subprocess, sys, tempfile, time
 
@@ -69,7 +73,12 @@ PG_REPS = 3            # rotations of the bound(s) and baton per PostgreSQL work
 PG_HERD_W = (1, 4, 16, 64)   # postgres.sh allows 200 connections; a lease-mode waiter uses two
 PG_HERD_ROUNDS = 64
 PG_SH = os.path.join(ROOT, "tests", "servers", "postgres.sh")
-SECTIONS = ("redis", "redlock", "zk", "postgres")
+MY_N = 10000           # uncontended pairs on MariaDB: the C loop bound, mysqlslap and baton alike
+MY_REPS = 3            # rotations of the bounds and baton per MariaDB workload (medians kept)
+MY_HERD_W = (1, 4, 16, 64)   # mysql.sh allows 300 connections; a session-mode waiter holds one
+MY_HERD_ROUNDS = 64
+MY_SH = os.path.join(ROOT, "tests", "servers", "mysql.sh")
+SECTIONS = ("redis", "redlock", "zk", "postgres", "mysql")
 
 PUBLISH = False
 _args = []
@@ -749,14 +758,15 @@ def measure_zk(got):
     got["zk_load"] = [r for r in results if r.get("workload") == "loadavg" and r.get("when", "").startswith("zk")]
 
 
-# ---- SQL engines (PostgreSQL; MySQL/MariaDB later): one section shape ----
+# ---- SQL engines (PostgreSQL, MySQL/MariaDB): one section shape ----
 #
 # An engine description (PG_ENGINE below) says how to start and stop a server, the baton URI of
 # each lock mode, and, for the modes that have one, the bound: the engine's own benchmark tool
 # running exactly the statements baton sends per lock/unlock pair, one client, the same way
 # baton connects (TCP to 127.0.0.1 with a password). measure_sql and sql_rows/render_sql do the
-# rest, so a MySQL section is another description (tests/servers/mysql.sh, mysqlslap or sysbench
-# with the engine's statements) and one more entry in SQL_ENGINES.
+# rest: MY_ENGINE below is the MySQL/MariaDB description. Optional keys: "bound_text" (the
+# first bound's row, a format of title, mode and bound name) and "settings" (the server settings
+# the table's header names).
 
 def pg_start(d):
     """A server of tests/servers/postgres.sh in D; (host, port, user, password, settings) or None."""
@@ -886,6 +896,135 @@ PG_ENGINE = {
 SQL_ENGINES = {"postgres": PG_ENGINE}
 
 
+# ---- MySQL / MariaDB ----
+#
+# tests/servers/mysql.sh's server (MariaDB, redo log flushed once a second, no binary log); the
+# bound is bench/peers/myraw.c, one Connector/C connection sending baton's exact statements as
+# text (session.c grant_sql and the RELEASE_LOCK; lease.c claim and release), with mysqlslap -c 1
+# running the same statements as a second reference.
+
+def my_start(d):
+    """A server of tests/servers/mysql.sh in D; (host, port, user, password, settings) or None."""
+    r = subprocess.run(["bash", MY_SH, "start", d], capture_output=True, text=True)
+    if r.returncode != 0:
+        log("  skipped MariaDB: mysql.sh start failed (exit %d): %s" % (r.returncode, r.stderr.strip()[-300:]))
+        return None
+    SQL_DIRS.append((my_stop, d))
+    port = int(r.stdout.strip().splitlines()[-1])
+    user, pw = open(os.path.join(d, "user")).read().strip(), open(os.path.join(d, "password")).read().strip()
+    cfg = {}
+    q = subprocess.run(["bash", MY_SH, "sql", d, "SELECT VERSION(), @@innodb_flush_log_at_trx_commit, @@log_bin, "
+                        "@@innodb_doublewrite, @@max_connections, @@have_ssl, @@innodb_buffer_pool_size"],
+                       capture_output=True, text=True)
+    vals = q.stdout.strip().split("\t") if q.returncode == 0 else []
+    for k, v in zip(("server_version", "innodb_flush_log_at_trx_commit", "log_bin", "innodb_doublewrite",
+                     "max_connections", "have_ssl", "innodb_buffer_pool_size"), vals):
+        cfg[k] = v
+    return ("127.0.0.1", port, user, pw, cfg)
+
+
+def my_stop(d):
+    subprocess.run(["bash", MY_SH, "stop", d], capture_output=True)
+
+
+def my_uri(srv, qs=""):
+    host, port, user, pw = srv[:4]
+    return "mysql://%s:%s@%s:%d/baton%s" % (user, pw, host, port, qs)
+
+
+def myraw_binary():
+    """bench/peers/myraw.c compiled next to BATON (never committed); None when it cannot be."""
+    src = os.path.join(ROOT, "bench", "peers", "myraw.c")
+    out = os.path.join(os.path.dirname(BATON), "myraw")
+    if not shutil.which("gcc") or not shutil.which("pkg-config"):
+        log("  skipped the C loop bound: no gcc or pkg-config")
+        return None
+    flags = subprocess.run(["pkg-config", "--cflags", "--libs", "libmariadb"], capture_output=True, text=True)
+    if flags.returncode != 0:
+        log("  skipped the C loop bound: no libmariadb (libmariadb-dev)")
+        return None
+    r = subprocess.run(["gcc", "-O2", "-o", out, src] + flags.stdout.split(), capture_output=True, text=True)
+    if r.returncode != 0:
+        log("  skipped the C loop bound: gcc failed: %s" % r.stderr.strip()[-300:])
+        return None
+    return out
+
+
+_MYRAW = []
+def myraw_bound(srv, mode, n, label, work):
+    """myraw HOST PORT USER baton MODE N: pairs/s over N pairs on one connection (not timed)."""
+    if not _MYRAW:
+        _MYRAW.append(myraw_binary())
+    if not _MYRAW[0]:
+        return None
+    host, port, user, pw = srv[:4]
+    return run([_MYRAW[0], host, str(port), user, "baton", mode, str(n)], label, env={"MYSQL_PWD": pw})
+
+
+def my_hex(s):
+    return "X'%s'" % s.encode().hex()
+
+
+def mysqlslap_bound(srv, mode, n, label, work):
+    """mysqlslap -c 1 over TCP with the password, N pairs = 2N queries of the mode's two
+    statements (as text, as baton sends them). Lease mode's release takes the claim's fence as
+    LAST_INSERT_ID() (mysqlslap cannot carry a value from one query to the next: the same rows,
+    the same round trips). mysqlslap's time includes its connection."""
+    slap = shutil.which("mariadb-slap") or shutil.which("mysqlslap")
+    if not slap:
+        log("  skipped %s: no mysqlslap (mariadb-client)" % label)
+        return None
+    name, owner, holder = my_hex("mysqlslap-%s" % mode), my_hex(PG_VARS["owner"]), my_hex(PG_VARS["holder"])
+    if mode == "session":
+        q = ("INSERT INTO `baton_locks` (name, fence, owner, holder, acquired_at, lease_until) "
+             "SELECT %s, LAST_INSERT_ID(1), %s, %s, UTC_TIMESTAMP(6), NULL FROM DUAL WHERE GET_LOCK(%s, 5.000) = 1 "
+             "ON DUPLICATE KEY UPDATE fence = LAST_INSERT_ID(fence + 1), owner = VALUES(owner), "
+             "holder = VALUES(holder), acquired_at = VALUES(acquired_at), lease_until = NULL;"
+             "SELECT RELEASE_LOCK(%s)" % (name, owner, holder, name, name))
+    else:
+        q = ("INSERT INTO `baton_locks` (name, fence, owner, holder, lease_until, acquired_at) VALUES (%s, "
+             "LAST_INSERT_ID(1), %s, %s, UTC_TIMESTAMP(6) + INTERVAL 30000000 MICROSECOND, UTC_TIMESTAMP(6)) "
+             "ON DUPLICATE KEY UPDATE fence = IF(@baton_ok := (owner IS NULL OR lease_until IS NULL OR "
+             "lease_until <= UTC_TIMESTAMP(6) OR owner = VALUES(owner)), LAST_INSERT_ID(fence + 1), fence), "
+             "holder = IF(@baton_ok, VALUES(holder), holder), acquired_at = IF(@baton_ok, VALUES(acquired_at), "
+             "acquired_at), lease_until = IF(@baton_ok, VALUES(lease_until), lease_until), "
+             "owner = IF(@baton_ok, VALUES(owner), owner);"
+             "UPDATE `baton_locks` SET owner = NULL, holder = NULL, lease_until = NULL WHERE name = %s AND "
+             "owner = %s AND fence = LAST_INSERT_ID()" % (name, owner, holder, name, owner))
+    host, port, user, pw = srv[:4]
+    cmd = [slap, "--no-defaults", "-h", host, "-P", str(port), "-u", user, "--create-schema=baton", "--no-drop",
+           "--concurrency=1", "--iterations=1", "--number-of-queries=%d" % (2 * n), "--delimiter=;", "--query=" + q]
+    r = run_raw(cmd, env={"MYSQL_PWD": pw}, timeout=300)
+    if r is None:
+        return None
+    rc, out, err, wall, cu, cs = r
+    avg = re.search(r"Average number of seconds to run all queries: ([0-9.]+) seconds", out)
+    if rc != 0 or not avg or float(avg.group(1)) <= 0:
+        log("  skipped %s: %s" % (label, (err or out).strip()[-300:]))
+        return None
+    return record({"peer": "mysqlslap", "workload": "uncontended", "mode": mode, "n": n,
+                   "pairs_per_s": round(n / float(avg.group(1)), 1),
+                   "_cpu_user_s": round(cu, 6), "_cpu_sys_s": round(cs, 6), "_wall_s": round(wall, 3)}, label)
+
+
+MY_ENGINE = {
+    "key": "my", "title": "MariaDB", "marker": "MYSQL", "only": "mysql",
+    "start": my_start, "uri": my_uri, "herd_prepare": lambda srv, d: True,   # Com_* counters: always on
+    "bound_text": "%s %s mode uncontended pairs/s vs `%s`, one connection running the same statements "
+                  "(the round-trip bound)",
+    "settings": ("innodb_flush_log_at_trx_commit", "log_bin", "innodb_doublewrite", "have_ssl", "max_connections"),
+    "modes": [
+        ("session", "", [("myraw.c", lambda s, n, lb, w: myraw_bound(s, "session", n, lb, w)),
+                         ("mysqlslap -c 1", lambda s, n, lb, w: mysqlslap_bound(s, "session", n, lb, w))]),
+        ("lease", "?mode=lease", [("myraw.c", lambda s, n, lb, w: myraw_bound(s, "lease", n, lb, w)),
+                                  ("mysqlslap -c 1", lambda s, n, lb, w: mysqlslap_bound(s, "lease", n, lb, w))]),
+        ("row", "?mode=row", []),
+    ],
+    "n": MY_N, "reps": MY_REPS, "herd_w": MY_HERD_W, "herd_rounds": MY_HERD_ROUNDS, "herd_modes": ("session", "lease"),
+}
+SQL_ENGINES["mysql"] = MY_ENGINE
+
+
 def measure_sql(got, eng):
     """One server of the engine; per lock mode, interleaved and ENG["reps"] times each (the order
     rotating), its bounds and baton uncontended, then baton contended (8 processes, 5 s) and
@@ -975,11 +1114,13 @@ def sql_rows(got, eng):
             b = g("%s_%s_bound%d" % (k, mode, i), "pairs_per_s")
             r = div(unc, b)
             if i == 0:
-                row("%s %s mode uncontended pairs/s vs `%s -c 1` running the same statements (the round-trip bound)"
-                    % (t, mode, name), f(unc), "%s %s" % (name, f(b)), r, "≥ 0.9", None if r is None else r >= 0.9,
+                row(eng.get("bound_text", "%s %s mode uncontended pairs/s vs `%s -c 1` running the same statements "
+                                          "(the round-trip bound)") % (t, mode, name),
+                    f(unc), "%s %s" % (name, f(b)), r, "≥ 0.9", None if r is None else r >= 0.9,
                     short="%s %s ≥ 0.9 × %s" % (k, mode, name))
             else:
-                row("… vs `%s -c 1`" % name, f(unc), "%s %s" % (name, f(b)), r, "—", info=True)
+                row(("… vs `%s`" if name.endswith("-c 1") else "… vs `%s -c 1`") % name, f(unc),
+                    "%s %s" % (name, f(b)), r, "—", info=True)
         if not bounds:
             row("%s %s mode uncontended pairs/s (no bound: baton only)" % (t, mode), f(unc), "", "—", "—", info=True)
         row("… acquire p50 µs", f(g("%s_%s_unc" % (k, mode), "acquire_p50_us")), "", "—", "—", info=True)
@@ -1030,7 +1171,8 @@ def render_sql(got, eng, stamp):
          "handoff 200 rounds, herd %d rounds at W = %s; the Redis and ZooKeeper figures beside are baton's in "
          "their published runs (%s, %s)"
          % (stamp, how, stamp, eng["title"], cfg.get("server_version", "?"),
-            ", ".join("%s=%s" % (a, cfg[a]) for a in ("fsync", "synchronous_commit", "full_page_writes", "ssl")
+            ", ".join("%s=%s" % (a, cfg[a]) for a in eng.get("settings", ("fsync", "synchronous_commit",
+                                                                           "full_page_writes", "ssl"))
                       if a in cfg), eng["reps"], eng["n"], eng["herd_rounds"], ", ".join(map(str, eng["herd_w"])),
             refs.get("redis") or "none", refs.get("zk") or "none"))
     s += "; load average (1 min) at %s on %s CPUs.\n\n" % (load, os.cpu_count()) if load else ".\n\n"

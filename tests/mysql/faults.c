@@ -6,7 +6,8 @@
  *     fence (row mode: the rolled-back bump is not reused);
  *   - lease mode: the same KILL is harmless (statements reconnect); a holder
  *     whose renewals stop (a SIGSTOPped process) loses it at lease end and
- *     another client takes it with a higher fence;
+ *     another client takes it with a higher fence; a KILL of its freshly
+ *     pooled connection right before a claim or a release changes nothing;
  *   - server restarts while clients wait; a server that dies under a wait;
  *   - a blocked wait cancelled (the server's wait is KILLed too);
  *   - wrong password → BATON_EAUTH; unreachable → BATON_EUNAVAILABLE;
@@ -149,6 +150,35 @@ static void kill_case(int row) {
 
 static void test_session_kill(void) { kill_case(0); }
 static void test_row_kill(void) { kill_case(1); }
+
+/* Lease mode right after a KILL of the client's pooled connection (well
+ * within MY_FRESH_MS of its last use, when the claim takes it without the
+ * liveness poll): the claim runs again on a checked connection and grants;
+ * the release, which may not run twice, always checks and releases. On a
+ * slow machine the pool may poll anyway: the outcomes are the same. */
+static void test_lease_kill_fresh(void) {
+    char u[512], n[64];
+    snprintf(n, sizeof n, "lfresh-%s", g_tag);
+    baton_client *c = open_ok(uri(u, sizeof u, "baton", "baton-test", "mode=lease"));
+    baton_lock *a = NULL;
+    const char *sel = "SELECT ID FROM information_schema.PROCESSLIST WHERE USER = 'baton' "
+                      "AND ID <> CONNECTION_ID() AND COMMAND <> 'Killed'";
+    CHECK_RC(baton_lock_open(&a, c, n, NULL), 0);
+    for (int i = 0; i < 3; i++) {
+        CHECK_RC(baton_lock_acquire(a, 0), 0);
+        uint64_t f = baton_lock_fence(a);
+        CHECK_RC(baton_lock_release(a), 0);
+        CHECK(kill_where(sel) >= 1);
+        tl_sleep_ms(20);    /* the server closes the killed connection */
+        CHECK_RC(baton_lock_acquire(a, 0), 0);
+        CHECK(baton_lock_fence(a) > f);
+        CHECK(kill_where(sel) >= 1);
+        tl_sleep_ms(20);
+        CHECK_RC(baton_lock_release(a), 0);
+    }
+    baton_lock_free(a);
+    baton_client_close(c);
+}
 
 /* Lease mode: the lock is a row, not a connection; every connection of
  * every client is KILLed, and the holder still holds, renews and releases. */
@@ -670,6 +700,7 @@ int main(int argc, char **argv) {
     RUN(test_session_kill);
     RUN(test_row_kill);
     RUN(test_lease_survives_kill);
+    RUN(test_lease_kill_fresh);
     RUN(test_lease_stopped_holder);
     RUN(test_session_cancel);
     RUN(test_row_cancel);

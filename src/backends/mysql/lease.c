@@ -114,22 +114,35 @@ int my_lease_acquire(myeng *e, mylock *l, baton_acquire_req *req)
 
 int my_lease_release(myeng *e, mylock *l, const baton_owner *owner)
 {
-    char *o = my_escape(owner->hex), *sql = NULL;
-    uint64_t affected = 0;
+    char *o = my_escape(owner->hex), *sql = NULL, *check = NULL;
+    MYSQL_RES *r = NULL;
+    uint64_t affected = 0, fence = l->fence;
     int rc;
 
-    if (o) sql = my_sql(e, "UPDATE @T SET owner = NULL, holder = NULL, lease_until = NULL "
-                           "WHERE name = %s AND owner = %s AND fence = %" PRIu64, l->esc, o, l->fence);
+    if (o) {
+        sql = my_sql(e, "UPDATE @T SET owner = NULL, holder = NULL, lease_until = NULL "
+                        "WHERE name = %s AND owner = %s AND fence = %" PRIu64, l->esc, o, fence);
+        check = my_sql(e, "SELECT 1 FROM @T WHERE name = %s AND owner IS NULL AND fence = %" PRIu64, l->esc, fence);
+    }
     free(o);
-    if (!sql) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
     l->fence = 0;
-    /* not retried: a second run after a first that committed would say LOST */
-    rc = my_run(e, sql, 0, NULL, &affected, NULL);
+    if (!sql || !check) {
+        rc = baton_seterr(BATON_ENOMEM, 0, "out of memory");
+        goto out;
+    }
+    /* Run again when the connection dies under it: a first run that
+     * committed left the row free with our fence (nobody else frees a
+     * grant of ours, and a new grant bumps the fence), which the check
+     * below tells from a lease another owner took. */
+    if ((rc = my_run(e, sql, 1, NULL, &affected, NULL)) || affected == 1) goto out;
+    if ((rc = my_run(e, check, 1, &r, NULL, NULL))) goto out;
+    if (mysql_num_rows(r) == 0)
+        rc = baton_seterr(BATON_ELOST, 0, "mysql: lock '%s': the lease had ended and another owner took it", l->name);
+out:
+    mysql_free_result(r);
     free(sql);
-    if (rc) return rc;
-    if (affected != 1)
-        return baton_seterr(BATON_ELOST, 0, "mysql: lock '%s': the lease had ended and another owner took it", l->name);
-    return 0;
+    free(check);
+    return rc;
 }
 
 int my_lease_renew(myeng *e, mylock *l, const baton_owner *owner, uint32_t lease_ms, int64_t deadline_ns)

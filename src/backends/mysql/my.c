@@ -42,6 +42,7 @@
 
 #define DEFAULT_TABLE "baton_locks"
 #define WATCH_MS 20              /* the watchdog looks at cancelled waiters this often */
+#define LINGER_MS 1000           /* ... and keeps looking this long after the last wait began */
 
 /* Connector/C must be initialised once per process before threads use it. */
 static pthread_once_t lib_once = PTHREAD_ONCE_INIT;
@@ -205,9 +206,14 @@ static int connect_new(myeng *e, MYSQL **out)
     return 0;
 }
 
-int my_conn_get(myeng *e, MYSQL **out)
+/* TRUST_FRESH: a connection back in the pool for less than MY_FRESH_MS is
+ * taken without the liveness poll (one system call per statement saved;
+ * for statements that are run again on a checked connection when this one
+ * turns out dead: my_run's RETRY). */
+static int conn_get(myeng *e, MYSQL **out, int trust_fresh)
 {
     MYSQL *c = NULL;
+    int64_t fresh = trust_fresh ? baton_now_ns() - MY_FRESH_MS * 1000000LL : INT64_MAX;
     *out = NULL;
     /* An idle connection the server closed meanwhile (a restart, a KILL)
      * has something to read: its last words or EOF. */
@@ -215,7 +221,7 @@ int my_conn_get(myeng *e, MYSQL **out)
     while (e->nidle > 0 && !c) {
         MYSQL *p = e->idle[--e->nidle];
         struct pollfd pfd = { (int)mysql_get_socket(p), POLLIN, 0 };
-        if (pfd.fd >= 0 && poll(&pfd, 1, 0) == 0) c = p;
+        if (pfd.fd >= 0 && (e->idle_at[e->nidle] > fresh || poll(&pfd, 1, 0) == 0)) c = p;
         else mysql_close(p);
     }
     pthread_mutex_unlock(&e->mu);
@@ -226,6 +232,8 @@ int my_conn_get(myeng *e, MYSQL **out)
     return connect_new(e, out);
 }
 
+int my_conn_get(myeng *e, MYSQL **out) { return conn_get(e, out, 0); }
+
 void my_conn_put(myeng *e, MYSQL *c)
 {
     unsigned int n;
@@ -234,6 +242,7 @@ void my_conn_put(myeng *e, MYSQL *c)
     if (!(n >= 2000 && n < 3000) && code_of(n) != BATON_EUNAVAILABLE && !in_trans_or_lost(c)) {
         pthread_mutex_lock(&e->mu);
         if (e->nidle < MY_POOL_IDLE && !e->stop) {
+            e->idle_at[e->nidle] = baton_now_ns();
             e->idle[e->nidle++] = c;
             c = NULL;
         }
@@ -262,7 +271,9 @@ int my_run(myeng *e, const char *sql, int retry, MYSQL_RES **res, uint64_t *affe
 {
     for (int attempt = 0;; attempt++) {
         MYSQL *c;
-        int rc = my_conn_get(e, &c);
+        /* a statement that may run twice trusts a fresh pooled connection
+         * (its retry takes a checked one); the others always check */
+        int rc = conn_get(e, &c, retry && attempt == 0);
         if (rc) return rc;
         rc = my_exec(e, c, sql, res);
         if (rc == 0) {
@@ -278,7 +289,13 @@ int my_run(myeng *e, const char *sql, int retry, MYSQL_RES **res, uint64_t *affe
  * (KILL QUERY, on a connection of its own) a waiting statement whose
  * deadline passed or whose waiter was cancelled: the server then ends the
  * wait and the statement answers at once. Statements that do not wait
- * never meet it (the socket timeout bounds them). */
+ * never meet it (the socket timeout bounds them).
+ *
+ * A wait registers without waking the watchdog when it will look soon
+ * enough anyway: for LINGER_MS after the last wait began it looks every
+ * WATCH_MS even with nothing to watch. Waking it at every acquire (every
+ * grant statement is a wait) cost a futex wake and a context switch per
+ * lock/unlock pair, a fifth of the pair's CPU. */
 static void abs_time(struct timespec *ts, int64_t ns)
 {
     ts->tv_sec = (time_t)(ns / 1000000000LL);
@@ -332,12 +349,15 @@ static void *watchdog(void *arg)
             pthread_cond_broadcast(&e->kill_cv);
             continue;
         }
+        if (!e->runs && now - e->wd_last < LINGER_MS * 1000000LL) next = now + WATCH_MS * 1000000LL;
+        e->wd_next = next;
         if (next == INT64_MAX) {
             pthread_cond_wait(&e->wd_cv, &e->mu);
         } else {
             abs_time(&ts, next);
             pthread_cond_timedwait(&e->wd_cv, &e->mu, &ts);
         }
+        e->wd_next = 0;     /* awake: the loop looks at every run before it sleeps again */
     }
     pthread_mutex_unlock(&e->mu);
     return NULL;
@@ -346,12 +366,15 @@ static void *watchdog(void *arg)
 int my_wait(myeng *e, MYSQL *c, const char *sql, int64_t deadline, baton_waiter *w, MYSQL_RES **res)
 {
     myrun run;
+    int64_t now = baton_now_ns(), look;
     int rc;
 
     memset(&run, 0, sizeof run);
     run.thread_id = mysql_thread_id(c);
     run.deadline_ns = deadline;
     run.w = w;
+    /* when the watchdog must look at this run first */
+    look = w && now + WATCH_MS * 1000000LL < deadline ? now + WATCH_MS * 1000000LL : deadline;
     pthread_mutex_lock(&e->mu);
     if (!e->wd_started) {
         if (pthread_create(&e->wd, NULL, watchdog, e)) {
@@ -362,7 +385,8 @@ int my_wait(myeng *e, MYSQL *c, const char *sql, int64_t deadline, baton_waiter 
     }
     run.next = e->runs;
     e->runs = &run;
-    pthread_cond_signal(&e->wd_cv);
+    e->wd_last = now;
+    if (e->wd_next > look) pthread_cond_signal(&e->wd_cv);
     pthread_mutex_unlock(&e->mu);
 
     rc = my_exec(e, c, sql, res);

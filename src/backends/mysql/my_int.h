@@ -22,6 +22,7 @@
 enum { MY_SESSION, MY_LEASE, MY_ROW };
 
 #define MY_POOL_IDLE 4       /* idle connections a client keeps for reuse */
+#define MY_FRESH_MS 100      /* my_run trusts a connection pooled this recently (no liveness poll) */
 
 /* One waiting statement the watchdog looks after (registered by my_wait). */
 typedef struct myrun {
@@ -52,11 +53,15 @@ typedef struct myeng {
     char server[96];         /* "10.11.19-MariaDB at host:port" (describe) */
     /* guarded by mu */
     MYSQL *idle[MY_POOL_IDLE];
+    int64_t idle_at[MY_POOL_IDLE]; /* when each went back to the pool */
     int nidle;
     int table_ok;            /* the table exists and has our shape */
     myrun *runs;             /* waits under watch */
     int stop;
     int wd_started;
+    int64_t wd_next;         /* when the watchdog looks at the runs next (0: it is looking now;
+                              * INT64_MAX: not before it is signalled) */
+    int64_t wd_last;         /* when the last wait was registered */
     pthread_t wd;
     pthread_cond_t wd_cv;    /* a new run, or stop */
     pthread_cond_t kill_cv;  /* a KILL was sent */
@@ -95,7 +100,9 @@ int my_exec(myeng *e, MYSQL *c, const char *sql, MYSQL_RES **res);
  * statement had succeeded first (0: look at its result). */
 int my_wait(myeng *e, MYSQL *c, const char *sql, int64_t deadline, baton_waiter *w, MYSQL_RES **res);
 /* my_exec on a pooled connection; RETRY = the statement may run twice
- * (tried again once on a fresh connection when a pooled one is dead). */
+ * (tried again once on a fresh connection when a pooled one is dead; the
+ * first try then takes a connection pooled less than MY_FRESH_MS ago
+ * without the liveness poll). */
 int my_run(myeng *e, const char *sql, int retry, MYSQL_RES **res, uint64_t *affected, uint64_t *insert_id);
 /* The connection's last error as a baton code, with the message. */
 int my_err(MYSQL *c, const char *what);
