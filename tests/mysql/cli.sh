@@ -37,8 +37,11 @@ row_holder() {
          SELECT 1 FROM $TABLE WHERE name = '$name' FOR UPDATE" >/dev/null 2>&1 &
     local probe=$!
     for _ in $(seq 1 40); do
+        # the wait of this probe only: other suites' row-mode waits share the server
         id=$(sql "SELECT t.trx_mysql_thread_id FROM information_schema.INNODB_LOCK_WAITS w
-                  JOIN information_schema.INNODB_TRX t ON t.trx_id = w.blocking_trx_id LIMIT 1")
+                  JOIN information_schema.INNODB_TRX t ON t.trx_id = w.blocking_trx_id
+                  JOIN information_schema.INNODB_TRX r ON r.trx_id = w.requesting_trx_id
+                  WHERE r.trx_query LIKE '%$TABLE WHERE name = ''$name''%' LIMIT 1")
         [ -n "$id" ] && break
         sleep 0.05
     done

@@ -159,7 +159,7 @@ static void test_row_kill(void) { kill_case(1); }
 static void test_lease_kill_fresh(void) {
     char u[512], n[64];
     snprintf(n, sizeof n, "lfresh-%s", g_tag);
-    baton_client *c = open_ok(uri(u, sizeof u, "baton", "baton-test", "mode=lease"));
+    baton_client *c = tl_client_open(uri(u, sizeof u, "baton", "baton-test", "mode=lease"));
     baton_lock *a = NULL;
     const char *sel = "SELECT ID FROM information_schema.PROCESSLIST WHERE USER = 'baton' "
                       "AND ID <> CONNECTION_ID() AND COMMAND <> 'Killed'";
