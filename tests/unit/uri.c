@@ -150,6 +150,19 @@ static void test_file_uri(void) {
         CHECK(u != NULL && !strncmp(u, "file://", 7) && strstr(u, dir) != NULL);
         baton_client_close(c);
     }
+    /* the file engine reads no credentials */
+    {
+        baton_client *c3 = NULL;
+        const char *var = "x";
+        char *secret = (char *)"x";
+        CHECK_RC(baton_client_open(&c3, uri, NULL), 0);
+        if (c3) {
+            CHECK_RC(baton_client_secret(c3, &var, &secret), 0);
+            CHECK(var == NULL && secret == NULL);
+            baton_client_close(c3);
+        }
+        CHECK_RC(baton_client_secret(NULL, &var, &secret), BATON_EINVAL);
+    }
     /* a trailing slash is the same dir */
     snprintf(uri, sizeof uri, "file://%s/", dir);
     expect_open(uri, 0);
@@ -257,6 +270,23 @@ static void test_redis_wellformed(void) {
             CHECK_RC(rc, BATON_EUNAVAILABLE);
         }
         baton_client_close(c);
+    }
+    /* the URI's password for a child process: in the variable the engine
+     * reads, decoded, never in the URI (baton_client_secret) */
+    {
+        baton_client *c = NULL;
+        int rc = baton_client_open(&c, "redis://:p%40ss@127.0.0.1:1/0", NULL);
+        CHECK(rc == 0 || rc == BATON_EUNAVAILABLE);
+        if (c) {
+            const char *var = NULL;
+            char *secret = NULL;
+            CHECK_RC(baton_client_secret(c, &var, &secret), 0);
+            CHECK(var && !strcmp(var, "BATON_REDIS_PASSWORD"));
+            CHECK(secret && !strcmp(secret, "p@ss"));
+            CHECK(strstr(baton_client_uri(c), "p@ss") == NULL && strstr(baton_client_uri(c), "p%40ss") == NULL);
+            free(secret);
+            baton_client_close(c);
+        }
     }
     /* a password from the options, not the URI, is not shown either */
     baton_client_options o = BATON_CLIENT_OPTIONS_INIT;
