@@ -87,7 +87,31 @@ kill -CONT "$bp"
 wait "$bp"; rc=$?
 check "the resumed holder was told LOST (exit 75, got $rc)" test "$rc" = 75
 
-# 5. failover past a dead member; unreachable members; a paused member; bad URIs
+# 5. a waiter whose lease is revoked while it waits (its key goes with it) must
+#    not be granted on the strength of the old key (the etcd 3.4 Mutex bug that
+#    Jepsen found): when it runs, its own key is there, alone, on a live lease.
+log=$T/5.log
+"$BATON" run -u "$U" "$N-g" -- sh -c "echo h-in >>$log; sleep 2; echo h-out >>$log" &
+pids+=($!); hp=$!
+check "the holder holds $N-g" wait_line "$log" h-in
+"$BATON" run -u "$U" -w 60 "$N-g" -- sh -c "echo w-in >>$log; $ECTL get --prefix --keys-only '$N-g/' | grep . >$T/5.keys" &
+pids+=($!); wp=$!
+wk=""
+for _ in $(seq 1 100); do
+    wk=$($ECTL get --prefix --keys-only "$N-g/" | grep . | sed -n 2p)
+    [ -n "$wk" ] && break
+    sleep 0.1
+done
+check "the waiter is queued ($wk)" test -n "$wk"
+[ -n "$wk" ] && $ECTL lease revoke "${wk##*/}" >/dev/null
+wait "$hp"
+wait "$wp"; rc=$?
+check "the waiter ran (exit $rc)" test "$rc" = 0
+check "it ran after the holder" test "$(tr '\n' ' ' <"$log")" = "h-in h-out w-in "
+check "while it ran, its key was the only one, on a new lease" \
+    sh -c "test \$(wc -l <'$T/5.keys') = 1 && ! grep -qx '$wk' '$T/5.keys'"
+
+# 6. failover past a dead member; unreachable members; a paused member; bad URIs
 "$BATON" run -u "etcd://127.0.0.1:1,127.0.0.1:$P" "$N-e" -- true
 check "failover past a dead member" test $? = 0
 "$BATON" run -u "etcd://127.0.0.1:1,127.0.0.1:2" "$N-e" -- true 2>"$T/5.err"

@@ -253,26 +253,30 @@ static int create_key(eeng *e, elock *l, int64_t id, const baton_owner *owner, i
     return 0;
 }
 
-/* The key just before ours (greatest create revision below MYREV): 0 with
- * *KEY (malloc'd, NULL when none) and the answer's revision. */
-static int predecessor(eeng *e, elock *l, int64_t myrev, char **key, size_t *klen, int64_t *hrev)
+/* One read, in one round trip (a txn of two ranges, one revision): the key
+ * just before ours (greatest create revision below MYREV; *KEY malloc'd,
+ * NULL when none), our own key's create revision now (*MINE, 0 = gone) and
+ * the revision of that snapshot (*HREV). */
+static int look(eeng *e, elock *l, int64_t myrev, char **key, size_t *klen, int64_t *mine, int64_t *hrev)
 {
     size_t el;
     char maxr[24], *end = egw_prefix_end(l->pfx, l->plen, &el), *p64 = egw_b64(l->pfx, l->plen),
-                   *e64 = end ? egw_b64(end, el) : NULL;
+                   *e64 = end ? egw_b64(end, el) : NULL, *k64 = egw_b64(l->key, l->klen);
     json_t *req = NULL, *resp = NULL, *kv;
     const char *k;
     int rc;
 
     *key = NULL;
     snprintf(maxr, sizeof maxr, "%lld", (long long)(myrev - 1));
-    if (p64 && e64)
-        req = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:b}", "key", p64, "range_end", e64, "sort_order", "DESCEND",
-                        "sort_target", "CREATE", "limit", "1", "max_create_revision", maxr, "keys_only", 1);
-    free(end), free(p64), free(e64);
-    if ((rc = egw_call(e->gw, "/v3/kv/range", req, &resp, 0))) return rc;
+    if (p64 && e64 && k64)
+        req = json_pack("{s:[{s:{s:s, s:s, s:s, s:s, s:s, s:s, s:b}}, {s:{s:s, s:b}}]}", "success", "request_range",
+                        "key", p64, "range_end", e64, "sort_order", "DESCEND", "sort_target", "CREATE", "limit", "1",
+                        "max_create_revision", maxr, "keys_only", 1, "request_range", "key", k64, "keys_only", 1);
+    free(end), free(p64), free(e64), free(k64);
+    if ((rc = egw_call(e->gw, "/v3/kv/txn", req, &resp, 0))) return rc;
     *hrev = egw_int(json_object_get(resp, "header"), "revision");
-    kv = json_array_get(json_object_get(resp, "kvs"), 0);
+    *mine = egw_int(txn_kv(resp, 1, NULL), "create_revision");
+    kv = txn_kv(resp, 0, NULL);
     if (kv) {
         k = json_string_value(json_object_get(kv, "key"));
         if (!k || egw_unb64(k, key, klen)) {
@@ -281,19 +285,11 @@ static int predecessor(eeng *e, elock *l, int64_t myrev, char **key, size_t *kle
         }
     }
     json_decref(resp);
-    return 0;
-}
-
-/* Our key's create revision now (0 = gone). */
-static int own_rev(eeng *e, elock *l, int64_t *rev)
-{
-    char *k64 = egw_b64(l->key, l->klen);
-    json_t *resp = NULL;
-    int rc = egw_call(e->gw, "/v3/kv/range", k64 ? json_pack("{s:s, s:b}", "key", k64, "keys_only", 1) : NULL, &resp, 0);
-    free(k64);
-    if (rc) return rc;
-    *rev = egw_int(json_array_get(json_object_get(resp, "kvs"), 0), "create_revision");
-    json_decref(resp);
+    if (*hrev <= 0) {
+        free(*key);
+        *key = NULL;
+        return baton_seterr(BATON_EPROTO, 0, "etcd: a txn answer without a header revision");
+    }
     return 0;
 }
 
@@ -344,8 +340,16 @@ again:
     while (ownrev != myrev) {
         char *pk = NULL;
         size_t pkl = 0;
-        int64_t hrev = 0;
-        if ((rc = predecessor(e, l, myrev, &pk, &pkl, &hrev))) goto fail_del;
+        int64_t hrev = 0, mine = 0;
+        if ((rc = look(e, l, myrev, &pk, &pkl, &mine, &hrev))) goto fail_del;
+        if (mine != myrev) {
+            /* our key went with the lease while we waited (granting here
+             * anyway was the etcd 3.4 mutex bug Jepsen found) */
+            free(pk);
+            etcd_lease_dead(e, gen);
+            goto again;
+        }
+        /* at revision hrev our key exists and none is before it: ours */
         if (!pk) break;
         rc = egw_wait_delete(e->gw, pk, pkl, hrev + 1, req->deadline_ns, req->waiter);
         free(pk);
@@ -359,15 +363,6 @@ again:
         }
         if (rc) goto fail_del;
         if (!etcd_lease_live(e, gen)) goto again;
-    }
-    /* still ours? (the lease may have expired while we waited) */
-    if (ownrev != myrev) {
-        int64_t now_rev = 0;
-        if ((rc = own_rev(e, l, &now_rev))) goto fail_del;
-        if (now_rev != myrev) {
-            etcd_lease_dead(e, gen);
-            goto again;
-        }
     }
     req->fence = (uint64_t)myrev;
     req->sent_ns = sent;
