@@ -17,7 +17,7 @@
  */
 #include "etcd_int.h"
 
-#include <curl/curl.h>
+#include "ecurl.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,10 +39,6 @@ struct egw {
     CURL *pool[POOL_MAX];
     int npool;
 };
-
-static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
-static int curl_init_rc;
-static void curl_init(void) { curl_init_rc = curl_global_init(CURL_GLOBAL_DEFAULT) == CURLE_OK ? 0 : -1; }
 
 /* ---- base64 and helpers ------------------------------------------------- */
 
@@ -135,9 +131,10 @@ static char *dupz(const char *s)
 int egw_new(egw **out, const baton_uri *u, const egw_config *cfg)
 {
     egw *g;
+    int rc;
+
     *out = NULL;
-    pthread_once(&curl_once, curl_init);
-    if (curl_init_rc) return baton_seterr(BATON_EIO, 0, "etcd: libcurl failed to initialise");
+    if ((rc = baton__ecurl_load())) return rc;
     if (!(g = calloc(1, sizeof *g))) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
     pthread_mutex_init(&g->mu, NULL);
     g->cfg = *cfg;
