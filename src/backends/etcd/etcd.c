@@ -158,16 +158,23 @@ int etcd_lease_get(eeng *e, int64_t *id, uint64_t *gen)
     int rc;
     for (int i = 0; i < 2; i++) {
         pthread_mutex_lock(&e->mu);
+        /* one grant at a time: a second lease granted beside the first would
+         * replace it while a key may already live on it, unrenewed */
+        while (!e->lease && e->granting) pthread_cond_wait(&e->cv, &e->mu);
         if (e->lease) {
             *id = e->lease;
             *gen = e->lease_gen;
             pthread_mutex_unlock(&e->mu);
             return 0;
         }
+        e->granting = 1;
         pthread_mutex_unlock(&e->mu);
-        /* two threads may both grant: the second lease replaces the first,
-         * which nothing uses yet and which expires by itself */
-        if ((rc = lease_grant(e))) return rc;
+        rc = lease_grant(e);
+        pthread_mutex_lock(&e->mu);
+        e->granting = 0;
+        pthread_cond_broadcast(&e->cv);
+        pthread_mutex_unlock(&e->mu);
+        if (rc) return rc;
     }
     return baton_seterr(BATON_EUNAVAILABLE, 0, "etcd: the lease was lost as soon as it was granted");
 }

@@ -87,6 +87,7 @@ typedef struct eeng {
     int granted_ttl_s;
     int64_t lease_deadline;  /* monotonic ns after which the lease may have expired */
     int64_t next_keepalive;
+    int granting;            /* a thread is granting a new lease: others wait for it */
     ename *names;
     baton_host *host;
     int stop;

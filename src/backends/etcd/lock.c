@@ -364,6 +364,12 @@ again:
         if (rc) goto fail_del;
         if (!etcd_lease_live(e, gen)) goto again;
     }
+    if (!etcd_lease_live(e, gen)) {
+        /* the lease was declared lost while we acquired: the loss report
+         * could not name this grant, so it must not stand */
+        delete_own(e, l->n->name, l->key, l->klen, myrev, 0, &del);
+        goto again;
+    }
     req->fence = (uint64_t)myrev;
     req->sent_ns = sent;
     l->rev = myrev;
