@@ -111,7 +111,29 @@ check "it ran after the holder" test "$(tr '\n' ' ' <"$log")" = "h-in h-out w-in
 check "while it ran, its key was the only one, on a new lease" \
     sh -c "test \$(wc -l <'$T/5.keys') = 1 && ! grep -qx '$wk' '$T/5.keys'"
 
-# 6. failover past a dead member; unreachable members; a paused member; bad URIs
+# 6. elections: `etcdctl elect` and `baton elect` on one name (concurrency.Election)
+log=$T/6.log
+"$BATON" elect -u "$U" --value baton-val "$N-h" -- sh -c "echo b-in >>$log; sleep 2; echo b-out >>$log" &
+pids+=($!); bp=$!
+check "baton leads $N-h" wait_line "$log" b-in
+# etcdctl elect -l prints the leader's key and value, then follows changes
+(timeout 1 $ECTL elect -l "$N-h" >"$T/6.listen" 2>/dev/null; true)
+check "etcdctl elect -l sees baton's value" grep -qx baton-val "$T/6.listen"
+# etcdctl's campaign waits for baton to resign; it then leads with its proposal
+timeout 60 $ECTL elect "$N-h" etcdctl-val >"$T/6.elect" 2>/dev/null &
+pids+=($!); ep=$!
+wait "$bp"
+for _ in $(seq 1 300); do grep -qx etcdctl-val "$T/6.elect" 2>/dev/null && break; sleep 0.1; done
+check "etcdctl elect leads once baton resigned" grep -qx etcdctl-val "$T/6.elect"
+line=$("$BATON" elect -u "$U" --leader "$N-h")
+check "baton elect --leader shows etcdctl's value ($line)" sh -c "echo '$line' | grep -q ' etcdctl-val\$'"
+"$BATON" elect -u "$U" -n "$N-h" -- true
+check "baton elect -n while etcdctl leads: busy (1)" test $? = 1
+kill -INT "$ep" 2>/dev/null; wait "$ep" 2>/dev/null
+"$BATON" elect -u "$U" -w 30 "$N-h" -- true
+check "baton leads once etcdctl resigned" test $? = 0
+
+# 7. failover past a dead member; unreachable members; a paused member; bad URIs
 "$BATON" run -u "etcd://127.0.0.1:1,127.0.0.1:$P" "$N-e" -- true
 check "failover past a dead member" test $? = 0
 "$BATON" run -u "etcd://127.0.0.1:1,127.0.0.1:2" "$N-e" -- true 2>"$T/5.err"

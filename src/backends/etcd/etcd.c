@@ -389,7 +389,7 @@ const baton_backend baton__backend_etcd = {
     .version = BATON_BACKEND_VERSION,
     .name = "etcd",
     .schemes = etcd_schemes,
-    .caps = BATON_CAP_FAIR | BATON_CAP_NOTIFY | BATON_CAP_INFO | BATON_CAP_SESSION,
+    .caps = BATON_CAP_FAIR | BATON_CAP_NOTIFY | BATON_CAP_INFO | BATON_CAP_SESSION | BATON_CAP_ELECTION,
     .open = etcd_open,
     .close = etcd_close,
     .lock_new = etcd_lock_new,
@@ -401,4 +401,7 @@ const baton_backend baton__backend_etcd = {
     .attach = etcd_attach,
     .identity = etcd_identity,
     .describe = etcd_describe,
+    .election_new = etcd_election_new,
+    .election_leader = etcd_election_leader,
+    .election_proclaim = etcd_election_proclaim,
 };

@@ -47,6 +47,8 @@ int egw_call(egw *g, const char *path, json_t *req, json_t **resp, int timeout_m
  * again), BATON_ETIMEDOUT at DEADLINE_NS, BATON_ECANCELED when W is
  * cancelled. */
 int egw_wait_delete(egw *g, const char *key, size_t klen, int64_t rev, int64_t deadline_ns, baton_waiter *w);
+/* The same for any event (put or delete) on the keys starting with PREFIX. */
+int egw_wait_prefix(egw *g, const char *prefix, size_t plen, int64_t rev, int64_t deadline_ns, baton_waiter *w);
 /* "http://127.0.0.1:2379" of the member the last call reached. */
 void egw_endpoint(egw *g, char *buf, size_t n);
 
@@ -110,5 +112,9 @@ void etcd_lock_free(void *eng, void *st);
 int etcd_lock_acquire(void *eng, void *st, baton_acquire_req *req);
 int etcd_lock_release(void *eng, void *st, const baton_owner *owner);
 int etcd_lock_info(void *eng, const char *name, baton_lockinfo *out);
+int etcd_election_new(void *eng, const char *name, const baton_lock_options *opts, void **st);
+int etcd_election_leader(void *eng, const char *name, uint64_t known_fence, const char *known_value, char *value,
+                         size_t n, uint64_t *fence, int64_t deadline_ns, baton_waiter *w);
+int etcd_election_proclaim(void *eng, void *st, const baton_owner *owner, const char *value);
 
 #endif

@@ -461,7 +461,8 @@ out:
 typedef struct {
     buf_t b;
     size_t used;             /* bytes of b already parsed */
-    int deleted;             /* a DELETE event came */
+    int any;                 /* any event ends the wait, not only a DELETE */
+    int deleted;             /* the event waited for came */
     int created;             /* the watch was set up */
     int ended;               /* canceled by the server, compacted, or a bad message */
 } wstate;
@@ -489,7 +490,7 @@ static size_t on_watch(char *data, size_t sz, size_t nm, void *arg)
             ev = json_object_get(res, "events");
             for (size_t i = 0; i < json_array_size(ev); i++) {
                 const char *t = json_string_value(json_object_get(json_array_get(ev, i), "type"));
-                if (t && !strcmp(t, "DELETE")) ws->deleted = 1;
+                if (ws->any || (t && !strcmp(t, "DELETE"))) ws->deleted = 1;
             }
         }
         json_decref(o);
@@ -498,9 +499,11 @@ static size_t on_watch(char *data, size_t sz, size_t nm, void *arg)
     return n;
 }
 
-int egw_wait_delete(egw *g, const char *key, size_t klen, int64_t rev, int64_t deadline_ns, baton_waiter *w)
+static int wait_event(egw *g, const char *key, size_t klen, int prefix, int64_t rev, int64_t deadline_ns,
+                      baton_waiter *w)
 {
-    char *k64 = egw_b64(key, klen), *body = NULL, url[512], revs[24];
+    char *k64 = egw_b64(key, klen), *body = NULL, url[512], revs[24], *end = NULL, *e64 = NULL;
+    size_t el;
     json_t *req = NULL;
     struct curl_slist *hdr = NULL;
     CURL *h = NULL;
@@ -511,7 +514,13 @@ int egw_wait_delete(egw *g, const char *key, size_t klen, int64_t rev, int64_t d
     int64_t t0 = baton_now_ns();
 
     snprintf(revs, sizeof revs, "%lld", (long long)rev);
-    if (!k64 || !(req = json_pack("{s:{s:s, s:s}}", "create_request", "key", k64, "start_revision", revs)) ||
+    ws.any = prefix;
+    if (prefix && (!(end = egw_prefix_end(key, klen, &el)) || !(e64 = egw_b64(end, el)))) {
+        rc = baton_seterr(BATON_ENOMEM, 0, "out of memory");
+        goto out;
+    }
+    if (!k64 || !(req = json_pack("{s:{s:s, s:s, s:s*}}", "create_request", "key", k64, "start_revision", revs,
+                                  "range_end", e64)) ||
         !(body = json_dumps(req, JSON_COMPACT)) || !(hdr = headers(g, &gen)) || !(h = curl_easy_init()) ||
         !(m = curl_multi_init())) {
         rc = baton_seterr(BATON_ENOMEM, 0, "out of memory");
@@ -555,5 +564,17 @@ out:
     free(body);
     json_decref(req);
     free(k64);
+    free(end);
+    free(e64);
     return rc;
+}
+
+int egw_wait_delete(egw *g, const char *key, size_t klen, int64_t rev, int64_t deadline_ns, baton_waiter *w)
+{
+    return wait_event(g, key, klen, 0, rev, deadline_ns, w);
+}
+
+int egw_wait_prefix(egw *g, const char *prefix, size_t plen, int64_t rev, int64_t deadline_ns, baton_waiter *w)
+{
+    return wait_event(g, prefix, plen, 1, rev, deadline_ns, w);
 }

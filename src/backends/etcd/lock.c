@@ -34,6 +34,7 @@ typedef struct elock {
     ename *n;
     char *pfx;               /* "<prefix><name>/" */
     size_t plen;
+    int election;            /* a candidate (concurrency.Election): the key's value is what it proclaims */
     /* the grant (touched only by the calls on this state, which the core serializes) */
     char *key;               /* NULL when not held */
     size_t klen;
@@ -91,9 +92,23 @@ static void unclaim(eeng *e, elock *l)
 
 /* ---- states ----------------------------------------------------------------- */
 
+static int state_new(eeng *e, const char *name, const baton_lock_options *opts, int election, void **st);
+
 int etcd_lock_new(void *eng, const char *name, const baton_lock_options *opts, void **st)
 {
-    eeng *e = eng;
+    return state_new(eng, name, opts, 0, st);
+}
+
+/* A candidate in the election NAME, on concurrency.Election's layout: the
+ * same keys as the mutex ("<name>/<lease hex>", the value being what it
+ * proclaims), the leader being the first by create revision. */
+int etcd_election_new(void *eng, const char *name, const baton_lock_options *opts, void **st)
+{
+    return state_new(eng, name, opts, 1, st);
+}
+
+static int state_new(eeng *e, const char *name, const baton_lock_options *opts, int election, void **st)
+{
     elock *l;
     ename *n;
     size_t pl = strlen(e->prefix), nl = strlen(name);
@@ -108,6 +123,7 @@ int etcd_lock_new(void *eng, const char *name, const baton_lock_options *opts, v
     l->pfx[pl + nl + 1] = 0;
     l->plen = pl + nl + 1;
     l->e = e;
+    l->election = election;
     pthread_mutex_lock(&e->mu);
     for (n = e->names; n && strcmp(n->name, name); n = n->next) {}
     if (!n) {
@@ -223,10 +239,10 @@ nomem:
 
 /* The create-if-absent txn: our key on lease ID (value: who), and the
  * owner. 0 with *MYREV, *OWNERREV, *SENT. */
-static int create_key(eeng *e, elock *l, int64_t id, const baton_owner *owner, int64_t *myrev, int64_t *ownrev,
+static int create_key(eeng *e, elock *l, int64_t id, const char *value, int64_t *myrev, int64_t *ownrev,
                       int64_t *sent)
 {
-    char ids[24], *k64 = egw_b64(l->key, l->klen), *v64 = egw_b64(owner->desc, strlen(owner->desc));
+    char ids[24], *k64 = egw_b64(l->key, l->klen), *v64 = egw_b64(value, strlen(value));
     json_t *req = NULL, *resp = NULL, *kv;
     int rc;
 
@@ -325,7 +341,8 @@ again:
     l->klen = l->plen + (size_t)snprintf(l->key + l->plen, 20, "%llx", (unsigned long long)id);
     memcpy(l->key, l->pfx, l->plen);
     l->gen = gen;
-    if ((rc = create_key(e, l, id, req->owner, &myrev, &ownrev, &sent))) {
+    if ((rc = create_key(e, l, id, l->election && req->value ? req->value : req->owner->desc, &myrev, &ownrev,
+                         &sent))) {
         if (is_lease_gone()) {
             etcd_lease_dead(e, gen);
             goto again;
@@ -451,4 +468,108 @@ int etcd_lock_info(void *eng, const char *name, baton_lockinfo *out)
     }
     json_decref(resp);
     return 0;
+}
+
+/* ---- election -------------------------------------------------------------------- */
+
+/* The leader of NAME now: the first key of "<name>/" by create revision. */
+static int leader_now(eeng *e, const char *pfx, size_t plen, char *value, size_t n, uint64_t *fence, int64_t *hrev)
+{
+    json_t *req = json_pack("{s:[o]}", "success", first_create(pfx, plen)), *resp = NULL, *kv;
+    int rc;
+
+    if ((rc = egw_call(e->gw, "/v3/kv/txn", req, &resp, 0))) return rc;
+    *hrev = egw_int(json_object_get(resp, "header"), "revision");
+    kv = txn_kv(resp, 0, NULL);
+    *fence = 0;
+    if (n) value[0] = 0;
+    if (kv) {
+        const char *v = json_string_value(json_object_get(kv, "value"));
+        char *dv = NULL;
+        size_t dl;
+        *fence = (uint64_t)egw_int(kv, "create_revision");
+        if (v && egw_unb64(v, &dv, &dl)) {
+            json_decref(resp);
+            return baton_seterr(BATON_EPROTO, 0, "etcd: a value that is not base64 in a range answer");
+        }
+        if (n) snprintf(value, n, "%s", dv ? dv : "");
+        free(dv);
+    }
+    json_decref(resp);
+    if (*hrev <= 0) return baton_seterr(BATON_EPROTO, 0, "etcd: a txn answer without a header revision");
+    return 0;
+}
+
+int etcd_election_leader(void *eng, const char *name, uint64_t known_fence, const char *known_value, char *value,
+                         size_t n, uint64_t *fence, int64_t deadline_ns, baton_waiter *w)
+{
+    eeng *e = eng;
+    size_t pl = strlen(e->prefix), nl = strlen(name);
+    char *pfx = malloc(pl + nl + 2), *cur = malloc(n + 1);
+    int rc;
+
+    if (!pfx || !cur) {
+        free(pfx), free(cur);
+        return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+    }
+    memcpy(pfx, e->prefix, pl);
+    memcpy(pfx + pl, name, nl);
+    memcpy(pfx + pl + nl, "/", 2);
+    for (;;) {
+        int64_t hrev = 0;
+        if ((rc = leader_now(e, pfx, pl + nl + 1, cur, n + 1, fence, &hrev))) break;
+        /* known_value is compared whole; VALUE may be cut to n bytes */
+        if (deadline_ns == 0 || *fence != known_fence || (known_value && strncmp(cur, known_value, n))) {
+            if (n) snprintf(value, n, "%s", cur);
+            break;
+        }
+        /* anything under "<name>/" changing may change the leader or its value */
+        rc = egw_wait_prefix(e->gw, pfx, pl + nl + 1, hrev + 1, deadline_ns, w);
+        if (rc == BATON_ETIMEDOUT) {
+            rc = baton_seterr(BATON_ETIMEDOUT, 0, "etcd: the leader of '%s' did not change in time", name);
+            break;
+        }
+        if (rc == BATON_ECANCELED) {
+            rc = baton_seterr(BATON_ECANCELED, 0, "etcd: waiting for the leader of '%s' canceled", name);
+            break;
+        }
+        if (rc) break;
+    }
+    free(pfx);
+    free(cur);
+    return rc;
+}
+
+int etcd_election_proclaim(void *eng, void *st, const baton_owner *owner, const char *value)
+{
+    eeng *e = eng;
+    elock *l = st;
+    char revs[24], ids[24], *k64, *v64;
+    json_t *req = NULL, *resp = NULL;
+    int64_t id;
+    uint64_t gen;
+    int rc, ok;
+    (void)owner;
+
+    if (!l->key || !etcd_lease_live(e, l->gen))
+        return baton_seterr(BATON_ELOST, 0, "etcd: this candidate no longer leads '%s'", l->n->name);
+    pthread_mutex_lock(&e->mu);
+    id = e->lease;
+    gen = e->lease_gen;
+    pthread_mutex_unlock(&e->mu);
+    if (gen != l->gen) return baton_seterr(BATON_ELOST, 0, "etcd: this candidate no longer leads '%s'", l->n->name);
+    snprintf(revs, sizeof revs, "%lld", (long long)l->rev);
+    snprintf(ids, sizeof ids, "%lld", (long long)id);
+    k64 = egw_b64(l->key, l->klen);
+    v64 = egw_b64(value, strlen(value));
+    /* etcd's Proclaim: put the new value if our key is still the one we created */
+    if (k64 && v64)
+        req = json_pack("{s:[{s:s, s:s, s:s, s:s}], s:[{s:{s:s, s:s, s:s}}]}", "compare", "key", k64, "target",
+                        "CREATE", "result", "EQUAL", "create_revision", revs, "success", "request_put", "key", k64,
+                        "value", v64, "lease", ids);
+    free(k64), free(v64);
+    if ((rc = egw_call(e->gw, "/v3/kv/txn", req, &resp, 0))) return rc;
+    ok = json_is_true(json_object_get(resp, "succeeded"));
+    json_decref(resp);
+    return ok ? 0 : baton_seterr(BATON_ELOST, 0, "etcd: this candidate no longer leads '%s'", l->n->name);
 }
