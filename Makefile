@@ -25,7 +25,7 @@ demo:
 # What CI proves first: every optional backend switched off, no tests, the demo runs.
 bare:
 	bash scripts/install-deps.sh --demo
-	cmake -S . -B build-bare -DBATON_WITH_REDIS=OFF -DBATON_WITH_ZK=OFF -DBATON_WITH_POSTGRES=OFF -DBATON_WITH_MYSQL=OFF -DBATON_WITH_SQLITE=OFF -DBUILD_TESTING=OFF >/dev/null
+	cmake -S . -B build-bare -DBATON_WITH_REDIS=OFF -DBATON_WITH_ZK=OFF -DBATON_WITH_POSTGRES=OFF -DBATON_WITH_MYSQL=OFF -DBATON_WITH_SQLITE=OFF -DBATON_WITH_ETCD=OFF -DBUILD_TESTING=OFF >/dev/null
 	cmake --build build-bare -j$(JOBS)
 	bash scripts/demo.sh build-bare/baton
 

@@ -44,6 +44,8 @@ pkgs=(
   sqlite3                                   # the sqlite3 CLI (tests/sqlite: a foreign write transaction)
   libmariadb-dev                            # MySQL/MariaDB backend (Connector/C)
   mariadb-server mariadb-client             # test servers (tests/servers/mysql.sh: mariadb-install-db, mariadbd)
+  libcurl4-openssl-dev libjansson-dev       # etcd backend (the v3 JSON gateway over HTTP/1.1)
+  etcd-server etcd-client                   # test servers (tests/servers/etcd.sh) and etcdctl (interop)
   procps iproute2 strace                    # ps/pkill/ss used by the test scripts; strace checks poll timeouts
 )
 fi

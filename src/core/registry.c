@@ -22,6 +22,9 @@ extern const baton_backend baton__backend_sqlite;
 #ifdef BATON_WITH_MYSQL
 extern const baton_backend baton__backend_mysql;
 #endif
+#ifdef BATON_WITH_ETCD
+extern const baton_backend baton__backend_etcd;
+#endif
 
 static const baton_backend *const compiled[] = {
     &baton__backend_file,
@@ -43,14 +46,18 @@ static const baton_backend *const compiled[] = {
 #ifdef BATON_WITH_MYSQL
     &baton__backend_mysql,
 #endif
+#ifdef BATON_WITH_ETCD
+    &baton__backend_etcd,
+#endif
 };
 
 /* Engines baton has, whether this build compiled them in or not. */
 static const char *const known[] = { "file", "redis", "rediss", "redlock", "zk", "zookeeper",
-                                     "postgres", "postgresql", "sqlite", "mysql", "mariadb", NULL };
+                                     "postgres", "postgresql", "sqlite", "mysql", "mariadb", "etcd", "etcds",
+                                     NULL };
 /* Engines planned but not written yet: no build flag adds them. */
 static const char *const planned[] = {
-    "etcd", "etcds", NULL,
+    NULL,
 };
 
 int baton__registry_find(const char *scheme, const baton_backend **out)

@@ -4,6 +4,8 @@
 #   elect.sh zk PATH/TO/baton    the test ZooKeeper server ($BATON_TEST_SRV/zk/port),
 #                                sessions of 4 s; also the file engine's
 #                                "not supported" (BATON_DIR=<tmp>)
+#   elect.sh etcd PATH/TO/baton  the test etcd server ($BATON_TEST_SRV/etcd/port),
+#                                the client's lease of 4 s in the session's part
 #
 # Prints "N passed, N failed"; exits 1 on failure, 77 when the ZooKeeper
 # server is missing (unless BATON_REQUIRE_ALL=1).
@@ -27,7 +29,16 @@ zk)
     URI="zk://127.0.0.1:$PORT?session_timeout_ms=$ZK_SESSION_MS"
     U=(-u "$URI")
     ;;
-*) echo "usage: $0 zk BATON" >&2; exit 2 ;;
+etcd)
+    # the etcd fixture; a client's lease of 4 s plays the session's part
+    PORT=$(cat "${BATON_TEST_SRV:-/nonexistent}/etcd/port" 2>/dev/null) || PORT=""
+    [ -n "$PORT" ] || skip_or_fail "no test etcd server"
+    unset BATON_DIR BATON_URI BATON_ETCD_PASSWORD
+    ZK_SESSION_MS=4000
+    URI="etcd://127.0.0.1:$PORT?ttl=4"
+    U=(-u "$URI")
+    ;;
+*) echo "usage: $0 zk|etcd BATON" >&2; exit 2 ;;
 esac
 [ -x "$BATON" ] || { echo "no baton at $BATON" >&2; exit 1; }
 P="elect-$$-"
@@ -104,39 +115,39 @@ check "[file] ...says so" grep -q "not supported" "$TMP/err"
 # ---- zk: bad URIs, nobody leads -------------------------------------------------
 closed=$(/usr/bin/python3 -c 'import socket
 s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()' 2>/dev/null || echo 1)
-expect_rc 69 "[zk] elect on an unreachable ensemble" b elect -u "zk://127.0.0.1:$closed?connect_timeout_ms=1000" "${P}u" -- touch "$TMP/ran69"
-check "[zk] ...the command did not run" [ ! -e "$TMP/ran69" ]
-expect_rc 64 "[zk] elect with a bad URI option" b elect -u "zk://127.0.0.1:$PORT?bogus=1" "${P}u" -- true
+expect_rc 69 "[$MODE] elect on an unreachable ensemble" b elect -u "$MODE://127.0.0.1:$closed?connect_timeout_ms=1000" "${P}u" -- touch "$TMP/ran69"
+check "[$MODE] ...the command did not run" [ ! -e "$TMP/ran69" ]
+expect_rc 64 "[$MODE] elect with a bad URI option" b elect -u "$MODE://127.0.0.1:$PORT?bogus=1" "${P}u" -- true
 N="${P}none"
-expect_rc 1 "[zk] --leader when nobody leads: exit 1" b elect "${U[@]}" --leader "$N"
-check "[zk] ...and prints nothing" empty "$TMP/out"
-expect_rc 0 "[zk] --listen -n when nobody leads" b elect "${U[@]}" --listen -n "$N"
-check "[zk] ...prints 0" [ "$(cat "$TMP/out")" = 0 ]
+expect_rc 1 "[$MODE] --leader when nobody leads: exit 1" b elect "${U[@]}" --leader "$N"
+check "[$MODE] ...and prints nothing" empty "$TMP/out"
+expect_rc 0 "[$MODE] --listen -n when nobody leads" b elect "${U[@]}" --listen -n "$N"
+check "[$MODE] ...prints 0" [ "$(cat "$TMP/out")" = 0 ]
 
 # ---- exit status, environment ----------------------------------------------------
 N="${P}exit"
-expect_rc 0 "[zk] elect: child true" b elect "${U[@]}" "$N" -- true
-expect_rc 42 "[zk] elect: child exit 42" b elect "${U[@]}" "$N" -- sh -c 'exit 42'
-expect_rc 143 "[zk] elect: child killed by SIGTERM = 128+15" b elect "${U[@]}" "$N" -- sh -c 'kill -TERM $$'
-expect_rc 127 "[zk] elect: command not found" b elect "${U[@]}" "$N" -- /nonexistent/command
-expect_rc 3 "[zk] elect NAME -c CMD" b elect "${U[@]}" "$N" -c 'echo "$BATON_LOCK"; exit 3'
-check "[zk] ...ran through sh -c, with BATON_LOCK" grep -qx "$N" "$TMP/out"
-expect_rc 0 "[zk] elect: the child's environment" b elect "${U[@]}" "$N" -- env
-check "[zk] ...BATON_LOCK is the name" grep -qx "BATON_LOCK=$N" "$TMP/out"
-check "[zk] ...BATON_FENCE is decimal" grep -qE "^BATON_FENCE=[0-9]+$" "$TMP/out"
-check "[zk] ...BATON_URI is the URI" grep -qx "BATON_URI=$URI" "$TMP/out"
+expect_rc 0 "[$MODE] elect: child true" b elect "${U[@]}" "$N" -- true
+expect_rc 42 "[$MODE] elect: child exit 42" b elect "${U[@]}" "$N" -- sh -c 'exit 42'
+expect_rc 143 "[$MODE] elect: child killed by SIGTERM = 128+15" b elect "${U[@]}" "$N" -- sh -c 'kill -TERM $$'
+expect_rc 127 "[$MODE] elect: command not found" b elect "${U[@]}" "$N" -- /nonexistent/command
+expect_rc 3 "[$MODE] elect NAME -c CMD" b elect "${U[@]}" "$N" -c 'echo "$BATON_LOCK"; exit 3'
+check "[$MODE] ...ran through sh -c, with BATON_LOCK" grep -qx "$N" "$TMP/out"
+expect_rc 0 "[$MODE] elect: the child's environment" b elect "${U[@]}" "$N" -- env
+check "[$MODE] ...BATON_LOCK is the name" grep -qx "BATON_LOCK=$N" "$TMP/out"
+check "[$MODE] ...BATON_FENCE is decimal" grep -qE "^BATON_FENCE=[0-9]+$" "$TMP/out"
+check "[$MODE] ...BATON_URI is the URI" grep -qx "BATON_URI=$URI" "$TMP/out"
 # BATON_URI reaches the same election: a nested elect -n is busy
-expect_rc 0 "[zk] nested elect" b elect "${U[@]}" "$N" -- sh -c '"$0" elect -n "$BATON_LOCK" -- true; echo "nested=$?"' "$BATON"
-check "[zk] ...a nested elect -n on the same name is busy (exit 1)" grep -qx "nested=1" "$TMP/out"
-expect_rc 1 "[zk] nobody leads once the runs are over" b elect "${U[@]}" --leader "$N"
+expect_rc 0 "[$MODE] nested elect" b elect "${U[@]}" "$N" -- sh -c '"$0" elect -n "$BATON_LOCK" -- true; echo "nested=$?"' "$BATON"
+check "[$MODE] ...a nested elect -n on the same name is busy (exit 1)" grep -qx "nested=1" "$TMP/out"
+expect_rc 1 "[$MODE] nobody leads once the runs are over" b elect "${U[@]}" --leader "$N"
 # the default value is "HOST PID" of the leading baton
 N="${P}default"
-expect_rc 0 "[zk] the default value" b elect "${U[@]}" "$N" -- sh -c '"$0" elect -u "$BATON_URI" --leader "$BATON_LOCK"; echo "fence=$BATON_FENCE"; echo "baton=$PPID"' "$BATON"
+expect_rc 0 "[$MODE] the default value" b elect "${U[@]}" "$N" -- sh -c '"$0" elect -u "$BATON_URI" --leader "$BATON_LOCK"; echo "fence=$BATON_FENCE"; echo "baton=$PPID"' "$BATON"
 line=$(head -n 1 "$TMP/out")
 f=$(sed -n 's/^fence=//p' "$TMP/out")
 bp=$(sed -n 's/^baton=//p' "$TMP/out")
 matches() { [[ "$1" =~ $2 ]]; }
-check "[zk] ...--leader prints \"TERM HOST PID\", the leading baton's pid ($line)" matches "$line" "^$f [^ ]+ $bp\$"
+check "[$MODE] ...--leader prints \"TERM HOST PID\", the leading baton's pid ($line)" matches "$line" "^$f [^ ]+ $bp\$"
 
 # ---- two candidates on one NAME; --leader; --listen; a resign hands over ----------------
 N="${P}two"
@@ -144,64 +155,64 @@ start_candidate a A "$N"
 pa=$CAND_PID
 if wait_file "$TMP/c.a.fence" 15; then
     fa=$(fence_of a)
-    check "[zk] A leads and runs its command; BATON_LOCK is the name" [ "$(cut -d' ' -f2- "$TMP/c.a.fence")" = "$N" ]
-    check "[zk] --leader prints \"TERM VALUE\" of A: \"$fa A\"" [ "$(leader_line "$N")" = "$fa A" ]
+    check "[$MODE] A leads and runs its command; BATON_LOCK is the name" [ "$(cut -d' ' -f2- "$TMP/c.a.fence")" = "$N" ]
+    check "[$MODE] --leader prints \"TERM VALUE\" of A: \"$fa A\"" [ "$(leader_line "$N")" = "$fa A" ]
     # BATON_FENCE is the term --leader reports (above), and it is a ZooKeeper zxid
-    check "[zk] BATON_FENCE is the term ($fa)" gt "$fa" 0
+    check "[$MODE] BATON_FENCE is the term ($fa)" gt "$fa" 0
     rm -f "$TMP/ran"
-    expect_rc 1 "[zk] elect -n while A leads: exit 1" b elect "${U[@]}" -n "$N" -- touch "$TMP/ran"
-    check "[zk] ...quiet" empty "$TMP/err"
-    expect_rc 7 "[zk] elect -n -E 7 while A leads" b elect "${U[@]}" -n -E 7 "$N" -- touch "$TMP/ran"
-    expect_rc 1 "[zk] elect -w 1 while A leads: exit 1" b elect "${U[@]}" -w 1 "$N" -- touch "$TMP/ran"
-    check "[zk] ...none of those commands ran" [ ! -e "$TMP/ran" ]
+    expect_rc 1 "[$MODE] elect -n while A leads: exit 1" b elect "${U[@]}" -n "$N" -- touch "$TMP/ran"
+    check "[$MODE] ...quiet" empty "$TMP/err"
+    expect_rc 7 "[$MODE] elect -n -E 7 while A leads" b elect "${U[@]}" -n -E 7 "$N" -- touch "$TMP/ran"
+    expect_rc 1 "[$MODE] elect -w 1 while A leads: exit 1" b elect "${U[@]}" -w 1 "$N" -- touch "$TMP/ran"
+    check "[$MODE] ...none of those commands ran" [ ! -e "$TMP/ran" ]
     # a signal cancels a wait to lead
     "${B[@]}" elect "${U[@]}" -w 60 "$N" -- touch "$TMP/ran" 2>"$TMP/sig.err" &
     spid=$!; BG_PIDS+=("$spid")
     sleep 0.5
     kill -TERM "$spid"
     wait_pid "$spid" 10
-    check "[zk] SIGTERM while waiting to lead: exit 143 (rc $RC)" [ "$RC" = 143 ]
-    check "[zk] ...its command did not run" [ ! -e "$TMP/ran" ]
+    check "[$MODE] SIGTERM while waiting to lead: exit 143 (rc $RC)" [ "$RC" = 143 ]
+    check "[$MODE] ...its command did not run" [ ! -e "$TMP/ran" ]
 
     start_candidate b B "$N"
     pb=$CAND_PID
     sleep 1
-    check "[zk] B waits while A leads" kill -0 "$pb"
-    check "[zk] ...B's command has not run" not leads b
-    check "[zk] --leader is still A" [ "$(leader_line "$N")" = "$fa A" ]
+    check "[$MODE] B waits while A leads" kill -0 "$pb"
+    check "[$MODE] ...B's command has not run" not leads b
+    check "[$MODE] --leader is still A" [ "$(leader_line "$N")" = "$fa A" ]
 
     # -w bounds the whole listen: it ends by itself, 0
     "${B[@]}" elect "${U[@]}" --listen -w 12 "$N" >"$TMP/listen.out" 2>"$TMP/listen.err" &
     lpid=$!; BG_PIDS+=("$lpid")
     t_listen=$(now_ms)
     for ((i = 0; i < 150; i++)); do [ -s "$TMP/listen.out" ] && break; sleep 0.1; done
-    check "[zk] --listen prints the leader first: \"$fa A\"" [ "$(head -n 1 "$TMP/listen.out")" = "$fa A" ]
+    check "[$MODE] --listen prints the leader first: \"$fa A\"" [ "$(head -n 1 "$TMP/listen.out")" = "$fa A" ]
 
     touch "$TMP/c.a.go"   # A's command exits: A resigns, B leads
     wait_pid "$pa" 15
-    check "[zk] A exits with its command's status 0 (rc $RC)" [ "$RC" = 0 ]
+    check "[$MODE] A exits with its command's status 0 (rc $RC)" [ "$RC" = 0 ]
     if wait_file "$TMP/c.b.fence" 15; then
         fb=$(fence_of b)
-        check "[zk] B leads after A resigned, with a higher term ($fb > $fa)" gt "$fb" "$fa"
-        check "[zk] --leader prints \"$fb B\"" wait_leader "$N" "$fb B"
-        check "[zk] --listen printed the change to \"$fb B\"" \
+        check "[$MODE] B leads after A resigned, with a higher term ($fb > $fa)" gt "$fb" "$fa"
+        check "[$MODE] --leader prints \"$fb B\"" wait_leader "$N" "$fb B"
+        check "[$MODE] --listen printed the change to \"$fb B\"" \
             eval 'for ((i = 0; i < 100; i++)); do grep -qx "$fb B" "$TMP/listen.out" && break; sleep 0.1; done; grep -qx "$fb B" "$TMP/listen.out"'
         touch "$TMP/c.b.go"
         wait_pid "$pb" 15
-        check "[zk] B exits 0 (rc $RC)" [ "$RC" = 0 ]
+        check "[$MODE] B exits 0 (rc $RC)" [ "$RC" = 0 ]
     else
-        bad "[zk] B never led: $(cat "$TMP/c.b.err")"
+        bad "[$MODE] B never led: $(cat "$TMP/c.b.err")"
     fi
     wait_pid "$lpid" 30
     el=$(( $(now_ms) - t_listen ))
-    check "[zk] --listen -w 12 ends by itself with 0 (rc $RC)" [ "$RC" = 0 ]
+    check "[$MODE] --listen -w 12 ends by itself with 0 (rc $RC)" [ "$RC" = 0 ]
     # A, then B (an instant without a leader in between may be seen or not), then nobody
     got=$(grep -v -x 0 "$TMP/listen.out" | tr '\n' '|')
-    check "[zk] --listen: A, then B, in that order ($(tr '\n' '|' <"$TMP/listen.out"))" [ "$got" = "$fa A|$fb B|" ]
-    check "[zk] --listen: nobody (0) once B's command exited" [ "$(tail -n 1 "$TMP/listen.out")" = 0 ]
-    expect_rc 1 "[zk] --leader: nobody leads at the end" b elect "${U[@]}" --leader "$N"
+    check "[$MODE] --listen: A, then B, in that order ($(tr '\n' '|' <"$TMP/listen.out"))" [ "$got" = "$fa A|$fb B|" ]
+    check "[$MODE] --listen: nobody (0) once B's command exited" [ "$(tail -n 1 "$TMP/listen.out")" = 0 ]
+    expect_rc 1 "[$MODE] --leader: nobody leads at the end" b elect "${U[@]}" --leader "$N"
 else
-    bad "[zk] A never led: $(cat "$TMP/c.a.err")"
+    bad "[$MODE] A never led: $(cat "$TMP/c.a.err")"
 fi
 
 # ---- --listen -w SECS bounds the whole listen ----------------------------------------
@@ -217,9 +228,9 @@ sleep 0.5
 "${B[@]}" elect "${U[@]}" --listen -w 4 "$N" >"$TMP/busy.out" 2>"$TMP/busy.err" &
 lpid=$!; BG_PIDS+=("$lpid")
 wait_pid "$lpid" 30
-check "[zk] --listen -w 4 on a busy election: exit 0 (rc $RC)" [ "$RC" = 0 ]
-check "[zk] ...it saw changes ($(wc -l <"$TMP/busy.out") lines)" [ "$(grep -c "^[0-9]* v" "$TMP/busy.out")" -ge 2 ]
-check "[zk] ...and ended while the leaders still changed" [ ! -e "$TMP/busy.done" ]
+check "[$MODE] --listen -w 4 on a busy election: exit 0 (rc $RC)" [ "$RC" = 0 ]
+check "[$MODE] ...it saw changes ($(wc -l <"$TMP/busy.out") lines)" [ "$(grep -c "^[0-9]* v" "$TMP/busy.out")" -ge 2 ]
+check "[$MODE] ...and ended while the leaders still changed" [ ! -e "$TMP/busy.done" ]
 wait_file "$TMP/busy.done" 60
 
 # ---- leadership lost: the leader's baton frozen past the session timeout ------------------
@@ -231,30 +242,30 @@ if wait_file "$TMP/c.l1.fence" 15; then
     start_candidate l2 L2 "$N" -w 60
     p2=$CAND_PID
     sleep 0.5
-    check "[zk] L2 waits while L1 leads" not leads l2
+    check "[$MODE] L2 waits while L1 leads" not leads l2
     kill -STOP "$p1"
     t0=$(now_ms)
     # the server expires L1's session after 4 s; then L2 leads
     if wait_file "$TMP/c.l2.fence" $(( (ZK_SESSION_MS + SLACK_MS) / 1000 + 5 )); then
         el=$(( $(now_ms) - t0 ))
         f2=$(fence_of l2)
-        check "[zk] L2 leads once L1's session expired ($el ms)" [ "$el" -lt $((ZK_SESSION_MS + SLACK_MS)) ]
-        check "[zk] ...with a higher term ($f2 > $f1)" gt "$f2" "$f1"
-        check "[zk] --leader says L2" wait_leader "$N" "$f2 L2"
+        check "[$MODE] L2 leads once L1's session expired ($el ms)" [ "$el" -lt $((ZK_SESSION_MS + SLACK_MS)) ]
+        check "[$MODE] ...with a higher term ($f2 > $f1)" gt "$f2" "$f1"
+        check "[$MODE] --leader says L2" wait_leader "$N" "$f2 L2"
     else
-        bad "[zk] L2 never led while L1 was frozen: $(cat "$TMP/c.l2.err")"
+        bad "[$MODE] L2 never led while L1 was frozen: $(cat "$TMP/c.l2.err")"
     fi
     kill -CONT "$p1"
     wait_pid "$p1" 20
-    check "[zk] L1 resumed: exit 75 (rc $RC)" [ "$RC" = 75 ]
-    check "[zk] ...its command got SIGTERM" grep -q TERM "$TMP/c.l1.got"
-    check "[zk] ...it says leadership was lost" grep -q "leadership lost" "$TMP/c.l1.err"
-    check "[zk] L2 still leads" eval 'kill -0 "$p2" && [ "$(leader_line "$N")" = "$f2 L2" ]'
+    check "[$MODE] L1 resumed: exit 75 (rc $RC)" [ "$RC" = 75 ]
+    check "[$MODE] ...its command got SIGTERM" grep -q TERM "$TMP/c.l1.got"
+    check "[$MODE] ...it says leadership was lost" grep -q "leadership lost" "$TMP/c.l1.err"
+    check "[$MODE] L2 still leads" eval 'kill -0 "$p2" && [ "$(leader_line "$N")" = "$f2 L2" ]'
     touch "$TMP/c.l2.go"
     wait_pid "$p2" 15
-    check "[zk] L2 exits 0 (rc $RC)" [ "$RC" = 0 ]
+    check "[$MODE] L2 exits 0 (rc $RC)" [ "$RC" = 0 ]
 else
-    bad "[zk] L1 never led: $(cat "$TMP/c.l1.err")"
+    bad "[$MODE] L1 never led: $(cat "$TMP/c.l1.err")"
     kill -KILL "$p1" 2>/dev/null
 fi
 
@@ -272,17 +283,17 @@ if wait_file "$TMP/c.k1.fence" 15; then
     if wait_file "$TMP/c.k2.fence" $(( (ZK_SESSION_MS + SLACK_MS) / 1000 + 5 )); then
         el=$(( $(now_ms) - t0 ))
         f2=$(fence_of k2)
-        check "[zk] kill -9 of the leader: K2 leads within the session timeout + slack ($el ms)" \
+        check "[$MODE] kill -9 of the leader: K2 leads within the session timeout + slack ($el ms)" \
             [ "$el" -lt $((ZK_SESSION_MS + SLACK_MS)) ]
-        check "[zk] ...with a higher term ($f2 > $f1)" gt "$f2" "$f1"
+        check "[$MODE] ...with a higher term ($f2 > $f1)" gt "$f2" "$f1"
     else
-        bad "[zk] K2 never led after K1 was killed: $(cat "$TMP/c.k2.err")"
+        bad "[$MODE] K2 never led after K1 was killed: $(cat "$TMP/c.k2.err")"
     fi
     touch "$TMP/c.k1.go" "$TMP/c.k2.go"
     wait_pid "$p2" 15
-    check "[zk] K2 exits 0 (rc $RC)" [ "$RC" = 0 ]
+    check "[$MODE] K2 exits 0 (rc $RC)" [ "$RC" = 0 ]
 else
-    bad "[zk] K1 never led: $(cat "$TMP/c.k1.err")"
+    bad "[$MODE] K1 never led: $(cat "$TMP/c.k1.err")"
 fi
 
 echo "$PASS passed, $FAIL failed"

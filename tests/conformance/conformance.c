@@ -1110,6 +1110,13 @@ int main(int argc, char **argv) {
         g_leases = 0;
         g_session_ms = p ? atoi(p + strlen("session_timeout_ms=")) : 10000;
     }
+    if (!strcmp(g_backend, "etcd")) {
+        /* a session engine too: every lock lives on the client's lease (ttl=
+         * seconds, default 30), kept alive by the client, not renewed per lock */
+        const char *p = strstr(g_uri, "ttl=");
+        g_leases = 0;
+        g_session_ms = p ? atoi(p + strlen("ttl=")) * 1000 : 30000;
+    }
     if ((!strcmp(g_backend, "postgres") || !strcmp(g_backend, "mysql")) && !strstr(g_uri, "mode=lease")) {
         g_leases = 0;
         g_conn_session = 1;

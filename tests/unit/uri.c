@@ -45,9 +45,19 @@ static void test_unknown_and_malformed(void) {
         "file://host/abs", "ftp://h/x",
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) expect_open(bad[i], BATON_EINVAL);
-    /* engines not written yet: "not implemented", not "not built here" */
-    const char *planned[] = { "etcd://127.0.0.1:2379", "etcds://127.0.0.1:2379" };
-    for (size_t i = 0; i < sizeof planned / sizeof planned[0]; i++) expect_open(planned[i], BATON_ENOTSUP);
+#ifndef BATON_TEST_HAVE_ETCD
+    expect_open("etcd://127.0.0.1:2379", BATON_EDISABLED);
+    expect_open("etcds://127.0.0.1:2379", BATON_EDISABLED);
+#else
+    /* built: the URI and its options are checked before anything is sent */
+    expect_open("etcd://127.0.0.1:1?nosuch=1", BATON_EINVAL);
+    expect_open("etcd://127.0.0.1:1?ttl=0", BATON_EINVAL);
+    expect_open("etcd://127.0.0.1:1?ttl=abc", BATON_EINVAL);
+    expect_open("etcd://127.0.0.1:1?connect_timeout_ms=", BATON_EINVAL);
+    expect_open("etcd://127.0.0.1:1?cacert=/etc/ssl/x.pem", BATON_EINVAL);   /* TLS options need etcds:// */
+    expect_open("etcds://127.0.0.1:1?cacert=", BATON_EINVAL);
+    expect_open("etcd:///prefix", BATON_EINVAL);                             /* no member */
+#endif
 #ifndef BATON_TEST_HAVE_ZK
     /* written, but not built here */
     expect_open("zk://127.0.0.1:2181", BATON_EDISABLED);

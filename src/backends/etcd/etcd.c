@@ -1,0 +1,407 @@
+/*
+ * The etcd engine: etcd://host1:2379,host2:2379[/prefix][?options] and
+ * etcds:// (TLS), in the layout of etcd's own concurrency package, so that
+ * `etcdctl lock NAME` and baton's NAME are one lock.
+ *
+ * A client has one lease (etcd's concurrency.Session): granted at open with
+ * TTL `ttl` seconds (default 30), kept alive every TTL/3 by a thread of the
+ * client. The lease's deadline is measured on the monotonic clock from the
+ * moment each successful keep-alive was sent; when the thread cannot renew
+ * it before then (the members are unreachable, the process was stopped), or
+ * the server says the lease is gone, every grant of this client is LOST
+ * (baton_host_lost_all) and the next acquire grants a new lease. Close
+ * revokes the lease, which deletes every key still on it.
+ *
+ * Options: ttl (s), connect_timeout_ms, timeout_ms (each request), cacert,
+ * cert, key (etcds://), user and password in the URI's user info or
+ * $BATON_ETCD_PASSWORD. Layout and rules: docs/etcd-engine.md.
+ */
+#include "etcd_int.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define DEFAULT_TTL_S 30
+
+static int parse_int(const char *k, const char *v, long lo, long hi, int *out)
+{
+    char *end;
+    long n;
+    errno = 0;
+    n = strtol(v, &end, 10);
+    if (errno || end == v || *end || n < lo || n > hi)
+        return baton_seterr(BATON_EINVAL, 0, "etcd: option %s=%s: not a number in [%ld, %ld]", k, v, lo, hi);
+    *out = (int)n;
+    return 0;
+}
+
+static int configure(eeng *e, const baton_uri *u, const baton_client_options *opts, egw_config *cfg)
+{
+    int rc = 0;
+    size_t pl;
+
+    memset(cfg, 0, sizeof *cfg);
+    cfg->tls = !strcmp(u->scheme, "etcds");
+    e->ttl_s = DEFAULT_TTL_S;
+    e->connect_timeout_ms = opts && opts->connect_timeout_ms > 0 ? opts->connect_timeout_ms : 2000;
+    cfg->io_timeout_ms = opts && opts->io_timeout_ms > 0 ? opts->io_timeout_ms : 5000;
+    for (size_t i = 0; i < u->nparams; i++) {
+        const char *k = u->params[i].key, *v = u->params[i].value ? u->params[i].value : "";
+        if (!strcmp(k, "ttl")) rc = parse_int(k, v, 1, 24 * 3600, &e->ttl_s);
+        else if (!strcmp(k, "connect_timeout_ms")) rc = parse_int(k, v, 1, 3600 * 1000, &e->connect_timeout_ms);
+        else if (!strcmp(k, "timeout_ms")) rc = parse_int(k, v, 1, 3600 * 1000, &cfg->io_timeout_ms);
+        else if (!strcmp(k, "cacert") || !strcmp(k, "cert") || !strcmp(k, "key")) {
+            if (!cfg->tls) rc = baton_seterr(BATON_EINVAL, 0, "etcd: option %s needs etcds://", k);
+            else if (!*v) rc = baton_seterr(BATON_EINVAL, 0, "etcd: option %s: empty path", k);
+            else if (!strcmp(k, "cacert")) cfg->cacert = v;
+            else if (!strcmp(k, "cert")) cfg->cert = v;
+            else cfg->key = v;
+        } else
+            rc = baton_seterr(BATON_EINVAL, 0, "etcd: unknown option '%s' (known: ttl, connect_timeout_ms, "
+                              "timeout_ms, cacert, cert, key)", k);
+        if (rc) return rc;
+    }
+    cfg->connect_timeout_ms = e->connect_timeout_ms;
+    if (!u->nhosts || !u->hosts[0].host || !*u->hosts[0].host)
+        return baton_seterr(BATON_EINVAL, 0, "etcd: the URI names no member (etcd://host:port[,host:port...])");
+    for (size_t i = 0; i < u->nhosts; i++)
+        if (!u->hosts[i].host || !*u->hosts[i].host || strpbrk(u->hosts[i].host, "/ ?#@"))
+            return baton_seterr(BATON_EINVAL, 0, "etcd: bad host in the URI");
+    if (u->user) {
+        cfg->user = u->user;
+        cfg->password = u->password ? u->password : getenv("BATON_ETCD_PASSWORD");
+        if (!cfg->password) return baton_seterr(BATON_EINVAL, 0, "etcd: user '%s' without a password (in the URI "
+                                                "or $BATON_ETCD_PASSWORD)", u->user);
+    }
+    /* the key prefix: the URI's path, ending in '/' when it is not empty */
+    pl = u->path ? strlen(u->path) : 0;
+    if (!(e->prefix = malloc(pl + 2))) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+    memcpy(e->prefix, pl ? u->path : "", pl);
+    e->prefix[pl] = 0;
+    if (pl && e->prefix[pl - 1] != '/') strcat(e->prefix, "/");
+    return 0;
+}
+
+/* identity(): the members as written, sorted, and the prefix. */
+static int make_ident(eeng *e, const baton_uri *u)
+{
+    size_t n = strlen(e->prefix) + 16;
+    char **hs = calloc(u->nhosts, sizeof *hs);
+    if (!hs) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+    for (size_t i = 0; i < u->nhosts; i++) n += strlen(u->hosts[i].host) + 10;
+    if (!(e->ident = malloc(n))) {
+        free(hs);
+        return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+    }
+    for (size_t i = 0; i < u->nhosts; i++) {
+        char tmp[300];
+        snprintf(tmp, sizeof tmp, "%s:%d", u->hosts[i].host, u->hosts[i].port > 0 ? u->hosts[i].port : 2379);
+        hs[i] = strdup(tmp);
+        if (!hs[i]) {
+            for (size_t j = 0; j < i; j++) free(hs[j]);
+            free(hs);
+            return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+        }
+    }
+    for (size_t i = 1; i < u->nhosts; i++)
+        for (size_t j = i; j > 0 && strcmp(hs[j - 1], hs[j]) > 0; j--) {
+            char *t = hs[j];
+            hs[j] = hs[j - 1], hs[j - 1] = t;
+        }
+    strcpy(e->ident, "etcd:");
+    for (size_t i = 0; i < u->nhosts; i++) {
+        if (i) strcat(e->ident, ",");
+        strcat(e->ident, hs[i]);
+        free(hs[i]);
+    }
+    strcat(e->ident, "/");
+    strcat(e->ident, e->prefix);
+    free(hs);
+    return 0;
+}
+
+/* ---- the lease ---------------------------------------------------------- */
+
+static int64_t ns_after_s(int64_t t, int s)
+{
+    return t + (int64_t)s * 1000000000LL;
+}
+
+/* Grants a new lease (e->mu not held): 0 with it made the live one. */
+static int lease_grant(eeng *e)
+{
+    json_t *resp = NULL;
+    int64_t sent = baton_now_ns(), id, ttl;
+    int rc = egw_call(e->gw, "/v3/lease/grant", json_pack("{s:I}", "TTL", (json_int_t)e->ttl_s), &resp, 0);
+    if (rc) return rc;
+    id = egw_int(resp, "ID");
+    ttl = egw_int(resp, "TTL");
+    json_decref(resp);
+    if (id <= 0 || ttl <= 0) return baton_seterr(BATON_EPROTO, 0, "etcd: lease grant answered without an ID or TTL");
+    pthread_mutex_lock(&e->mu);
+    e->lease = id;
+    e->lease_gen++;
+    e->granted_ttl_s = (int)ttl;
+    e->lease_deadline = ns_after_s(sent, (int)ttl);
+    e->next_keepalive = sent + ttl * 1000000000LL / 3;
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+    return 0;
+}
+
+int etcd_lease_get(eeng *e, int64_t *id, uint64_t *gen)
+{
+    int rc;
+    for (int i = 0; i < 2; i++) {
+        pthread_mutex_lock(&e->mu);
+        /* one grant at a time: a second lease granted beside the first would
+         * replace it while a key may already live on it, unrenewed */
+        while (!e->lease && e->granting) pthread_cond_wait(&e->cv, &e->mu);
+        if (e->lease) {
+            *id = e->lease;
+            *gen = e->lease_gen;
+            pthread_mutex_unlock(&e->mu);
+            return 0;
+        }
+        e->granting = 1;
+        pthread_mutex_unlock(&e->mu);
+        rc = lease_grant(e);
+        pthread_mutex_lock(&e->mu);
+        e->granting = 0;
+        pthread_cond_broadcast(&e->cv);
+        pthread_mutex_unlock(&e->mu);
+        if (rc) return rc;
+    }
+    return baton_seterr(BATON_EUNAVAILABLE, 0, "etcd: the lease was lost as soon as it was granted");
+}
+
+int etcd_lease_live(eeng *e, uint64_t gen)
+{
+    int live;
+    pthread_mutex_lock(&e->mu);
+    live = e->lease && e->lease_gen == gen;
+    pthread_mutex_unlock(&e->mu);
+    return live;
+}
+
+void etcd_lease_dead(eeng *e, uint64_t gen)
+{
+    baton_host *h = NULL;
+    pthread_mutex_lock(&e->mu);
+    if (e->lease && e->lease_gen == gen) {
+        e->lease = 0;
+        h = e->host;
+    }
+    pthread_mutex_unlock(&e->mu);
+    /* before any new lease can make a grant: every grant so far was on this one */
+    if (h) baton_host_lost_all(h);
+}
+
+/* The keep-alive thread: renews the lease every TTL/3; retries every 200 ms
+ * after a failure until the lease's deadline, then declares it lost. */
+static void *keepalive_main(void *arg)
+{
+    eeng *e = arg;
+    pthread_mutex_lock(&e->mu);
+    while (!e->stop) {
+        int64_t now = baton_now_ns(), id = e->lease;
+        uint64_t gen = e->lease_gen;
+        if (!id) {
+            struct timespec ts = { .tv_sec = (now + 1000000000LL) / 1000000000LL,
+                                   .tv_nsec = (now + 1000000000LL) % 1000000000LL };
+            pthread_cond_timedwait(&e->cv, &e->mu, &ts);
+            continue;
+        }
+        if (now >= e->lease_deadline) {
+            /* stopped, or unreachable for a whole TTL: whatever the server
+             * still says, our view of the lease is too old to trust */
+            pthread_mutex_unlock(&e->mu);
+            baton_log(BATON_LOG_WARN, "etcd: lease %llx not kept alive before its deadline: locks on it are lost",
+                      (unsigned long long)id);
+            etcd_lease_dead(e, gen);
+            pthread_mutex_lock(&e->mu);
+            continue;
+        }
+        if (now < e->next_keepalive) {
+            int64_t t = e->next_keepalive;
+            struct timespec ts = { .tv_sec = t / 1000000000LL, .tv_nsec = t % 1000000000LL };
+            pthread_cond_timedwait(&e->cv, &e->mu, &ts);
+            continue;
+        }
+        int64_t left_ms = (e->lease_deadline - now) / 1000000;
+        pthread_mutex_unlock(&e->mu);
+
+        json_t *resp = NULL;
+        int64_t sent = baton_now_ns(), ttl = -1;
+        int rc = egw_call(e->gw, "/v3/lease/keepalive", json_pack("{s:I}", "ID", (json_int_t)id), &resp,
+                          (int)(left_ms > 0 && left_ms < 5000 ? left_ms : 5000));
+        if (!rc) {
+            json_t *res = json_object_get(resp, "result");
+            ttl = res ? egw_int(res, "TTL") : -1;
+            if (!res) baton_log(BATON_LOG_WARN, "etcd: lease keep-alive answered without a result");
+        }
+        json_decref(resp);
+        if (!rc && ttl == 0) {
+            baton_log(BATON_LOG_WARN, "etcd: lease %llx expired on the server: locks on it are lost",
+                      (unsigned long long)id);
+            etcd_lease_dead(e, gen);
+            pthread_mutex_lock(&e->mu);
+            continue;
+        }
+        pthread_mutex_lock(&e->mu);
+        if (e->lease_gen != gen) continue;
+        if (ttl > 0) {
+            e->granted_ttl_s = (int)ttl;
+            e->lease_deadline = ns_after_s(sent, (int)ttl);
+            e->next_keepalive = sent + ttl * 1000000000LL / 3;
+        } else {
+            e->next_keepalive = baton_now_ns() + 200000000LL;
+        }
+    }
+    pthread_mutex_unlock(&e->mu);
+    return NULL;
+}
+
+/* ---- open / close ------------------------------------------------------- */
+
+static void eng_free(eeng *e)
+{
+    if (!e) return;
+    egw_free(e->gw);
+    while (e->names) {
+        ename *n = e->names;
+        e->names = n->next;
+        free(n->name);
+        free(n);
+    }
+    free(e->prefix);
+    free(e->ident);
+    pthread_cond_destroy(&e->cv);
+    pthread_mutex_destroy(&e->mu);
+    free(e);
+}
+
+static int etcd_open(void **eng, const baton_uri *u, const baton_client_options *opts)
+{
+    pthread_condattr_t ca;
+    egw_config cfg;
+    eeng *e;
+    int rc;
+
+    *eng = NULL;
+    if (!(e = calloc(1, sizeof *e))) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+    pthread_mutex_init(&e->mu, NULL);
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&e->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    if ((rc = configure(e, u, opts, &cfg))) goto fail;
+    if ((rc = make_ident(e, u))) goto fail;
+    if ((rc = egw_new(&e->gw, u, &cfg))) goto fail;
+    /* the lease now: a wrong address or password shows at open */
+    if ((rc = lease_grant(e))) goto fail;
+    if (pthread_create(&e->thr, NULL, keepalive_main, e)) {
+        rc = baton_seterr(BATON_ENOMEM, 0, "etcd: cannot start the keep-alive thread");
+        goto fail;
+    }
+    e->thr_started = 1;
+    *eng = e;
+    return 0;
+fail:
+    if (e->lease) {
+        json_t *r = NULL;
+        egw_call(e->gw, "/v3/lease/revoke", json_pack("{s:I}", "ID", (json_int_t)e->lease), &r, 0);
+        json_decref(r);
+    }
+    eng_free(e);
+    return rc;
+}
+
+static void etcd_close(void *eng)
+{
+    eeng *e = eng;
+    int64_t id;
+    if (!e) return;
+    pthread_mutex_lock(&e->mu);
+    e->stop = 1;
+    id = e->lease;
+    e->lease = 0;
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+    if (e->thr_started) pthread_join(e->thr, NULL);
+    if (id) {
+        /* every key on it goes with it (best effort: it expires anyway) */
+        json_t *r = NULL;
+        egw_call(e->gw, "/v3/lease/revoke", json_pack("{s:I}", "ID", (json_int_t)id), &r, 0);
+        json_decref(r);
+    }
+    eng_free(e);
+}
+
+static void etcd_attach(void *eng, baton_host *host)
+{
+    eeng *e = eng;
+    pthread_mutex_lock(&e->mu);
+    e->host = host;
+    pthread_mutex_unlock(&e->mu);
+}
+
+static int etcd_identity(void *eng, char *buf, size_t n)
+{
+    eeng *e = eng;
+    snprintf(buf, n, "%s", e->ident);
+    return 0;
+}
+
+static int etcd_describe(void *eng, char *buf, size_t n)
+{
+    eeng *e = eng;
+    char ep[256];
+    int64_t id, left;
+    int ttl;
+    egw_endpoint(e->gw, ep, sizeof ep);
+    pthread_mutex_lock(&e->mu);
+    id = e->lease;
+    ttl = e->granted_ttl_s;
+    left = id ? (e->lease_deadline - baton_now_ns()) / 1000000 : 0;
+    pthread_mutex_unlock(&e->mu);
+    if (id)
+        snprintf(buf, n, "lease %llx ttl %d s (kept alive every %d ms, %lld ms left) via %s", (unsigned long long)id,
+                 ttl, ttl * 1000 / 3, (long long)left, ep);
+    else
+        snprintf(buf, n, "no lease (lost; a new one on the next acquire) via %s", ep);
+    return 0;
+}
+
+static int etcd_lock_renew(void *eng, void *st, const baton_owner *owner, uint32_t lease_ms, int64_t deadline_ns)
+{
+    (void)eng, (void)st, (void)owner, (void)lease_ms, (void)deadline_ns;
+    return baton_seterr(BATON_ENOTSUP, 0, "etcd: locks live on the client's lease, kept alive by the client");
+}
+
+static const char *const etcd_schemes[] = { "etcd", "etcds", NULL };
+
+const baton_backend baton__backend_etcd = {
+    .version = BATON_BACKEND_VERSION,
+    .name = "etcd",
+    .schemes = etcd_schemes,
+    .caps = BATON_CAP_FAIR | BATON_CAP_NOTIFY | BATON_CAP_INFO | BATON_CAP_SESSION | BATON_CAP_ELECTION,
+    .open = etcd_open,
+    .close = etcd_close,
+    .lock_new = etcd_lock_new,
+    .lock_free = etcd_lock_free,
+    .lock_acquire = etcd_lock_acquire,
+    .lock_release = etcd_lock_release,
+    .lock_renew = etcd_lock_renew,
+    .lock_info = etcd_lock_info,
+    .attach = etcd_attach,
+    .identity = etcd_identity,
+    .describe = etcd_describe,
+    .election_new = etcd_election_new,
+    .election_leader = etcd_election_leader,
+    .election_proclaim = etcd_election_proclaim,
+};

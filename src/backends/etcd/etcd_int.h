@@ -1,0 +1,120 @@
+/*
+ * Internal declarations shared by the etcd backend modules:
+ *   gw.c    the transport: etcd's v3 JSON gateway (POST /v3/...) over libcurl
+ *           + jansson; a pool of keep-alive easy handles, endpoint failover,
+ *           auth tokens, error mapping, base64, and the watch stream
+ *   etcd.c  URI/options, the client's lease and its keep-alive thread,
+ *           identity/describe and the backend table
+ *   lock.c  the mutex in the layout of etcd's concurrency.Mutex
+ *
+ * Layout and rules: docs/etcd-engine.md.
+ */
+#ifndef BATON_ETCD_INT_H
+#define BATON_ETCD_INT_H
+
+#include "baton/sys/backend.h"
+
+#include <jansson.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- gw.c ---------------------------------------------------------------- */
+
+typedef struct egw egw;
+
+typedef struct {
+    int tls;                 /* etcds:// */
+    const char *cacert, *cert, *key;
+    const char *user, *password;   /* NULL user = no auth */
+    int connect_timeout_ms;
+    int io_timeout_ms;
+} egw_config;
+
+/* A transport to the members U lists. Nothing is sent yet. */
+int egw_new(egw **out, const baton_uri *u, const egw_config *cfg);
+void egw_free(egw *g);
+/* POST PATH (e.g. "/v3/kv/txn") with the body REQ (taken over, freed here);
+ * 0 with the answer in *RESP (json_decref it). A connection that cannot be
+ * made moves on to the next member (each tried once a call):
+ * BATON_EUNAVAILABLE when none answers, BATON_EAUTH for authentication
+ * errors, BATON_EPROTO for a reply that is not the JSON object expected, else
+ * the server's error as BATON_EIO with its message. TIMEOUT_MS 0 = the
+ * configured io timeout. */
+int egw_call(egw *g, const char *path, json_t *req, json_t **resp, int timeout_ms);
+/* Waits for KEY (KLEN bytes) to be deleted at or after revision REV (a watch
+ * stream from REV on): 0 when it was (or the stream ended: the caller looks
+ * again), BATON_ETIMEDOUT at DEADLINE_NS, BATON_ECANCELED when W is
+ * cancelled. */
+int egw_wait_delete(egw *g, const char *key, size_t klen, int64_t rev, int64_t deadline_ns, baton_waiter *w);
+/* The same for any event (put or delete) on the keys starting with PREFIX. */
+int egw_wait_prefix(egw *g, const char *prefix, size_t plen, int64_t rev, int64_t deadline_ns, baton_waiter *w);
+/* "http://127.0.0.1:2379" of the member the last call reached. */
+void egw_endpoint(egw *g, char *buf, size_t n);
+
+/* base64 of LEN bytes (malloc'd, NUL-terminated), NULL when out of memory. */
+char *egw_b64(const void *p, size_t len);
+/* Decodes S into a malloc'd buffer (NUL-terminated, *LEN bytes); -1 when S is
+ * not base64. */
+int egw_unb64(const char *s, char **out, size_t *len);
+/* An int64 field of O, sent as a string or a number (absent = 0). */
+int64_t egw_int(const json_t *o, const char *key);
+/* The range end that covers every key starting with P (LEN bytes): P with
+ * its last byte below 0xff incremented (malloc'd, *OUTLEN bytes). */
+char *egw_prefix_end(const char *p, size_t len, size_t *outlen);
+
+/* ---- etcd.c -------------------------------------------------------------- */
+
+/* A lock state of one name held locally: two states of one client on one
+ * name would share a key (the key is per lease), so they queue here first. */
+typedef struct ename {
+    char *name;
+    void *holder;            /* the state that goes to etcd for this name now */
+    int refs;                /* states of this name that exist */
+    baton_waiter *waiters[8];/* states waiting for holder to go (woken on release) */
+    struct ename *next;
+} ename;
+
+typedef struct eeng {
+    egw *gw;
+    char *prefix;            /* "" or "app/" */
+    char *ident;
+    int ttl_s;               /* asked for */
+    int connect_timeout_ms;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;       /* CLOCK_MONOTONIC: the keep-alive thread sleeps on it */
+    /* guarded by mu */
+    int64_t lease;           /* the client's lease, 0 when it has none */
+    uint64_t lease_gen;      /* 1, 2, ...: which lease of this client */
+    int granted_ttl_s;
+    int64_t lease_deadline;  /* monotonic ns after which the lease may have expired */
+    int64_t next_keepalive;
+    int granting;            /* a thread is granting a new lease: others wait for it */
+    ename *names;
+    baton_host *host;
+    int stop;
+    pthread_t thr;
+    int thr_started;
+} eeng;
+
+/* The client's live lease (granted now when it has none): 0 with *ID and
+ * *GEN, or an error. */
+int etcd_lease_get(eeng *e, int64_t *id, uint64_t *gen);
+/* 1 when lease GEN is still the live one. */
+int etcd_lease_live(eeng *e, uint64_t gen);
+/* The lease is gone (its key creation said so): lose its grants now. */
+void etcd_lease_dead(eeng *e, uint64_t gen);
+
+/* ---- lock.c -------------------------------------------------------------- */
+
+int etcd_lock_new(void *eng, const char *name, const baton_lock_options *opts, void **st);
+void etcd_lock_free(void *eng, void *st);
+int etcd_lock_acquire(void *eng, void *st, baton_acquire_req *req);
+int etcd_lock_release(void *eng, void *st, const baton_owner *owner);
+int etcd_lock_info(void *eng, const char *name, baton_lockinfo *out);
+int etcd_election_new(void *eng, const char *name, const baton_lock_options *opts, void **st);
+int etcd_election_leader(void *eng, const char *name, uint64_t known_fence, const char *known_value, char *value,
+                         size_t n, uint64_t *fence, int64_t deadline_ns, baton_waiter *w);
+int etcd_election_proclaim(void *eng, void *st, const baton_owner *owner, const char *value);
+
+#endif

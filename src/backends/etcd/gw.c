@@ -1,0 +1,580 @@
+/*
+ * The transport: etcd's v3 JSON gateway (grpc-gateway, served by etcd 3.4
+ * under /v3/ on the client port) over libcurl, bodies through jansson.
+ *
+ * Unary calls take an easy handle from a small pool, so each thread reuses a
+ * kept-alive HTTP/1.1 connection (one round trip per request once
+ * connected). The members of the URI are tried in turn: a call that cannot
+ * connect, or whose member answers "unavailable" (no leader), moves the
+ * current member on and tries the next one, each at most once per call.
+ *
+ * A watch is a long-lived streaming POST (/v3/watch): the answer is a
+ * sequence of JSON objects, one per message. egw_wait_delete runs one on its
+ * own easy handle and multi handle in the waiting thread, polling its socket
+ * in slices of at most WATCH_SLICE_MS so a cancel or the deadline is seen
+ * quickly; the lock itself is never polled: only the server's DELETE event
+ * (or the end of the stream) ends the wait.
+ */
+#include "etcd_int.h"
+
+#include "ecurl.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#define POOL_MAX 16
+#define WATCH_SLICE_MS 50
+
+struct egw {
+    char **base;             /* "http://host:port" per member */
+    size_t nbase;
+    egw_config cfg;          /* strings owned below */
+    char *cacert, *cert, *key, *user, *password;
+    pthread_mutex_t mu;
+    /* guarded by mu */
+    size_t cur;              /* the member calls go to first */
+    char *token;             /* auth token, NULL before authenticating */
+    uint64_t token_gen;      /* bumped on each new token */
+    CURL *pool[POOL_MAX];
+    int npool;
+};
+
+/* ---- base64 and helpers ------------------------------------------------- */
+
+static const char b64c[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+char *egw_b64(const void *p, size_t len)
+{
+    const unsigned char *s = p;
+    char *out = malloc((len + 2) / 3 * 4 + 1), *o = out;
+    if (!out) return NULL;
+    for (size_t i = 0; i < len; i += 3) {
+        unsigned v = (unsigned)s[i] << 16;
+        if (i + 1 < len) v |= (unsigned)s[i + 1] << 8;
+        if (i + 2 < len) v |= s[i + 2];
+        *o++ = b64c[(v >> 18) & 63];
+        *o++ = b64c[(v >> 12) & 63];
+        *o++ = i + 1 < len ? b64c[(v >> 6) & 63] : '=';
+        *o++ = i + 2 < len ? b64c[v & 63] : '=';
+    }
+    *o = 0;
+    return out;
+}
+
+static int b64v(int c)
+{
+    const char *p = c ? strchr(b64c, c) : NULL;
+    return p ? (int)(p - b64c) : -1;
+}
+
+int egw_unb64(const char *s, char **out, size_t *len)
+{
+    size_t n = strlen(s), k = 0;
+    char *buf;
+    *out = NULL;
+    if (n % 4) return -1;
+    if (!(buf = malloc(n / 4 * 3 + 1))) return -1;
+    for (size_t i = 0; i < n; i += 4) {
+        int a = b64v(s[i]), b = b64v(s[i + 1]), c = s[i + 2] == '=' ? 0 : b64v(s[i + 2]),
+            d = s[i + 3] == '=' ? 0 : b64v(s[i + 3]);
+        if (a < 0 || b < 0 || c < 0 || d < 0 || (s[i + 2] == '=' && s[i + 3] != '=') ||
+            (i + 4 < n && (s[i + 2] == '=' || s[i + 3] == '='))) {
+            free(buf);
+            return -1;
+        }
+        unsigned v = (unsigned)a << 18 | (unsigned)b << 12 | (unsigned)c << 6 | (unsigned)d;
+        buf[k++] = (char)(v >> 16);
+        if (s[i + 2] != '=') buf[k++] = (char)(v >> 8);
+        if (s[i + 3] != '=') buf[k++] = (char)v;
+    }
+    buf[k] = 0;
+    *out = buf;
+    *len = k;
+    return 0;
+}
+
+int64_t egw_int(const json_t *o, const char *key)
+{
+    json_t *v = o ? json_object_get(o, key) : NULL;
+    if (json_is_integer(v)) return (int64_t)json_integer_value(v);
+    if (json_is_string(v)) return strtoll(json_string_value(v), NULL, 10);
+    return 0;
+}
+
+char *egw_prefix_end(const char *p, size_t len, size_t *outlen)
+{
+    char *end = malloc(len + 1);
+    if (!end) return NULL;
+    memcpy(end, p, len);
+    for (size_t i = len; i > 0; i--) {
+        if ((unsigned char)end[i - 1] < 0xff) {
+            end[i - 1]++;
+            *outlen = i;
+            end[i] = 0;
+            return end;
+        }
+    }
+    /* all 0xff: every key after P ("\0" means "to the end" in etcd) */
+    end[0] = 0;
+    *outlen = 1;
+    return end;
+}
+
+/* ---- setup -------------------------------------------------------------- */
+
+static char *dupz(const char *s)
+{
+    return s ? strdup(s) : NULL;
+}
+
+int egw_new(egw **out, const baton_uri *u, const egw_config *cfg)
+{
+    egw *g;
+    int rc;
+
+    *out = NULL;
+    if ((rc = baton__ecurl_load())) return rc;
+    if (!(g = calloc(1, sizeof *g))) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+    pthread_mutex_init(&g->mu, NULL);
+    g->cfg = *cfg;
+    g->cacert = dupz(cfg->cacert), g->cert = dupz(cfg->cert), g->key = dupz(cfg->key);
+    g->user = dupz(cfg->user), g->password = dupz(cfg->password);
+    g->cfg.cacert = g->cacert, g->cfg.cert = g->cert, g->cfg.key = g->key;
+    g->cfg.user = g->user, g->cfg.password = g->password;
+    if (!(g->base = calloc(u->nhosts, sizeof *g->base))) goto nomem;
+    for (size_t i = 0; i < u->nhosts; i++) {
+        const char *h = u->hosts[i].host;
+        size_t n = strlen(h) + 32;
+        int v6 = strchr(h, ':') != NULL;
+        if (!(g->base[i] = malloc(n))) goto nomem;
+        snprintf(g->base[i], n, "%s://%s%s%s:%d", cfg->tls ? "https" : "http", v6 ? "[" : "", h, v6 ? "]" : "",
+                 u->hosts[i].port > 0 ? u->hosts[i].port : 2379);
+        g->nbase++;
+    }
+    *out = g;
+    return 0;
+nomem:
+    egw_free(g);
+    return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+}
+
+static void wipe_free(char *s)
+{
+    if (!s) return;
+    memset(s, 0, strlen(s));
+    free(s);
+}
+
+void egw_free(egw *g)
+{
+    if (!g) return;
+    for (int i = 0; i < g->npool; i++) curl_easy_cleanup(g->pool[i]);
+    for (size_t i = 0; i < g->nbase; i++) free(g->base[i]);
+    free(g->base);
+    free(g->cacert), free(g->cert), free(g->key), free(g->user);
+    wipe_free(g->password);
+    wipe_free(g->token);
+    pthread_mutex_destroy(&g->mu);
+    free(g);
+}
+
+void egw_endpoint(egw *g, char *buf, size_t n)
+{
+    pthread_mutex_lock(&g->mu);
+    snprintf(buf, n, "%s", g->base[g->cur % g->nbase]);
+    pthread_mutex_unlock(&g->mu);
+}
+
+/* ---- one request -------------------------------------------------------- */
+
+typedef struct {
+    char *p;
+    size_t len, cap;
+    int oom;
+} buf_t;
+
+static size_t on_body(char *data, size_t sz, size_t nm, void *arg)
+{
+    buf_t *b = arg;
+    size_t n = sz * nm;
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap * 2 : 1024;
+        while (cap < b->len + n + 1) cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (!p) {
+            b->oom = 1;
+            return 0;
+        }
+        b->p = p, b->cap = cap;
+    }
+    memcpy(b->p + b->len, data, n);
+    b->len += n;
+    b->p[b->len] = 0;
+    return n;
+}
+
+static CURL *handle_get(egw *g)
+{
+    CURL *h = NULL;
+    pthread_mutex_lock(&g->mu);
+    if (g->npool) h = g->pool[--g->npool];
+    pthread_mutex_unlock(&g->mu);
+    return h ? h : curl_easy_init();
+}
+
+static void handle_put(egw *g, CURL *h)
+{
+    if (!h) return;
+    pthread_mutex_lock(&g->mu);
+    if (g->npool < POOL_MAX) {
+        g->pool[g->npool++] = h;
+        h = NULL;
+    }
+    pthread_mutex_unlock(&g->mu);
+    if (h) curl_easy_cleanup(h);
+}
+
+/* The options every request of this transport has. */
+static void setup(egw *g, CURL *h, const char *url, const char *body, struct curl_slist *hdr, buf_t *b,
+                  int timeout_ms)
+{
+    curl_easy_reset(h);
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(h, CURLOPT_POST, 1L);
+    curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
+    curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE, (long)strlen(body));
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdr);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, b);
+    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, (long)g->cfg.connect_timeout_ms);
+    if (timeout_ms > 0) curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)timeout_ms);
+    curl_easy_setopt(h, CURLOPT_TCP_NODELAY, 1L);
+    curl_easy_setopt(h, CURLOPT_PROXY, "");   /* never an http_proxy from the environment */
+    if (g->cfg.tls) {
+        if (g->cacert) curl_easy_setopt(h, CURLOPT_CAINFO, g->cacert);
+        if (g->cert) curl_easy_setopt(h, CURLOPT_SSLCERT, g->cert);
+        if (g->key) curl_easy_setopt(h, CURLOPT_SSLKEY, g->key);
+    }
+}
+
+static struct curl_slist *headers(egw *g, uint64_t *gen)
+{
+    struct curl_slist *hdr = curl_slist_append(NULL, "Content-Type: application/json"), *t;
+    if (!hdr) return NULL;
+    /* no "Expect: 100-continue" round trip for larger bodies */
+    if (!(t = curl_slist_append(hdr, "Expect:"))) goto fail;
+    hdr = t;
+    pthread_mutex_lock(&g->mu);
+    *gen = g->token_gen;
+    if (g->token) {
+        size_t n = strlen(g->token) + 32;
+        char *line = malloc(n);
+        if (line) {
+            snprintf(line, n, "Authorization: %s", g->token);
+            t = curl_slist_append(hdr, line);
+            wipe_free(line);
+        }
+        if (!line || !t) {
+            pthread_mutex_unlock(&g->mu);
+            goto fail;
+        }
+        hdr = t;
+    }
+    pthread_mutex_unlock(&g->mu);
+    return hdr;
+fail:
+    curl_slist_free_all(hdr);
+    return NULL;
+}
+
+/* Classes of answers (internal). */
+enum { R_OK, R_NEXT /* try the next member */, R_AUTH_RETRY /* token expired */, R_FAIL };
+
+/* The gateway's error object {"error","code","message"} as a baton error. */
+static int server_error(json_t *o, long http, int *klass)
+{
+    const char *msg = json_string_value(json_object_get(o, "message"));
+    int64_t code = egw_int(o, "code");
+    if (!msg) msg = json_string_value(json_object_get(o, "error"));
+    if (!msg) msg = "(no message)";
+    *klass = R_FAIL;
+    /* gRPC codes: 14 unavailable (no leader, stopping), 16 unauthenticated,
+     * 7 permission denied, 3 invalid argument (also "authentication failed") */
+    if (code == 14 || strstr(msg, "no leader") || strstr(msg, "leader changed")) {
+        *klass = R_NEXT;
+        return baton_seterr(BATON_EUNAVAILABLE, code, "etcd: %s", msg);
+    }
+    if (strstr(msg, "invalid auth token") || strstr(msg, "auth token")) {
+        *klass = R_AUTH_RETRY;
+        return baton_seterr(BATON_EAUTH, code, "etcd: %s", msg);
+    }
+    if (code == 16 || code == 7 || http == 401 || strstr(msg, "authentication failed") ||
+        strstr(msg, "user name is empty") || strstr(msg, "permission denied"))
+        return baton_seterr(BATON_EAUTH, code, "etcd: %s", msg);
+    return baton_seterr(BATON_EIO, code, "etcd: %s (HTTP %ld)", msg, http);
+}
+
+/* One POST of BODY to PATH on the current member (moving on through the
+ * members on connection failures). */
+static int post(egw *g, const char *path, const char *body, json_t **resp, int timeout_ms, int *klass)
+{
+    size_t start, tries;
+    char url[512];
+    int rc = 0;
+    uint64_t gen = 0;
+
+    *resp = NULL;
+    *klass = R_FAIL;
+    pthread_mutex_lock(&g->mu);
+    start = g->cur;
+    pthread_mutex_unlock(&g->mu);
+    for (tries = 0; tries < g->nbase; tries++) {
+        size_t at = (start + tries) % g->nbase;
+        buf_t b = { 0 };
+        struct curl_slist *hdr = headers(g, &gen);
+        CURL *h = handle_get(g);
+        CURLcode cc;
+        long http = 0;
+        json_error_t je;
+        json_t *o;
+
+        if (!hdr || !h) {
+            curl_slist_free_all(hdr);
+            if (h) curl_easy_cleanup(h);
+            return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+        }
+        snprintf(url, sizeof url, "%s%s", g->base[at], path);
+        setup(g, h, url, body, hdr, &b, timeout_ms);
+        cc = curl_easy_perform(h);
+        curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &http);
+        curl_slist_free_all(hdr);
+        if (cc != CURLE_OK) {
+            /* a dead connection is not kept */
+            curl_easy_cleanup(h);
+            free(b.p);
+            if (b.oom) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+            if (cc == CURLE_SSL_CACERT_BADFILE || cc == CURLE_SSL_CERTPROBLEM || cc == CURLE_PEER_FAILED_VERIFICATION ||
+                cc == CURLE_SSL_CONNECT_ERROR)
+                rc = baton_seterr(BATON_EAUTH, cc, "etcd: %s: TLS: %s", g->base[at], curl_easy_strerror(cc));
+            else
+                rc = baton_seterr(BATON_EUNAVAILABLE, cc, "etcd: %s: %s", g->base[at], curl_easy_strerror(cc));
+            if (rc == BATON_EAUTH) return rc;
+            continue;
+        }
+        handle_put(g, h);
+        o = b.p ? json_loadb(b.p, b.len, 0, &je) : NULL;
+        if (!json_is_object(o)) {
+            rc = baton_seterr(BATON_EPROTO, http, "etcd: %s%s: not a JSON object in the reply (HTTP %ld, %zu bytes)",
+                              g->base[at], path, http, b.len);
+            json_decref(o);
+            free(b.p);
+            /* not an etcd gateway (a proxy's error page): the next member may be one */
+            *klass = http >= 500 ? R_NEXT : R_FAIL;
+            if (*klass == R_NEXT) continue;
+            return rc;
+        }
+        free(b.p);
+        if (http != 200 || json_object_get(o, "error")) {
+            rc = server_error(o, http, klass);
+            json_decref(o);
+            if (*klass == R_NEXT) continue;
+            return rc;
+        }
+        if (tries) {
+            pthread_mutex_lock(&g->mu);
+            g->cur = at;
+            pthread_mutex_unlock(&g->mu);
+        }
+        *klass = R_OK;
+        *resp = o;
+        return 0;
+    }
+    /* every member failed: the next call starts with the one after */
+    pthread_mutex_lock(&g->mu);
+    if (g->cur == start) g->cur = (start + 1) % g->nbase;
+    pthread_mutex_unlock(&g->mu);
+    *klass = R_FAIL;
+    return rc ? rc : baton_seterr(BATON_EUNAVAILABLE, 0, "etcd: no member answered");
+}
+
+/* POST /v3/auth/authenticate and keep the token. */
+static int authenticate(egw *g, int timeout_ms)
+{
+    json_t *req = json_pack("{s:s, s:s}", "name", g->user, "password", g->password ? g->password : ""), *resp = NULL;
+    char *body;
+    int rc, klass;
+    const char *tok;
+
+    if (!req) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+    body = json_dumps(req, JSON_COMPACT);
+    json_decref(req);
+    if (!body) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+    rc = post(g, "/v3/auth/authenticate", body, &resp, timeout_ms, &klass);
+    wipe_free(body);
+    if (rc) {
+        if (rc == BATON_EIO) rc = baton_seterr(BATON_EAUTH, 0, "%s", baton_error_last()->message);
+        return rc;
+    }
+    tok = json_string_value(json_object_get(resp, "token"));
+    if (!tok || !*tok) {
+        json_decref(resp);
+        return baton_seterr(BATON_EPROTO, 0, "etcd: authenticate answered without a token (is auth enabled?)");
+    }
+    pthread_mutex_lock(&g->mu);
+    wipe_free(g->token);
+    g->token = strdup(tok);
+    g->token_gen++;
+    pthread_mutex_unlock(&g->mu);
+    json_decref(resp);
+    return g->token ? 0 : baton_seterr(BATON_ENOMEM, 0, "out of memory");
+}
+
+int egw_call(egw *g, const char *path, json_t *req, json_t **resp, int timeout_ms)
+{
+    char *body;
+    int rc, klass, have_token;
+
+    *resp = NULL;
+    if (!req) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+    body = json_dumps(req, JSON_COMPACT);
+    json_decref(req);
+    if (!body) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+    if (timeout_ms <= 0) timeout_ms = g->cfg.io_timeout_ms;
+    pthread_mutex_lock(&g->mu);
+    have_token = g->token != NULL;
+    pthread_mutex_unlock(&g->mu);
+    if (g->user && !have_token && (rc = authenticate(g, timeout_ms))) goto out;
+    rc = post(g, path, body, resp, timeout_ms, &klass);
+    if (rc && klass == R_AUTH_RETRY && g->user) {
+        /* the token expired (etcd's simple tokens live --auth-token-ttl): a new one, once */
+        if (!(rc = authenticate(g, timeout_ms))) rc = post(g, path, body, resp, timeout_ms, &klass);
+    }
+out:
+    free(body);
+    return rc;
+}
+
+/* ---- watch -------------------------------------------------------------- */
+
+typedef struct {
+    buf_t b;
+    size_t used;             /* bytes of b already parsed */
+    int any;                 /* any event ends the wait, not only a DELETE */
+    int deleted;             /* the event waited for came */
+    int created;             /* the watch was set up */
+    int ended;               /* canceled by the server, compacted, or a bad message */
+} wstate;
+
+static size_t on_watch(char *data, size_t sz, size_t nm, void *arg)
+{
+    wstate *ws = arg;
+    size_t n = on_body(data, sz, nm, &ws->b);
+    if (n != sz * nm) return n;
+    /* parse every complete message */
+    for (;;) {
+        json_error_t je;
+        json_t *o, *res, *ev;
+        while (ws->used < ws->b.len && strchr(" \r\n\t", ws->b.p[ws->used])) ws->used++;
+        if (ws->used >= ws->b.len) break;
+        o = json_loadb(ws->b.p + ws->used, ws->b.len - ws->used, JSON_DISABLE_EOF_CHECK, &je);
+        if (!o) break;       /* incomplete: wait for more */
+        ws->used += (size_t)je.position;
+        res = json_object_get(o, "result");
+        if (!res) {
+            ws->ended = 1;   /* an error object */
+        } else {
+            if (json_is_true(json_object_get(res, "created"))) ws->created = 1;
+            if (json_is_true(json_object_get(res, "canceled")) || egw_int(res, "compact_revision")) ws->ended = 1;
+            ev = json_object_get(res, "events");
+            for (size_t i = 0; i < json_array_size(ev); i++) {
+                const char *t = json_string_value(json_object_get(json_array_get(ev, i), "type"));
+                if (ws->any || (t && !strcmp(t, "DELETE"))) ws->deleted = 1;
+            }
+        }
+        json_decref(o);
+    }
+    if (ws->used == ws->b.len) ws->used = ws->b.len = 0;
+    return n;
+}
+
+static int wait_event(egw *g, const char *key, size_t klen, int prefix, int64_t rev, int64_t deadline_ns,
+                      baton_waiter *w)
+{
+    char *k64 = egw_b64(key, klen), *body = NULL, url[512], revs[24], *end = NULL, *e64 = NULL;
+    size_t el;
+    json_t *req = NULL;
+    struct curl_slist *hdr = NULL;
+    CURL *h = NULL;
+    CURLM *m = NULL;
+    wstate ws = { 0 };
+    uint64_t gen;
+    int rc = 0, running = 1;
+    int64_t t0 = baton_now_ns();
+
+    snprintf(revs, sizeof revs, "%lld", (long long)rev);
+    ws.any = prefix;
+    if (prefix && (!(end = egw_prefix_end(key, klen, &el)) || !(e64 = egw_b64(end, el)))) {
+        rc = baton_seterr(BATON_ENOMEM, 0, "out of memory");
+        goto out;
+    }
+    if (!k64 || !(req = json_pack("{s:{s:s, s:s, s:s*}}", "create_request", "key", k64, "start_revision", revs,
+                                  "range_end", e64)) ||
+        !(body = json_dumps(req, JSON_COMPACT)) || !(hdr = headers(g, &gen)) || !(h = curl_easy_init()) ||
+        !(m = curl_multi_init())) {
+        rc = baton_seterr(BATON_ENOMEM, 0, "out of memory");
+        goto out;
+    }
+    egw_endpoint(g, url, sizeof url - 16);
+    strcat(url, "/v3/watch");
+    setup(g, h, url, body, hdr, &ws.b, 0);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_watch);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, &ws);
+    curl_multi_add_handle(m, h);
+    while (!ws.deleted && !ws.ended && running) {
+        int64_t now = baton_now_ns(), slice = WATCH_SLICE_MS;
+        if (baton_waiter_canceled(w)) {
+            rc = BATON_ECANCELED;
+            break;
+        }
+        if (deadline_ns != INT64_MAX && now >= deadline_ns) {
+            rc = BATON_ETIMEDOUT;
+            break;
+        }
+        if (deadline_ns != INT64_MAX && (deadline_ns - now) / 1000000 < slice) slice = (deadline_ns - now) / 1000000 + 1;
+        if (curl_multi_perform(m, &running) != CURLM_OK) break;
+        if (!running || ws.deleted || ws.ended) break;
+        curl_multi_poll(m, NULL, 0, (int)slice, NULL);
+    }
+    if (!rc && !ws.deleted) {
+        /* the stream ended without the event (the member went away, an
+         * error): the caller looks again; not in a tight loop */
+        int64_t pause = t0 + 100000000LL;
+        if (deadline_ns < pause) pause = deadline_ns;
+        baton_waiter_park(w, baton_waiter_gen(w), pause);
+        if (baton_waiter_canceled(w)) rc = BATON_ECANCELED;
+    }
+    if (m && h) curl_multi_remove_handle(m, h);
+out:
+    if (h) curl_easy_cleanup(h);
+    if (m) curl_multi_cleanup(m);
+    curl_slist_free_all(hdr);
+    free(ws.b.p);
+    free(body);
+    json_decref(req);
+    free(k64);
+    free(end);
+    free(e64);
+    return rc;
+}
+
+int egw_wait_delete(egw *g, const char *key, size_t klen, int64_t rev, int64_t deadline_ns, baton_waiter *w)
+{
+    return wait_event(g, key, klen, 0, rev, deadline_ns, w);
+}
+
+int egw_wait_prefix(egw *g, const char *prefix, size_t plen, int64_t rev, int64_t deadline_ns, baton_waiter *w)
+{
+    return wait_event(g, prefix, plen, 1, rev, deadline_ns, w);
+}

@@ -1,0 +1,575 @@
+/*
+ * The mutex, in the layout of etcd's concurrency.Mutex (what `etcdctl lock`
+ * uses), so both exclude each other on one name:
+ *
+ *   <prefix><name>/<lease id, lowercase hex>   one key per contender, on its
+ *                                               client's lease; value: who
+ *                                               (baton: "host pid tid")
+ *
+ * A contender creates its key in a txn if the key's create revision is 0
+ * (and reads the first key by create revision in the same round trip); the
+ * owner is the key with the lowest create revision under "<name>/". A waiter
+ * watches only the key with the greatest create revision below its own, for
+ * its DELETE, and looks again; after the wait it confirms its own key still
+ * exists (a lease that expired while it waited took the key with it: the
+ * etcd 3.4 mutex bug Jepsen found). The fence is the key's create revision;
+ * release deletes the key in a txn that checks that create revision (so a
+ * stale holder never deletes a newer contender's key).
+ *
+ * The last fence granted for a name is kept, for lock_info once nobody holds
+ * the lock, in "<prefix>\0fence/<name>" (written by the release txn): a NUL
+ * never starts a name, so no lock's "<name>/" range covers it.
+ *
+ * The key is per lease, i.e. per client: two lock states of one client on
+ * one name would share it, so they first queue here (ename), one at a time.
+ */
+#include "etcd_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct elock {
+    eeng *e;
+    ename *n;
+    char *pfx;               /* "<prefix><name>/" */
+    size_t plen;
+    int election;            /* a candidate (concurrency.Election): the key's value is what it proclaims */
+    /* the grant (touched only by the calls on this state, which the core serializes) */
+    char *key;               /* NULL when not held */
+    size_t klen;
+    int64_t rev;
+    uint64_t gen;
+} elock;
+
+/* ---- local queue of one client's states per name -------------------------- */
+
+static int claim(eeng *e, elock *l, int64_t deadline, baton_waiter *w)
+{
+    for (;;) {
+        unsigned seen = baton_waiter_gen(w);
+        int slot = -1;
+        pthread_mutex_lock(&e->mu);
+        if (!l->n->holder || l->n->holder == l) {
+            l->n->holder = l;
+            pthread_mutex_unlock(&e->mu);
+            return 0;
+        }
+        if (deadline != 0)
+            for (int i = 0; i < 8 && slot < 0; i++)
+                if (!l->n->waiters[i]) l->n->waiters[slot = i] = w;
+        pthread_mutex_unlock(&e->mu);
+        if (deadline == 0) return baton_seterr(BATON_ELOCKED, 0, "etcd: '%s' is held by this client", l->n->name);
+        /* more than 8 local waiters on one name: they look every 50 ms */
+        int64_t until = deadline;
+        if (slot < 0) {
+            int64_t t = baton_now_ns() + 50000000LL;
+            if (t < until) until = t;
+        }
+        int rc = baton_waiter_park(w, seen, until);
+        if (slot >= 0) {
+            pthread_mutex_lock(&e->mu);
+            if (l->n->waiters[slot] == w) l->n->waiters[slot] = NULL;
+            pthread_mutex_unlock(&e->mu);
+        }
+        if (rc == BATON_ECANCELED || baton_waiter_canceled(w))
+            return baton_seterr(BATON_ECANCELED, 0, "etcd: acquire of '%s' canceled", l->n->name);
+        if (deadline != INT64_MAX && baton_now_ns() >= deadline)
+            return baton_seterr(BATON_ETIMEDOUT, 0, "etcd: '%s' still held by this client", l->n->name);
+    }
+}
+
+static void unclaim(eeng *e, elock *l)
+{
+    pthread_mutex_lock(&e->mu);
+    if (l->n->holder == l) {
+        l->n->holder = NULL;
+        for (int i = 0; i < 8; i++)
+            if (l->n->waiters[i]) baton_waiter_wake(l->n->waiters[i]);
+    }
+    pthread_mutex_unlock(&e->mu);
+}
+
+/* ---- states ----------------------------------------------------------------- */
+
+static int state_new(eeng *e, const char *name, const baton_lock_options *opts, int election, void **st);
+
+int etcd_lock_new(void *eng, const char *name, const baton_lock_options *opts, void **st)
+{
+    return state_new(eng, name, opts, 0, st);
+}
+
+/* A candidate in the election NAME, on concurrency.Election's layout: the
+ * same keys as the mutex ("<name>/<lease hex>", the value being what it
+ * proclaims), the leader being the first by create revision. */
+int etcd_election_new(void *eng, const char *name, const baton_lock_options *opts, void **st)
+{
+    return state_new(eng, name, opts, 1, st);
+}
+
+static int state_new(eeng *e, const char *name, const baton_lock_options *opts, int election, void **st)
+{
+    elock *l;
+    ename *n;
+    size_t pl = strlen(e->prefix), nl = strlen(name);
+
+    *st = NULL;
+    if (opts && opts->fixed_lease)
+        return baton_seterr(BATON_ENOTSUP, 0, "etcd: no fixed leases: a lock lives as long as the client's lease");
+    if (!(l = calloc(1, sizeof *l)) || !(l->pfx = malloc(pl + nl + 2))) goto nomem;
+    memcpy(l->pfx, e->prefix, pl);
+    memcpy(l->pfx + pl, name, nl);
+    l->pfx[pl + nl] = '/';
+    l->pfx[pl + nl + 1] = 0;
+    l->plen = pl + nl + 1;
+    l->e = e;
+    l->election = election;
+    pthread_mutex_lock(&e->mu);
+    for (n = e->names; n && strcmp(n->name, name); n = n->next) {}
+    if (!n) {
+        if (!(n = calloc(1, sizeof *n)) || !(n->name = strdup(name))) {
+            pthread_mutex_unlock(&e->mu);
+            free(n);
+            goto nomem;
+        }
+        n->next = e->names;
+        e->names = n;
+    }
+    n->refs++;
+    l->n = n;
+    pthread_mutex_unlock(&e->mu);
+    *st = l;
+    return 0;
+nomem:
+    if (l) free(l->pfx);
+    free(l);
+    return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+}
+
+void etcd_lock_free(void *eng, void *st)
+{
+    eeng *e = eng;
+    elock *l = st;
+    if (!l) return;
+    unclaim(e, l);
+    pthread_mutex_lock(&e->mu);
+    if (--l->n->refs == 0) {
+        for (ename **pp = &e->names; *pp; pp = &(*pp)->next)
+            if (*pp == l->n) {
+                *pp = l->n->next;
+                break;
+            }
+        free(l->n->name);
+        free(l->n);
+    }
+    pthread_mutex_unlock(&e->mu);
+    free(l->key);
+    free(l->pfx);
+    free(l);
+}
+
+/* ---- requests --------------------------------------------------------------- */
+
+/* {"request_range": the first key of [P, P's end) by create revision} */
+static json_t *first_create(const char *p, size_t len)
+{
+    size_t el;
+    char *end = egw_prefix_end(p, len, &el), *p64 = egw_b64(p, len), *e64 = end ? egw_b64(end, el) : NULL;
+    json_t *j = p64 && e64 ? json_pack("{s:{s:s, s:s, s:s, s:s, s:s}}", "request_range", "key", p64, "range_end", e64,
+                                       "sort_order", "ASCEND", "sort_target", "CREATE", "limit", "1")
+                           : NULL;
+    free(end), free(p64), free(e64);
+    return j;
+}
+
+/* The first kv of the i-th range response of a txn answer. */
+static json_t *txn_kv(json_t *resp, size_t i, int64_t *count)
+{
+    json_t *r = json_object_get(json_array_get(json_object_get(resp, "responses"), i), "response_range");
+    if (count) *count = egw_int(r, "count");
+    return json_array_get(json_object_get(r, "kvs"), 0);
+}
+
+static char *fence_key(eeng *e, const char *name, size_t *len)
+{
+    size_t pl = strlen(e->prefix), nl = strlen(name);
+    char *k = malloc(pl + nl + 8);
+    if (!k) return NULL;
+    memcpy(k, e->prefix, pl);
+    memcpy(k + pl, "\0fence/", 7);
+    memcpy(k + pl + 7, name, nl + 1);
+    *len = pl + 7 + nl;
+    return k;
+}
+
+/* Deletes KEY if its create revision is still REV (the release txn). With
+ * MARK, also records REV as the last fence of NAME. *DELETED = 1 when it was
+ * our key. */
+static int delete_own(eeng *e, const char *name, const char *key, size_t klen, int64_t rev, int mark, int *deleted)
+{
+    char revs[24], *k64 = egw_b64(key, klen), *f64 = NULL, *v64 = NULL, *fk = NULL;
+    size_t fl;
+    json_t *req = NULL, *resp = NULL, *ops;
+    int rc;
+
+    *deleted = 0;
+    snprintf(revs, sizeof revs, "%lld", (long long)rev);
+    if (!k64) goto nomem;
+    if (!(req = json_pack("{s:[{s:s, s:s, s:s, s:s}], s:[{s:{s:s}}]}", "compare", "key", k64, "target", "CREATE",
+                          "result", "EQUAL", "create_revision", revs, "success", "request_delete_range", "key", k64)))
+        goto nomem;
+    if (mark) {
+        if (!(fk = fence_key(e, name, &fl)) || !(f64 = egw_b64(fk, fl)) || !(v64 = egw_b64(revs, strlen(revs))))
+            goto nomem;
+        ops = json_object_get(req, "success");
+        if (json_array_append_new(ops, json_pack("{s:{s:s, s:s}}", "request_put", "key", f64, "value", v64)))
+            goto nomem;
+    }
+    rc = egw_call(e->gw, "/v3/kv/txn", req, &resp, 0);
+    req = NULL;
+    if (!rc) *deleted = json_is_true(json_object_get(resp, "succeeded"));
+    json_decref(resp);
+    free(k64), free(f64), free(v64), free(fk);
+    return rc;
+nomem:
+    json_decref(req);
+    free(k64), free(f64), free(v64), free(fk);
+    return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+}
+
+/* The create-if-absent txn: our key on lease ID (value: who), and the
+ * owner. 0 with *MYREV, *OWNERREV, *SENT. */
+static int create_key(eeng *e, elock *l, int64_t id, const char *value, int64_t *myrev, int64_t *ownrev,
+                      int64_t *sent)
+{
+    char ids[24], *k64 = egw_b64(l->key, l->klen), *v64 = egw_b64(value, strlen(value));
+    json_t *req = NULL, *resp = NULL, *kv;
+    int rc;
+
+    snprintf(ids, sizeof ids, "%lld", (long long)id);
+    if (k64 && v64)
+        req = json_pack("{s:[{s:s, s:s, s:s, s:s}], s:[{s:{s:s, s:s, s:s}}, o], s:[{s:{s:s}}, o]}", "compare", "key",
+                        k64, "target", "CREATE", "result", "EQUAL", "create_revision", "0", "success", "request_put",
+                        "key", k64, "value", v64, "lease", ids, first_create(l->pfx, l->plen), "failure",
+                        "request_range", "key", k64, first_create(l->pfx, l->plen));
+    free(k64), free(v64);
+    *sent = baton_now_ns();
+    if ((rc = egw_call(e->gw, "/v3/kv/txn", req, &resp, 0))) return rc;
+    if (json_is_true(json_object_get(resp, "succeeded"))) {
+        *myrev = egw_int(json_object_get(resp, "header"), "revision");
+    } else {
+        kv = txn_kv(resp, 0, NULL);
+        *myrev = egw_int(kv, "create_revision");
+    }
+    kv = txn_kv(resp, 1, NULL);
+    *ownrev = egw_int(kv, "create_revision");
+    json_decref(resp);
+    if (*myrev <= 0 || *ownrev <= 0)
+        return baton_seterr(BATON_EPROTO, 0, "etcd: the lock txn on '%s' answered without revisions", l->n->name);
+    return 0;
+}
+
+/* One read, in one round trip (a txn of two ranges, one revision): the key
+ * just before ours (greatest create revision below MYREV; *KEY malloc'd,
+ * NULL when none), our own key's create revision now (*MINE, 0 = gone) and
+ * the revision of that snapshot (*HREV). */
+static int look(eeng *e, elock *l, int64_t myrev, char **key, size_t *klen, int64_t *mine, int64_t *hrev)
+{
+    size_t el;
+    char maxr[24], *end = egw_prefix_end(l->pfx, l->plen, &el), *p64 = egw_b64(l->pfx, l->plen),
+                   *e64 = end ? egw_b64(end, el) : NULL, *k64 = egw_b64(l->key, l->klen);
+    json_t *req = NULL, *resp = NULL, *kv;
+    const char *k;
+    int rc;
+
+    *key = NULL;
+    snprintf(maxr, sizeof maxr, "%lld", (long long)(myrev - 1));
+    if (p64 && e64 && k64)
+        req = json_pack("{s:[{s:{s:s, s:s, s:s, s:s, s:s, s:s, s:b}}, {s:{s:s, s:b}}]}", "success", "request_range",
+                        "key", p64, "range_end", e64, "sort_order", "DESCEND", "sort_target", "CREATE", "limit", "1",
+                        "max_create_revision", maxr, "keys_only", 1, "request_range", "key", k64, "keys_only", 1);
+    free(end), free(p64), free(e64), free(k64);
+    if ((rc = egw_call(e->gw, "/v3/kv/txn", req, &resp, 0))) return rc;
+    *hrev = egw_int(json_object_get(resp, "header"), "revision");
+    *mine = egw_int(txn_kv(resp, 1, NULL), "create_revision");
+    kv = txn_kv(resp, 0, NULL);
+    if (kv) {
+        k = json_string_value(json_object_get(kv, "key"));
+        if (!k || egw_unb64(k, key, klen)) {
+            json_decref(resp);
+            return baton_seterr(BATON_EPROTO, 0, "etcd: a key that is not base64 in a range answer");
+        }
+    }
+    json_decref(resp);
+    if (*hrev <= 0) {
+        free(*key);
+        *key = NULL;
+        return baton_seterr(BATON_EPROTO, 0, "etcd: a txn answer without a header revision");
+    }
+    return 0;
+}
+
+/* ---- acquire / release ---------------------------------------------------------- */
+
+static int is_lease_gone(void)
+{
+    const char *m = baton_error_last()->message;
+    return m && strstr(m, "lease not found");
+}
+
+int etcd_lock_acquire(void *eng, void *st, baton_acquire_req *req)
+{
+    eeng *e = eng;
+    elock *l = st;
+    int64_t id, myrev = 0, ownrev = 0, sent = 0;
+    uint64_t gen;
+    int rc, del, tries = 0;
+
+    if ((rc = claim(e, l, req->deadline_ns, req->waiter))) return rc;
+again:
+    if (++tries > 5) {
+        rc = baton_seterr(BATON_EUNAVAILABLE, 0, "etcd: the client's lease keeps expiring while acquiring '%s'",
+                          l->n->name);
+        goto fail;
+    }
+    if ((rc = etcd_lease_get(e, &id, &gen))) goto fail;
+    free(l->key);
+    if (!(l->key = malloc(l->plen + 20))) {
+        rc = baton_seterr(BATON_ENOMEM, 0, "out of memory");
+        goto fail;
+    }
+    l->klen = l->plen + (size_t)snprintf(l->key + l->plen, 20, "%llx", (unsigned long long)id);
+    memcpy(l->key, l->pfx, l->plen);
+    l->gen = gen;
+    if ((rc = create_key(e, l, id, l->election && req->value ? req->value : req->owner->desc, &myrev, &ownrev,
+                         &sent))) {
+        if (is_lease_gone()) {
+            etcd_lease_dead(e, gen);
+            goto again;
+        }
+        goto fail;
+    }
+    if (ownrev != myrev && req->deadline_ns == 0) {
+        delete_own(e, l->n->name, l->key, l->klen, myrev, 0, &del);
+        rc = baton_seterr(BATON_ELOCKED, 0, "etcd: '%s' is held", l->n->name);
+        goto fail;
+    }
+    while (ownrev != myrev) {
+        char *pk = NULL;
+        size_t pkl = 0;
+        int64_t hrev = 0, mine = 0;
+        if ((rc = look(e, l, myrev, &pk, &pkl, &mine, &hrev))) goto fail_del;
+        if (mine != myrev) {
+            /* our key went with the lease while we waited (granting here
+             * anyway was the etcd 3.4 mutex bug Jepsen found) */
+            free(pk);
+            etcd_lease_dead(e, gen);
+            goto again;
+        }
+        /* at revision hrev our key exists and none is before it: ours */
+        if (!pk) break;
+        rc = egw_wait_delete(e->gw, pk, pkl, hrev + 1, req->deadline_ns, req->waiter);
+        free(pk);
+        if (rc == BATON_ETIMEDOUT) {
+            rc = baton_seterr(BATON_ETIMEDOUT, 0, "etcd: '%s' still held at the deadline", l->n->name);
+            goto fail_del;
+        }
+        if (rc == BATON_ECANCELED) {
+            rc = baton_seterr(BATON_ECANCELED, 0, "etcd: acquire of '%s' canceled", l->n->name);
+            goto fail_del;
+        }
+        if (rc) goto fail_del;
+        if (!etcd_lease_live(e, gen)) goto again;
+    }
+    if (!etcd_lease_live(e, gen)) {
+        /* the lease was declared lost while we acquired: the loss report
+         * could not name this grant, so it must not stand */
+        delete_own(e, l->n->name, l->key, l->klen, myrev, 0, &del);
+        goto again;
+    }
+    req->fence = (uint64_t)myrev;
+    req->sent_ns = sent;
+    l->rev = myrev;
+    return 0;
+fail_del:
+    /* withdraw from the queue (best effort: the lease takes the key at the latest) */
+    {
+        baton_error saved = *baton_error_last();
+        char msg[256];
+        snprintf(msg, sizeof msg, "%s", saved.message ? saved.message : "");
+        delete_own(e, l->n->name, l->key, l->klen, myrev, 0, &del);
+        baton_seterr(rc, saved.native, "%s", msg);
+    }
+fail:
+    free(l->key);
+    l->key = NULL;
+    unclaim(e, l);
+    return rc;
+}
+
+int etcd_lock_release(void *eng, void *st, const baton_owner *owner)
+{
+    eeng *e = eng;
+    elock *l = st;
+    int rc, del = 0, live;
+    (void)owner;
+
+    if (!l->key) return baton_seterr(BATON_ENOTHELD, 0, "etcd: '%s' is not held", l->n->name);
+    live = etcd_lease_live(e, l->gen);
+    rc = delete_own(e, l->n->name, l->key, l->klen, l->rev, 1, &del);
+    if (rc == 0 && (!del || !live))
+        rc = baton_seterr(BATON_ELOST, 0, "etcd: '%s' was lost (its key or lease is gone)", l->n->name);
+    if (rc == 0 || rc == BATON_ELOST) {
+        free(l->key);
+        l->key = NULL;
+        unclaim(e, l);
+    }
+    return rc;
+}
+
+int etcd_lock_info(void *eng, const char *name, baton_lockinfo *out)
+{
+    eeng *e = eng;
+    size_t pl = strlen(e->prefix), nl = strlen(name), fl;
+    char *pfx = malloc(pl + nl + 2), *fk = fence_key(e, name, &fl), *f64 = fk ? egw_b64(fk, fl) : NULL;
+    json_t *req = NULL, *resp = NULL, *kv;
+    int64_t count = 0;
+    int rc;
+
+    if (pfx) {
+        memcpy(pfx, e->prefix, pl);
+        memcpy(pfx + pl, name, nl);
+        memcpy(pfx + pl + nl, "/", 2);
+    }
+    if (pfx && f64)
+        req = json_pack("{s:[o, {s:{s:s}}]}", "success", first_create(pfx, pl + nl + 1), "request_range", "key", f64);
+    free(pfx), free(fk), free(f64);
+    if ((rc = egw_call(e->gw, "/v3/kv/txn", req, &resp, 0))) return rc;
+    kv = txn_kv(resp, 0, &count);
+    out->held = kv != NULL;
+    out->remaining_ms = -1;
+    out->queue_length = count > 1 ? count - 1 : 0;
+    out->holder[0] = 0;
+    if (kv) {
+        const char *v = json_string_value(json_object_get(kv, "value"));
+        char *dv = NULL;
+        size_t dl;
+        out->fence = (uint64_t)egw_int(kv, "create_revision");
+        if (v && !egw_unb64(v, &dv, &dl)) snprintf(out->holder, sizeof out->holder, "%s", dv);
+        free(dv);
+    } else {
+        kv = txn_kv(resp, 1, NULL);
+        const char *v = json_string_value(json_object_get(kv, "value"));
+        char *dv = NULL;
+        size_t dl;
+        out->fence = 0;
+        if (v && !egw_unb64(v, &dv, &dl)) out->fence = strtoull(dv, NULL, 10);
+        free(dv);
+    }
+    json_decref(resp);
+    return 0;
+}
+
+/* ---- election -------------------------------------------------------------------- */
+
+/* The leader of NAME now: the first key of "<name>/" by create revision. */
+static int leader_now(eeng *e, const char *pfx, size_t plen, char *value, size_t n, uint64_t *fence, int64_t *hrev)
+{
+    json_t *req = json_pack("{s:[o]}", "success", first_create(pfx, plen)), *resp = NULL, *kv;
+    int rc;
+
+    if ((rc = egw_call(e->gw, "/v3/kv/txn", req, &resp, 0))) return rc;
+    *hrev = egw_int(json_object_get(resp, "header"), "revision");
+    kv = txn_kv(resp, 0, NULL);
+    *fence = 0;
+    if (n) value[0] = 0;
+    if (kv) {
+        const char *v = json_string_value(json_object_get(kv, "value"));
+        char *dv = NULL;
+        size_t dl;
+        *fence = (uint64_t)egw_int(kv, "create_revision");
+        if (v && egw_unb64(v, &dv, &dl)) {
+            json_decref(resp);
+            return baton_seterr(BATON_EPROTO, 0, "etcd: a value that is not base64 in a range answer");
+        }
+        if (n) snprintf(value, n, "%s", dv ? dv : "");
+        free(dv);
+    }
+    json_decref(resp);
+    if (*hrev <= 0) return baton_seterr(BATON_EPROTO, 0, "etcd: a txn answer without a header revision");
+    return 0;
+}
+
+int etcd_election_leader(void *eng, const char *name, uint64_t known_fence, const char *known_value, char *value,
+                         size_t n, uint64_t *fence, int64_t deadline_ns, baton_waiter *w)
+{
+    eeng *e = eng;
+    size_t pl = strlen(e->prefix), nl = strlen(name);
+    char *pfx = malloc(pl + nl + 2), *cur = malloc(n + 1);
+    int rc;
+
+    if (!pfx || !cur) {
+        free(pfx), free(cur);
+        return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+    }
+    memcpy(pfx, e->prefix, pl);
+    memcpy(pfx + pl, name, nl);
+    memcpy(pfx + pl + nl, "/", 2);
+    for (;;) {
+        int64_t hrev = 0;
+        if ((rc = leader_now(e, pfx, pl + nl + 1, cur, n + 1, fence, &hrev))) break;
+        /* known_value is compared whole; VALUE may be cut to n bytes */
+        if (deadline_ns == 0 || *fence != known_fence || (known_value && strncmp(cur, known_value, n))) {
+            if (n) snprintf(value, n, "%s", cur);
+            break;
+        }
+        /* anything under "<name>/" changing may change the leader or its value */
+        rc = egw_wait_prefix(e->gw, pfx, pl + nl + 1, hrev + 1, deadline_ns, w);
+        if (rc == BATON_ETIMEDOUT) {
+            rc = baton_seterr(BATON_ETIMEDOUT, 0, "etcd: the leader of '%s' did not change in time", name);
+            break;
+        }
+        if (rc == BATON_ECANCELED) {
+            rc = baton_seterr(BATON_ECANCELED, 0, "etcd: waiting for the leader of '%s' canceled", name);
+            break;
+        }
+        if (rc) break;
+    }
+    free(pfx);
+    free(cur);
+    return rc;
+}
+
+int etcd_election_proclaim(void *eng, void *st, const baton_owner *owner, const char *value)
+{
+    eeng *e = eng;
+    elock *l = st;
+    char revs[24], ids[24], *k64, *v64;
+    json_t *req = NULL, *resp = NULL;
+    int64_t id;
+    uint64_t gen;
+    int rc, ok;
+    (void)owner;
+
+    if (!l->key || !etcd_lease_live(e, l->gen))
+        return baton_seterr(BATON_ELOST, 0, "etcd: this candidate no longer leads '%s'", l->n->name);
+    pthread_mutex_lock(&e->mu);
+    id = e->lease;
+    gen = e->lease_gen;
+    pthread_mutex_unlock(&e->mu);
+    if (gen != l->gen) return baton_seterr(BATON_ELOST, 0, "etcd: this candidate no longer leads '%s'", l->n->name);
+    snprintf(revs, sizeof revs, "%lld", (long long)l->rev);
+    snprintf(ids, sizeof ids, "%lld", (long long)id);
+    k64 = egw_b64(l->key, l->klen);
+    v64 = egw_b64(value, strlen(value));
+    /* etcd's Proclaim: put the new value if our key is still the one we created */
+    if (k64 && v64)
+        req = json_pack("{s:[{s:s, s:s, s:s, s:s}], s:[{s:{s:s, s:s, s:s}}]}", "compare", "key", k64, "target",
+                        "CREATE", "result", "EQUAL", "create_revision", revs, "success", "request_put", "key", k64,
+                        "value", v64, "lease", ids);
+    free(k64), free(v64);
+    if ((rc = egw_call(e->gw, "/v3/kv/txn", req, &resp, 0))) return rc;
+    ok = json_is_true(json_object_get(resp, "succeeded"));
+    json_decref(resp);
+    return ok ? 0 : baton_seterr(BATON_ELOST, 0, "etcd: this candidate no longer leads '%s'", l->n->name);
+}

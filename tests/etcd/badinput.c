@@ -1,0 +1,213 @@
+/*
+ * The etcd backend's clean failures (test_etcd_badinput; its own server in
+ * $BATON_TEST_TMP/etcd_badinput, stopped at exit):
+ *
+ *   - unreachable members (closed ports) -> BATON_EUNAVAILABLE within the
+ *     connect timeout (plus slack);
+ *   - a silent member (SIGSTOPped: the TCP connection is made, nothing
+ *     answers) -> BATON_EUNAVAILABLE within the request timeout (plus slack);
+ *   - malformed replies (a loopback HTTP server that is not etcd: not JSON,
+ *     JSON without the fields asked for) -> BATON_EPROTO, never a crash;
+ *   - auth enabled on the server: the right password works (in the URI or in
+ *     $BATON_ETCD_PASSWORD), a wrong one or none -> BATON_EAUTH;
+ *   - malformed URIs and options -> BATON_EINVAL before any network I/O.
+ */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "../harness.h"
+#include "../common/testlib.h"
+
+/* Slack on "within the timeout": thread start-up and scheduling on a busy
+ * 2-core machine; an engine that retried forever would blow far past it. */
+#define MARGIN_MS 4000
+
+static char g_dir[1024];
+static char g_srv[1200];
+static int g_port;
+
+static int closed_port(void) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t sl = sizeof a;
+    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) != 0 || getsockname(fd, (struct sockaddr *)&a, &sl) != 0) {
+        perror("bind");
+        exit(1);
+    }
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+/* Opens URI (timeouts MS) and takes one lock: the first failure must be WANT
+ * within MS + MARGIN_MS. */
+static void expect_fail(const char *uri, int ms, int want) {
+    baton_client_options co = BATON_CLIENT_OPTIONS_INIT;
+    co.connect_timeout_ms = ms;
+    co.io_timeout_ms = ms;
+    baton_client *c = NULL;
+    int64_t t0 = tl_now_ms();
+    int rc = baton_client_open(&c, uri, &co);
+    const char *where = "open";
+    if (rc == 0) {
+        baton_lock *l = NULL;
+        rc = baton_lock_open(&l, c, "badinput", NULL);
+        where = "lock_open";
+        if (rc == 0) {
+            rc = baton_lock_acquire(l, 0);
+            where = "acquire";
+            if (rc == 0) baton_lock_release(l);
+            baton_lock_free(l);
+        }
+        baton_client_close(c);
+    }
+    int64_t took = tl_now_ms() - t0;
+    fprintf(stderr, "   %s: %s = %d (%s) after %lld ms: %s\n", uri, where, rc, baton_strerror(rc), (long long)took,
+            tl_lastmsg());
+    CHECK_RC(rc, want);
+    CHECK(took <= ms + MARGIN_MS);
+}
+
+static void test_unreachable(void) {
+    char uri[256];
+    snprintf(uri, sizeof uri, "etcd://127.0.0.1:%d", closed_port());
+    expect_fail(uri, 1000, BATON_EUNAVAILABLE);
+    snprintf(uri, sizeof uri, "etcd://127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d", closed_port(), closed_port(),
+             closed_port());
+    expect_fail(uri, 1000, BATON_EUNAVAILABLE);
+}
+
+static void test_silent_member(void) {
+    char uri[256];
+    snprintf(uri, sizeof uri, "etcd://127.0.0.1:%d", g_port);
+    tl_server("etcd", "pause", g_srv, NULL, 1);
+    expect_fail(uri, 1000, BATON_EUNAVAILABLE);
+    tl_server("etcd", "resume", g_srv, NULL, 1);
+    /* and it serves again */
+    expect_fail(uri, 5000, 0);
+}
+
+/* A loopback HTTP server (python3) that answers every POST with BODY. Returns
+ * its port; *PID to kill. */
+static int fake_server(const char *body, pid_t *pid) {
+    char pf[1300], cmd[4096];
+    int port = 0;
+    snprintf(pf, sizeof pf, "%s/fake.port", g_dir);
+    unlink(pf);
+    snprintf(cmd, sizeof cmd,
+             "exec /usr/bin/python3 -c '"
+             "import http.server, sys\n"
+             "class H(http.server.BaseHTTPRequestHandler):\n"
+             "    protocol_version = \"HTTP/1.1\"\n"
+             "    def do_POST(self):\n"
+             "        self.rfile.read(int(self.headers.get(\"Content-Length\", 0)))\n"
+             "        b = sys.argv[2].encode()\n"
+             "        self.send_response(200); self.send_header(\"Content-Length\", str(len(b))); self.end_headers()\n"
+             "        self.wfile.write(b)\n"
+             "    def log_message(self, *a): pass\n"
+             "s = http.server.HTTPServer((\"127.0.0.1\", 0), H)\n"
+             "open(sys.argv[1] + \".tmp\", \"w\").write(str(s.server_port))\n"
+             "import os; os.rename(sys.argv[1] + \".tmp\", sys.argv[1])\n"
+             "s.serve_forever()' '%s' '%s'",
+             pf, body);
+    *pid = fork();
+    if (*pid == 0) {
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    for (int i = 0; i < 100 && port <= 0; i++) {
+        FILE *f = fopen(pf, "r");
+        if (f) {
+            if (fscanf(f, "%d", &port) != 1) port = 0;
+            fclose(f);
+        }
+        if (port <= 0) tl_sleep_ms(100);
+    }
+    return port;
+}
+
+static void test_malformed_replies(void) {
+    const char *bodies[] = { "this is not json", "[1, 2, 3]", "{\"header\": {}}", "{\"ID\": \"12\"}", "{" };
+    for (size_t i = 0; i < sizeof bodies / sizeof bodies[0]; i++) {
+        pid_t pid;
+        char uri[256];
+        int port = fake_server(bodies[i], &pid);
+        CHECK(port > 0);
+        if (port <= 0) {
+            kill(pid, SIGKILL);
+            continue;
+        }
+        snprintf(uri, sizeof uri, "etcd://127.0.0.1:%d", port);
+        fprintf(stderr, "   a server answering %s\n", bodies[i]);
+        expect_fail(uri, 2000, BATON_EPROTO);
+        kill(pid, SIGKILL);
+        tl_sh("wait %d 2>/dev/null; true", (int)pid);
+    }
+}
+
+static void test_auth(void) {
+    char uri[256], ctl[512];
+    snprintf(ctl, sizeof ctl, "ETCDCTL_API=3 etcdctl --endpoints=127.0.0.1:%d", g_port);
+    int rc = tl_sh("%s user add root:rootpw >/dev/null && %s auth enable >/dev/null", ctl, ctl);
+    CHECK(rc == 0);
+    if (rc) return;
+    snprintf(uri, sizeof uri, "etcd://root:rootpw@127.0.0.1:%d", g_port);
+    expect_fail(uri, 5000, 0);
+    snprintf(uri, sizeof uri, "etcd://root:wrong@127.0.0.1:%d", g_port);
+    expect_fail(uri, 5000, BATON_EAUTH);
+    snprintf(uri, sizeof uri, "etcd://nosuchuser:x@127.0.0.1:%d", g_port);
+    expect_fail(uri, 5000, BATON_EAUTH);
+    /* no credentials at all on an auth-enabled server */
+    snprintf(uri, sizeof uri, "etcd://127.0.0.1:%d", g_port);
+    expect_fail(uri, 5000, BATON_EAUTH);
+    /* the password from the environment */
+    snprintf(uri, sizeof uri, "etcd://root@127.0.0.1:%d", g_port);
+    setenv("BATON_ETCD_PASSWORD", "rootpw", 1);
+    expect_fail(uri, 5000, 0);
+    setenv("BATON_ETCD_PASSWORD", "wrong", 1);
+    expect_fail(uri, 5000, BATON_EAUTH);
+    unsetenv("BATON_ETCD_PASSWORD");
+    expect_fail(uri, 5000, BATON_EINVAL); /* a user without a password */
+    tl_sh("%s --user root:rootpw auth disable >/dev/null", ctl);
+}
+
+static void test_bad_uris(void) {
+    char p[64];
+    snprintf(p, sizeof p, "%d", closed_port());
+    const char *bad[] = { "etcd://", "etcd:///prefix", "etcd://127.0.0.1:%s?ttl=-1", "etcd://127.0.0.1:%s?ttl=99999999",
+                          "etcd://127.0.0.1:%s?timeout_ms=0", "etcd://127.0.0.1:%s?cert=/x",
+                          "etcds://127.0.0.1:%s?key=", "etcd://127.0.0.1:%s?bogus" };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char uri[256];
+        snprintf(uri, sizeof uri, bad[i], p);
+        expect_fail(uri, 1000, BATON_EINVAL);
+    }
+}
+
+int main(void) {
+    signal(SIGPIPE, SIG_IGN);
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    const char *tmp = getenv("BATON_TEST_TMP");
+    snprintf(g_dir, sizeof g_dir, "%s/etcd_badinput", tmp ? tmp : "/tmp");
+    tl_mkdirs(g_dir);
+    snprintf(g_srv, sizeof g_srv, "%s/srv", g_dir);
+    tl_sh("bash '%s/etcd.sh' stop-all '%s' >/dev/null 2>&1", TL_SERVERS_DIR, g_dir);
+
+    RUN(test_unreachable);
+    RUN(test_bad_uris);
+    RUN(test_malformed_replies);
+    g_port = tl_server("etcd", "start", g_srv, NULL, 1);
+    fprintf(stderr, "etcd badinput: server on 127.0.0.1:%d\n", g_port);
+    RUN(test_silent_member);
+    RUN(test_auth);
+    tl_server("etcd", "stop", g_srv, NULL, 1);
+    return th_finish();
+}
