@@ -240,7 +240,7 @@ nomem:
 /* The create-if-absent txn: our key on lease ID (value: who), and the
  * owner. 0 with *MYREV, *OWNERREV, *SENT. */
 static int create_key(eeng *e, elock *l, int64_t id, const char *value, int64_t *myrev, int64_t *ownrev,
-                      int64_t *sent)
+                      int64_t *sent, int *existed)
 {
     char ids[24], *k64 = egw_b64(l->key, l->klen), *v64 = egw_b64(value, strlen(value));
     json_t *req = NULL, *resp = NULL, *kv;
@@ -255,7 +255,8 @@ static int create_key(eeng *e, elock *l, int64_t id, const char *value, int64_t 
     free(k64), free(v64);
     *sent = baton_now_ns();
     if ((rc = egw_call(e->gw, "/v3/kv/txn", req, &resp, 0))) return rc;
-    if (json_is_true(json_object_get(resp, "succeeded"))) {
+    *existed = !json_is_true(json_object_get(resp, "succeeded"));
+    if (!*existed) {
         *myrev = egw_int(json_object_get(resp, "header"), "revision");
     } else {
         kv = txn_kv(resp, 0, NULL);
@@ -323,7 +324,7 @@ int etcd_lock_acquire(void *eng, void *st, baton_acquire_req *req)
     elock *l = st;
     int64_t id, myrev = 0, ownrev = 0, sent = 0;
     uint64_t gen;
-    int rc, del, tries = 0;
+    int rc, del, existed = 0, tries = 0;
 
     if ((rc = claim(e, l, req->deadline_ns, req->waiter))) return rc;
 again:
@@ -342,12 +343,18 @@ again:
     memcpy(l->key, l->pfx, l->plen);
     l->gen = gen;
     if ((rc = create_key(e, l, id, l->election && req->value ? req->value : req->owner->desc, &myrev, &ownrev,
-                         &sent))) {
+                         &sent, &existed))) {
         if (is_lease_gone()) {
             etcd_lease_dead(e, gen);
             goto again;
         }
         goto fail;
+    }
+    if (existed && l->election && req->value) {
+        /* our key was there already (an earlier campaign on this lease):
+         * campaign with the value asked for now, as etcd's Campaign does */
+        l->rev = myrev;
+        if ((rc = etcd_election_proclaim(e, l, req->owner, req->value))) goto fail_del;
     }
     if (ownrev != myrev && req->deadline_ns == 0) {
         delete_own(e, l->n->name, l->key, l->klen, myrev, 0, &del);
