@@ -400,6 +400,7 @@ const baton_backend baton__backend_etcd = {
     .lock_info = etcd_lock_info,
     .attach = etcd_attach,
     .identity = etcd_identity,
+    .engine_ops = etcd_engine_ops,
     .describe = etcd_describe,
     .election_new = etcd_election_new,
     .election_leader = etcd_election_leader,

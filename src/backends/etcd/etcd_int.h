@@ -52,6 +52,13 @@ int egw_wait_prefix(egw *g, const char *prefix, size_t plen, int64_t rev, int64_
 /* "http://127.0.0.1:2379" of the member the last call reached. */
 void egw_endpoint(egw *g, char *buf, size_t n);
 
+/* The number of members in the URI, and a plain HTTP GET of PATH (e.g.
+ * "/metrics") from member I, whatever the transport: 0 with the body in
+ * *BODY (malloc'd, NUL-terminated, *LEN bytes); BATON_EUNAVAILABLE when the
+ * member cannot be reached, BATON_EPROTO for a status other than 200. */
+size_t egw_members(egw *g);
+int egw_get(egw *g, size_t member, const char *path, char **body, size_t *len);
+
 /* base64 of LEN bytes (malloc'd, NUL-terminated), NULL when out of memory. */
 char *egw_b64(const void *p, size_t len);
 /* Decodes S into a malloc'd buffer (NUL-terminated, *LEN bytes); -1 when S is
@@ -104,6 +111,15 @@ int etcd_lease_get(eeng *e, int64_t *id, uint64_t *gen);
 int etcd_lease_live(eeng *e, uint64_t gen);
 /* The lease is gone (its key creation said so): lose its grants now. */
 void etcd_lease_dead(eeng *e, uint64_t gen);
+
+/* ---- metrics.c ----------------------------------------------------------- */
+
+/* engine_ops: etcd's gRPC request counts (/metrics), every member summed. */
+int etcd_engine_ops(void *eng, void (*fn)(void *arg, const char *op, uint64_t count), void *arg);
+/* Parses Prometheus text TEXT for grpc_server_msg_received_total and calls
+ * FN(ARG, lower-case method, count) per method with a count (exposed for the
+ * unit test). -1 when TEXT has no such line at all (not etcd's /metrics). */
+int etcd_metrics_parse(const char *text, void (*fn)(void *arg, const char *op, uint64_t count), void *arg);
 
 /* ---- lock.c -------------------------------------------------------------- */
 

@@ -578,3 +578,55 @@ int egw_wait_prefix(egw *g, const char *prefix, size_t plen, int64_t rev, int64_
 {
     return wait_event(g, prefix, plen, 1, rev, deadline_ns, w);
 }
+
+/* ---- plain GETs (/metrics) ---------------------------------------------- */
+
+size_t egw_members(egw *g)
+{
+    return g->nbase;
+}
+
+int egw_get(egw *g, size_t member, const char *path, char **body, size_t *len)
+{
+    char url[512];
+    buf_t b = { 0 };
+    CURL *h;
+    CURLcode cc;
+    long http = 0;
+    int rc = 0;
+
+    *body = NULL;
+    *len = 0;
+    if (member >= g->nbase) return baton_seterr(BATON_EINVAL, 0, "etcd: no member %zu", member);
+    /* its own handle: the pool's are set up for the gateway's POSTs */
+    if (!(h = curl_easy_init())) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+    snprintf(url, sizeof url, "%s%s", g->base[member], path);
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
+    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, (long)g->cfg.connect_timeout_ms);
+    if (g->cfg.io_timeout_ms > 0) curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)g->cfg.io_timeout_ms);
+    curl_easy_setopt(h, CURLOPT_PROXY, "");
+    if (g->cfg.tls) {
+        if (g->cacert) curl_easy_setopt(h, CURLOPT_CAINFO, g->cacert);
+        if (g->cert) curl_easy_setopt(h, CURLOPT_SSLCERT, g->cert);
+        if (g->key) curl_easy_setopt(h, CURLOPT_SSLKEY, g->key);
+    }
+    cc = curl_easy_perform(h);
+    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &http);
+    curl_easy_cleanup(h);
+    if (b.oom) rc = baton_seterr(BATON_ENOMEM, 0, "out of memory");
+    else if (cc != CURLE_OK)
+        rc = baton_seterr(BATON_EUNAVAILABLE, cc, "etcd: %s: %s", url, curl_easy_strerror(cc));
+    else if (http != 200)
+        rc = baton_seterr(BATON_EPROTO, http, "etcd: %s: HTTP %ld", url, http);
+    if (rc) {
+        free(b.p);
+        return rc;
+    }
+    if (!b.p && !(b.p = calloc(1, 1))) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+    *body = b.p;
+    *len = b.len;
+    return 0;
+}

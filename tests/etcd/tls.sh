@@ -1,0 +1,137 @@
+#!/bin/bash
+# etcds:// against a real etcd that serves its client port over TLS only and
+# asks for client certificates (--client-cert-auth), with a CA and
+# certificates made here by openssl:
+#  - the right CA + client certificate: baton holds a lock, the key is in the
+#    Mutex layout, `etcdctl lock` over TLS waits for baton, and back;
+#  - no cacert (the system's CAs do not know ours), another CA, no client
+#    certificate, a certificate the CA did not sign, a missing file -> exit 69
+#    (EAUTH/EUNAVAILABLE), promptly, never a hang;
+#  - etcd:// (plain HTTP) against the TLS port -> exit 69, not a hang;
+#  - TLS options on etcd:// -> exit 64 (EINVAL).
+# The server is this test's own (${BATON_TEST_TMP}/etcd_tls), stopped on exit.
+# usage: tls.sh BATON [TRANSPORT_OPTION]   (e.g. "transport=grpc")
+set -u
+BATON=$1
+XOPT=${2:-}
+T=${BATON_TEST_TMP:?}/etcd_tls${XOPT:+_${XOPT//[^a-z]/}}
+ETCD_BIN=$(command -v etcd 2>/dev/null) || { echo "etcd missing: skip"; exit 77; }
+command -v etcdctl >/dev/null || { echo "etcdctl missing: skip"; exit 77; }
+command -v openssl >/dev/null || { echo "openssl missing: skip"; exit 77; }
+export ETCDCTL_API=3
+rm -rf "$T"; mkdir -p "$T/pki"
+pass=0 fail=0
+ok() { echo "ok: $*"; pass=$((pass + 1)); }
+bad() { echo "FAIL: $*"; fail=$((fail + 1)); }
+check() { local what=$1; shift; if "$@"; then ok "$what"; else bad "$what"; fi; }
+wait_line() { for _ in $(seq 1 300); do grep -qx "$2" "$1" 2>/dev/null && return 0; sleep 0.1; done; return 1; }
+epid= pids=()
+cleanup() {
+    for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; done
+    [ -n "$epid" ] && { kill -TERM "$epid" 2>/dev/null; sleep 0.5; kill -KILL "$epid" 2>/dev/null; wait "$epid" 2>/dev/null; }
+}
+trap cleanup EXIT
+
+# ---- certificates: a CA, a server certificate for 127.0.0.1, a client one;
+# another CA and a client certificate it signed (both unknown to the server).
+K=$T/pki
+mkca() {   # NAME
+    openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=baton test $1" \
+        -keyout "$K/$1.key" -out "$K/$1.pem" >/dev/null 2>&1
+}
+mkcert() { # CA NAME CN EXT
+    openssl req -newkey rsa:2048 -nodes -subj "/CN=$3" -keyout "$K/$2.key" -out "$K/$2.csr" >/dev/null 2>&1 &&
+    printf '%s\n' "$4" >"$K/$2.ext" &&
+    openssl x509 -req -in "$K/$2.csr" -CA "$K/$1.pem" -CAkey "$K/$1.key" -CAcreateserial -days 2 \
+        -extfile "$K/$2.ext" -out "$K/$2.pem" >/dev/null 2>&1
+}
+mkca ca && mkca otherca &&
+mkcert ca server 127.0.0.1 "subjectAltName=IP:127.0.0.1
+extendedKeyUsage=serverAuth,clientAuth" &&
+mkcert ca client baton "extendedKeyUsage=clientAuth" &&
+mkcert otherca stranger baton "extendedKeyUsage=clientAuth" ||
+    { echo "FAIL: openssl could not make the test certificates"; exit 1; }
+
+# ---- the server: client port TLS only, client certificates required
+read -r CP PP < <(/usr/bin/python3 -c 'import socket
+a, b = socket.socket(), socket.socket()
+a.bind(("127.0.0.1", 0)); b.bind(("127.0.0.1", 0))
+print(a.getsockname()[1], b.getsockname()[1])')
+"$ETCD_BIN" --name tls --data-dir "$T/data" \
+    --listen-client-urls "https://127.0.0.1:$CP" --advertise-client-urls "https://127.0.0.1:$CP" \
+    --listen-peer-urls "http://127.0.0.1:$PP" --initial-advertise-peer-urls "http://127.0.0.1:$PP" \
+    --initial-cluster "tls=http://127.0.0.1:$PP" \
+    --cert-file "$K/server.pem" --key-file "$K/server.key" \
+    --trusted-ca-file "$K/ca.pem" --client-cert-auth >"$T/etcd.log" 2>&1 &
+epid=$!
+ECTL="etcdctl --endpoints=https://127.0.0.1:$CP --cacert=$K/ca.pem --cert=$K/client.pem --key=$K/client.key"
+up=0
+for _ in $(seq 1 150); do
+    $ECTL endpoint health >/dev/null 2>&1 && { up=1; break; }
+    kill -0 "$epid" 2>/dev/null || break
+    sleep 0.2
+done
+[ $up = 1 ] || { echo "FAIL: etcd with TLS did not start:"; tail -20 "$T/etcd.log"; exit 1; }
+
+opt() { local o="$1"; [ -n "$XOPT" ] && o="$o&$XOPT"; echo "$o"; }
+GOOD="etcds://127.0.0.1:$CP?$(opt "cacert=$K/ca.pem&cert=$K/client.pem&key=$K/client.key&ttl=5")"
+N="tls-$$"
+
+# 1. the right CA and certificate: a lock, in etcd's layout, that etcdctl honours
+"$BATON" run -u "$GOOD" "$N-a" -- sh -c "echo in" >"$T/1.out" 2>"$T/1.err"
+check "etcds:// with the CA and a client certificate: run exit 0 ($(head -c 300 "$T/1.err"))" test $? = 0
+check "  the command ran" grep -qx in "$T/1.out"
+log=$T/2.log
+"$BATON" run -u "$GOOD" "$N-b" -- sh -c "echo baton-in >>$log; sleep 1.5; echo baton-out >>$log" &
+bp=$!; pids+=($bp)
+check "baton holds $N-b over TLS" wait_line "$log" baton-in
+check "  key NAME/<lease hex> seen by etcdctl over TLS" \
+    sh -c "$ECTL get --prefix --keys-only '$N-b/' | grep -Eq '^$N-b/[0-9a-f]+\$'"
+timeout 60 $ECTL lock "$N-b" -- sh -c "echo etcdctl-in >>$log" >/dev/null 2>&1
+wait "$bp"; rc=$?
+check "  baton run exit 0" test "$rc" = 0
+check "  etcdctl lock waited for baton" test "$(tr '\n' ' ' <"$log")" = "baton-in baton-out etcdctl-in "
+log=$T/3.log
+timeout 60 $ECTL lock "$N-c" -- sh -c "echo etcdctl-in >>$log; sleep 1.5; echo etcdctl-out >>$log" >/dev/null 2>&1 &
+ep=$!; pids+=($ep)
+check "etcdctl holds $N-c over TLS" wait_line "$log" etcdctl-in
+"$BATON" run -u "$GOOD" -n "$N-c" -- true 2>/dev/null
+check "  baton try: busy (1)" test $? = 1
+"$BATON" run -u "$GOOD" -w 30 "$N-c" -- sh -c "echo baton-in >>$log"
+check "  baton waited and ran" test $? = 0
+wait "$ep"
+check "  order etcdctl, baton" test "$(tr '\n' ' ' <"$log")" = "etcdctl-in etcdctl-out baton-in "
+
+# 2. refusals: each exit 69 with a message, well inside a generous bound
+refused() { # WHAT URI
+    local s e rc
+    s=$(date +%s)
+    timeout 60 "$BATON" run -u "$2" -n "$N-r" -- true 2>"$T/r.err"; rc=$?
+    e=$(date +%s)
+    check "$1: exit 69 (got $rc: $(head -c 200 "$T/r.err"))" test "$rc" = 69
+    check "  with a message" test -s "$T/r.err"
+    # the timeouts are 1-2 s; 30 s only says it did not hang
+    check "  promptly ($((e - s)) s)" test $((e - s)) -lt 30
+}
+B="etcds://127.0.0.1:$CP"
+X="connect_timeout_ms=1000&timeout_ms=2000"
+refused "no cacert (the system CAs do not know ours)" "$B?$(opt "cert=$K/client.pem&key=$K/client.key&$X")"
+refused "another CA" "$B?$(opt "cacert=$K/otherca.pem&cert=$K/client.pem&key=$K/client.key&$X")"
+refused "no client certificate" "$B?$(opt "cacert=$K/ca.pem&$X")"
+refused "a client certificate our CA did not sign" "$B?$(opt "cacert=$K/ca.pem&cert=$K/stranger.pem&key=$K/stranger.key&$X")"
+refused "plain etcd:// against the TLS port" "etcd://127.0.0.1:$CP?$(opt "$X")"
+s=$(date +%s)
+timeout 60 "$BATON" run -u "$B?$(opt "cacert=$T/no-such.pem&cert=$K/client.pem&key=$K/client.key&$X")" -n "$N-r" -- true 2>"$T/m.err"
+rc=$?
+check "a missing CA file: refused, not run (got $rc: $(head -c 200 "$T/m.err"))" sh -c "[ $rc != 0 ] && [ $rc != 124 ] && [ -s '$T/m.err' ]"
+
+# 3. TLS options on etcd:// are a usage error
+"$BATON" run -u "etcd://127.0.0.1:$CP?$(opt "cacert=$K/ca.pem")" -n "$N-r" -- true 2>/dev/null
+check "cacert on etcd://: exit 64" test $? = 64
+
+# nothing left behind by the refusals: the lock is free to a good client
+"$BATON" run -u "$GOOD" -n "$N-r" -- true
+check "after the refusals $N-r is free" test $? = 0
+
+echo "tls: $pass passed, $fail failed"
+[ "$fail" = 0 ]
