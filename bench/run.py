@@ -1380,6 +1380,10 @@ def etcd_rows(got):
         bp, pp = g("etcd_baton_%s_unc" % t, "acquire_p50_us"), g("etcd_py_unc", "acquire_p50_us")
         row("… acquire p50 µs (ratio = python-etcd3 / baton)", f(bp), "python-etcd3 " + f(pp), div(pp, bp), "—",
             info=True)
+    bg, br = g("etcd_baton_gateway_unc", "pairs_per_s"), g("etcd_baton_grpc_unc", "pairs_per_s")
+    if bg is not None and br is not None:
+        row("baton uncontended pairs/s: `?transport=grpc` vs the gateway", f(br), "gateway " + f(bg), div(br, bg), "—",
+            info=True)
     rg, rr = g("etcd_raw_gateway_unc", "pairs_per_s"), g("etcd_raw_grpc_unc", "pairs_per_s")
     row("Raw bounds: gRPC vs the gateway (pairs/s)", "", "gRPC %s, gateway %s" % (f(rr), f(rg)), div(rr, rg), "—",
         info=True)
@@ -1394,7 +1398,7 @@ def etcd_rows(got):
         c = "etcd_baton_%s_cont" % t
         v, p = g(c, "handoffs_per_s"), g("etcd_py_cont", "handoffs_per_s")
         row("etcd contended handoffs/s, 8 processes, baton over %s" % t, f(v), pycell("cont", "handoffs_per_s"),
-            div(v, p), "—", info=True)
+            "—" if pyfail("cont") else div(v, p), "—", info=True)
         mm = div(g(c, "min_per_client"), g(c, "max_per_client"))
         row("… min/max grants per client (FIFO)", f(mm, "%.2f"), "", "—", "≥ 0.8", None if mm is None else mm >= 0.8,
             short="etcd %s contended FIFO min/max" % t)
