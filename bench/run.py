@@ -1205,6 +1205,7 @@ def render_sql(got, eng, stamp):
 ETCD_N = 2000          # uncontended pairs: baton, python-etcd3 and the raw bounds alike
 ETCD_REPS = 3          # rotations per workload (medians kept)
 ETCD_PUT_N = 1000      # single Puts per write-latency run
+ETCD_PUT_GAP_MS = 5    # the pause before each isolated Put (the handoff workload's hold is 5 ms too)
 ETCD_CLI_LOOPS = 21    # CLI wall-time runs per command
 ETCD_PEER_TIMEOUT = 60 # python-etcd3's contended and handoff runs: its lock may fail and hang
 ETCD_TRANSPORTS = (("gateway", ""), ("grpc", "?transport=grpc"))   # the first is what etcd:// ships by default
@@ -1312,6 +1313,10 @@ def measure_etcd(got):
                      "put_p50_us", False),
                     ("put_grpc", [PY, os.path.join(here, "etcdput.py"), "grpc", str(port), str(ETCD_PUT_N)] if pyok else None,
                      "put_p50_us", False),
+                    ("putgap_gateway", [PY, os.path.join(here, "etcdput.py"), "gateway", str(port), str(ETCD_PUT_N // 2),
+                                        str(ETCD_PUT_GAP_MS)], "put_p50_us", False),
+                    ("putgap_grpc", [PY, os.path.join(here, "etcdput.py"), "grpc", str(port), str(ETCD_PUT_N // 2),
+                                     str(ETCD_PUT_GAP_MS)] if pyok else None, "put_p50_us", False),
                     ("py", py("handoff", "200"), "handoff_p50_us", True)]
                    + [("baton_" + t, bench(u, "--workload", "handoff", "--rounds", "200"), "handoff_p50_us", False)
                       for t, u in transports],
@@ -1387,10 +1392,11 @@ def etcd_rows(got):
     rg, rr = g("etcd_raw_gateway_unc", "pairs_per_s"), g("etcd_raw_grpc_unc", "pairs_per_s")
     row("Raw bounds: gRPC vs the gateway (pairs/s)", "", "gRPC %s, gateway %s" % (f(rr), f(rg)), div(rr, rg), "—",
         info=True)
-    pg, pgr = got.get("etcd_put_gateway_handoff") or {}, got.get("etcd_put_grpc_handoff") or {}
-    row("etcd write latency: one Put, p50 µs (p99), one connection", "",
-        "gateway %s (%s), gRPC %s (%s)" % (f(num(pg, "put_p50_us")), f(num(pg, "put_p99_us")),
-                                           f(num(pgr, "put_p50_us")), f(num(pgr, "put_p99_us"))), "—", "—", info=True)
+    for kind, text in (("put", "back to back"), ("putgap", "each after a %d ms pause (an isolated write)" % ETCD_PUT_GAP_MS)):
+        pg, pgr = got.get("etcd_%s_gateway_handoff" % kind) or {}, got.get("etcd_%s_grpc_handoff" % kind) or {}
+        row("etcd write latency: one Put, p50 µs (p99), one connection, %s" % text, "",
+            "gateway %s (%s), gRPC %s (%s)" % (f(num(pg, "put_p50_us")), f(num(pg, "put_p99_us")),
+                                               f(num(pgr, "put_p50_us")), f(num(pgr, "put_p99_us"))), "—", "—", info=True)
 
     for t, qs in ETCD_TRANSPORTS:
         if got.get("etcd_transport_" + t) != "ok":
@@ -1414,6 +1420,9 @@ def etcd_rows(got):
         row("etcd handoff p50 µs, release → the blocked waiter's grant, baton over %s (ratio = handoff / the Put "
             "p50 over %s)" % (t, t), f(v), "Put p50 %s" % f(w), r, "≤ 2", None if r is None else r <= 2,
             short="etcd %s handoff p50 ≤ 2 × write latency" % t)
+        w = num(got.get("etcd_putgap_%s_handoff" % t), "put_p50_us")
+        row("… the same handoff p50 against an isolated Put's p50 over %s (%d ms pause before each)"
+            % (t, ETCD_PUT_GAP_MS), f(v), "isolated Put p50 %s" % f(w), div(v, w), "—", info=True)
         row("… handoff p99 µs; python-etcd3's handoff", f(g(h, "handoff_p99_us")),
             pycell("handoff", "handoff_p50_us") + ("" if pyfail("handoff") else " p50"), "—", "—", info=True)
 
@@ -1443,9 +1452,10 @@ def render_etcd(got, stamp):
     s = ("Run of %s (`%s`, results in `bench/results/%s.jsonl`): one fresh single-member etcd %s (its defaults: "
          "the WAL fsync'd at every write, data on %s), the raw bounds, the Put latency, python-etcd3 and baton "
          "`etcd://` on it, %d runs of each workload per client, interleaved (the order rotates), medians kept; "
-         "uncontended %d pairs, contended 8 processes for 5 s, handoff 200 rounds, Puts %d per run, CLI %d runs "
-         "per command" % (stamp, how, stamp, cfg.get("version", "?"), cfg.get("data_fs", "?"), ETCD_REPS, ETCD_N,
-                          ETCD_PUT_N, ETCD_CLI_LOOPS))
+         "uncontended %d pairs, contended 8 processes for 5 s, handoff 200 rounds, Puts %d per run back to back "
+         "and %d after a %d ms pause each, CLI %d runs per command" % (
+             stamp, how, stamp, cfg.get("version", "?"), cfg.get("data_fs", "?"), ETCD_REPS, ETCD_N, ETCD_PUT_N,
+             ETCD_PUT_N // 2, ETCD_PUT_GAP_MS, ETCD_CLI_LOOPS))
     s += "; load average (1 min) at %s on %s CPUs.\n\n" % (load, os.cpu_count()) if load else ".\n\n"
     s += "\n".join(t)
     notmet = ["%s (%s)" % (sh, nv or r) for m, b, p, r, tg, ok, sh, nv in rows if ok is False]

@@ -3,10 +3,14 @@
 python3-etcd3 stubs, etcd3.etcdrpc, one channel) or the v3 JSON gateway (one keep-alive HTTP/1.1
 connection, as ../shared/peers/etcdraw.py), each timed alone; p50/p99 and puts/s. A Put is one
 raft entry, one fsync of the WAL on a single member: the write a lock's handoff waits for.
-usage: etcdput.py grpc|gateway PORT N"""
+With GAP_MS, each Put follows a pause of that long (as a handoff's release follows the hold): an
+isolated write, which costs more than one of a back-to-back loop on a loaded machine (etcd's
+goroutines park between requests and must be woken).
+usage: etcdput.py grpc|gateway PORT N [GAP_MS]"""
 import base64, http.client, json, sys, time
 
 transport, port, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+gap = float(sys.argv[4]) / 1e3 if len(sys.argv) > 4 else 0.0
 k, v = b"etcdput/key", b"x" * 16
 if transport == "grpc":
     import grpc
@@ -24,17 +28,19 @@ elif transport == "gateway":
             raise SystemExit("etcdput: HTTP %d: %s" % (r.status, r.read()[:200]))
         r.read()
 else:
-    raise SystemExit("usage: etcdput.py grpc|gateway PORT N")
+    raise SystemExit("usage: etcdput.py grpc|gateway PORT N [GAP_MS]")
 for _ in range(min(n // 10, 50)):       # warm-up: the connection, the server's first entries
     put()
 lat = []
 t0 = time.perf_counter()
 for _ in range(n):
+    if gap:
+        time.sleep(gap)
     a = time.perf_counter()
     put()
     lat.append(time.perf_counter() - a)
-dt = time.perf_counter() - t0
+dt = time.perf_counter() - t0 - gap * n
 lat.sort()
-print(json.dumps({"peer": "etcd put " + transport, "workload": "put", "transport": transport, "n": n,
+print(json.dumps({"peer": "etcd put " + transport, "workload": "put", "transport": transport, "n": n, "gap_ms": gap * 1e3,
                   "puts_per_s": round(n / dt, 1), "put_p50_us": round(lat[len(lat) // 2] * 1e6, 1),
                   "put_p99_us": round(lat[int(len(lat) * 0.99)] * 1e6, 1)}))
