@@ -1360,6 +1360,10 @@ def etcd_rows(got):
         rows.append((measure, baton, peer, ratio if isinstance(ratio, str) else rfmt(ratio), target,
                      "info" if info else ok, short or measure, nval))
 
+    if "etcd_cfg" not in got:
+        row("etcd: not measured (no etcd server: etcd/etcdctl missing, or it did not start)", "n/a", "", "—", "—",
+            info=True)
+        return rows
     pyfail = lambda key: got.get("etcd_py_%s_failed" % key)
     pycell = lambda key, fld, spec="%.1f": ("python-etcd3 failed: %s" % pyfail(key)[:200] if pyfail(key)
                                             else "python-etcd3 " + f(g("etcd_py_" + key, fld), spec))
