@@ -61,7 +61,7 @@ test: deps
 # build/bench, whatever build type build/ was configured with.
 # Results go to build/bench-results/<time>/ (untracked); bench-docs also publishes the run
 # into docs/PERFORMANCE.md, docs/bench/*.svg and bench/results/.
-# BENCH_ARGS="--only redis|redlock|zk|postgres|mysql" runs one section; "--redlock-nodes 5" for 5 RedLock nodes.
+# BENCH_ARGS="--only redis|redlock|zk|postgres|mysql|etcd" runs one section; "--redlock-nodes 5" for 5 RedLock nodes.
 bench:
 	bash scripts/install-deps.sh --bench
 	cmake -S . -B build/bench -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) >/dev/null

@@ -24,10 +24,15 @@ interleaved, a C loop over Connector/C sending baton's session and lease stateme
 (bench/peers/myraw.c, compiled next to BATON at run time: the round-trip bound), mysqlslap -c 1
 running the same statements, and baton on `mysql://` in each mode; then contended, handoff and
 the herd (counted by the server's Com_* counters); its table goes between the MYSQL markers.
---only redis|redlock|zk|postgres|mysql runs (and publishes) one section.
-usage: bench/run.py [--docs] [--only redis|redlock|zk|postgres|mysql] [--redlock-nodes N] BATON_BINARY
+etcd: one fresh single-member etcd of its own (start_etcd); on it, interleaved, the raw bounds of
+a lock cycle over the JSON gateway (../shared/peers/etcdraw.py) and over gRPC
+(bench/peers/etcdgrpcraw.py), python-etcd3 (pylocks.py etcd), the write latency (single Puts,
+bench/peers/etcdput.py) and baton on `etcd://` (and `?transport=grpc` when this baton takes it),
+then `baton run` against `etcdctl lock`; its table goes between the ETCD markers.
+--only redis|redlock|zk|postgres|mysql|etcd runs (and publishes) one section.
+usage: bench/run.py [--docs] [--only redis|redlock|zk|postgres|mysql|etcd] [--redlock-nodes N] BATON_BINARY
 """
-import datetime, hashlib, json, os, re, resource, shutil, signal, socket, statistics, subprocess, sys, tempfile, time
+import datetime, hashlib, json, os, re, resource, shutil, signal, socket, statistics, subprocess, sys, tempfile, threading, time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def find_peers():
@@ -78,7 +83,7 @@ MY_REPS = 3            # rotations of the bounds and baton per MariaDB workload 
 MY_HERD_W = (1, 4, 16, 64)   # mysql.sh allows 300 connections; a session-mode waiter holds one
 MY_HERD_ROUNDS = 64
 MY_SH = os.path.join(ROOT, "tests", "servers", "mysql.sh")
-SECTIONS = ("redis", "redlock", "zk", "postgres", "mysql")
+SECTIONS = ("redis", "redlock", "zk", "postgres", "mysql", "etcd")
 
 PUBLISH = False
 _args = []
@@ -1188,6 +1193,286 @@ def render_sql(got, eng, stamp):
     return s
 
 
+# ---- etcd ----
+#
+# One fresh single-member etcd of its own (start_etcd: etcd's defaults, WAL fsync'd, data in a
+# temporary directory) and on it, interleaved: the raw bounds of a lock cycle (the two writes a
+# cycle costs at best: a create-if-absent txn and a delete) over each transport, python-etcd3
+# (pylocks.py etcd: Debian's python3-etcd3, gRPC), the write latency (single Puts) over each
+# transport, and baton on etcd:// over the gateway, plus `?transport=grpc` when this baton
+# accepts it. Then `baton run` against `etcdctl lock`.
+
+ETCD_N = 2000          # uncontended pairs: baton, python-etcd3 and the raw bounds alike
+ETCD_REPS = 3          # rotations per workload (medians kept)
+ETCD_PUT_N = 1000      # single Puts per write-latency run
+ETCD_PUT_GAP_MS = 5    # the pause before each isolated Put (the handoff workload's hold is 5 ms too)
+ETCD_CLI_LOOPS = 21    # CLI wall-time runs per command
+ETCD_PEER_TIMEOUT = 60 # python-etcd3's contended and handoff runs: its lock may fail and hang
+ETCD_TRANSPORTS = (("gateway", ""), ("grpc", "?transport=grpc"))   # the first is what etcd:// ships by default
+
+
+def etcd_grpc_probe(uri):
+    """Whether this baton takes URI (`?transport=grpc`): one short `baton bench`. (ok, why)."""
+    r = run_raw([BATON, "bench", "-u", uri, "--workload", "uncontended", "--n", "10", "--json"], timeout=60)
+    if r is None:
+        return False, "the probe did not run"
+    rc, out, err = r[:3]
+    if rc == 0 and '"pairs_per_s"' in out:
+        return True, ""
+    why = (err.strip() or out.strip()).splitlines()[-1:] or ["exit %d" % rc]
+    return False, why[0][-200:]
+
+
+def run_may_fail(cmd, label, env=None, timeout=ETCD_PEER_TIMEOUT):
+    """run() for a peer that may crash or hang (python-etcd3's lock under contention on Debian):
+    its result, or a recorded failure {"failed": the error line} when it exits without one,
+    prints a Python exception (it is ended 3 s later: the parent of a crashed worker waits
+    forever) or runs past TIMEOUT."""
+    e = dict(os.environ, **(env or {}))
+    try:
+        p = subprocess.Popen(cmd, env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             start_new_session=True)
+    except OSError as x:
+        log("  skipped: %s: %s" % (cmd[0], x))
+        return None
+    errs = []
+    t = threading.Thread(target=lambda: errs.extend(p.stderr), daemon=True)
+    t.start()
+    t0, crashed = time.perf_counter(), None
+    try:
+        while p.poll() is None:
+            now = time.perf_counter()
+            if crashed is None and any(re.match(r"^\w+(Error|Exception)\b", l) for l in errs):
+                crashed = now
+            if (crashed is not None and now - crashed > 3) or now - t0 > timeout:
+                break
+            time.sleep(0.1)
+    finally:
+        kill_group(p)
+        p.wait()
+    t.join(2)
+    out = p.stdout.read()
+    for line in out.splitlines():
+        if line.strip().startswith("{"):
+            try:
+                j = json.loads(line)
+            except ValueError:
+                continue
+            j.update(_wall_s=round(time.perf_counter() - t0, 3))
+            return record(j, label)
+    err = list(dict.fromkeys(l.strip() for l in errs if re.match(r"^\w+(Error|Exception)\b", l)))
+    why = "; ".join(err) if err else ("no result within %d s" % timeout if p.returncode in (-9, None) else
+                              "exit %s: %s" % (p.returncode, "".join(errs).strip()[-200:]))
+    log("  %s failed: %s" % (label, why))
+    return record({"peer": os.path.basename(cmd[1]) if len(cmd) > 1 else cmd[0], "workload": " ".join(cmd[2:4]),
+                   "failed": why[:300], "tracebacks": sum(l.startswith("Traceback") for l in errs)}, label)
+
+
+def measure_etcd(got):
+    """The etcd section: each workload ETCD_REPS times per client, the order rotating, medians
+    kept; python-etcd3's contended and handoff runs once more only when they did not fail."""
+    url = start_etcd()
+    if not url:
+        return
+    port = int(url.rsplit(":", 1)[1])
+    base = "etcd://127.0.0.1:%d" % port
+    ver = subprocess.run(["etcd", "--version"], capture_output=True, text=True).stdout.split("\n")[0]
+    data = [d for d in TMPDIRS if os.path.basename(d).startswith("baton-bench-etcd.")][-1]
+    fs = subprocess.run(["stat", "-f", "-c", "%T", data], capture_output=True, text=True).stdout.strip()
+    got["etcd_cfg"] = {"version": ver.replace("etcd Version: ", ""), "data_fs": fs or "?"}
+    log("etcd: baton on %s, the raw bounds and python-etcd3 on the same server" % base)
+    loadavg("etcd start")
+    transports = []
+    for name, qs in ETCD_TRANSPORTS:
+        ok, why = (True, "") if not qs else etcd_grpc_probe(base + qs)
+        got["etcd_transport_" + name] = why or "ok"
+        if ok:
+            transports.append((name, base + qs))
+        else:
+            log("  skipped baton over %s (%s): %s" % (name, qs, why))
+    pyok = subprocess.run([PY, "-c", "import etcd3, grpc"], capture_output=True).returncode == 0
+    if not pyok:
+        log("  skipped python-etcd3 and the gRPC bound and Put: python3-etcd3 is not installed")
+    pyl, here = os.path.join(PEERS, "pylocks.py"), os.path.join(ROOT, "bench", "peers")
+    env = {"PEER_ETCD_PORT": str(port)}
+    bench = lambda uri, *a: [BATON, "bench", "-u", uri] + list(a) + ["--json"]
+    py = lambda *a: [PY, pyl, "etcd"] + list(a) if pyok else None
+    # (who, command or None, its field, may fail)
+    work = {
+        "unc": [("raw_gateway", [PY, os.path.join(PEERS, "etcdraw.py"), str(port), str(ETCD_N)], "pairs_per_s", False),
+                ("raw_grpc", [PY, os.path.join(here, "etcdgrpcraw.py"), str(port), str(ETCD_N)] if pyok else None,
+                 "pairs_per_s", False),
+                ("py", py("uncontended", str(ETCD_N)), "pairs_per_s", False)]
+               + [("baton_" + t, bench(u, "--workload", "uncontended", "--n", str(ETCD_N)), "pairs_per_s", False)
+                  for t, u in transports],
+        "cont": [("py", py("contended", "8", "5"), "handoffs_per_s", True)]
+                + [("baton_" + t, bench(u, "--workload", "contended", "--clients", "8", "--seconds", "5"),
+                    "handoffs_per_s", False) for t, u in transports],
+        # the write latency sits in the handoff's rotation: the same load for the two figures compared
+        "handoff": [("put_gateway", [PY, os.path.join(here, "etcdput.py"), "gateway", str(port), str(ETCD_PUT_N)],
+                     "put_p50_us", False),
+                    ("put_grpc", [PY, os.path.join(here, "etcdput.py"), "grpc", str(port), str(ETCD_PUT_N)] if pyok else None,
+                     "put_p50_us", False),
+                    ("putgap_gateway", [PY, os.path.join(here, "etcdput.py"), "gateway", str(port), str(ETCD_PUT_N // 2),
+                                        str(ETCD_PUT_GAP_MS)], "put_p50_us", False),
+                    ("putgap_grpc", [PY, os.path.join(here, "etcdput.py"), "grpc", str(port), str(ETCD_PUT_N // 2),
+                                     str(ETCD_PUT_GAP_MS)] if pyok else None, "put_p50_us", False),
+                    ("py", py("handoff", "200"), "handoff_p50_us", True)]
+                   + [("baton_" + t, bench(u, "--workload", "handoff", "--rounds", "200"), "handoff_p50_us", False)
+                      for t, u in transports],
+    }
+    for key, sides in work.items():
+        sides = [s for s in sides if s[1]]
+        log("etcd %s (%d rounds, %s, order rotating)" % (key, ETCD_REPS, " / ".join(s[0] for s in sides)))
+        runs = {s[0]: [] for s in sides}
+        for rep in range(ETCD_REPS):
+            k = rep % len(sides)
+            for who, cmd, field, may_fail in sides[k:] + sides[:k]:
+                label = "etcd_%s_%s" % (who, key)
+                if may_fail:
+                    if any(r and "failed" in r for r in runs[who]):
+                        continue          # it failed once: the same failure again only costs the timeout
+                    runs[who].append(run_may_fail(cmd, label, env))
+                else:
+                    runs[who].append(run(cmd, label, env))
+        for who, cmd, field, _ in sides:
+            got["etcd_%s_%s" % (who, key)] = median_run(runs[who], field)
+            got["etcd_runs_%s_%s" % (who, key)] = len([x for x in runs[who] if x and "failed" not in x])
+            fail = [x for x in runs[who] if x and "failed" in x]
+            if fail:
+                got["etcd_%s_%s_failed" % (who, key)] = fail[0]["failed"]
+    loadavg("etcd cli")
+    log("etcd CLI wall time (%d runs each, interleaved)" % ETCD_CLI_LOOPS)
+    cmds = {"baton " + t: [BATON, "run", "-u", u, "bench-cli", "--", "true"] for t, u in transports}
+    cmds["etcdctl"] = ["etcdctl", "--endpoints=" + url, "lock", "bench-cli", "true"]
+    got["etcd_cli"] = cli_walls(cmds, ETCD_CLI_LOOPS, "etcd")
+    loadavg("etcd end")
+    got["etcd_load"] = [r for r in results if r.get("workload") == "loadavg" and r.get("when", "").startswith("etcd")]
+
+
+def etcd_rows(got):
+    """The etcd table: the targets of issue 14 per baton transport, against the raw bound of that
+    transport, python-etcd3 and the write latency, all measured in this run."""
+    g = lambda k, fld: num(got.get(k), fld)
+    rows = []
+
+    def row(measure, baton, peer, ratio, target, ok=None, info=False, short=None, nval=None):
+        rows.append((measure, baton, peer, ratio if isinstance(ratio, str) else rfmt(ratio), target,
+                     "info" if info else ok, short or measure, nval))
+
+    if "etcd_cfg" not in got:
+        row("etcd: not measured (no etcd server: etcd/etcdctl missing, or it did not start)", "n/a", "", "—", "—",
+            info=True)
+        return rows
+    pyfail = lambda key: got.get("etcd_py_%s_failed" % key)
+    pycell = lambda key, fld, spec="%.1f": ("python-etcd3 failed: %s" % pyfail(key)[:200] if pyfail(key)
+                                            else "python-etcd3 " + f(g("etcd_py_" + key, fld), spec))
+    bounds = {"gateway": ("etcdraw.py: the JSON gateway, one keep-alive HTTP/1.1 connection", "raw_gateway"),
+              "grpc": ("etcdgrpcraw.py: gRPC, python3-etcd3's stubs, one channel", "raw_grpc")}
+    py = g("etcd_py_unc", "pairs_per_s")
+    for t, qs in ETCD_TRANSPORTS:
+        uri = "`etcd://…%s`" % qs
+        if got.get("etcd_transport_" + t) != "ok":
+            row("etcd over %s (%s): not measured, this baton does not take it (%s)" % (
+                t, uri, str(got.get("etcd_transport_" + t, "no etcd"))[:120]), "n/a", "", "—", "—", info=True)
+            continue
+        unc = g("etcd_baton_%s_unc" % t, "pairs_per_s")
+        text, key = bounds[t]
+        b = g("etcd_%s_unc" % key, "pairs_per_s")
+        r = div(unc, b)
+        row("etcd uncontended pairs/s, baton %s vs the raw bound of its transport (%s: create-if-absent txn + "
+            "delete)" % (uri, text), f(unc), "raw bound %s" % f(b), r, "≥ 0.9", None if r is None else r >= 0.9,
+            short="etcd %s uncontended ≥ 0.9 × %s bound" % (t, t))
+        r = div(unc, py)
+        row("… vs python-etcd3 (gRPC, three writes per cycle)", f(unc), "python-etcd3 " + f(py), r, "≥ 1.3",
+            None if r is None else r >= 1.3, short="etcd %s uncontended ≥ 1.3 × python-etcd3" % t)
+        bp, pp = g("etcd_baton_%s_unc" % t, "acquire_p50_us"), g("etcd_py_unc", "acquire_p50_us")
+        row("… acquire p50 µs (ratio = python-etcd3 / baton)", f(bp), "python-etcd3 " + f(pp), div(pp, bp), "—",
+            info=True)
+    bg, br = g("etcd_baton_gateway_unc", "pairs_per_s"), g("etcd_baton_grpc_unc", "pairs_per_s")
+    if bg is not None and br is not None:
+        row("baton uncontended pairs/s: `?transport=grpc` vs the gateway", f(br), "gateway " + f(bg), div(br, bg), "—",
+            info=True)
+    rg, rr = g("etcd_raw_gateway_unc", "pairs_per_s"), g("etcd_raw_grpc_unc", "pairs_per_s")
+    row("Raw bounds: gRPC vs the gateway (pairs/s)", "", "gRPC %s, gateway %s" % (f(rr), f(rg)), div(rr, rg), "—",
+        info=True)
+    for kind, text in (("put", "back to back"), ("putgap", "each after a %d ms pause (an isolated write)" % ETCD_PUT_GAP_MS)):
+        pg, pgr = got.get("etcd_%s_gateway_handoff" % kind) or {}, got.get("etcd_%s_grpc_handoff" % kind) or {}
+        row("etcd write latency: one Put, p50 µs (p99), one connection, %s" % text, "",
+            "gateway %s (%s), gRPC %s (%s)" % (f(num(pg, "put_p50_us")), f(num(pg, "put_p99_us")),
+                                               f(num(pgr, "put_p50_us")), f(num(pgr, "put_p99_us"))), "—", "—", info=True)
+
+    for t, qs in ETCD_TRANSPORTS:
+        if got.get("etcd_transport_" + t) != "ok":
+            continue
+        c = "etcd_baton_%s_cont" % t
+        v, p = g(c, "handoffs_per_s"), g("etcd_py_cont", "handoffs_per_s")
+        row("etcd contended handoffs/s, 8 processes, baton over %s" % t, f(v), pycell("cont", "handoffs_per_s"),
+            "—" if pyfail("cont") else div(v, p), "—", info=True)
+        mm = div(g(c, "min_per_client"), g(c, "max_per_client"))
+        row("… min/max grants per client (FIFO)", f(mm, "%.2f"), "", "—", "≥ 0.8", None if mm is None else mm >= 0.8,
+            short="etcd %s contended FIFO min/max" % t)
+        row("… wait p50 / p99 ms", "%s / %s" % (f(g(c, "wait_p50_ms"), "%.2f"), f(g(c, "wait_p99_ms"), "%.2f")), "",
+            "—", "—", info=True)
+        ok = (got.get(c) or {}).get("counter_ok")
+        row("… counter_ok", "n/a" if ok is None else str(ok).lower(), "", "—", "true", ok,
+            short="etcd %s contended counter_ok" % t)
+        h = "etcd_baton_%s_handoff" % t
+        v = g(h, "handoff_p50_us")
+        w = num(got.get("etcd_put_%s_handoff" % t), "put_p50_us")
+        r = div(v, w)
+        row("etcd handoff p50 µs, release → the blocked waiter's grant, baton over %s (ratio = handoff / the Put "
+            "p50 over %s)" % (t, t), f(v), "Put p50 %s" % f(w), r, "≤ 2", None if r is None else r <= 2,
+            short="etcd %s handoff p50 ≤ 2 × write latency" % t)
+        w = num(got.get("etcd_putgap_%s_handoff" % t), "put_p50_us")
+        row("… the same handoff p50 against an isolated Put's p50 over %s (%d ms pause before each)"
+            % (t, ETCD_PUT_GAP_MS), f(v), "isolated Put p50 %s" % f(w), div(v, w), "—", info=True)
+        row("… handoff p99 µs; python-etcd3's handoff", f(g(h, "handoff_p99_us")),
+            pycell("handoff", "handoff_p50_us") + ("" if pyfail("handoff") else " p50"), "—", "—", info=True)
+
+    cl = got.get("etcd_cli") or {}
+    wall = lambda k: "n/a" if k not in cl else "%s ms (mean %s)" % (f(num(cl[k], "wall_median_ms"), "%.2f"),
+                                                                    f(num(cl[k], "wall_mean_ms"), "%.2f"))
+    for t, qs in ETCD_TRANSPORTS:
+        if got.get("etcd_transport_" + t) != "ok":
+            continue
+        r = div(num(cl.get("baton " + t), "wall_median_ms"), num(cl.get("etcdctl"), "wall_median_ms"))
+        row("CLI: `baton run -u etcd://…%s NAME -- true` median wall" % qs, wall("baton " + t),
+            "`etcdctl lock NAME true` " + wall("etcdctl"), r, "≤ 0.5", None if r is None else r <= 0.5,
+            short="etcd %s CLI ≤ 0.5 × etcdctl lock" % t)
+    return rows
+
+
+def render_etcd(got, stamp):
+    rows = etcd_rows(got)
+    metcell = {True: "met", False: "**not met**", None: "n/a", "info": "—"}
+    t = ["| measure | baton | peer / bound | ratio | target | met |", "|---|---|---|---|---|---|"]
+    esc = lambda x: str(x).replace("|", "\\|")
+    t += ["| %s | %s | %s | %s | %s | %s |" % (esc(m), esc(b), esc(p), r, tg, metcell[ok]) for m, b, p, r, tg, ok, _, _ in rows]
+    cfg = got.get("etcd_cfg") or {}
+    la = got.get("etcd_load") or []
+    load = ", ".join("%s %.2f" % (x["when"].split(" ", 1)[-1], x["load1"]) for x in la)
+    how = "make bench" if len(SECTIONS) > 1 else "make bench BENCH_ARGS='--only etcd'"
+    s = ("Run of %s (`%s`, results in `bench/results/%s.jsonl`): one fresh single-member etcd %s (its defaults: "
+         "the WAL fsync'd at every write, data on %s), the raw bounds, the Put latency, python-etcd3 and baton "
+         "`etcd://` on it, %d runs of each workload per client, interleaved (the order rotates), medians kept; "
+         "uncontended %d pairs, contended 8 processes for 5 s, handoff 200 rounds, Puts %d per run back to back "
+         "and %d after a %d ms pause each, CLI %d runs per command" % (
+             stamp, how, stamp, cfg.get("version", "?"), cfg.get("data_fs", "?"), ETCD_REPS, ETCD_N, ETCD_PUT_N,
+             ETCD_PUT_N // 2, ETCD_PUT_GAP_MS, ETCD_CLI_LOOPS))
+    s += "; load average (1 min) at %s on %s CPUs.\n\n" % (load, os.cpu_count()) if load else ".\n\n"
+    s += "\n".join(t)
+    notmet = ["%s (%s)" % (sh, nv or r) for m, b, p, r, tg, ok, sh, nv in rows if ok is False]
+    na = [sh for *_, ok, sh, _ in rows if ok is None]
+    met = sum(1 for row in rows if row[5] is True)
+    s += "\n\nTargets met: %d of %d measured." % (met, met + len(notmet))
+    if notmet:
+        s += " Not met: " + "; ".join(notmet) + "."
+    if na:
+        s += " Not measured in this run (n/a): " + "; ".join(na) + "."
+    return s
+
+
 def measure():
     got, svgs = {}, []
     if "redis" in SECTIONS:
@@ -1202,6 +1487,9 @@ def measure():
         if name in SECTIONS:
             stop_servers()
             measure_sql(got, eng)
+    if "etcd" in SECTIONS:
+        stop_servers()
+        measure_etcd(got)
     return got, svgs
 
 
@@ -1559,6 +1847,8 @@ def main():
     for name, eng in SQL_ENGINES.items():
         if name in SECTIONS:
             blocks[eng["marker"]] = render_sql(got, eng, stamp)
+    if "etcd" in SECTIONS:
+        blocks["ETCD"] = render_etcd(got, stamp)
     text = "\n\n".join(blocks.values())
     open(os.path.join(OUT_DIR, "table.md"), "w").write(text + "\n")
     print("\n" + text)

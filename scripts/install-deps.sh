@@ -6,8 +6,9 @@
 #   install-deps.sh           the build and the test suite (a missing package is an error)
 #   install-deps.sh --demo    only the toolchain `make demo` needs (a C compiler, make, cmake):
 #                             the library and the CLI build without any optional backend
-#   install-deps.sh --bench   also the peers of `make bench`: etcd (server and etcdctl) and
-#                             node with npm; best effort: make bench skips a peer it lacks
+#   install-deps.sh --bench   also the peers of `make bench`: etcd (server and etcdctl),
+#                             python3-etcd3 (python-etcd3, and the gRPC stubs of the etcd raw
+#                             bound) and node with npm; best effort: make bench skips a peer it lacks
 set -euo pipefail
 bench=0
 demo=0
@@ -59,6 +60,7 @@ optional=()
 if [ $bench = 1 ]; then
   command -v etcd >/dev/null || installed etcd-server || optional+=(etcd-server)
   command -v etcdctl >/dev/null || installed etcd-client || optional+=(etcd-client)
+  installed python3-etcd3 || optional+=(python3-etcd3)
   command -v node >/dev/null || optional+=(nodejs)
   command -v npm >/dev/null || optional+=(npm)
   command -v flock >/dev/null || optional+=(util-linux)
