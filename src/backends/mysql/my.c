@@ -44,10 +44,6 @@
 #define WATCH_MS 20              /* the watchdog looks at cancelled waiters this often */
 #define LINGER_MS 1000           /* ... and keeps looking this long after the last wait began */
 
-/* Connector/C must be initialised once per process before threads use it. */
-static pthread_once_t lib_once = PTHREAD_ONCE_INIT;
-static void lib_init(void) { mysql_library_init(0, NULL, NULL); }
-
 int64_t my_deadline_ms(int ms) { return baton_now_ns() + (int64_t)ms * 1000000LL; }
 
 /* ---- errors --------------------------------------------------------------- */
@@ -772,15 +768,17 @@ static int configure(myeng *e, const baton_uri *u, const baton_client_options *o
 
 static int my_open(void **eng, const baton_uri *u, const baton_client_options *opts)
 {
-    myeng *e = calloc(1, sizeof *e);
+    myeng *e;
     pthread_condattr_t ca;
     MYSQL *c = NULL;
     MYSQL_RES *r = NULL;
     int rc;
 
     *eng = NULL;
-    if (!e) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
-    pthread_once(&lib_once, lib_init);
+    /* Connector/C is loaded (and initialised) here, not linked: programs
+     * that never open a mysql:// engine do not pay its start-up (mydl.h) */
+    if ((rc = baton__my_load())) return rc;
+    if (!(e = calloc(1, sizeof *e))) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
     pthread_mutex_init(&e->mu, NULL);
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);

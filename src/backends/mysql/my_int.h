@@ -7,6 +7,7 @@
  *   session.c  session mode: GET_LOCK on the lock's own connection
  *   row.c      row mode: the name's row locked by a transaction kept open
  *   lease.c    lease mode: a conditional upsert on the server's clock
+ *   mydl.c     Connector/C, loaded with dlopen on the first open (mydl.h)
  *
  * Layout and rules: docs/mysql-engine.md.
  */
@@ -15,7 +16,7 @@
 
 #include "baton/sys/backend.h"
 
-#include <mysql.h>
+#include "mydl.h" /* Connector/C, through the table loaded on the first open */
 #include <pthread.h>
 #include <stdint.h>
 

@@ -33,7 +33,6 @@
 
 #include <errno.h>
 #include <inttypes.h>
-#include <libpq-events.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -762,11 +761,14 @@ static int configure(pgeng *e, const baton_uri *u, const baton_client_options *o
 
 static int pg_open(void **eng, const baton_uri *u, const baton_client_options *opts)
 {
-    pgeng *e = calloc(1, sizeof *e);
+    pgeng *e;
     int rc;
 
     *eng = NULL;
-    if (!e) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+    /* libpq is loaded here, not linked: programs that never open a
+     * postgres:// engine do not pay its start-up (pqdl.h) */
+    if ((rc = baton__pq_load())) return rc;
+    if (!(e = calloc(1, sizeof *e))) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
     e->wake[0] = e->wake[1] = -1;
     pthread_mutex_init(&e->mu, NULL);
     if ((rc = configure(e, u, opts))) goto fail;

@@ -10,6 +10,7 @@
  *   row.c      row mode: the row locked by a transaction kept open
  *   rw.c       read-write locks (session mode)
  *   ops.c      engine_ops: the server's statement counts (baton bench)
+ *   pqdl.c     libpq, loaded with dlopen on the first open (pqdl.h)
  *
  * Layout and rules: docs/postgres-engine.md.
  */
@@ -18,7 +19,7 @@
 
 #include "baton/sys/backend.h"
 
-#include <libpq-fe.h>
+#include "pqdl.h" /* libpq, through the table loaded on the first open */
 #include <pthread.h>
 #include <stdint.h>
 
