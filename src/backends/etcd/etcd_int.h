@@ -8,6 +8,7 @@
  *   lock.c  the mutex in the layout of etcd's concurrency.Mutex, election
  *   rw.c    the read-write lock in the layout of etcd's recipe.RWMutex
  *   sem.c   the semaphore: one counter key, changed by compare-and-swap
+ *   permits.c permits with ids, one key each on the taker's lease
  *
  * Layout and rules: docs/etcd-engine.md.
  */
@@ -151,5 +152,15 @@ int etcd_sem_release(void *eng, void *st, uint32_t permits);
 int etcd_sem_ctl(void *eng, void *st, int op, int64_t arg, int64_t *out);
 /* "<prefix>\0sem/<name>", the counter key (malloc'd, *LEN bytes). */
 char *etcd_sem_key(eeng *e, const char *name, size_t *len);
+
+/* ---- permits.c ------------------------------------------------------------ */
+
+int etcd_permits_new(void *eng, const char *name, void **st);
+void etcd_permits_free(void *eng, void *st);
+int etcd_permits_acquire(void *eng, void *st, uint32_t lease_ms, int64_t deadline_ns, baton_waiter *w,
+                         char id[BATON_PERMIT_ID_SIZE]);
+int etcd_permits_release(void *eng, void *st, const char *id);
+int etcd_permits_renew(void *eng, void *st, const char *id, uint32_t lease_ms);
+int etcd_permits_ctl(void *eng, void *st, int op, int64_t arg, int64_t *out);
 
 #endif
