@@ -284,8 +284,13 @@ again:
             if (rc) goto fail_del;
             ok = json_is_true(json_object_get(resp, "succeeded"));
             json_decref(resp);
-            if (!ok || !etcd_lease_live(e, gen)) {
-                etcd_lease_dead(e, gen);
+            if (!ok) {
+                etcd_lease_dead(e, gen); /* our key is gone: so is the lease */
+                goto again;
+            }
+            if (!etcd_lease_live(e, gen)) {
+                /* declared lost meanwhile: this grant would go unreported */
+                del_key(e, key, klen, &gone);
                 goto again;
             }
             snprintf(id, BATON_PERMIT_ID_SIZE, "%s", o.hex);
@@ -313,7 +318,11 @@ again:
             goto fail_del;
         }
         if (rc) goto fail_del;
-        if (!etcd_lease_live(e, gen)) goto again;
+        if (!etcd_lease_live(e, gen)) {
+            /* lost while we waited: leave the line (best effort), queue again */
+            del_key(e, key, klen, &gone);
+            goto again;
+        }
         if ((rc = list(e, p, &l))) goto fail_del;
     }
 fail_del:

@@ -256,7 +256,11 @@ again:
             goto fail_del;
         }
         if (rc) goto fail_del;
-        if (!etcd_lease_live(e, gen)) goto again;
+        if (!etcd_lease_live(e, gen)) {
+            /* lost while we waited: leave the line (best effort), queue again */
+            etcd_delete_own(e, s->name, s->key, s->klen, myrev, 0, &del);
+            goto again;
+        }
         bound = myrev; /* look again from our own key */
     }
     if (!etcd_lease_live(e, gen)) {
