@@ -6,6 +6,8 @@
 #   cli.sh zk    PATH/TO/baton     the test ZooKeeper server ($BATON_TEST_SRV/zk/port),
 #                                  sessions of 4 s
 #   cli.sh sqlite PATH/TO/baton    a SQLite database file in the test's temp dir (no server)
+#   cli.sh etcd  PATH/TO/baton     the test etcd server ($BATON_TEST_SRV/etcd/port),
+#                                  client leases of 2 s
 #
 # Prints "N passed, N failed"; exits 1 on failure, 77 when the Redis or
 # ZooKeeper server is missing (unless BATON_REQUIRE_ALL=1).
@@ -73,7 +75,18 @@ sqlite)
     U=(-u "$URI")
     URI_DESC="sqlite"
     ;;
-*) echo "usage: $0 file|redis|zk|sqlite BATON" >&2; exit 2 ;;
+etcd)
+    PORT=$(cat "${BATON_TEST_SRV:-/nonexistent}/etcd/port" 2>/dev/null) || PORT=""
+    [ -n "$PORT" ] || skip_or_fail "no test etcd server"
+    unset BATON_DIR BATON_URI BATON_REDIS_PASSWORD REDISCLI_AUTH BATON_ETCD_PASSWORD
+    # A grant lives on the client's lease: 2 s (etcd grants at least 1.5 s)
+    # keeps the crash cases short; -t is not used.
+    ETCD_TTL_MS=2000
+    URI="etcd://127.0.0.1:$PORT?ttl=2"
+    U=(-u "$URI")
+    URI_DESC="etcd"
+    ;;
+*) echo "usage: $0 file|redis|zk|sqlite|etcd BATON" >&2; exit 2 ;;
 esac
 [ -x "$BATON" ] || { echo "no baton at $BATON" >&2; exit 1; }
 BATON_BASH=$(command -v bash)
@@ -190,10 +203,10 @@ elif [ "$MODE" = sqlite ]; then
     BATON_URI="$URI" expect_rc 0 "[sqlite] \$BATON_URI is the default for -u" b run "${P}envuri" -- sh -c 'cd / && "$0" status "$BATON_LOCK"' "$BATON"
     check "[sqlite] a nested status from another directory sees the holder" grep -q "^held: yes" "$TMP/out"
     check "[sqlite] ...and names it" grep -q "^holder: " "$TMP/out"
-elif [ "$MODE" = zk ]; then
-    check "[zk] BATON_URI is the zk URI ($uri)" [ "$uri" = "$URI" ]
-    BATON_URI="$URI" expect_rc 0 "[zk] \$BATON_URI is the default for -u" b run "${P}envuri" -- sh -c 'echo "$BATON_URI"'
-    check "[zk] the child sees that URI" grep -qx "$URI" "$TMP/out"
+elif [ "$MODE" = zk ] || [ "$MODE" = etcd ]; then
+    check "[$MODE] BATON_URI is the $MODE URI ($uri)" [ "$uri" = "$URI" ]
+    BATON_URI="$URI" expect_rc 0 "[$MODE] \$BATON_URI is the default for -u" b run "${P}envuri" -- sh -c 'echo "$BATON_URI"'
+    check "[$MODE] the child sees that URI" grep -qx "$URI" "$TMP/out"
 else
     is_redis_uri() { [[ "$1" == redis://127.0.0.1:$PORT* ]]; }
     check "[redis] BATON_URI is the redis URI ($uri)" is_redis_uri "$uri"
@@ -640,6 +653,138 @@ s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.clos
     # ---- a lease option is accepted and ignored; fixed leases do not exist ----
     expect_rc 0 "[zk] -t 0.05 with a 1 s command keeps the lock (no lease to run out)" \
         b run "${U[@]}" -t 0.05 "${P}zklease" -- sh -c 'sleep 1; "$0" run -n -u "$BATON_URI" "$BATON_LOCK" -- true; [ $? = 1 ]' "$BATON"
+fi
+
+if [ "$MODE" = etcd ]; then
+    # ---- status: the lease line, the holder, the fence, the queue -------------
+    N="${P}etcdstatus"
+    expect_rc 0 "[etcd] status of a free lock" b status "${U[@]}" "$N"
+    check "[etcd] status shows the client's lease and its TTL" grep -qE "^session: lease [0-9a-f]+ ttl [0-9]+ s" "$TMP/out"
+    check "[etcd] status of a free lock: not held, queue 0" \
+        eval 'grep -qx "held: no" "$TMP/out" && grep -qx "queue: 0" "$TMP/out"'
+    if start_holder es "$N"; then
+        fence=$(cat "$TMP/h.es.fence")
+        w=()
+        for i in 1 2; do
+            "${B[@]}" run -w 30 "${U[@]}" "$N" -- sh -c 'echo "$BATON_FENCE" > "$1"' sh "$TMP/es.w$i" 2>"$TMP/es.w$i.err" &
+            w+=("$!"); BG_PIDS+=("$!")
+            # one at a time, so that the queue order is theirs
+            for ((j = 0; j < 100; j++)); do
+                b status "${U[@]}" "$N" >"$TMP/es.st" 2>/dev/null
+                grep -qx "queue: $i" "$TMP/es.st" && break
+                sleep 0.05
+            done
+        done
+        expect_rc 0 "[etcd] status with a holder and two waiters" b status "${U[@]}" "$N"
+        check "[etcd] ...held" grep -qx "held: yes" "$TMP/out"
+        check "[etcd] ...the holder is the holder's baton (pid $HOLDER_PID)" grep -qE "^holder: .* $HOLDER_PID( |$)" "$TMP/out"
+        check "[etcd] ...the fence is the holder's BATON_FENCE $fence" grep -qx "fence: $fence" "$TMP/out"
+        check "[etcd] ...queue: 2" grep -qx "queue: 2" "$TMP/out"
+        stop_holder es
+        check "[etcd] holder exited 0 (rc $RC)" [ "$RC" = 0 ]
+        wait_pid "${w[0]}" 15; r1=$RC
+        wait_pid "${w[1]}" 15; r2=$RC
+        f1=$(cat "$TMP/es.w1" 2>/dev/null); f2=$(cat "$TMP/es.w2" 2>/dev/null)
+        check "[etcd] both waiters ran (rc $r1, $r2)" [ "$r1" = 0 -a "$r2" = 0 ]
+        check "[etcd] FIFO: fences $fence < $f1 < $f2" eval 'gt "$f1" "$fence" && gt "$f2" "$f1"'
+        expect_rc 0 "[etcd] status when free again" b status "${U[@]}" "$N"
+        check "[etcd] ...not held, queue 0, the last fence $f2" \
+            eval 'grep -qx "held: no" "$TMP/out" && grep -qx "queue: 0" "$TMP/out" && grep -qx "fence: $f2" "$TMP/out"'
+    else
+        bad "[etcd] status holder did not start: $(cat "$TMP/h.es.err")"
+    fi
+
+    # ---- --shared / --write: recipe.RWMutex's keys, a waiting writer ----------
+    N="${P}etcdrw"
+    ECTL=()
+    command -v etcdctl >/dev/null && ECTL=(etcdctl --endpoints="127.0.0.1:$PORT")
+    if start_holder er1 "$N" --shared; then
+        r1=$HOLDER_PID
+        if [ ${#ECTL[@]} -gt 0 ]; then
+            check "[etcd] a reader's key is $N/read/<lease hex>-<owner hex>" \
+                eval '"${ECTL[@]}" get --prefix --keys-only "$N/" | grep -Eqx "$N/read/[0-9a-f]+-[0-9a-f]{32}"'
+        fi
+        expect_rc 0 "[etcd] status while a reader holds" b status "${U[@]}" "$N"
+        check "[etcd] ...held, by the reader (pid $r1)" \
+            eval 'grep -qx "held: yes" "$TMP/out" && grep -qE "^holder: .* $r1( |$)" "$TMP/out"'
+        "${B[@]}" run -w 30 "${U[@]}" --write "$N" -- sh -c 'echo "$BATON_FENCE" > "$1"' sh "$TMP/erw.w" 2>"$TMP/erw.err" &
+        wpid=$!; BG_PIDS+=("$wpid")
+        if [ ${#ECTL[@]} -gt 0 ]; then
+            for ((j = 0; j < 100; j++)); do
+                "${ECTL[@]}" get --prefix --keys-only "$N/write/" | grep -q . && break
+                sleep 0.05
+            done
+            check "[etcd] the waiting writer's key is $N/write/..." \
+                eval '"${ECTL[@]}" get --prefix --keys-only "$N/" | grep -Eqx "$N/write/[0-9a-f]+-[0-9a-f]{32}"'
+        else
+            sleep 0.5
+        fi
+        expect_rc 1 "[etcd] --shared: a new reader waits behind the waiting writer" b run -n "${U[@]}" --shared "$N" -- true
+        check "[etcd] --write waits while the reader holds" kill -0 "$wpid"
+        rfence=$(cat "$TMP/h.er1.fence")
+        stop_holder er1
+        wait_pid "$wpid" 15
+        wf=$(cat "$TMP/erw.w" 2>/dev/null)
+        check "[etcd] the writer runs once the reader is gone (rc $RC), with a higher fence ($rfence < $wf)" \
+            eval '[ "$RC" = 0 ] && gt "$wf" "$rfence"'
+        expect_rc 0 "[etcd] --shared runs again" b run -n "${U[@]}" --shared "$N" -- true
+        if [ ${#ECTL[@]} -gt 0 ]; then
+            check "[etcd] no key left under $N/" eval '[ -z "$("${ECTL[@]}" get --prefix --keys-only "$N/")" ]'
+        fi
+    else
+        bad "[etcd] reader did not start: $(cat "$TMP/h.er1.err")"
+    fi
+
+    # ---- keys in recipe.RWMutex's own form ("<name>/write/<unix ns>") -------------
+    # what a Go program with etcd's recipe.RWMutex writes (etcdctl stands in
+    # for it): its writer holds baton's readers and writers off until its key
+    # goes; its reader shares with baton's readers and holds writers off
+    N="${P}etcdrecipe"
+    if [ ${#ECTL[@]} -gt 0 ]; then
+        "${ECTL[@]}" put "$N/write/$(date +%s%N)" "" >/dev/null
+        expect_rc 1 "[etcd] a recipe writer's key: --shared is busy" b run -n "${U[@]}" --shared "$N" -- true
+        expect_rc 1 "[etcd] a recipe writer's key: --write is busy" b run -n "${U[@]}" --write "$N" -- true
+        rm -f "$TMP/erc.ran"
+        "${B[@]}" run -w 30 "${U[@]}" --shared "$N" -- touch "$TMP/erc.ran" 2>"$TMP/erc.err" &
+        wpid=$!; BG_PIDS+=("$wpid")
+        sleep 0.5
+        check "[etcd] ...a waiting reader waits for it" [ ! -e "$TMP/erc.ran" ]
+        "${ECTL[@]}" del --prefix "$N/write/" >/dev/null
+        wait_pid "$wpid" 15
+        check "[etcd] ...and runs once the recipe writer's key is deleted (rc $RC)" [ "$RC" = 0 -a -e "$TMP/erc.ran" ]
+        "${ECTL[@]}" put "$N/read/$(date +%s%N)" "" >/dev/null
+        expect_rc 0 "[etcd] a recipe reader's key: --shared runs beside it" b run -n "${U[@]}" --shared "$N" -- true
+        expect_rc 1 "[etcd] a recipe reader's key: --write is busy" b run -n "${U[@]}" --write "$N" -- true
+        "${ECTL[@]}" del --prefix "$N/" >/dev/null
+        expect_rc 0 "[etcd] ...--write runs once it is gone" b run -n "${U[@]}" --write "$N" -- true
+    else
+        echo "   [etcd] etcdctl missing: the recipe-layout checks are skipped" >&2
+    fi
+
+    # ---- --permits N: on the client's lease --------------------------------------
+    N="${P}etcdperm"
+    if start_holder ep1 "$N" --permits 2; then
+        p1=$HOLDER_PID
+        if start_holder ep2 "$N" --permits 2; then
+            p2=$HOLDER_PID
+            expect_rc 1 "[etcd] --permits 2: a third run is busy" b run -n "${U[@]}" --permits 2 "$N" -- true
+            "${B[@]}" run -w 30 "${U[@]}" --permits 2 "$N" -- touch "$TMP/ep.ran" 2>"$TMP/ep.err" &
+            wpid=$!; BG_PIDS+=("$wpid")
+            sleep 0.5
+            check "[etcd] --permits 2: a third run waits" kill -0 "$wpid"
+            check "[etcd] --permits 2: ...its command did not run" [ ! -e "$TMP/ep.ran" ]
+            touch "$TMP/h.ep1.go"; wait_pid "$p1" 15
+            wait_pid "$wpid" 15
+            check "[etcd] --permits 2: the waiter gets the permit given back (rc $RC)" [ "$RC" = 0 -a -e "$TMP/ep.ran" ]
+            touch "$TMP/h.ep2.go"; wait_pid "$p2" 15
+            expect_rc 0 "[etcd] --permits 2: free again" b run -n "${U[@]}" --permits 2 "$N" -- true
+        else
+            bad "[etcd] second permit holder did not start: $(cat "$TMP/h.ep2.err")"
+            touch "$TMP/h.ep1.go"; wait_pid "$p1" 15
+        fi
+    else
+        bad "[etcd] permit holder did not start: $(cat "$TMP/h.ep1.err")"
+    fi
 fi
 
 # ---- the command never outlives its baton ------------------------------------

@@ -39,7 +39,7 @@ static char g_prefix[160];
 static char g_tmp[1024];
 static char g_backend[32];
 static int g_redis_port;       /* the port when the URI is a redis one, else 0 */
-static int g_session_ms;       /* a session engine (ZooKeeper): its session timeout, else 0 */
+static int g_session_ms;       /* a session engine (ZooKeeper; etcd: its lease TTL): its session timeout, else 0 */
 
 /* How long a stopped or killed holder keeps what it holds: its lease, or on
  * a session engine the session timeout (the lease is not used there). */
@@ -78,6 +78,11 @@ static inline int pr_setup(const char *suite, const char *uri) {
     if (!strcmp(g_backend, "zk")) {
         const char *p = strstr(g_uri, "session_timeout_ms=");
         g_session_ms = p ? atoi(p + strlen("session_timeout_ms=")) : 10000;
+    }
+    if (!strcmp(g_backend, "etcd")) {
+        /* grants live on the client's lease: its TTL (s) plays the session timeout */
+        const char *p = strstr(g_uri, "ttl=");
+        g_session_ms = 1000 * (p ? atoi(p + strlen("ttl=")) : 30);
     }
     if (!strcmp(g_backend, "redis")) {
         const char *p = strstr(g_uri, "://");

@@ -5,7 +5,10 @@
  *           auth tokens, error mapping, base64, and the watch stream
  *   etcd.c  URI/options, the client's lease and its keep-alive thread,
  *           identity/describe and the backend table
- *   lock.c  the mutex in the layout of etcd's concurrency.Mutex
+ *   lock.c  the mutex in the layout of etcd's concurrency.Mutex, election
+ *   rw.c    the read-write lock in the layout of etcd's recipe.RWMutex
+ *   sem.c   the semaphore: one counter key, changed by compare-and-swap
+ *   permits.c permits with ids, one key each on the taker's lease
  *
  * Layout and rules: docs/etcd-engine.md.
  */
@@ -123,6 +126,11 @@ int etcd_metrics_parse(const char *text, void (*fn)(void *arg, const char *op, u
 
 /* ---- lock.c -------------------------------------------------------------- */
 
+/* Every lock state starts with an int saying what it is, so the table's
+ * lock_acquire/release/free serve mutexes, candidates and the two sides of
+ * a read-write lock (lock.c hands ETCD_READ/ETCD_WRITE states to rw.c). */
+enum { ETCD_MUTEX = 1, ETCD_CANDIDATE, ETCD_READ, ETCD_WRITE };
+
 int etcd_lock_new(void *eng, const char *name, const baton_lock_options *opts, void **st);
 void etcd_lock_free(void *eng, void *st);
 int etcd_lock_acquire(void *eng, void *st, baton_acquire_req *req);
@@ -132,5 +140,43 @@ int etcd_election_new(void *eng, const char *name, const baton_lock_options *opt
 int etcd_election_leader(void *eng, const char *name, uint64_t known_fence, const char *known_value, char *value,
                          size_t n, uint64_t *fence, int64_t deadline_ns, baton_waiter *w);
 int etcd_election_proclaim(void *eng, void *st, const baton_owner *owner, const char *value);
+
+/* Helpers rw.c shares. {"request_range": the first key of [P, P's end) by
+ * create revision} (NULL when out of memory; json_pack's "o" takes that). */
+json_t *etcd_first_create(const char *p, size_t len);
+/* The first kv of the I-th range response of a txn answer (*COUNT: its count). */
+json_t *etcd_txn_kv(json_t *resp, size_t i, int64_t *count);
+/* Deletes KEY if its create revision is still REV; with MARK, records REV
+ * as NAME's last fence. *DELETED = 1 when it was our key. */
+int etcd_delete_own(eeng *e, const char *name, const char *key, size_t klen, int64_t rev, int mark, int *deleted);
+/* 1 when the last error says the lease a request named is gone. */
+int etcd_is_lease_gone(void);
+
+/* ---- rw.c ----------------------------------------------------------------- */
+
+int etcd_rwlock_new(void *eng, const char *name, const baton_lock_options *opts, void **rd, void **wr);
+int etcd_rw_acquire(eeng *e, void *st, baton_acquire_req *req);
+int etcd_rw_release(eeng *e, void *st);
+void etcd_rw_free(eeng *e, void *st);
+
+/* ---- sem.c ---------------------------------------------------------------- */
+
+int etcd_sem_new(void *eng, const char *name, void **st);
+void etcd_sem_free(void *eng, void *st);
+int etcd_sem_acquire(void *eng, void *st, uint32_t permits, int64_t deadline_ns, baton_waiter *w);
+int etcd_sem_release(void *eng, void *st, uint32_t permits);
+int etcd_sem_ctl(void *eng, void *st, int op, int64_t arg, int64_t *out);
+/* "<prefix>\0sem/<name>", the counter key (malloc'd, *LEN bytes). */
+char *etcd_sem_key(eeng *e, const char *name, size_t *len);
+
+/* ---- permits.c ------------------------------------------------------------ */
+
+int etcd_permits_new(void *eng, const char *name, void **st);
+void etcd_permits_free(void *eng, void *st);
+int etcd_permits_acquire(void *eng, void *st, uint32_t lease_ms, int64_t deadline_ns, baton_waiter *w,
+                         char id[BATON_PERMIT_ID_SIZE]);
+int etcd_permits_release(void *eng, void *st, const char *id);
+int etcd_permits_renew(void *eng, void *st, const char *id, uint32_t lease_ms);
+int etcd_permits_ctl(void *eng, void *st, int op, int64_t arg, int64_t *out);
 
 #endif

@@ -30,6 +30,7 @@
 #include <string.h>
 
 typedef struct elock {
+    int kind;                /* ETCD_MUTEX or ETCD_CANDIDATE (first: see etcd_int.h) */
     eeng *e;
     ename *n;
     char *pfx;               /* "<prefix><name>/" */
@@ -122,6 +123,7 @@ static int state_new(eeng *e, const char *name, const baton_lock_options *opts, 
     l->pfx[pl + nl] = '/';
     l->pfx[pl + nl + 1] = 0;
     l->plen = pl + nl + 1;
+    l->kind = election ? ETCD_CANDIDATE : ETCD_MUTEX;
     l->e = e;
     l->election = election;
     pthread_mutex_lock(&e->mu);
@@ -151,6 +153,10 @@ void etcd_lock_free(void *eng, void *st)
     eeng *e = eng;
     elock *l = st;
     if (!l) return;
+    if (l->kind == ETCD_READ || l->kind == ETCD_WRITE) {
+        etcd_rw_free(e, st);
+        return;
+    }
     unclaim(e, l);
     pthread_mutex_lock(&e->mu);
     if (--l->n->refs == 0) {
@@ -171,7 +177,7 @@ void etcd_lock_free(void *eng, void *st)
 /* ---- requests --------------------------------------------------------------- */
 
 /* {"request_range": the first key of [P, P's end) by create revision} */
-static json_t *first_create(const char *p, size_t len)
+json_t *etcd_first_create(const char *p, size_t len)
 {
     size_t el;
     char *end = egw_prefix_end(p, len, &el), *p64 = egw_b64(p, len), *e64 = end ? egw_b64(end, el) : NULL;
@@ -183,7 +189,7 @@ static json_t *first_create(const char *p, size_t len)
 }
 
 /* The first kv of the i-th range response of a txn answer. */
-static json_t *txn_kv(json_t *resp, size_t i, int64_t *count)
+json_t *etcd_txn_kv(json_t *resp, size_t i, int64_t *count)
 {
     json_t *r = json_object_get(json_array_get(json_object_get(resp, "responses"), i), "response_range");
     if (count) *count = egw_int(r, "count");
@@ -205,7 +211,7 @@ static char *fence_key(eeng *e, const char *name, size_t *len)
 /* Deletes KEY if its create revision is still REV (the release txn). With
  * MARK, also records REV as the last fence of NAME. *DELETED = 1 when it was
  * our key. */
-static int delete_own(eeng *e, const char *name, const char *key, size_t klen, int64_t rev, int mark, int *deleted)
+int etcd_delete_own(eeng *e, const char *name, const char *key, size_t klen, int64_t rev, int mark, int *deleted)
 {
     char revs[24], *k64 = egw_b64(key, klen), *f64 = NULL, *v64 = NULL, *fk = NULL;
     size_t fl;
@@ -250,8 +256,8 @@ static int create_key(eeng *e, elock *l, int64_t id, const char *value, int64_t 
     if (k64 && v64)
         req = json_pack("{s:[{s:s, s:s, s:s, s:s}], s:[{s:{s:s, s:s, s:s}}, o], s:[{s:{s:s}}, o]}", "compare", "key",
                         k64, "target", "CREATE", "result", "EQUAL", "create_revision", "0", "success", "request_put",
-                        "key", k64, "value", v64, "lease", ids, first_create(l->pfx, l->plen), "failure",
-                        "request_range", "key", k64, first_create(l->pfx, l->plen));
+                        "key", k64, "value", v64, "lease", ids, etcd_first_create(l->pfx, l->plen), "failure",
+                        "request_range", "key", k64, etcd_first_create(l->pfx, l->plen));
     free(k64), free(v64);
     *sent = baton_now_ns();
     if ((rc = egw_call(e->gw, "/v3/kv/txn", req, &resp, 0))) return rc;
@@ -259,10 +265,10 @@ static int create_key(eeng *e, elock *l, int64_t id, const char *value, int64_t 
     if (!*existed) {
         *myrev = egw_int(json_object_get(resp, "header"), "revision");
     } else {
-        kv = txn_kv(resp, 0, NULL);
+        kv = etcd_txn_kv(resp, 0, NULL);
         *myrev = egw_int(kv, "create_revision");
     }
-    kv = txn_kv(resp, 1, NULL);
+    kv = etcd_txn_kv(resp, 1, NULL);
     *ownrev = egw_int(kv, "create_revision");
     json_decref(resp);
     if (*myrev <= 0 || *ownrev <= 0)
@@ -292,8 +298,8 @@ static int look(eeng *e, elock *l, int64_t myrev, char **key, size_t *klen, int6
     free(end), free(p64), free(e64), free(k64);
     if ((rc = egw_call(e->gw, "/v3/kv/txn", req, &resp, 0))) return rc;
     *hrev = egw_int(json_object_get(resp, "header"), "revision");
-    *mine = egw_int(txn_kv(resp, 1, NULL), "create_revision");
-    kv = txn_kv(resp, 0, NULL);
+    *mine = egw_int(etcd_txn_kv(resp, 1, NULL), "create_revision");
+    kv = etcd_txn_kv(resp, 0, NULL);
     if (kv) {
         k = json_string_value(json_object_get(kv, "key"));
         if (!k || egw_unb64(k, key, klen)) {
@@ -312,7 +318,7 @@ static int look(eeng *e, elock *l, int64_t myrev, char **key, size_t *klen, int6
 
 /* ---- acquire / release ---------------------------------------------------------- */
 
-static int is_lease_gone(void)
+int etcd_is_lease_gone(void)
 {
     const char *m = baton_error_last()->message;
     return m && strstr(m, "lease not found");
@@ -326,6 +332,7 @@ int etcd_lock_acquire(void *eng, void *st, baton_acquire_req *req)
     uint64_t gen;
     int rc, del, existed = 0, tries = 0;
 
+    if (l->kind == ETCD_READ || l->kind == ETCD_WRITE) return etcd_rw_acquire(e, st, req);
     if ((rc = claim(e, l, req->deadline_ns, req->waiter))) return rc;
 again:
     if (++tries > 5) {
@@ -344,7 +351,7 @@ again:
     l->gen = gen;
     if ((rc = create_key(e, l, id, l->election && req->value ? req->value : req->owner->desc, &myrev, &ownrev,
                          &sent, &existed))) {
-        if (is_lease_gone()) {
+        if (etcd_is_lease_gone()) {
             etcd_lease_dead(e, gen);
             goto again;
         }
@@ -357,7 +364,7 @@ again:
         if ((rc = etcd_election_proclaim(e, l, req->owner, req->value))) goto fail_del;
     }
     if (ownrev != myrev && req->deadline_ns == 0) {
-        delete_own(e, l->n->name, l->key, l->klen, myrev, 0, &del);
+        etcd_delete_own(e, l->n->name, l->key, l->klen, myrev, 0, &del);
         rc = baton_seterr(BATON_ELOCKED, 0, "etcd: '%s' is held", l->n->name);
         goto fail;
     }
@@ -391,7 +398,7 @@ again:
     if (!etcd_lease_live(e, gen)) {
         /* the lease was declared lost while we acquired: the loss report
          * could not name this grant, so it must not stand */
-        delete_own(e, l->n->name, l->key, l->klen, myrev, 0, &del);
+        etcd_delete_own(e, l->n->name, l->key, l->klen, myrev, 0, &del);
         goto again;
     }
     req->fence = (uint64_t)myrev;
@@ -404,7 +411,7 @@ fail_del:
         baton_error saved = *baton_error_last();
         char msg[256];
         snprintf(msg, sizeof msg, "%s", saved.message ? saved.message : "");
-        delete_own(e, l->n->name, l->key, l->klen, myrev, 0, &del);
+        etcd_delete_own(e, l->n->name, l->key, l->klen, myrev, 0, &del);
         baton_seterr(rc, saved.native, "%s", msg);
     }
 fail:
@@ -421,9 +428,10 @@ int etcd_lock_release(void *eng, void *st, const baton_owner *owner)
     int rc, del = 0, live;
     (void)owner;
 
+    if (l->kind == ETCD_READ || l->kind == ETCD_WRITE) return etcd_rw_release(e, st);
     if (!l->key) return baton_seterr(BATON_ENOTHELD, 0, "etcd: '%s' is not held", l->n->name);
     live = etcd_lease_live(e, l->gen);
-    rc = delete_own(e, l->n->name, l->key, l->klen, l->rev, 1, &del);
+    rc = etcd_delete_own(e, l->n->name, l->key, l->klen, l->rev, 1, &del);
     if (rc == 0 && (!del || !live))
         rc = baton_seterr(BATON_ELOST, 0, "etcd: '%s' was lost (its key or lease is gone)", l->n->name);
     if (rc == 0 || rc == BATON_ELOST) {
@@ -438,7 +446,9 @@ int etcd_lock_info(void *eng, const char *name, baton_lockinfo *out)
 {
     eeng *e = eng;
     size_t pl = strlen(e->prefix), nl = strlen(name), fl;
-    char *pfx = malloc(pl + nl + 2), *fk = fence_key(e, name, &fl), *f64 = fk ? egw_b64(fk, fl) : NULL;
+    size_t sl;
+    char *pfx = malloc(pl + nl + 2), *fk = fence_key(e, name, &fl), *f64 = fk ? egw_b64(fk, fl) : NULL,
+         *sk = etcd_sem_key(e, name, &sl), *s64 = sk ? egw_b64(sk, sl) : NULL;
     json_t *req = NULL, *resp = NULL, *kv;
     int64_t count = 0;
     int rc;
@@ -448,11 +458,13 @@ int etcd_lock_info(void *eng, const char *name, baton_lockinfo *out)
         memcpy(pfx + pl, name, nl);
         memcpy(pfx + pl + nl, "/", 2);
     }
-    if (pfx && f64)
-        req = json_pack("{s:[o, {s:{s:s}}]}", "success", first_create(pfx, pl + nl + 1), "request_range", "key", f64);
-    free(pfx), free(fk), free(f64);
+    /* the holder, the last fence, and the count of a semaphore of that name */
+    if (pfx && f64 && s64)
+        req = json_pack("{s:[o, {s:{s:s}}, {s:{s:s}}]}", "success", etcd_first_create(pfx, pl + nl + 1),
+                        "request_range", "key", f64, "request_range", "key", s64);
+    free(pfx), free(fk), free(f64), free(sk), free(s64);
     if ((rc = egw_call(e->gw, "/v3/kv/txn", req, &resp, 0))) return rc;
-    kv = txn_kv(resp, 0, &count);
+    kv = etcd_txn_kv(resp, 0, &count);
     out->held = kv != NULL;
     out->remaining_ms = -1;
     out->queue_length = count > 1 ? count - 1 : 0;
@@ -465,12 +477,19 @@ int etcd_lock_info(void *eng, const char *name, baton_lockinfo *out)
         if (v && !egw_unb64(v, &dv, &dl)) snprintf(out->holder, sizeof out->holder, "%s", dv);
         free(dv);
     } else {
-        kv = txn_kv(resp, 1, NULL);
+        kv = etcd_txn_kv(resp, 1, NULL);
         const char *v = json_string_value(json_object_get(kv, "value"));
         char *dv = NULL;
         size_t dl;
         out->fence = 0;
         if (v && !egw_unb64(v, &dv, &dl)) out->fence = strtoull(dv, NULL, 10);
+        free(dv);
+    }
+    if ((kv = etcd_txn_kv(resp, 2, NULL))) {
+        const char *v = json_string_value(json_object_get(kv, "value"));
+        char *dv = NULL;
+        size_t dl;
+        if (v && !egw_unb64(v, &dv, &dl) && dv) out->permits = strtoll(dv, NULL, 10);
         free(dv);
     }
     json_decref(resp);
@@ -482,12 +501,12 @@ int etcd_lock_info(void *eng, const char *name, baton_lockinfo *out)
 /* The leader of NAME now: the first key of "<name>/" by create revision. */
 static int leader_now(eeng *e, const char *pfx, size_t plen, char *value, size_t n, uint64_t *fence, int64_t *hrev)
 {
-    json_t *req = json_pack("{s:[o]}", "success", first_create(pfx, plen)), *resp = NULL, *kv;
+    json_t *req = json_pack("{s:[o]}", "success", etcd_first_create(pfx, plen)), *resp = NULL, *kv;
     int rc;
 
     if ((rc = egw_call(e->gw, "/v3/kv/txn", req, &resp, 0))) return rc;
     *hrev = egw_int(json_object_get(resp, "header"), "revision");
-    kv = txn_kv(resp, 0, NULL);
+    kv = etcd_txn_kv(resp, 0, NULL);
     *fence = 0;
     if (n) value[0] = 0;
     if (kv) {
