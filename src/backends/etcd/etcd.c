@@ -13,8 +13,9 @@
  * revokes the lease, which deletes every key still on it.
  *
  * Options: ttl (s), connect_timeout_ms, timeout_ms (each request), cacert,
- * cert, key (etcds://), user and password in the URI's user info or
- * $BATON_ETCD_PASSWORD. Layout and rules: docs/etcd-engine.md.
+ * cert, key (etcds://), transport (gateway: the v3 JSON gateway over
+ * HTTP/1.1; grpc: gRPC over HTTP/2), user and password in the URI's user
+ * info or $BATON_ETCD_PASSWORD. Layout and rules: docs/etcd-engine.md.
  */
 #include "etcd_int.h"
 
@@ -54,6 +55,11 @@ static int configure(eeng *e, const baton_uri *u, const baton_client_options *op
         if (!strcmp(k, "ttl")) rc = parse_int(k, v, 1, 24 * 3600, &e->ttl_s);
         else if (!strcmp(k, "connect_timeout_ms")) rc = parse_int(k, v, 1, 3600 * 1000, &e->connect_timeout_ms);
         else if (!strcmp(k, "timeout_ms")) rc = parse_int(k, v, 1, 3600 * 1000, &cfg->io_timeout_ms);
+        else if (!strcmp(k, "transport")) {
+            if (!strcmp(v, "gateway")) cfg->transport = EGW_GATEWAY;
+            else if (!strcmp(v, "grpc")) cfg->transport = EGW_GRPC;
+            else rc = baton_seterr(BATON_EINVAL, 0, "etcd: option transport=%s: gateway or grpc", v);
+        }
         else if (!strcmp(k, "cacert") || !strcmp(k, "cert") || !strcmp(k, "key")) {
             if (!cfg->tls) rc = baton_seterr(BATON_EINVAL, 0, "etcd: option %s needs etcds://", k);
             else if (!*v) rc = baton_seterr(BATON_EINVAL, 0, "etcd: option %s: empty path", k);
@@ -62,7 +68,7 @@ static int configure(eeng *e, const baton_uri *u, const baton_client_options *op
             else cfg->key = v;
         } else
             rc = baton_seterr(BATON_EINVAL, 0, "etcd: unknown option '%s' (known: ttl, connect_timeout_ms, "
-                              "timeout_ms, cacert, cert, key)", k);
+                              "timeout_ms, cacert, cert, key, transport)", k);
         if (rc) return rc;
     }
     cfg->connect_timeout_ms = e->connect_timeout_ms;
