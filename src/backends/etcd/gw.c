@@ -774,7 +774,7 @@ ended:
 out:
     if (h) curl_easy_cleanup(h);
     if (m) curl_multi_cleanup(m);
-    curl_slist_free_all(hdr);
+    if (hdr) curl_slist_free_all(hdr);   /* (libcurl is not loaded with transport=grpc) */
     free(ws.b.p);
     free(body);
     json_decref(req);

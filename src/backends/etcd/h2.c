@@ -44,6 +44,8 @@ typedef struct h2c {
     int fd;
     nghttp2_session *s;
     int unusable;            /* GOAWAY, an error: not back into the pool */
+    int h2ok;                /* the server's SETTINGS came: it speaks HTTP/2 */
+    size_t rx;               /* bytes received */
     /* the call in progress */
     int32_t sid;
     const unsigned char *out;
@@ -107,10 +109,10 @@ static int on_header(nghttp2_session *s, const nghttp2_frame *f, const uint8_t *
         for (size_t i = 0; i < vlen && i < 4; i++)
             if (value[i] >= '0' && value[i] <= '9') c->st->http = c->st->http * 10 + (value[i] - '0');
     } else if (nlen == 11 && !memcmp(name, "grpc-status", 11)) {
-        int v = 0;
-        for (size_t i = 0; i < vlen && i < 4; i++)
-            if (value[i] >= '0' && value[i] <= '9') v = v * 10 + (value[i] - '0');
-        c->st->grpc_status = v;
+        int v = vlen ? 0 : -2;
+        for (size_t i = 0; i < vlen && v >= 0; i++)
+            v = value[i] >= '0' && value[i] <= '9' && i < 4 ? v * 10 + (value[i] - '0') : -2;
+        c->st->grpc_status = v;     /* -2: not a number */
     } else if (nlen == 12 && !memcmp(name, "grpc-message", 12)) {
         pct_decode(c->st->message, sizeof c->st->message, value, vlen);
     } else if (nlen == 12 && !memcmp(name, "content-type", 12)) {
@@ -160,6 +162,7 @@ static int on_frame(nghttp2_session *s, const nghttp2_frame *f, void *arg)
     h2c *c = arg;
     (void)s;
     if (f->hd.type == NGHTTP2_GOAWAY) c->unusable = 1;
+    if (f->hd.type == NGHTTP2_SETTINGS) c->h2ok = 1;
     return 0;
 }
 
@@ -286,6 +289,12 @@ static int flush(eh2 *h, h2c *c, int64_t deadline_ns)
     }
 }
 
+static int not_h2(eh2 *h, h2c *c)
+{
+    return baton_seterr(BATON_EPROTO, 0, "etcd: %s: not an HTTP/2 server (is it etcd's client port?)",
+                        h->authority[c->member]);
+}
+
 /* Reads what has arrived (nothing when nothing has): 0, or an error when the
  * connection ended or broke. */
 static int pump(eh2 *h, h2c *c)
@@ -297,9 +306,11 @@ static int pump(eh2 *h, h2c *c)
         if (n < 0 && errno == EINTR) continue;
         if (n <= 0) {
             c->unusable = 1;
+            if (c->rx && !c->h2ok) return not_h2(h, c);
             return baton_seterr(BATON_EUNAVAILABLE, n ? errno : 0, "etcd: %s: %s", h->authority[c->member],
                                 n ? strerror(errno) : "the connection was closed");
         }
+        c->rx += (size_t)n;
         ssize_t r = nghttp2_session_mem_recv(c->s, buf, (size_t)n);
         if (r < 0) {
             c->unusable = 1;
@@ -466,7 +477,7 @@ static int call_once(eh2 *h, h2c *c, const char *path, const char *token, const 
         if (c->closed) break;
         if (!nghttp2_session_want_read(c->s) && !nghttp2_session_want_write(c->s)) {
             c->unusable = 1;
-            rc = baton_seterr(BATON_EUNAVAILABLE, 0, "etcd: %s: the HTTP/2 session ended", h->authority[c->member]);
+            rc = !c->h2ok ? not_h2(h, c) : baton_seterr(BATON_EUNAVAILABLE, 0, "etcd: %s: the HTTP/2 session ended", h->authority[c->member]);
             break;
         }
         if (w && baton_waiter_canceled(w)) {
@@ -495,7 +506,10 @@ static int call_once(eh2 *h, h2c *c, const char *path, const char *token, const 
         nghttp2_submit_rst_stream(c->s, NGHTTP2_FLAG_NONE, c->sid, NGHTTP2_CANCEL);
         if (flush(h, c, baton_now_ns() + 200000000LL)) c->unusable = 1;
     }
-    if (c->closed && !rc && st->grpc_status < 0 && !st->stopped) {
+    if (!rc && st->grpc_status == -2) {
+        rc = baton_seterr(BATON_EPROTO, 0, "etcd: %s%s: a grpc-status that is not a number", h->authority[c->member],
+                          path);
+    } else if (c->closed && !rc && st->grpc_status < 0 && !st->stopped) {
         if (c->rst)
             rc = baton_seterr(BATON_EUNAVAILABLE, (int)c->rst, "etcd: %s: the stream was reset (HTTP/2 error %u)",
                               h->authority[c->member], c->rst);
