@@ -214,7 +214,7 @@ void egw_free(egw *g)
 void egw_endpoint(egw *g, char *buf, size_t n)
 {
     pthread_mutex_lock(&g->mu);
-    snprintf(buf, n, "%s", g->base[g->cur % g->nbase]);
+    snprintf(buf, n, "%s%s", g->base[g->cur % g->nbase], g->h2 ? " (gRPC)" : "");
     pthread_mutex_unlock(&g->mu);
 }
 

@@ -265,28 +265,50 @@ nomem:
     return baton_seterr(BATON_ENOMEM, 0, "out of memory");
 }
 
-/* Sends what the session has to send, before DEADLINE. */
+static int send_all(eh2 *h, h2c *c, const uint8_t *p, size_t n, int64_t deadline_ns)
+{
+    while (n > 0) {
+        ssize_t w = send(c->fd, p, n, MSG_NOSIGNAL);
+        if (w > 0) {
+            p += w, n -= (size_t)w;
+            continue;
+        }
+        if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+            int rc = wait_fd(c->fd, POLLOUT, deadline_ns);
+            if (rc == BATON_ETIMEDOUT) return rc;
+            continue;
+        }
+        c->unusable = 1;
+        return baton_seterr(BATON_EUNAVAILABLE, errno, "etcd: %s: %s", h->authority[c->member], strerror(errno));
+    }
+    return 0;
+}
+
+/* Sends what the session has to send, before DEADLINE: the frames of a
+ * call (HEADERS, DATA, a WINDOW_UPDATE) gathered into one send. */
 static int flush(eh2 *h, h2c *c, int64_t deadline_ns)
 {
+    uint8_t buf[16384];
+    size_t used = 0;
+    int rc;
     for (;;) {
         const uint8_t *p;
         ssize_t n = nghttp2_session_mem_send(c->s, &p);
-        if (n < 0) return baton_seterr(BATON_EPROTO, (int)n, "etcd: grpc: %s", nghttp2_strerror((int)n));
-        if (n == 0) return 0;
-        while (n > 0) {
-            ssize_t w = send(c->fd, p, (size_t)n, MSG_NOSIGNAL);
-            if (w > 0) {
-                p += w, n -= w;
-                continue;
-            }
-            if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
-                int rc = wait_fd(c->fd, POLLOUT, deadline_ns);
-                if (rc == BATON_ETIMEDOUT) return rc;
-                continue;
-            }
-            return baton_seterr(BATON_EUNAVAILABLE, errno, "etcd: %s: %s", h->authority[c->member], strerror(errno));
+        if (n < 0) {
+            c->unusable = 1;
+            return baton_seterr(BATON_EPROTO, (int)n, "etcd: grpc: %s", nghttp2_strerror((int)n));
         }
+        if (n == 0) break;
+        if (used + (size_t)n <= sizeof buf) {
+            memcpy(buf + used, p, (size_t)n);
+            used += (size_t)n;
+            continue;
+        }
+        if ((rc = send_all(h, c, buf, used, deadline_ns)) || (rc = send_all(h, c, p, (size_t)n, deadline_ns)))
+            return rc;
+        used = 0;
     }
+    return send_all(h, c, buf, used, deadline_ns);
 }
 
 static int not_h2(eh2 *h, h2c *c)
