@@ -57,7 +57,10 @@ static int closed_port(void) {
 static void expect_fail(const char *uri0, int ms, int want) {
     baton_client_options co = BATON_CLIENT_OPTIONS_INIT;
     char uri[512];
-    snprintf(uri, sizeof uri, "%s%stransport=%s", uri0, strchr(uri0, '?') ? "&" : "?", g_transport);
+    if (strstr(uri0, "transport="))
+        snprintf(uri, sizeof uri, "%s", uri0);
+    else
+        snprintf(uri, sizeof uri, "%s%stransport=%s", uri0, strchr(uri0, '?') ? "&" : "?", g_transport);
     co.connect_timeout_ms = ms;
     co.io_timeout_ms = ms;
     baton_client *c = NULL;
@@ -283,12 +286,17 @@ static void test_bad_uris(void) {
     snprintf(p, sizeof p, "%d", closed_port());
     const char *bad[] = { "etcd://", "etcd:///prefix", "etcd://127.0.0.1:%s?ttl=-1", "etcd://127.0.0.1:%s?ttl=99999999",
                           "etcd://127.0.0.1:%s?timeout_ms=0", "etcd://127.0.0.1:%s?cert=/x",
-                          "etcds://127.0.0.1:%s?key=", "etcd://127.0.0.1:%s?bogus" };
+                          "etcds://127.0.0.1:%s?key=", "etcd://127.0.0.1:%s?bogus",
+                          "etcd://127.0.0.1:%s?transport=", "etcd://127.0.0.1:%s?transport=http3" };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char uri[256];
         snprintf(uri, sizeof uri, bad[i], p);
         expect_fail(uri, 1000, BATON_EINVAL);
     }
+    /* gRPC has no TLS yet (and a build without libnghttp2 has no gRPC at all) */
+    char uri[256];
+    snprintf(uri, sizeof uri, "etcds://127.0.0.1:%s?transport=grpc", p);
+    expect_fail(uri, 1000, BATON_ENOTSUP);
 }
 
 int main(int argc, char **argv) {

@@ -127,6 +127,7 @@ static int on_data(nghttp2_session *s, uint8_t flags, int32_t sid, const uint8_t
     (void)s, (void)flags;
     if (sid != c->sid) return 0;
     c->answered = 1;
+    if (!len) return 0;
     if (c->inlen + len > c->incap) {
         size_t cap = c->incap ? c->incap * 2 : 4096;
         while (cap < c->inlen + len) cap *= 2;
@@ -448,8 +449,10 @@ static int deliver(h2c *c, eh2_on_msg cb, void *arg)
         at += 5 + len;
         if ((rc = cb(arg, p + 5, len))) break;
     }
-    memmove(c->in, c->in + at, c->inlen - at);
-    c->inlen -= at;
+    if (at) {
+        memmove(c->in, c->in + at, c->inlen - at);
+        c->inlen -= at;
+    }
     return rc;
 }
 
@@ -471,8 +474,9 @@ static int call_once(eh2 *h, h2c *c, const char *path, const char *token, const 
     NV("te", "trailers");
     if (deadline_ns != INT64_MAX) {
         int64_t ms = (deadline_ns - baton_now_ns()) / 1000000;
+        /* at most 8 digits; a longer deadline is sent as none */
         snprintf(tmo, sizeof tmo, "%lldm", (long long)(ms > 1 ? ms : 1));
-        NV("grpc-timeout", tmo);
+        if (ms <= 99999999) NV("grpc-timeout", tmo);
     }
     if (token) NV("token", token);
 #undef NV
@@ -559,7 +563,9 @@ int eh2_call(eh2 *h, size_t member, const char *path, const char *token, const u
         }
         if (!c && (rc = conn_new(h, member, &c))) return rc;
         rc = call_once(h, c, path, token, msg, len, half_close, deadline_ns, w, cb, arg, st);
-        if (rc == BATON_ETIMEDOUT && !st->stopped) c->unusable = 1;  /* a silent member: not this connection again */
+        /* a unary call that timed out: a silent member, not this connection
+         * again (a watch's deadline is only the caller's) */
+        if (rc == BATON_ETIMEDOUT && half_close) c->unusable = 1;
         pool_put(h, c);
         /* a kept connection that broke before any answer: the server had
          * closed it meanwhile; once more on a new one */

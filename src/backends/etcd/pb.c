@@ -201,6 +201,7 @@ typedef struct {
 
 static int put(obuf *b, const void *p, size_t n)
 {
+    if (!n) return 0;
     if (b->len + n > b->cap) {
         size_t cap = b->cap ? b->cap * 2 : 256;
         while (cap < b->len + n) cap *= 2;
