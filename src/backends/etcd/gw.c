@@ -383,16 +383,6 @@ static void req_free(ereq *r)
     free(r->body);
 }
 
-/* The auth token now (malloc'd, NULL when none) and its generation. */
-static char *token_get(egw *g, int *oom)
-{
-    char *t = NULL;
-    *oom = 0;
-    pthread_mutex_lock(&g->mu);
-    if (g->token && !(t = strdup(g->token))) *oom = 1;
-    pthread_mutex_unlock(&g->mu);
-    return t;
-}
 
 /* One POST of R to member AT over the gateway. */
 static int attempt_gw(egw *g, size_t at, const ereq *r, json_t **resp, int timeout_ms, int *klass)
@@ -455,6 +445,17 @@ static int attempt_gw(egw *g, size_t at, const ereq *r, json_t **resp, int timeo
 }
 
 #ifdef BATON_ETCD_GRPC
+/* The auth token now (malloc'd, NULL when none). */
+static char *token_get(egw *g, int *oom)
+{
+    char *t = NULL;
+    *oom = 0;
+    pthread_mutex_lock(&g->mu);
+    if (g->token && !(t = strdup(g->token))) *oom = 1;
+    pthread_mutex_unlock(&g->mu);
+    return t;
+}
+
 /* The one answer of a unary gRPC call. */
 typedef struct {
     const epb_msg *m;
