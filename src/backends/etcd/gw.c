@@ -383,7 +383,6 @@ static void req_free(ereq *r)
     free(r->body);
 }
 
-
 /* One POST of R to member AT over the gateway. */
 static int attempt_gw(egw *g, size_t at, const ereq *r, json_t **resp, int timeout_ms, int *klass)
 {
