@@ -10,7 +10,7 @@
 # usage: cluster.sh BATON
 set -u
 BATON=$1
-T=${BATON_TEST_TMP:?}/etcd_cluster
+T=${BATON_TEST_TMP:?}/etcd_cluster${BATON_ETCD_TRANSPORT:+_$BATON_ETCD_TRANSPORT}
 SH=$(dirname "$0")/../servers/etcd.sh
 command -v etcd >/dev/null || { echo "etcd missing: skip"; exit 77; }
 bash "$SH" stop-all "$T" >/dev/null 2>&1
@@ -32,7 +32,9 @@ rc=$?
 [ $rc = 77 ] && exit 77
 [ $rc = 0 ] || { echo "FAIL: cluster-start"; echo "0 passed, 1 failed"; exit 1; }
 echo "cluster: $hosts"
-U="etcd://$hosts?ttl=10"
+# the transport under test (etcd_cluster: gateway, etcd_cluster_grpc: grpc)
+TR="transport=${BATON_ETCD_TRANSPORT:-gateway}"
+U="etcd://$hosts?ttl=10&$TR"
 N="cluster-$$"
 
 # 1. kill the leader under a held and a waited-on lock
@@ -69,7 +71,7 @@ bash "$SH" member-stop "$T/c" 1
 check "failover past a stopped member 1" test $? = 0
 bash "$SH" member-start "$T/c" 1 >/dev/null
 check "member 1 is back" test $? = 0
-"$BATON" run -u "etcd://$(echo "$hosts" | cut -d, -f1)" -w 30 "$N" -- true
+"$BATON" run -u "etcd://$(echo "$hosts" | cut -d, -f1)?$TR" -w 30 "$N" -- true
 check "member 1 serves again" test $? = 0
 
 echo "$pass passed, $fail failed"

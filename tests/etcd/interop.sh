@@ -13,13 +13,15 @@
 set -u
 BATON=$1
 SRV=${BATON_TEST_SRV:?}/etcd
-T=${BATON_TEST_TMP:?}/etcd_interop
+T=${BATON_TEST_TMP:?}/etcd_interop${BATON_ETCD_TRANSPORT:+_$BATON_ETCD_TRANSPORT}
 ETCD_SH=$(dirname "$0")/../servers/etcd.sh
 rm -rf "$T"; mkdir -p "$T"
 command -v etcdctl >/dev/null || { echo "etcdctl missing: skip"; exit 77; }
 [ -s "$SRV/port" ] || { echo "no etcd fixture: skip"; exit 77; }
 P=$(cat "$SRV/port")
-U="etcd://127.0.0.1:$P"
+# the transport under test (etcd_interop: gateway, etcd_interop_grpc: grpc)
+TR="transport=${BATON_ETCD_TRANSPORT:-gateway}"
+U="etcd://127.0.0.1:$P?$TR"
 export ETCDCTL_API=3
 ECTL="etcdctl --endpoints=127.0.0.1:$P"
 pass=0 fail=0
@@ -62,7 +64,7 @@ check "baton waited for etcdctl" test "$(tr '\n' ' ' <"$log")" = "etcdctl-in etc
 
 # 3. a killed baton holder (lease 2 s): etcdctl gets the lock when the lease expires
 log=$T/3.log
-"$BATON" run -u "$U?ttl=2" "$N-c" -- sh -c "echo baton-in >>$log; exec sleep 60" &
+"$BATON" run -u "$U&ttl=2" "$N-c" -- sh -c "echo baton-in >>$log; exec sleep 60" &
 pids+=($!); bp=$!
 check "baton holds $N-c" wait_line "$log" baton-in
 kill -KILL "$bp"; pkill -KILL -P "$bp" 2>/dev/null
@@ -73,7 +75,7 @@ check "etcdctl got the lock of a killed holder" wait_line "$log" etcdctl-in
 
 # 4. a stopped baton holder past its lease: told LOST (75); the next fence is higher
 log=$T/4.log
-"$BATON" run -u "$U?ttl=2" --verbose "$N-d" -- sh -c "echo baton-in >>$log; sleep 8; echo baton-out >>$log" \
+"$BATON" run -u "$U&ttl=2" --verbose "$N-d" -- sh -c "echo baton-in >>$log; sleep 8; echo baton-out >>$log" \
     >"$T/4.out" 2>&1 &
 pids+=($!); bp=$!
 check "baton holds $N-d" wait_line "$log" baton-in
@@ -134,16 +136,16 @@ kill -INT "$ep" 2>/dev/null; wait "$ep" 2>/dev/null
 check "baton leads once etcdctl resigned" test $? = 0
 
 # 7. failover past a dead member; unreachable members; a paused member; bad URIs
-"$BATON" run -u "etcd://127.0.0.1:1,127.0.0.1:$P" "$N-e" -- true
+"$BATON" run -u "etcd://127.0.0.1:1,127.0.0.1:$P?$TR" "$N-e" -- true
 check "failover past a dead member" test $? = 0
-"$BATON" run -u "etcd://127.0.0.1:1,127.0.0.1:2" "$N-e" -- true 2>"$T/5.err"
+"$BATON" run -u "etcd://127.0.0.1:1,127.0.0.1:2?$TR" "$N-e" -- true 2>"$T/5.err"
 check "no member reachable: exit 69" test $? = 69
 check "the message names a member" grep -q "127.0.0.1" "$T/5.err"
 pp=$(bash "$ETCD_SH" start "$T/paused") || { bad "second server"; pp=0; }
 if [ "$pp" != 0 ]; then
     bash "$ETCD_SH" pause "$T/paused"
     s=$(date +%s)
-    "$BATON" run -u "etcd://127.0.0.1:$pp?connect_timeout_ms=500&timeout_ms=1000" "$N-e" -- true 2>"$T/5b.err"
+    "$BATON" run -u "etcd://127.0.0.1:$pp?connect_timeout_ms=500&timeout_ms=1000&$TR" "$N-e" -- true 2>"$T/5b.err"
     rc=$?
     check "a silent member: exit 69 (got $rc)" test "$rc" = 69
     # generous bound (the timeout is 1 s): it must not hang

@@ -2,7 +2,10 @@
  * Internal declarations shared by the etcd backend modules:
  *   gw.c    the transport: etcd's v3 JSON gateway (POST /v3/...) over libcurl
  *           + jansson; a pool of keep-alive easy handles, endpoint failover,
- *           auth tokens, error mapping, base64, and the watch stream
+ *           auth tokens, error mapping, base64, and the watch stream; with
+ *           transport=grpc the same calls go to h2.c instead
+ *   h2.c    gRPC over HTTP/2 (nghttp2, h2c): connections, streams, framing
+ *   pb.c    the gateway's JSON <-> etcd's protobuf messages
  *   etcd.c  URI/options, the client's lease and its keep-alive thread,
  *           identity/describe and the backend table
  *   lock.c  the mutex in the layout of etcd's concurrency.Mutex, election
@@ -26,7 +29,10 @@
 
 typedef struct egw egw;
 
+enum { EGW_GATEWAY, EGW_GRPC };
+
 typedef struct {
+    int transport;           /* EGW_GATEWAY or EGW_GRPC */
     int tls;                 /* etcds:// */
     const char *cacert, *cert, *key;
     const char *user, *password;   /* NULL user = no auth */
@@ -72,6 +78,62 @@ int64_t egw_int(const json_t *o, const char *key);
 /* The range end that covers every key starting with P (LEN bytes): P with
  * its last byte below 0xff incremented (malloc'd, *OUTLEN bytes). */
 char *egw_prefix_end(const char *p, size_t len, size_t *outlen);
+
+/* 1 when this build has the gRPC transport (libnghttp2 was found). */
+int egw_have_grpc(void);
+
+/* ---- pb.c ---------------------------------------------------------------- */
+
+typedef struct epb_msg epb_msg;
+
+/* A gateway path and the gRPC method behind it. */
+typedef struct {
+    const char *path;        /* "/v3/kv/txn" */
+    const char *grpc;        /* "/etcdserverpb.KV/Txn" */
+    const epb_msg *req, *resp;
+    int stream;              /* a streaming method: the gateway wraps its answers in {"result": ...} */
+} epb_method;
+
+/* The method of PATH, NULL when the codec does not know it. */
+const epb_method *epb_method_for(const char *path);
+/* REQ (the gateway's JSON) as message M, framed for gRPC (5-byte prefix):
+ * *OUT malloc'd, *LEN bytes. BATON_EINVAL for a field M does not have or of
+ * the wrong type. */
+int epb_encode(const epb_msg *m, const json_t *req, unsigned char **out, size_t *len);
+/* The LEN protobuf bytes at P (no prefix) as message M in the gateway's
+ * JSON shape: *OUT (json_decref it). BATON_EPROTO when they are not. */
+int epb_decode(const epb_msg *m, const unsigned char *p, size_t len, json_t **out);
+
+/* ---- h2.c ---------------------------------------------------------------- */
+
+typedef struct eh2 eh2;
+
+typedef struct {
+    int http;                /* :status */
+    int grpc_status;         /* -1 when none came */
+    char message[256];       /* grpc-message, decoded */
+    int is_grpc;             /* content-type application/grpc */
+    int stopped;             /* the callback had what it wanted */
+    int answered;            /* the server sent anything on the stream */
+} eh2_status;
+
+/* Called with each message of a stream (protobuf bytes, no prefix): 0 for
+ * more, 1 to stop (the stream is reset), or an error. */
+typedef int (*eh2_on_msg)(void *arg, const unsigned char *p, size_t len);
+
+int eh2_new(eh2 **out, const baton_uri *u, int connect_timeout_ms);
+void eh2_free(eh2 *h);
+/* "host:port" of MEMBER. */
+const char *eh2_authority(eh2 *h, size_t member);
+/* One call of the gRPC method PATH on MEMBER: sends MSG (framed), ending
+ * our side when HALF_CLOSE, and hands each answer to CB until the stream
+ * ends (0 with *ST: look at st->grpc_status) or CB says stop (0,
+ * st->stopped). BATON_ETIMEDOUT at DEADLINE_NS, BATON_ECANCELED when W (may
+ * be NULL) is cancelled, BATON_EUNAVAILABLE when the member cannot be
+ * reached or the connection breaks, BATON_EPROTO when the answer is not
+ * gRPC, or CB's error. */
+int eh2_call(eh2 *h, size_t member, const char *path, const char *token, const unsigned char *msg, size_t len,
+             int half_close, int64_t deadline_ns, baton_waiter *w, eh2_on_msg cb, void *arg, eh2_status *st);
 
 /* ---- etcd.c -------------------------------------------------------------- */
 

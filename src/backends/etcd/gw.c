@@ -14,6 +14,11 @@
  * in slices of at most WATCH_SLICE_MS so a cancel or the deadline is seen
  * quickly; the lock itself is never polled: only the server's DELETE event
  * (or the end of the stream) ends the wait.
+ *
+ * With transport=grpc (h2.c, pb.c) the same requests go as gRPC over HTTP/2
+ * instead: the JSON request is encoded as etcd's protobuf message and the
+ * answer decoded back into the gateway's JSON, so the callers do not know;
+ * failover, auth and the error mapping stay here.
  */
 #include "etcd_int.h"
 
@@ -38,7 +43,17 @@ struct egw {
     uint64_t token_gen;      /* bumped on each new token */
     CURL *pool[POOL_MAX];
     int npool;
+    eh2 *h2;                 /* transport=grpc */
 };
+
+int egw_have_grpc(void)
+{
+#ifdef BATON_ETCD_GRPC
+    return 1;
+#else
+    return 0;
+#endif
+}
 
 /* ---- base64 and helpers ------------------------------------------------- */
 
@@ -134,7 +149,15 @@ int egw_new(egw **out, const baton_uri *u, const egw_config *cfg)
     int rc;
 
     *out = NULL;
-    if ((rc = baton__ecurl_load())) return rc;
+    if (cfg->transport == EGW_GRPC) {
+        if (!egw_have_grpc())
+            return baton_seterr(BATON_ENOTSUP, 0, "etcd: transport=grpc: this build has no libnghttp2 "
+                                "(libnghttp2-dev at build time)");
+        if (cfg->tls)
+            return baton_seterr(BATON_ENOTSUP, 0, "etcd: transport=grpc has no TLS yet: use etcds://...?transport=gateway");
+    } else if ((rc = baton__ecurl_load())) {
+        return rc;
+    }
     if (!(g = calloc(1, sizeof *g))) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
     pthread_mutex_init(&g->mu, NULL);
     g->cfg = *cfg;
@@ -152,6 +175,12 @@ int egw_new(egw **out, const baton_uri *u, const egw_config *cfg)
                  u->hosts[i].port > 0 ? u->hosts[i].port : 2379);
         g->nbase++;
     }
+#ifdef BATON_ETCD_GRPC
+    if (cfg->transport == EGW_GRPC && (rc = eh2_new(&g->h2, u, cfg->connect_timeout_ms))) {
+        egw_free(g);
+        return rc;
+    }
+#endif
     *out = g;
     return 0;
 nomem:
@@ -170,6 +199,9 @@ void egw_free(egw *g)
 {
     if (!g) return;
     for (int i = 0; i < g->npool; i++) curl_easy_cleanup(g->pool[i]);
+#ifdef BATON_ETCD_GRPC
+    eh2_free(g->h2);
+#endif
     for (size_t i = 0; i < g->nbase; i++) free(g->base[i]);
     free(g->base);
     free(g->cacert), free(g->cert), free(g->key), free(g->user);
@@ -182,7 +214,7 @@ void egw_free(egw *g)
 void egw_endpoint(egw *g, char *buf, size_t n)
 {
     pthread_mutex_lock(&g->mu);
-    snprintf(buf, n, "%s", g->base[g->cur % g->nbase]);
+    snprintf(buf, n, "%s%s", g->base[g->cur % g->nbase], g->h2 ? " (gRPC)" : "");
     pthread_mutex_unlock(&g->mu);
 }
 
@@ -292,13 +324,11 @@ fail:
 /* Classes of answers (internal). */
 enum { R_OK, R_NEXT /* try the next member */, R_AUTH_RETRY /* token expired */, R_FAIL };
 
-/* The gateway's error object {"error","code","message"} as a baton error. */
-static int server_error(json_t *o, long http, int *klass)
+/* An etcd error (gRPC CODE, MSG; the gateway's HTTP status or 0 for gRPC)
+ * as a baton error, and its class. */
+static int server_error(int64_t code, const char *msg, long http, int *klass)
 {
-    const char *msg = json_string_value(json_object_get(o, "message"));
-    int64_t code = egw_int(o, "code");
-    if (!msg) msg = json_string_value(json_object_get(o, "error"));
-    if (!msg) msg = "(no message)";
+    if (!msg || !*msg) msg = "(no message)";
     *klass = R_FAIL;
     /* gRPC codes: 14 unavailable (no leader, stopping), 16 unauthenticated,
      * 7 permission denied, 3 invalid argument (also "authentication failed") */
@@ -313,17 +343,181 @@ static int server_error(json_t *o, long http, int *klass)
     if (code == 16 || code == 7 || http == 401 || strstr(msg, "authentication failed") ||
         strstr(msg, "user name is empty") || strstr(msg, "permission denied"))
         return baton_seterr(BATON_EAUTH, code, "etcd: %s", msg);
+    if (!http) return baton_seterr(BATON_EIO, code, "etcd: %s (gRPC status %lld)", msg, (long long)code);
     return baton_seterr(BATON_EIO, code, "etcd: %s (HTTP %ld)", msg, http);
 }
 
-/* One POST of BODY to PATH on the current member (moving on through the
- * members on connection failures). */
-static int post(egw *g, const char *path, const char *body, json_t **resp, int timeout_ms, int *klass)
+/* A request ready to send: the JSON text for the gateway, or the framed
+ * protobuf message for gRPC. */
+typedef struct {
+    const char *path;
+    const epb_method *m;     /* gRPC */
+    char *body;
+    size_t len;
+} ereq;
+
+/* REQ (freed here) as the body of PATH on G's transport. */
+static int req_make(egw *g, const char *path, json_t *req, ereq *r)
+{
+    int rc = 0;
+    memset(r, 0, sizeof *r);
+    r->path = path;
+    if (!req) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+    if (g->h2) {
+        if (!(r->m = epb_method_for(path)))
+            rc = baton_seterr(BATON_ENOTSUP, 0, "etcd: transport=grpc does not know %s", path);
+        else
+            rc = epb_encode(r->m->req, req, (unsigned char **)&r->body, &r->len);
+    } else if (!(r->body = json_dumps(req, JSON_COMPACT))) {
+        rc = baton_seterr(BATON_ENOMEM, 0, "out of memory");
+    } else {
+        r->len = strlen(r->body);
+    }
+    json_decref(req);
+    return rc;
+}
+
+static void req_free(ereq *r)
+{
+    if (r->body) memset(r->body, 0, r->len);   /* it may hold a password */
+    free(r->body);
+}
+
+/* One POST of R to member AT over the gateway. */
+static int attempt_gw(egw *g, size_t at, const ereq *r, json_t **resp, int timeout_ms, int *klass)
+{
+    buf_t b = { 0 };
+    uint64_t gen = 0;
+    struct curl_slist *hdr = headers(g, &gen);
+    CURL *h = handle_get(g);
+    CURLcode cc;
+    long http = 0;
+    json_error_t je;
+    json_t *o;
+    char url[512];
+    int rc;
+
+    *klass = R_FAIL;
+    if (!hdr || !h) {
+        curl_slist_free_all(hdr);
+        if (h) curl_easy_cleanup(h);
+        return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+    }
+    snprintf(url, sizeof url, "%s%s", g->base[at], r->path);
+    setup(g, h, url, r->body, hdr, &b, timeout_ms);
+    cc = curl_easy_perform(h);
+    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &http);
+    curl_slist_free_all(hdr);
+    if (cc != CURLE_OK) {
+        /* a dead connection is not kept */
+        curl_easy_cleanup(h);
+        free(b.p);
+        if (b.oom) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+        if (cc == CURLE_SSL_CACERT_BADFILE || cc == CURLE_SSL_CERTPROBLEM || cc == CURLE_PEER_FAILED_VERIFICATION ||
+            cc == CURLE_SSL_CONNECT_ERROR)
+            return baton_seterr(BATON_EAUTH, cc, "etcd: %s: TLS: %s", g->base[at], curl_easy_strerror(cc));
+        *klass = R_NEXT;
+        return baton_seterr(BATON_EUNAVAILABLE, cc, "etcd: %s: %s", g->base[at], curl_easy_strerror(cc));
+    }
+    handle_put(g, h);
+    o = b.p ? json_loadb(b.p, b.len, 0, &je) : NULL;
+    if (!json_is_object(o)) {
+        rc = baton_seterr(BATON_EPROTO, http, "etcd: %s%s: not a JSON object in the reply (HTTP %ld, %zu bytes)",
+                          g->base[at], r->path, http, b.len);
+        json_decref(o);
+        free(b.p);
+        /* not an etcd gateway (a proxy's error page): the next member may be one */
+        *klass = http >= 500 ? R_NEXT : R_FAIL;
+        return rc;
+    }
+    free(b.p);
+    if (http != 200 || json_object_get(o, "error")) {
+        const char *msg = json_string_value(json_object_get(o, "message"));
+        if (!msg) msg = json_string_value(json_object_get(o, "error"));
+        rc = server_error(egw_int(o, "code"), msg, http, klass);
+        json_decref(o);
+        return rc;
+    }
+    *klass = R_OK;
+    *resp = o;
+    return 0;
+}
+
+#ifdef BATON_ETCD_GRPC
+/* The auth token now (malloc'd, NULL when none). */
+static char *token_get(egw *g, int *oom)
+{
+    char *t = NULL;
+    *oom = 0;
+    pthread_mutex_lock(&g->mu);
+    if (g->token && !(t = strdup(g->token))) *oom = 1;
+    pthread_mutex_unlock(&g->mu);
+    return t;
+}
+
+/* The one answer of a unary gRPC call. */
+typedef struct {
+    const epb_msg *m;
+    json_t *o;
+    int n;
+} unary_t;
+
+static int on_unary(void *arg, const unsigned char *p, size_t len)
+{
+    unary_t *u = arg;
+    if (u->n++) return baton_seterr(BATON_EPROTO, 0, "etcd: grpc: more than one answer to a unary call");
+    return epb_decode(u->m, p, len, &u->o);
+}
+
+/* One gRPC call of R to member AT. */
+static int attempt_grpc(egw *g, size_t at, const ereq *r, json_t **resp, int timeout_ms, int *klass)
+{
+    eh2_status st;
+    unary_t u = { r->m->resp, NULL, 0 };
+    int oom, rc;
+    char *tok = token_get(g, &oom);
+
+    *klass = R_FAIL;
+    if (oom) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+    /* one request message then the end of ours: a streaming method
+     * (LeaseKeepAlive) answers it and ends the stream too */
+    rc = eh2_call(g->h2, at, r->m->grpc, tok, (const unsigned char *)r->body, r->len, 1,
+                  baton_now_ns() + (int64_t)timeout_ms * 1000000, NULL, on_unary, &u, &st);
+    wipe_free(tok);
+    if (rc == BATON_ETIMEDOUT)
+        rc = baton_seterr(BATON_EUNAVAILABLE, 0, "etcd: %s: no answer within %d ms", eh2_authority(g->h2, at),
+                          timeout_ms);
+    if (rc) {
+        json_decref(u.o);
+        if (rc == BATON_EUNAVAILABLE) *klass = R_NEXT;
+        return rc;
+    }
+    if (st.grpc_status != 0) {
+        json_decref(u.o);
+        return server_error(st.grpc_status, st.message, 0, klass);
+    }
+    if (!u.o) return baton_seterr(BATON_EPROTO, 0, "etcd: %s%s: a gRPC answer without a message",
+                                  eh2_authority(g->h2, at), r->m->grpc);
+    if (r->m->stream) {
+        json_t *w = json_object();
+        if (!w || json_object_set_new(w, "result", u.o)) {
+            json_decref(w);
+            return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+        }
+        u.o = w;
+    }
+    *klass = R_OK;
+    *resp = u.o;
+    return 0;
+}
+#endif
+
+/* Sends R to the current member (moving on through the members on
+ * connection failures and "unavailable"). */
+static int post(egw *g, const ereq *r, json_t **resp, int timeout_ms, int *klass)
 {
     size_t start, tries;
-    char url[512];
     int rc = 0;
-    uint64_t gen = 0;
 
     *resp = NULL;
     *klass = R_FAIL;
@@ -332,64 +526,19 @@ static int post(egw *g, const char *path, const char *body, json_t **resp, int t
     pthread_mutex_unlock(&g->mu);
     for (tries = 0; tries < g->nbase; tries++) {
         size_t at = (start + tries) % g->nbase;
-        buf_t b = { 0 };
-        struct curl_slist *hdr = headers(g, &gen);
-        CURL *h = handle_get(g);
-        CURLcode cc;
-        long http = 0;
-        json_error_t je;
-        json_t *o;
-
-        if (!hdr || !h) {
-            curl_slist_free_all(hdr);
-            if (h) curl_easy_cleanup(h);
-            return baton_seterr(BATON_ENOMEM, 0, "out of memory");
-        }
-        snprintf(url, sizeof url, "%s%s", g->base[at], path);
-        setup(g, h, url, body, hdr, &b, timeout_ms);
-        cc = curl_easy_perform(h);
-        curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &http);
-        curl_slist_free_all(hdr);
-        if (cc != CURLE_OK) {
-            /* a dead connection is not kept */
-            curl_easy_cleanup(h);
-            free(b.p);
-            if (b.oom) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
-            if (cc == CURLE_SSL_CACERT_BADFILE || cc == CURLE_SSL_CERTPROBLEM || cc == CURLE_PEER_FAILED_VERIFICATION ||
-                cc == CURLE_SSL_CONNECT_ERROR)
-                rc = baton_seterr(BATON_EAUTH, cc, "etcd: %s: TLS: %s", g->base[at], curl_easy_strerror(cc));
-            else
-                rc = baton_seterr(BATON_EUNAVAILABLE, cc, "etcd: %s: %s", g->base[at], curl_easy_strerror(cc));
-            if (rc == BATON_EAUTH) return rc;
-            continue;
-        }
-        handle_put(g, h);
-        o = b.p ? json_loadb(b.p, b.len, 0, &je) : NULL;
-        if (!json_is_object(o)) {
-            rc = baton_seterr(BATON_EPROTO, http, "etcd: %s%s: not a JSON object in the reply (HTTP %ld, %zu bytes)",
-                              g->base[at], path, http, b.len);
-            json_decref(o);
-            free(b.p);
-            /* not an etcd gateway (a proxy's error page): the next member may be one */
-            *klass = http >= 500 ? R_NEXT : R_FAIL;
-            if (*klass == R_NEXT) continue;
-            return rc;
-        }
-        free(b.p);
-        if (http != 200 || json_object_get(o, "error")) {
-            rc = server_error(o, http, klass);
-            json_decref(o);
-            if (*klass == R_NEXT) continue;
-            return rc;
-        }
-        if (tries) {
+#ifdef BATON_ETCD_GRPC
+        if (g->h2)
+            rc = attempt_grpc(g, at, r, resp, timeout_ms, klass);
+        else
+#endif
+            rc = attempt_gw(g, at, r, resp, timeout_ms, klass);
+        if (*klass == R_NEXT) continue;
+        if (*klass == R_OK && tries) {
             pthread_mutex_lock(&g->mu);
             g->cur = at;
             pthread_mutex_unlock(&g->mu);
         }
-        *klass = R_OK;
-        *resp = o;
-        return 0;
+        return rc;
     }
     /* every member failed: the next call starts with the one after */
     pthread_mutex_lock(&g->mu);
@@ -399,20 +548,18 @@ static int post(egw *g, const char *path, const char *body, json_t **resp, int t
     return rc ? rc : baton_seterr(BATON_EUNAVAILABLE, 0, "etcd: no member answered");
 }
 
-/* POST /v3/auth/authenticate and keep the token. */
+/* Authenticate and keep the token. */
 static int authenticate(egw *g, int timeout_ms)
 {
-    json_t *req = json_pack("{s:s, s:s}", "name", g->user, "password", g->password ? g->password : ""), *resp = NULL;
-    char *body;
+    json_t *resp = NULL;
+    ereq r;
     int rc, klass;
     const char *tok;
 
-    if (!req) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
-    body = json_dumps(req, JSON_COMPACT);
-    json_decref(req);
-    if (!body) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
-    rc = post(g, "/v3/auth/authenticate", body, &resp, timeout_ms, &klass);
-    wipe_free(body);
+    rc = req_make(g, "/v3/auth/authenticate",
+                  json_pack("{s:s, s:s}", "name", g->user, "password", g->password ? g->password : ""), &r);
+    if (!rc) rc = post(g, &r, &resp, timeout_ms, &klass);
+    req_free(&r);
     if (rc) {
         if (rc == BATON_EIO) rc = baton_seterr(BATON_EAUTH, 0, "%s", baton_error_last()->message);
         return rc;
@@ -433,26 +580,23 @@ static int authenticate(egw *g, int timeout_ms)
 
 int egw_call(egw *g, const char *path, json_t *req, json_t **resp, int timeout_ms)
 {
-    char *body;
+    ereq r;
     int rc, klass, have_token;
 
     *resp = NULL;
-    if (!req) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
-    body = json_dumps(req, JSON_COMPACT);
-    json_decref(req);
-    if (!body) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+    if ((rc = req_make(g, path, req, &r))) goto out;
     if (timeout_ms <= 0) timeout_ms = g->cfg.io_timeout_ms;
     pthread_mutex_lock(&g->mu);
     have_token = g->token != NULL;
     pthread_mutex_unlock(&g->mu);
     if (g->user && !have_token && (rc = authenticate(g, timeout_ms))) goto out;
-    rc = post(g, path, body, resp, timeout_ms, &klass);
+    rc = post(g, &r, resp, timeout_ms, &klass);
     if (rc && klass == R_AUTH_RETRY && g->user) {
         /* the token expired (etcd's simple tokens live --auth-token-ttl): a new one, once */
-        if (!(rc = authenticate(g, timeout_ms))) rc = post(g, path, body, resp, timeout_ms, &klass);
+        if (!(rc = authenticate(g, timeout_ms))) rc = post(g, &r, resp, timeout_ms, &klass);
     }
 out:
-    free(body);
+    req_free(&r);
     return rc;
 }
 
@@ -467,6 +611,37 @@ typedef struct {
     int ended;               /* canceled by the server, compacted, or a bad message */
 } wstate;
 
+/* One WatchResponse (the gateway's "result"; NULL: an error object). */
+static void watch_result(wstate *ws, json_t *res)
+{
+    json_t *ev;
+    if (!res) {
+        ws->ended = 1;
+        return;
+    }
+    if (json_is_true(json_object_get(res, "created"))) ws->created = 1;
+    if (json_is_true(json_object_get(res, "canceled")) || egw_int(res, "compact_revision")) ws->ended = 1;
+    ev = json_object_get(res, "events");
+    for (size_t i = 0; i < json_array_size(ev); i++) {
+        const char *t = json_string_value(json_object_get(json_array_get(ev, i), "type"));
+        if (ws->any || (t && !strcmp(t, "DELETE"))) ws->deleted = 1;
+    }
+}
+
+#ifdef BATON_ETCD_GRPC
+static int on_watch_grpc(void *arg, const unsigned char *p, size_t len)
+{
+    wstate *ws = arg;
+    const epb_method *m = epb_method_for("/v3/watch");
+    json_t *o = NULL;
+    int rc = epb_decode(m->resp, p, len, &o);
+    if (rc) return rc;
+    watch_result(ws, o);
+    json_decref(o);
+    return ws->deleted || ws->ended ? 1 : 0;
+}
+#endif
+
 static size_t on_watch(char *data, size_t sz, size_t nm, void *arg)
 {
     wstate *ws = arg;
@@ -475,29 +650,55 @@ static size_t on_watch(char *data, size_t sz, size_t nm, void *arg)
     /* parse every complete message */
     for (;;) {
         json_error_t je;
-        json_t *o, *res, *ev;
+        json_t *o;
         while (ws->used < ws->b.len && strchr(" \r\n\t", ws->b.p[ws->used])) ws->used++;
         if (ws->used >= ws->b.len) break;
         o = json_loadb(ws->b.p + ws->used, ws->b.len - ws->used, JSON_DISABLE_EOF_CHECK, &je);
         if (!o) break;       /* incomplete: wait for more */
         ws->used += (size_t)je.position;
-        res = json_object_get(o, "result");
-        if (!res) {
-            ws->ended = 1;   /* an error object */
-        } else {
-            if (json_is_true(json_object_get(res, "created"))) ws->created = 1;
-            if (json_is_true(json_object_get(res, "canceled")) || egw_int(res, "compact_revision")) ws->ended = 1;
-            ev = json_object_get(res, "events");
-            for (size_t i = 0; i < json_array_size(ev); i++) {
-                const char *t = json_string_value(json_object_get(json_array_get(ev, i), "type"));
-                if (ws->any || (t && !strcmp(t, "DELETE"))) ws->deleted = 1;
-            }
-        }
+        watch_result(ws, json_object_get(o, "result"));
         json_decref(o);
     }
     if (ws->used == ws->b.len) ws->used = ws->b.len = 0;
     return n;
 }
+
+#ifdef BATON_ETCD_GRPC
+/* The watch as a gRPC stream on the current member: 0 when the event came
+ * or the stream ended (the caller looks again), BATON_ETIMEDOUT,
+ * BATON_ECANCELED. */
+static int watch_grpc(egw *g, json_t *req, int64_t deadline_ns, baton_waiter *w, wstate *ws)
+{
+    const epb_method *m = epb_method_for("/v3/watch");
+    unsigned char *msg = NULL;
+    size_t len, at;
+    eh2_status st;
+    char *tok;
+    int rc, oom;
+
+    if ((rc = epb_encode(m->req, req, &msg, &len))) return rc;
+    tok = token_get(g, &oom);
+    if (oom) {
+        free(msg);
+        return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+    }
+    pthread_mutex_lock(&g->mu);
+    at = g->cur % g->nbase;
+    pthread_mutex_unlock(&g->mu);
+    /* our side stays open: etcd would end the stream with it */
+    rc = eh2_call(g->h2, at, m->grpc, tok, msg, len, 0, deadline_ns, w, on_watch_grpc, ws, &st);
+    free(msg);
+    wipe_free(tok);
+    if (rc == BATON_ETIMEDOUT || rc == BATON_ECANCELED || rc == BATON_ENOMEM) return rc;
+    if (rc || !st.stopped) {
+        /* the member went away, an error status, a bad message: as when the gateway's stream ends */
+        baton_log(BATON_LOG_DEBUG, "etcd: watch stream ended: %s",
+                  rc ? baton_error_last()->message : st.message);
+        ws->ended = 1;
+    }
+    return 0;
+}
+#endif
 
 static int wait_event(egw *g, const char *key, size_t klen, int prefix, int64_t rev, int64_t deadline_ns,
                       baton_waiter *w)
@@ -519,6 +720,17 @@ static int wait_event(egw *g, const char *key, size_t klen, int prefix, int64_t 
         rc = baton_seterr(BATON_ENOMEM, 0, "out of memory");
         goto out;
     }
+#ifdef BATON_ETCD_GRPC
+    if (g->h2) {
+        if (!k64 || !(req = json_pack("{s:{s:s, s:s, s:s*}}", "create_request", "key", k64, "start_revision", revs,
+                                      "range_end", e64))) {
+            rc = baton_seterr(BATON_ENOMEM, 0, "out of memory");
+            goto out;
+        }
+        rc = watch_grpc(g, req, deadline_ns, w, &ws);
+        goto ended;
+    }
+#endif
     if (!k64 || !(req = json_pack("{s:{s:s, s:s, s:s*}}", "create_request", "key", k64, "start_revision", revs,
                                   "range_end", e64)) ||
         !(body = json_dumps(req, JSON_COMPACT)) || !(hdr = headers(g, &gen)) || !(h = curl_easy_init()) ||
@@ -547,6 +759,9 @@ static int wait_event(egw *g, const char *key, size_t klen, int prefix, int64_t 
         if (!running || ws.deleted || ws.ended) break;
         curl_multi_poll(m, NULL, 0, (int)slice, NULL);
     }
+#ifdef BATON_ETCD_GRPC
+ended:
+#endif
     if (!rc && !ws.deleted) {
         /* the stream ended without the event (the member went away, an
          * error): the caller looks again; not in a tight loop */
@@ -559,7 +774,7 @@ static int wait_event(egw *g, const char *key, size_t klen, int prefix, int64_t 
 out:
     if (h) curl_easy_cleanup(h);
     if (m) curl_multi_cleanup(m);
-    curl_slist_free_all(hdr);
+    if (hdr) curl_slist_free_all(hdr);   /* (libcurl is not loaded with transport=grpc) */
     free(ws.b.p);
     free(body);
     json_decref(req);
@@ -598,6 +813,8 @@ int egw_get(egw *g, size_t member, const char *path, char **body, size_t *len)
     *body = NULL;
     *len = 0;
     if (member >= g->nbase) return baton_seterr(BATON_EINVAL, 0, "etcd: no member %zu", member);
+    /* the gRPC transport does without libcurl until now */
+    if ((rc = baton__ecurl_load())) return rc;
     /* its own handle: the pool's are set up for the gateway's POSTs */
     if (!(h = curl_easy_init())) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
     snprintf(url, sizeof url, "%s%s", g->base[member], path);

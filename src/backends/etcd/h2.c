@@ -1,0 +1,576 @@
+/*
+ * gRPC over HTTP/2 (h2c, prior knowledge) with nghttp2's client session on
+ * a plain TCP socket: the `transport=grpc` of the etcd engine. gw.c keeps
+ * the engine's interface (members, failover, auth, error mapping) and calls
+ * eh2_call for the bytes; pb.c turns JSON into protobuf and back.
+ *
+ * A connection carries one call at a time (like gw.c's easy handles): calls
+ * take one for their member from a small pool, or connect. A watch is a
+ * stream like any other, kept open (no END_STREAM from us) until the event
+ * comes; then it is reset (CANCEL) and the connection goes back to the pool.
+ * The socket is non-blocking and polled in slices of at most
+ * WATCH_SLICE_MS, so a cancel or the deadline is seen quickly. A pooled
+ * connection the server closed meanwhile (etcd restarted, GOAWAY) is
+ * noticed before use; one that breaks before any answer on a call is
+ * retried once on a new connection, as curl does.
+ *
+ * gRPC framing: each message is 1 byte "compressed" (always 0 here: we
+ * offer no encodings) + 4 bytes big-endian length + the protobuf bytes;
+ * headers `content-type: application/grpc`, `te: trailers`, the auth token
+ * in the `token` metadata (etcd's name for it); the status comes in the
+ * trailers (`grpc-status`, `grpc-message`, percent-encoded).
+ */
+#include "etcd_int.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <nghttp2/nghttp2.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define POOL_MAX 16
+#define WATCH_SLICE_MS 50
+#define MSG_MAX (16u << 20)  /* larger replies are not etcd's answers to our requests */
+
+typedef struct h2c {
+    size_t member;
+    int fd;
+    nghttp2_session *s;
+    int unusable;            /* GOAWAY, an error: not back into the pool */
+    int h2ok;                /* the server's SETTINGS came: it speaks HTTP/2 */
+    size_t rx;               /* bytes received */
+    /* the call in progress */
+    int32_t sid;
+    const unsigned char *out;
+    size_t outlen, outpos;
+    int half_close;
+    unsigned char *in;       /* DATA of the stream not yet cut into messages */
+    size_t inlen, incap;
+    int oom;
+    int answered;            /* the server sent anything on this stream */
+    int closed;              /* the stream is over */
+    uint32_t rst;            /* its error code when reset */
+    eh2_status *st;
+} h2c;
+
+struct eh2 {
+    char **host;
+    int *port;
+    size_t n;
+    char **authority;        /* "host:port" */
+    int connect_timeout_ms;
+    pthread_mutex_t mu;
+    h2c *pool[POOL_MAX];     /* guarded by mu */
+    int npool;
+};
+
+/* ---- nghttp2 callbacks --------------------------------------------------- */
+
+static int pct_val(int c)
+{
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+/* grpc-message is percent-encoded. */
+static void pct_decode(char *dst, size_t n, const uint8_t *s, size_t len)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < len && k + 1 < n; i++) {
+        int a, b;
+        if (s[i] == '%' && i + 2 < len && (a = pct_val(s[i + 1])) >= 0 && (b = pct_val(s[i + 2])) >= 0) {
+            dst[k++] = (char)(a << 4 | b);
+            i += 2;
+        } else {
+            dst[k++] = (char)s[i];
+        }
+    }
+    dst[k] = 0;
+}
+
+static int on_header(nghttp2_session *s, const nghttp2_frame *f, const uint8_t *name, size_t nlen,
+                     const uint8_t *value, size_t vlen, uint8_t flags, void *arg)
+{
+    h2c *c = arg;
+    (void)s, (void)flags;
+    if (f->hd.stream_id != c->sid || !c->st) return 0;
+    c->answered = 1;
+    if (nlen == 7 && !memcmp(name, ":status", 7)) {
+        c->st->http = 0;
+        for (size_t i = 0; i < vlen && i < 4; i++)
+            if (value[i] >= '0' && value[i] <= '9') c->st->http = c->st->http * 10 + (value[i] - '0');
+    } else if (nlen == 11 && !memcmp(name, "grpc-status", 11)) {
+        int v = vlen ? 0 : -2;
+        for (size_t i = 0; i < vlen && v >= 0; i++)
+            v = value[i] >= '0' && value[i] <= '9' && i < 4 ? v * 10 + (value[i] - '0') : -2;
+        c->st->grpc_status = v;     /* -2: not a number */
+    } else if (nlen == 12 && !memcmp(name, "grpc-message", 12)) {
+        pct_decode(c->st->message, sizeof c->st->message, value, vlen);
+    } else if (nlen == 12 && !memcmp(name, "content-type", 12)) {
+        c->st->is_grpc = vlen >= 16 && !memcmp(value, "application/grpc", 16);
+    }
+    return 0;
+}
+
+static int on_data(nghttp2_session *s, uint8_t flags, int32_t sid, const uint8_t *data, size_t len, void *arg)
+{
+    h2c *c = arg;
+    (void)s, (void)flags;
+    if (sid != c->sid) return 0;
+    c->answered = 1;
+    if (!len) return 0;
+    if (c->inlen + len > c->incap) {
+        size_t cap = c->incap ? c->incap * 2 : 4096;
+        while (cap < c->inlen + len) cap *= 2;
+        if (cap > MSG_MAX + 4096) {
+            c->oom = 2;      /* too large */
+            return 0;
+        }
+        unsigned char *p = realloc(c->in, cap);
+        if (!p) {
+            c->oom = 1;
+            return 0;
+        }
+        c->in = p, c->incap = cap;
+    }
+    memcpy(c->in + c->inlen, data, len);
+    c->inlen += len;
+    return 0;
+}
+
+static int on_close(nghttp2_session *s, int32_t sid, uint32_t err, void *arg)
+{
+    h2c *c = arg;
+    (void)s;
+    if (sid == c->sid) {
+        c->closed = 1;
+        c->rst = err;
+    }
+    return 0;
+}
+
+static int on_frame(nghttp2_session *s, const nghttp2_frame *f, void *arg)
+{
+    h2c *c = arg;
+    (void)s;
+    if (f->hd.type == NGHTTP2_GOAWAY) c->unusable = 1;
+    if (f->hd.type == NGHTTP2_SETTINGS) c->h2ok = 1;
+    return 0;
+}
+
+static ssize_t read_body(nghttp2_session *s, int32_t sid, uint8_t *buf, size_t len, uint32_t *flags,
+                         nghttp2_data_source *src, void *arg)
+{
+    h2c *c = arg;
+    size_t n = c->outlen - c->outpos;
+    (void)s, (void)sid, (void)src;
+    if (n == 0 && !c->half_close) return NGHTTP2_ERR_DEFERRED;  /* a watch: the stream stays open */
+    if (n > len) n = len;
+    memcpy(buf, c->out + c->outpos, n);
+    c->outpos += n;
+    if (c->outpos == c->outlen && c->half_close) *flags |= NGHTTP2_DATA_FLAG_EOF;
+    return (ssize_t)n;
+}
+
+/* ---- connections ---------------------------------------------------------- */
+
+static void conn_free(h2c *c)
+{
+    if (!c) return;
+    if (c->s) nghttp2_session_del(c->s);
+    if (c->fd >= 0) close(c->fd);
+    free(c->in);
+    free(c);
+}
+
+static int wait_fd(int fd, short ev, int64_t deadline_ns)
+{
+    for (;;) {
+        int64_t left = (deadline_ns - baton_now_ns()) / 1000000;
+        struct pollfd p = { .fd = fd, .events = ev };
+        if (left <= 0) return BATON_ETIMEDOUT;
+        int r = poll(&p, 1, left > WATCH_SLICE_MS ? WATCH_SLICE_MS : (int)left);
+        if (r > 0) return 0;
+        if (r < 0 && errno != EINTR) return BATON_EIO;
+    }
+}
+
+static int conn_new(eh2 *h, size_t member, h2c **out)
+{
+    struct addrinfo hints = { .ai_socktype = SOCK_STREAM, .ai_family = AF_UNSPEC }, *res = NULL, *ai;
+    char port[16];
+    nghttp2_session_callbacks *cb = NULL;
+    nghttp2_settings_entry set[] = { { NGHTTP2_SETTINGS_ENABLE_PUSH, 0 },
+                                     { NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, 1 << 20 } };
+    int64_t deadline = baton_now_ns() + (int64_t)h->connect_timeout_ms * 1000000;
+    int fd = -1, rc, one = 1, err = 0;
+    h2c *c;
+
+    *out = NULL;
+    snprintf(port, sizeof port, "%d", h->port[member]);
+    if ((rc = getaddrinfo(h->host[member], port, &hints, &res)))
+        return baton_seterr(BATON_EUNAVAILABLE, rc, "etcd: %s: %s", h->authority[member], gai_strerror(rc));
+    for (ai = res; ai && fd < 0; ai = ai->ai_next) {
+        if ((fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol)) < 0) {
+            err = errno;
+            continue;
+        }
+        if (connect(fd, ai->ai_addr, ai->ai_addrlen) && errno != EINPROGRESS) {
+            err = errno;
+        } else if ((rc = wait_fd(fd, POLLOUT, deadline))) {
+            err = rc == BATON_ETIMEDOUT ? ETIMEDOUT : errno;
+        } else {
+            socklen_t sl = sizeof err;
+            if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &sl)) err = errno;
+        }
+        if (err) {
+            close(fd);
+            fd = -1;
+        }
+    }
+    freeaddrinfo(res);
+    if (fd < 0)
+        return baton_seterr(BATON_EUNAVAILABLE, err, "etcd: %s: cannot connect: %s", h->authority[member],
+                            strerror(err ? err : ECONNREFUSED));
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    if (!(c = calloc(1, sizeof *c))) {
+        close(fd);
+        return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+    }
+    c->fd = fd;
+    c->member = member;
+    c->sid = -1;
+    if (nghttp2_session_callbacks_new(&cb)) goto nomem;
+    nghttp2_session_callbacks_set_on_header_callback(cb, on_header);
+    nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cb, on_data);
+    nghttp2_session_callbacks_set_on_stream_close_callback(cb, on_close);
+    nghttp2_session_callbacks_set_on_frame_recv_callback(cb, on_frame);
+    rc = nghttp2_session_client_new(&c->s, cb, c);
+    nghttp2_session_callbacks_del(cb);
+    if (rc || nghttp2_submit_settings(c->s, NGHTTP2_FLAG_NONE, set, sizeof set / sizeof set[0])) goto nomem;
+    /* the connection's own window too, so a burst of watch events never waits on it */
+    nghttp2_session_set_local_window_size(c->s, NGHTTP2_FLAG_NONE, 0, 1 << 24);
+    *out = c;
+    return 0;
+nomem:
+    conn_free(c);
+    return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+}
+
+static int send_all(eh2 *h, h2c *c, const uint8_t *p, size_t n, int64_t deadline_ns)
+{
+    while (n > 0) {
+        ssize_t w = send(c->fd, p, n, MSG_NOSIGNAL);
+        if (w > 0) {
+            p += w, n -= (size_t)w;
+            continue;
+        }
+        if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+            int rc = wait_fd(c->fd, POLLOUT, deadline_ns);
+            if (rc == BATON_ETIMEDOUT) return rc;
+            continue;
+        }
+        c->unusable = 1;
+        return baton_seterr(BATON_EUNAVAILABLE, errno, "etcd: %s: %s", h->authority[c->member], strerror(errno));
+    }
+    return 0;
+}
+
+/* Sends what the session has to send, before DEADLINE: the frames of a
+ * call (HEADERS, DATA, a WINDOW_UPDATE) gathered into one send. */
+static int flush(eh2 *h, h2c *c, int64_t deadline_ns)
+{
+    uint8_t buf[16384];
+    size_t used = 0;
+    int rc;
+    for (;;) {
+        const uint8_t *p;
+        ssize_t n = nghttp2_session_mem_send(c->s, &p);
+        if (n < 0) {
+            c->unusable = 1;
+            return baton_seterr(BATON_EPROTO, (int)n, "etcd: grpc: %s", nghttp2_strerror((int)n));
+        }
+        if (n == 0) break;
+        if (used + (size_t)n <= sizeof buf) {
+            memcpy(buf + used, p, (size_t)n);
+            used += (size_t)n;
+            continue;
+        }
+        if ((rc = send_all(h, c, buf, used, deadline_ns)) || (rc = send_all(h, c, p, (size_t)n, deadline_ns)))
+            return rc;
+        used = 0;
+    }
+    return send_all(h, c, buf, used, deadline_ns);
+}
+
+static int not_h2(eh2 *h, h2c *c)
+{
+    return baton_seterr(BATON_EPROTO, 0, "etcd: %s: not an HTTP/2 server (is it etcd's client port?)",
+                        h->authority[c->member]);
+}
+
+/* Reads what has arrived (nothing when nothing has): 0, or an error when the
+ * connection ended or broke. */
+static int pump(eh2 *h, h2c *c)
+{
+    uint8_t buf[16384];
+    for (;;) {
+        ssize_t n = recv(c->fd, buf, sizeof buf, 0);
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) {
+            c->unusable = 1;
+            if (c->rx && !c->h2ok) return not_h2(h, c);
+            return baton_seterr(BATON_EUNAVAILABLE, n ? errno : 0, "etcd: %s: %s", h->authority[c->member],
+                                n ? strerror(errno) : "the connection was closed");
+        }
+        c->rx += (size_t)n;
+        ssize_t r = nghttp2_session_mem_recv(c->s, buf, (size_t)n);
+        if (r < 0) {
+            c->unusable = 1;
+            return baton_seterr(BATON_EPROTO, (int)r, "etcd: %s: not an HTTP/2 (gRPC) answer: %s",
+                                h->authority[c->member], nghttp2_strerror((int)r));
+        }
+        if ((size_t)n < sizeof buf) return 0;
+    }
+}
+
+/* A pooled connection still usable: whatever the server sent while it sat
+ * there (a GOAWAY, the end) is read now. */
+static int conn_alive(eh2 *h, h2c *c)
+{
+    return !c->unusable && !pump(h, c) && !c->unusable && nghttp2_session_want_read(c->s);
+}
+
+static h2c *pool_get(eh2 *h, size_t member)
+{
+    h2c *c = NULL;
+    pthread_mutex_lock(&h->mu);
+    for (int i = h->npool - 1; i >= 0; i--)
+        if (h->pool[i]->member == member) {
+            c = h->pool[i];
+            h->pool[i] = h->pool[--h->npool];
+            break;
+        }
+    pthread_mutex_unlock(&h->mu);
+    return c;
+}
+
+static void pool_put(eh2 *h, h2c *c)
+{
+    if (!c) return;
+    c->sid = -1;
+    c->st = NULL;
+    c->inlen = 0;
+    if (!c->unusable && !c->oom) {
+        pthread_mutex_lock(&h->mu);
+        if (h->npool < POOL_MAX) {
+            h->pool[h->npool++] = c;
+            c = NULL;
+        }
+        pthread_mutex_unlock(&h->mu);
+    }
+    conn_free(c);
+}
+
+/* ---- setup ---------------------------------------------------------------- */
+
+int eh2_new(eh2 **out, const baton_uri *u, int connect_timeout_ms)
+{
+    eh2 *h = calloc(1, sizeof *h);
+    *out = NULL;
+    if (!h) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+    pthread_mutex_init(&h->mu, NULL);
+    h->connect_timeout_ms = connect_timeout_ms > 0 ? connect_timeout_ms : 2000;
+    if (!(h->host = calloc(u->nhosts, sizeof *h->host)) || !(h->port = calloc(u->nhosts, sizeof *h->port)) ||
+        !(h->authority = calloc(u->nhosts, sizeof *h->authority)))
+        goto nomem;
+    for (size_t i = 0; i < u->nhosts; i++) {
+        const char *host = u->hosts[i].host;
+        size_t n = strlen(host) + 16;
+        int v6 = strchr(host, ':') != NULL;
+        h->port[i] = u->hosts[i].port > 0 ? u->hosts[i].port : 2379;
+        if (!(h->host[i] = strdup(host)) || !(h->authority[i] = malloc(n))) goto nomem;
+        snprintf(h->authority[i], n, "%s%s%s:%d", v6 ? "[" : "", host, v6 ? "]" : "", h->port[i]);
+        h->n++;
+    }
+    *out = h;
+    return 0;
+nomem:
+    if (h->host && h->n < u->nhosts) free(h->host[h->n]);
+    eh2_free(h);
+    return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+}
+
+void eh2_free(eh2 *h)
+{
+    if (!h) return;
+    for (int i = 0; i < h->npool; i++) conn_free(h->pool[i]);
+    for (size_t i = 0; i < h->n; i++) free(h->host[i]), free(h->authority[i]);
+    free(h->host), free(h->port), free(h->authority);
+    pthread_mutex_destroy(&h->mu);
+    free(h);
+}
+
+const char *eh2_authority(eh2 *h, size_t member)
+{
+    return h->authority[member % h->n];
+}
+
+/* ---- a call --------------------------------------------------------------- */
+
+/* Cuts the complete messages off c->in and hands them to CB: 1 when CB
+ * said it has what it waited for, an error for a bad frame. */
+static int deliver(h2c *c, eh2_on_msg cb, void *arg)
+{
+    size_t at = 0;
+    int rc = 0;
+    while (c->inlen - at >= 5) {
+        const unsigned char *p = c->in + at;
+        uint32_t len = (uint32_t)p[1] << 24 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 8 | p[4];
+        if (p[0] != 0) {
+            rc = baton_seterr(BATON_EPROTO, 0, "etcd: grpc: a compressed message (none was offered)");
+            break;
+        }
+        if (len > MSG_MAX) {
+            rc = baton_seterr(BATON_EPROTO, 0, "etcd: grpc: a message of %u bytes", len);
+            break;
+        }
+        if (c->inlen - at - 5 < len) break;
+        at += 5 + len;
+        if ((rc = cb(arg, p + 5, len))) break;
+    }
+    if (at) {
+        memmove(c->in, c->in + at, c->inlen - at);
+        c->inlen -= at;
+    }
+    return rc;
+}
+
+static int call_once(eh2 *h, h2c *c, const char *path, const char *token, const unsigned char *msg, size_t len,
+                     int half_close, int64_t deadline_ns, baton_waiter *w, eh2_on_msg cb, void *arg, eh2_status *st)
+{
+    char tmo[32];
+    nghttp2_nv hdr[8];
+    size_t nh = 0;
+    nghttp2_data_provider prd = { .read_callback = read_body };
+    int rc = 0;
+
+#define NV(n, v) (hdr[nh++] = (nghttp2_nv){ (uint8_t *)(n), (uint8_t *)(v), strlen(n), strlen(v), NGHTTP2_NV_FLAG_NONE })
+    NV(":method", "POST");
+    NV(":scheme", "http");
+    NV(":path", path);
+    NV(":authority", h->authority[c->member]);
+    NV("content-type", "application/grpc");
+    NV("te", "trailers");
+    if (deadline_ns != INT64_MAX) {
+        int64_t ms = (deadline_ns - baton_now_ns()) / 1000000;
+        /* at most 8 digits; a longer deadline is sent as none */
+        snprintf(tmo, sizeof tmo, "%lldm", (long long)(ms > 1 ? ms : 1));
+        if (ms <= 99999999) NV("grpc-timeout", tmo);
+    }
+    if (token) NV("token", token);
+#undef NV
+    memset(st, 0, sizeof *st);
+    st->grpc_status = -1;
+    c->out = msg, c->outlen = len, c->outpos = 0, c->half_close = half_close;
+    c->inlen = 0, c->answered = 0, c->closed = 0, c->rst = 0, c->st = st;
+    c->sid = nghttp2_submit_request(c->s, NULL, hdr, nh, &prd, c);
+    if (c->sid < 0) {
+        c->unusable = 1;
+        return baton_seterr(c->sid == NGHTTP2_ERR_NOMEM ? BATON_ENOMEM : BATON_EUNAVAILABLE, c->sid,
+                            "etcd: grpc: cannot start a stream: %s", nghttp2_strerror(c->sid));
+    }
+    for (;;) {
+        int64_t now, slice = WATCH_SLICE_MS;
+        struct pollfd p = { .fd = c->fd, .events = POLLIN };
+        if ((rc = flush(h, c, deadline_ns))) break;
+        if ((rc = deliver(c, cb, arg))) break;
+        if (c->oom) {
+            rc = c->oom == 2 ? baton_seterr(BATON_EPROTO, 0, "etcd: grpc: an answer too large")
+                             : baton_seterr(BATON_ENOMEM, 0, "out of memory");
+            break;
+        }
+        if (c->closed) break;
+        if (!nghttp2_session_want_read(c->s) && !nghttp2_session_want_write(c->s)) {
+            c->unusable = 1;
+            rc = !c->h2ok ? not_h2(h, c) : baton_seterr(BATON_EUNAVAILABLE, 0, "etcd: %s: the HTTP/2 session ended", h->authority[c->member]);
+            break;
+        }
+        if (w && baton_waiter_canceled(w)) {
+            rc = BATON_ECANCELED;
+            break;
+        }
+        now = baton_now_ns();
+        if (deadline_ns != INT64_MAX && now >= deadline_ns) {
+            rc = BATON_ETIMEDOUT;
+            break;
+        }
+        if (deadline_ns != INT64_MAX && (deadline_ns - now) / 1000000 < slice) slice = (deadline_ns - now) / 1000000 + 1;
+        /* a unary call has no waiter to look at: it sleeps until data or the deadline */
+        if (!w) slice = deadline_ns == INT64_MAX || deadline_ns - now > 1000000000LL ? 1000 : (deadline_ns - now) / 1000000 + 1;
+        int r = poll(&p, 1, (int)slice);
+        if (r < 0 && errno != EINTR) {
+            rc = baton_seterr(BATON_EIO, errno, "etcd: poll: %s", strerror(errno));
+            break;
+        }
+        if (r > 0 && (rc = pump(h, c))) break;
+    }
+    if (rc == 1) rc = 0, st->stopped = 1;
+    if (!c->closed && !c->unusable) {
+        /* we stop listening before the server stops talking (a watch, a
+         * deadline): the stream goes, the connection stays */
+        nghttp2_submit_rst_stream(c->s, NGHTTP2_FLAG_NONE, c->sid, NGHTTP2_CANCEL);
+        if (flush(h, c, baton_now_ns() + 200000000LL)) c->unusable = 1;
+    }
+    if (!rc && st->grpc_status == -2) {
+        rc = baton_seterr(BATON_EPROTO, 0, "etcd: %s%s: a grpc-status that is not a number", h->authority[c->member],
+                          path);
+    } else if (c->closed && !rc && st->grpc_status < 0 && !st->stopped) {
+        if (c->rst)
+            rc = baton_seterr(BATON_EUNAVAILABLE, (int)c->rst, "etcd: %s: the stream was reset (HTTP/2 error %u)",
+                              h->authority[c->member], c->rst);
+        else if (!st->is_grpc)
+            rc = baton_seterr(BATON_EPROTO, st->http, "etcd: %s%s: not a gRPC answer (HTTP %d)",
+                              h->authority[c->member], path, st->http);
+        else
+            rc = baton_seterr(BATON_EPROTO, st->http, "etcd: %s%s: a gRPC answer without grpc-status",
+                              h->authority[c->member], path);
+    }
+    st->answered = c->answered;
+    return rc;
+}
+
+int eh2_call(eh2 *h, size_t member, const char *path, const char *token, const unsigned char *msg, size_t len,
+             int half_close, int64_t deadline_ns, baton_waiter *w, eh2_on_msg cb, void *arg, eh2_status *st)
+{
+    member %= h->n;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        h2c *c = pool_get(h, member);
+        int reused = c != NULL, rc;
+        if (c && !conn_alive(h, c)) {
+            conn_free(c);
+            c = NULL, reused = 0;
+        }
+        if (!c && (rc = conn_new(h, member, &c))) return rc;
+        rc = call_once(h, c, path, token, msg, len, half_close, deadline_ns, w, cb, arg, st);
+        /* a unary call that timed out: a silent member, not this connection
+         * again (a watch's deadline is only the caller's) */
+        if (rc == BATON_ETIMEDOUT && half_close) c->unusable = 1;
+        pool_put(h, c);
+        /* a kept connection that broke before any answer: the server had
+         * closed it meanwhile; once more on a new one */
+        if (rc == BATON_EUNAVAILABLE && reused && !st->answered) continue;
+        return rc;
+    }
+    return BATON_EUNAVAILABLE;
+}
