@@ -1208,7 +1208,7 @@ ETCD_PUT_N = 1000      # single Puts per write-latency run
 ETCD_PUT_GAP_MS = 5    # the pause before each isolated Put (the handoff workload's hold is 5 ms too)
 ETCD_CLI_LOOPS = 21    # CLI wall-time runs per command
 ETCD_PEER_TIMEOUT = 60 # python-etcd3's contended and handoff runs: its lock may fail and hang
-ETCD_TRANSPORTS = (("gateway", ""), ("grpc", "?transport=grpc"))   # the first is what etcd:// ships by default
+ETCD_TRANSPORTS = (("grpc", ""), ("gateway", "?transport=gateway"))   # the first is what etcd:// ships by default
 
 
 def etcd_grpc_probe(uri):
@@ -1391,7 +1391,7 @@ def etcd_rows(got):
             info=True)
     bg, br = g("etcd_baton_gateway_unc", "pairs_per_s"), g("etcd_baton_grpc_unc", "pairs_per_s")
     if bg is not None and br is not None:
-        row("baton uncontended pairs/s: `?transport=grpc` vs the gateway", f(br), "gateway " + f(bg), div(br, bg), "—",
+        row("baton uncontended pairs/s: gRPC (the default) vs `?transport=gateway`", f(br), "gateway " + f(bg), div(br, bg), "—",
             info=True)
     rg, rr = g("etcd_raw_gateway_unc", "pairs_per_s"), g("etcd_raw_grpc_unc", "pairs_per_s")
     row("Raw bounds: gRPC vs the gateway (pairs/s)", "", "gRPC %s, gateway %s" % (f(rr), f(rg)), div(rr, rg), "—",
