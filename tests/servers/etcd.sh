@@ -33,6 +33,7 @@
 set -u
 
 die() { echo "etcd.sh: $*" >&2; exit 1; }
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 ETCD_BIN=${ETCD_BIN:-$(command -v etcd 2>/dev/null || true)}
 ETCDCTL_BIN=${ETCDCTL_BIN:-$(command -v etcdctl 2>/dev/null || true)}
@@ -43,27 +44,6 @@ need_server() {
         echo "etcd.sh: etcd is not installed (apt-get install etcd-server etcd-client)" >&2
         exit 77
     fi
-}
-
-# N free loopback ports, one a line (all bound at once, so they differ).
-free_ports() {
-    /usr/bin/python3 -c 'import socket, sys
-ss = []
-for _ in range(int(sys.argv[1])):
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    ss.append(s)
-for s in ss:
-    print(s.getsockname()[1])
-for s in ss:
-    s.close()' "$1"
-}
-
-pid_alive() {
-    local st
-    kill -0 "$1" 2>/dev/null || return 1
-    st=$(cut -d' ' -f3 "/proc/$1/stat" 2>/dev/null) || return 1
-    [ "$st" != Z ] && [ "$st" != X ]
 }
 
 # DIR's pid, when that process runs and is our etcd for DIR (not a reused pid).
@@ -150,8 +130,6 @@ signal_server() { # DIR SIG
 # The cluster token: one per server or cluster DIR, so members of different
 # test clusters never join each other.
 token_of() { echo "baton-$(echo "$1" | cksum | cut -d' ' -f1)"; }
-
-abs_dir() { mkdir -p "$1" || die "cannot create $1"; (cd "$1" && pwd); }
 
 # ---- clusters ------------------------------------------------------------
 

@@ -27,6 +27,7 @@
 set -u
 
 die() { echo "mysql.sh: $*" >&2; exit 1; }
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 MARIADBD=${MARIADBD:-$(command -v mariadbd || echo /usr/sbin/mariadbd)}
 INSTALL_DB=${INSTALL_DB:-$(command -v mariadb-install-db || echo /usr/bin/mariadb-install-db)}
@@ -43,30 +44,6 @@ need_server() {
 }
 
 run_user() { [ "$(id -u)" = 0 ] && echo "$MY_RUN_USER" || id -un; }
-
-free_port() {
-    if [ -x /usr/bin/python3 ]; then
-        /usr/bin/python3 -c 'import socket
-s = socket.socket()
-s.bind(("127.0.0.1", 0))
-print(s.getsockname()[1])
-s.close()'
-        return
-    fi
-    local p
-    for _ in $(seq 1 200); do
-        p=$(( (RANDOM % 20000) + 30000 ))
-        if ! ss -Hltn "sport = :$p" 2>/dev/null | grep -q .; then echo "$p"; return 0; fi
-    done
-    return 1
-}
-
-pid_alive() {
-    local st
-    kill -0 "$1" 2>/dev/null || return 1
-    st=$(cut -d' ' -f3 "/proc/$1/stat" 2>/dev/null) || return 1
-    [ "$st" != Z ] && [ "$st" != X ]
-}
 
 # The server's pid, when it runs for DIR.
 server_pid() {

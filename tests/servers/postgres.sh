@@ -26,6 +26,7 @@
 set -u
 
 die() { echo "postgres.sh: $*" >&2; exit 1; }
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 PG_BINDIR=${PG_BINDIR:-}
 if [ -z "$PG_BINDIR" ]; then
@@ -52,30 +53,6 @@ as_owner() {
     else
         "$@"
     fi
-}
-
-free_port() {
-    if [ -x /usr/bin/python3 ]; then
-        /usr/bin/python3 -c 'import socket
-s = socket.socket()
-s.bind(("127.0.0.1", 0))
-print(s.getsockname()[1])
-s.close()'
-        return
-    fi
-    local p
-    for _ in $(seq 1 200); do
-        p=$(( (RANDOM % 20000) + 30000 ))
-        if ! ss -Hltn "sport = :$p" 2>/dev/null | grep -q .; then echo "$p"; return 0; fi
-    done
-    return 1
-}
-
-pid_alive() {
-    local st
-    kill -0 "$1" 2>/dev/null || return 1
-    st=$(cut -d' ' -f3 "/proc/$1/stat" 2>/dev/null) || return 1
-    [ "$st" != Z ] && [ "$st" != X ]
 }
 
 # The postmaster's pid, when it runs for DIR.

@@ -14,6 +14,7 @@
 set -u
 
 die() { echo "redis.sh: $*" >&2; exit 1; }
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 REDIS_SERVER=/usr/bin/redis-server
 [ -x "$REDIS_SERVER" ] || REDIS_SERVER=$(command -v redis-server 2>/dev/null || true)
@@ -23,32 +24,6 @@ need_server() {
         echo "redis.sh: redis-server is not installed (apt-get install redis-server)" >&2
         exit 77
     fi
-}
-
-free_port() {
-    if [ -x /usr/bin/python3 ]; then
-        /usr/bin/python3 -c 'import socket
-s = socket.socket()
-s.bind(("127.0.0.1", 0))
-print(s.getsockname()[1])
-s.close()'
-        return
-    fi
-    # Fallback: a random port that nothing listens on.
-    local p
-    for _ in $(seq 1 200); do
-        p=$(( (RANDOM % 20000) + 30000 ))
-        if ! ss -Hltn "sport = :$p" 2>/dev/null | grep -q .; then echo "$p"; return; fi
-    done
-    return 1
-}
-
-# Alive = exists and is not a zombie (a daemon's zombie waits for PID 1 to reap it).
-pid_alive() {
-    local st
-    kill -0 "$1" 2>/dev/null || return 1
-    st=$(cut -d' ' -f3 "/proc/$1/stat" 2>/dev/null) || return 1
-    [ "$st" != Z ] && [ "$st" != X ]
 }
 
 is_running() {

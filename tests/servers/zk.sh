@@ -39,6 +39,7 @@
 set -u
 
 die() { echo "zk.sh: $*" >&2; exit 1; }
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 ZK_JAVA=${ZK_JAVA:-}
 if [ -z "$ZK_JAVA" ]; then
@@ -61,42 +62,6 @@ need_server() {
         echo "zk.sh: ZooKeeper is not installed ($ZK_JAR missing; apt-get install zookeeper)" >&2
         exit 77
     fi
-}
-
-# N free loopback ports, one a line (all bound at once, so they differ).
-free_ports() {
-    local n=$1
-    if [ -x /usr/bin/python3 ]; then
-        /usr/bin/python3 -c 'import socket, sys
-ss = []
-for _ in range(int(sys.argv[1])):
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    ss.append(s)
-for s in ss:
-    print(s.getsockname()[1])
-for s in ss:
-    s.close()' "$n"
-        return
-    fi
-    # Fallback: random ports that nothing listens on.
-    local p got=0
-    for _ in $(seq 1 2000); do
-        p=$(( (RANDOM % 20000) + 30000 ))
-        if ! ss -Hltn "sport = :$p" 2>/dev/null | grep -q .; then
-            echo "$p"; got=$((got + 1))
-            [ $got -ge "$n" ] && return 0
-        fi
-    done
-    return 1
-}
-
-# Alive = exists and is not a zombie.
-pid_alive() {
-    local st
-    kill -0 "$1" 2>/dev/null || return 1
-    st=$(cut -d' ' -f3 "/proc/$1/stat" 2>/dev/null) || return 1
-    [ "$st" != Z ] && [ "$st" != X ]
 }
 
 # DIR's pid, when that process runs and is our JVM for DIR (not a reused pid).
@@ -206,8 +171,6 @@ preAllocSize=4096
 maxClientCnxns=0
 EOF
 }
-
-abs_dir() { mkdir -p "$1" || die "cannot create $1"; (cd "$1" && pwd); }
 
 # ---- ensembles -----------------------------------------------------------
 # DIR/members holds one line per member: "K CLIENT QUORUM ELECTION".
