@@ -51,7 +51,9 @@ mkca ca && mkca otherca &&
 mkcert ca server 127.0.0.1 "subjectAltName=IP:127.0.0.1
 extendedKeyUsage=serverAuth,clientAuth" &&
 mkcert ca client baton "extendedKeyUsage=clientAuth" &&
-mkcert otherca stranger baton "extendedKeyUsage=clientAuth" ||
+mkcert otherca stranger baton "extendedKeyUsage=clientAuth" &&
+mkcert ca elsewhere 10.9.9.9 "subjectAltName=IP:10.9.9.9,DNS:elsewhere.invalid
+extendedKeyUsage=serverAuth" ||
     { echo "FAIL: openssl could not make the test certificates"; exit 1; }
 
 # ---- the server: client port TLS only, client certificates required
@@ -145,14 +147,14 @@ check "a missing CA file: refused, not run (got $rc: $(head -c 200 "$T/m.err"))"
 
 # 2b. gRPC only: TLS servers that are not etcd's, with our CA's certificate:
 # one that does not agree to h2 (ALPN http/1.1 only), one that accepts and
-# never answers the handshake, one that completes it and then stays silent.
+# never answers the handshake, one that completes it and then stays silent,
+# one whose certificate (from our CA) names another address.
 if [ "$XOPT" = transport=grpc ]; then
-    /usr/bin/python3 - "$K/server.pem" "$K/server.key" >"$T/fake.ports" 2>"$T/fake.err" <<'PY' &
+    /usr/bin/python3 - "$K/server.pem" "$K/server.key" "$K/elsewhere.pem" "$K/elsewhere.key" >"$T/fake.ports" 2>"$T/fake.err" <<'PY' &
 import socket, ssl, sys, threading, time
-cert, key = sys.argv[1], sys.argv[2]
-def ctx(alpn):
+def ctx(alpn, mode):
     c = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    c.load_cert_chain(cert, key)
+    c.load_cert_chain(*(sys.argv[3:5] if mode == "elsewhere" else sys.argv[1:3]))
     c.set_alpn_protocols(alpn)
     return c
 def serve(sock, mode):
@@ -161,7 +163,7 @@ def serve(sock, mode):
             if mode == "mute":          # never a byte of the handshake
                 time.sleep(60)
                 return
-            t = ctx(["http/1.1"] if mode == "h1" else ["h2"]).wrap_socket(conn, server_side=True)
+            t = ctx(["http/1.1"] if mode == "h1" else ["h2"], mode).wrap_socket(conn, server_side=True)
             if mode == "h1":
                 while t.recv(4096):
                     pass
@@ -175,7 +177,7 @@ def serve(sock, mode):
         conn, _ = sock.accept()
         threading.Thread(target=one, args=(conn,), daemon=True).start()
 socks = []
-for mode in ("h1", "mute", "silent"):
+for mode in ("h1", "mute", "silent", "elsewhere"):
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
     s.listen(8)
@@ -186,8 +188,8 @@ time.sleep(120)
 PY
     pids+=($!)
     for _ in $(seq 1 50); do [ -s "$T/fake.ports" ] && break; sleep 0.1; done
-    read -r H1 MUTE SILENT <"$T/fake.ports"
-    if [ -z "${SILENT:-}" ]; then
+    read -r H1 MUTE SILENT ELSEWHERE <"$T/fake.ports"
+    if [ -z "${ELSEWHERE:-}" ]; then
         bad "the fake TLS servers did not start: $(head -c 300 "$T/fake.err")"
     else
         C="cacert=$K/ca.pem&cert=$K/client.pem&key=$K/client.key&$X"
@@ -196,6 +198,9 @@ PY
         refused "a TLS server silent in the handshake" "etcds://127.0.0.1:$MUTE?$(opt "$C")"
         check "  the message says handshake" grep -q "handshake" "$T/r.err"
         refused "a TLS server silent after the handshake" "etcds://127.0.0.1:$SILENT?$(opt "$C")"
+        # our CA signed it, but for another address: the IP is checked
+        refused "a certificate of our CA for 10.9.9.9, not 127.0.0.1" "etcds://127.0.0.1:$ELSEWHERE?$(opt "$C")"
+        check "  the message says mismatch" grep -q "mismatch" "$T/r.err"
     fi
 fi
 
