@@ -698,7 +698,9 @@ static void pool_put(eh2 *h, h2c *c)
 int eh2_new(eh2 **out, const baton_uri *u, const egw_config *cfg)
 {
     eh2 *h;
+#ifdef BATON_ETCD_GRPC_TLS
     int rc;
+#endif
 
     *out = NULL;
 #ifndef BATON_ETCD_GRPC_TLS
