@@ -47,6 +47,7 @@ pkgs=(
   mariadb-server mariadb-client             # test servers (tests/servers/mysql.sh: mariadb-install-db, mariadbd)
   libcurl4-openssl-dev libjansson-dev       # etcd backend (the v3 JSON gateway over HTTP/1.1)
   libnghttp2-dev                            # etcd backend, optional: its gRPC transport (HTTP/2)
+  libssl-dev                                # etcd backend, optional: etcds:// over gRPC (OpenSSL headers)
   python3-h2                                # etcd_badinput_grpc: a fake gRPC server answering garbage
   etcd-server etcd-client                   # test servers (tests/servers/etcd.sh) and etcdctl (interop)
   procps iproute2 strace                    # ps/pkill/ss used by the test scripts; strace checks poll timeouts

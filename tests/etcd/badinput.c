@@ -323,10 +323,25 @@ static void test_bad_uris(void) {
         snprintf(uri, sizeof uri, bad[i], p);
         expect_fail(uri, 1000, BATON_EINVAL);
     }
-    /* gRPC has no TLS yet (and a build without libnghttp2 has no gRPC at all) */
-    char uri[256];
+    char uri[512];
     snprintf(uri, sizeof uri, "etcds://127.0.0.1:%s?transport=grpc", p);
+#ifdef BATON_TEST_ETCD_GRPC_TLS
+    /* gRPC over TLS: a closed port is unreachable like any other; CA,
+     * certificate and key files are read at open (EAUTH when they cannot
+     * be), a key without its certificate is a usage error */
+    expect_fail(uri, 1000, BATON_EUNAVAILABLE);
+    snprintf(uri, sizeof uri, "etcds://127.0.0.1:%s?transport=grpc&cacert=/nonexistent/ca.pem", p);
+    expect_fail(uri, 1000, BATON_EAUTH);
+    snprintf(uri, sizeof uri, "etcds://127.0.0.1:%s?transport=grpc&cert=/nonexistent/c.pem&key=/nonexistent/k.pem", p);
+    expect_fail(uri, 1000, BATON_EAUTH);
+    snprintf(uri, sizeof uri, "etcds://127.0.0.1:%s?transport=grpc&cacert=%s", p, __FILE__); /* not PEM */
+    expect_fail(uri, 1000, BATON_EAUTH);
+    snprintf(uri, sizeof uri, "etcds://127.0.0.1:%s?transport=grpc&key=/nonexistent/k.pem", p);
+    expect_fail(uri, 1000, BATON_EINVAL);
+#else
+    /* a build without TLS for gRPC (or without gRPC) */
     expect_fail(uri, 1000, BATON_ENOTSUP);
+#endif
 }
 
 int main(int argc, char **argv) {

@@ -10,7 +10,9 @@
 #  - etcd:// (plain HTTP) against the TLS port -> exit 69, not a hang;
 #  - TLS options on etcd:// -> exit 64 (EINVAL).
 # The server is this test's own (${BATON_TEST_TMP}/etcd_tls), stopped on exit.
-# usage: tls.sh BATON [TRANSPORT_OPTION]   (e.g. "transport=grpc")
+# usage: tls.sh BATON [TRANSPORT_OPTION]   (e.g. "transport=grpc"; with it,
+# `baton status` must show that transport, and with transport=grpc etcds://
+# without the option must use gRPC too: the default when the build has it)
 set -u
 BATON=$1
 XOPT=${2:-}
@@ -27,7 +29,7 @@ check() { local what=$1; shift; if "$@"; then ok "$what"; else bad "$what"; fi; 
 wait_line() { for _ in $(seq 1 300); do grep -qx "$2" "$1" 2>/dev/null && return 0; sleep 0.1; done; return 1; }
 epid= pids=()
 cleanup() {
-    for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; done
+    for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
     [ -n "$epid" ] && { kill -TERM "$epid" 2>/dev/null; sleep 0.5; kill -KILL "$epid" 2>/dev/null; wait "$epid" 2>/dev/null; }
 }
 trap cleanup EXIT
@@ -49,7 +51,9 @@ mkca ca && mkca otherca &&
 mkcert ca server 127.0.0.1 "subjectAltName=IP:127.0.0.1
 extendedKeyUsage=serverAuth,clientAuth" &&
 mkcert ca client baton "extendedKeyUsage=clientAuth" &&
-mkcert otherca stranger baton "extendedKeyUsage=clientAuth" ||
+mkcert otherca stranger baton "extendedKeyUsage=clientAuth" &&
+mkcert ca elsewhere 10.9.9.9 "subjectAltName=IP:10.9.9.9,DNS:elsewhere.invalid
+extendedKeyUsage=serverAuth" ||
     { echo "FAIL: openssl could not make the test certificates"; exit 1; }
 
 # ---- the server: client port TLS only, client certificates required
@@ -102,6 +106,22 @@ check "  baton waited and ran" test $? = 0
 wait "$ep"
 check "  order etcdctl, baton" test "$(tr '\n' ' ' <"$log")" = "etcdctl-in etcdctl-out baton-in "
 
+# which transport carried it: `baton status` names the member it reached
+# ("... via https://127.0.0.1:PORT (gRPC)" over gRPC)
+GOOD0="etcds://127.0.0.1:$CP?cacert=$K/ca.pem&cert=$K/client.pem&key=$K/client.key&ttl=5"
+"$BATON" status -u "$GOOD" "$N-a" >"$T/st.out" 2>&1
+case "$XOPT" in
+transport=grpc)
+    check "status: over gRPC ($(grep session "$T/st.out"))" grep -q "via https://127.0.0.1:$CP (gRPC)" "$T/st.out"
+    # a build that has TLS for gRPC uses it for etcds:// by default
+    "$BATON" status -u "$GOOD0" "$N-a" >"$T/st0.out" 2>&1
+    check "status: etcds:// without transport= is gRPC ($(grep session "$T/st0.out"))" \
+        grep -q "via https://127.0.0.1:$CP (gRPC)" "$T/st0.out" ;;
+transport=gateway)
+    check "status: over the gateway ($(grep session "$T/st.out"))" \
+        sh -c "grep -q 'via https://127.0.0.1:$CP\$' '$T/st.out'" ;;
+esac
+
 # 2. refusals: each exit 69 with a message, well inside a generous bound
 refused() { # WHAT URI
     local s e rc
@@ -124,6 +144,65 @@ s=$(date +%s)
 timeout 60 "$BATON" run -u "$B?$(opt "cacert=$T/no-such.pem&cert=$K/client.pem&key=$K/client.key&$X")" -n "$N-r" -- true 2>"$T/m.err"
 rc=$?
 check "a missing CA file: refused, not run (got $rc: $(head -c 200 "$T/m.err"))" sh -c "[ $rc != 0 ] && [ $rc != 124 ] && [ -s '$T/m.err' ]"
+
+# 2b. gRPC only: TLS servers that are not etcd's, with our CA's certificate:
+# one that does not agree to h2 (ALPN http/1.1 only), one that accepts and
+# never answers the handshake, one that completes it and then stays silent,
+# one whose certificate (from our CA) names another address.
+if [ "$XOPT" = transport=grpc ]; then
+    /usr/bin/python3 - "$K/server.pem" "$K/server.key" "$K/elsewhere.pem" "$K/elsewhere.key" >"$T/fake.ports" 2>"$T/fake.err" <<'PY' &
+import socket, ssl, sys, threading, time
+def ctx(alpn, mode):
+    c = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    c.load_cert_chain(*(sys.argv[3:5] if mode == "elsewhere" else sys.argv[1:3]))
+    c.set_alpn_protocols(alpn)
+    return c
+def serve(sock, mode):
+    def one(conn):
+        try:
+            if mode == "mute":          # never a byte of the handshake
+                time.sleep(60)
+                return
+            t = ctx(["http/1.1"] if mode == "h1" else ["h2"], mode).wrap_socket(conn, server_side=True)
+            if mode == "h1":
+                while t.recv(4096):
+                    pass
+            else:                       # handshake done, then nothing
+                time.sleep(60)
+        except Exception:
+            pass
+        finally:
+            conn.close()
+    while True:
+        conn, _ = sock.accept()
+        threading.Thread(target=one, args=(conn,), daemon=True).start()
+socks = []
+for mode in ("h1", "mute", "silent", "elsewhere"):
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen(8)
+    socks.append(s)
+    threading.Thread(target=serve, args=(s, mode), daemon=True).start()
+print(" ".join(str(s.getsockname()[1]) for s in socks), flush=True)
+time.sleep(120)
+PY
+    pids+=($!)
+    for _ in $(seq 1 50); do [ -s "$T/fake.ports" ] && break; sleep 0.1; done
+    read -r H1 MUTE SILENT ELSEWHERE <"$T/fake.ports"
+    if [ -z "${ELSEWHERE:-}" ]; then
+        bad "the fake TLS servers did not start: $(head -c 300 "$T/fake.err")"
+    else
+        C="cacert=$K/ca.pem&cert=$K/client.pem&key=$K/client.key&$X"
+        refused "a TLS server that does not agree to h2" "etcds://127.0.0.1:$H1?$(opt "$C")"
+        check "  the message says ALPN h2" grep -q "ALPN h2" "$T/r.err"
+        refused "a TLS server silent in the handshake" "etcds://127.0.0.1:$MUTE?$(opt "$C")"
+        check "  the message says handshake" grep -q "handshake" "$T/r.err"
+        refused "a TLS server silent after the handshake" "etcds://127.0.0.1:$SILENT?$(opt "$C")"
+        # our CA signed it, but for another address: the IP is checked
+        refused "a certificate of our CA for 10.9.9.9, not 127.0.0.1" "etcds://127.0.0.1:$ELSEWHERE?$(opt "$C")"
+        check "  the message says mismatch" grep -q "mismatch" "$T/r.err"
+    fi
+fi
 
 # 3. TLS options on etcd:// are a usage error
 "$BATON" run -u "etcd://127.0.0.1:$CP?$(opt "cacert=$K/ca.pem")" -n "$N-r" -- true 2>/dev/null

@@ -13,9 +13,9 @@
  * revokes the lease, which deletes every key still on it.
  *
  * Options: ttl (s), connect_timeout_ms, timeout_ms (each request), cacert,
- * cert, key (etcds://), transport (grpc: gRPC over HTTP/2, the default for
- * etcd:// when built with libnghttp2; gateway: the v3 JSON gateway over
- * HTTP/1.1, the default for etcds://), user and password in the URI's user
+ * cert, key (etcds://), transport (grpc: gRPC over HTTP/2, the default
+ * when built with libnghttp2 (and, for etcds://, OpenSSL's headers);
+ * gateway: the v3 JSON gateway over HTTP/1.1), user and password in the URI's user
  * info or $BATON_ETCD_PASSWORD. Layout and rules: docs/etcd-engine.md.
  */
 #include "etcd_int.h"
@@ -49,8 +49,8 @@ static int configure(eeng *e, const baton_uri *u, const baton_client_options *op
     memset(cfg, 0, sizeof *cfg);
     cfg->tls = !strcmp(u->scheme, "etcds");
     /* gRPC by default (measured faster: docs/etcd-engine.md, Transport),
-     * except where it is not built or has no TLS yet */
-    cfg->transport = egw_have_grpc() && !cfg->tls ? EGW_GRPC : EGW_GATEWAY;
+     * except where it is not built (or, for etcds://, built without TLS) */
+    cfg->transport = egw_have_grpc() && (!cfg->tls || egw_have_grpc_tls()) ? EGW_GRPC : EGW_GATEWAY;
     e->ttl_s = DEFAULT_TTL_S;
     e->connect_timeout_ms = opts && opts->connect_timeout_ms > 0 ? opts->connect_timeout_ms : 2000;
     cfg->io_timeout_ms = opts && opts->io_timeout_ms > 0 ? opts->io_timeout_ms : 5000;

@@ -4,7 +4,8 @@
  *           + jansson; a pool of keep-alive easy handles, endpoint failover,
  *           auth tokens, error mapping, base64, and the watch stream; with
  *           transport=grpc the same calls go to h2.c instead
- *   h2.c    gRPC over HTTP/2 (nghttp2, h2c): connections, streams, framing
+ *   h2.c    gRPC over HTTP/2 (nghttp2; h2c, or TLS with ALPN h2 through
+ *           etls.c's dlopen'd OpenSSL): connections, streams, framing
  *   pb.c    the gateway's JSON <-> etcd's protobuf messages
  *   etcd.c  URI/options, the client's lease and its keep-alive thread,
  *           identity/describe and the backend table
@@ -79,8 +80,10 @@ int64_t egw_int(const json_t *o, const char *key);
  * its last byte below 0xff incremented (malloc'd, *OUTLEN bytes). */
 char *egw_prefix_end(const char *p, size_t len, size_t *outlen);
 
-/* 1 when this build has the gRPC transport (libnghttp2 was found). */
+/* 1 when this build has the gRPC transport (libnghttp2 was found), and
+ * TLS for it (OpenSSL's headers too). */
 int egw_have_grpc(void);
+int egw_have_grpc_tls(void);
 
 /* ---- pb.c ---------------------------------------------------------------- */
 
@@ -121,7 +124,10 @@ typedef struct {
  * more, 1 to stop (the stream is reset), or an error. */
 typedef int (*eh2_on_msg)(void *arg, const unsigned char *p, size_t len);
 
-int eh2_new(eh2 **out, const baton_uri *u, int connect_timeout_ms);
+/* The members of U, over TLS when CFG->tls (CA, certificate and key read
+ * now: BATON_EAUTH when they cannot be; BATON_ENOTSUP in a build without
+ * OpenSSL's headers). Nothing is sent yet. */
+int eh2_new(eh2 **out, const baton_uri *u, const egw_config *cfg);
 void eh2_free(eh2 *h);
 /* "host:port" of MEMBER. */
 const char *eh2_authority(eh2 *h, size_t member);

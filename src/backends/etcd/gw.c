@@ -55,6 +55,15 @@ int egw_have_grpc(void)
 #endif
 }
 
+int egw_have_grpc_tls(void)
+{
+#if defined(BATON_ETCD_GRPC) && defined(BATON_ETCD_GRPC_TLS)
+    return 1;
+#else
+    return 0;
+#endif
+}
+
 /* ---- base64 and helpers ------------------------------------------------- */
 
 static const char b64c[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
@@ -153,8 +162,9 @@ int egw_new(egw **out, const baton_uri *u, const egw_config *cfg)
         if (!egw_have_grpc())
             return baton_seterr(BATON_ENOTSUP, 0, "etcd: transport=grpc: this build has no libnghttp2 "
                                 "(libnghttp2-dev at build time)");
-        if (cfg->tls)
-            return baton_seterr(BATON_ENOTSUP, 0, "etcd: transport=grpc has no TLS yet: use etcds://...?transport=gateway");
+        if (cfg->tls && !egw_have_grpc_tls())
+            return baton_seterr(BATON_ENOTSUP, 0, "etcd: transport=grpc: this build has no TLS for it (libssl-dev "
+                                "at build time): use etcds://...?transport=gateway");
     } else if ((rc = baton__ecurl_load())) {
         return rc;
     }
@@ -176,7 +186,7 @@ int egw_new(egw **out, const baton_uri *u, const egw_config *cfg)
         g->nbase++;
     }
 #ifdef BATON_ETCD_GRPC
-    if (cfg->transport == EGW_GRPC && (rc = eh2_new(&g->h2, u, cfg->connect_timeout_ms))) {
+    if (cfg->transport == EGW_GRPC && (rc = eh2_new(&g->h2, u, &g->cfg))) {
         egw_free(g);
         return rc;
     }

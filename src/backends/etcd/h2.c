@@ -14,6 +14,14 @@
  * noticed before use; one that breaks before any answer on a call is
  * retried once on a new connection, as curl does.
  *
+ * etcds:// (BATON_ETCD_GRPC_TLS): the same over TLS with OpenSSL (loaded
+ * with dlopen on the first etcds:// open, etls.c), ALPN "h2", the server's
+ * certificate checked against `cacert` (or the system's CAs) and the member's
+ * name or IP, the client's certificate from `cert`/`key`. The handshake is
+ * non-blocking, within the connect timeout; reads and writes go through SSL
+ * in the same poll loop (SSL_read until it wants more from the socket, so no
+ * decrypted bytes wait in OpenSSL's buffer while we poll the socket).
+ *
  * gRPC framing: each message is 1 byte "compressed" (always 0 here: we
  * offer no encodings) + 4 bytes big-endian length + the protobuf bytes;
  * headers `content-type: application/grpc`, `te: trailers`, the auth token
@@ -23,6 +31,7 @@
 #include "etcd_int.h"
 
 #include <errno.h>
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -35,6 +44,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#ifdef BATON_ETCD_GRPC_TLS
+#include "etls.h"
+#endif
+
 #define POOL_MAX 16
 #define WATCH_SLICE_MS 50
 #define MSG_MAX (16u << 20)  /* larger replies are not etcd's answers to our requests */
@@ -42,6 +55,9 @@
 typedef struct h2c {
     size_t member;
     int fd;
+#ifdef BATON_ETCD_GRPC_TLS
+    SSL *ssl;                /* etcds:// */
+#endif
     nghttp2_session *s;
     int unusable;            /* GOAWAY, an error: not back into the pool */
     int h2ok;                /* the server's SETTINGS came: it speaks HTTP/2 */
@@ -66,6 +82,9 @@ struct eh2 {
     size_t n;
     char **authority;        /* "host:port" */
     int connect_timeout_ms;
+#ifdef BATON_ETCD_GRPC_TLS
+    SSL_CTX *tls;            /* etcds://: CA, client certificate, ALPN h2 */
+#endif
     pthread_mutex_t mu;
     h2c *pool[POOL_MAX];     /* guarded by mu */
     int npool;
@@ -187,6 +206,15 @@ static void conn_free(h2c *c)
 {
     if (!c) return;
     if (c->s) nghttp2_session_del(c->s);
+#ifdef BATON_ETCD_GRPC_TLS
+    if (c->ssl) {
+        /* close_notify, best effort (non-blocking: never waits) */
+        ERR_clear_error();
+        if (!c->unusable) SSL_shutdown(c->ssl);
+        SSL_free(c->ssl);
+        ERR_clear_error();
+    }
+#endif
     if (c->fd >= 0) close(c->fd);
     free(c->in);
     free(c);
@@ -202,6 +230,268 @@ static int wait_fd(int fd, short ev, int64_t deadline_ns)
         if (r > 0) return 0;
         if (r < 0 && errno != EINTR) return BATON_EIO;
     }
+}
+
+/* ---- TLS (etcds://) ------------------------------------------------------- */
+
+#ifdef BATON_ETCD_GRPC_TLS
+/* A socket BIO of our own: send() with MSG_NOSIGNAL, so a member that closed
+ * the connection is an error, not a SIGPIPE (OpenSSL's writes with write()). */
+static BIO_METHOD *sock_method;
+static pthread_once_t sock_once = PTHREAD_ONCE_INIT;
+
+static int sbio_write(BIO *b, const char *buf, int len)
+{
+    ssize_t n = send((int)(intptr_t)BIO_get_data(b), buf, (size_t)len, MSG_NOSIGNAL);
+    BIO_clear_retry_flags(b);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) BIO_set_retry_write(b);
+    return n < 0 ? -1 : (int)n;
+}
+
+static int sbio_read(BIO *b, char *buf, int len)
+{
+    ssize_t n = recv((int)(intptr_t)BIO_get_data(b), buf, (size_t)len, 0);
+    BIO_clear_retry_flags(b);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) BIO_set_retry_read(b);
+    return n < 0 ? -1 : (int)n;
+}
+
+static long sbio_ctrl(BIO *b, int cmd, long num, void *ptr)
+{
+    (void)b, (void)num, (void)ptr;
+    return cmd == BIO_CTRL_FLUSH ? 1 : 0;
+}
+
+static int sbio_create(BIO *b)
+{
+    BIO_set_init(b, 1);
+    return 1;
+}
+
+static int sbio_destroy(BIO *b)
+{
+    (void)b;
+    return 1;
+}
+
+static void sock_method_init(void)
+{
+    BIO_METHOD *m = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "baton-etcd-socket");
+    if (!m) return;
+    BIO_meth_set_write(m, sbio_write);
+    BIO_meth_set_read(m, sbio_read);
+    BIO_meth_set_ctrl(m, sbio_ctrl);
+    BIO_meth_set_create(m, sbio_create);
+    BIO_meth_set_destroy(m, sbio_destroy);
+    sock_method = m;
+}
+
+static const char *tls_errstr(char *buf, size_t n)
+{
+    unsigned long e = ERR_peek_last_error();
+    if (!e) snprintf(buf, n, "unknown TLS error");
+    else ERR_error_string_n(e, buf, n);
+    return buf;
+}
+
+/* FILE (the option WHAT names) must be readable: OpenSSL's own message for
+ * a missing file is "system lib". */
+static int tls_readable(const char *what, const char *opt, const char *file)
+{
+    if (access(file, R_OK))
+        return baton_seterr(BATON_EAUTH, errno, "etcd: TLS: cannot read the %s (%s) %s: %s", what, opt, file,
+                            strerror(errno));
+    return 0;
+}
+
+/* The context every connection of H starts from: a missing or unreadable
+ * CA, certificate or key is BATON_EAUTH now, before anything is sent. */
+static int tls_ctx_new(eh2 *h, const egw_config *cfg)
+{
+    char eb[256];
+    const char *key = cfg->key ? cfg->key : cfg->cert;   /* as curl: the key may be in the certificate's file */
+    SSL_CTX *ctx;
+    int rc;
+
+    if ((rc = etls_load())) return rc;
+    pthread_once(&sock_once, sock_method_init);
+    if (!sock_method) return baton_seterr(BATON_ENOMEM, 0, "etcd: TLS: cannot make a BIO method");
+    if (cfg->key && !cfg->cert)
+        return baton_seterr(BATON_EINVAL, 0, "etcd: option key needs cert (the client certificate)");
+    if ((cfg->cacert && (rc = tls_readable("CA file", "cacert", cfg->cacert))) ||
+        (cfg->cert && (rc = tls_readable("client certificate", "cert", cfg->cert))) ||
+        (cfg->cert && (rc = tls_readable("client key", "key", key))))
+        return rc;
+    ERR_clear_error();
+    if (!(ctx = SSL_CTX_new(TLS_client_method())))
+        return baton_seterr(BATON_ENOMEM, 0, "etcd: TLS: cannot make a context: %s", tls_errstr(eb, sizeof eb));
+    /* HTTP/2 wants TLS 1.2 at least (RFC 9113 9.2) */
+    SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+    /* send_all retries a write from the same bytes, maybe after a partial one */
+    SSL_CTX_set_mode(ctx, SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER | SSL_MODE_ENABLE_PARTIAL_WRITE);
+    if (SSL_CTX_set_alpn_protos(ctx, (const unsigned char *)"\x02h2", 3)) {   /* 0 is success here */
+        rc = baton_seterr(BATON_ENOMEM, 0, "etcd: TLS: cannot offer ALPN h2: %s", tls_errstr(eb, sizeof eb));
+        goto fail;
+    }
+    if (cfg->cacert) {
+        if (SSL_CTX_load_verify_locations(ctx, cfg->cacert, NULL) != 1) {
+            rc = baton_seterr(BATON_EAUTH, 0, "etcd: TLS: cannot read the CA file (cacert) %s: %s", cfg->cacert,
+                              tls_errstr(eb, sizeof eb));
+            goto fail;
+        }
+    } else if (SSL_CTX_set_default_verify_paths(ctx) != 1) {
+        rc = baton_seterr(BATON_EAUTH, 0, "etcd: TLS: cannot load the system's CA certificates: %s",
+                          tls_errstr(eb, sizeof eb));
+        goto fail;
+    }
+    if (cfg->cert) {
+        if (SSL_CTX_use_certificate_chain_file(ctx, cfg->cert) != 1) {
+            rc = baton_seterr(BATON_EAUTH, 0, "etcd: TLS: cannot read the client certificate (cert) %s: %s",
+                              cfg->cert, tls_errstr(eb, sizeof eb));
+            goto fail;
+        }
+        if (SSL_CTX_use_PrivateKey_file(ctx, key, SSL_FILETYPE_PEM) != 1 || SSL_CTX_check_private_key(ctx) != 1) {
+            rc = baton_seterr(BATON_EAUTH, 0, "etcd: TLS: cannot use the client key (key) %s: %s", key,
+                              tls_errstr(eb, sizeof eb));
+            goto fail;
+        }
+    }
+    SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, NULL);
+    ERR_clear_error();
+    h->tls = ctx;
+    return 0;
+fail:
+    SSL_CTX_free(ctx);
+    ERR_clear_error();
+    return rc;
+}
+
+/* The handshake on C's connected socket, before DEADLINE_NS: the member's
+ * certificate checked against its name or IP, then ALPN must say h2. */
+static int tls_handshake(eh2 *h, h2c *c, int64_t deadline_ns)
+{
+    const char *host = h->host[c->member], *who = h->authority[c->member];
+    unsigned char a[16];
+    const unsigned char *proto = NULL;
+    unsigned int plen = 0;
+    char eb[256];
+    int ip = inet_pton(AF_INET, host, a) == 1 || inet_pton(AF_INET6, host, a) == 1;
+    BIO *b;
+
+    ERR_clear_error();
+    if (!(c->ssl = SSL_new(h->tls)) || !(b = BIO_new(sock_method)))
+        return baton_seterr(BATON_ENOMEM, 0, "etcd: %s: TLS: out of memory", who);
+    BIO_set_data(b, (void *)(intptr_t)c->fd);
+    SSL_set_bio(c->ssl, b, b);
+    if (ip) {
+        /* an IP literal: no SNI (RFC 6066 3), the certificate must name the IP */
+        if (X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(c->ssl), host) != 1)
+            return baton_seterr(BATON_EINVAL, 0, "etcd: %s: TLS: bad IP address", who);
+    } else if (!SSL_set_tlsext_host_name(c->ssl, host) || SSL_set1_host(c->ssl, host) != 1) {
+        return baton_seterr(BATON_ENOMEM, 0, "etcd: %s: TLS: cannot set the host name", who);
+    }
+    for (;;) {
+        int r, e, w;
+        ERR_clear_error();
+        if ((r = SSL_connect(c->ssl)) == 1) break;
+        e = SSL_get_error(c->ssl, r);
+        if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
+            w = wait_fd(c->fd, e == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, deadline_ns);
+            if (w == BATON_ETIMEDOUT)
+                return baton_seterr(BATON_EUNAVAILABLE, ETIMEDOUT, "etcd: %s: TLS handshake: no answer within %d ms",
+                                    who, h->connect_timeout_ms);
+            if (w) return baton_seterr(BATON_EUNAVAILABLE, errno, "etcd: %s: poll: %s", who, strerror(errno));
+            continue;
+        }
+        long v = SSL_get_verify_result(c->ssl);
+        if (v != X509_V_OK)
+            return baton_seterr(BATON_EAUTH, (int)v, "etcd: %s: TLS: the server's certificate is not trusted: %s",
+                                who, X509_verify_cert_error_string(v));
+        if (e == SSL_ERROR_SYSCALL && !ERR_peek_last_error())
+            return baton_seterr(BATON_EUNAVAILABLE, errno, "etcd: %s: TLS handshake: %s", who,
+                                errno ? strerror(errno) : "the connection was closed");
+        /* the server refused us (no or a wrong client certificate under TLS
+         * 1.2, no common version or cipher) or does not speak TLS */
+        return baton_seterr(BATON_EAUTH, e, "etcd: %s: TLS handshake failed: %s", who, tls_errstr(eb, sizeof eb));
+    }
+    SSL_get0_alpn_selected(c->ssl, &proto, &plen);
+    if (plen != 2 || memcmp(proto, "h2", 2))
+        return baton_seterr(BATON_EPROTO, 0, "etcd: %s: TLS: the server did not agree to HTTP/2 (ALPN h2%s%.*s); "
+                            "use transport=gateway", who, plen ? ", it chose " : "", (int)plen, (const char *)proto);
+    return 0;
+}
+#endif
+
+/* Writes up to N bytes: how many (> 0), 0 when the socket would block (*EV:
+ * what to poll for), -1 with the error set. */
+static ssize_t io_send(eh2 *h, h2c *c, const uint8_t *p, size_t n, short *ev)
+{
+    *ev = POLLOUT;
+#ifdef BATON_ETCD_GRPC_TLS
+    if (c->ssl) {
+        char eb[256];
+        int r, e;
+        ERR_clear_error();
+        if ((r = SSL_write(c->ssl, p, n > 1 << 30 ? 1 << 30 : (int)n)) > 0) return r;
+        e = SSL_get_error(c->ssl, r);
+        if (e == SSL_ERROR_WANT_WRITE) return 0;
+        if (e == SSL_ERROR_WANT_READ) return *ev = POLLIN, 0;
+        if (e == SSL_ERROR_SYSCALL && !ERR_peek_last_error())
+            return baton_seterr(BATON_EUNAVAILABLE, errno, "etcd: %s: %s", h->authority[c->member],
+                                errno ? strerror(errno) : "the connection was closed"), -1;
+        return baton_seterr(BATON_EUNAVAILABLE, e, "etcd: %s: TLS: %s", h->authority[c->member],
+                            tls_errstr(eb, sizeof eb)), -1;
+    }
+#endif
+    ssize_t w = send(c->fd, p, n, MSG_NOSIGNAL);
+    if (w > 0) return w;
+    if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return 0;
+    return baton_seterr(BATON_EUNAVAILABLE, errno, "etcd: %s: %s", h->authority[c->member], strerror(errno)), -1;
+}
+
+/* Reads up to N bytes: how many (> 0), 0 when nothing more has come (*EV:
+ * POLLOUT when TLS must write first), -1 with the error set, -2 at the end
+ * of the connection. */
+static ssize_t io_recv(eh2 *h, h2c *c, uint8_t *buf, size_t n, short *ev)
+{
+    *ev = POLLIN;
+#ifdef BATON_ETCD_GRPC_TLS
+    if (c->ssl) {
+        char eb[256];
+        int r, e;
+        ERR_clear_error();
+        if ((r = SSL_read(c->ssl, buf, (int)n)) > 0) return r;
+        e = SSL_get_error(c->ssl, r);
+        if (e == SSL_ERROR_WANT_READ) return 0;
+        if (e == SSL_ERROR_WANT_WRITE) return *ev = POLLOUT, 0;
+        if (e == SSL_ERROR_ZERO_RETURN || (e == SSL_ERROR_SYSCALL && !ERR_peek_last_error() && !errno)) return -2;
+        if (e == SSL_ERROR_SYSCALL && !ERR_peek_last_error())
+            return baton_seterr(BATON_EUNAVAILABLE, errno, "etcd: %s: %s", h->authority[c->member],
+                                strerror(errno)), -1;
+        /* under TLS 1.3 the server checks our certificate after our side
+         * of the handshake is done: its refusal is the first thing we read */
+        if (!c->rx)
+            return baton_seterr(BATON_EAUTH, e, "etcd: %s: TLS: the server refused the connection: %s",
+                                h->authority[c->member], tls_errstr(eb, sizeof eb)), -1;
+        return baton_seterr(BATON_EUNAVAILABLE, e, "etcd: %s: TLS: %s", h->authority[c->member],
+                            tls_errstr(eb, sizeof eb)), -1;
+    }
+#endif
+    ssize_t r = recv(c->fd, buf, n, 0);
+    if (r > 0) return r;
+    if (r == 0) return -2;
+    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return 0;
+    return baton_seterr(BATON_EUNAVAILABLE, errno, "etcd: %s: %s", h->authority[c->member], strerror(errno)), -1;
+}
+
+/* Bytes OpenSSL has decrypted and we have not read: poll() cannot see them. */
+static int io_pending(h2c *c)
+{
+#ifdef BATON_ETCD_GRPC_TLS
+    if (c->ssl) return SSL_pending(c->ssl) > 0;
+#endif
+    (void)c;
+    return 0;
 }
 
 static int conn_new(eh2 *h, size_t member, h2c **out)
@@ -249,6 +539,13 @@ static int conn_new(eh2 *h, size_t member, h2c **out)
     c->fd = fd;
     c->member = member;
     c->sid = -1;
+#ifdef BATON_ETCD_GRPC_TLS
+    if (h->tls && (rc = tls_handshake(h, c, deadline))) {
+        c->unusable = 1;
+        conn_free(c);
+        return rc;
+    }
+#endif
     if (nghttp2_session_callbacks_new(&cb)) goto nomem;
     nghttp2_session_callbacks_set_on_header_callback(cb, on_header);
     nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cb, on_data);
@@ -269,18 +566,21 @@ nomem:
 static int send_all(eh2 *h, h2c *c, const uint8_t *p, size_t n, int64_t deadline_ns)
 {
     while (n > 0) {
-        ssize_t w = send(c->fd, p, n, MSG_NOSIGNAL);
+        short ev;
+        ssize_t w = io_send(h, c, p, n, &ev);
         if (w > 0) {
             p += w, n -= (size_t)w;
             continue;
         }
-        if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
-            int rc = wait_fd(c->fd, POLLOUT, deadline_ns);
-            if (rc == BATON_ETIMEDOUT) return rc;
-            continue;
+        if (w < 0) {
+            c->unusable = 1;
+            return baton_error_last()->code;
         }
-        c->unusable = 1;
-        return baton_seterr(BATON_EUNAVAILABLE, errno, "etcd: %s: %s", h->authority[c->member], strerror(errno));
+        if (wait_fd(c->fd, ev, deadline_ns) == BATON_ETIMEDOUT) {
+            /* part of a frame may be out: the connection is not reused */
+            c->unusable = 1;
+            return BATON_ETIMEDOUT;
+        }
     }
     return 0;
 }
@@ -323,24 +623,35 @@ static int not_h2(eh2 *h, h2c *c)
 static int pump(eh2 *h, h2c *c)
 {
     uint8_t buf[16384];
+    size_t got = 0;
     for (;;) {
-        ssize_t n = recv(c->fd, buf, sizeof buf, 0);
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) {
+        short ev;
+        ssize_t n = io_recv(h, c, buf, sizeof buf, &ev);
+        if (n == 0 && ev == POLLOUT) {
+            /* TLS wants to write before it reads (a key update): let it */
+            if (wait_fd(c->fd, POLLOUT, baton_now_ns() + 1000000000LL)) return 0;
+            continue;
+        }
+        if (n == 0) return 0;
+        if (n < 0) {
+            int rc = n == -1 ? baton_error_last()->code : 0;
             c->unusable = 1;
             if (c->rx && !c->h2ok) return not_h2(h, c);
-            return baton_seterr(BATON_EUNAVAILABLE, n ? errno : 0, "etcd: %s: %s", h->authority[c->member],
-                                n ? strerror(errno) : "the connection was closed");
+            if (rc) return rc;
+            return baton_seterr(BATON_EUNAVAILABLE, 0, "etcd: %s: the connection was closed", h->authority[c->member]);
         }
         c->rx += (size_t)n;
+        got += (size_t)n;
         ssize_t r = nghttp2_session_mem_recv(c->s, buf, (size_t)n);
         if (r < 0) {
             c->unusable = 1;
             return baton_seterr(BATON_EPROTO, (int)r, "etcd: %s: not an HTTP/2 (gRPC) answer: %s",
                                 h->authority[c->member], nghttp2_strerror((int)r));
         }
-        if ((size_t)n < sizeof buf) return 0;
+        /* a short read emptied the socket; but what OpenSSL decrypted and
+         * holds must be read now: poll() would not wake for it. After 1 MB
+         * the rest waits for the next turn of the caller's loop. */
+        if (((size_t)n < sizeof buf || got >= 1u << 20) && !io_pending(c)) return 0;
     }
 }
 
@@ -384,13 +695,29 @@ static void pool_put(eh2 *h, h2c *c)
 
 /* ---- setup ---------------------------------------------------------------- */
 
-int eh2_new(eh2 **out, const baton_uri *u, int connect_timeout_ms)
+int eh2_new(eh2 **out, const baton_uri *u, const egw_config *cfg)
 {
-    eh2 *h = calloc(1, sizeof *h);
+    eh2 *h;
+#ifdef BATON_ETCD_GRPC_TLS
+    int rc;
+#endif
+
     *out = NULL;
-    if (!h) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+#ifndef BATON_ETCD_GRPC_TLS
+    if (cfg->tls)
+        return baton_seterr(BATON_ENOTSUP, 0, "etcd: transport=grpc: this build has no TLS for it (OpenSSL headers, "
+                            "libssl-dev, missing at build time): use etcds://...?transport=gateway");
+#endif
+    if (!(h = calloc(1, sizeof *h))) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
     pthread_mutex_init(&h->mu, NULL);
-    h->connect_timeout_ms = connect_timeout_ms > 0 ? connect_timeout_ms : 2000;
+    h->connect_timeout_ms = cfg->connect_timeout_ms > 0 ? cfg->connect_timeout_ms : 2000;
+#ifdef BATON_ETCD_GRPC_TLS
+    /* OpenSSL is loaded here, on the first etcds:// open, never for etcd:// */
+    if (cfg->tls && (rc = tls_ctx_new(h, cfg))) {
+        eh2_free(h);
+        return rc;
+    }
+#endif
     if (!(h->host = calloc(u->nhosts, sizeof *h->host)) || !(h->port = calloc(u->nhosts, sizeof *h->port)) ||
         !(h->authority = calloc(u->nhosts, sizeof *h->authority)))
         goto nomem;
@@ -417,6 +744,9 @@ void eh2_free(eh2 *h)
     for (int i = 0; i < h->npool; i++) conn_free(h->pool[i]);
     for (size_t i = 0; i < h->n; i++) free(h->host[i]), free(h->authority[i]);
     free(h->host), free(h->port), free(h->authority);
+#ifdef BATON_ETCD_GRPC_TLS
+    if (h->tls) SSL_CTX_free(h->tls);
+#endif
     pthread_mutex_destroy(&h->mu);
     free(h);
 }
@@ -467,7 +797,11 @@ static int call_once(eh2 *h, h2c *c, const char *path, const char *token, const 
 
 #define NV(n, v) (hdr[nh++] = (nghttp2_nv){ (uint8_t *)(n), (uint8_t *)(v), strlen(n), strlen(v), NGHTTP2_NV_FLAG_NONE })
     NV(":method", "POST");
+#ifdef BATON_ETCD_GRPC_TLS
+    NV(":scheme", h->tls ? "https" : "http");
+#else
     NV(":scheme", "http");
+#endif
     NV(":path", path);
     NV(":authority", h->authority[c->member]);
     NV("content-type", "application/grpc");
