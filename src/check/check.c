@@ -147,9 +147,10 @@ static void report_json(const check_opts *o, const char *backend, const check_hi
     else printf("null");
     printf(",\"fair_inversions\":%ld,\"pauses\":%ld,\"pauses_holding\":%ld,\"pauses_after_check\":%ld,"
            "\"pauses_waiting\":%ld,\"kills\":%ld,\"kills_holding\":%ld,\"kills_waiting\":%ld,\"server_faults\":%ld,"
-           "\"acquire_errors\":%ld,\"client_exits\":%ld,\"ok\":%s,\"evidence\":[",
+           "\"acquire_errors\":%ld,\"client_exits\":%ld,\"ok\":%s,\"evidence_count\":%ld,\"evidence\":[",
            r->fair_inversions, h->pauses, h->pauses_holding, h->pauses_writing, h->pauses_waiting, h->kills,
-           h->kills_holding, h->kills_waiting, h->srv_faults, h->errors, h->exits, r->ok ? "true" : "false");
+           h->kills_holding, h->kills_waiting, h->srv_faults, h->errors, h->exits, r->ok ? "true" : "false",
+           r->evidence_n);
     {
         const char *p = r->evidence;
         int first = 1;
@@ -198,6 +199,7 @@ static void report_text(const check_opts *o, const char *backend, const check_hi
         printf("result: every safety property held\n");
     } else {
         printf("result: FAILED\n%s", r->evidence);
+        if (r->evidence_n > 12) printf("... and %ld more\n", r->evidence_n - 12);
     }
 }
 

@@ -132,7 +132,8 @@ typedef struct {
     double rec_p50, rec_max;
     long recoveries, kills_unrecovered;
     int ok;                      /* every safety property held */
-    char evidence[4096];         /* the first pieces of evidence, for a failure */
+    char evidence[6400];         /* the first 12 pieces of evidence, a line each */
+    long evidence_n;             /* how many there were */
 } check_result;
 
 /* Appends; -1 when out of memory. */

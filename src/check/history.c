@@ -62,17 +62,19 @@ void hist_free(check_hist *h)
 static void evidence(check_result *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void evidence(check_result *r, const char *fmt, ...)
 {
-    size_t n = strlen(r->evidence);
+    char line[512];
+    size_t n = strlen(r->evidence), m;
     va_list ap;
-    if (n + 80 >= sizeof r->evidence) return;   /* the first ones are enough */
+    r->evidence_n++;
+    if (r->evidence_n > 12) return;   /* the first ones are enough; the count says the rest */
     va_start(ap, fmt);
-    vsnprintf(r->evidence + n, sizeof r->evidence - n, fmt, ap);
+    vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
-    n = strlen(r->evidence);
-    if (n + 1 < sizeof r->evidence) {
-        r->evidence[n] = '\n';
-        r->evidence[n + 1] = 0;
-    }
+    m = strlen(line);
+    if (n + m + 2 > sizeof r->evidence) return;
+    memcpy(r->evidence + n, line, m);
+    r->evidence[n + m] = '\n';
+    r->evidence[n + m + 1] = 0;
 }
 
 static const check_hist *sort_h;
