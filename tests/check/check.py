@@ -15,6 +15,7 @@ they exit 77 (skip), unless BATON_REQUIRE_ALL=1.
 """
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -120,6 +121,12 @@ elif MODE == "usage":
               "rc %d out %r err %r" % (rc, out, err))
     rc, out, err = run("--help")
     check("--help: 0 and the options", rc == 0 and "--pause" in out and "--unfenced" in out, err)
+    # every option of baton check --help is in baton(1)
+    man = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "docs", "baton.1")).read()
+    man = man.replace("\\-", "-")
+    opts = sorted(set(re.findall(r"(?:^|[ ,])(--?[a-zA-Z][a-z-]*)", out, re.M)))
+    missing = [o for o in opts if not re.search(re.escape(o) + r"\b", man)]
+    check("every option of baton check --help is in baton(1)", opts and not missing, "missing: %s" % missing)
     # an engine nobody listens on: 69 (a port from the range the kernel hands out, closed)
     rc, out, err = run("-u", "redis://127.0.0.1:1/0", "--seconds", "0.2", "x")
     check("unreachable engine: 69 (or 64 without Redis in this build)", rc in (69, 64), "rc %d %s" % (rc, err))
