@@ -26,6 +26,7 @@ static void usage(FILE *f)
         "  -u, --uri URI          the engine (default $BATON_URI, else the file engine)\n"
         "      --clients N        client processes (1-%d, default 8)\n"
         "      --seconds S        how long (default 30)\n"
+        "      --grants N         stop after N grants (--seconds is then a limit)\n"
         "  -t, --lease SECS       the lease of each grant (default 2; engines with leases)\n"
         "      --work SECS        a holder's work between its read and its write (default 0.005)\n"
         "      --fair             FIFO locks; the report says whether grants kept the order\n"
@@ -53,7 +54,7 @@ static void usage(FILE *f)
 }
 
 enum {
-    O_CLIENTS = CLI_LONG_ONLY, O_SECONDS, O_WORK, O_FAIR, O_PERMITS, O_PAUSE, O_KILL, O_PAUSE_W, O_KILL_W,
+    O_CLIENTS = CLI_LONG_ONLY, O_SECONDS, O_GRANTS, O_WORK, O_FAIR, O_PERMITS, O_PAUSE, O_KILL, O_PAUSE_W, O_KILL_W,
     O_FAULT, O_EVERY, O_DOWN, O_UNFENCED, O_SEED, O_JSON, O_SVG
 };
 
@@ -209,6 +210,7 @@ int baton__cli_check(int argc, char **argv)
         { "uri", required_argument, NULL, CLI_LONG('u') },
         { "clients", required_argument, NULL, O_CLIENTS },
         { "seconds", required_argument, NULL, O_SECONDS },
+        { "grants", required_argument, NULL, O_GRANTS },
         { "lease", required_argument, NULL, CLI_LONG('t') },
         { "work", required_argument, NULL, O_WORK },
         { "fair", no_argument, NULL, O_FAIR },
@@ -255,6 +257,11 @@ int baton__cli_check(int argc, char **argv)
             if (cli_int(co.arg, 1, CHECK_MAX_CLIENTS, &v))
                 return cli_usage_error(CMD, "%s: bad count '%s' (want 1 to %d)", co.name, co.arg, CHECK_MAX_CLIENTS);
             o.clients = (int)v;
+            break;
+        case O_GRANTS:
+            if (cli_int(co.arg, 1, 1000000000, &v))
+                return cli_usage_error(CMD, "%s: bad count '%s' (want 1 to 1000000000)", co.name, co.arg);
+            o.grants = (long)v;
             break;
         case O_SECONDS: if (cli_secs(CMD, co.name, co.arg, 0.1, 1e7, NULL, &o.seconds)) return EX_USAGE; break;
         case 't':

@@ -34,6 +34,7 @@ typedef struct {
     const char *name;
     int clients;
     double seconds;
+    long grants;                 /* --grants: stop after this many (0: --seconds only) */
     double lease;                /* seconds */
     double work;                 /* seconds a holder "works" between read and write */
     int prim;                    /* PRIM_* */

@@ -455,7 +455,7 @@ int check_run(const check_opts *o, check_hist *h)
         int64_t now = now_ns(), next;
         int live = 0, np = 0, idx[CHECK_MAX_CLIENTS];
 
-        if (!k->stopping && (now >= end || k->fatal_rc)) {
+        if (!k->stopping && (now >= end || k->fatal_rc || (o->grants && (long)h->ng >= o->grants))) {
             /* the end: everyone runs again and is asked to go; a holder finishes its cycle */
             k->stopping = 1;
             h->t1 = now;
