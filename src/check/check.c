@@ -46,6 +46,7 @@ static void usage(FILE *f)
         "      --seed N           the faults' random choices (default: from the clock)\n"
         "      --json             the report as one JSON object\n"
         "      --svg FILE         a timeline of the run, one lane per client\n"
+        "      --record FILE      every event of the run, a line each (time, client, what)\n"
         "  -h, --help             this help\n"
         "\n"
         "exit: 0 every safety property held, 1 one failed, 64 usage, 69 engine\n"
@@ -55,7 +56,7 @@ static void usage(FILE *f)
 
 enum {
     O_CLIENTS = CLI_LONG_ONLY, O_SECONDS, O_GRANTS, O_WORK, O_FAIR, O_PERMITS, O_PAUSE, O_KILL, O_PAUSE_W, O_KILL_W,
-    O_FAULT, O_EVERY, O_DOWN, O_UNFENCED, O_SEED, O_JSON, O_SVG
+    O_FAULT, O_EVERY, O_DOWN, O_UNFENCED, O_SEED, O_JSON, O_SVG, O_RECORD
 };
 
 static int rate(const char *name, const char *s, double *out)
@@ -200,7 +201,7 @@ static void report_text(const check_opts *o, const char *backend, const check_hi
         printf("result: every safety property held\n");
     } else {
         printf("result: FAILED\n%s", r->evidence);
-        if (r->evidence_n > 12) printf("... and %ld more\n", r->evidence_n - 12);
+        if (r->evidence_n > r->evidence_kept) printf("... and %ld more\n", r->evidence_n - r->evidence_kept);
     }
 }
 
@@ -227,6 +228,7 @@ int baton__cli_check(int argc, char **argv)
         { "seed", required_argument, NULL, O_SEED },
         { "json", no_argument, NULL, O_JSON },
         { "svg", required_argument, NULL, O_SVG },
+        { "record", required_argument, NULL, O_RECORD },
         { "help", no_argument, NULL, CLI_LONG('h') },
         { NULL, 0, NULL, 0 },
     };
@@ -235,6 +237,8 @@ int baton__cli_check(int argc, char **argv)
     check_hist h;
     check_result r;
     char backend[64] = "";
+    const char *record = NULL;
+    FILE *rec = NULL;
     int opt, names = 0, rc;
     long long v;
 
@@ -300,6 +304,7 @@ int baton__cli_check(int argc, char **argv)
             break;
         case O_JSON: o.json = 1; break;
         case O_SVG: o.svg_path = co.arg; break;
+        case O_RECORD: record = co.arg; break;
         default: return cli_usage_error(CMD, "option '%s' is not handled", co.name);
         }
     }
@@ -317,6 +322,11 @@ int baton__cli_check(int argc, char **argv)
         fprintf(stderr, "baton check: cannot write --svg %s: %s\n", o.svg_path, strerror(errno));
         return EX_USAGE;
     }
+    if (record && !(rec = fopen(record, "w"))) {
+        fprintf(stderr, "baton check: cannot write --record %s: %s\n", record, strerror(errno));
+        rc = EX_USAGE;
+        goto out;
+    }
     if ((rc = preflight(&o, backend, sizeof backend))) goto out;
     if ((rc = check_run(&o, &h))) {
         if (rc == EX_USAGE || rc == EX_UNAVAILABLE) fprintf(stderr, "baton check: the clients could not start\n");
@@ -324,6 +334,11 @@ int baton__cli_check(int argc, char **argv)
         goto out;
     }
     hist_analyze(&o, &h, &r);
+    if (rec) {
+        hist_write(&h, rec);
+        if (fclose(rec)) fprintf(stderr, "baton check: writing --record %s failed\n", record);
+        rec = NULL;
+    }
     if (o.json) report_json(&o, backend, &h, &r);
     else report_text(&o, backend, &h, &r);
     fflush(stdout);
@@ -334,6 +349,7 @@ int baton__cli_check(int argc, char **argv)
     }
     rc = r.ok ? 0 : 1;
 out:
+    if (rec) fclose(rec);
     if (o.svg) {
         fclose(o.svg);
         unlink(o.svg_path);

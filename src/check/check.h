@@ -135,6 +135,7 @@ typedef struct {
     int ok;                      /* every safety property held */
     char evidence[6400];         /* the first 12 pieces of evidence, a line each */
     long evidence_n;             /* how many there were */
+    int evidence_kept;
 } check_result;
 
 /* Appends; -1 when out of memory. */
@@ -142,6 +143,8 @@ int hist_ev(check_hist *h, int64_t t, int slot, int cid, int type, uint64_t fenc
 /* A new grant; its index, or -1 when out of memory. */
 long hist_grant(check_hist *h, int slot, int cid, int writer, int64_t t_wait, int64_t t_grant, uint64_t fence);
 void hist_free(check_hist *h);
+/* The record as text, an event a line: seconds from the start, lane, client #, what, fence, a, b. */
+void hist_write(const check_hist *h, FILE *f);
 void hist_analyze(const check_opts *o, check_hist *h, check_result *r);
 
 int baton__cli_check(int argc, char **argv);

@@ -59,14 +59,33 @@ void hist_free(check_hist *h)
     memset(h, 0, sizeof *h);
 }
 
-static void evidence(check_result *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void evidence(check_result *r, const char *fmt, ...)
+void hist_write(const check_hist *h, FILE *f)
+{
+    static const char *const names[] = {
+        "?", "wait", "grant", "read", "read-refused", "check-lost", "writing", "write", "write-refused",
+        "write-stale-accepted", "plain-lost-update", "release", "lost", "pause", "cont", "kill", "acquire-error",
+        "exit", "server-stop", "server-start",
+    };
+    for (size_t i = 0; i < h->nev; i++) {
+        const check_ev *e = &h->ev[i];
+        const char *n = e->type > 0 && e->type < (int)(sizeof names / sizeof names[0]) ? names[e->type] : "?";
+        fprintf(f, "%.6f %d %d %s %" PRIu64 " %" PRId64 " %" PRId64 "\n", (double)(e->t - h->t0) / 1e9, e->slot,
+                e->cid, n, e->fence, e->a, e->b);
+    }
+}
+
+/* A piece of evidence; the Nth of its kind. Only the first 4 of a kind and
+ * 12 in all are kept (the count says the rest), so that one kind of
+ * failure does not hide another. */
+static void evidence(check_result *r, long nth, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void evidence(check_result *r, long nth, const char *fmt, ...)
 {
     char line[512];
     size_t n = strlen(r->evidence), m;
     va_list ap;
     r->evidence_n++;
-    if (r->evidence_n > 12) return;   /* the first ones are enough; the count says the rest */
+    if (nth > 4 || r->evidence_kept >= 12) return;
+    r->evidence_kept++;
     va_start(ap, fmt);
     vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
@@ -111,7 +130,7 @@ static void overlaps_pairwise(const check_opts *o, check_hist *h, const size_t *
                 continue;
             }
             r->overlaps_unexplained++;
-            evidence(r, "overlap: client %d (#%d, fence %" PRIu64 ") held %.3f..%.3f s and client %d (#%d, fence %"
+            evidence(r, r->overlaps_unexplained, "overlap: client %d (#%d, fence %" PRIu64 ") held %.3f..%.3f s and client %d (#%d, fence %"
                      PRIu64 ") was granted at %.3f s; neither was told of a loss", a->slot, a->cid, a->fence,
                      rel(h, a->t_grant), rel(h, a->t_end), b->slot, b->cid, b->fence, rel(h, b->t_grant));
         }
@@ -142,7 +161,7 @@ static void overlaps_permits(const check_opts *o, check_hist *h, const size_t *o
                 r->overlaps_lost++;
             } else {
                 r->overlaps_unexplained++;
-                evidence(r, "overlap: client %d (#%d) was granted a permit at %.3f s while %zu of %d were held, "
+                evidence(r, r->overlaps_unexplained, "overlap: client %d (#%d) was granted a permit at %.3f s while %zu of %d were held, "
                          "none of them lost", b->slot, b->cid, rel(h, b->t_grant), na, o->permits);
             }
         }
@@ -174,10 +193,10 @@ void hist_analyze(const check_opts *o, check_hist *h, check_result *r)
     else overlaps_pairwise(o, h, ord, r);
 
     /* 2. stale writes accepted by the fenced register */
-    for (size_t i = 0; i < h->nev; i++) {
+    for (size_t i = 0, nth = 0; i < h->nev; i++) {
         const check_ev *e = &h->ev[i];
         if (e->type != EV_WRITE_STALE) continue;
-        evidence(r, "stale write accepted: client %d (#%d, fence %" PRIu64 ") wrote %" PRId64 " + 1 at %.3f s "
+        evidence(r, (long)++nth, "stale write accepted: client %d (#%d, fence %" PRIu64 ") wrote %" PRId64 " + 1 at %.3f s "
                  "over %" PRId64 "%s", e->slot, e->cid, e->fence, e->a, rel(h, e->t), e->b,
                  o->unfenced ? " (--unfenced: the register ignores fences)" : "");
     }
@@ -190,7 +209,7 @@ void hist_analyze(const check_opts *o, check_hist *h, check_result *r)
         r->lost++;
         if (g->t_check && g->t_check >= t) {
             r->lost_unreported++;
-            evidence(r, "loss not reported: client %d (#%d, fence %" PRIu64 ") lost its grant by %.3f s, yet "
+            evidence(r, r->lost_unreported, "loss not reported: client %d (#%d, fence %" PRIu64 ") lost its grant by %.3f s, yet "
                      "baton_lock_held() said 1 at %.3f s and it wrote", g->slot, g->cid, g->fence, rel(h, t),
                      rel(h, g->t_check));
         } else if (g->t_check) {
@@ -210,7 +229,7 @@ void hist_analyze(const check_opts *o, check_hist *h, check_result *r)
             if (lg && g->fence <= last) {
                 r->fence_backs++;
                 r->fences_ok = 0;
-                evidence(r, "fence went back: client %d (#%d) got fence %" PRIu64 " at %.3f s after client %d "
+                evidence(r, r->fence_backs, "fence went back: client %d (#%d) got fence %" PRIu64 " at %.3f s after client %d "
                          "(#%d) got %" PRIu64 " at %.3f s", g->slot, g->cid, g->fence, rel(h, g->t_grant),
                          lg->slot, lg->cid, last, rel(h, lg->t_grant));
             }
@@ -249,7 +268,7 @@ void hist_analyze(const check_opts *o, check_hist *h, check_result *r)
             if (g->t_wait + 100000000 < latest) {
                 r->fair_inversions++;
                 if (r->fair_checked)
-                    evidence(r, "fair order: client %d (#%d) waited from %.3f s, granted at %.3f s after one "
+                    evidence(r, r->fair_inversions, "fair order: client %d (#%d) waited from %.3f s, granted at %.3f s after one "
                              "that came at %.3f s", g->slot, g->cid, rel(h, g->t_wait), rel(h, g->t_grant),
                              rel(h, latest));
             }
