@@ -1,6 +1,7 @@
 /* baton check --svg: the run as a timeline, one lane per client, in the
  * manner of Jepsen's: waits thin and grey, holds as bars (blue; orange when
- * the grant was lost; red outline when it overlapped another for no reason),
+ * from the moment the grant was lost or given to another; red outline when
+ * it overlapped another for no reason),
  * pauses shaded, kills, losses, refused and accepted-stale writes marked,
  * server faults as grey bands across every lane. */
 #include "check.h"
@@ -116,9 +117,19 @@ int check_svg(const check_opts *o, const check_hist *h, const check_result *r)
         int bad = g->t_taken != INT64_MAX && !g->lost;
         fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#999\"/>\n", tx(&ax, g->t_wait),
                 y + LANE / 2.0, x0, y + LANE / 2.0);
-        fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%d\" fill=\"%s\"%s><title>client %d #%d "
+        int64_t tl = g->t_lost < g->t_taken ? g->t_lost : g->t_taken;
+        double xl = tl == INT64_MAX ? x1 : tx(&ax, tl);
+        if (xl < x0) xl = x0;
+        if (xl > x1) xl = x1;
+        /* held: blue up to the first sign that it was lost or taken, orange after */
+        if (xl > x0 || xl >= x1)
+            fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%d\" fill=\"%s\"/>\n", x0, y + 4,
+                    xl - x0 > 0.8 ? xl - x0 : 0.8, LANE - 8, g->writer ? "#1f5fa8" : "#6fa0d8");
+        if (xl < x1)
+            fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%d\" fill=\"#e8892b\"/>\n", xl, y + 4,
+                    x1 - xl, LANE - 8);
+        fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%d\" fill-opacity=\"0\"%s><title>client %d #%d "
                 "fence %llu: %.3f..%.3f s%s</title></rect>\n", x0, y + 4, x1 - x0 > 0.8 ? x1 - x0 : 0.8, LANE - 8,
-                g->lost || g->t_taken != INT64_MAX ? "#e8892b" : g->writer ? "#1f5fa8" : "#6fa0d8",
                 bad ? " stroke=\"#d00\" stroke-width=\"2\"" : "", g->slot, g->cid, (unsigned long long)g->fence,
                 (double)(g->t_grant - h->t0) / 1e9, (double)(g->t_end - h->t0) / 1e9,
                 g->lost ? ", lost" : g->end_kind == END_KILLED ? ", killed" : "");
@@ -142,7 +153,7 @@ int check_svg(const check_opts *o, const check_hist *h, const check_result *r)
         fprintf(f,
             "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#999\"/><text x=\"%d\" y=\"%d\">waiting</text>\n"
             "<rect x=\"%d\" y=\"%d\" width=\"24\" height=\"12\" fill=\"#1f5fa8\"/><text x=\"%d\" y=\"%d\">held</text>\n"
-            "<rect x=\"%d\" y=\"%d\" width=\"24\" height=\"12\" fill=\"#e8892b\"/><text x=\"%d\" y=\"%d\">held, then lost"
+            "<rect x=\"%d\" y=\"%d\" width=\"24\" height=\"12\" fill=\"#e8892b\"/><text x=\"%d\" y=\"%d\">lost or taken"
             "</text>\n"
             "<rect x=\"%d\" y=\"%d\" width=\"24\" height=\"12\" fill=\"#f2c200\" opacity=\"0.45\"/><text x=\"%d\" y=\"%d\">"
             "paused</text>\n"
