@@ -115,26 +115,37 @@ static int conflict(const check_opts *o, const check_grant *a, const check_grant
     return 1;
 }
 
+/* Each grant that began while a conflicting one was held counts once: an
+ * overlap. It is explained when every such earlier grant, or itself, was
+ * lost (a pause that outlived the lease shows once per grant made during it,
+ * not once per pair). */
 static void overlaps_pairwise(const check_opts *o, check_hist *h, const size_t *ord, check_result *r)
 {
+    unsigned char *seen = calloc(h->ng ? h->ng : 1, 1);   /* 1 overlapped, 2 unexplained */
+    if (!seen) return;
     for (size_t x = 0; x < h->ng; x++) {
         check_grant *a = &h->g[ord[x]];
         for (size_t y = x + 1; y < h->ng; y++) {
             check_grant *b = &h->g[ord[y]];
             if (b->t_grant >= a->t_end) break;
             if (!conflict(o, a, b)) continue;
-            r->overlaps++;
             if (b->t_grant < a->t_taken) a->t_taken = b->t_grant;
-            if (a->lost || b->lost) {
-                r->overlaps_lost++;
-                continue;
-            }
-            r->overlaps_unexplained++;
-            evidence(r, r->overlaps_unexplained, "overlap: client %d (#%d, fence %" PRIu64 ") held %.3f..%.3f s and client %d (#%d, fence %"
-                     PRIu64 ") was granted at %.3f s; neither was told of a loss", a->slot, a->cid, a->fence,
-                     rel(h, a->t_grant), rel(h, a->t_end), b->slot, b->cid, b->fence, rel(h, b->t_grant));
+            if (!seen[y]) seen[y] = 1;
+            if (a->lost || b->lost) continue;
+            if (seen[y] != 2)
+                evidence(r, r->overlaps_unexplained + 1, "overlap: client %d (#%d, fence %" PRIu64 ") held %.3f..%.3f s "
+                         "and client %d (#%d, fence %" PRIu64 ") was granted at %.3f s; neither was told of a loss",
+                         a->slot, a->cid, a->fence, rel(h, a->t_grant), rel(h, a->t_end), b->slot, b->cid, b->fence,
+                         rel(h, b->t_grant));
+            if (seen[y] != 2) r->overlaps_unexplained++;
+            seen[y] = 2;
         }
     }
+    for (size_t y = 0; y < h->ng; y++) {
+        if (seen[y]) r->overlaps++;
+        if (seen[y] == 1) r->overlaps_lost++;
+    }
+    free(seen);
 }
 
 /* Permits: more than N holders at once. */

@@ -12,6 +12,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -44,6 +45,7 @@ typedef struct {
     uint64_t rng;
     int64_t fv, pv;             /* the fenced and the plain register */
     uint64_t fmax;              /* the highest fence the fenced register has seen */
+    pid_t parent;               /* the checker itself */
     int stopping;
     int fatal_rc;               /* a client could not open: the first code */
     /* server faults */
@@ -92,6 +94,10 @@ static int spawn(checker *k, int i)
         return EX_SOFTWARE;
     }
     if (pid == 0) {
+        /* a checker that dies (killed, ^C) takes its clients with it: one
+         * blocked in acquire on an engine that is down would never notice */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != k->parent) _exit(0);
         for (int j = 0; j < k->o->clients; j++)
             if (k->s[j].fd >= 0) close(k->s[j].fd);
         close(sv[0]);
@@ -444,6 +450,7 @@ int check_run(const check_opts *o, check_hist *h)
     if (!(k = calloc(1, sizeof *k))) return EX_SOFTWARE;
     k->o = o;
     k->h = h;
+    k->parent = getpid();
     k->rng = o->seed ? o->seed : 0x9e3779b97f4a7c15ULL;
     for (int i = 0; i < n; i++) k->s[i].fd = -1;
     h->t0 = now_ns();
