@@ -511,7 +511,10 @@ int check_run(const check_opts *o, check_hist *h)
             for (;;) {
                 check_msg m;
                 ssize_t got = recv(k->s[i].fd, &m, sizeof m, MSG_DONTWAIT);
-                if (got < 0 && errno == EINTR) continue;
+                /* a client that exits with our replies unread makes the
+                 * kernel report ECONNRESET once, before what it sent last
+                 * (its RELEASE): read on, the error is cleared */
+                if (got < 0 && (errno == EINTR || errno == ECONNRESET)) continue;
                 if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
                 if (got <= 0) { rc = on_gone(k, i); break; }
                 if (got != (ssize_t)sizeof m) { rc = EX_SOFTWARE; break; }
