@@ -14,7 +14,7 @@
 #
 # A row whose server cannot be started (not installed) is left out, and the
 # page says so. Each row's JSON report and SVG timeline are kept in
-# build/check-faults/ (untracked).
+# build/check-faults/ (untracked), with --record's event list (ID.rec).
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BATON=$(readlink -f "${1:-$ROOT/build/baton}")
@@ -25,10 +25,11 @@ OUT=${CHECK_OUT:-$ROOT/docs/RELIABILITY.md}
 MAXS=${CHECK_MAX_S:-900}
 RUN=$ROOT/build/check-faults
 [ -x "$BATON" ] || { echo "check-faults: $BATON is not built (make build)" >&2; exit 2; }
-rm -rf "$RUN"
+# CHECK_ONLY reruns some rows: the others' results stay (the page has them all)
+[ -n "$ONLY" ] || rm -rf "$RUN"
 mkdir -p "$RUN"
 RES=$RUN/results.jsonl
-: >"$RES"
+touch "$RES"
 SKIPPED=$RUN/skipped
 : >"$SKIPPED"
 
@@ -71,8 +72,10 @@ row() {
     if [ -n "$ONLY" ] && ! [[ $id =~ $ONLY ]]; then return; fi
     echo "check-faults: $id ($fault) ..." >&2
     "$BATON" check -u "$uri" --clients 4 --grants "$GRANTS" --seconds "$MAXS" -t "$lease" --work 0.001 \
-        --seed 1 --json --svg "$RUN/$id.svg" "${CLIENT_FAULTS[@]}" "$@" "cf-$id-$$" >"$RUN/$id.json" 2>"$RUN/$id.err"
+        --seed 1 --json --svg "$RUN/$id.svg" --record "$RUN/$id.rec" "${CLIENT_FAULTS[@]}" "$@" "cf-$id-$$" \
+        >"$RUN/$id.json" 2>"$RUN/$id.err"
     rc=$?
+    grep -v "\"id\": \"$id\"" "$RES" >"$RES.tmp"; mv "$RES.tmp" "$RES"
     /usr/bin/python3 - "$RUN/$id.json" "$id" "$eng" "$fault" "$promise" "$rc" >>"$RES" <<'EOF'
 import json, sys
 path, id_, eng, fault, promise, rc = sys.argv[1:]

@@ -63,7 +63,14 @@ for d in rows:
         notes.append("**%d stale writes were accepted by the fenced register: a holder whose lock was gone wrote "
                      "over a newer holder's work**" % d["stale_writes_accepted"])
     if d.get("losses_unreported"):
-        notes.append("**%d losses were not reported before the holder wrote**" % d["losses_unreported"])
+        notes.append("**%d losses were not reported before the holder wrote**: `baton_lock_held()` still said 1 "
+                     "after another client had been granted the lock (a session or lease that expired on the server "
+                     "while the holder was stopped, which its client learns only from the server)%s"
+                     % (d["losses_unreported"], "; the fence refused every such write" if not
+                        d.get("stale_writes_accepted") else ""))
+    if d.get("overlaps_unexplained"):
+        notes.append("**%d grants were made while a holder that had not been told of any loss still held**"
+                     % d["overlaps_unexplained"])
     if d.get("fences_increasing") is False:
         notes.append("**fences went back %d times**" % d.get("fence_backs", 0))
     if d.get("acquire_errors"):
