@@ -65,10 +65,15 @@ def redis_uri():
     return "redis://127.0.0.1:%s/0?prefix=check-%d-" % (port, os.getpid())
 
 
+def no_crash(d):
+    # a client that died by itself (a sanitizer report, a crash) shows here
+    check("no client exited by itself", d.get("client_exits") == 0, show(d))
+
+
 def show(d):
     keys = ["grants", "overlaps", "overlaps_unexplained", "leases_lost", "losses_reported_before_write",
             "losses_unreported", "stale_writes_refused", "stale_writes_accepted", "plain_lost_updates",
-            "fences_increasing", "recovery_p50_s", "pauses", "kills", "ok", "evidence"]
+            "fences_increasing", "recovery_p50_s", "pauses", "kills", "client_exits", "ok", "evidence"]
     return json.dumps({k: d.get(k) for k in keys})
 
 
@@ -80,6 +85,7 @@ if MODE == "file":
     check("the report counts grants", grants and int(grants[0].split()[1]) > 0, out)
     check("no overlaps", "overlaps (plain register)           0 (" in out, out)
     check("says every safety property held", "result: every safety property held" in out, out)
+    check("no client exited by itself", "0 failed acquires, 0 exits" in out, out)
 
     svg = os.path.join(TMP, "check_file.svg")
     if os.path.exists(svg):
@@ -92,6 +98,7 @@ if MODE == "file":
     # python3 -m json.tool, as a user would pipe it
     p = subprocess.run([sys.executable, "-m", "json.tool"], input=out, capture_output=True, text=True)
     check("python3 -m json.tool reads it", p.returncode == 0, p.stderr)
+    no_crash(d)
     try:
         doc = xml.dom.minidom.parse(svg)
         root = doc.documentElement.tagName
@@ -146,6 +153,7 @@ elif MODE in ("pause", "unfenced"):
         check("no stale write accepted", d.get("stale_writes_accepted") == 0, show(d))
         check("fences strictly increasing", d.get("fences_increasing") is True, show(d))
         check("no overlap without a lost grant", d.get("overlaps_unexplained") == 0, show(d))
+        no_crash(d)
     else:
         check("unfenced register: the check fails (exit 1)", rc == 1, "rc %d %s %s" % (rc, show(d), err))
         check("stale writes accepted > 0", d.get("stale_writes_accepted", 0) > 0, show(d))
@@ -163,6 +171,7 @@ elif MODE == "kill":
     # (0.3 s; a lower bound, which a slow machine only makes longer)
     check("recovery waits for the lease", (d.get("recovery_p50_s") or 0) >= 0.15, show(d))
     check("no overlaps", d.get("overlaps") == 0, show(d))
+    no_crash(d)
 
 else:
     print("unknown mode " + MODE, file=sys.stderr)
