@@ -5,7 +5,7 @@ ifeq ($(CI),true)
 export BATON_REQUIRE_ALL := 1
 endif
 
-.PHONY: all build demo bare deps test test-plain test-asan asan clean install bench bench-docs
+.PHONY: all build demo bare deps test test-plain test-asan asan clean install bench bench-docs check-faults
 
 all: build
 
@@ -73,6 +73,15 @@ bench-docs:
 	cmake -S . -B build/bench -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) >/dev/null
 	cmake --build build/bench -j$(JOBS) --target baton
 	/usr/bin/python3 bench/run.py --docs $(BENCH_ARGS) build/bench/baton
+
+# `baton check` on every engine this build has, on servers started by tests/servers/*.sh, with
+# client faults everywhere and server faults where a script can cause them; >= 10,000 grants per
+# row (CHECK_GRANTS=N to change, CHECK_ONLY=REGEX for some rows). Writes docs/RELIABILITY.md;
+# each row's report and timeline stay in build/check-faults/. Takes many minutes: not in make test.
+check-faults:
+	cmake -S . -B build $(CMAKE_FLAGS) >/dev/null
+	cmake --build build -j$(JOBS) --target baton
+	bash scripts/check-faults.sh build/baton
 
 # make install [PREFIX=/usr/local] [DESTDIR=/staging]
 PREFIX ?= /usr/local

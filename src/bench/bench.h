@@ -133,6 +133,8 @@ void opstats_fields(char *out, size_t n, const opstats *acc, long count, const c
 
 /* ---- svg.c ---- */
 
+/* S into an SVG document, its markup characters escaped (baton check's timeline too). */
+void svg_text(FILE *f, const char *s);
 /* V: latencies in seconds, sorted. Writes and closes o->svg (if any); 0 or 70. */
 int svg_cdf(bench_opts *o, const char *what, const double *v, size_t n);
 

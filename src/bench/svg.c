@@ -5,7 +5,7 @@
 #include <math.h>
 #include <string.h>
 
-static void svg_text(FILE *f, const char *s)
+void svg_text(FILE *f, const char *s)
 {
     for (; *s; s++) {
         switch (*s) {

@@ -94,6 +94,7 @@ void cli_usage_run(FILE *f);
 int cli_elect(int argc, char **argv);
 void cli_usage_elect(FILE *f);
 int baton__cli_bench(int argc, char **argv);
+int baton__cli_check(int argc, char **argv);
 int cli_fence(int argc, char **argv);
 void cli_usage_fence(FILE *f);
 

@@ -20,6 +20,7 @@ static void usage(FILE *f)
         "       baton sem [-u URI] NAME set N | add N | available | drain\n"
         "       baton fence [-q] FILE [FENCE] [-- COMMAND [ARG...]]\n"
         "       baton bench [-u URI] --workload W [options]\n"
+        "       baton check [-u URI] [--clients N] [--seconds S] [--pause R] [--kill R] ... NAME\n"
         "       baton version\n"
         "\n"
         "baton run is flock(1) across machines: it holds the lock NAME on the engine\n"
@@ -242,12 +243,13 @@ static void log_to_stderr(int level, const char *msg, void *p)
 int main(int argc, char **argv)
 {
     baton_log_set(log_to_stderr, NULL);
-    if (argc < 2) return cli_usage_error(NULL, "missing command (run, elect, status, latch, sem, fence, bench, version)");
+    if (argc < 2) return cli_usage_error(NULL, "missing command (run, elect, status, latch, sem, fence, bench, check, version)");
     if (!strcmp(argv[1], "run")) return cli_run(argc - 1, argv + 1);
     if (!strcmp(argv[1], "elect")) return cli_elect(argc - 1, argv + 1);
     if (!strcmp(argv[1], "status")) return cmd_status(argc - 1, argv + 1);
     if (!strcmp(argv[1], "fence")) return cli_fence(argc - 1, argv + 1);
     if (!strcmp(argv[1], "bench")) return baton__cli_bench(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "check")) return baton__cli_check(argc - 1, argv + 1);
     if (!strcmp(argv[1], "latch")) return cmd_sync(argc - 1, argv + 1, 1);
     if (!strcmp(argv[1], "sem")) return cmd_sync(argc - 1, argv + 1, 0);
     if (!strcmp(argv[1], "version") || !strcmp(argv[1], "--version")) {

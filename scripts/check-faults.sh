@@ -1,0 +1,167 @@
+#!/bin/bash
+# make check-faults: `baton check` on every engine this build has, on servers
+# started by tests/servers/*.sh, with client faults on every row and server
+# faults where a script can cause them; writes docs/RELIABILITY.md.
+#
+#   scripts/check-faults.sh [BATON]        default build/baton
+#
+# Environment:
+#   CHECK_GRANTS=N   grants per row (default 10000)
+#   CHECK_ONLY=RE    only the rows whose id matches the extended regex RE
+#   CHECK_OUT=FILE   where the table goes (default docs/RELIABILITY.md)
+#   CHECK_MAX_S=S    a row's time limit (default 900): a slow engine's row
+#                    then has fewer grants, and says so
+#
+# A row whose server cannot be started (not installed) is left out, and the
+# page says so. Each row's JSON report and SVG timeline are kept in
+# build/check-faults/ (untracked), with --record's event list (ID.rec).
+set -u
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+BATON=$(readlink -f "${1:-$ROOT/build/baton}")
+SRV=$ROOT/tests/servers
+GRANTS=${CHECK_GRANTS:-10000}
+ONLY=${CHECK_ONLY:-}
+OUT=${CHECK_OUT:-$ROOT/docs/RELIABILITY.md}
+MAXS=${CHECK_MAX_S:-900}
+RUN=$ROOT/build/check-faults
+[ -x "$BATON" ] || { echo "check-faults: $BATON is not built (make build)" >&2; exit 2; }
+# CHECK_ONLY reruns some rows: the others' results stay (the page has them all)
+[ -n "$ONLY" ] || rm -rf "$RUN"
+mkdir -p "$RUN"
+RES=$RUN/results.jsonl
+touch "$RES"
+SKIPPED=$RUN/skipped
+: >"$SKIPPED"
+
+# rare enough that a row reaches its grants in minutes (every pause and every
+# kill of a holder costs a lease), frequent enough for dozens of each per row
+CLIENT_FAULTS=(--pause 0.004 --kill 0.002 --pause-waiting 0.002 --kill-waiting 0.002)
+
+# the servers started, "ENGINE DIR" a line (start runs in a $(...) subshell)
+STARTED=$RUN/started
+: >"$STARTED"
+cleanup() {
+    while read -r eng dir; do
+        bash "$SRV/$eng.sh" stop "$dir" >/dev/null 2>&1
+    done <"$STARTED"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# start ENGINE DIR [args]: the port, or nothing (and a note) when it cannot
+start() {
+    local eng=$1 dir=$2 port
+    shift 2
+    echo "$eng $dir" >>"$STARTED"
+    if ! port=$(bash "$SRV/$eng.sh" start "$dir" "$@" 2>"$dir.err"); then
+        echo "$eng: the server did not start ($(tail -1 "$dir.err"))" >>"$SKIPPED"
+        return 1
+    fi
+    echo "$port" | tail -1
+}
+
+# built SCHEME: does this baton have the engine? (a compiled-out one says so)
+built() {
+    ! "$BATON" status -u "$1://127.0.0.1:1" probe 2>&1 | grep -q "not built here"
+}
+
+# row ID ENGINE FAULT PROMISE URI LEASE [extra check options...]
+row() {
+    local id=$1 eng=$2 fault=$3 promise=$4 uri=$5 lease=$6 rc
+    shift 6
+    if [ -n "$ONLY" ] && ! [[ $id =~ $ONLY ]]; then return; fi
+    echo "check-faults: $id ($fault) ..." >&2
+    "$BATON" check -u "$uri" --clients 4 --grants "$GRANTS" --seconds "$MAXS" -t "$lease" --work 0.001 \
+        --seed 1 --json --svg "$RUN/$id.svg" --record "$RUN/$id.rec" "${CLIENT_FAULTS[@]}" "$@" "cf-$id-$$" \
+        >"$RUN/$id.json" 2>"$RUN/$id.err"
+    rc=$?
+    grep -v "\"id\": \"$id\"" "$RES" >"$RES.tmp"; mv "$RES.tmp" "$RES"
+    /usr/bin/python3 - "$RUN/$id.json" "$id" "$eng" "$fault" "$promise" "$rc" >>"$RES" <<'EOF'
+import json, sys
+path, id_, eng, fault, promise, rc = sys.argv[1:]
+try:
+    d = json.load(open(path))
+except ValueError:
+    d = {}
+d.update(id=id_, row_engine=eng, fault=fault, promise=promise, rc=int(rc))
+print(json.dumps(d))
+EOF
+    echo "check-faults: $id: exit $rc, $(/usr/bin/python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d.get("grants"), "grants, stale accepted", d.get("stale_writes_accepted"))' "$RUN/$id.json" 2>/dev/null)" >&2
+}
+
+# ---- file, sqlite: no server ----
+row file file "client faults" "flock(2): the kernel frees a dead holder's lock at once; no lease, so a pause loses nothing" \
+    "file://$RUN/file-locks" 0.5
+if built sqlite; then
+    row sqlite sqlite "client faults" "a row per lock in one database file, lease rows renewed by the client" \
+        "sqlite://$RUN/sqlite.db" 0.5
+fi
+
+# ---- Redis ----
+if built redis && port=$(start redis "$RUN/redis"); then
+    U="redis://127.0.0.1:$port/0"
+    R=(--fault-cmd "stop=bash $SRV/redis.sh stop $RUN/redis" --fault-cmd "start=bash $SRV/redis.sh restart $RUN/redis >/dev/null")
+    row redis redis "client faults" "a lease (PEXPIRE) renewed at lease/3; fences max(counter + 1, server TIME in µs)" "$U" 0.5
+    row redis-restart redis "restart without persistence every 5 s, + client faults" \
+        "the lock keys are gone after a restart: holders lose their leases; fences keep increasing through TIME" "$U" 0.5 "${R[@]}"
+fi
+if built redis && port=$(start redis "$RUN/redis-aof" --appendonly yes --appendfsync always); then
+    U="redis://127.0.0.1:$port/0"
+    R=(--fault-cmd "stop=bash $SRV/redis.sh stop $RUN/redis-aof" --fault-cmd "start=bash $SRV/redis.sh restart $RUN/redis-aof >/dev/null")
+    row redis-aof-restart redis "restart with appendfsync always every 5 s, + client faults" \
+        "the keys and their TTLs survive a restart" "$U" 0.5 "${R[@]}"
+fi
+
+# ---- RedLock: 3 masters ----
+if built redlock; then
+    ok=1
+    for i in 1 2 3; do
+        p=$(start redis "$RUN/rl$i") || { ok=0; break; }
+        eval "rp$i=$p"
+    done
+    if [ $ok = 1 ]; then
+        U="redlock://127.0.0.1:$rp1,127.0.0.1:$rp2,127.0.0.1:$rp3/0"
+        row redlock redlock "client faults" "a majority of 3 independent masters; fences the largest of the granting nodes'" "$U" 0.5
+        R=(--fault-cmd "stop=bash $SRV/redis.sh stop $RUN/rl1; bash $SRV/redis.sh stop $RUN/rl2"
+           --fault-cmd "start=bash $SRV/redis.sh restart $RUN/rl1 >/dev/null; bash $SRV/redis.sh restart $RUN/rl2 >/dev/null")
+        row redlock-2of3 redlock "2 of 3 nodes restarted without persistence every 5 s, + client faults" \
+            "without persistence a majority that restarts forgets the lock: RedLock's known weakness; the fence must still hold" \
+            "$U" 0.5 "${R[@]}"
+    fi
+fi
+
+# ---- ZooKeeper: the lease is the session ----
+if built zk && port=$(start zk "$RUN/zk"); then
+    U="zk://127.0.0.1:$port?session_timeout_ms=1000"
+    R=(--fault-cmd "stop=bash $SRV/zk.sh stop $RUN/zk" --fault-cmd "start=bash $SRV/zk.sh restart $RUN/zk >/dev/null")
+    row zk zk "client faults (-t = the 1 s session timeout)" "ephemeral sequential nodes: a holder's node goes with its session" "$U" 1
+    row zk-restart zk "server restart every 5 s, + client faults" "ZooKeeper persists nodes and sessions: a short restart loses nothing" "$U" 1 "${R[@]}"
+fi
+
+# ---- PostgreSQL, MariaDB: session locks ----
+if built postgres && port=$(start postgres "$RUN/pg"); then
+    U="postgres://baton:baton-test@127.0.0.1:$port/postgres"
+    R=(--fault-cmd "stop=bash $SRV/postgres.sh stop $RUN/pg" --fault-cmd "start=bash $SRV/postgres.sh restart $RUN/pg >/dev/null")
+    row postgres postgres "client faults" "advisory locks held by the session; a pause keeps the session, so nothing is lost" "$U" 0.5
+    row postgres-lease postgres "client faults, mode=lease" "a lease row renewed by the client" "$U?mode=lease" 0.5
+    row postgres-restart postgres "server restart every 5 s, + client faults" "a restart ends every session: holders are told" "$U" 0.5 "${R[@]}"
+fi
+if built mysql && port=$(start mysql "$RUN/my"); then
+    U="mysql://baton:baton-test@127.0.0.1:$port/baton"
+    R=(--fault-cmd "stop=bash $SRV/mysql.sh stop $RUN/my" --fault-cmd "start=bash $SRV/mysql.sh restart $RUN/my >/dev/null")
+    row mysql mysql "client faults" "GET_LOCK held by the session" "$U" 0.5
+    row mysql-restart mysql "server restart every 5 s, + client faults" "a restart ends every session: holders are told" "$U" 0.5 "${R[@]}"
+fi
+
+# ---- etcd: a lease per client (TTL >= 1.5 s on the test server) ----
+if built etcd && port=$(start etcd "$RUN/etcd"); then
+    U="etcd://127.0.0.1:$port/cf?ttl=2"
+    R=(--fault-cmd "stop=bash $SRV/etcd.sh stop $RUN/etcd" --fault-cmd "start=bash $SRV/etcd.sh restart $RUN/etcd >/dev/null")
+    row etcd etcd "client faults (-t = the 2 s lease TTL)" "the client's lease, kept alive every TTL/3; fences the key's revision" "$U" 2
+    row etcd-restart etcd "server restart every 5 s, + client faults" "etcd persists (fsync'd): leases survive a short restart" "$U" 2 "${R[@]}"
+fi
+
+/usr/bin/python3 "$ROOT/scripts/reliability-md.py" "$RES" "$SKIPPED" "$GRANTS" >"$OUT.tmp" && mv "$OUT.tmp" "$OUT"
+echo "check-faults: wrote $OUT (reports and timelines in $RUN)" >&2
+# exit 1 when a row failed a safety property: the table says which
+/usr/bin/python3 -c 'import json,sys; sys.exit(any(json.loads(l).get("ok") is not True for l in open(sys.argv[1]) if l.strip()))' "$RES"

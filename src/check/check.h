@@ -1,0 +1,163 @@
+/*
+ * baton check: a fault checker for a lock on the user's own engine
+ * (docs/check.md). A client of the public API only.
+ *
+ *   check.c     the command: options, the preflight, the report, exit codes
+ *   loop.c      the checker: forked clients, the poll loop, the two
+ *               registers, client and server faults
+ *   client.c    one client process: acquire, read, work, check, write, release
+ *   history.c   the record of a run and what it proves (overlaps, stale
+ *               writes, losses, fences, recovery, fair order)
+ *   timeline.c  --svg: one lane per client
+ *
+ * The checker (the parent) keeps the registers in its own memory and talks
+ * to each client over a SOCK_SEQPACKET socketpair (a message is one packet).
+ * All times are CLOCK_MONOTONIC nanoseconds: every process is on this host.
+ */
+#ifndef BATON_CHECK_H
+#define BATON_CHECK_H
+
+#include "../bench/bench.h"   /* now_ns, pct, cmp_d, EX_*, bench_exit_for */
+
+#include <baton.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <sys/types.h>
+
+#define CHECK_MAX_CLIENTS 256
+#define CHECK_MAX_PERMITS 1000
+
+enum { PRIM_LOCK, PRIM_RWLOCK, PRIM_PERMITS };
+
+typedef struct {
+    const char *uri;             /* NULL: the default (file engine or $BATON_URI) */
+    const char *name;
+    int clients;
+    double seconds;
+    long grants;                 /* --grants: stop after this many (0: --seconds only) */
+    double lease;                /* seconds */
+    double work;                 /* seconds a holder "works" between read and write */
+    int prim;                    /* PRIM_* */
+    int fair;
+    int permits;                 /* --permits N */
+    double pause, pause_waiting, kill, kill_waiting;   /* rates, 0..1 */
+    const char *fault_stop, *fault_start;
+    double fault_every, fault_down;
+    int unfenced;
+    int json;
+    const char *svg_path;
+    FILE *svg;
+    unsigned long seed;
+} check_opts;
+
+/* ---- the wire: one packet per message ---- */
+enum {
+    /* client -> checker */
+    M_WAIT = 1,     /* about to acquire */
+    M_GRANT,        /* acquire returned: fence */
+    M_READ,         /* read both registers with this fence; a reply follows */
+    M_CHECKLOST,    /* baton_lock_held() said 0 after the work: no write */
+    M_WRITING,      /* held() said 1 (t = just before asking); waits for M_GO */
+    M_WRITE,        /* a = fenced value read, b = plain value read; writes value + 1; M_GO follows */
+    M_RELEASE,      /* t = before release was called; rc = what release answered (in a follow-up) */
+    M_RELEASED,     /* rc of the release */
+    M_LOST,         /* on_lost, from the keeper thread */
+    M_ERROR,        /* rc: acquire failed (engine down?) */
+    M_FATAL,        /* rc: the client cannot go on (open failed) */
+    /* checker -> client */
+    M_READ_REPLY = 64,   /* a = fenced value, b = plain value; rc = 1 when the fence refused the read */
+    M_GO,
+    M_QUIT,
+};
+
+typedef struct {
+    int32_t type;
+    int32_t rc;
+    int64_t t;
+    uint64_t fence;
+    int64_t a, b;
+} check_msg;
+
+/* ---- history.c: the record ---- */
+
+enum {
+    EV_WAIT = 1, EV_GRANT, EV_READ, EV_READ_REFUSED, EV_CHECKLOST, EV_WRITING, EV_WRITE_OK,
+    EV_WRITE_REFUSED, EV_WRITE_STALE, EV_PLAIN_STALE, EV_RELEASE, EV_LOST, EV_PAUSE, EV_CONT,
+    EV_KILL, EV_ERROR, EV_EXIT, EV_SRV_STOP, EV_SRV_START
+};
+
+typedef struct {
+    int64_t t;
+    int slot, cid, type;
+    uint64_t fence;
+    int64_t a, b;
+} check_ev;
+
+/* One grant: from acquire's return to release (or loss, or kill). */
+typedef struct {
+    int slot, cid, writer;       /* writer: 0 for a read side or a permit */
+    int64_t t_wait, t_grant, t_end;
+    uint64_t fence;
+    int end_kind;                /* END_* */
+    int lost;                    /* LOST, check said lost, a read refused, release failed */
+    int64_t t_lost;              /* the first sign of a loss the client got; INT64_MAX when none */
+    int64_t t_check;             /* WRITING: held() said 1 at this time; 0 when it never wrote */
+    int wrote;                   /* 0 none, 1 accepted, 2 refused, 3 accepted stale */
+    int paused, waited_paused;   /* faults in this grant / in its wait */
+    int64_t t_taken;             /* the engine gave it to another (an overlap's start); INT64_MAX */
+} check_grant;
+
+enum { END_OPEN, END_RELEASE, END_LOST, END_KILLED };
+
+typedef struct {
+    check_ev *ev;
+    size_t nev, cev;
+    check_grant *g;
+    size_t ng, cg;
+    int64_t t0, t1;              /* the run */
+    /* counters kept as the run goes */
+    long reads_refused, writes_refused, stale_accepted, plain_stale, writes_ok;
+    long errors, exits, pauses, kills, srv_faults;
+    long pauses_holding, pauses_writing, pauses_waiting, kills_holding, kills_waiting;
+} check_hist;
+
+/* What the record proves. */
+typedef struct {
+    long grants, overlaps, overlaps_lost, overlaps_unexplained;
+    long lost, lost_reported, lost_inflight, lost_unreported;
+    int fences_ok;
+    long fence_backs;
+    int fair_checked;
+    long fair_inversions;
+    int fair_ok;
+    double rec_p50, rec_max;
+    long recoveries, kills_unrecovered;
+    int ok;                      /* every safety property held */
+    char evidence[6400];         /* the first 12 pieces of evidence, a line each */
+    long evidence_n;             /* how many there were */
+    int evidence_kept;
+} check_result;
+
+/* Appends; -1 when out of memory. */
+int hist_ev(check_hist *h, int64_t t, int slot, int cid, int type, uint64_t fence, int64_t a, int64_t b);
+/* A new grant; its index, or -1 when out of memory. */
+long hist_grant(check_hist *h, int slot, int cid, int writer, int64_t t_wait, int64_t t_grant, uint64_t fence);
+void hist_free(check_hist *h);
+/* The record as text, an event a line: seconds from the start, lane, client #, what, fence, a, b. */
+void hist_write(const check_hist *h, FILE *f);
+void hist_analyze(const check_opts *o, check_hist *h, check_result *r);
+
+int baton__cli_check(int argc, char **argv);
+
+/* ---- loop.c ---- */
+/* Runs the check; fills H. 0, or an exit code (70 internal, 69 engine gone). */
+int check_run(const check_opts *o, check_hist *h);
+
+/* ---- client.c ---- */
+/* The client process on socket FD; never returns. */
+void check_client(const check_opts *o, int fd, int slot) __attribute__((noreturn));
+
+/* ---- timeline.c ---- */
+int check_svg(const check_opts *o, const check_hist *h, const check_result *r);
+
+#endif

@@ -1,0 +1,214 @@
+/* baton check: one client process. Forked by the checker, it opens its own
+ * baton client (nothing of the parent's is shared) and runs the cycle
+ *
+ *   WAIT, acquire, GRANT(fence), READ -> reply, work, held()?, WRITING -> GO,
+ *   WRITE, RELEASE
+ *
+ * reporting each step to the checker on FD. A careful user checks
+ * baton_lock_held() before writing: a holder that finds it lost writes
+ * nothing (CHECKLOST). The checker may stop this process at any point
+ * (SIGSTOP, SIGKILL); that is the test. */
+#include "check.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef struct {
+    const check_opts *o;
+    int fd;
+    baton_client *c;
+    baton_lock *l;               /* PRIM_LOCK, or the side of the rwlock this client takes */
+    baton_rwlock *rw;
+    baton_permits *pm;
+    char id[BATON_PERMIT_ID_SIZE];
+    int writer;
+    int64_t permit_until;        /* a permit's lease as this client counts it */
+    int holding;                 /* between GRANT and RELEASE */
+    uint64_t fence;
+} cclient;
+
+static void tell(int fd, int type, int rc, int64_t t, uint64_t fence, int64_t a, int64_t b)
+{
+    check_msg m = { type, rc, t, fence, a, b };
+    /* one packet; a checker that is gone ends us (EPIPE: MSG_NOSIGNAL) */
+    while (send(fd, &m, sizeof m, MSG_NOSIGNAL) < 0) {
+        if (errno == EINTR) continue;
+        _exit(0);
+    }
+}
+
+/* The next message from the checker; a QUIT or a closed socket ends us. */
+static void hear(cclient *k, check_msg *m);
+
+static void finish(cclient *k, int code) __attribute__((noreturn));
+static void finish(cclient *k, int code)
+{
+    /* a QUIT in the middle of a grant: the hold ends here, before the free
+     * below gives the lock back (the checker's record must not make it
+     * longer than it was) */
+    if (k->holding) tell(k->fd, M_RELEASE, 0, now_ns(), k->fence, 0, 0);
+    baton_rwlock_free(k->rw);
+    if (!k->rw) baton_lock_free(k->l);
+    baton_permits_free(k->pm);
+    baton_client_close(k->c);
+    close(k->fd);
+    _exit(code);
+}
+
+static void hear(cclient *k, check_msg *m)
+{
+    ssize_t n;
+    do n = recv(k->fd, m, sizeof *m, 0);
+    while (n < 0 && errno == EINTR);
+    if (n != (ssize_t)sizeof *m || m->type == M_QUIT) finish(k, 0);
+}
+
+/* A QUIT waiting for us before the next acquire. */
+static void quit_if_asked(cclient *k)
+{
+    check_msg m;
+    ssize_t n = recv(k->fd, &m, sizeof m, MSG_DONTWAIT);
+    if (n == 0 || (n == (ssize_t)sizeof m && m.type == M_QUIT)) finish(k, 0);
+}
+
+static void on_lost(baton_lock *l, void *payload)
+{
+    cclient *k = payload;
+    (void)l;
+    tell(k->fd, M_LOST, 0, now_ns(), 0, 0, 0);
+}
+
+static void sleep_s(double s)
+{
+    struct timespec ts = { (time_t)s, (long)((s - (double)(time_t)s) * 1e9) };
+    while (nanosleep(&ts, &ts) < 0 && errno == EINTR) {}
+}
+
+static int acquire(cclient *k)
+{
+    uint32_t lease_ms = (uint32_t)(k->o->lease * 1000);
+    if (k->pm) {
+        int64_t sent = now_ns();
+        int rc = baton_permits_acquire(k->pm, lease_ms, -1, k->id);
+        /* a permit has no keeper: its lease counts from the request, less a
+         * margin for clock drift, as for locks */
+        k->permit_until = sent + (int64_t)lease_ms * 1000000 * 99 / 100 - 2000000;
+        return rc;
+    }
+    return baton_lock_acquire(k->l, -1);
+}
+
+static uint64_t fence_of(cclient *k)
+{
+    return k->pm ? 0 : baton_lock_fence(k->l);
+}
+
+static int held(cclient *k)
+{
+    return k->pm ? now_ns() < k->permit_until : baton_lock_held(k->l);
+}
+
+static int release(cclient *k)
+{
+    if (k->pm) {
+        int rc = baton_permits_release(k->pm, k->id);
+        k->id[0] = 0;
+        return rc;
+    }
+    return baton_lock_release(k->l);
+}
+
+void check_client(const check_opts *o, int fd, int slot)
+{
+    cclient k;
+    baton_lock_options lo = BATON_LOCK_OPTIONS_INIT;
+    int rc;
+
+    memset(&k, 0, sizeof k);
+    k.o = o;
+    k.fd = fd;
+    /* the checker's SIGINT/SIGTERM are for the checker: it ends us with QUIT */
+    signal(SIGINT, SIG_IGN);
+    signal(SIGTERM, SIG_IGN);
+    lo.lease_ms = (uint32_t)(o->lease * 1000);
+    lo.fair = o->fair;
+    lo.on_lost = on_lost;
+    lo.on_lost_payload = &k;
+    if ((rc = baton_client_open(&k.c, o->uri, NULL))) goto fatal;
+    switch (o->prim) {
+    case PRIM_LOCK:
+        rc = baton_lock_open(&k.l, k.c, o->name, &lo);
+        k.writer = 1;
+        break;
+    case PRIM_RWLOCK:
+        /* even slots write, odd ones read: both sides contend */
+        if (!(rc = baton_rwlock_open(&k.rw, k.c, o->name, &lo))) {
+            k.writer = slot % 2 == 0;
+            k.l = k.writer ? baton_rwlock_write(k.rw) : baton_rwlock_read(k.rw);
+        }
+        break;
+    default:
+        rc = baton_permits_open(&k.pm, k.c, o->name);
+        break;
+    }
+    if (rc) goto fatal;
+
+    for (;;) {
+        check_msg m;
+        int64_t t;
+        uint64_t fence;
+
+        quit_if_asked(&k);
+        tell(fd, M_WAIT, k.writer, now_ns(), 0, 0, 0);
+        if ((rc = acquire(&k))) {
+            if (rc == BATON_EINVAL || rc == BATON_ENOTSUP || rc == BATON_EDISABLED) goto fatal;
+            /* the engine is down (a server fault) or refused: say so, and again */
+            tell(fd, M_ERROR, rc, now_ns(), 0, 0, 0);
+            sleep_s(0.05);
+            continue;
+        }
+        t = now_ns();
+        fence = fence_of(&k);
+        k.holding = 1;
+        k.fence = fence;
+        tell(fd, M_GRANT, k.writer, t, fence, 0, 0);
+        tell(fd, M_READ, 0, now_ns(), fence, 0, 0);
+        hear(&k, &m);
+        if (m.type == M_READ_REPLY && !m.rc && k.writer) {
+            int64_t fv = m.a, pv = m.b;
+            sleep_s(o->work);
+            /* the check a careful user makes before writing */
+            t = now_ns();
+            if (!held(&k)) {
+                tell(fd, M_CHECKLOST, 0, t, fence, 0, 0);
+            } else {
+                tell(fd, M_WRITING, 0, t, fence, 0, 0);
+                hear(&k, &m);
+                tell(fd, M_WRITE, 0, now_ns(), fence, fv, pv);
+                /* the checker reads each client's socket in turn, not in the
+                 * order of time: the write must be done before the release
+                 * lets the next holder read */
+                hear(&k, &m);
+            }
+        } else if (m.type == M_READ_REPLY && !m.rc) {
+            /* a reader (or a permit) reads, works and goes; still held by then? */
+            sleep_s(o->work);
+            t = now_ns();
+            if (!held(&k)) tell(fd, M_CHECKLOST, 0, t, fence, 0, 0);
+        }
+        tell(fd, M_RELEASE, 0, now_ns(), fence, 0, 0);
+        k.holding = 0;
+        rc = release(&k);
+        tell(fd, M_RELEASED, rc, now_ns(), fence, 0, 0);
+    }
+
+fatal:
+    fprintf(stderr, "baton check: client %d: %s\n", slot, baton_error_last()->message);
+    tell(fd, M_FATAL, rc, now_ns(), 0, 0, 0);
+    finish(&k, bench_exit_for(rc));
+}

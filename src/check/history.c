@@ -1,0 +1,294 @@
+/* baton check: the record of a run, and what it proves.
+ *
+ * A grant's hold interval runs from its acquire's return to its release call
+ * (or its on_lost, or its kill): the engine cannot have granted it before the
+ * first nor let another have it before the second, so on a correct engine two
+ * holders' intervals never intersect. When they do, the earlier grant was
+ * taken away (its lease ran out while it was stopped, the server forgot it):
+ * that is allowed only if the holder lost it (on_lost, held() said 0, a
+ * refused release) and had been told before it wrote. */
+#include "check.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+int hist_ev(check_hist *h, int64_t t, int slot, int cid, int type, uint64_t fence, int64_t a, int64_t b)
+{
+    if (h->nev == h->cev) {
+        size_t c = h->cev ? h->cev * 2 : 1024;
+        check_ev *v = realloc(h->ev, c * sizeof *v);
+        if (!v) return -1;
+        h->ev = v;
+        h->cev = c;
+    }
+    h->ev[h->nev++] = (check_ev){ t, slot, cid, type, fence, a, b };
+    return 0;
+}
+
+long hist_grant(check_hist *h, int slot, int cid, int writer, int64_t t_wait, int64_t t_grant, uint64_t fence)
+{
+    check_grant *g;
+    if (h->ng == h->cg) {
+        size_t c = h->cg ? h->cg * 2 : 256;
+        check_grant *v = realloc(h->g, c * sizeof *v);
+        if (!v) return -1;
+        h->g = v;
+        h->cg = c;
+    }
+    g = &h->g[h->ng];
+    memset(g, 0, sizeof *g);
+    g->slot = slot;
+    g->cid = cid;
+    g->writer = writer;
+    g->t_wait = t_wait;
+    g->t_grant = t_grant;
+    g->t_end = INT64_MAX;
+    g->fence = fence;
+    g->end_kind = END_OPEN;
+    g->t_lost = INT64_MAX;
+    g->t_taken = INT64_MAX;
+    return (long)h->ng++;
+}
+
+void hist_free(check_hist *h)
+{
+    free(h->ev);
+    free(h->g);
+    memset(h, 0, sizeof *h);
+}
+
+void hist_write(const check_hist *h, FILE *f)
+{
+    static const char *const names[] = {
+        "?", "wait", "grant", "read", "read-refused", "check-lost", "writing", "write", "write-refused",
+        "write-stale-accepted", "plain-lost-update", "release", "lost", "pause", "cont", "kill", "acquire-error",
+        "exit", "server-stop", "server-start",
+    };
+    for (size_t i = 0; i < h->nev; i++) {
+        const check_ev *e = &h->ev[i];
+        const char *n = e->type > 0 && e->type < (int)(sizeof names / sizeof names[0]) ? names[e->type] : "?";
+        fprintf(f, "%.6f %d %d %s %" PRIu64 " %" PRId64 " %" PRId64 "\n", (double)(e->t - h->t0) / 1e9, e->slot,
+                e->cid, n, e->fence, e->a, e->b);
+    }
+}
+
+/* A piece of evidence; the Nth of its kind. Only the first 4 of a kind and
+ * 12 in all are kept (the count says the rest), so that one kind of
+ * failure does not hide another. */
+static void evidence(check_result *r, long nth, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void evidence(check_result *r, long nth, const char *fmt, ...)
+{
+    char line[512];
+    size_t n = strlen(r->evidence), m;
+    va_list ap;
+    r->evidence_n++;
+    if (nth > 4 || r->evidence_kept >= 12) return;
+    r->evidence_kept++;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    m = strlen(line);
+    if (n + m + 2 > sizeof r->evidence) return;
+    memcpy(r->evidence + n, line, m);
+    r->evidence[n + m] = '\n';
+    r->evidence[n + m + 1] = 0;
+}
+
+static const check_hist *sort_h;
+static int by_grant(const void *a, const void *b)
+{
+    const check_grant *x = &sort_h->g[*(const size_t *)a], *y = &sort_h->g[*(const size_t *)b];
+    return x->t_grant < y->t_grant ? -1 : x->t_grant > y->t_grant;
+}
+
+static double rel(const check_hist *h, int64_t t)
+{
+    return (double)(t - h->t0) / 1e9;
+}
+
+/* Do A and B exclude each other? */
+static int conflict(const check_opts *o, const check_grant *a, const check_grant *b)
+{
+    if (o->prim == PRIM_RWLOCK) return a->writer || b->writer;
+    return 1;
+}
+
+/* Each grant that began while a conflicting one was held counts once: an
+ * overlap. It is explained when every such earlier grant, or itself, was
+ * lost (a pause that outlived the lease shows once per grant made during it,
+ * not once per pair). */
+static void overlaps_pairwise(const check_opts *o, check_hist *h, const size_t *ord, check_result *r)
+{
+    unsigned char *seen = calloc(h->ng ? h->ng : 1, 1);   /* 1 overlapped, 2 unexplained */
+    if (!seen) return;
+    for (size_t x = 0; x < h->ng; x++) {
+        check_grant *a = &h->g[ord[x]];
+        for (size_t y = x + 1; y < h->ng; y++) {
+            check_grant *b = &h->g[ord[y]];
+            if (b->t_grant >= a->t_end) break;
+            if (!conflict(o, a, b)) continue;
+            if (b->t_grant < a->t_taken) a->t_taken = b->t_grant;
+            if (!seen[y]) seen[y] = 1;
+            if (a->lost || b->lost) continue;
+            if (seen[y] != 2)
+                evidence(r, r->overlaps_unexplained + 1, "overlap: client %d (#%d, fence %" PRIu64 ") held %.3f..%.3f s "
+                         "and client %d (#%d, fence %" PRIu64 ") was granted at %.3f s; neither was told of a loss",
+                         a->slot, a->cid, a->fence, rel(h, a->t_grant), rel(h, a->t_end), b->slot, b->cid, b->fence,
+                         rel(h, b->t_grant));
+            if (seen[y] != 2) r->overlaps_unexplained++;
+            seen[y] = 2;
+        }
+    }
+    for (size_t y = 0; y < h->ng; y++) {
+        if (seen[y]) r->overlaps++;
+        if (seen[y] == 1) r->overlaps_lost++;
+    }
+    free(seen);
+}
+
+/* Permits: more than N holders at once. */
+static void overlaps_permits(const check_opts *o, check_hist *h, const size_t *ord, check_result *r)
+{
+    size_t *act = calloc(h->ng ? h->ng : 1, sizeof *act), na = 0;
+    if (!act) return;
+    for (size_t x = 0; x < h->ng; x++) {
+        check_grant *b = &h->g[ord[x]];
+        int lost = b->lost;
+        /* drop the holds that ended before this grant */
+        for (size_t k = 0; k < na;) {
+            if (h->g[act[k]].t_end <= b->t_grant) act[k] = act[--na];
+            else k++;
+        }
+        if ((int)na + 1 > o->permits) {
+            r->overlaps++;
+            for (size_t k = 0; k < na; k++) {
+                check_grant *a = &h->g[act[k]];
+                if (a->lost) lost = 1;
+                if (b->t_grant < a->t_taken) a->t_taken = b->t_grant;
+            }
+            if (lost) {
+                r->overlaps_lost++;
+            } else {
+                r->overlaps_unexplained++;
+                evidence(r, r->overlaps_unexplained, "overlap: client %d (#%d) was granted a permit at %.3f s while %zu of %d were held, "
+                         "none of them lost", b->slot, b->cid, rel(h, b->t_grant), na, o->permits);
+            }
+        }
+        act[na++] = ord[x];
+    }
+    free(act);
+}
+
+void hist_analyze(const check_opts *o, check_hist *h, check_result *r)
+{
+    size_t *ord = NULL;
+    double *rec = NULL;
+    int faults = o->pause > 0 || o->pause_waiting > 0 || o->kill_waiting > 0 || o->kill > 0 || o->fault_stop;
+
+    memset(r, 0, sizeof *r);
+    r->fences_ok = 1;
+    r->fair_ok = 1;
+    r->grants = (long)h->ng;
+    if (!(ord = malloc((h->ng ? h->ng : 1) * sizeof *ord))) goto out;
+    for (size_t i = 0; i < h->ng; i++) {
+        ord[i] = i;
+        if (h->g[i].t_end == INT64_MAX) h->g[i].t_end = h->t1 > h->g[i].t_grant ? h->t1 : h->g[i].t_grant;
+    }
+    sort_h = h;
+    qsort(ord, h->ng, sizeof *ord, by_grant);
+
+    /* 1. overlaps (and which grants the engine gave away) */
+    if (o->prim == PRIM_PERMITS) overlaps_permits(o, h, ord, r);
+    else overlaps_pairwise(o, h, ord, r);
+
+    /* 2. stale writes accepted by the fenced register */
+    for (size_t i = 0, nth = 0; i < h->nev; i++) {
+        const check_ev *e = &h->ev[i];
+        if (e->type != EV_WRITE_STALE) continue;
+        evidence(r, (long)++nth, "stale write accepted: client %d (#%d, fence %" PRIu64 ") wrote %" PRId64 " + 1 at %.3f s "
+                 "over %" PRId64 "%s", e->slot, e->cid, e->fence, e->a, rel(h, e->t), e->b,
+                 o->unfenced ? " (--unfenced: the register ignores fences)" : "");
+    }
+
+    /* 3. losses: told before the next write? */
+    for (size_t i = 0; i < h->ng; i++) {
+        check_grant *g = &h->g[i];
+        int64_t t = g->t_lost < g->t_taken ? g->t_lost : g->t_taken;
+        if (!g->lost && g->t_taken == INT64_MAX) continue;
+        r->lost++;
+        if (g->t_check && g->t_check >= t) {
+            r->lost_unreported++;
+            evidence(r, r->lost_unreported, "loss not reported: client %d (#%d, fence %" PRIu64 ") lost its grant by %.3f s, yet "
+                     "baton_lock_held() said 1 at %.3f s and it wrote", g->slot, g->cid, g->fence, rel(h, t),
+                     rel(h, g->t_check));
+        } else if (g->t_check) {
+            r->lost_inflight++;   /* checked before the loss: its write is the fence's to refuse */
+        } else {
+            r->lost_reported++;
+        }
+    }
+
+    /* 4. fences strictly increasing, in grant order (exclusive grants) */
+    if (o->prim != PRIM_PERMITS) {
+        uint64_t last = 0;
+        const check_grant *lg = NULL;
+        for (size_t x = 0; x < h->ng; x++) {
+            const check_grant *g = &h->g[ord[x]];
+            if (!g->writer || !g->fence) continue;
+            if (lg && g->fence <= last) {
+                r->fence_backs++;
+                r->fences_ok = 0;
+                evidence(r, r->fence_backs, "fence went back: client %d (#%d) got fence %" PRIu64 " at %.3f s after client %d "
+                         "(#%d) got %" PRIu64 " at %.3f s", g->slot, g->cid, g->fence, rel(h, g->t_grant),
+                         lg->slot, lg->cid, last, rel(h, lg->t_grant));
+            }
+            last = g->fence;
+            lg = g;
+        }
+    }
+
+    /* 5. recovery: a holder killed to the next grant */
+    if (!(rec = malloc((h->kills ? (size_t)h->kills : 1) * sizeof *rec))) goto out;
+    for (size_t i = 0; i < h->nev; i++) {
+        const check_ev *e = &h->ev[i];
+        size_t lo = 0, hi = h->ng;
+        if (e->type != EV_KILL || !e->a) continue;
+        while (lo < hi) {
+            size_t mid = (lo + hi) / 2;
+            if (h->g[ord[mid]].t_grant <= e->t) lo = mid + 1;
+            else hi = mid;
+        }
+        if (lo < h->ng && r->recoveries < h->kills) rec[r->recoveries++] = (double)(h->g[ord[lo]].t_grant - e->t) / 1e9;
+        else r->kills_unrecovered++;
+    }
+    qsort(rec, (size_t)r->recoveries, sizeof *rec, cmp_d);
+    r->rec_p50 = pct(rec, (size_t)r->recoveries, 0.5);
+    r->rec_max = r->recoveries ? rec[r->recoveries - 1] : 0;
+
+    /* 6. fair: nobody granted before a waiter that came 0.1 s earlier (the
+     * WAIT is told before acquire queues it: a tie is no inversion). Waiters
+     * paused or killed, and server faults, reorder legitimately: not checked then. */
+    if (o->fair) {
+        int64_t latest = INT64_MIN;
+        r->fair_checked = !faults;
+        for (size_t x = 0; x < h->ng; x++) {
+            const check_grant *g = &h->g[ord[x]];
+            if (g->waited_paused) continue;
+            if (g->t_wait + 100000000 < latest) {
+                r->fair_inversions++;
+                if (r->fair_checked)
+                    evidence(r, r->fair_inversions, "fair order: client %d (#%d) waited from %.3f s, granted at %.3f s after one "
+                             "that came at %.3f s", g->slot, g->cid, rel(h, g->t_wait), rel(h, g->t_grant),
+                             rel(h, latest));
+            }
+            if (g->t_wait > latest) latest = g->t_wait;
+        }
+        r->fair_ok = !r->fair_checked || !r->fair_inversions;
+    }
+out:
+    r->ok = !r->overlaps_unexplained && !h->stale_accepted && !r->lost_unreported && r->fences_ok && r->fair_ok;
+    free(ord);
+    free(rec);
+}

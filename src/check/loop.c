@@ -1,0 +1,541 @@
+/* baton check: the checker. It forks the clients (each opens its own baton
+ * client after the fork), keeps the two registers, injects the faults and
+ * records everything, in one thread: a poll loop over one SOCK_SEQPACKET
+ * socketpair per client. Being single-threaded is what makes a register's
+ * check-then-write atomic, and the order of the record the order things
+ * happened in (per client; across clients the times say). */
+#include "check.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+enum { S_GONE, S_IDLE, S_WAITING, S_HOLDING };
+enum { PAUSE_NONE, PAUSE_WORK, PAUSE_WRITING };
+
+typedef struct {
+    pid_t pid;
+    int fd, cid, state;
+    long grant;                 /* the current (or last) grant of this client, -1 */
+    int64_t t_wait;
+    int stopped;                /* SIGSTOP'd by us */
+    int64_t cont_at;
+    int go_on_cont;             /* a WRITING waits for its GO until the SIGCONT */
+    int pause_point, kill_at_read;
+    int64_t wfault_at;          /* a fault for this waiter, if still waiting then */
+    int wfault_kill;
+    int killed;                 /* by us: replaced at once */
+    int64_t t_killed;
+    int64_t respawn_at;         /* 0: none due */
+    int paused_in_wait;
+} slot;
+
+typedef struct {
+    const check_opts *o;
+    check_hist *h;
+    slot s[CHECK_MAX_CLIENTS];
+    int next_cid;
+    uint64_t rng;
+    int64_t fv, pv;             /* the fenced and the plain register */
+    uint64_t fmax;              /* the highest fence the fenced register has seen */
+    pid_t parent;               /* the checker itself */
+    int stopping;
+    int fatal_rc;               /* a client could not open: the first code */
+    /* server faults */
+    int srv;                    /* 0 up, 1 stop running, 2 down, 3 start running */
+    pid_t srv_pid;
+    int64_t srv_at;
+} checker;
+
+static double rnd(checker *k)
+{
+    /* xorshift64*: reproducible with --seed, no libc state shared with anyone */
+    k->rng ^= k->rng >> 12;
+    k->rng ^= k->rng << 25;
+    k->rng ^= k->rng >> 27;
+    return (double)((k->rng * 2685821657736338717ULL) >> 11) / 9007199254740992.0;
+}
+
+static int64_t pause_ns(const check_opts *o)
+{
+    /* past the lease by half of it (and 0.1 s): the engine has surely let go */
+    return (int64_t)((o->lease * 1.5 + 0.1) * 1e9);
+}
+
+static void say(int fd, int type, int rc, int64_t a, int64_t b)
+{
+    check_msg m = { type, rc, now_ns(), 0, a, b };
+    /* a client that died meanwhile: its EOF comes through poll */
+    while (send(fd, &m, sizeof m, MSG_NOSIGNAL | MSG_DONTWAIT) < 0 && errno == EINTR) {}
+}
+
+static int spawn(checker *k, int i)
+{
+    slot *s = &k->s[i];
+    int sv[2];
+    pid_t pid;
+
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) {
+        fprintf(stderr, "baton check: socketpair: %s\n", strerror(errno));
+        return EX_SOFTWARE;
+    }
+    fflush(NULL);
+    if ((pid = fork()) < 0) {
+        fprintf(stderr, "baton check: fork: %s\n", strerror(errno));
+        close(sv[0]);
+        close(sv[1]);
+        return EX_SOFTWARE;
+    }
+    if (pid == 0) {
+        /* a checker that dies (killed, ^C) takes its clients with it: one
+         * blocked in acquire on an engine that is down would never notice */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != k->parent) _exit(0);
+        for (int j = 0; j < k->o->clients; j++)
+            if (k->s[j].fd >= 0) close(k->s[j].fd);
+        close(sv[0]);
+        check_client(k->o, sv[1], i);
+    }
+    close(sv[1]);
+    memset(s, 0, sizeof *s);
+    s->pid = pid;
+    s->fd = sv[0];
+    s->cid = k->next_cid++;
+    s->state = S_IDLE;
+    s->grant = -1;
+    return 0;
+}
+
+static check_grant *cur(checker *k, slot *s)
+{
+    return s->grant >= 0 ? &k->h->g[s->grant] : NULL;
+}
+
+static void mark_lost(check_grant *g, int64_t t)
+{
+    g->lost = 1;
+    if (t < g->t_lost) g->t_lost = t;
+}
+
+static void end_grant(check_grant *g, int64_t t, int kind)
+{
+    if (g->end_kind != END_OPEN) return;
+    g->t_end = t;
+    g->end_kind = kind;
+}
+
+static void stop_client(checker *k, int i, int64_t now)
+{
+    slot *s = &k->s[i];
+    check_grant *g = cur(k, s);
+    kill(s->pid, SIGSTOP);
+    s->stopped = 1;
+    s->cont_at = now + pause_ns(k->o);
+    k->h->pauses++;
+    if (g && s->state == S_HOLDING) g->paused = 1;
+    hist_ev(k->h, now, i, s->cid, EV_PAUSE, 0, s->state == S_HOLDING ? (s->go_on_cont ? 2 : 1) : 0, 0);
+}
+
+static void kill_client(checker *k, int i, int64_t now)
+{
+    slot *s = &k->s[i];
+    check_grant *g = cur(k, s);
+    int holding = s->state == S_HOLDING;
+    kill(s->pid, SIGKILL);
+    s->killed = 1;
+    s->t_killed = now;
+    s->stopped = 0;
+    k->h->kills++;
+    if (holding && g) end_grant(g, now, END_KILLED);
+    hist_ev(k->h, now, i, s->cid, EV_KILL, 0, holding, 0);
+}
+
+/* One message from client I. */
+static int on_msg(checker *k, int i, const check_msg *m)
+{
+    slot *s = &k->s[i];
+    check_hist *h = k->h;
+    const check_opts *o = k->o;
+    check_grant *g = cur(k, s);
+    int64_t now = now_ns();
+    int fenced = o->prim != PRIM_PERMITS;
+
+    switch (m->type) {
+    case M_WAIT:
+        s->state = S_WAITING;
+        s->t_wait = m->t;
+        s->paused_in_wait = 0;
+        s->wfault_at = 0;
+        hist_ev(h, m->t, i, s->cid, EV_WAIT, 0, m->rc, 0);
+        if (!k->stopping && (o->pause_waiting > 0 || o->kill_waiting > 0)) {
+            double r = rnd(k);
+            if (r < o->kill_waiting || r < o->kill_waiting + o->pause_waiting) {
+                /* somewhere in the first half-lease of the wait: if still waiting then */
+                s->wfault_kill = r < o->kill_waiting;
+                s->wfault_at = now + (int64_t)(rnd(k) * o->lease * 0.5e9) + 1000000;
+            }
+        }
+        break;
+    case M_GRANT: {
+        long gi = hist_grant(h, i, s->cid, m->rc, s->t_wait, m->t, m->fence);
+        if (gi < 0) return EX_SOFTWARE;
+        s->grant = gi;
+        s->state = S_HOLDING;
+        s->wfault_at = 0;
+        h->g[gi].waited_paused = s->paused_in_wait;
+        /* granted just before we killed it: the hold ended with it */
+        if (s->killed) end_grant(&h->g[gi], s->t_killed, END_KILLED);
+        hist_ev(h, m->t, i, s->cid, EV_GRANT, m->fence, m->rc, 0);
+        s->pause_point = PAUSE_NONE;
+        s->kill_at_read = 0;
+        if (!k->stopping) {
+            double r = rnd(k);
+            if (r < o->kill) s->kill_at_read = 1;
+            else if (r < o->kill + o->pause)
+                /* half during the work (its check must see the loss), half
+                 * after its check (its write is stale: the fence must refuse it) */
+                s->pause_point = m->rc && rnd(k) < 0.5 ? PAUSE_WRITING : PAUSE_WORK;
+        }
+        break;
+    }
+    case M_READ: {
+        int refused = 0;
+        if (s->kill_at_read) {
+            kill_client(k, i, now);
+            h->kills_holding++;
+            break;
+        }
+        if (!g) return EX_SOFTWARE;
+        if (k->stopping) {
+            /* the run is over: no new cycle touches the registers (a QUIT
+             * already sent may have made this client let go since it asked) */
+            say(s->fd, M_QUIT, 0, 0, 0);
+            break;
+        }
+        if (fenced && g->writer) {
+            /* the fenced register refuses a read below the highest fence it saw */
+            if (!o->unfenced && m->fence < k->fmax) refused = 1;
+            else if (m->fence > k->fmax) k->fmax = m->fence;
+        }
+        if (refused) {
+            h->reads_refused++;
+            mark_lost(g, now);
+            hist_ev(h, now, i, s->cid, EV_READ_REFUSED, m->fence, (int64_t)k->fmax, 0);
+        } else {
+            hist_ev(h, now, i, s->cid, EV_READ, m->fence, k->fv, k->pv);
+        }
+        say(s->fd, M_READ_REPLY, refused, k->fv, k->pv);
+        if (s->pause_point == PAUSE_WORK && !refused) {
+            stop_client(k, i, now);
+            h->pauses_holding++;
+        }
+        break;
+    }
+    case M_CHECKLOST:
+        if (!g) return EX_SOFTWARE;
+        mark_lost(g, m->t);
+        hist_ev(h, m->t, i, s->cid, EV_CHECKLOST, m->fence, 0, 0);
+        break;
+    case M_WRITING:
+        if (!g) return EX_SOFTWARE;
+        g->t_check = m->t;
+        hist_ev(h, m->t, i, s->cid, EV_WRITING, m->fence, 0, 0);
+        if (s->pause_point == PAUSE_WRITING) {
+            s->go_on_cont = 1;
+            stop_client(k, i, now);
+            h->pauses_writing++;
+        } else {
+            say(s->fd, M_GO, 0, 0, 0);
+        }
+        break;
+    case M_WRITE:
+        if (!g) return EX_SOFTWARE;
+        /* the fenced register: check and write in one step (nothing else runs here) */
+        if (!o->unfenced && m->fence < k->fmax) {
+            h->writes_refused++;
+            g->wrote = 2;
+            hist_ev(h, now, i, s->cid, EV_WRITE_REFUSED, m->fence, (int64_t)k->fmax, 0);
+        } else {
+            if (m->fence > k->fmax) k->fmax = m->fence;
+            if (m->a != k->fv) {
+                /* a lost update: what it read is no longer there */
+                h->stale_accepted++;
+                g->wrote = 3;
+                hist_ev(h, now, i, s->cid, EV_WRITE_STALE, m->fence, m->a, k->fv);
+            } else {
+                h->writes_ok++;
+                g->wrote = 1;
+                hist_ev(h, now, i, s->cid, EV_WRITE_OK, m->fence, m->a, 0);
+            }
+            k->fv = m->a + 1;
+        }
+        /* the plain register takes everything */
+        if (m->b != k->pv) {
+            h->plain_stale++;
+            hist_ev(h, now, i, s->cid, EV_PLAIN_STALE, m->fence, m->b, k->pv);
+        }
+        k->pv = m->b + 1;
+        say(s->fd, M_GO, 0, 0, 0);
+        break;
+    case M_RELEASE:
+        if (g) end_grant(g, m->t, END_RELEASE);
+        hist_ev(h, m->t, i, s->cid, EV_RELEASE, m->fence, 0, 0);
+        s->state = S_IDLE;
+        break;
+    case M_RELEASED:
+        /* a release the engine refused: the grant was gone before */
+        if (g && m->rc) mark_lost(g, m->t);
+        break;
+    case M_LOST:
+        hist_ev(h, m->t, i, s->cid, EV_LOST, 0, 0, 0);
+        if (g && g->cid == s->cid) {
+            mark_lost(g, m->t);
+            end_grant(g, m->t, END_LOST);
+        }
+        break;
+    case M_ERROR:
+        h->errors++;
+        s->state = S_IDLE;
+        hist_ev(h, m->t, i, s->cid, EV_ERROR, 0, m->rc, 0);
+        break;
+    case M_FATAL:
+        /* a usage error ends the run; an engine that is away (a server
+         * fault) only this client, which is started again */
+        if (!k->fatal_rc && bench_exit_for(m->rc) == EX_USAGE) k->fatal_rc = EX_USAGE;
+        hist_ev(h, m->t, i, s->cid, EV_ERROR, 0, m->rc, 1);
+        break;
+    default:
+        return EX_SOFTWARE;
+    }
+    return 0;
+}
+
+/* Client I's socket closed: it exited or we killed it. */
+static int on_gone(checker *k, int i)
+{
+    slot *s = &k->s[i];
+    check_grant *g = cur(k, s);
+    int64_t now = now_ns();
+    int st = 0;
+
+    waitpid(s->pid, &st, 0);
+    close(s->fd);
+    s->fd = -1;
+    if (g && g->cid == s->cid) {
+        if (s->killed) end_grant(g, s->t_killed, END_KILLED);
+        else end_grant(g, now, END_RELEASE);
+    }
+    if (!s->killed && !k->stopping) {
+        k->h->exits++;
+        hist_ev(k->h, now, i, s->cid, EV_EXIT, 0, WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st), 0);
+    }
+    s->state = S_GONE;
+    if (k->stopping) return 0;
+    if (s->killed) return spawn(k, i);
+    /* it died by itself (the engine went away while it opened?): again, soon */
+    s->respawn_at = now + 200000000;
+    return 0;
+}
+
+static pid_t run_cmd(const char *cmd)
+{
+    pid_t pid;
+    fflush(NULL);
+    if ((pid = fork()) == 0) {
+        /* stdout is the report's: the command's output goes to stderr */
+        dup2(2, 1);
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    return pid;
+}
+
+/* Server faults: stop, down for fault_down, start, up for fault_every. */
+static void server_faults(checker *k, int64_t now)
+{
+    const check_opts *o = k->o;
+    int st;
+    if (!o->fault_stop) return;
+    switch (k->srv) {
+    case 0:
+        if (k->stopping || now < k->srv_at) return;
+        hist_ev(k->h, now, -1, -1, EV_SRV_STOP, 0, 0, 0);
+        k->h->srv_faults++;
+        k->srv_pid = run_cmd(o->fault_stop);
+        k->srv = 1;
+        return;
+    case 1:
+    case 3:
+        if (k->srv_pid > 0 && waitpid(k->srv_pid, &st, WNOHANG) == 0) return;
+        if (k->srv_pid < 0 || !WIFEXITED(st) || WEXITSTATUS(st))
+            fprintf(stderr, "baton check: the %s command failed\n", k->srv == 1 ? "stop" : "start");
+        if (k->srv == 1) {
+            k->srv = 2;
+            k->srv_at = now + (int64_t)(o->fault_down * 1e9);
+        } else {
+            hist_ev(k->h, now, -1, -1, EV_SRV_START, 0, 0, 0);
+            k->srv = 0;
+            k->srv_at = now + (int64_t)(o->fault_every * 1e9);
+        }
+        return;
+    case 2:
+        if (!k->stopping && now < k->srv_at) return;
+        k->srv_pid = run_cmd(o->fault_start);
+        k->srv = 3;
+        return;
+    }
+}
+
+static void cont_client(checker *k, int i, int64_t now)
+{
+    slot *s = &k->s[i];
+    kill(s->pid, SIGCONT);
+    s->stopped = 0;
+    hist_ev(k->h, now, i, s->cid, EV_CONT, 0, 0, 0);
+    if (s->go_on_cont) {
+        s->go_on_cont = 0;
+        say(s->fd, M_GO, 0, 0, 0);
+    }
+}
+
+/* What is due now; the next due time. */
+static int64_t timers(checker *k, int64_t now)
+{
+    int64_t next = now + 50000000;
+    for (int i = 0; i < k->o->clients; i++) {
+        slot *s = &k->s[i];
+        if (s->state == S_GONE) {
+            if (s->respawn_at && !k->stopping) {
+                if (now >= s->respawn_at) {
+                    if (spawn(k, i)) return -1;
+                } else if (s->respawn_at < next) next = s->respawn_at;
+            }
+            continue;
+        }
+        if (s->stopped) {
+            if (now >= s->cont_at || k->stopping) cont_client(k, i, now);
+            else if (s->cont_at < next) next = s->cont_at;
+        }
+        if (s->wfault_at && s->state == S_WAITING && !s->stopped && !k->stopping) {
+            if (now >= s->wfault_at) {
+                s->wfault_at = 0;
+                if (s->wfault_kill) {
+                    kill_client(k, i, now);
+                    k->h->kills_waiting++;
+                } else {
+                    stop_client(k, i, now);
+                    s->paused_in_wait = 1;
+                    k->h->pauses_waiting++;
+                }
+            } else if (s->wfault_at < next) next = s->wfault_at;
+        }
+    }
+    return next;
+}
+
+int check_run(const check_opts *o, check_hist *h)
+{
+    checker *k;
+    struct pollfd pf[CHECK_MAX_CLIENTS];
+    int rc = 0, n = o->clients;
+    int64_t end, drain_end = 0;
+
+    if (!(k = calloc(1, sizeof *k))) return EX_SOFTWARE;
+    k->o = o;
+    k->h = h;
+    k->parent = getpid();
+    k->rng = o->seed ? o->seed : 0x9e3779b97f4a7c15ULL;
+    for (int i = 0; i < n; i++) k->s[i].fd = -1;
+    h->t0 = now_ns();
+    end = h->t0 + (int64_t)(o->seconds * 1e9);
+    k->srv_at = h->t0 + (int64_t)(o->fault_every * 1e9);
+    for (int i = 0; i < n && !rc; i++) rc = spawn(k, i);
+
+    while (!rc) {
+        int64_t now = now_ns(), next;
+        int live = 0, np = 0, idx[CHECK_MAX_CLIENTS];
+
+        if (!k->stopping && (now >= end || k->fatal_rc || (o->grants && (long)h->ng >= o->grants))) {
+            /* the end: everyone runs again and is asked to go; a holder finishes its cycle */
+            k->stopping = 1;
+            h->t1 = now;
+            drain_end = now + (int64_t)((2 * o->lease + 5) * 1e9);
+            for (int i = 0; i < n; i++)
+                if (k->s[i].state != S_GONE) say(k->s[i].fd, M_QUIT, 0, 0, 0);
+        }
+        server_faults(k, now);
+        if ((next = timers(k, now)) < 0) { rc = EX_SOFTWARE; break; }
+        if (k->stopping) {
+            for (int i = 0; i < n; i++)
+                if (k->s[i].state != S_GONE) live++;
+            if (!live && k->srv != 1 && k->srv != 3) break;
+            if (now >= drain_end) {
+                /* a client that cannot finish (an engine that stays down): the record ends here */
+                for (int i = 0; i < n; i++)
+                    if (k->s[i].state != S_GONE) {
+                        kill_client(k, i, now);
+                        k->s[i].state = S_GONE;
+                        waitpid(k->s[i].pid, NULL, 0);
+                        close(k->s[i].fd);
+                        k->s[i].fd = -1;
+                    }
+                fprintf(stderr, "baton check: clients did not finish within 2 leases + 5 s of the end; killed\n");
+                if (k->srv == 1 || k->srv == 3) waitpid(k->srv_pid, NULL, 0);
+                break;
+            }
+        } else if (end < next) {
+            next = end;
+        }
+        for (int i = 0; i < n; i++) {
+            if (k->s[i].state == S_GONE) continue;
+            pf[np].fd = k->s[i].fd;
+            pf[np].events = POLLIN;
+            idx[np++] = i;
+        }
+        {
+            int64_t wait = (next - now) / 1000000 + 1;
+            if (wait > 50) wait = 50;
+            if (poll(pf, (nfds_t)np, (int)wait) < 0 && errno != EINTR) { rc = EX_SOFTWARE; break; }
+        }
+        for (int p = 0; p < np && !rc; p++) {
+            int i = idx[p];
+            if (!(pf[p].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+            /* everything it sent, then its end */
+            for (;;) {
+                check_msg m;
+                ssize_t got = recv(k->s[i].fd, &m, sizeof m, MSG_DONTWAIT);
+                /* a client that exits with our replies unread makes the
+                 * kernel report ECONNRESET once, before what it sent last
+                 * (its RELEASE): read on, the error is cleared */
+                if (got < 0 && (errno == EINTR || errno == ECONNRESET)) continue;
+                if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+                if (got <= 0) { rc = on_gone(k, i); break; }
+                if (got != (ssize_t)sizeof m) { rc = EX_SOFTWARE; break; }
+                if ((rc = on_msg(k, i, &m))) break;
+                if (k->s[i].killed && k->s[i].state != S_GONE) {
+                    /* killed while we read it: what it sent after does not count; its EOF comes */
+                    continue;
+                }
+            }
+        }
+    }
+    if (rc) {
+        for (int i = 0; i < n; i++)
+            if (k->s[i].state != S_GONE) {
+                kill(k->s[i].pid, SIGKILL);
+                waitpid(k->s[i].pid, NULL, 0);
+                close(k->s[i].fd);
+            }
+    }
+    if (!h->t1) h->t1 = now_ns();
+    if (!rc && k->fatal_rc && !h->ng) rc = k->fatal_rc;
+    free(k);
+    return rc;
+}

@@ -1,0 +1,181 @@
+#!/usr/bin/python3
+"""`baton check`, the fault checker, checked itself: short runs (seconds).
+
+    check.py BATON file       file engine, 4 clients, 3 s: exit 0, grants, no overlaps;
+                              --json parses and --svg writes an SVG
+    check.py BATON usage      bad options: 64, nothing run
+    check.py BATON pause      Redis, short lease, pauses at a high rate: leases lost and
+                              reported, stale writes refused by the fence, none accepted
+    check.py BATON unfenced   the same on a register that ignores fences: the checker
+                              must fail (exit 1) with stale writes accepted
+    check.py BATON kill       Redis, holders killed: recovery measured, exit 0
+
+Redis runs use the suite's server ($BATON_TEST_SRV/redis/port); without it
+they exit 77 (skip), unless BATON_REQUIRE_ALL=1.
+"""
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import xml.dom.minidom
+
+BATON, MODE = sys.argv[1], sys.argv[2]
+TMP = os.environ.get("BATON_TEST_TMP") or tempfile.mkdtemp()
+passed = failed = 0
+
+
+def check(desc, cond, detail=""):
+    global passed, failed
+    if cond:
+        passed += 1
+        print("ok   - " + desc, file=sys.stderr)
+    else:
+        failed += 1
+        print("FAIL - " + desc + (": " + detail if detail else ""), file=sys.stderr)
+
+
+def run(*args, timeout=120):
+    p = subprocess.run([BATON, "check"] + list(args), capture_output=True, text=True, timeout=timeout)
+    return p.returncode, p.stdout, p.stderr
+
+
+def run_json(*args):
+    rc, out, err = run("--json", *args)
+    try:
+        d = json.loads(out)
+    except ValueError:
+        d = None
+    check("--json is one JSON object", isinstance(d, dict), out[:400] + err[:400])
+    return rc, d or {}, out, err
+
+
+def redis_uri():
+    srv = os.environ.get("BATON_TEST_SRV", "")
+    try:
+        port = open(os.path.join(srv, "redis", "port")).read().strip()
+    except OSError:
+        if os.environ.get("BATON_REQUIRE_ALL") == "1":
+            print("the redis fixture is not running and BATON_REQUIRE_ALL=1", file=sys.stderr)
+            sys.exit(1)
+        print("skip: no redis server (the redis fixture)", file=sys.stderr)
+        sys.exit(77)
+    # a prefix of this run's own: names (and fences) fresh every time
+    return "redis://127.0.0.1:%s/0?prefix=check-%d-" % (port, os.getpid())
+
+
+def no_crash(d):
+    # a client that died by itself (a sanitizer report, a crash) shows here
+    check("no client exited by itself", d.get("client_exits") == 0, show(d))
+
+
+def show(d):
+    keys = ["grants", "overlaps", "overlaps_unexplained", "leases_lost", "losses_reported_before_write",
+            "losses_unreported", "stale_writes_refused", "stale_writes_accepted", "plain_lost_updates",
+            "fences_increasing", "recovery_p50_s", "pauses", "kills", "client_exits", "ok", "evidence"]
+    return json.dumps({k: d.get(k) for k in keys})
+
+
+if MODE == "file":
+    uri = "file://" + os.path.join(TMP, "check_file")
+    rc, out, err = run("-u", uri, "--clients", "4", "--seconds", "3", "jobs")
+    check("file, 4 clients, 3 s: exit 0", rc == 0, "rc %d\n%s%s" % (rc, out, err))
+    grants = [l for l in out.splitlines() if l.strip().startswith("grants")]
+    check("the report counts grants", grants and int(grants[0].split()[1]) > 0, out)
+    check("no overlaps", "overlaps (plain register)           0 (" in out, out)
+    check("says every safety property held", "result: every safety property held" in out, out)
+    check("no client exited by itself", "0 failed acquires, 0 exits" in out, out)
+
+    svg = os.path.join(TMP, "check_file.svg")
+    if os.path.exists(svg):
+        os.unlink(svg)
+    rc, d, out, err = run_json("-u", uri, "--clients", "3", "--seconds", "1.5", "--pause", "0.2", "-t", "0.2",
+                               "--svg", svg, "jobs2")
+    check("--json --svg: exit 0", rc == 0, "rc %d %s %s" % (rc, show(d), err))
+    check("--json: grants > 0, no overlap unexplained, ok", d.get("grants", 0) > 0 and d.get("overlaps") == 0
+          and d.get("ok") is True and d.get("stale_writes_accepted") == 0, show(d))
+    # python3 -m json.tool, as a user would pipe it
+    p = subprocess.run([sys.executable, "-m", "json.tool"], input=out, capture_output=True, text=True)
+    check("python3 -m json.tool reads it", p.returncode == 0, p.stderr)
+    no_crash(d)
+    try:
+        doc = xml.dom.minidom.parse(svg)
+        root = doc.documentElement.tagName
+        rects = len(doc.getElementsByTagName("rect"))
+    except Exception as e:  # noqa: BLE001 - any parse failure is the finding
+        root, rects = repr(e), 0
+    check("--svg wrote an SVG document", root == "svg", root)
+    check("the timeline has a bar per grant", rects >= d.get("grants", 1), "%d rects" % rects)
+
+elif MODE == "usage":
+    uri = "file://" + os.path.join(TMP, "check_usage")
+    bad = [
+        [],                                            # no NAME
+        ["a", "b"],                                    # two NAMEs
+        ["--clients", "0", "x"], ["--clients", "999", "x"], ["--clients", "many", "x"],
+        ["--seconds", "-1", "x"], ["--pause", "1.5", "x"], ["--kill", "abc", "x"],
+        ["--pause", "0.7", "--kill", "0.7", "x"],        # more than every grant
+        ["--fault-cmd", "stop=true", "x"],              # no start
+        ["--fault-cmd", "reboot=true", "x"],
+        ["--shared", "--permits", "2", "x"], ["--permits", "0", "x"], ["--fair", "--shared", "x"],
+        ["-t", "0.01", "x"], ["--work", "5", "-t", "1", "x"], ["--frobnicate", "x"], ["--seed", "-3", "x"],
+        ["--svg", os.path.join(TMP, "no", "such", "dir", "f.svg"), "x"],
+    ]
+    for args in bad:
+        rc, out, err = run("-u", uri, "--seconds", "0.2", *args)
+        check("usage error %s: 64 with a message" % args, rc == 64 and err.strip() != "" and out == "",
+              "rc %d out %r err %r" % (rc, out, err))
+    rc, out, err = run("--help")
+    check("--help: 0 and the options", rc == 0 and "--pause" in out and "--unfenced" in out, err)
+    # every option of baton check --help is in baton(1)
+    man = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "docs", "baton.1")).read()
+    man = man.replace("\\-", "-")
+    opts = sorted(set(re.findall(r"(?:^|[ ,])(--?[a-zA-Z][a-z-]*)", out, re.M)))
+    missing = [o for o in opts if not re.search(re.escape(o) + r"\b", man)]
+    check("every option of baton check --help is in baton(1)", opts and not missing, "missing: %s" % missing)
+    # an engine nobody listens on: 69 (a port from the range the kernel hands out, closed)
+    rc, out, err = run("-u", "redis://127.0.0.1:1/0", "--seconds", "0.2", "x")
+    check("unreachable engine: 69 (or 64 without Redis in this build)", rc in (69, 64), "rc %d %s" % (rc, err))
+
+elif MODE in ("pause", "unfenced"):
+    uri = redis_uri()
+    extra = ["--unfenced"] if MODE == "unfenced" else []
+    # lease 0.3 s: a pause is 0.55 s; 60% of grants paused, half of them after the check
+    rc, d, out, err = run_json("-u", uri, "--clients", "4", "--seconds", "4", "-t", "0.3", "--pause", "0.6",
+                               "--seed", "7", *extra, "jobs-" + MODE)
+    if MODE == "pause":
+        check("pauses on Redis: exit 0", rc == 0, "rc %d %s %s" % (rc, show(d), err))
+        check("leases were lost", d.get("leases_lost", 0) > 0, show(d))
+        check("every loss reported before the next write", d.get("losses_unreported") == 0
+              and d.get("losses_reported_before_write") == d.get("leases_lost"), show(d))
+        check("stale writes refused by the fence", d.get("stale_writes_refused", 0) > 0, show(d))
+        check("no stale write accepted", d.get("stale_writes_accepted") == 0, show(d))
+        check("fences strictly increasing", d.get("fences_increasing") is True, show(d))
+        check("no overlap without a lost grant", d.get("overlaps_unexplained") == 0, show(d))
+        no_crash(d)
+    else:
+        check("unfenced register: the check fails (exit 1)", rc == 1, "rc %d %s %s" % (rc, show(d), err))
+        check("stale writes accepted > 0", d.get("stale_writes_accepted", 0) > 0, show(d))
+        check("the evidence names them", any("stale write accepted" in e for e in d.get("evidence", [])), show(d))
+        check("ok is false", d.get("ok") is False, show(d))
+
+elif MODE == "kill":
+    uri = redis_uri()
+    rc, d, out, err = run_json("-u", uri, "--clients", "4", "--seconds", "3", "-t", "0.3", "--kill", "0.3",
+                               "--seed", "11", "kills")
+    check("kills on Redis: exit 0", rc == 0, "rc %d %s %s" % (rc, show(d), err))
+    check("holders were killed", d.get("kills_holding", 0) > 0, show(d))
+    check("recovery measured", d.get("recoveries", 0) > 0 and d.get("recovery_p50_s") is not None, show(d))
+    # a killed holder's key outlives it: the next grant waits for its lease
+    # (0.3 s; a lower bound, which a slow machine only makes longer)
+    check("recovery waits for the lease", (d.get("recovery_p50_s") or 0) >= 0.15, show(d))
+    check("no overlaps", d.get("overlaps") == 0, show(d))
+    no_crash(d)
+
+else:
+    print("unknown mode " + MODE, file=sys.stderr)
+    sys.exit(2)
+
+print("%d passed, %d failed" % (passed, failed), file=sys.stderr)
+sys.exit(1 if failed else 0)
