@@ -45,13 +45,23 @@ static void tell(int fd, int type, int rc, int64_t t, uint64_t fence, int64_t a,
 /* The next message from the checker; a QUIT or a closed socket ends us. */
 static void hear(cclient *k, check_msg *m);
 
+static int release(cclient *k);
 static void finish(cclient *k, int code) __attribute__((noreturn));
 static void finish(cclient *k, int code)
 {
     /* a QUIT in the middle of a grant: the hold ends here, before the free
      * below gives the lock back (the checker's record must not make it
      * longer than it was) */
-    if (k->holding) tell(k->fd, M_RELEASE, 0, now_ns(), k->fence, 0, 0);
+    if (k->holding) {
+        int rc;
+        tell(k->fd, M_RELEASE, 0, now_ns(), k->fence, 0, 0);
+        /* released here rather than by the free: a grant that was gone
+         * (a holder stopped past its lease when the run ended) shows as
+         * a refused release, as it would in the middle of a run */
+        k->holding = 0;
+        rc = release(k);
+        tell(k->fd, M_RELEASED, rc, now_ns(), k->fence, 0, 0);
+    }
     baton_rwlock_free(k->rw);
     if (!k->rw) baton_lock_free(k->l);
     baton_permits_free(k->pm);

@@ -358,11 +358,19 @@ uint64_t baton_lock_fence(const baton_lock *l)
 
 int baton_lock_held(const baton_lock *l)
 {
-    int h;
+    int h, session;
     if (!l) return 0;
     pthread_mutex_lock((pthread_mutex_t *)&l->smu);
     h = l->state == LOCK_HELD && baton_now_ns() < l->lease_deadline;
+    session = l->lease_deadline == INT64_MAX;
     pthread_mutex_unlock((pthread_mutex_t *)&l->smu);
+    /* A grant on a session (no lease of its own) lives as long as the
+     * session: past the engine's bound on it, the grant may be gone already,
+     * whatever the engine's threads have had time to report. Asked with smu
+     * released: the engine takes its own mutex, which it may hold while it
+     * reports losses into the core. */
+    if (h && session && l->c->be->session_deadline)
+        h = baton_now_ns() < l->c->be->session_deadline(l->c->eng);
     return h;
 }
 

@@ -22,7 +22,7 @@
 extern "C" {
 #endif
 
-#define BATON_BACKEND_VERSION 5
+#define BATON_BACKEND_VERSION 6
 
 /* Capability bits. */
 #define BATON_CAP_LEASE   (1u << 0) /* locks expire unless renewed; core renews them */
@@ -287,6 +287,21 @@ typedef struct baton_backend {
     /* with secret_env: 1 when it holds the URI's whole user info
      * ("user:password", ZooKeeper's digest), 0 when the password alone. */
     int secret_userinfo;
+
+    /* ---- version 6 ---- */
+
+    /* may, with BATON_CAP_SESSION: the baton_now_ns() time until which the
+     * engine knows its session (ZooKeeper's) or lease (etcd's) is alive, and
+     * with it every grant made on it: the last time the server confirmed it
+     * plus its timeout, counted from when that confirmation was asked for.
+     * INT64_MAX = no bound known. Past it, baton_lock_held answers 0 at once
+     * (a process stopped and resumed past its session timeout must not
+     * believe it still holds its locks while the engine's own threads have
+     * not run yet), and the engine must give the session up and report its
+     * grants lost (baton_host_lost*) as soon as its thread runs. Called from
+     * any thread, with none of the core's locks held; cheap (no I/O). NULL =
+     * the engine's reports alone end its grants. */
+    int64_t (*session_deadline)(void *eng);
 } baton_backend;
 
 /* sem_ctl / permits_ctl / latch_ctl operations. */

@@ -393,6 +393,19 @@ static int etcd_lock_renew(void *eng, void *st, const baton_owner *owner, uint32
     return baton_seterr(BATON_ENOTSUP, 0, "etcd: locks live on the client's lease, kept alive by the client");
 }
 
+/* Until when the client's lease is known alive: the deadline the keep-alive
+ * thread keeps (the last keep-alive's send time + the TTL granted). No
+ * lease = any grant still held was made on one that is gone. */
+static int64_t etcd_session_deadline(void *eng)
+{
+    eeng *e = eng;
+    int64_t d;
+    pthread_mutex_lock(&e->mu);
+    d = e->lease ? e->lease_deadline : 0;
+    pthread_mutex_unlock(&e->mu);
+    return d;
+}
+
 static const char *const etcd_schemes[] = { "etcd", "etcds", NULL };
 
 const baton_backend baton__backend_etcd = {
@@ -423,6 +436,7 @@ const baton_backend baton__backend_etcd = {
     .permits_ctl = etcd_permits_ctl,
     .attach = etcd_attach,
     .identity = etcd_identity,
+    .session_deadline = etcd_session_deadline,
     .engine_ops = etcd_engine_ops,
     .describe = etcd_describe,
     .election_new = etcd_election_new,
