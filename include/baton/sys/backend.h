@@ -120,6 +120,20 @@ void baton_host_recheck(baton_host *h);
 void baton_host_lost(baton_host *h, void *st, uint64_t fence);
 void baton_host_lost_all(baton_host *h);
 
+/* For an engine that loads its client library on first use (so that a
+ * program that never opens it does not pay for loading it at start-up): one
+ * function to take from the library, SLOT the address of the function
+ * pointer to fill. */
+typedef struct {
+    const char *name;
+    void *slot;
+} baton_dl_sym;
+/* dlopen SONAME (RTLD_NOW | RTLD_LOCAL, never unloaded) and fill every slot
+ * of SYMS: 0, or -1 with ERR (ERRLEN bytes) saying "cannot load SONAME
+ * (HINT): why" or "SONAME has no NAME ..." — every symbol or none: on an error
+ * no slot is left filled. Not thread-safe: call it under a pthread_once. */
+int baton_dl_load(const char *soname, const char *hint, const baton_dl_sym *syms, size_t n, char *err, size_t errlen);
+
 /* Says something through the application's baton_log_set() callback (no-op
  * without one). level: BATON_LOG_*. */
 void baton_log(int level, const char *fmt, ...)

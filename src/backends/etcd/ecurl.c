@@ -4,7 +4,6 @@
 
 #include "baton/sys/backend.h"
 
-#include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -21,26 +20,13 @@ static char load_err[256];
 
 static void load(void)
 {
-    /* never unloaded: handles live in engines that come and go, and libcurl
-     * has no safe global cleanup while another thread may use it */
-    void *h = dlopen(BATON_LIBCURL_SONAME, RTLD_NOW | RTLD_LOCAL);
-    if (!h) {
-        snprintf(load_err, sizeof load_err, "cannot load %s: %s", BATON_LIBCURL_SONAME, dlerror());
-        load_rc = -1;
-        return;
-    }
-#define ECURL_SYM(ret, name, args)                                                              \
-    if (load_rc == 0) {                                                                         \
-        void *p = dlsym(h, #name);                                                              \
-        if (!p) {                                                                               \
-            snprintf(load_err, sizeof load_err, "%s has no %s", BATON_LIBCURL_SONAME, #name);   \
-            load_rc = -1;                                                                       \
-        } else {                                                                                \
-            memcpy(&baton__ecurl.name, &p, sizeof p);                                           \
-        }                                                                                       \
-    }
-    ECURL_FUNCS(ECURL_SYM)
+#define ECURL_SYM(ret, name, args) { #name, &baton__ecurl.name },
+    static const baton_dl_sym syms[] = { ECURL_FUNCS(ECURL_SYM) };
 #undef ECURL_SYM
+    load_rc = baton_dl_load(BATON_LIBCURL_SONAME, "is libcurl4 installed?", syms, sizeof syms / sizeof syms[0],
+                            load_err, sizeof load_err);
+    /* libcurl has no safe global cleanup while another thread may use it:
+     * initialised once, never ended */
     if (load_rc == 0 && baton__ecurl.curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
         snprintf(load_err, sizeof load_err, "curl_global_init failed");
         load_rc = -1;

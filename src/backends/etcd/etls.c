@@ -4,7 +4,6 @@
 
 #include "baton/sys/backend.h"
 
-#include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -21,26 +20,12 @@ static char load_err[256];
 
 static void load(void)
 {
-    /* libssl pulls in libcrypto; dlsym on its handle searches both. Never
-     * unloaded: contexts and connections live in engines that come and go. */
-    void *h = dlopen(BATON_LIBSSL_SONAME, RTLD_NOW | RTLD_LOCAL);
-    if (!h) {
-        snprintf(load_err, sizeof load_err, "cannot load %s: %s", BATON_LIBSSL_SONAME, dlerror());
-        load_rc = -1;
-        return;
-    }
-#define ETLS_SYM(n)                                                                           \
-    if (load_rc == 0) {                                                                       \
-        void *p = dlsym(h, #n);                                                               \
-        if (!p) {                                                                             \
-            snprintf(load_err, sizeof load_err, "%s has no %s", BATON_LIBSSL_SONAME, #n);     \
-            load_rc = -1;                                                                     \
-        } else {                                                                              \
-            memcpy(&baton__etls.n, &p, sizeof p);                                             \
-        }                                                                                     \
-    }
-    ETLS_FUNCS(ETLS_SYM)
+    /* libssl pulls in libcrypto; dlsym on its handle searches both */
+#define ETLS_SYM(n) { #n, &baton__etls.n },
+    static const baton_dl_sym syms[] = { ETLS_FUNCS(ETLS_SYM) };
 #undef ETLS_SYM
+    load_rc = baton_dl_load(BATON_LIBSSL_SONAME, "is libssl3 installed?", syms, sizeof syms / sizeof syms[0], load_err,
+                            sizeof load_err);
 }
 
 int etls_load(void)

@@ -4,7 +4,6 @@
 
 #include "baton/sys/backend.h"
 
-#include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -21,41 +20,19 @@ static char load_err[320];
 
 static void load(void)
 {
-    /* Never unloaded: Connector/C keeps process-wide state (its plugins,
-     * its thread keys) that has no safe end while another client may use
-     * it. RTLD_LOCAL keeps its names out of the program's namespace (its
-     * auth plugins need none of them: they get a table of callbacks). */
-    void *h = dlopen(BATON_LIBMARIADB_SONAME, RTLD_NOW | RTLD_LOCAL);
-    void *p;
-
-    if (!h) {
-        const char *why = dlerror();
-        snprintf(load_err, sizeof load_err, "cannot load %s (is MariaDB Connector/C installed?): %s",
-                 BATON_LIBMARIADB_SONAME, why ? why : "unknown error");
-        load_rc = -1;
-        return;
-    }
-    /* every symbol or none: a table half filled is never used */
-#define MYDL_SYM(ret, name, args)                                                                     \
-    if (load_rc == 0) {                                                                               \
-        if (!(p = dlsym(h, #name))) {                                                                 \
-            snprintf(load_err, sizeof load_err, "%s has no %s: not MariaDB Connector/C 3?",          \
-                     BATON_LIBMARIADB_SONAME, #name);                                                 \
-            load_rc = -1;                                                                             \
-        } else {                                                                                      \
-            memcpy(&baton__my.name, &p, sizeof p); /* object to function pointer, without a cast */  \
-        }                                                                                             \
-    }
-    MYDL_FUNCS(MYDL_SYM)
+    /* Connector/C keeps process-wide state (its plugins, its thread keys)
+     * that has no safe end while another client may use it: never unloaded.
+     * Its auth plugins need none of its names (they get a table of
+     * callbacks), so RTLD_LOCAL is fine. */
+#define MYDL_SYM(ret, name, args) { #name, &baton__my.name },
+    static const baton_dl_sym syms[] = { MYDL_FUNCS(MYDL_SYM) };
 #undef MYDL_SYM
+    load_rc = baton_dl_load(BATON_LIBMARIADB_SONAME, "is MariaDB Connector/C installed?", syms,
+                            sizeof syms / sizeof syms[0], load_err, sizeof load_err);
     /* Connector/C must be initialised once per process before threads use it */
     if (load_rc == 0 && baton__my.mysql_server_init(0, NULL, NULL) != 0) {
         snprintf(load_err, sizeof load_err, "%s: mysql_library_init failed", BATON_LIBMARIADB_SONAME);
         load_rc = -1;
-    }
-    if (load_rc) {
-        memset(&baton__my, 0, sizeof baton__my);
-        dlclose(h);
     }
 }
 

@@ -4,7 +4,6 @@
 
 #include "baton/sys/backend.h"
 
-#include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -19,27 +18,14 @@ static pthread_once_t once = PTHREAD_ONCE_INIT;
 static int load_rc;
 static char load_err[256];
 
-static void load(void) {
-    /* libssl pulls in libcrypto; dlsym on its handle searches both. Never
-     * unloaded: connections and contexts may outlive any one engine. */
-    void *h = dlopen(BATON_LIBSSL_SONAME, RTLD_NOW | RTLD_LOCAL);
-    if (!h) {
-        snprintf(load_err, sizeof load_err, "cannot load %s: %s", BATON_LIBSSL_SONAME, dlerror());
-        load_rc = -1;
-        return;
-    }
-#define BATON_OSSL_SYM(n)                                                                     \
-    if (load_rc == 0) {                                                                       \
-        void *p = dlsym(h, #n);                                                               \
-        if (!p) {                                                                             \
-            snprintf(load_err, sizeof load_err, "%s has no %s", BATON_LIBSSL_SONAME, #n);     \
-            load_rc = -1;                                                                     \
-        } else {                                                                              \
-            memcpy(&baton__ossl.n, &p, sizeof p);                                             \
-        }                                                                                     \
-    }
-    BATON_OSSL_FUNCS(BATON_OSSL_SYM)
+static void load(void)
+{
+    /* libssl pulls in libcrypto; dlsym on its handle searches both */
+#define BATON_OSSL_SYM(n) { #n, &baton__ossl.n },
+    static const baton_dl_sym syms[] = { BATON_OSSL_FUNCS(BATON_OSSL_SYM) };
 #undef BATON_OSSL_SYM
+    load_rc = baton_dl_load(BATON_LIBSSL_SONAME, "is libssl3 installed?", syms, sizeof syms / sizeof syms[0], load_err,
+                            sizeof load_err);
 }
 
 int baton__ossl_load(void) {
