@@ -14,46 +14,16 @@
 
 #include "../harness.h"
 #include "../common/testlib.h"
+#include "../common/opcounts.h"
 
 #define PAIRS 20
-
-typedef struct {
-    char op[32][64];
-    uint64_t n[32];
-    int k, calls;
-} counts;
-
-static void add(void *arg, const char *op, uint64_t count) {
-    counts *c = arg;
-    c->calls++;
-    for (int i = 0; i < c->k; i++)
-        if (!strcmp(c->op[i], op)) {
-            c->n[i] += count;
-            return;
-        }
-    if (c->k < 32) {
-        snprintf(c->op[c->k], sizeof c->op[0], "%s", op);
-        c->n[c->k++] = count;
-    }
-}
-
-static int read_ops(baton_client *cl, counts *c) {
-    memset(c, 0, sizeof *c);
-    return baton__client_engine_ops(cl, add, c);
-}
-
-static long long get(const counts *c, const char *op) {
-    for (int i = 0; i < c->k; i++)
-        if (!strcmp(c->op[i], op)) return (long long)c->n[i];
-    return -1;
-}
 
 int main(void) {
     int port = tl_fixture_port("etcd");
     char u[256], name[64];
     baton_client *c = NULL, *twice = NULL;
     baton_lock *l = NULL;
-    counts a, b, d;
+    tl_ops a, b, d;
 
     if (port <= 0) {
         printf("no etcd fixture: skip\n");
@@ -68,10 +38,10 @@ int main(void) {
     CHECK_RC(baton_lock_acquire(l, 5000), 0);
     CHECK_RC(baton_lock_release(l), 0);
 
-    CHECK_RC(read_ops(c, &a), 0);
+    CHECK_RC(tl_ops_read(c, &a), 0);
     CHECK(a.calls > 0);
-    CHECK(get(&a, "leasegrant") >= 1);
-    CHECK(get(&a, "txn") >= 2);
+    CHECK(tl_ops_get(&a, "leasegrant") >= 1);
+    CHECK(tl_ops_get(&a, "txn") >= 2);
     for (int i = 0; i < a.k; i++) {
         /* lower-case method names, no labels or quotes */
         for (const char *p = a.op[i]; *p; p++) CHECK((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9'));
@@ -80,10 +50,10 @@ int main(void) {
         CHECK_RC(baton_lock_acquire(l, 5000), 0);
         CHECK_RC(baton_lock_release(l), 0);
     }
-    CHECK_RC(read_ops(c, &b), 0);
-    printf("   txn %lld -> %lld over %d pairs\n", get(&a, "txn"), get(&b, "txn"), PAIRS);
-    CHECK(get(&b, "txn") - get(&a, "txn") >= 2 * PAIRS);
-    for (int i = 0; i < a.k; i++) CHECK(get(&b, a.op[i]) >= (long long)a.n[i]);
+    CHECK_RC(tl_ops_read(c, &b), 0);
+    printf("   txn %lld -> %lld over %d pairs\n", tl_ops_get(&a, "txn"), tl_ops_get(&b, "txn"), PAIRS);
+    CHECK(tl_ops_get(&b, "txn") - tl_ops_get(&a, "txn") >= 2 * PAIRS);
+    for (int i = 0; i < a.k; i++) CHECK(tl_ops_get(&b, a.op[i]) >= (long long)a.n[i]);
 
     /* the same member twice in the URI: its counts come twice */
     snprintf(u, sizeof u, "etcd://127.0.0.1:%d,127.0.0.1:%d", port, port);
@@ -95,12 +65,12 @@ int main(void) {
         CHECK_RC(baton_lock_acquire(l2, 5000), 0);
         CHECK_RC(baton_lock_release(l2), 0);
         baton_lock_free(l2);
-        CHECK_RC(read_ops(c, &b), 0);
-        CHECK_RC(read_ops(twice, &d), 0);
+        CHECK_RC(tl_ops_read(c, &b), 0);
+        CHECK_RC(tl_ops_read(twice, &d), 0);
         /* each member's count is at least the one read just before */
-        printf("   leasegrant %lld once, %lld through the member listed twice\n", get(&b, "leasegrant"),
-               get(&d, "leasegrant"));
-        CHECK(get(&d, "leasegrant") >= 2 * get(&b, "leasegrant"));
+        printf("   leasegrant %lld once, %lld through the member listed twice\n", tl_ops_get(&b, "leasegrant"),
+               tl_ops_get(&d, "leasegrant"));
+        CHECK(tl_ops_get(&d, "leasegrant") >= 2 * tl_ops_get(&b, "leasegrant"));
         baton_client_close(twice);
     }
     baton_lock_free(l);

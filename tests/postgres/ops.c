@@ -19,6 +19,7 @@
 
 #include "../harness.h"
 #include "../common/testlib.h"
+#include "../common/opcounts.h"
 
 #define PAIRS 10
 
@@ -51,45 +52,6 @@ static int su(const char *sql) {
     return rc;
 }
 
-/* The counts of one engine_ops call. */
-typedef struct {
-    char op[16][64];
-    uint64_t n[16];
-    int k, calls;
-} counts;
-
-static void add(void *arg, const char *op, uint64_t count) {
-    counts *c = arg;
-    c->calls++;
-    for (int i = 0; i < c->k; i++)
-        if (!strcmp(c->op[i], op)) {
-            c->n[i] += count;
-            return;
-        }
-    if (c->k < 16) {
-        snprintf(c->op[c->k], sizeof c->op[0], "%s", op);
-        c->n[c->k++] = count;
-    }
-}
-
-static int read_ops(baton_client *cl, counts *c) {
-    memset(c, 0, sizeof *c);
-    return baton__client_engine_ops(cl, add, c);
-}
-
-/* -1 when OP was not reported. */
-static long long get(const counts *c, const char *op) {
-    for (int i = 0; i < c->k; i++)
-        if (!strcmp(c->op[i], op)) return (long long)c->n[i];
-    return -1;
-}
-
-static long long total(const counts *c) {
-    long long t = 0;
-    for (int i = 0; i < c->k; i++) t += (long long)c->n[i];
-    return t;
-}
-
 static baton_client *open_ok(const char *qs) {
     char u[256];
     baton_client *c = NULL;
@@ -115,10 +77,10 @@ static void pairs(baton_client *c, const char *name, int n) {
  * (each statement is a transaction), once the backends have published them. */
 static void test_xact_counts(void) {
     baton_client *c = open_ok("");
-    counts a, b;
-    CHECK_RC(read_ops(c, &a), 0);
-    CHECK(get(&a, "xact_commit") > 0);
-    CHECK(get(&a, "xact_rollback") >= 0);
+    tl_ops a, b;
+    CHECK_RC(tl_ops_read(c, &a), 0);
+    CHECK(tl_ops_get(&a, "xact_commit") > 0);
+    CHECK(tl_ops_get(&a, "xact_rollback") >= 0);
     CHECK(a.k == 2);
     pairs(c, "ops-xact", PAIRS);
     /* a backend publishes its counts at most once a second, an idle one
@@ -126,9 +88,9 @@ static void test_xact_counts(void) {
     int64_t t0 = tl_now_ms();
     do {
         tl_sleep_ms(200);
-        CHECK_RC(read_ops(c, &b), 0);
-    } while (get(&b, "xact_commit") < get(&a, "xact_commit") + 2 * PAIRS && tl_now_ms() - t0 < 30000);
-    CHECK(get(&b, "xact_commit") >= get(&a, "xact_commit") + 2 * PAIRS);
+        CHECK_RC(tl_ops_read(c, &b), 0);
+    } while (tl_ops_get(&b, "xact_commit") < tl_ops_get(&a, "xact_commit") + 2 * PAIRS && tl_now_ms() - t0 < 30000);
+    CHECK(tl_ops_get(&b, "xact_commit") >= tl_ops_get(&a, "xact_commit") + 2 * PAIRS);
     baton_client_close(c);
 }
 
@@ -145,31 +107,31 @@ static void test_statement_counts(void) {
     tl_sleep_ms(300);
 
     baton_client *s = open_ok(""), *l = open_ok("?mode=lease");
-    counts a, b, c, d;
+    tl_ops a, b, c, d;
     pairs(s, "ops-warm", 1);        /* the table is checked once per client: not in the counts below */
     pairs(l, "ops-warm-l", 1);
-    CHECK_RC(read_ops(s, &a), 0);
-    CHECK(get(&a, "sql|with") > 0);
-    CHECK(get(&a, "xact_commit") == -1);
-    CHECK_RC(read_ops(s, &b), 0);
+    CHECK_RC(tl_ops_read(s, &a), 0);
+    CHECK(tl_ops_get(&a, "sql|with") > 0);
+    CHECK(tl_ops_get(&a, "xact_commit") == -1);
+    CHECK_RC(tl_ops_read(s, &b), 0);
     /* nothing ran between them: our own reads are not counted */
-    CHECK(total(&a) == total(&b));
+    CHECK(tl_ops_total(&a) == tl_ops_total(&b));
     CHECK(a.calls == b.calls);
 
     pairs(s, "ops-session", PAIRS);
-    CHECK_RC(read_ops(s, &c), 0);
+    CHECK_RC(tl_ops_read(s, &c), 0);
     /* session mode: the grant (WITH ... pg_advisory_lock ... INSERT) and
      * the release (SELECT pg_advisory_unlock), once each per pair */
-    CHECK(get(&c, "sql|with") - get(&b, "sql|with") == PAIRS);
-    CHECK(get(&c, "sql|select") - get(&b, "sql|select") == PAIRS);
-    CHECK(total(&c) - total(&b) == 2 * PAIRS);
+    CHECK(tl_ops_get(&c, "sql|with") - tl_ops_get(&b, "sql|with") == PAIRS);
+    CHECK(tl_ops_get(&c, "sql|select") - tl_ops_get(&b, "sql|select") == PAIRS);
+    CHECK(tl_ops_total(&c) - tl_ops_total(&b) == 2 * PAIRS);
 
     pairs(l, "ops-lease", PAIRS);
-    CHECK_RC(read_ops(l, &d), 0);
+    CHECK_RC(tl_ops_read(l, &d), 0);
     /* lease mode: the claim (WITH c AS (INSERT ...)) and the release (UPDATE) */
-    CHECK(get(&d, "sql|with") - get(&c, "sql|with") == PAIRS);
-    CHECK(get(&d, "sql|update") - (get(&c, "sql|update") < 0 ? 0 : get(&c, "sql|update")) == PAIRS);
-    CHECK(total(&d) - total(&c) == 2 * PAIRS);
+    CHECK(tl_ops_get(&d, "sql|with") - tl_ops_get(&c, "sql|with") == PAIRS);
+    CHECK(tl_ops_get(&d, "sql|update") - (tl_ops_get(&c, "sql|update") < 0 ? 0 : tl_ops_get(&c, "sql|update")) == PAIRS);
+    CHECK(tl_ops_total(&d) - tl_ops_total(&c) == 2 * PAIRS);
     baton_client_close(s);
     baton_client_close(l);
 }
