@@ -42,6 +42,7 @@ static char g_uri[1024];
 static char g_prefix[128];
 static int g_leases;            /* the engine has leases (not the file backend) */
 static int g_session_ms;        /* a session engine (ZooKeeper): its session timeout; no leases */
+static int g_session_lease;     /* etcd: lock_info gives the TTL left of the holder's client lease */
 static int g_conn_session;      /* a lock that lives on its connection (PostgreSQL and MySQL session and row modes):
                                    no lease, freed by the server as soon as the holder's connection
                                    closes, held as long as a stopped holder's connection stays open */
@@ -961,6 +962,8 @@ static void test_info(void) {
     CHECK(strstr(info.holder, pid) != NULL);
     if (!strstr(info.holder, pid)) fprintf(stderr, "   holder \"%s\" lacks \"%s\"\n", info.holder, pid);
     if (g_leases) CHECK(info.remaining_ms > 0 && info.remaining_ms <= 20000);
+    /* etcd: the TTL left of the holder's client lease (issue 14: info gives it) */
+    else if (g_session_lease) CHECK(info.remaining_ms > 0 && info.remaining_ms <= g_session_ms);
     else CHECK(info.remaining_ms == -1);
     /* the holder's own client sees the same */
     baton_lockinfo mine;
@@ -1115,6 +1118,7 @@ int main(int argc, char **argv) {
          * seconds, default 30), kept alive by the client, not renewed per lock */
         const char *p = strstr(g_uri, "ttl=");
         g_leases = 0;
+        g_session_lease = 1;
         g_session_ms = p ? atoi(p + strlen("ttl=")) * 1000 : 30000;
     }
     if ((!strcmp(g_backend, "postgres") || !strcmp(g_backend, "mysql")) && !strstr(g_uri, "mode=lease")) {

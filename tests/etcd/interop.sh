@@ -55,6 +55,11 @@ log=$T/2.log
 timeout 60 $ECTL lock "$N-b" -- sh -c "echo etcdctl-in >>$log; sleep 1.5; echo etcdctl-out >>$log" >/dev/null &
 pids+=($!); ep=$!
 check "etcdctl holds $N-b" wait_line "$log" etcdctl-in
+"$BATON" status -u "$U" "$N-b" >"$T/2.status" 2>&1
+check "status names etcdctl's key as the holder" grep -Eq "^holder: $N-b/[0-9a-f]+\$" "$T/2.status"
+# the holder's lease TTL left (LeaseTimeToLive: etcdctl's lease is 60 s)
+check "status gives the holder's lease left" \
+    sh -c "grep -Eq '^remaining_ms: [1-9][0-9]*\$' '$T/2.status' && [ \$(sed -n 's/^remaining_ms: //p' '$T/2.status') -le 60000 ]"
 "$BATON" run -u "$U" -n "$N-b" -- true
 check "baton try on an etcdctl-held lock: busy (1)" test $? = 1
 "$BATON" run -u "$U" -w 30 "$N-b" -- sh -c "echo baton-in >>$log"

@@ -442,6 +442,19 @@ int etcd_lock_release(void *eng, void *st, const baton_owner *owner)
     return rc;
 }
 
+/* What is left of lease ID (LeaseTimeToLive), in ms; -1 when unknown or gone. */
+static int64_t lease_left_ms(eeng *e, int64_t id)
+{
+    json_t *req = json_pack("{s:I}", "ID", (json_int_t)id), *resp = NULL;
+    int64_t ttl = -1;
+    if (req && !egw_call(e->gw, "/v3/lease/timetolive", req, &resp, 0)) {
+        json_t *t = json_object_get(resp, "TTL");
+        if (t) ttl = egw_int(resp, "TTL");
+    }
+    json_decref(resp);
+    return ttl >= 0 ? ttl * 1000 : -1;
+}
+
 int etcd_lock_info(void *eng, const char *name, baton_lockinfo *out)
 {
     eeng *e = eng;
@@ -470,12 +483,23 @@ int etcd_lock_info(void *eng, const char *name, baton_lockinfo *out)
     out->queue_length = count > 1 ? count - 1 : 0;
     out->holder[0] = 0;
     if (kv) {
-        const char *v = json_string_value(json_object_get(kv, "value"));
-        char *dv = NULL;
-        size_t dl;
+        const char *v = json_string_value(json_object_get(kv, "value")),
+                   *k = json_string_value(json_object_get(kv, "key"));
+        char *dv = NULL, *dk = NULL;
+        size_t dl, kl;
         out->fence = (uint64_t)egw_int(kv, "create_revision");
         if (v && !egw_unb64(v, &dv, &dl)) snprintf(out->holder, sizeof out->holder, "%s", dv);
+        /* the holder's key ends in its lease id (etcdctl's value is empty:
+         * the key is then what names the holder) */
+        if (k && !egw_unb64(k, &dk, &kl)) {
+            const char *hex = strrchr(dk, '/');
+            char *end = NULL;
+            unsigned long long id = hex ? strtoull(hex + 1, &end, 16) : 0;
+            if (!out->holder[0]) snprintf(out->holder, sizeof out->holder, "%s", dk);
+            if (id && end && !*end) out->remaining_ms = lease_left_ms(e, (int64_t)id);
+        }
         free(dv);
+        free(dk);
     } else {
         kv = etcd_txn_kv(resp, 1, NULL);
         const char *v = json_string_value(json_object_get(kv, "value"));
