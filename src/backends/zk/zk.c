@@ -199,9 +199,6 @@ static void session_watcher(zhandle_t *zh, int type, int state, const char *path
     pthread_mutex_lock(&e->mu);
     s->state = state;
     if (state == ZOO_CONNECTED_STATE) {
-        /* The server has just taken our (re)connect request, sent after
-         * down_since: the session lived then. */
-        if (s->down_since > s->confirmed) s->confirmed = s->down_since;
         s->down_since = 0;
         if (s == e->cur) e->negotiated_ms = zoo_recv_timeout(zh);
     } else if (state == ZOO_EXPIRED_SESSION_STATE || state == ZOO_AUTH_FAILED_STATE) {
@@ -425,41 +422,6 @@ static int64_t lost_after_ns(zeng *e)
     return ms * MS;
 }
 
-/* e->mu held: the negotiated session timeout in ns. */
-static int64_t session_ns(zeng *e)
-{
-    return (int64_t)(e->negotiated_ms > 0 ? e->negotiated_ms : e->session_timeout_ms) * MS;
-}
-
-/* A heartbeat's answer (the completion thread, or zookeeper_close's with
- * ZCLOSING): any answer from the server confirms the session as of the
- * heartbeat's send time. */
-static void hb_done(int rc, const struct Stat *stat, const void *data)
-{
-    zsess *s = (zsess *)data;
-    (void)stat;
-    pthread_mutex_lock(&s->e->mu);
-    if ((rc == ZOK || rc == ZNONODE) && s->hb_sent > s->confirmed) s->confirmed = s->hb_sent;
-    s->hb_sent = 0;
-    pthread_mutex_unlock(&s->e->mu);
-}
-
-/* The backend's session_deadline: the current session lives at least until
- * its last confirmation plus the negotiated timeout; no usable session =
- * whatever was granted on the last one is gone. */
-static int64_t zk_session_deadline(void *eng)
-{
-    zeng *e = eng;
-    int64_t d;
-    pthread_mutex_lock(&e->mu);
-    zsess *s = e->cur;
-    if (!s || s->dead) d = 0;
-    else if (!s->confirmed) d = INT64_MAX; /* not connected yet: nothing granted on it */
-    else d = s->confirmed + session_ns(e);
-    pthread_mutex_unlock(&e->mu);
-    return d;
-}
-
 typedef struct {
     void *st;
     uint64_t fence;
@@ -482,22 +444,6 @@ static void *check_main(void *arg)
             baton_log(BATON_LOG_WARN, "zk: no connection for %lld ms: session %" PRIu64 " given up, "
                       "its locks are lost", (long long)((now - s->down_since) / MS), s->gen);
             s->dead = 1;
-        }
-        /* Nothing from the server for a whole session timeout (a process
-         * stopped and resumed, a server too slow to answer): the server may
-         * have expired the session already. */
-        if (s && !s->dead && s->confirmed && now >= s->confirmed + session_ns(e)) {
-            baton_log(BATON_LOG_WARN, "zk: session %" PRIu64 " unconfirmed for %lld ms (timeout %lld ms): given up, "
-                      "its locks are lost", s->gen, (long long)((now - s->confirmed) / MS),
-                      (long long)(session_ns(e) / MS));
-            s->dead = 1;
-        }
-        /* A heartbeat every third of the timeout keeps the confirmation
-         * fresh (the C client's own pings are not visible to us). */
-        if (s && !s->dead && s->state == ZOO_CONNECTED_STATE && !s->hb_sent &&
-            now - s->hb_last >= session_ns(e) / 3) {
-            s->hb_sent = s->hb_last = now;
-            if (zoo_aexists(s->zh, "/", 0, hb_done, s) != ZOK) s->hb_sent = 0;
         }
         if (s && s->dead && !(s->auth_rc != ZOK && !s->auth_pending)) sess_retire(e, s, &old);
         for (zlock *l = e->locks; l; l = l->next) {
@@ -1077,7 +1023,6 @@ const baton_backend baton__backend_zk = {
     .permits_ctl = zk_permits_ctl,
     .attach = zk_attach,
     .identity = zk_identity,
-    .session_deadline = zk_session_deadline,
     .engine_ops = zk_engine_ops,
     .describe = zk_describe,
     .election_new = zk_election_new,

@@ -33,11 +33,6 @@ typedef struct zsess {
     int auth_pending;        /* digest auth sent, no answer yet */
     int auth_rc;             /* its answer (ZOK, ZAUTHFAILED) */
     int64_t down_since;      /* monotonic ns the connection dropped; 0 while connected */
-    int64_t confirmed;       /* monotonic ns: when the last request the server answered on
-                                this session was sent (0 = none yet); the session lives at
-                                least until confirmed + the negotiated timeout */
-    int64_t hb_sent;         /* when the heartbeat in flight was sent, 0 = none in flight */
-    int64_t hb_last;         /* when the last heartbeat was sent */
 } zsess;
 
 /* A parking spot the watchers can find by number: a watch's context is the
