@@ -146,7 +146,7 @@ static int lease_grant(eeng *e)
 {
     json_t *resp = NULL;
     int64_t sent = baton_now_ns(), id, ttl;
-    int rc = egw_call(e->gw, "/v3/lease/grant", json_pack("{s:I}", "TTL", (json_int_t)e->ttl_s), &resp, 0);
+    int rc = egw_call_idem(e->gw, "/v3/lease/grant", json_pack("{s:I}", "TTL", (json_int_t)e->ttl_s), &resp, 0);
     if (rc) return rc;
     id = egw_int(resp, "ID");
     ttl = egw_int(resp, "TTL");
@@ -247,7 +247,7 @@ static void *keepalive_main(void *arg)
 
         json_t *resp = NULL;
         int64_t sent = baton_now_ns(), ttl = -1;
-        int rc = egw_call(e->gw, "/v3/lease/keepalive", json_pack("{s:I}", "ID", (json_int_t)id), &resp,
+        int rc = egw_call_idem(e->gw, "/v3/lease/keepalive", json_pack("{s:I}", "ID", (json_int_t)id), &resp,
                           (int)(left_ms > 0 && left_ms < 5000 ? left_ms : 5000));
         if (!rc) {
             json_t *res = json_object_get(resp, "result");
@@ -324,7 +324,7 @@ static int etcd_open(void **eng, const baton_uri *u, const baton_client_options 
 fail:
     if (e->lease) {
         json_t *r = NULL;
-        egw_call(e->gw, "/v3/lease/revoke", json_pack("{s:I}", "ID", (json_int_t)e->lease), &r, 0);
+        egw_call_idem(e->gw, "/v3/lease/revoke", json_pack("{s:I}", "ID", (json_int_t)e->lease), &r, 0);
         json_decref(r);
     }
     eng_free(e);
@@ -346,7 +346,7 @@ static void etcd_close(void *eng)
     if (id) {
         /* every key on it goes with it (best effort: it expires anyway) */
         json_t *r = NULL;
-        egw_call(e->gw, "/v3/lease/revoke", json_pack("{s:I}", "ID", (json_int_t)id), &r, 0);
+        egw_call_idem(e->gw, "/v3/lease/revoke", json_pack("{s:I}", "ID", (json_int_t)id), &r, 0);
         json_decref(r);
     }
     eng_free(e);

@@ -52,6 +52,11 @@ void egw_free(egw *g);
  * the server's error as BATON_EIO with its message. TIMEOUT_MS 0 = the
  * configured io timeout. */
 int egw_call(egw *g, const char *path, json_t *req, json_t **resp, int timeout_ms);
+/* egw_call for a request that does the same when applied twice (reads,
+ * writes guarded by a compare on the caller's own key): it is also sent
+ * again when the leader changed under it. Both ask again while the cluster
+ * is electing a leader, up to TIMEOUT_MS. */
+int egw_call_idem(egw *g, const char *path, json_t *req, json_t **resp, int timeout_ms);
 /* Waits for KEY (KLEN bytes) to be deleted at or after revision REV (a watch
  * stream from REV on): 0 when it was (or the stream ended: the caller looks
  * again), BATON_ETIMEDOUT at DEADLINE_NS, BATON_ECANCELED when W is

@@ -23,10 +23,12 @@
 #include "etcd_int.h"
 
 #include "ecurl.h"
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 
 #define POOL_MAX 16
 #define WATCH_SLICE_MS 50
@@ -332,7 +334,14 @@ fail:
 }
 
 /* Classes of answers (internal). */
-enum { R_OK, R_NEXT /* try the next member */, R_AUTH_RETRY /* token expired */, R_FAIL };
+enum {
+    R_OK,
+    R_NEXT,          /* try the next member */
+    R_ELECT,         /* the cluster has no leader: the request was not proposed */
+    R_ELECT_MAYBE,   /* the leader changed under it: it may have been applied */
+    R_AUTH_RETRY,    /* token expired */
+    R_FAIL
+};
 
 /* An etcd error (gRPC CODE, MSG; the gateway's HTTP status or 0 for gRPC)
  * as a baton error, and its class. */
@@ -342,8 +351,13 @@ static int server_error(int64_t code, const char *msg, long http, int *klass)
     *klass = R_FAIL;
     /* gRPC codes: 14 unavailable (no leader, stopping), 16 unauthenticated,
      * 7 permission denied, 3 invalid argument (also "authentication failed") */
-    if (code == 14 || strstr(msg, "no leader") || strstr(msg, "leader changed")) {
-        *klass = R_NEXT;
+    if (strstr(msg, "no leader")) {
+        *klass = R_ELECT;
+        return baton_seterr(BATON_EUNAVAILABLE, code, "etcd: %s", msg);
+    }
+    if (code == 14 || strstr(msg, "leader changed")) {
+        /* "leader changed", "request timed out": proposed, outcome unknown */
+        *klass = R_ELECT_MAYBE;
         return baton_seterr(BATON_EUNAVAILABLE, code, "etcd: %s", msg);
     }
     if (strstr(msg, "invalid auth token") || strstr(msg, "auth token")) {
@@ -522,38 +536,60 @@ static int attempt_grpc(egw *g, size_t at, const ereq *r, json_t **resp, int tim
 }
 #endif
 
-/* Sends R to the current member (moving on through the members on
- * connection failures and "unavailable"). */
-static int post(egw *g, const ereq *r, json_t **resp, int timeout_ms, int *klass)
+/* Sends R to the current member, moving on through the members on
+ * connection failures and "unavailable". A cluster that answers but has no
+ * leader (an election after the leader died) is asked again, with a growing
+ * pause, until TIMEOUT_MS has passed: elections take about a second and a
+ * caller should not see one. A request that may have been applied before the
+ * leader changed is sent again only when IDEM says that is harmless. */
+static int post(egw *g, const ereq *r, json_t **resp, int timeout_ms, int idem, int *klass)
 {
     size_t start, tries;
-    int rc = 0;
+    int rc = 0, pause_ms = 25;
+    int64_t until = baton_now_ns() + (int64_t)timeout_ms * 1000000;
 
     *resp = NULL;
     *klass = R_FAIL;
-    pthread_mutex_lock(&g->mu);
-    start = g->cur;
-    pthread_mutex_unlock(&g->mu);
-    for (tries = 0; tries < g->nbase; tries++) {
-        size_t at = (start + tries) % g->nbase;
+    for (;;) {
+        int electing = 0;
+        pthread_mutex_lock(&g->mu);
+        start = g->cur;
+        pthread_mutex_unlock(&g->mu);
+        for (tries = 0; tries < g->nbase; tries++) {
+            size_t at = (start + tries) % g->nbase;
 #ifdef BATON_ETCD_GRPC
-        if (g->h2)
-            rc = attempt_grpc(g, at, r, resp, timeout_ms, klass);
-        else
+            if (g->h2)
+                rc = attempt_grpc(g, at, r, resp, timeout_ms, klass);
+            else
 #endif
-            rc = attempt_gw(g, at, r, resp, timeout_ms, klass);
-        if (*klass == R_NEXT) continue;
-        if (*klass == R_OK && tries) {
-            pthread_mutex_lock(&g->mu);
-            g->cur = at;
-            pthread_mutex_unlock(&g->mu);
+                rc = attempt_gw(g, at, r, resp, timeout_ms, klass);
+            if (*klass == R_ELECT_MAYBE && !idem) {
+                *klass = R_FAIL;
+                return rc;
+            }
+            if (*klass == R_ELECT || *klass == R_ELECT_MAYBE) {
+                electing = 1;
+                continue;
+            }
+            if (*klass == R_NEXT) continue;
+            if (*klass == R_OK && tries) {
+                pthread_mutex_lock(&g->mu);
+                g->cur = at;
+                pthread_mutex_unlock(&g->mu);
+            }
+            return rc;
         }
-        return rc;
+        /* every member failed: the next call starts with the one after */
+        pthread_mutex_lock(&g->mu);
+        if (g->cur == start) g->cur = (start + 1) % g->nbase;
+        pthread_mutex_unlock(&g->mu);
+        if (!electing || baton_now_ns() + (int64_t)pause_ms * 1000000 >= until) break;
+        {
+            struct timespec ts = { 0, (long)pause_ms * 1000000L };
+            while (nanosleep(&ts, &ts) && errno == EINTR) {}
+        }
+        if (pause_ms < 400) pause_ms *= 2;
     }
-    /* every member failed: the next call starts with the one after */
-    pthread_mutex_lock(&g->mu);
-    if (g->cur == start) g->cur = (start + 1) % g->nbase;
-    pthread_mutex_unlock(&g->mu);
     *klass = R_FAIL;
     return rc ? rc : baton_seterr(BATON_EUNAVAILABLE, 0, "etcd: no member answered");
 }
@@ -568,7 +604,7 @@ static int authenticate(egw *g, int timeout_ms)
 
     rc = req_make(g, "/v3/auth/authenticate",
                   json_pack("{s:s, s:s}", "name", g->user, "password", g->password ? g->password : ""), &r);
-    if (!rc) rc = post(g, &r, &resp, timeout_ms, &klass);
+    if (!rc) rc = post(g, &r, &resp, timeout_ms, 1, &klass);
     req_free(&r);
     if (rc) {
         if (rc == BATON_EIO) rc = baton_seterr(BATON_EAUTH, 0, "%s", baton_error_last()->message);
@@ -588,7 +624,7 @@ static int authenticate(egw *g, int timeout_ms)
     return g->token ? 0 : baton_seterr(BATON_ENOMEM, 0, "out of memory");
 }
 
-int egw_call(egw *g, const char *path, json_t *req, json_t **resp, int timeout_ms)
+static int call(egw *g, const char *path, json_t *req, json_t **resp, int timeout_ms, int idem)
 {
     ereq r;
     int rc, klass, have_token;
@@ -600,14 +636,24 @@ int egw_call(egw *g, const char *path, json_t *req, json_t **resp, int timeout_m
     have_token = g->token != NULL;
     pthread_mutex_unlock(&g->mu);
     if (g->user && !have_token && (rc = authenticate(g, timeout_ms))) goto out;
-    rc = post(g, &r, resp, timeout_ms, &klass);
+    rc = post(g, &r, resp, timeout_ms, idem, &klass);
     if (rc && klass == R_AUTH_RETRY && g->user) {
         /* the token expired (etcd's simple tokens live --auth-token-ttl): a new one, once */
-        if (!(rc = authenticate(g, timeout_ms))) rc = post(g, &r, resp, timeout_ms, &klass);
+        if (!(rc = authenticate(g, timeout_ms))) rc = post(g, &r, resp, timeout_ms, idem, &klass);
     }
 out:
     req_free(&r);
     return rc;
+}
+
+int egw_call(egw *g, const char *path, json_t *req, json_t **resp, int timeout_ms)
+{
+    return call(g, path, req, resp, timeout_ms, 0);
+}
+
+int egw_call_idem(egw *g, const char *path, json_t *req, json_t **resp, int timeout_ms)
+{
+    return call(g, path, req, resp, timeout_ms, 1);
 }
 
 /* ---- watch -------------------------------------------------------------- */

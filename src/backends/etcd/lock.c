@@ -260,7 +260,7 @@ static int create_key(eeng *e, elock *l, int64_t id, const char *value, int64_t 
                         "request_range", "key", k64, etcd_first_create(l->pfx, l->plen));
     free(k64), free(v64);
     *sent = baton_now_ns();
-    if ((rc = egw_call(e->gw, "/v3/kv/txn", req, &resp, 0))) return rc;
+    if ((rc = egw_call_idem(e->gw, "/v3/kv/txn", req, &resp, 0))) return rc;
     *existed = !json_is_true(json_object_get(resp, "succeeded"));
     if (!*existed) {
         *myrev = egw_int(json_object_get(resp, "header"), "revision");
@@ -296,7 +296,7 @@ static int look(eeng *e, elock *l, int64_t myrev, char **key, size_t *klen, int6
                         "key", p64, "range_end", e64, "sort_order", "DESCEND", "sort_target", "CREATE", "limit", "1",
                         "max_create_revision", maxr, "keys_only", 1, "request_range", "key", k64, "keys_only", 1);
     free(end), free(p64), free(e64), free(k64);
-    if ((rc = egw_call(e->gw, "/v3/kv/txn", req, &resp, 0))) return rc;
+    if ((rc = egw_call_idem(e->gw, "/v3/kv/txn", req, &resp, 0))) return rc;
     *hrev = egw_int(json_object_get(resp, "header"), "revision");
     *mine = egw_int(etcd_txn_kv(resp, 1, NULL), "create_revision");
     kv = etcd_txn_kv(resp, 0, NULL);
@@ -447,7 +447,7 @@ static int64_t lease_left_ms(eeng *e, int64_t id)
 {
     json_t *req = json_pack("{s:I}", "ID", (json_int_t)id), *resp = NULL;
     int64_t ttl = -1;
-    if (req && !egw_call(e->gw, "/v3/lease/timetolive", req, &resp, 0)) {
+    if (req && !egw_call_idem(e->gw, "/v3/lease/timetolive", req, &resp, 0)) {
         json_t *t = json_object_get(resp, "TTL");
         if (t) ttl = egw_int(resp, "TTL");
     }
@@ -476,7 +476,7 @@ int etcd_lock_info(void *eng, const char *name, baton_lockinfo *out)
         req = json_pack("{s:[o, {s:{s:s}}, {s:{s:s}}]}", "success", etcd_first_create(pfx, pl + nl + 1),
                         "request_range", "key", f64, "request_range", "key", s64);
     free(pfx), free(fk), free(f64), free(sk), free(s64);
-    if ((rc = egw_call(e->gw, "/v3/kv/txn", req, &resp, 0))) return rc;
+    if ((rc = egw_call_idem(e->gw, "/v3/kv/txn", req, &resp, 0))) return rc;
     kv = etcd_txn_kv(resp, 0, &count);
     out->held = kv != NULL;
     out->remaining_ms = -1;
@@ -528,7 +528,7 @@ static int leader_now(eeng *e, const char *pfx, size_t plen, char *value, size_t
     json_t *req = json_pack("{s:[o]}", "success", etcd_first_create(pfx, plen)), *resp = NULL, *kv;
     int rc;
 
-    if ((rc = egw_call(e->gw, "/v3/kv/txn", req, &resp, 0))) return rc;
+    if ((rc = egw_call_idem(e->gw, "/v3/kv/txn", req, &resp, 0))) return rc;
     *hrev = egw_int(json_object_get(resp, "header"), "revision");
     kv = etcd_txn_kv(resp, 0, NULL);
     *fence = 0;
@@ -618,7 +618,7 @@ int etcd_election_proclaim(void *eng, void *st, const baton_owner *owner, const 
                         "CREATE", "result", "EQUAL", "create_revision", revs, "success", "request_put", "key", k64,
                         "value", v64, "lease", ids);
     free(k64), free(v64);
-    if ((rc = egw_call(e->gw, "/v3/kv/txn", req, &resp, 0))) return rc;
+    if ((rc = egw_call_idem(e->gw, "/v3/kv/txn", req, &resp, 0))) return rc;
     ok = json_is_true(json_object_get(resp, "succeeded"));
     json_decref(resp);
     return ok ? 0 : baton_seterr(BATON_ELOST, 0, "etcd: this candidate no longer leads '%s'", l->n->name);

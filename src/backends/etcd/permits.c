@@ -366,7 +366,7 @@ int etcd_permits_renew(void *eng, void *st, const char *id, uint32_t lease_ms)
 
     free(key);
     if (!k64) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
-    rc = egw_call(e->gw, "/v3/kv/range", json_pack("{s:s, s:b}", "key", k64, "keys_only", 1), &resp, 0);
+    rc = egw_call_idem(e->gw, "/v3/kv/range", json_pack("{s:s, s:b}", "key", k64, "keys_only", 1), &resp, 0);
     free(k64);
     if (rc) return rc;
     there = json_array_size(json_object_get(resp, "kvs")) > 0;

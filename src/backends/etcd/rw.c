@@ -124,7 +124,7 @@ static int create_key(eeng *e, erw *s, int64_t id, const char *who, int64_t *rev
                         "key", k64, "value", v64, "lease", ids, "failure", "request_range", "key", k64, "keys_only", 1);
     free(k64), free(v64);
     *sent = baton_now_ns();
-    if ((rc = egw_call(e->gw, "/v3/kv/txn", req, &resp, 0))) return rc;
+    if ((rc = egw_call_idem(e->gw, "/v3/kv/txn", req, &resp, 0))) return rc;
     if (json_is_true(json_object_get(resp, "succeeded")))
         *rev = egw_int(json_object_get(resp, "header"), "revision");
     else
@@ -156,7 +156,7 @@ static int look(eeng *e, erw *s, const char *range, size_t rlen, int64_t bound, 
                         "key", r64, "range_end", e64, "sort_order", "DESCEND", "sort_target", "CREATE", "limit", "1",
                         "max_create_revision", maxr, "keys_only", 1, "request_range", "key", k64, "keys_only", 1);
     free(end), free(r64), free(e64), free(k64);
-    if ((rc = egw_call(e->gw, "/v3/kv/txn", req, &resp, 0))) return rc;
+    if ((rc = egw_call_idem(e->gw, "/v3/kv/txn", req, &resp, 0))) return rc;
     *hrev = egw_int(json_object_get(resp, "header"), "revision");
     *mine = egw_int(etcd_txn_kv(resp, 1, NULL), "create_revision");
     if ((kv = etcd_txn_kv(resp, 0, NULL))) {

@@ -79,7 +79,7 @@ static int read_count(eeng *e, esem *s, int64_t *v, int64_t *mod, int64_t *hrev)
 
     free(k64);
     *v = *mod = 0;
-    if ((rc = egw_call(e->gw, "/v3/kv/range", req, &resp, 0))) return rc;
+    if ((rc = egw_call_idem(e->gw, "/v3/kv/range", req, &resp, 0))) return rc;
     *hrev = egw_int(json_object_get(resp, "header"), "revision");
     kv = json_array_get(json_object_get(resp, "kvs"), 0);
     if (kv) {
