@@ -311,8 +311,11 @@ typedef struct baton_backend {
      * INT64_MAX = no bound known. Past it, baton_lock_held answers 0 at once
      * (a process stopped and resumed past its session timeout must not
      * believe it still holds its locks while the engine's own threads have
-     * not run yet), and the engine must give the session up and report its
-     * grants lost (baton_host_lost*) as soon as its thread runs. Called from
+     * not run yet). As soon as its thread runs, the engine must either
+     * confirm the session with the server (a request sent after the deadline
+     * passed and answered: the deadline moves on and held() answers 1
+     * again, as Curator's SUSPENDED then RECONNECTED) or give it up and
+     * report its grants lost (baton_host_lost*). Called from
      * any thread, with none of the core's locks held; cheap (no I/O). NULL =
      * the engine's reports alone end its grants. */
     int64_t (*session_deadline)(void *eng);

@@ -570,6 +570,65 @@ int zk_lock_acquire(void *eng, void *st, baton_acquire_req *req)
 
 /* ---- release ------------------------------------------------------------ */
 
+/* A release's two requests in flight at once. */
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int pending;
+    int drc;                 /* the delete's answer */
+} zrel;
+
+static void rel_done(zrel *r)
+{
+    pthread_mutex_lock(&r->mu);
+    if (--r->pending == 0) pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+}
+
+static void rel_noted(int rc, const struct Stat *stat, const void *data)
+{
+    /* the note is for lock_info only: a directory with a foreign ACL may
+     * refuse it, and the release stands */
+    (void)rc, (void)stat;
+    rel_done((zrel *)data);
+}
+
+static void rel_deleted(int rc, const void *data)
+{
+    zrel *r = (zrel *)data;
+    r->drc = rc;
+    rel_done(r);
+}
+
+/* Sets DIR's data to FENCE and deletes NODE, both sent before either answer
+ * comes: one round trip. Not zoo_multi: the C client (3.8) frees an
+ * uninitialised pointer in zoo_amulti when its session has just expired
+ * (it skips a delete op's path set-up but still frees it), which freed our
+ * node's name under a holder stopped past its session. Returns the delete's
+ * answer. */
+static int note_and_delete(zsess *s, const char *dir, const char *fence, const char *node)
+{
+    zrel r;
+    int zrc;
+    memset(&r, 0, sizeof r);
+    pthread_mutex_init(&r.mu, NULL);
+    pthread_cond_init(&r.cv, NULL);
+    r.pending = 2;
+    if (zoo_aset(s->zh, dir, fence, (int)strlen(fence), -1, rel_noted, &r) != ZOK) r.pending--;
+    zrc = zoo_adelete(s->zh, node, -1, rel_deleted, &r);
+    if (zrc != ZOK) {
+        r.drc = zrc;
+        r.pending--;
+    }
+    /* every completion is called, with ZCONNECTIONLOSS or ZCLOSING at worst */
+    pthread_mutex_lock(&r.mu);
+    while (r.pending > 0) pthread_cond_wait(&r.cv, &r.mu);
+    pthread_mutex_unlock(&r.mu);
+    pthread_cond_destroy(&r.cv);
+    pthread_mutex_destroy(&r.mu);
+    return r.drc;
+}
+
 int zk_lock_release(void *eng, void *st, const baton_owner *owner)
 {
     zeng *e = eng;
@@ -598,20 +657,11 @@ int zk_lock_release(void *eng, void *st, const baton_owner *owner)
 
     for (int tries = 0; tries < 2; tries++) {
         if (l->kind == ZK_LOCK || l->kind == ZK_WRITE) {
-            /* delete and note the fence in the directory in one request, so
+            /* note the fence in the directory and delete, pipelined, so
              * lock_info can tell the last fence granted once nobody holds it */
             char fbuf[24];
-            zoo_op_t ops[2];
-            zoo_op_result_t res[2];
             snprintf(fbuf, sizeof fbuf, "%" PRIu64, fence);
-            zoo_delete_op_init(&ops[0], node, -1);
-            zoo_set_op_init(&ops[1], l->dir, fbuf, (int)strlen(fbuf), -1, NULL);
-            memset(res, 0, sizeof res);
-            zrc = zoo_multi(s->zh, 2, ops, res);
-            if (zrc != ZOK && !zk_retryable(zrc) && res[0].err == ZOK)
-                zrc = zoo_delete(s->zh, node, -1); /* the directory refused the note (a foreign ACL) */
-            else if (zrc != ZOK && !zk_retryable(zrc))
-                zrc = res[0].err;
+            zrc = note_and_delete(s, l->dir, fbuf, node);
         } else {
             zrc = zoo_delete(s->zh, node, -1);
         }

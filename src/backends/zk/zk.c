@@ -422,6 +422,49 @@ static int64_t lost_after_ns(zeng *e)
     return ms * MS;
 }
 
+/* e->mu held. How long this process may be stopped without its session
+ * possibly expiring: the C client pings after a third of the timeout idle,
+ * so the server heard from it at most T/3 before a stop, and expires it T
+ * after that; half the timeout leaves room for a ping's round trip. */
+static int64_t pause_ns(zeng *e)
+{
+    return (int64_t)(e->negotiated_ms > 0 ? e->negotiated_ms : e->session_timeout_ms) * MS / 2;
+}
+
+/* The probe's answer (the completion thread, or zookeeper_close's with
+ * ZCLOSING): any answer from the server to a request sent after the stop was
+ * found means the session outlived the stop. */
+static void probe_done(int rc, const struct Stat *stat, const void *data)
+{
+    zsess *s = (zsess *)data;
+    (void)stat;
+    pthread_mutex_lock(&s->e->mu);
+    if ((rc == ZOK || rc == ZNONODE) && s->suspect && s->probe_sent >= s->suspect) {
+        baton_log(BATON_LOG_INFO, "zk: session %" PRIu64 " confirmed after the stop", s->gen);
+        s->suspect = 0;
+    }
+    s->probe_sent = 0;
+    pthread_mutex_unlock(&s->e->mu);
+}
+
+/* The backend's session_deadline. The C client's own threads notice a stop
+ * only after a round trip to the server; until then a holder resumed past
+ * its session timeout would believe it still holds. The check thread runs
+ * every CHECK_TICK_MS: when it has not run for pause_ns, or found that it
+ * had not, the session is in doubt and its grants with it. */
+static int64_t zk_session_deadline(void *eng)
+{
+    zeng *e = eng;
+    int64_t d;
+    pthread_mutex_lock(&e->mu);
+    zsess *s = e->cur;
+    if (!s || s->dead || s->suspect) d = 0;
+    else if (!e->tick) d = INT64_MAX;
+    else d = e->tick + pause_ns(e);
+    pthread_mutex_unlock(&e->mu);
+    return d;
+}
+
 typedef struct {
     void *st;
     uint64_t fence;
@@ -439,6 +482,24 @@ static void *check_main(void *arg)
         lost_rec *recs = NULL;
         size_t nrec = 0, cap = 0;
         zorphan *todo = NULL;
+        zsess *probe = NULL;
+
+        /* A gap in our own ticks: this process (or the machine) was stopped. */
+        if (s && !s->dead && e->tick && now - e->tick >= pause_ns(e)) {
+            if (!s->suspect)
+                baton_log(BATON_LOG_WARN, "zk: this process did not run for %lld ms (session timeout %lld ms): "
+                          "session %" PRIu64 " in doubt until the server answers", (long long)((now - e->tick) / MS),
+                          (long long)(pause_ns(e) * 2 / MS), s->gen);
+            s->suspect = now;
+        }
+        e->tick = now;
+        if (s && !s->dead && s->suspect && !s->probe_sent && s->state == ZOO_CONNECTED_STATE) {
+            /* sent with mu released: the C client may call our watcher from
+             * inside zoo_aexists's queueing */
+            s->probe_sent = now;
+            probe = s;
+            probe->refs++;
+        }
 
         if (s && !s->dead && s->down_since && now - s->down_since >= lost_after_ns(e)) {
             baton_log(BATON_LOG_WARN, "zk: no connection for %lld ms: session %" PRIu64 " given up, "
@@ -477,6 +538,14 @@ static void *check_main(void *arg)
         }
         pthread_mutex_unlock(&e->mu);
 
+        if (probe) {
+            if (zoo_aexists(probe->zh, "/", 0, probe_done, probe) != ZOK) {
+                pthread_mutex_lock(&e->mu);
+                probe->probe_sent = 0;
+                pthread_mutex_unlock(&e->mu);
+            }
+            zk_sess_put(e, probe);
+        }
         if (old) zk_sess_put(e, old);
         for (size_t i = 0; i < nrec; i++) baton_host_lost(e->host, recs[i].st, recs[i].fence);
         free(recs);
@@ -1023,6 +1092,7 @@ const baton_backend baton__backend_zk = {
     .permits_ctl = zk_permits_ctl,
     .attach = zk_attach,
     .identity = zk_identity,
+    .session_deadline = zk_session_deadline,
     .engine_ops = zk_engine_ops,
     .describe = zk_describe,
     .election_new = zk_election_new,

@@ -33,6 +33,10 @@ typedef struct zsess {
     int auth_pending;        /* digest auth sent, no answer yet */
     int auth_rc;             /* its answer (ZOK, ZAUTHFAILED) */
     int64_t down_since;      /* monotonic ns the connection dropped; 0 while connected */
+    int64_t suspect;         /* ns: this process was found stopped then (0 = not); the
+                                session may have expired meanwhile, held() answers 0
+                                until a request sent since is answered */
+    int64_t probe_sent;      /* when the probe in flight was sent, 0 = none */
 } zsess;
 
 /* A parking spot the watchers can find by number: a watch's context is the
@@ -83,6 +87,7 @@ typedef struct zeng {
     int lost_after_ms;       /* a disconnection this long loses the session's grants (0 = derive) */
     /* guarded by mu */
     int negotiated_ms;       /* what the server granted (zoo_recv_timeout) */
+    int64_t tick;            /* when the check thread last ran (0 = not yet) */
     zsess *cur;              /* NULL between a dead session and the next one */
     uint64_t next_gen, next_slot;
     zslot *slots;
