@@ -41,9 +41,11 @@ CLIENT_FAULTS=(--pause 0.004 --kill 0.002 --pause-waiting 0.002 --kill-waiting 0
 STARTED=$RUN/started
 : >"$STARTED"
 cleanup() {
-    while read -r eng dir; do
-        bash "$SRV/$eng.sh" stop "$dir" >/dev/null 2>&1
+    while read -r eng dir how; do
+        bash "$SRV/$eng.sh" "${how:-stop}" "$dir" >/dev/null 2>&1
     done <"$STARTED"
+    [ -f "$RUN/rf/socat.pid" ] && kill "$(cat "$RUN/rf/socat.pid")" 2>/dev/null
+    pkill -f "socat TCP-LISTEN:[0-9]*,.*$RUN" 2>/dev/null
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -130,12 +132,92 @@ if built redlock; then
     fi
 fi
 
+# ---- Redis: failover to a replica, as Sentinel does it, behind one address ----
+# A master and a replica of it behind a socat front (the address clients use,
+# as a Sentinel-managed virtual IP would be). Every fault: the front goes (its
+# connections drop), the replica is promoted (REPLICAOF NO ONE); a second
+# later the front points at the new master and the old one becomes its
+# replica. Without wait_replicas a grant the replica had not yet received is
+# gone after the promotion; with it, a grant not acknowledged is not counted.
+if built redis && command -v socat >/dev/null && command -v redis-cli >/dev/null &&
+    pa=$(start redis "$RUN/rf-a") && pb=$(start redis "$RUN/rf-b" --replicaof 127.0.0.1 "$pa"); then
+    mkdir -p "$RUN/rf"
+    front=$(bash -c ". '$SRV/lib.sh'; free_port")
+    cat >"$RUN/rf/failover.sh" <<EOF2
+#!/bin/bash
+# failover.sh stop|start (written by check-faults.sh)
+. "$RUN/rf/state"
+case \$1 in
+stop)
+    [ -f "$RUN/rf/socat.pid" ] && { pkill -P "\$(cat "$RUN/rf/socat.pid")"; kill "\$(cat "$RUN/rf/socat.pid")"; } 2>/dev/null
+    rm -f "$RUN/rf/socat.pid"
+    redis-cli -p "\$REPLICA" REPLICAOF NO ONE >/dev/null
+    echo "MASTER=\$REPLICA REPLICA=\$MASTER" >"$RUN/rf/state"
+    ;;
+start)
+    setsid socat TCP-LISTEN:$front,bind=127.0.0.1,fork,reuseaddr TCP:127.0.0.1:\$MASTER </dev/null >/dev/null 2>&1 &
+    echo \$! >"$RUN/rf/socat.pid"
+    redis-cli -p "\$REPLICA" REPLICAOF 127.0.0.1 "\$MASTER" >/dev/null
+    for i in \$(seq 1 50); do redis-cli -p $front PING >/dev/null 2>&1 && break; sleep 0.05; done
+    ;;
+esac
+EOF2
+    # the first "start": the front on a, b its replica
+    echo "MASTER=$pa REPLICA=$pb" >"$RUN/rf/state"
+    bash "$RUN/rf/failover.sh" start
+    F=(--fault-cmd "stop=bash $RUN/rf/failover.sh stop" --fault-cmd "start=bash $RUN/rf/failover.sh start")
+    U="redis://127.0.0.1:$front/0"
+    row redis-failover redis "failover to the replica every 5 s (promote, 1 s, the old master rejoins as replica), + client faults" \
+        "asynchronous replication: a grant the replica had not received is gone after the promotion; fences keep increasing through TIME" \
+        "$U" 0.5 "${F[@]}"
+    row redis-failover-wait redis "the same failovers, wait_replicas=1, + client faults" \
+        "a grant or renewal the replica did not acknowledge (WAIT 1) is not counted: a promotion loses no counted grant" \
+        "$U?wait_replicas=1&wait_ms=200" 0.5 "${F[@]}"
+elif built redis; then
+    command -v socat >/dev/null || echo "redis failover: socat is not installed (it fronts the master)" >>"$SKIPPED"
+fi
+
+# ---- RedLock: 5 masters, 2 or 3 of them down ----
+if built redlock; then
+    ok=1
+    for i in 1 2 3 4 5; do
+        p=$(start redis "$RUN/r5-$i") || { ok=0; break; }
+        eval "r5p$i=$p"
+    done
+    if [ $ok = 1 ]; then
+        U="redlock://127.0.0.1:$r5p1,127.0.0.1:$r5p2,127.0.0.1:$r5p3,127.0.0.1:$r5p4,127.0.0.1:$r5p5/0"
+        R=(--fault-cmd "stop=bash $SRV/redis.sh stop $RUN/r5-1; bash $SRV/redis.sh stop $RUN/r5-2"
+           --fault-cmd "start=bash $SRV/redis.sh restart $RUN/r5-1 >/dev/null; bash $SRV/redis.sh restart $RUN/r5-2 >/dev/null")
+        row redlock5-2down redlock "2 of 5 nodes down 1 s every 5 s (restarted without persistence), + client faults" \
+            "3 of 5 is still a majority: grants go on; a restarted node has forgotten its keys" "$U" 0.5 "${R[@]}"
+        R=(--fault-cmd "stop=for i in 1 2 3; do bash $SRV/redis.sh stop $RUN/r5-\$i; done"
+           --fault-cmd "start=for i in 1 2 3; do bash $SRV/redis.sh restart $RUN/r5-\$i >/dev/null; done")
+        row redlock5-3down redlock "3 of 5 nodes down 1 s every 5 s (restarted without persistence), + client faults" \
+            "no majority while they are down: acquires fail, holders lose their lease at the next renewal and are told" \
+            "$U" 0.5 "${R[@]}"
+    fi
+fi
+
 # ---- ZooKeeper: the lease is the session ----
 if built zk && port=$(start zk "$RUN/zk"); then
     U="zk://127.0.0.1:$port?session_timeout_ms=1000"
     R=(--fault-cmd "stop=bash $SRV/zk.sh stop $RUN/zk" --fault-cmd "start=bash $SRV/zk.sh restart $RUN/zk >/dev/null")
     row zk zk "client faults (-t = the 1 s session timeout)" "ephemeral sequential nodes: a holder's node goes with its session" "$U" 1
     row zk-restart zk "server restart every 5 s, + client faults" "ZooKeeper persists nodes and sessions: a short restart loses nothing" "$U" 1 "${R[@]}"
+fi
+
+# ---- ZooKeeper: a 3-member ensemble, its leader killed ----
+if built zk && [ -z "$ONLY" -o -n "$(echo zk-leader | grep -E "${ONLY:-.}")" ] &&
+    hosts=$(bash "$SRV/zk.sh" ensemble-start "$RUN/zke" 3 2>"$RUN/zke.err"); then
+    echo "zk $RUN/zke ensemble-stop" >>"$STARTED"
+    U="zk://$hosts?session_timeout_ms=2000"
+    K=(--fault-cmd "stop=L=\$(bash $SRV/zk.sh leader $RUN/zke) && echo \$L >$RUN/zke/killed && bash $SRV/zk.sh member-kill $RUN/zke \$L"
+       --fault-cmd "start=bash $SRV/zk.sh member-start $RUN/zke \$(cat $RUN/zke/killed) >/dev/null")
+    row zk-leader zk "the ensemble's leader killed every 5 s (-t = the 2 s session timeout), + client faults" \
+        "a grant is a node a majority committed: it survives the leader; clients move to another member and keep their sessions if back within lost_after_ms" \
+        "$U" 2 "${K[@]}"
+elif built zk && [ -z "$ONLY" ]; then
+    echo "zk ensemble: it did not start ($(tail -1 "$RUN/zke.err" 2>/dev/null))" >>"$SKIPPED"
 fi
 
 # ---- PostgreSQL, MariaDB: session locks ----
@@ -145,6 +227,10 @@ if built postgres && port=$(start postgres "$RUN/pg"); then
     row postgres postgres "client faults" "advisory locks held by the session; a pause keeps the session, so nothing is lost" "$U" 0.5
     row postgres-lease postgres "client faults, mode=lease" "a lease row renewed by the client" "$U?mode=lease" 0.5
     row postgres-restart postgres "server restart every 5 s, + client faults" "a restart ends every session: holders are told" "$U" 0.5 "${R[@]}"
+    T=(--fault-cmd "stop=PGPASSWORD=baton-test psql -h 127.0.0.1 -p $port -U baton -d postgres -Atqc \"select count(pg_terminate_backend(pid)) from pg_stat_activity where usename = 'baton' and pid <> pg_backend_pid()\" >/dev/null"
+       --fault-cmd "start=true")
+    row postgres-terminate postgres "pg_terminate_backend of every client session every 5 s, + client faults" \
+        "a terminated session's advisory locks are released by the server: its holder is told" "$U" 0.5 "${T[@]}"
 fi
 if built mysql && port=$(start mysql "$RUN/my"); then
     U="mysql://baton:baton-test@127.0.0.1:$port/baton"
@@ -159,6 +245,20 @@ if built etcd && port=$(start etcd "$RUN/etcd"); then
     R=(--fault-cmd "stop=bash $SRV/etcd.sh stop $RUN/etcd" --fault-cmd "start=bash $SRV/etcd.sh restart $RUN/etcd >/dev/null")
     row etcd etcd "client faults (-t = the 2 s lease TTL)" "the client's lease, kept alive every TTL/3; fences the key's revision" "$U" 2
     row etcd-restart etcd "server restart every 5 s, + client faults" "etcd persists (fsync'd): leases survive a short restart" "$U" 2 "${R[@]}"
+fi
+
+# ---- etcd: a 3-member cluster, its leader killed ----
+if built etcd && [ -z "$ONLY" -o -n "$(echo etcd-leader | grep -E "${ONLY:-.}")" ] &&
+    hosts=$(bash "$SRV/etcd.sh" cluster-start "$RUN/etcdc" 3 2>"$RUN/etcdc.err"); then
+    echo "etcd $RUN/etcdc cluster-stop" >>"$STARTED"
+    U="etcd://$hosts/cf?ttl=2"
+    K=(--fault-cmd "stop=L=\$(bash $SRV/etcd.sh leader $RUN/etcdc) && echo \$L >$RUN/etcdc/killed && bash $SRV/etcd.sh member-kill $RUN/etcdc \$L"
+       --fault-cmd "start=bash $SRV/etcd.sh member-start $RUN/etcdc \$(cat $RUN/etcdc/killed) >/dev/null")
+    row etcd-leader etcd "the cluster's leader killed every 5 s (-t = the 2 s lease TTL), + client faults" \
+        "a grant is a key a majority committed, on a lease the new leader keeps (its TTL restarts): nothing is lost; calls during the election are asked again" \
+        "$U" 2 "${K[@]}"
+elif built etcd && [ -z "$ONLY" ]; then
+    echo "etcd cluster: it did not start ($(tail -1 "$RUN/etcdc.err" 2>/dev/null))" >>"$SKIPPED"
 fi
 
 /usr/bin/python3 "$ROOT/scripts/reliability-md.py" "$RES" "$SKIPPED" "$GRANTS" >"$OUT.tmp" && mv "$OUT.tmp" "$OUT"
