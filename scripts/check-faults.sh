@@ -44,8 +44,7 @@ cleanup() {
     while read -r eng dir how; do
         bash "$SRV/$eng.sh" "${how:-stop}" "$dir" >/dev/null 2>&1
     done <"$STARTED"
-    [ -f "$RUN/rf/socat.pid" ] && kill "$(cat "$RUN/rf/socat.pid")" 2>/dev/null
-    pkill -f "socat TCP-LISTEN:[0-9]*,.*$RUN" 2>/dev/null
+    [ -f "$RUN/rf/socat.pid" ] && kill -KILL -- "-$(cat "$RUN/rf/socat.pid")" 2>/dev/null
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -78,14 +77,14 @@ row() {
         >"$RUN/$id.json" 2>"$RUN/$id.err"
     rc=$?
     grep -v "\"id\": \"$id\"" "$RES" >"$RES.tmp"; mv "$RES.tmp" "$RES"
-    /usr/bin/python3 - "$RUN/$id.json" "$id" "$eng" "$fault" "$promise" "$rc" >>"$RES" <<'EOF'
+    /usr/bin/python3 - "$RUN/$id.json" "$id" "$eng" "$fault" "$promise" "$rc" "$GRANTS" >>"$RES" <<'EOF'
 import json, sys
-path, id_, eng, fault, promise, rc = sys.argv[1:]
+path, id_, eng, fault, promise, rc, grants = sys.argv[1:]
 try:
     d = json.load(open(path))
 except ValueError:
     d = {}
-d.update(id=id_, row_engine=eng, fault=fault, promise=promise, rc=int(rc))
+d.update(id=id_, row_engine=eng, fault=fault, promise=promise, rc=int(rc), grants_asked=int(grants))
 print(json.dumps(d))
 EOF
     echo "check-faults: $id: exit $rc, $(/usr/bin/python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d.get("grants"), "grants, stale accepted", d.get("stale_writes_accepted"))' "$RUN/$id.json" 2>/dev/null)" >&2
@@ -166,7 +165,10 @@ if built redis && command -v socat >/dev/null && command -v redis-cli >/dev/null
 . "$RUN/rf/state"
 case \$1 in
 stop)
-    [ -f "$RUN/rf/socat.pid" ] && { pkill -P "\$(cat "$RUN/rf/socat.pid")"; kill "\$(cat "$RUN/rf/socat.pid")"; } 2>/dev/null
+    # the front and every connection it forwards, at once: killing the
+    # children first let a reconnect be accepted (and kept, to the old
+    # master) before the listener went; socat runs as its own process group
+    [ -f "$RUN/rf/socat.pid" ] && kill -KILL -- "-\$(cat "$RUN/rf/socat.pid")" 2>/dev/null
     rm -f "$RUN/rf/socat.pid"
     redis-cli -p "\$REPLICA" REPLICAOF NO ONE >/dev/null
     echo "MASTER=\$REPLICA REPLICA=\$MASTER" >"$RUN/rf/state"
