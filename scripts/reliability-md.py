@@ -10,7 +10,7 @@ res_path, skipped_path, grants = sys.argv[1], sys.argv[2], sys.argv[3]
 rows = [json.loads(l) for l in open(res_path) if l.strip()]
 # the script's order, whatever order rows were (re)run in
 ORDER = ["file", "sqlite", "redis", "redis-restart", "redis-aof-restart", "redis-failover", "redis-failover-wait",
-         "redlock", "redlock-2of3", "redlock5-2down", "redlock5-3down", "zk", "zk-restart", "zk-leader", "postgres",
+         "redis-split", "redis-split-wait", "redlock", "redlock-2of3", "redlock5-2down", "redlock5-3down", "zk", "zk-restart", "zk-leader", "postgres",
          "postgres-lease", "postgres-restart", "postgres-terminate", "mysql", "mysql-restart", "etcd",
          "etcd-restart", "etcd-leader"]
 rows.sort(key=lambda d: ORDER.index(d["id"]) if d.get("id") in ORDER else len(ORDER))
@@ -90,8 +90,8 @@ for d in rows:
                      "over a newer holder's work**" % d["stale_writes_accepted"])
     if d.get("losses_unreported"):
         notes.append("**%d loss(es) not reported before the holder wrote**: `baton_lock_held()` still said 1 "
-                     "after another client had been granted the lock (a session or lease that expired on the server "
-                     "while the holder was stopped, which its client learns only from the server)%s"
+                     "after another client had been granted the lock (the grant was gone on the server before its "
+                     "client could learn it: see the notes above the table)%s"
                      % (d["losses_unreported"], "; the fence refused every such write" if not
                         d.get("stale_writes_accepted") else ""))
     if d.get("overlaps_unexplained"):
