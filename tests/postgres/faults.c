@@ -63,17 +63,20 @@ static int su(const char *fmt, ...) {
     return rc;
 }
 
-/* Session and row modes: the holder's connection is terminated by a DBA. */
-static void terminate_case(int row) {
+/* Session and row modes: the holder's connection is terminated by a DBA.
+ * LEASE_MS sets how often the keeper checks the connection (a third of it);
+ * with a long one, only the session mode's watcher of held connections can
+ * tell the holder within the wait below. */
+static void terminate_case(int row, uint32_t lease_ms) {
     char u1[512], u2[512], n[64];
-    snprintf(n, sizeof n, "term-%s-%d", g_tag, row);
+    snprintf(n, sizeof n, "term-%s-%d-%u", g_tag, row, lease_ms);
     baton_client *c1 = tl_client_open(uri(u1, sizeof u1, "baton", "baton-test",
                                    row ? "mode=row&application_name=holder1" : "application_name=holder1"));
     baton_client *c2 = tl_client_open(uri(u2, sizeof u2, "baton", "baton-test", row ? "mode=row" : ""));
     atomic_int lost;
     atomic_init(&lost, 0);
     baton_lock_options o = BATON_LOCK_OPTIONS_INIT;
-    o.lease_ms = 900;   /* the connection is checked every 300 ms */
+    o.lease_ms = lease_ms;
     o.on_lost = tl_count_lost;
     o.on_lost_payload = &lost;
     baton_lock *a = NULL, *b = NULL;
@@ -91,9 +94,10 @@ static void terminate_case(int row) {
                           "USING (pid) WHERE l.locktype = 'advisory' AND l.granted AND a.application_name = 'holder1'");
     CHECK(killed == 1);
     int64_t t0 = tl_now_ms();
-    while (atomic_load(&lost) == 0 && tl_now_ms() - t0 < 3000) tl_sleep_ms(10);
+    while (atomic_load(&lost) == 0 && tl_now_ms() - t0 < 5000) tl_sleep_ms(10);
     CHECK(atomic_load(&lost) == 1);
-    CHECK(tl_now_ms() - t0 < 1500);
+    /* the keeper alone: a third of the lease; the watcher: about at once */
+    CHECK(tl_now_ms() - t0 < (lease_ms > 3000 ? 5000 : 1500));
     CHECK(baton_lock_held(a) == 0);
     CHECK_RC(baton_lock_acquire(b, 2000), 0);
     CHECK(baton_lock_fence(b) > f1);
@@ -112,8 +116,10 @@ static void terminate_case(int row) {
     baton_client_close(c2);
 }
 
-static void test_session_terminate(void) { terminate_case(0); }
-static void test_row_terminate(void) { terminate_case(1); }
+static void test_session_terminate(void) { terminate_case(0, 900); }
+static void test_row_terminate(void) { terminate_case(1, 900); }
+/* a 60 s lease: the keeper checks every 20 s, the watcher at once */
+static void test_session_terminate_watched(void) { terminate_case(0, 60000); }
 
 /* Lease mode: the lock is a row, not a connection; every connection of the
  * holder is terminated and it still holds, renews and releases. */
@@ -473,6 +479,7 @@ int main(void) {
     snprintf(g_tag, sizeof g_tag, "%ld", (long)getpid());
 
     RUN(test_session_terminate);
+    RUN(test_session_terminate_watched);
     RUN(test_row_terminate);
     RUN(test_lease_survives_terminate);
     RUN(test_lease_server_restart);

@@ -770,6 +770,7 @@ static int pg_open(void **eng, const baton_uri *u, const baton_client_options *o
     if ((rc = baton__pq_load())) return rc;
     if (!(e = calloc(1, sizeof *e))) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
     e->wake[0] = e->wake[1] = -1;
+    e->wpipe[0] = e->wpipe[1] = -1;
     pthread_mutex_init(&e->mu, NULL);
     if ((rc = configure(e, u, opts))) goto fail;
     if (pipe(e->wake) != 0) {
@@ -801,6 +802,7 @@ static void pg_close(void *eng)
 {
     pgeng *e = eng;
     pg_listener_stop(e);
+    pg_watch_stop(e);
     eng_free(e);
 }
 
@@ -840,7 +842,8 @@ static int pg_lock_new(void *eng, const char *name, const baton_lock_options *op
 static void pg_lock_free(void *eng, void *st)
 {
     pglock *l = st;
-    (void)eng;
+    /* first: the watcher must not look at this state or its socket again */
+    pg_watch_del(eng, l);
     /* a connection still here belongs to a grant that was lost: closing it
      * makes sure the server holds nothing for it */
     if (l->conn) PQfinish(l->conn);
@@ -1004,6 +1007,7 @@ const baton_backend baton__backend_postgres = {
     .lock_renew = pg_lock_renew,
     .lock_info = pg_lock_info,
     .rwlock_new = pg_rwlock_new,
+    .attach = pg_watch_attach,
     .identity = pg_identity,
     .describe = pg_describe,
     .engine_ops = pg_engine_ops,

@@ -64,6 +64,13 @@ typedef struct pgeng {
     pthread_t thr;
     int thr_started;
     int wake[2];             /* self-pipe: stops the listener */
+    /* session mode's watcher of held connections (watch.c); guarded by mu */
+    baton_host *host;
+    struct pgwatch *wl;
+    size_t wn, wcap;
+    int wpipe[2];            /* self-pipe: the watch list changed, or stop */
+    pthread_t wthr;
+    int wthr_started;
 } pgeng;
 
 enum { PG_LOCK, PG_READ, PG_WRITE };
@@ -156,6 +163,19 @@ int pg_lease_release(pgeng *e, pglock *l, const baton_owner *owner);
 int pg_lease_renew(pgeng *e, pglock *l, const baton_owner *owner, uint32_t lease_ms, int64_t deadline_ns);
 /* Stops the listener thread (close). */
 void pg_listener_stop(pgeng *e);
+
+/* ---- watch.c: session mode's held connections --------------------------- */
+
+/* After a grant (L->conn, L->fence set): its socket is watched, and the
+ * server ending the session reports the grant lost at once. */
+void pg_watch_add(pgeng *e, pglock *l);
+/* Before L->conn is closed or pooled. */
+void pg_watch_del(pgeng *e, pglock *l);
+/* Around the keeper's use of L->conn. */
+void pg_watch_busy(pgeng *e, pglock *l, int busy);
+void pg_watch_attach(void *eng, baton_host *h);
+/* At close, after pg_listener_stop. */
+void pg_watch_stop(pgeng *e);
 
 /* ---- ops.c ------------------------------------------------------------------ */
 

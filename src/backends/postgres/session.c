@@ -96,6 +96,7 @@ int pg_session_acquire(pgeng *e, pglock *l, baton_acquire_req *req)
 
     if (l->conn) {
         /* the connection of a grant reported lost: it holds nothing we want */
+        pg_watch_del(e, l);
         PQfinish(l->conn);
         l->conn = NULL;
     }
@@ -103,6 +104,7 @@ int pg_session_acquire(pgeng *e, pglock *l, baton_acquire_req *req)
         unsigned gen = req->waiter ? baton_waiter_gen(req->waiter) : 0;
         int64_t until;
         rc = grant_once(e, l, req, wait);
+        if (!rc) pg_watch_add(e, l);
         if (rc != BATON_EUNAVAILABLE || !wait || !req->waiter) break;
         /* The server went away under a waiter (a restart, a terminated
          * backend): the wait held nothing, so it goes on, on a new
@@ -129,6 +131,7 @@ int pg_session_release(pgeng *e, pglock *l)
     PGconn *c = l->conn;
     int rc;
 
+    pg_watch_del(e, l);
     l->conn = NULL;
     l->fence = 0;
     if (!c) return baton_seterr(BATON_ELOST, 0, "postgres: lock '%s': its connection is gone", l->name);
@@ -158,9 +161,14 @@ int pg_session_renew(pgeng *e, pglock *l, int64_t deadline_ns)
     int rc;
 
     if (!l->conn) return baton_seterr(BATON_ELOST, 0, "postgres: lock '%s': no connection", l->name);
+    pg_watch_busy(e, l, 1);
     rc = pg_exec(e, l->conn, "SELECT 1", 0, NULL, deadline_ns < io ? deadline_ns : io, NULL, &r);
     PQclear(r);
-    if (rc == 0) return 0;
+    if (rc == 0) {
+        pg_watch_busy(e, l, 0);
+        return 0;
+    }
+    pg_watch_del(e, l);
     PQfinish(l->conn);
     l->conn = NULL;
     return baton_seterr(BATON_ELOST, 0, "postgres: lock '%s': its connection died (%s)", l->name,
