@@ -51,6 +51,7 @@ pkgs=(
   python3-h2                                # etcd_badinput_grpc: a fake gRPC server answering garbage
   etcd-server etcd-client                   # test servers (tests/servers/etcd.sh) and etcdctl (interop)
   procps iproute2 strace                    # ps/pkill/ss used by the test scripts; strace checks poll timeouts
+  socat                                     # tests/servers/link.sh: a loopback link tests freeze and cut
 )
 fi
 installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
