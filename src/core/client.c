@@ -5,6 +5,18 @@
 #include <string.h>
 
 
+static void gate_unref(baton__gate *g)
+{
+    int last;
+    pthread_mutex_lock(&g->mu);
+    last = --g->refs == 0;
+    pthread_mutex_unlock(&g->mu);
+    if (!last) return;
+    pthread_cond_destroy(&g->cv);
+    pthread_mutex_destroy(&g->mu);
+    free(g);
+}
+
 int baton_client_open(baton_client **out, const char *uri, const baton_client_options *opts)
 {
     baton_client_options o = BATON_CLIENT_OPTIONS_INIT;
@@ -23,8 +35,14 @@ int baton_client_open(baton_client **out, const char *uri, const baton_client_op
     if (!uri || !*uri) uri = "file://";
     c = calloc(1, sizeof *c);
     if (!c) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+    if (!(c->gate = calloc(1, sizeof *c->gate))) {
+        free(c);
+        return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+    }
     c->opts = o;
-    pthread_mutex_init(&c->mu, NULL);
+    pthread_mutex_init(&c->gate->mu, NULL);
+    pthread_cond_init(&c->gate->cv, NULL);
+    c->gate->refs = 1;
     if ((rc = baton__uri_parse(uri, &c->uri))) goto fail;
     if ((rc = baton__registry_find(c->uri->scheme, &c->be))) goto fail;
     if ((rc = c->be->open(&c->eng, c->uri, &c->opts))) goto fail;
@@ -45,57 +63,137 @@ int baton_client_open(baton_client **out, const char *uri, const baton_client_op
     return 0;
 fail:
     baton__uri_free(c->uri);
-    pthread_mutex_destroy(&c->mu);
+    gate_unref(c->gate);
     free(c);
     return rc;
 }
 
-void baton__client_link(baton_client *c, baton__member *l)
+int baton__client_link(baton_client *c, baton__member *m)
 {
-    pthread_mutex_lock(&c->mu);
-    l->cnext = c->members;
-    l->cprev = NULL;
-    if (c->members) c->members->cprev = l;
-    c->members = l;
-    pthread_mutex_unlock(&c->mu);
+    baton__gate *g = c->gate;
+    pthread_mutex_lock(&g->mu);
+    if (g->closing) {
+        pthread_mutex_unlock(&g->mu);
+        return baton_seterr(BATON_ECANCELED, 0, "the client is closing");
+    }
+    m->gate = g;
+    g->refs++;
+    m->mstate = MEMBER_LIVE;
+    m->free_pending = 0;
+    m->cnext = g->members;
+    m->cprev = NULL;
+    if (g->members) g->members->cprev = m;
+    g->members = m;
+    pthread_mutex_unlock(&g->mu);
+    return 0;
 }
 
-void baton__client_unlink(baton_client *c, baton__member *l)
+/* g->mu held. */
+static void member_unlink(baton__gate *g, baton__member *m)
 {
-    pthread_mutex_lock(&c->mu);
-    if (l->cprev) l->cprev->cnext = l->cnext;
-    else c->members = l->cnext;
-    if (l->cnext) l->cnext->cprev = l->cprev;
-    l->cnext = l->cprev = NULL;
-    pthread_mutex_unlock(&c->mu);
+    if (m->cprev) m->cprev->cnext = m->cnext;
+    else g->members = m->cnext;
+    if (m->cnext) m->cnext->cprev = m->cprev;
+    m->cnext = m->cprev = NULL;
+}
+
+int baton__member_enter(baton__member *m)
+{
+    baton__gate *g = m->gate;
+    pthread_mutex_lock(&g->mu);
+    if (g->closing || m->mstate != MEMBER_LIVE) {
+        pthread_mutex_unlock(&g->mu);
+        return baton_seterr(BATON_ECANCELED, 0, "the client of this handle is closed");
+    }
+    g->active++;
+    pthread_mutex_unlock(&g->mu);
+    return 0;
+}
+
+void baton__member_leave(baton__member *m)
+{
+    baton__gate *g = m->gate;
+    pthread_mutex_lock(&g->mu);
+    if (--g->active == 0) pthread_cond_broadcast(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+}
+
+void baton__member_free(baton__member *m)
+{
+    baton__gate *g = m->gate;
+    pthread_mutex_lock(&g->mu);
+    if (m->mstate == MEMBER_LIVE && !g->closing) {
+        member_unlink(g, m);
+        m->mstate = MEMBER_DEAD;
+        g->active++;
+        pthread_mutex_unlock(&g->mu);
+        m->destroy(m);
+        pthread_mutex_lock(&g->mu);
+        if (--g->active == 0) pthread_cond_broadcast(&g->cv);
+    } else if (m->mstate != MEMBER_DEAD) {
+        /* Its client is closing: the close destroys it and frees it then
+         * (it may be this very thread, inside an on_lost). */
+        m->free_pending = 1;
+        pthread_mutex_unlock(&g->mu);
+        return;
+    }
+    pthread_mutex_unlock(&g->mu);
+    m->free_handle(m);
+    gate_unref(g);
 }
 
 void baton_client_close(baton_client *c)
 {
+    baton__gate *g;
+    baton__member *list, *m;
     if (!c) return;
+    g = c->gate;
     /* From here on a backend thread's call into the host does nothing. */
     pthread_mutex_lock(&c->host.mu);
     c->host.c = NULL;
     pthread_mutex_unlock(&c->host.mu);
-    for (;;) {
-        baton__member *l;
-        pthread_mutex_lock(&c->mu);
-        l = c->members;
-        if (l) {
-            c->members = l->cnext;
-            if (c->members) c->members->cprev = NULL;
-            l->cnext = l->cprev = NULL;
-        }
-        pthread_mutex_unlock(&c->mu);
-        if (!l) break;
-        l->destroy(l);
+
+    /* No new call through a handle; the ones blocked in the engine are
+     * woken (BATON_ECANCELED) and every call in flight leaves. */
+    pthread_mutex_lock(&g->mu);
+    g->closing = 1;
+    for (m = g->members; m; m = m->cnext) {
+        m->mstate = MEMBER_CLOSING;
+        if (m->cancel) m->cancel(m);
     }
+    while (g->active > 0)
+        pthread_cond_wait(&g->cv, &g->mu);
+    pthread_mutex_unlock(&g->mu);
+
+    /* Renewals and reports in flight end (bounded by their deadlines); an
+     * on_lost that runs now gets BATON_ECANCELED from any call and may free
+     * its handle (freed below). */
     baton__keeper_stop(c->keeper);
+    c->keeper = NULL;
+
+    pthread_mutex_lock(&g->mu);
+    list = g->members;
+    g->members = NULL;
+    pthread_mutex_unlock(&g->mu);
+    while ((m = list)) {
+        int pending;
+        list = m->cnext;
+        m->cnext = m->cprev = NULL;
+        m->destroy(m);
+        pthread_mutex_lock(&g->mu);
+        m->mstate = MEMBER_DEAD;
+        pending = m->free_pending;
+        pthread_mutex_unlock(&g->mu);
+        if (pending) {
+            m->free_handle(m);
+            gate_unref(g);
+        }
+    }
     c->be->close(c->eng);
     baton__uri_free(c->uri);
     pthread_mutex_destroy(&c->host.mu);
-    pthread_mutex_destroy(&c->mu);
     free(c);
+    gate_unref(g);
 }
 
 const char *baton_client_backend(const baton_client *c)
@@ -145,10 +243,10 @@ static void host_each(baton_host *h, int (*fn)(baton__member *m, void *arg), voi
         pthread_mutex_unlock(&h->mu);
         return;
     }
-    pthread_mutex_lock(&c->mu);
-    for (baton__member *m = c->members; m; m = m->cnext)
+    pthread_mutex_lock(&c->gate->mu);
+    for (baton__member *m = c->gate->members; m; m = m->cnext)
         if (fn(m, arg)) any = 1;
-    pthread_mutex_unlock(&c->mu);
+    pthread_mutex_unlock(&c->gate->mu);
     if (any) baton__keeper_kick(c->keeper);
     pthread_mutex_unlock(&h->mu);
 }

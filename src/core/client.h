@@ -8,18 +8,54 @@
 #include "keeper.h"
 
 typedef struct baton__member baton__member;
+typedef struct baton__gate baton__gate;
+
+/* Where a member stands with its client. */
+enum { MEMBER_LIVE, MEMBER_CLOSING, MEMBER_DEAD };
+
 struct baton__member {
-    /* close: release what it holds and free it (unlinked already). */
+    /* Release what it holds on the engine and free its engine state (the
+     * handle itself stays for its owner to free). Called once, with no
+     * call through the member in flight. */
     void (*destroy)(baton__member *m);
+    /* Frees the handle (after destroy, or when it never had engine state). */
+    void (*free_handle)(baton__member *m);
+    /* Wakes a call of this member blocked in the engine (close). May be NULL. */
+    void (*cancel)(baton__member *m);
     /* The engine may have lost what it holds: make its renewal due at NOW.
-     * 1 when it did (the keeper is then kicked). */
+     * 1 when it did (the keeper is then kicked). May be NULL. */
     int (*recheck)(baton__member *m, int64_t now);
     /* The engine no longer holds the grant FENCE (0 = any) of backend state
      * ST (NULL = every state): mark it lost. 1 when it did (the keeper is
      * then kicked to report it). May be NULL. */
     int (*lost)(baton__member *m, void *st, uint64_t fence);
-    baton__member *cnext, *cprev;   /* guarded by the client's mutex */
+    baton__gate *gate;              /* outlives the client while handles remain */
+    int mstate;                     /* MEMBER_*; guarded by gate->mu */
+    int free_pending;               /* freed by its owner while its client closed */
+    baton__member *cnext, *cprev;   /* guarded by gate->mu */
 };
+
+/* What a handle shares with its client and keeps after the client is gone:
+ * the count of calls in flight (close waits for them) and the member list.
+ * Freed by the last of the client and its handles. */
+struct baton__gate {
+    pthread_mutex_t mu;          /* never held across I/O */
+    pthread_cond_t cv;           /* active reached 0 */
+    int refs;
+    int closing;
+    int active;
+    baton__member *members;
+};
+
+/* Links M to C (0), or BATON_ECANCELED when C is closing. */
+int baton__client_link(struct baton_client *c, baton__member *m);
+/* Every public call through a handle: 0 and the client stays open until
+ * leave, or BATON_ECANCELED (error set) when the client is closed or closing. */
+int baton__member_enter(baton__member *m);
+void baton__member_leave(baton__member *m);
+/* The owner's free of a handle: destroys and frees it now, or (while the
+ * client closes) leaves that to the close. */
+void baton__member_free(baton__member *m);
 
 struct baton_host {
     pthread_mutex_t mu;          /* held while a backend thread calls in; close clears c */
@@ -34,11 +70,7 @@ struct baton_client {
     baton_uri *uri;
     baton_client_options opts;
     baton__keeper *keeper;
-    pthread_mutex_t mu;          /* guards the member list only; never held across I/O */
-    baton__member *members;
+    baton__gate *gate;
 };
-
-void baton__client_link(struct baton_client *c, baton__member *m);
-void baton__client_unlink(struct baton_client *c, baton__member *m);
 
 #endif

@@ -14,6 +14,7 @@ struct baton_election {
     baton_waiter ow;                            /* observe's parking spot */
     pthread_mutex_t omu;                        /* one observer at a time */
     int observed;                               /* observe answered once */
+    int observing;                              /* an observe is in flight (atomic) */
     uint64_t known_fence;
     char known_value[BATON_ELECTION_VALUE_MAX + 1];
 };
@@ -114,10 +115,14 @@ int baton_election_proclaim(baton_election *e, const char *value)
     if (!e) return baton_seterr(BATON_EINVAL, 0, "baton_election_proclaim: NULL election");
     if ((rc = value_check(value))) return rc;
     l = e->l;
-    if (!l->c->be->election_proclaim)
-        return baton_seterr(BATON_ENOTSUP, 0, "the %s backend cannot change a leader's value", l->c->be->name);
     if (!baton_lock_held(l))
         return baton_seterr(BATON_ENOTHELD, 0, "election '%s': this candidate does not lead", l->name);
+    if ((rc = baton__member_enter(&l->cm))) return rc;
+    if (!l->c->be->election_proclaim) {
+        rc = baton_seterr(BATON_ENOTSUP, 0, "the %s backend cannot change a leader's value", l->c->be->name);
+        baton__member_leave(&l->cm);
+        return rc;
+    }
     pthread_mutex_lock(&l->io);
     rc = l->c->be->election_proclaim(l->c->eng, l->st, &l->owner, value);
     pthread_mutex_unlock(&l->io);
@@ -126,6 +131,7 @@ int baton_election_proclaim(baton_election *e, const char *value)
         snprintf(e->value, sizeof e->value, "%s", value);
         pthread_mutex_unlock(&l->smu);
     }
+    baton__member_leave(&l->cm);
     return rc;
 }
 
@@ -140,7 +146,9 @@ int baton_election_leader(baton_election *e, char *value, size_t n, uint64_t *fe
     uint64_t f = 0;
     int rc;
     if (!e) return baton_seterr(BATON_EINVAL, 0, "baton_election_leader: NULL election");
+    if ((rc = baton__member_enter(&e->l->cm))) return rc;
     rc = e->c->be->election_leader(e->c->eng, e->l->name, 0, "", v, sizeof v, &f, 0, NULL);
+    baton__member_leave(&e->l->cm);
     if (rc) return rc;
     copy_out(value, n, v);
     if (fence) *fence = f;
@@ -155,12 +163,22 @@ int baton_election_observe(baton_election *e, char *value, size_t n, uint64_t *f
     int64_t deadline;
     int rc;
     if (!e) return baton_seterr(BATON_EINVAL, 0, "baton_election_observe: NULL election");
+    if ((rc = baton__member_enter(&e->l->cm))) return rc;
     pthread_mutex_lock(&e->omu);
-    baton__waiter_reset(&e->ow);
+    if (baton_waiter_canceled(&e->ow)) {
+        /* a cancel kept from before this call (see baton_election_cancel) */
+        baton__waiter_reset(&e->ow);
+        pthread_mutex_unlock(&e->omu);
+        baton__member_leave(&e->l->cm);
+        return baton_seterr(BATON_ECANCELED, 0, "election '%s': observe canceled (before it started)", e->l->name);
+    }
+    __atomic_store_n(&e->observing, 1, __ATOMIC_SEQ_CST);
     if (!e->observed) deadline = 0;
     else baton__wait_deadline_ns(wait_ms, &deadline);
     rc = e->c->be->election_leader(e->c->eng, e->l->name, e->known_fence, e->known_value, v, sizeof v, &f,
                                    deadline, &e->ow);
+    __atomic_store_n(&e->observing, 0, __ATOMIC_SEQ_CST);
+    baton__waiter_reset(&e->ow);
     if (rc == 0 && e->observed && wait_ms == 0 && f == e->known_fence && !strcmp(v, e->known_value))
         rc = baton_seterr(BATON_ETIMEDOUT, 0, "election '%s': the leader has not changed", e->l->name);
     if (rc == 0) {
@@ -171,14 +189,23 @@ int baton_election_observe(baton_election *e, char *value, size_t n, uint64_t *f
         if (fence) *fence = f;
     }
     pthread_mutex_unlock(&e->omu);
+    baton__member_leave(&e->l->cm);
     return rc;
 }
 
 int baton_election_cancel(baton_election *e)
 {
+    int observing, campaigning;
     if (!e) return baton_seterr(BATON_EINVAL, 0, "baton_election_cancel: NULL election");
-    baton__waiter_cancel(&e->ow);
-    return baton_lock_cancel(e->l);
+    /* The call in flight is cancelled; with none, both kinds keep the
+     * cancel for their next call. */
+    observing = __atomic_load_n(&e->observing, __ATOMIC_SEQ_CST);
+    pthread_mutex_lock(&e->l->smu);
+    campaigning = e->l->acquiring;
+    pthread_mutex_unlock(&e->l->smu);
+    if (observing || !campaigning) baton__waiter_cancel(&e->ow);
+    if (campaigning || !observing) baton_lock_cancel(e->l);
+    return 0;
 }
 
 void baton_election_free(baton_election *e)

@@ -1,7 +1,9 @@
-/* The keeper: one thread per client that renews leases before they run out and
- * declares a lock LOST the moment its monotonic lease deadline passes. It holds
- * its own mutex only while scanning; renewals run without it, so adding or
- * removing a lock never waits for a round trip of another lock. */
+/* The keeper (see keeper.h): a timing thread that declares a node lost the
+ * moment its monotonic deadline passes and hands renewals and reports to
+ * workers, so no I/O call can hold a deadline back.
+ *
+ * Lock order: the keeper's mutex, then a node's own mutex (inside poll).
+ * Workers run jobs with the keeper's mutex released. */
 #include "keeper.h"
 #include "baton/sys/backend.h"
 #include <pthread.h>
@@ -11,32 +13,169 @@
 #include <time.h>
 
 #define KEEPER_LINGER_NS 1000000000LL
+/* An idle worker waits this long for a job before it exits. */
+#define WORKER_LINGER_NS 2000000000LL
+/* Renewals of different locks run at once up to this many; past it they
+ * queue (a client with more locks stuck on a frozen engine than this has
+ * lost them at their deadlines anyway: the timing thread does not wait). */
+#define WORKERS_MAX 64
+
+#define KJOB_KEEP 1
+#define KJOB_REPORT 2
 
 struct baton__keeper {
     pthread_t th;
     pthread_mutex_t mu;
-    pthread_cond_t cv;      /* CLOCK_MONOTONIC; wakes the loop */
-    pthread_cond_t idle;    /* signalled when a lock stops being kept */
+    pthread_cond_t cv;      /* CLOCK_MONOTONIC; wakes the timing loop */
+    pthread_cond_t idle;    /* a job ended, or a worker exited */
+    pthread_cond_t work;    /* a job was queued (workers wait on it) */
     baton__kept *head;
+    baton__kept *qhead, *qtail; /* nodes with queued jobs */
     int64_t sleeping_until;   /* when the loop will look again on its own */
     int stop;
-    int started;              /* the thread runs (started by the first leased lock) */
-    baton__kept *cur;         /* the node being kept (or whose report runs) */
-    int cur_gone;             /* ... was freed meanwhile, by its own on_lost */
-    int self_free;            /* the client was closed from on_lost: the thread frees k */
+    int started;              /* the timing thread runs (started by the first kept node) */
+    int workers, idle_workers;
+    int self_free;            /* stopped from a worker's job: the last worker frees k */
 };
 
-static int on_keeper(baton__keeper *k)
+/* The job this thread runs now, so a node's own report can remove or free
+ * its node (and stop its keeper) without waiting for itself. */
+static __thread baton__keeper *tls_k;
+static __thread baton__kept *tls_node;
+static __thread int tls_job;
+static __thread int tls_gone;
+
+void baton__kept_gone(baton__kept *n)
 {
-    return k->started && pthread_equal(pthread_self(), k->th);
+    if (tls_node == n) tls_gone = 1;
 }
 
 static void keeper_free(baton__keeper *k)
 {
     pthread_cond_destroy(&k->cv);
     pthread_cond_destroy(&k->idle);
+    pthread_cond_destroy(&k->work);
     pthread_mutex_destroy(&k->mu);
     free(k);
+}
+
+static void q_push(baton__keeper *k, baton__kept *n)
+{
+    if (n->inq) return;
+    n->qnext = NULL;
+    if (k->qtail) k->qtail->qnext = n;
+    else k->qhead = n;
+    k->qtail = n;
+    n->inq = 1;
+}
+
+static void q_unlink(baton__keeper *k, baton__kept *n)
+{
+    baton__kept **pp = &k->qhead, *prev = NULL;
+    if (!n->inq) return;
+    while (*pp && *pp != n) { prev = *pp; pp = &(*pp)->qnext; }
+    if (*pp) {
+        *pp = n->qnext;
+        if (k->qtail == n) k->qtail = prev;
+    }
+    n->qnext = NULL;
+    n->inq = 0;
+}
+
+static void *worker_main(void *arg);
+
+/* k->mu held. Starts a thread with every signal blocked: signals belong to
+ * the application. */
+static int spawn(baton__keeper *k, pthread_t *th, void *(*fn)(void *))
+{
+    sigset_t all, old;
+    pthread_attr_t a;
+    int e;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
+    pthread_attr_init(&a);
+    if (fn == worker_main) pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+    e = pthread_create(th, &a, fn, k);
+    pthread_attr_destroy(&a);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return e;
+}
+
+/* k->mu held. Queues job J of N and makes sure a worker will take it. */
+static void enqueue(baton__keeper *k, baton__kept *n, int j)
+{
+    n->jobs_q |= j;
+    q_push(k, n);
+    if (k->idle_workers > 0) {
+        pthread_cond_signal(&k->work);
+    } else if (k->workers < WORKERS_MAX) {
+        pthread_t th;
+        if (spawn(k, &th, worker_main) == 0) k->workers++;
+        /* else: a worker that exists takes it when it is done */
+    }
+}
+
+static void *worker_main(void *arg)
+{
+    baton__keeper *k = arg;
+    pthread_mutex_lock(&k->mu);
+    tls_k = k;
+    for (;;) {
+        baton__kept *n;
+        int j;
+        while (!k->qhead && !k->stop) {
+            int64_t until = baton_now_ns() + WORKER_LINGER_NS;
+            struct timespec ts = { until / 1000000000LL, until % 1000000000LL };
+            int e;
+            k->idle_workers++;
+            e = pthread_cond_timedwait(&k->work, &k->mu, &ts);
+            k->idle_workers--;
+            if (e == ETIMEDOUT && !k->qhead) goto out;
+        }
+        if (!k->qhead) break;   /* stopping, nothing left */
+        n = k->qhead;
+        j = (n->jobs_q & KJOB_REPORT) ? KJOB_REPORT : KJOB_KEEP;
+        n->jobs_q &= ~j;
+        n->jobs_run |= j;
+        q_unlink(k, n);
+        if (n->jobs_q) q_push(k, n);   /* the other job goes to another worker */
+        pthread_mutex_unlock(&k->mu);
+
+        tls_node = n;
+        tls_job = j;
+        tls_gone = 0;
+        if (j == KJOB_KEEP) {
+            int lost = n->keep(n, baton_now_ns());
+            if (lost) {
+                /* Report on this worker at once: the renewal has just said
+                 * so, and a second queue round trip would only add delay. */
+                pthread_mutex_lock(&k->mu);
+                n->jobs_run |= KJOB_REPORT;
+                n->jobs_run &= ~KJOB_KEEP;
+                pthread_mutex_unlock(&k->mu);
+                tls_job = j = KJOB_REPORT;
+                n->report(n);
+            }
+        } else {
+            n->report(n);
+        }
+        pthread_mutex_lock(&k->mu);
+        if (!tls_gone) n->jobs_run &= ~j;
+        tls_node = NULL;
+        tls_job = 0;
+        pthread_cond_broadcast(&k->idle);
+        pthread_cond_broadcast(&k->cv);   /* the node's due time may have moved */
+    }
+out:
+    k->workers--;
+    pthread_cond_broadcast(&k->idle);
+    {
+        int free_it = k->self_free && k->workers == 0;
+        pthread_mutex_unlock(&k->mu);
+        tls_k = NULL;
+        if (free_it) keeper_free(k);
+    }
+    return NULL;
 }
 
 static void *keeper_main(void *arg)
@@ -46,28 +185,13 @@ static void *keeper_main(void *arg)
     pthread_mutex_lock(&k->mu);
     while (!k->stop) {
         int64_t now = baton_now_ns(), due = INT64_MAX;
-        baton__kept *l, *run = NULL;
-        for (l = k->head; l; l = l->knext) {
-            int64_t d = l->due(l);
-            if (d <= now && !l->kbusy) { run = l; break; }
-            if (d < due) due = d;
-        }
-        if (run) {
-            run->kbusy = 1;
-            k->cur = run;
-            k->cur_gone = 0;
-            pthread_mutex_unlock(&k->mu);
-            /* report (on_lost) runs here, with no mutex of ours held and
-             * the node still marked busy (so another thread's free waits
-             * for it); calls from it on this very node do not wait for
-             * that mark (see keeper_unlink), and a free sets cur_gone. */
-            if (run->keep(run, now)) run->report(run);
-            pthread_mutex_lock(&k->mu);
-            if (!k->cur_gone) run->kbusy = 0;
-            k->cur = NULL;
-            k->cur_gone = 0;
-            pthread_cond_broadcast(&k->idle);
-            continue;
+        for (baton__kept *n = k->head; n; n = n->knext) {
+            int64_t next = INT64_MAX;
+            int renewing = ((n->jobs_q | n->jobs_run) & KJOB_KEEP) != 0;
+            int what = n->poll(n, now, renewing, &next);
+            if (what == KEPT_LOST) enqueue(k, n, KJOB_REPORT);
+            else if (what == KEPT_RENEW) enqueue(k, n, KJOB_KEEP);
+            if (next < due) due = next;
         }
         /* With nothing to keep, look again in a second before parking for
          * good: a program that takes and drops locks in a loop then adds
@@ -83,18 +207,16 @@ static void *keeper_main(void *arg)
         if (due == INT64_MAX) {
             pthread_cond_wait(&k->cv, &k->mu);
             lingered = 0;
-        } else {
+        } else if (due > now) {
             struct timespec ts = { due / 1000000000LL, due % 1000000000LL };
             pthread_cond_timedwait(&k->cv, &k->mu, &ts);
         }
     }
-    int self_free = k->self_free;
     pthread_mutex_unlock(&k->mu);
-    if (self_free) keeper_free(k);
     return NULL;
 }
 
-/* The thread starts with the first leased lock: a client of an engine
+/* The timing thread starts with the first kept node: a client of an engine
  * without leases (the file backend, a CLI run) never pays for it. */
 int baton__keeper_start(baton__keeper **out)
 {
@@ -106,6 +228,7 @@ int baton__keeper_start(baton__keeper **out)
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&k->cv, &ca);
     pthread_cond_init(&k->idle, &ca);
+    pthread_cond_init(&k->work, &ca);
     pthread_condattr_destroy(&ca);
     k->sleeping_until = INT64_MAX;
     *out = k;
@@ -115,101 +238,99 @@ int baton__keeper_start(baton__keeper **out)
 /* k->mu held. */
 static int keeper_launch(baton__keeper *k)
 {
-    sigset_t all, old;
+    int e;
     if (k->started) return 0;
-    /* The keeper never takes process signals: they belong to the application. */
-    sigfillset(&all);
-    pthread_sigmask(SIG_BLOCK, &all, &old);
-    int e = pthread_create(&k->th, NULL, keeper_main, k);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (e) return baton_seterr(BATON_ENOMEM, e, "cannot start the keeper thread");
+    if ((e = spawn(k, &k->th, keeper_main))) return baton_seterr(BATON_ENOMEM, e, "cannot start the keeper thread");
     k->started = 1;
     return 0;
 }
 
 void baton__keeper_stop(baton__keeper *k)
 {
+    int mine, started;
     if (!k) return;
     pthread_mutex_lock(&k->mu);
     k->stop = 1;
-    int started = k->started;
-    if (on_keeper(k)) {
-        /* baton_client_close from on_lost: the thread cannot join itself; it
-         * leaves its loop when the callback returns and frees k. */
+    started = k->started;
+    pthread_cond_broadcast(&k->cv);
+    pthread_cond_broadcast(&k->work);
+    pthread_mutex_unlock(&k->mu);
+    if (started) pthread_join(k->th, NULL);
+
+    pthread_mutex_lock(&k->mu);
+    /* From a worker's job (baton_client_close inside on_lost): that worker
+     * cannot wait for itself to exit; it frees k when its job returns. */
+    mine = tls_k == k;
+    while (k->workers > mine)
+        pthread_cond_wait(&k->idle, &k->mu);
+    if (mine) {
         k->self_free = 1;
-        pthread_detach(k->th);
         pthread_mutex_unlock(&k->mu);
         return;
     }
-    pthread_cond_broadcast(&k->cv);
     pthread_mutex_unlock(&k->mu);
-    if (started) pthread_join(k->th, NULL);
     keeper_free(k);
 }
 
-int baton__keeper_add(baton__keeper *k, baton__kept *l)
+int baton__keeper_add(baton__keeper *k, baton__kept *n)
 {
+    int64_t next = INT64_MAX;
+    if (!k) return baton_seterr(BATON_ECANCELED, 0, "the client is closing");
     pthread_mutex_lock(&k->mu);
     int rc = keeper_launch(k);
     if (rc) {
         pthread_mutex_unlock(&k->mu);
         return rc;
     }
-    if (!l->kept) {
-        l->knext = k->head;
-        k->head = l;
-        l->kept = 1;
+    if (!n->kept) {
+        n->knext = k->head;
+        k->head = n;
+        n->kept = 1;
     }
-    /* Wake the loop only when this lock is due before it would look anyway:
+    /* Wake the loop only when this node is due before it would look anyway:
      * most locks are released long before their first renewal, and a wake-up
-     * per acquire would cost a context switch on the hot path. */
-    if (l->due(l) < k->sleeping_until)
+     * per acquire would cost a context switch on the hot path. The poll here
+     * only reads the due time: it runs again on the timing thread. */
+    n->poll(n, INT64_MIN, 0, &next);
+    if (next < k->sleeping_until)
         pthread_cond_broadcast(&k->cv);
     pthread_mutex_unlock(&k->mu);
     return 0;
 }
 
-/* Also waits until the keeper is done with l, so the caller may free it;
- * except on the keeper thread itself, inside l's on_lost, which would wait
- * for itself. */
-static void keeper_unlink(baton__keeper *k, baton__kept *l, int freeing)
+static void keeper_unlink(baton__keeper *k, baton__kept *n, int freeing)
 {
+    if (!k) {   /* stopped: its client is closing */
+        if (freeing) baton__kept_gone(n);
+        return;
+    }
     pthread_mutex_lock(&k->mu);
-    if (on_keeper(k) && k->cur == l) {
-        if (freeing) k->cur_gone = 1;
-    } else {
-        while (l->kbusy)
+    q_unlink(k, n);
+    n->jobs_q = 0;
+    {
+        /* The caller's own job on n (a report removing or freeing its own
+         * node) is not waited for. */
+        int own = (tls_k == k && tls_node == n) ? tls_job : 0;
+        while (n->jobs_run & ~own)
             pthread_cond_wait(&k->idle, &k->mu);
+        if (own && freeing) tls_gone = 1;
     }
-    if (l->kept) {
+    if (n->kept) {
         baton__kept **pp = &k->head;
-        while (*pp && *pp != l) pp = &(*pp)->knext;
-        if (*pp) *pp = l->knext;
-        l->kept = 0;
-        l->knext = NULL;
+        while (*pp && *pp != n) pp = &(*pp)->knext;
+        if (*pp) *pp = n->knext;
+        n->kept = 0;
+        n->knext = NULL;
     }
     pthread_mutex_unlock(&k->mu);
 }
 
-void baton__keeper_remove(baton__keeper *k, baton__kept *l) { keeper_unlink(k, l, 0); }
-void baton__keeper_forget(baton__keeper *k, baton__kept *l) { keeper_unlink(k, l, 1); }
-
-/* Called from the keeper thread itself (inside keep), so no waiting on kbusy. */
-void baton__keeper_drop_self(baton__keeper *k, baton__kept *l)
-{
-    pthread_mutex_lock(&k->mu);
-    if (l->kept) {
-        baton__kept **pp = &k->head;
-        while (*pp && *pp != l) pp = &(*pp)->knext;
-        if (*pp) *pp = l->knext;
-        l->kept = 0;
-        l->knext = NULL;
-    }
-    pthread_mutex_unlock(&k->mu);
-}
+void baton__keeper_remove(baton__keeper *k, baton__kept *n) { keeper_unlink(k, n, 0); }
+void baton__keeper_forget(baton__keeper *k, baton__kept *n) { keeper_unlink(k, n, 1); }
 
 void baton__keeper_kick(baton__keeper *k)
 {
+    if (!k) return;
     pthread_mutex_lock(&k->mu);
     pthread_cond_broadcast(&k->cv);
     pthread_mutex_unlock(&k->mu);

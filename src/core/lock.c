@@ -37,12 +37,14 @@ static int64_t lease_validity_ns(uint32_t lease_ms)
 }
 
 /* What the keeper and the client call back (below). */
-static int64_t lock_due(baton__kept *n);
+static int lock_poll(baton__kept *n, int64_t now, int renewing, int64_t *next);
 static int lock_keep(baton__kept *n, int64_t now);
 static void lock_report(baton__kept *n);
 static int lock_recheck(baton__member *m, int64_t now);
 static int lock_lost(baton__member *m, void *st, uint64_t fence);
 static void lock_member_destroy(baton__member *m);
+static void lock_member_free(baton__member *m);
+static void lock_member_cancel(baton__member *m);
 
 int baton_lock_open(baton_lock **out, baton_client *c, const char *name, const baton_lock_options *opts)
 {
@@ -86,13 +88,18 @@ int baton__lock_create(baton_lock **out, baton_client *c, const char *name,
     pthread_mutex_init(&l->smu, NULL);
     if (st) l->st = st;
     else if ((rc = c->be->lock_new(c->eng, l->name, &l->opts, &l->st))) goto fail_sync;
-    l->kn.due = lock_due;
+    l->kn.poll = lock_poll;
     l->kn.keep = lock_keep;
     l->kn.report = lock_report;
     l->cm.destroy = lock_member_destroy;
+    l->cm.free_handle = lock_member_free;
+    l->cm.cancel = lock_member_cancel;
     l->cm.recheck = lock_recheck;
     l->cm.lost = lock_lost;
-    baton__client_link(c, &l->cm);
+    if ((rc = baton__client_link(c, &l->cm))) {
+        c->be->lock_free(c->eng, l->st);
+        goto fail_sync;
+    }
     *out = l;
     return 0;
 fail_sync:
@@ -106,6 +113,34 @@ fail_name:
 }
 
 int baton_lock_acquire(baton_lock *l, int64_t wait_ms)
+{
+    int rc;
+    if (!l) return baton_seterr(BATON_EINVAL, 0, "baton_lock_acquire: NULL lock");
+    if ((rc = baton__member_enter(&l->cm))) return rc;
+    rc = baton__lock_acquire(l, wait_ms);
+    baton__member_leave(&l->cm);
+    return rc;
+}
+
+/* A cancel is kept until an acquire consumes it: the one in flight when it
+ * came, or else the next one, which returns BATON_ECANCELED at once. */
+static int take_cancel(baton_lock *l)
+{
+    int c = baton_waiter_canceled(&l->waiter);
+    if (c) baton__waiter_reset(&l->waiter);
+    return c;
+}
+
+void baton__lock_uncancel(baton_lock *l) { baton__waiter_reset(&l->waiter); }
+
+/* smu held: the engine reported the loss of the grant FENCE while it was
+ * being made (lock_lost during an acquire). */
+static int lost_in_flight(baton_lock *l, uint64_t fence)
+{
+    return l->lost_any || (l->lost_fence && l->lost_fence == fence);
+}
+
+int baton__lock_acquire(baton_lock *l, int64_t wait_ms)
 {
     unsigned long me = baton__gettid();
     baton_acquire_req req;
@@ -155,7 +190,13 @@ int baton_lock_acquire(baton_lock *l, int64_t wait_ms)
         pthread_mutex_unlock(&l->smu);
         return baton_seterr(BATON_EINVAL, 0, "lock '%s': another thread is acquiring this handle", l->name);
     }
+    if (take_cancel(l)) {
+        pthread_mutex_unlock(&l->smu);
+        return baton_seterr(BATON_ECANCELED, 0, "lock '%s': acquire canceled (before it started)", l->name);
+    }
     l->acquiring = 1;
+    l->lost_fence = 0;
+    l->lost_any = 0;
     if (l->state == LOCK_LOST) {
         /* The loss was reported; a new acquire starts afresh. */
         l->state = LOCK_FREE;
@@ -164,7 +205,6 @@ int baton_lock_acquire(baton_lock *l, int64_t wait_ms)
     pthread_mutex_unlock(&l->smu);
     baton__keeper_remove(l->c->keeper,&l->kn);
 
-    baton__waiter_reset(&l->waiter);
     memset(&req, 0, sizeof req);
     baton__owner_set_thread(&l->owner);
     req.owner = &l->owner;
@@ -179,21 +219,32 @@ int baton_lock_acquire(baton_lock *l, int64_t wait_ms)
      * lost (it reports that on the keeper thread). */
     kept = leased || (l->c->be->caps & BATON_CAP_SESSION);
     for (;;) {
+        int dead;
         pthread_mutex_lock(&l->io);
         rc = l->c->be->lock_acquire(l->c->eng, l->st, &req);
         pthread_mutex_unlock(&l->io);
-        if (rc || !leased || baton_now_ns() < req.sent_ns + lease_validity_ns(l->opts.lease_ms))
+        if (rc) break;
+        pthread_mutex_lock(&l->smu);
+        dead = lost_in_flight(l, req.fence);
+        l->lost_any = 0;
+        l->lost_fence = 0;
+        pthread_mutex_unlock(&l->smu);
+        if (!dead && (!leased || baton_now_ns() < req.sent_ns + lease_validity_ns(l->opts.lease_ms)))
             break;
         /* Granted, but the lease was already over when the answer came (a
-         * paused process, a slow handoff): never report that as held. Give
-         * the grant back (owner-checked) and try again while time is left. */
+         * paused process, a slow handoff), or the engine said the session
+         * it was granted on died while the answer was on its way: never
+         * report that as held. Give the grant back (owner-checked) and try
+         * again while time is left. */
         pthread_mutex_lock(&l->io);
         l->c->be->lock_release(l->c->eng, l->st, &l->owner);
         pthread_mutex_unlock(&l->io);
         if (req.deadline_ns != INT64_MAX && baton_now_ns() >= req.deadline_ns) {
-            rc = baton_seterr(req.deadline_ns ? BATON_ETIMEDOUT : BATON_ELOCKED, 0,
-                              "lock '%s': granted only after its lease of %u ms was over", l->name,
-                              l->opts.lease_ms);
+            rc = dead ? baton_seterr(BATON_EUNAVAILABLE, 0, "lock '%s': the engine's session ended "
+                                     "as it granted the lock", l->name)
+                      : baton_seterr(req.deadline_ns ? BATON_ETIMEDOUT : BATON_ELOCKED, 0,
+                                     "lock '%s': granted only after its lease of %u ms was over", l->name,
+                                     l->opts.lease_ms);
             break;
         }
         if (baton_waiter_canceled(&l->waiter)) {
@@ -204,6 +255,8 @@ int baton_lock_acquire(baton_lock *l, int64_t wait_ms)
 
     pthread_mutex_lock(&l->smu);
     l->acquiring = 0;
+    /* This acquire consumed any cancel that came while it ran. */
+    baton__waiter_reset(&l->waiter);
     if (rc == 0) {
         l->state = LOCK_HELD;
         l->holder_tid = me;
@@ -224,7 +277,7 @@ int baton_lock_acquire(baton_lock *l, int64_t wait_ms)
         int e = baton_error_last()->code;
         char msg[256];
         snprintf(msg, sizeof msg, "%s", baton_error_last()->message ? baton_error_last()->message : "");
-        baton_lock_release(l);
+        baton__lock_release(l);
         return baton_seterr(e, 0, "lock '%s': %s", l->name, msg);
     }
     if (rc == BATON_ELOCKED && wait_ms != 0)
@@ -232,14 +285,13 @@ int baton_lock_acquire(baton_lock *l, int64_t wait_ms)
     return rc;
 }
 
-/* Marks the lock lost (smu held by the caller, unlocked here). The keeper
- * calls on_lost itself, once it holds no lock of ours, so the callback may
- * release, re-acquire or free the lock. */
+/* Marks the lock lost (smu held by the caller, unlocked here); the keeper
+ * then runs lock_report on a worker, with no lock of ours held, so on_lost
+ * may release, re-acquire or free the lock. */
 static int lose(baton_lock *l)
 {
     l->state = LOCK_LOST;
     pthread_mutex_unlock(&l->smu);
-    baton__keeper_drop_self(l->c->keeper, &l->kn);
     return 1;
 }
 
@@ -250,29 +302,48 @@ static void lock_report(baton__kept *n)
     if (l->opts.on_lost) l->opts.on_lost(l, l->opts.on_lost_payload);
 }
 
-static int64_t lock_due(baton__kept *n)
+/* The keeper's poll() on its timing thread: the lease deadline is decided
+ * here, on our clock, whatever renewal may still be blocked in the engine. */
+static int lock_poll(baton__kept *n, int64_t now, int renewing, int64_t *next)
 {
     baton_lock *l = BATON__CONTAINER(n, baton_lock, kn);
-    int64_t d;
     pthread_mutex_lock(&l->smu);
-    d = l->state != LOCK_HELD ? INT64_MAX : l->next_renew < l->lease_deadline ? l->next_renew : l->lease_deadline;
+    if (l->state != LOCK_HELD) {
+        pthread_mutex_unlock(&l->smu);
+        *next = INT64_MAX;
+        return KEPT_IDLE;
+    }
+    if (now >= l->lease_deadline) {
+        *next = INT64_MAX;
+        return lose(l) ? KEPT_LOST : KEPT_IDLE;
+    }
+    *next = l->lease_deadline;
+    if (!renewing) {
+        if (now >= l->next_renew) {
+            pthread_mutex_unlock(&l->smu);
+            return KEPT_RENEW;
+        }
+        if (l->next_renew < *next) *next = l->next_renew;
+    }
     pthread_mutex_unlock(&l->smu);
-    return d;
+    return KEPT_IDLE;
 }
 
-/* The keeper's keep(): renews when due; 1 when the lock was just lost (the
- * keeper then calls lock_report, with none of our mutexes held). */
+/* The keeper's keep() on a worker: one owner-checked renewal, bounded by the
+ * lease deadline (the engine must return by then; the timing thread does
+ * not wait for it). 1 when the engine said the lock is gone. */
 static int lock_keep(baton__kept *n, int64_t now)
 {
     baton_lock *l = BATON__CONTAINER(n, baton_lock, kn);
     int64_t sent, deadline;
+    uint64_t fence;
     int rc;
 
+    (void)now;
     pthread_mutex_lock(&l->smu);
     if (l->state != LOCK_HELD) { pthread_mutex_unlock(&l->smu); return 0; }
-    if (now >= l->lease_deadline) return lose(l);
-    if (now < l->next_renew) { pthread_mutex_unlock(&l->smu); return 0; }
     deadline = l->lease_deadline;
+    fence = l->fence;
     pthread_mutex_unlock(&l->smu);
 
     pthread_mutex_lock(&l->io);
@@ -281,9 +352,12 @@ static int lock_keep(baton__kept *n, int64_t now)
     pthread_mutex_unlock(&l->io);
 
     pthread_mutex_lock(&l->smu);
-    if (l->state != LOCK_HELD) { pthread_mutex_unlock(&l->smu); return 0; }
-    if (rc == 0) {
-        l->lease_deadline = sent + lease_validity_ns(l->opts.lease_ms);
+    /* Lost meanwhile (the timing thread, or the engine's report): a late
+     * success must not revive it. */
+    if (l->state != LOCK_HELD || l->fence != fence) { pthread_mutex_unlock(&l->smu); return 0; }
+    if (rc == 0 && l->lease_deadline != INT64_MIN) {
+        int64_t d = sent + lease_validity_ns(l->opts.lease_ms);
+        if (d > l->lease_deadline) l->lease_deadline = d;
         l->next_renew = sent + ms_to_ns(l->opts.renew_ms);
     } else if (rc == BATON_ELOST || rc == BATON_ENOTOWNER || baton_now_ns() >= l->lease_deadline) {
         return lose(l);
@@ -302,6 +376,15 @@ int baton_lock_release(baton_lock *l)
 {
     int rc;
     if (!l) return baton_seterr(BATON_EINVAL, 0, "baton_lock_release: NULL lock");
+    if ((rc = baton__member_enter(&l->cm))) return rc;
+    rc = baton__lock_release(l);
+    baton__member_leave(&l->cm);
+    return rc;
+}
+
+int baton__lock_release(baton_lock *l)
+{
+    int rc;
     pthread_mutex_lock(&l->smu);
     if (l->state == LOCK_FREE) {
         pthread_mutex_unlock(&l->smu);
@@ -348,22 +431,25 @@ int baton_lock_release(baton_lock *l)
 
 uint64_t baton_lock_fence(const baton_lock *l)
 {
+    baton_lock *m = (baton_lock *)l;
     uint64_t f;
-    if (!l) return 0;
-    pthread_mutex_lock((pthread_mutex_t *)&l->smu);
+    if (!l || baton__member_enter(&m->cm)) return 0;
+    pthread_mutex_lock(&m->smu);
     f = l->state == LOCK_HELD ? l->fence : 0;
-    pthread_mutex_unlock((pthread_mutex_t *)&l->smu);
+    pthread_mutex_unlock(&m->smu);
+    baton__member_leave(&m->cm);
     return f;
 }
 
 int baton_lock_held(const baton_lock *l)
 {
+    baton_lock *m = (baton_lock *)l;
     int h, session;
-    if (!l) return 0;
-    pthread_mutex_lock((pthread_mutex_t *)&l->smu);
+    if (!l || baton__member_enter(&m->cm)) return 0;
+    pthread_mutex_lock(&m->smu);
     h = l->state == LOCK_HELD && baton_now_ns() < l->lease_deadline;
     session = l->lease_deadline == INT64_MAX;
-    pthread_mutex_unlock((pthread_mutex_t *)&l->smu);
+    pthread_mutex_unlock(&m->smu);
     /* A grant on a session (no lease of its own) lives as long as the
      * session: past the engine's bound on it, the grant may be gone already,
      * whatever the engine's threads have had time to report. Asked with smu
@@ -371,9 +457,11 @@ int baton_lock_held(const baton_lock *l)
      * reports losses into the core. */
     if (h && session && l->c->be->session_deadline)
         h = baton_now_ns() < l->c->be->session_deadline(l->c->eng);
+    baton__member_leave(&m->cm);
     return h;
 }
 
+/* Works on a handle whose client is closed too (it only touches the handle). */
 int baton_lock_cancel(baton_lock *l)
 {
     if (!l) return baton_seterr(BATON_EINVAL, 0, "baton_lock_cancel: NULL lock");
@@ -404,7 +492,9 @@ static int lock_recheck(baton__member *m, int64_t now)
 
 /* The client's lost(): the engine says this grant is gone. Its lease ends
  * now, so held() is false at once and the keeper reports it like an
- * expired lease. */
+ * expired lease. A report that comes while an acquire is in flight is kept
+ * for the grant it names (any grant, for fence 0): the acquire gives that
+ * grant back instead of calling it held. */
 static int lock_lost(baton__member *m, void *st, uint64_t fence)
 {
     baton_lock *l = BATON__CONTAINER(m, baton_lock, cm);
@@ -414,25 +504,42 @@ static int lock_lost(baton__member *m, void *st, uint64_t fence)
     if (l->state == LOCK_HELD && (fence == 0 || fence == l->fence)) {
         l->lease_deadline = INT64_MIN;
         hit = 1;
+    } else if (l->acquiring && st) {
+        /* A lost_all (st NULL) names the grants held now; a grant in flight
+         * comes from a session made after it (see backend.h). */
+        if (fence == 0) l->lost_any = 1;
+        else l->lost_fence = fence;
     }
     pthread_mutex_unlock(&l->smu);
     return hit;
 }
 
-static void lock_member_destroy(baton__member *m) { baton__lock_destroy(BATON__CONTAINER(m, baton_lock, cm)); }
-
-/* Frees without unlinking from the client (the client does that). */
-void baton__lock_destroy(baton_lock *l)
+static void lock_member_cancel(baton__member *m)
 {
+    baton__waiter_cancel(&BATON__CONTAINER(m, baton_lock, cm)->waiter);
+}
+
+/* The member's destroy(): gives back what the handle holds and frees its
+ * engine state; the handle stays until its owner frees it. */
+static void lock_member_destroy(baton__member *m)
+{
+    baton_lock *l = BATON__CONTAINER(m, baton_lock, cm);
     int held;
     pthread_mutex_lock(&l->smu);
     held = l->state != LOCK_FREE;
     if (l->depth > 1) l->depth = 1;   /* freeing releases every reentrant hold */
     pthread_mutex_unlock(&l->smu);
     if (held)
-        baton_lock_release(l);
-    baton__keeper_forget(l->c->keeper,&l->kn);
-    l->c->be->lock_free(l->c->eng, l->st);
+        baton__lock_release(l);
+    baton__keeper_forget(l->c->keeper, &l->kn);
+    if (l->st) l->c->be->lock_free(l->c->eng, l->st);
+    l->st = NULL;
+}
+
+static void lock_member_free(baton__member *m)
+{
+    baton_lock *l = BATON__CONTAINER(m, baton_lock, cm);
+    baton__kept_gone(&l->kn);
     pthread_mutex_destroy(&l->io);
     pthread_mutex_destroy(&l->smu);
     baton__waiter_destroy(&l->waiter);
@@ -443,8 +550,7 @@ void baton__lock_destroy(baton_lock *l)
 void baton_lock_free(baton_lock *l)
 {
     if (!l) return;
-    baton__client_unlink(l->c, &l->cm);
-    baton__lock_destroy(l);
+    baton__member_free(&l->cm);
 }
 
 int baton_lock_info(baton_client *c, const char *name, baton_lockinfo *out)

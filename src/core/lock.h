@@ -24,6 +24,10 @@ struct baton_lock {
     uint64_t fence;
     int64_t lease_deadline;     /* monotonic ns; INT64_MAX when the engine has no lease */
     int64_t next_renew;         /* monotonic ns; INT64_MAX when not renewed */
+    /* The engine reported a loss while an acquire was in flight: the grant
+     * with this fence (or, with lost_any, whatever it grants) is lost. */
+    uint64_t lost_fence;
+    int lost_any;
     baton__kept kn;             /* the keeper's node */
     baton__member cm;           /* the client's member node */
     struct baton_lock *sibling; /* the other side of a read-write lock */
@@ -34,7 +38,11 @@ struct baton_lock {
 /* Creates a lock handle around backend state st (NULL = ask lock_new). */
 int baton__lock_create(baton_lock **out, struct baton_client *c, const char *name,
                        const baton_lock_options *opts, void *st);
-void baton__lock_destroy(baton_lock *l);
+/* The public calls minus the client gate (for callers inside one). */
+int baton__lock_acquire(baton_lock *l, int64_t wait_ms);
+int baton__lock_release(baton_lock *l);
+/* Drops a cancel kept for the next acquire (multilock). */
+void baton__lock_uncancel(baton_lock *l);
 
 #define BATON__CONTAINER(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))
 int baton__name_check(const char *name);

@@ -5,10 +5,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct {
+typedef struct sync_obj {
     baton_client *c;
     void *st;
     baton_waiter w;
+    baton__member cm;
+    void (*st_free)(void *eng, void *st);
 } sync_obj;
 
 struct baton_semaphore { sync_obj o; };
@@ -17,7 +19,30 @@ struct baton_latch { sync_obj o; };
 
 typedef int (*new_fn)(void *eng, const char *name, void **st);
 
-static int sync_open(sync_obj *o, baton_client *c, const char *name, unsigned cap, new_fn fn, const char *what)
+/* Client membership: close frees the engine state and leaves the handle
+ * (every call then answers BATON_ECANCELED) for its owner to free. */
+static void sync_destroy(baton__member *m)
+{
+    sync_obj *o = BATON__CONTAINER(m, sync_obj, cm);
+    if (o->st) o->st_free(o->c->eng, o->st);
+    o->st = NULL;
+}
+
+/* The sync_obj is the first member of every handle struct below. */
+static void sync_free_handle(baton__member *m)
+{
+    sync_obj *o = BATON__CONTAINER(m, sync_obj, cm);
+    baton__waiter_destroy(&o->w);
+    free(o);
+}
+
+static void sync_cancel(baton__member *m)
+{
+    baton__waiter_cancel(&BATON__CONTAINER(m, sync_obj, cm)->w);
+}
+
+static int sync_open(sync_obj *o, baton_client *c, const char *name, unsigned cap, new_fn fn,
+                     void (*st_free)(void *, void *), const char *what)
 {
     int rc;
     if (!c) return baton_seterr(BATON_EINVAL, 0, "%s: NULL client", what);
@@ -30,24 +55,55 @@ static int sync_open(sync_obj *o, baton_client *c, const char *name, unsigned ca
         return rc;
     }
     o->c = c;
+    o->st_free = st_free;
+    o->cm.destroy = sync_destroy;
+    o->cm.free_handle = sync_free_handle;
+    o->cm.cancel = sync_cancel;
+    if ((rc = baton__client_link(c, &o->cm))) {
+        st_free(c->eng, o->st);
+        baton__waiter_destroy(&o->w);
+        return rc;
+    }
     return 0;
 }
 
-static int64_t deadline_of(sync_obj *o, int64_t wait_ms)
+/* Every call enters the client's gate (see client.h). */
+#define ENTER(o) do { int rc_ = baton__member_enter(&(o)->cm); if (rc_) return rc_; } while (0)
+#define LEAVE(o, rc) do { int r_ = (rc); baton__member_leave(&(o)->cm); return r_; } while (0)
+
+/* A blocking call's start: a cancel kept since the last call (it came
+ * before or between waits) ends this one at once; one that comes while it
+ * waits is consumed by it (sync_end). */
+static int sync_begin(sync_obj *o, int64_t wait_ms, int64_t *d)
 {
-    int64_t d;
+    if (baton_waiter_canceled(&o->w)) {
+        baton__waiter_reset(&o->w);
+        return baton_seterr(BATON_ECANCELED, 0, "canceled (before the call started)");
+    }
+    baton__wait_deadline_ns(wait_ms, d);
+    return 0;
+}
+
+static int sync_end(sync_obj *o, int rc)
+{
     baton__waiter_reset(&o->w);
-    baton__wait_deadline_ns(wait_ms, &d);
-    return d;
+    return rc;
 }
 
 /* Runs a ctl op whose answer is a count; negative counts read as 0. */
-static int ctl_u64(sync_obj *o, int (*ctl)(void *, void *, int, int64_t, int64_t *), int op, uint64_t *out)
+enum { CTL_SEM, CTL_PERMITS, CTL_LATCH };
+
+static int ctl_u64(sync_obj *o, int kind, int op, uint64_t *out)
 {
+    int (*ctl)(void *, void *, int, int64_t, int64_t *);
     int64_t v = 0;
-    int rc = ctl(o->c->eng, o->st, op, 0, &v);
+    int rc;
+    ENTER(o);
+    /* The backend is read only once inside: the client may be closed. */
+    ctl = kind == CTL_SEM ? o->c->be->sem_ctl : kind == CTL_PERMITS ? o->c->be->permits_ctl : o->c->be->latch_ctl;
+    rc = ctl(o->c->eng, o->st, op, 0, &v);
     if (!rc && out) *out = v < 0 ? 0 : (uint64_t)v;
-    return rc;
+    LEAVE(o, rc);
 }
 
 #define NEED(x, what) do { if (!(x)) return baton_seterr(BATON_EINVAL, 0, "%s: NULL argument", what); } while (0)
@@ -61,7 +117,8 @@ int baton_semaphore_open(baton_semaphore **out, baton_client *c, const char *nam
     NEED(out, "baton_semaphore_open");
     *out = NULL;
     if (!(s = calloc(1, sizeof *s))) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
-    if ((rc = sync_open(&s->o, c, name, BATON_CAP_SEM, c ? c->be->sem_new : NULL, "semaphore"))) {
+    if ((rc = sync_open(&s->o, c, name, BATON_CAP_SEM, c ? c->be->sem_new : NULL, c ? c->be->sem_free : NULL,
+                        "semaphore"))) {
         free(s);
         return rc;
     }
@@ -71,19 +128,24 @@ int baton_semaphore_open(baton_semaphore **out, baton_client *c, const char *nam
 
 int baton_semaphore_acquire(baton_semaphore *s, uint32_t permits, int64_t wait_ms)
 {
+    int64_t d;
     int rc;
     NEED(s, "baton_semaphore_acquire");
     if (permits == 0) return baton_seterr(BATON_EINVAL, 0, "acquire of 0 permits");
-    rc = s->o.c->be->sem_acquire(s->o.c->eng, s->o.st, permits, deadline_of(&s->o, wait_ms), &s->o.w);
-    if (rc == BATON_ELOCKED && wait_ms != 0) rc = baton_seterr(BATON_ETIMEDOUT, 0, "semaphore wait timed out");
-    return rc;
+    ENTER(&s->o);
+    if (!(rc = sync_begin(&s->o, wait_ms, &d))) {
+        rc = sync_end(&s->o, s->o.c->be->sem_acquire(s->o.c->eng, s->o.st, permits, d, &s->o.w));
+        if (rc == BATON_ELOCKED && wait_ms != 0) rc = baton_seterr(BATON_ETIMEDOUT, 0, "semaphore wait timed out");
+    }
+    LEAVE(&s->o, rc);
 }
 
 int baton_semaphore_release(baton_semaphore *s, uint32_t permits)
 {
     NEED(s, "baton_semaphore_release");
     if (permits == 0) return baton_seterr(BATON_EINVAL, 0, "release of 0 permits");
-    return s->o.c->be->sem_release(s->o.c->eng, s->o.st, permits);
+    ENTER(&s->o);
+    LEAVE(&s->o, s->o.c->be->sem_release(s->o.c->eng, s->o.st, permits));
 }
 
 int baton_semaphore_try_set(baton_semaphore *s, uint32_t permits, int *was_set)
@@ -91,27 +153,29 @@ int baton_semaphore_try_set(baton_semaphore *s, uint32_t permits, int *was_set)
     int64_t v = 0;
     int rc;
     NEED(s, "baton_semaphore_try_set");
+    ENTER(&s->o);
     rc = s->o.c->be->sem_ctl(s->o.c->eng, s->o.st, BATON_CTL_TRY_SET, permits, &v);
     if (!rc && was_set) *was_set = v != 0;
-    return rc;
+    LEAVE(&s->o, rc);
 }
 
 int baton_semaphore_add(baton_semaphore *s, int64_t delta)
 {
     NEED(s, "baton_semaphore_add");
-    return s->o.c->be->sem_ctl(s->o.c->eng, s->o.st, BATON_CTL_ADD, delta, NULL);
+    ENTER(&s->o);
+    LEAVE(&s->o, s->o.c->be->sem_ctl(s->o.c->eng, s->o.st, BATON_CTL_ADD, delta, NULL));
 }
 
 int baton_semaphore_drain(baton_semaphore *s, uint64_t *drained)
 {
     NEED(s, "baton_semaphore_drain");
-    return ctl_u64(&s->o, s->o.c->be->sem_ctl, BATON_CTL_DRAIN, drained);
+    return ctl_u64(&s->o, CTL_SEM, BATON_CTL_DRAIN, drained);
 }
 
 int baton_semaphore_available(baton_semaphore *s, uint64_t *out)
 {
     NEED(s, "baton_semaphore_available");
-    return ctl_u64(&s->o, s->o.c->be->sem_ctl, BATON_CTL_AVAILABLE, out);
+    return ctl_u64(&s->o, CTL_SEM, BATON_CTL_AVAILABLE, out);
 }
 
 int baton_semaphore_cancel(baton_semaphore *s)
@@ -123,10 +187,7 @@ int baton_semaphore_cancel(baton_semaphore *s)
 
 void baton_semaphore_free(baton_semaphore *s)
 {
-    if (!s) return;
-    s->o.c->be->sem_free(s->o.c->eng, s->o.st);
-    baton__waiter_destroy(&s->o.w);
-    free(s);
+    if (s) baton__member_free(&s->o.cm);
 }
 
 /* ---- permit-expirable semaphore ---- */
@@ -139,7 +200,7 @@ int baton_permits_open(baton_permits **out, baton_client *c, const char *name)
     *out = NULL;
     if (!(p = calloc(1, sizeof *p))) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
     if ((rc = sync_open(&p->o, c, name, BATON_CAP_PERMITS, c ? c->be->permits_new : NULL,
-                        "permit-expirable semaphore"))) {
+                        c ? c->be->permits_free : NULL, "permit-expirable semaphore"))) {
         free(p);
         return rc;
     }
@@ -149,13 +210,17 @@ int baton_permits_open(baton_permits **out, baton_client *c, const char *name)
 
 int baton_permits_acquire(baton_permits *p, uint32_t lease_ms, int64_t wait_ms, char id[BATON_PERMIT_ID_SIZE])
 {
+    int64_t d;
     int rc;
     NEED(p && id, "baton_permits_acquire");
     if (lease_ms == 0) return baton_seterr(BATON_EINVAL, 0, "a permit needs a lease");
     id[0] = 0;
-    rc = p->o.c->be->permits_acquire(p->o.c->eng, p->o.st, lease_ms, deadline_of(&p->o, wait_ms), &p->o.w, id);
-    if (rc == BATON_ELOCKED && wait_ms != 0) rc = baton_seterr(BATON_ETIMEDOUT, 0, "permit wait timed out");
-    return rc;
+    ENTER(&p->o);
+    if (!(rc = sync_begin(&p->o, wait_ms, &d))) {
+        rc = sync_end(&p->o, p->o.c->be->permits_acquire(p->o.c->eng, p->o.st, lease_ms, d, &p->o.w, id));
+        if (rc == BATON_ELOCKED && wait_ms != 0) rc = baton_seterr(BATON_ETIMEDOUT, 0, "permit wait timed out");
+    }
+    LEAVE(&p->o, rc);
 }
 
 static int check_id(const char *id)
@@ -170,7 +235,8 @@ int baton_permits_release(baton_permits *p, const char *id)
     int rc;
     NEED(p, "baton_permits_release");
     if ((rc = check_id(id))) return rc;
-    return p->o.c->be->permits_release(p->o.c->eng, p->o.st, id);
+    ENTER(&p->o);
+    LEAVE(&p->o, p->o.c->be->permits_release(p->o.c->eng, p->o.st, id));
 }
 
 int baton_permits_renew(baton_permits *p, const char *id, uint32_t lease_ms)
@@ -179,7 +245,8 @@ int baton_permits_renew(baton_permits *p, const char *id, uint32_t lease_ms)
     NEED(p, "baton_permits_renew");
     if ((rc = check_id(id))) return rc;
     if (lease_ms == 0) return baton_seterr(BATON_EINVAL, 0, "a permit needs a lease");
-    return p->o.c->be->permits_renew(p->o.c->eng, p->o.st, id, lease_ms);
+    ENTER(&p->o);
+    LEAVE(&p->o, p->o.c->be->permits_renew(p->o.c->eng, p->o.st, id, lease_ms));
 }
 
 int baton_permits_try_set(baton_permits *p, uint32_t permits, int *was_set)
@@ -187,21 +254,23 @@ int baton_permits_try_set(baton_permits *p, uint32_t permits, int *was_set)
     int64_t v = 0;
     int rc;
     NEED(p, "baton_permits_try_set");
+    ENTER(&p->o);
     rc = p->o.c->be->permits_ctl(p->o.c->eng, p->o.st, BATON_CTL_TRY_SET, permits, &v);
     if (!rc && was_set) *was_set = v != 0;
-    return rc;
+    LEAVE(&p->o, rc);
 }
 
 int baton_permits_add(baton_permits *p, int64_t delta)
 {
     NEED(p, "baton_permits_add");
-    return p->o.c->be->permits_ctl(p->o.c->eng, p->o.st, BATON_CTL_ADD, delta, NULL);
+    ENTER(&p->o);
+    LEAVE(&p->o, p->o.c->be->permits_ctl(p->o.c->eng, p->o.st, BATON_CTL_ADD, delta, NULL));
 }
 
 int baton_permits_available(baton_permits *p, uint64_t *out)
 {
     NEED(p, "baton_permits_available");
-    return ctl_u64(&p->o, p->o.c->be->permits_ctl, BATON_CTL_AVAILABLE, out);
+    return ctl_u64(&p->o, CTL_PERMITS, BATON_CTL_AVAILABLE, out);
 }
 
 int baton_permits_cancel(baton_permits *p)
@@ -213,10 +282,7 @@ int baton_permits_cancel(baton_permits *p)
 
 void baton_permits_free(baton_permits *p)
 {
-    if (!p) return;
-    p->o.c->be->permits_free(p->o.c->eng, p->o.st);
-    baton__waiter_destroy(&p->o.w);
-    free(p);
+    if (p) baton__member_free(&p->o.cm);
 }
 
 /* ---- count-down latch ---- */
@@ -228,7 +294,8 @@ int baton_latch_open(baton_latch **out, baton_client *c, const char *name)
     NEED(out, "baton_latch_open");
     *out = NULL;
     if (!(l = calloc(1, sizeof *l))) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
-    if ((rc = sync_open(&l->o, c, name, BATON_CAP_LATCH, c ? c->be->latch_new : NULL, "count-down latch"))) {
+    if ((rc = sync_open(&l->o, c, name, BATON_CAP_LATCH, c ? c->be->latch_new : NULL, c ? c->be->latch_free : NULL,
+                        "count-down latch"))) {
         free(l);
         return rc;
     }
@@ -242,27 +309,34 @@ int baton_latch_try_set(baton_latch *l, uint64_t count, int *was_set)
     int rc;
     NEED(l, "baton_latch_try_set");
     if (count == 0 || count > INT64_MAX) return baton_seterr(BATON_EINVAL, 0, "latch count must be 1..2^63-1");
+    ENTER(&l->o);
     rc = l->o.c->be->latch_ctl(l->o.c->eng, l->o.st, BATON_CTL_TRY_SET, (int64_t)count, &v);
     if (!rc && was_set) *was_set = v != 0;
-    return rc;
+    LEAVE(&l->o, rc);
 }
 
 int baton_latch_count_down(baton_latch *l)
 {
     NEED(l, "baton_latch_count_down");
-    return l->o.c->be->latch_ctl(l->o.c->eng, l->o.st, BATON_CTL_COUNT_DOWN, 0, NULL);
+    ENTER(&l->o);
+    LEAVE(&l->o, l->o.c->be->latch_ctl(l->o.c->eng, l->o.st, BATON_CTL_COUNT_DOWN, 0, NULL));
 }
 
 int baton_latch_count(baton_latch *l, uint64_t *out)
 {
     NEED(l, "baton_latch_count");
-    return ctl_u64(&l->o, l->o.c->be->latch_ctl, BATON_CTL_AVAILABLE, out);
+    return ctl_u64(&l->o, CTL_LATCH, BATON_CTL_AVAILABLE, out);
 }
 
 int baton_latch_await(baton_latch *l, int64_t wait_ms)
 {
+    int64_t d;
+    int rc;
     NEED(l, "baton_latch_await");
-    return l->o.c->be->latch_await(l->o.c->eng, l->o.st, deadline_of(&l->o, wait_ms), &l->o.w);
+    ENTER(&l->o);
+    if (!(rc = sync_begin(&l->o, wait_ms, &d)))
+        rc = sync_end(&l->o, l->o.c->be->latch_await(l->o.c->eng, l->o.st, d, &l->o.w));
+    LEAVE(&l->o, rc);
 }
 
 int baton_latch_cancel(baton_latch *l)
@@ -274,8 +348,5 @@ int baton_latch_cancel(baton_latch *l)
 
 void baton_latch_free(baton_latch *l)
 {
-    if (!l) return;
-    l->o.c->be->latch_free(l->o.c->eng, l->o.st);
-    baton__waiter_destroy(&l->o.w);
-    free(l);
+    if (l) baton__member_free(&l->o.cm);
 }
