@@ -1066,6 +1066,137 @@ static void test_fair_option(void) {
 
 /* ---- main --------------------------------------------------------------- */
 
+/* The lifetime rule (baton.h): close and free in any order. */
+static void test_cancel_before_acquire(void) {
+    char n[256];
+    lname(n, sizeof n, "cancel-before");
+    baton_client *c = client();
+    baton_lock *a = lock_on(c, n, NULL);
+    /* A cancel with no acquire in flight is kept: the next acquire ends at
+     * once, even a try on a free lock; the one after that is not affected. */
+    CHECK_RC(baton_lock_cancel(a), 0);
+    int64_t t0 = tl_now_ms();
+    CHECK_RC(baton_lock_acquire(a, 20000), BATON_ECANCELED);
+    CHECK(tl_now_ms() - t0 < 1000);
+    CHECK(baton_lock_held(a) == 0);
+    CHECK_RC(baton_lock_acquire(a, 0), 0);
+    CHECK_RC(baton_lock_release(a), 0);
+    /* a multilock keeps it too, and does not leave it on its members */
+    baton_lock *b = lock_on(c, n, NULL);
+    char n2[256];
+    baton_lock *b2 = lock_on(c, lname(n2, sizeof n2, "cancel-before-2"), NULL);
+    baton_lock *ml[2] = { b, b2 };
+    baton_multilock *m = NULL;
+    CHECK_RC(baton_multilock_open(&m, ml, 2), 0);
+    if (m) {
+        CHECK_RC(baton_multilock_cancel(m), 0);
+        CHECK_RC(baton_multilock_acquire(m, 20000), BATON_ECANCELED);
+        CHECK_RC(baton_multilock_acquire(m, 2000), 0);
+        CHECK_RC(baton_multilock_release(m), 0);
+        baton_multilock_free(m);
+    }
+    CHECK_RC(baton_lock_acquire(b2, 0), 0);
+    CHECK_RC(baton_lock_release(b2), 0);
+    baton_lock_free(b);
+    baton_lock_free(b2);
+    baton_lock_free(a);
+    baton_client_close(c);
+}
+
+static void test_close_wakes_waiters(void) {
+    char n[256];
+    lname(n, sizeof n, "close-wakes");
+    baton_client *c1 = client(), *c2 = client();
+    baton_lock *a = lock_on(c1, n, NULL), *b = lock_on(c2, n, NULL), *held2 = lock_on(c2, n, NULL);
+    CHECK_RC(baton_lock_acquire(a, 0), 0);
+    acq_thread t;
+    acq_start(&t, b, -1);
+    tl_sleep_ms(300);
+    CHECK(!atomic_load(&t.done));
+    /* Closing the waiter's client wakes it with ECANCELED and waits for it
+     * to leave; the handles stay valid (answering ECANCELED) until freed. */
+    int64_t t0 = tl_now_ms();
+    baton_client_close(c2);
+    CHECK(tl_now_ms() - t0 < 5000);
+    CHECK(acq_wait(&t, 3000));
+    if (atomic_load(&t.done)) {
+        pthread_join(t.th, NULL);
+        CHECK_RC(t.rc, BATON_ECANCELED);
+    } else {
+        acq_join(&t);
+    }
+    CHECK(baton_lock_held(b) == 0);
+    CHECK(baton_lock_fence(b) == 0);
+    CHECK_RC(baton_lock_acquire(b, 0), BATON_ECANCELED);
+    CHECK_RC(baton_lock_release(held2), BATON_ECANCELED);
+    CHECK_RC(baton_lock_cancel(b), 0);
+    CHECK(baton_lock_name(b) && strcmp(baton_lock_name(b), n) == 0);
+    baton_lock_free(b);
+    baton_lock_free(held2);
+    /* the holder is untouched */
+    CHECK(baton_lock_held(a) == 1);
+    CHECK_RC(baton_lock_release(a), 0);
+    baton_lock_free(a);
+    baton_client_close(c1);
+}
+
+static void test_free_after_close(void) {
+    char n[256];
+    lname(n, sizeof n, "free-after");
+    baton_client *c1 = client(), *c2 = client();
+    baton_lock *a = lock_on(c1, n, NULL);
+    baton_rwlock *rw = NULL;
+    baton_semaphore *s = NULL;
+    baton_permits *p = NULL;
+    baton_latch *l = NULL;
+    baton_election *e = NULL;
+    char rn[256], sn[256], pn[256], ln[256], en[256];
+    CHECK_RC(baton_lock_acquire(a, 0), 0);
+    /* whatever this engine has: ENOTSUP for the rest */
+    if (baton_rwlock_open(&rw, c1, lname(rn, sizeof rn, "free-after-rw"), NULL) == 0)
+        CHECK_RC(baton_lock_acquire(baton_rwlock_read(rw), 0), 0);
+    if (baton_semaphore_open(&s, c1, lname(sn, sizeof sn, "free-after-sem")) == 0) {
+        int set = 0;
+        CHECK_RC(baton_semaphore_try_set(s, 2, &set), 0);
+    }
+    if (baton_permits_open(&p, c1, lname(pn, sizeof pn, "free-after-permits")) == 0) {
+        int set = 0;
+        CHECK_RC(baton_permits_try_set(p, 2, &set), 0);
+    }
+    baton_latch_open(&l, c1, lname(ln, sizeof ln, "free-after-latch"));
+    if (baton_election_open(&e, c1, lname(en, sizeof en, "free-after-elect"), NULL) == 0)
+        CHECK_RC(baton_election_campaign(e, "x", 0), 0);
+    baton_client_close(c1);   /* releases all of it; every handle stays until freed */
+    baton_lock *b = lock_on(c2, n, NULL);
+    CHECK_RC(baton_lock_acquire(b, 0), 0);
+    CHECK(baton_lock_held(a) == 0);
+    CHECK_RC(baton_lock_release(a), BATON_ECANCELED);
+    if (s) {
+        uint64_t v = 0;
+        CHECK_RC(baton_semaphore_available(s, &v), BATON_ECANCELED);
+        CHECK_RC(baton_semaphore_acquire(s, 1, 0), BATON_ECANCELED);
+    }
+    if (p) {
+        char id[BATON_PERMIT_ID_SIZE];
+        CHECK_RC(baton_permits_acquire(p, 1000, 0, id), BATON_ECANCELED);
+    }
+    if (l) CHECK_RC(baton_latch_await(l, 0), BATON_ECANCELED);
+    if (e) {
+        CHECK(baton_election_is_leader(e) == 0);
+        CHECK_RC(baton_election_leader(e, NULL, 0, NULL), BATON_ECANCELED);
+        CHECK_RC(baton_election_observe(e, NULL, 0, NULL, 10), BATON_ECANCELED);
+    }
+    baton_election_free(e);
+    baton_latch_free(l);
+    baton_permits_free(p);
+    baton_semaphore_free(s);
+    baton_rwlock_free(rw);
+    baton_lock_free(a);
+    CHECK_RC(baton_lock_release(b), 0);
+    baton_lock_free(b);
+    baton_client_close(c2);
+}
+
 int main(int argc, char **argv) {
     if (argc >= 2 && !strcmp(argv[1], "--worker")) {
         if (argc == 7 && !strcmp(argv[2], "incr")) return worker_incr(argv[3], argv[4], argv[5], atoi(argv[6]));
@@ -1146,7 +1277,10 @@ int main(int argc, char **argv) {
     RUN(test_renewal_keeps_lock);
     RUN(test_keeper_thread);
     RUN(test_cancel);
+    RUN(test_cancel_before_acquire);
     RUN(test_close_releases);
+    RUN(test_close_wakes_waiters);
+    RUN(test_free_after_close);
     RUN(test_info);
     RUN(test_sigkill_holder);
     RUN(test_shared_client_progress);
