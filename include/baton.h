@@ -89,7 +89,23 @@ typedef struct {
 /* uri NULL or "" = the embedded file backend in the default directory. */
 BATON_EXTERN(int) baton_client_open(baton_client **out, const char *uri,
                                     const baton_client_options *opts);
-/* Releases every lock the client still holds, then frees it. */
+/* Closes the client. The lifetime rule, for every handle opened on a client
+ * (locks, read-write locks, semaphores, permits, latches, elections):
+ *  - close and free in any order: each handle is freed by its owner with its
+ *    _free call, before or after baton_client_close; the client's memory
+ *    goes with the last of them;
+ *  - close wakes every thread blocked in a call through the client (those
+ *    calls return BATON_ECANCELED), waits for every call in flight to
+ *    return, waits for renewals and on_lost callbacks in flight (each is
+ *    bounded by its own deadline), then releases every lock and permit the
+ *    client still holds;
+ *  - afterwards every call on a handle of the client answers
+ *    BATON_ECANCELED ("the client of this handle is closed"), held() and
+ *    fence() answer 0, and _cancel and _name still work;
+ *  - from an on_lost callback, closing the client and freeing the
+ *    callback's own handle are allowed.
+ * A multilock holds no client: free it before or after its locks' clients
+ * are closed, but before its locks are freed. */
 BATON_EXTERN(void) baton_client_close(baton_client *c);
 /* The backend name ("file", "redis", ...). */
 BATON_EXTERN(const char *) baton_client_backend(const baton_client *c);
@@ -119,7 +135,11 @@ BATON_EXTERN(int) baton_client_open_quorum(baton_client **out, baton_client *con
 
 typedef struct baton_lock baton_lock;
 
-/* Called on the keeper thread when a held lock is lost. Keep it short. */
+/* Called on one of the client's keeper threads (never the one that times
+ * leases, so a slow callback delays no other lock's loss) when a held lock
+ * is lost: its lease deadline passed without a confirmed renewal, or the
+ * engine said the grant is gone. It may release, re-acquire or free its
+ * own lock and close its client. Keep it short. */
 typedef void (*baton_lost_cb)(baton_lock *l, void *payload);
 
 typedef struct {
@@ -145,9 +165,14 @@ BATON_EXTERN(int) baton_lock_release(baton_lock *l);
 BATON_EXTERN(uint64_t) baton_lock_fence(const baton_lock *l);
 /* 1 while held and not lost. */
 BATON_EXTERN(int) baton_lock_held(const baton_lock *l);
-/* Wakes a blocked acquire on this lock (any thread); it returns BATON_ECANCELED. */
+/* Cancels an acquire of this handle, from any thread; it returns
+ * BATON_ECANCELED. A cancel is consumed by exactly one acquire: the one in
+ * flight when it arrives (which may still have been granted, if the grant
+ * won the race), or else the next one, which returns BATON_ECANCELED at
+ * once without asking the engine. So a cancel issued just before another
+ * thread starts its acquire is never lost. */
 BATON_EXTERN(int) baton_lock_cancel(baton_lock *l);
-/* Releases if held, then frees. */
+/* Releases if held, then frees (also after the client was closed). */
 BATON_EXTERN(void) baton_lock_free(baton_lock *l);
 BATON_EXTERN(const char *) baton_lock_name(const baton_lock *l);
 
@@ -218,6 +243,9 @@ BATON_EXTERN(int) baton_semaphore_drain(baton_semaphore *s, uint64_t *drained);
 /* A count made negative by baton_semaphore_add reads as 0 here (nothing is
  * available); baton_lock_info's permits shows the signed value. */
 BATON_EXTERN(int) baton_semaphore_available(baton_semaphore *s, uint64_t *out);
+/* Cancels a blocked acquire; like baton_lock_cancel, a cancel with no
+ * acquire in flight is kept for the next one (the same for permits and
+ * latches: acquire / await). */
 BATON_EXTERN(int) baton_semaphore_cancel(baton_semaphore *s);
 BATON_EXTERN(void) baton_semaphore_free(baton_semaphore *s);
 
@@ -301,7 +329,9 @@ BATON_EXTERN(int) baton_election_leader(baton_election *e, char *value, size_t n
  * locks. */
 BATON_EXTERN(int) baton_election_observe(baton_election *e, char *value, size_t n, uint64_t *fence,
                                          int64_t wait_ms);
-/* Wakes a blocked campaign or observe (any thread): BATON_ECANCELED. */
+/* Wakes a blocked campaign or observe (any thread): BATON_ECANCELED. With
+ * neither in flight, the next campaign and the next observe each return
+ * BATON_ECANCELED at once (see baton_lock_cancel). */
 BATON_EXTERN(int) baton_election_cancel(baton_election *e);
 /* Resigns if leading, then frees. */
 BATON_EXTERN(void) baton_election_free(baton_election *e);
@@ -319,6 +349,8 @@ BATON_EXTERN(int) baton_multilock_release(baton_multilock *m);
 BATON_EXTERN(int) baton_multilock_held(const baton_multilock *m);
 /* The members' fences, in the order the locks were given; returns the member count. */
 BATON_EXTERN(size_t) baton_multilock_fences(const baton_multilock *m, uint64_t *out, size_t cap);
+/* Cancels the multilock's acquire, or (with none in flight) the next one;
+ * the cancel is kept on the multilock, never left on its member locks. */
 BATON_EXTERN(int) baton_multilock_cancel(baton_multilock *m);
 BATON_EXTERN(void) baton_multilock_free(baton_multilock *m);
 

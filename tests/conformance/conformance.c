@@ -936,6 +936,8 @@ static void test_close_releases(void) {
     baton_client_close(c1); /* with the lock handles still open and held */
     CHECK_RC(baton_lock_acquire(b, 0), 0);
     CHECK_RC(baton_lock_acquire(b2, 0), 0);
+    baton_lock_free(a);     /* handles outlive their client until freed */
+    baton_lock_free(a2);
     baton_lock_free(b);
     baton_lock_free(b2);
     baton_client_close(c2);

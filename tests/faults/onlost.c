@@ -46,9 +46,11 @@ static void cb_free(baton_lock *l, void *p) {
 
 static int close_done;
 static void cb_close(baton_lock *l, void *p) {
-    (void)l;
     baton_client_close(p);
-    __atomic_store_n(&close_done, 1, __ATOMIC_SEQ_CST);
+    /* the handle outlives its client until freed, also from its own on_lost */
+    int rc = baton_lock_release(l);
+    baton_lock_free(l);
+    __atomic_store_n(&close_done, rc == BATON_ECANCELED ? 1 : -1, __ATOMIC_SEQ_CST);
 }
 
 static void test_callbacks(void) {
@@ -88,6 +90,7 @@ static void test_callbacks(void) {
     /* client close from on_lost (c2's keeper thread closes c2) */
     redis_del("onlost-d");
     CHECK(wait_flag(&close_done, 3000));
+    CHECK(__atomic_load_n(&close_done, __ATOMIC_SEQ_CST) == 1);
 
     /* The keeper of c is alive: the other locks go on being renewed well
      * past their 600 ms lease. */
