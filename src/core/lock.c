@@ -504,9 +504,12 @@ static int lock_lost(baton__member *m, void *st, uint64_t fence)
     if (l->state == LOCK_HELD && (fence == 0 || fence == l->fence)) {
         l->lease_deadline = INT64_MIN;
         hit = 1;
-    } else if (l->acquiring && st) {
-        /* A lost_all (st NULL) names the grants held now; a grant in flight
-         * comes from a session made after it (see backend.h). */
+    } else if (l->acquiring) {
+        /* A grant in flight may have been made on the session that just
+         * died (the engine's last check passed before the loss): it is
+         * given back. After a lost_all (st NULL) the grant may as well come
+         * from a new session; giving that one back costs a retry, never
+         * exclusion. */
         if (fence == 0) l->lost_any = 1;
         else l->lost_fence = fence;
     }

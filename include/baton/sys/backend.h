@@ -111,7 +111,12 @@ void baton_host_recheck(baton_host *h);
  * election_new), for the grant with fencing token FENCE (0 = whatever grant
  * ST holds now). Passing the fence makes a late report harmless: a grant
  * made after the loss carries a new fence and is left alone. A state that
- * is not held is ignored.
+ * is neither held nor being acquired is ignored. A report that comes while
+ * the state's acquire is in flight is kept by the core for the grant it
+ * names (FENCE; 0 or baton_host_lost_all: whatever grant that acquire
+ * makes): the acquire gives that grant back and tries again instead of
+ * calling it held, so an engine need not close the window between its last
+ * check and its return itself.
  *
  * baton_host_lost_all: every grant this client holds now. Call it before
  * the engine can make a new grant (a new session) to this client, or the new
@@ -189,7 +194,10 @@ typedef struct baton_backend {
      * engine says someone else holds it now. */
     int (*lock_release)(void *eng, void *st, const baton_owner *owner);
     /* must with BATON_CAP_LEASE: owner-checked renewal to lease_ms; finish
-     * by deadline_ns. BATON_ELOST when the lock is no longer ours. */
+     * by deadline_ns (the lease's own deadline: past it the core has
+     * declared the lock lost on its own clock already, so a call that
+     * overruns only holds a worker thread). BATON_ELOST when the lock is no
+     * longer ours. Renewals of different states run concurrently. */
     int (*lock_renew)(void *eng, void *st, const baton_owner *owner, uint32_t lease_ms,
                       int64_t deadline_ns);
     /* may: what the engine knows about NAME. */
