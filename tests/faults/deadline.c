@@ -88,6 +88,60 @@ static void test_frozen_link(const char *dir, int port)
     tl_sh("bash %s/link.sh stop '%s'", TL_SERVERS_DIR, link);
 }
 
+/* A waiter whose link freezes returns at its wait deadline, not when the
+ * link thaws; so does a try, and a release, within the client's io timeout. */
+static void test_frozen_waiter(const char *dir, int port)
+{
+    char uri[256], direct[256], link[1200], out[64] = "";
+    baton_client *c = NULL, *h = NULL;
+    baton_client_options co = BATON_CLIENT_OPTIONS_INIT;
+    baton_lock *w = NULL, *hl = NULL;
+    FILE *f;
+    int lport = 0;
+
+    snprintf(link, sizeof link, "%s/link2", dir);
+    {
+        char cmd[2400];
+        snprintf(cmd, sizeof cmd, "bash %s/link.sh start '%s' %d", TL_SERVERS_DIR, link, port);
+        f = popen(cmd, "r");
+        if (f && fgets(out, sizeof out, f)) lport = atoi(out);
+        if (f) pclose(f);
+    }
+    if (lport <= 0) tl_skip("cannot start tests/servers/link.sh (socat missing?)", 1);
+    snprintf(uri, sizeof uri, "redis://127.0.0.1:%d/0", lport);
+    snprintf(direct, sizeof direct, "redis://127.0.0.1:%d/0", port);
+    co.io_timeout_ms = 2000;
+    MUST(baton_client_open(&h, direct, NULL));
+    MUST(baton_client_open(&c, uri, &co));
+    MUST(baton_lock_open(&hl, h, "deadline/w", NULL));
+    MUST(baton_lock_open(&w, c, "deadline/w", NULL));
+    CHECK_RC(baton_lock_acquire(hl, 0), 0);
+    CHECK_RC(baton_lock_acquire(w, 0), BATON_ELOCKED);   /* the link works, and the connection is pooled */
+    CHECK(tl_sh("bash %s/link.sh freeze '%s'", TL_SERVERS_DIR, link) == 0);
+    int64_t t0 = tl_now_ms();
+    int rc = baton_lock_acquire(w, 3000);
+    int64_t el = tl_now_ms() - t0;
+    fprintf(stderr, "a 3000 ms wait on a frozen link returned %d (%s) after %lld ms\n", rc, baton_strerror(rc),
+            (long long)el);
+    CHECK(rc != 0);
+    CHECK(el < 3000 + 2500);   /* the wait's deadline, or the io timeout of the call in flight */
+    t0 = tl_now_ms();
+    rc = baton_lock_acquire(w, 0);
+    el = tl_now_ms() - t0;
+    fprintf(stderr, "a try on a frozen link returned %d (%s) after %lld ms\n", rc, baton_strerror(rc), (long long)el);
+    CHECK(rc != 0);
+    CHECK(el < 2000 + 2500);
+    CHECK(tl_sh("bash %s/link.sh thaw '%s'", TL_SERVERS_DIR, link) == 0);
+    CHECK_RC(baton_lock_release(hl), 0);
+    CHECK_RC(baton_lock_acquire(w, 5000), 0);
+    CHECK_RC(baton_lock_release(w), 0);
+    baton_lock_free(w);
+    baton_lock_free(hl);
+    baton_client_close(c);
+    baton_client_close(h);
+    tl_sh("bash %s/link.sh stop '%s'", TL_SERVERS_DIR, link);
+}
+
 int main(void)
 {
     const char *dir = ft_dir("deadline");
@@ -95,6 +149,9 @@ int main(void)
     th_current = "test_frozen_link";
     fprintf(stderr, "-- test_frozen_link\n");
     test_frozen_link(dir, port);
+    th_current = "test_frozen_waiter";
+    fprintf(stderr, "-- test_frozen_waiter\n");
+    test_frozen_waiter(dir, port);
     tl_server_stop("redis", dir);
     return th_finish();
 }
