@@ -27,10 +27,21 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../harness.h"
 #include "../common/testlib.h"
+
+/* MY_ONLY=substring runs only the tests whose name has it (for a quick rerun) */
+#undef RUN
+#define RUN(fn)                                                                                        \
+    do {                                                                                               \
+        if (getenv("MY_ONLY") && !strstr(#fn, getenv("MY_ONLY"))) break;                               \
+        th_current = #fn;                                                                              \
+        fprintf(stderr, "-- %s\n", #fn);                                                               \
+        fn();                                                                                          \
+    } while (0)
 
 static char g_dir[1024];
 static int g_port;
@@ -150,6 +161,96 @@ static void kill_case(int row) {
 
 static void test_session_kill(void) { kill_case(0); }
 static void test_row_kill(void) { kill_case(1); }
+
+static int64_t now_us(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+static void record_lost(baton_lock *l, void *payload) {
+    (void)l;
+    int64_t zero = 0;
+    atomic_compare_exchange_strong((_Atomic int64_t *)payload, &zero, now_us());
+}
+
+typedef struct {
+    baton_lock *l;
+    int rc;
+    _Atomic int64_t granted_us;
+} grant_wait;
+
+static void *grant_main(void *arg) {
+    grant_wait *g = arg;
+    g->rc = baton_lock_acquire(g->l, 20000);
+    atomic_store(&g->granted_us, now_us());
+    return NULL;
+}
+
+/* Session and row modes, KILL CONNECTION of the holder's connection with a
+ * 60 s lease (the keeper checks the connection every 20 s): the loss is
+ * reported by the watcher as soon as the server closes the connection, not
+ * at the next check. The server frees the lock the instant it kills the
+ * session, so another client's grant comes at about the same time: the gap
+ * between the two (on_lost minus the other's grant, negative when the loss
+ * is known first) is the inherent window, printed; the test asserts the
+ * loss is reported within 1 s of the KILL, and the other's grant follows. */
+static void kill_at_once_case(int row) {
+    char u[512], n[64], sel[512];
+    int64_t worst = INT64_MIN, best = INT64_MAX;
+    for (int it = 0; it < 5; it++) {
+        snprintf(n, sizeof n, "killnow-%s-%d-%d", g_tag, row, it);
+        baton_client *c1 = tl_client_open(uri(u, sizeof u, "baton", "baton-test", row ? "mode=row" : ""));
+        baton_client *c2 = tl_client_open(u);
+        _Atomic int64_t lost_us;
+        atomic_init(&lost_us, 0);
+        baton_lock_options o = BATON_LOCK_OPTIONS_INIT;
+        o.lease_ms = 60000;
+        o.on_lost = record_lost;
+        o.on_lost_payload = &lost_us;
+        baton_lock *a = NULL, *b = NULL;
+        CHECK_RC(baton_lock_open(&a, c1, n, &o), 0);
+        CHECK_RC(baton_lock_open(&b, c2, n, NULL), 0);
+        CHECK_RC(baton_lock_acquire(a, 0), 0);
+        grant_wait g = { b, 0, 0 };
+        pthread_t th;
+        pthread_create(&th, NULL, grant_main, &g);
+        tl_sleep_ms(300);    /* B waits on the server */
+        CHECK(atomic_load(&g.granted_us) == 0);
+        if (row)
+            snprintf(sel, sizeof sel, "SELECT trx_mysql_thread_id FROM information_schema.INNODB_TRX "
+                                      "WHERE trx_rows_locked > 0 AND trx_state = 'RUNNING'");
+        else
+            snprintf(sel, sizeof sel, "SELECT IS_USED_LOCK('%s')", n);
+        int64_t t0 = now_us();
+        CHECK(kill_where(sel) == 1);
+        while (atomic_load(&lost_us) == 0 && now_us() - t0 < 5000000) tl_sleep_ms(1);
+        pthread_join(th, NULL);
+        CHECK_RC(g.rc, 0);
+        int64_t tl = atomic_load(&lost_us), tg = atomic_load(&g.granted_us);
+        CHECK(tl != 0);
+        CHECK(tl - t0 < 1000000);   /* not at the next check, 20 s away */
+        CHECK(baton_lock_held(a) == 0);
+        if (tl) {
+            int64_t gap = tl - tg;
+            if (gap > worst) worst = gap;
+            if (gap < best) best = gap;
+            fprintf(stderr, "   %s: KILL -> on_lost %.1f ms, KILL -> other's grant %.1f ms\n",
+                    row ? "row" : "session", (tl - t0) / 1000.0, (tg - t0) / 1000.0);
+        }
+        CHECK_RC(baton_lock_release(a), BATON_ELOST);
+        CHECK_RC(baton_lock_release(b), 0);
+        baton_lock_free(a);
+        baton_lock_free(b);
+        baton_client_close(c1);
+        baton_client_close(c2);
+    }
+    fprintf(stderr, "   %s: on_lost minus the other's grant: %.1f .. %.1f ms\n", row ? "row" : "session",
+            best / 1000.0, worst / 1000.0);
+}
+
+static void test_session_kill_at_once(void) { kill_at_once_case(0); }
+static void test_row_kill_at_once(void) { kill_at_once_case(1); }
 
 /* Lease mode right after a KILL of the client's pooled connection (well
  * within MY_FRESH_MS of its last use, when the claim takes it without the
@@ -699,6 +800,8 @@ int main(int argc, char **argv) {
 
     RUN(test_session_kill);
     RUN(test_row_kill);
+    RUN(test_session_kill_at_once);
+    RUN(test_row_kill_at_once);
     RUN(test_lease_survives_kill);
     RUN(test_lease_kill_fresh);
     RUN(test_lease_stopped_holder);

@@ -152,7 +152,9 @@ int my_lease_renew(myeng *e, mylock *l, const baton_owner *owner, uint32_t lease
     uint64_t affected = 0;
     int rc;
 
-    (void)deadline_ns;  /* the socket timeout bounds it */
+    /* the renewal ends by the lease's deadline, connecting included: a
+     * frozen link or a hung server cannot hold the keeper past it */
+    if (deadline_ns > my_deadline_ms(e->io_timeout_ms)) deadline_ns = my_deadline_ms(e->io_timeout_ms);
     if (o) {
         sql = my_sql(e, "UPDATE @T SET lease_until = UTC_TIMESTAMP(6) + INTERVAL %" PRIu64 " MICROSECOND "
                         "WHERE name = %s AND owner = %s AND fence = %" PRIu64,
@@ -164,10 +166,10 @@ int my_lease_renew(myeng *e, mylock *l, const baton_owner *owner, uint32_t lease
         rc = baton_seterr(BATON_ENOMEM, 0, "out of memory");
         goto out;
     }
-    if ((rc = my_run(e, sql, 1, NULL, &affected, NULL))) goto out;
+    if ((rc = my_run_dl(e, sql, 1, NULL, &affected, NULL, deadline_ns))) goto out;
     if (affected == 1) goto out;
     /* 0 rows changed: lost, or renewed twice within one microsecond */
-    if ((rc = my_run(e, check, 1, &r, NULL, NULL))) goto out;
+    if ((rc = my_run_dl(e, check, 1, &r, NULL, NULL, deadline_ns))) goto out;
     if (mysql_num_rows(r) == 0)
         rc = baton_seterr(BATON_ELOST, 0, "mysql: lock '%s': the lease had ended and another owner took it", l->name);
 out:

@@ -43,6 +43,9 @@
 #define DEFAULT_TABLE "baton_locks"
 #define WATCH_MS 20              /* the watchdog looks at cancelled waiters this often */
 #define LINGER_MS 1000           /* ... and keeps looking this long after the last wait began */
+#define KILL_MS 1000             /* a KILL QUERY (connecting included) is given up after this */
+#define GRACE_MS 250             /* a wait still running this long after its deadline (the KILL
+                                  * did not reach the server: a frozen link) is cut */
 
 int64_t my_deadline_ms(int ms) { return baton_now_ns() + (int64_t)ms * 1000000LL; }
 
@@ -153,10 +156,15 @@ int in_trans_or_lost(MYSQL *c)
     return (st & SERVER_STATUS_IN_TRANS) != 0;
 }
 
-static MYSQL *new_handle(myeng *e)
+static MYSQL *new_handle(myeng *e, int64_t deadline)
 {
     MYSQL *c = mysql_init(NULL);
-    unsigned int ct = (unsigned int)((e->connect_timeout_ms + 999) / 1000), rt = (unsigned int)e->read_timeout_s;
+    int64_t ms = e->connect_timeout_ms, left = deadline == INT64_MAX ? INT64_MAX : (deadline - baton_now_ns()) / 1000000;
+    unsigned int ct, rt = (unsigned int)e->read_timeout_s;
+    /* Connector/C counts whole seconds (and each step of the handshake
+     * anew): the connect timeout, cut to what the caller has left */
+    if (left < ms) ms = left;
+    ct = (unsigned int)(ms <= 0 ? 1 : (ms + 999) / 1000);
     my_bool yes = 1;
     if (!c) return NULL;
     mysql_optionsv(c, MYSQL_OPT_CONNECT_TIMEOUT, &ct);
@@ -175,9 +183,9 @@ static MYSQL *new_handle(myeng *e)
     return c;
 }
 
-static int connect_new(myeng *e, MYSQL **out)
+static int connect_new(myeng *e, MYSQL **out, int64_t deadline)
 {
-    MYSQL *c = new_handle(e);
+    MYSQL *c = new_handle(e, deadline);
     int rc;
     *out = NULL;
     if (!c) return baton_seterr(BATON_ENOMEM, 0, "mysql: out of memory");
@@ -206,7 +214,7 @@ static int connect_new(myeng *e, MYSQL **out)
  * taken without the liveness poll (one system call per statement saved;
  * for statements that are run again on a checked connection when this one
  * turns out dead: my_run's RETRY). */
-static int conn_get(myeng *e, MYSQL **out, int trust_fresh)
+static int conn_get(myeng *e, MYSQL **out, int trust_fresh, int64_t deadline)
 {
     MYSQL *c = NULL;
     int64_t fresh = trust_fresh ? baton_now_ns() - MY_FRESH_MS * 1000000LL : INT64_MAX;
@@ -225,10 +233,10 @@ static int conn_get(myeng *e, MYSQL **out, int trust_fresh)
         *out = c;
         return 0;
     }
-    return connect_new(e, out);
+    return connect_new(e, out, deadline);
 }
 
-int my_conn_get(myeng *e, MYSQL **out) { return conn_get(e, out, 0); }
+int my_conn_get(myeng *e, MYSQL **out) { return conn_get(e, out, 0, INT64_MAX); }
 
 void my_conn_put(myeng *e, MYSQL *c)
 {
@@ -249,35 +257,59 @@ void my_conn_put(myeng *e, MYSQL *c)
 
 /* ---- statements ----------------------------------------------------------- */
 
-int my_exec(myeng *e, MYSQL *c, const char *sql, MYSQL_RES **res)
+int my_exec_dl(myeng *e, MYSQL *c, const char *sql, MYSQL_RES **res, int64_t deadline)
 {
     MYSQL_RES *r = NULL;
-    (void)e;
+    myguard g;
+    int rc = 0;
     if (res) *res = NULL;
-    if (mysql_real_query(c, sql, strlen(sql))) return my_err(c, "statement failed");
-    if (mysql_field_count(c) > 0) {
-        if (!(r = mysql_store_result(c))) return my_err(c, "cannot read the result");
-        if (res) *res = r;
-        else mysql_free_result(r);
+    if (baton_now_ns() >= deadline)
+        return baton_seterr(BATON_EUNAVAILABLE, 0, "mysql: no time left for the statement");
+    if (deadline != INT64_MAX && (rc = my_guard_add(e, &g, (int)mysql_get_socket(c), deadline))) return rc;
+    if (mysql_real_query(c, sql, strlen(sql))) {
+        rc = my_err(c, "statement failed");
+    } else if (mysql_field_count(c) > 0) {
+        if (!(r = mysql_store_result(c))) rc = my_err(c, "cannot read the result");
     }
+    if (deadline != INT64_MAX && my_guard_del(e, &g)) {
+        /* cut at its deadline, maybe right after it succeeded: the
+         * connection is gone either way */
+        mysql_free_result(r);
+        return baton_seterr(BATON_EUNAVAILABLE, 2013, "mysql: the server did not answer within the deadline "
+                            "(the connection was dropped)");
+    }
+    if (rc) return rc;
+    if (res) *res = r;
+    else mysql_free_result(r);
     return 0;
 }
 
+int my_exec(myeng *e, MYSQL *c, const char *sql, MYSQL_RES **res)
+{
+    return my_exec_dl(e, c, sql, res, my_deadline_ms(e->io_timeout_ms));
+}
+
 int my_run(myeng *e, const char *sql, int retry, MYSQL_RES **res, uint64_t *affected, uint64_t *insert_id)
+{
+    return my_run_dl(e, sql, retry, res, affected, insert_id, my_deadline_ms(e->io_timeout_ms));
+}
+
+int my_run_dl(myeng *e, const char *sql, int retry, MYSQL_RES **res, uint64_t *affected, uint64_t *insert_id,
+              int64_t deadline)
 {
     for (int attempt = 0;; attempt++) {
         MYSQL *c;
         /* a statement that may run twice trusts a fresh pooled connection
          * (its retry takes a checked one); the others always check */
-        int rc = conn_get(e, &c, retry && attempt == 0);
+        int rc = conn_get(e, &c, retry && attempt == 0, deadline);
         if (rc) return rc;
-        rc = my_exec(e, c, sql, res);
+        rc = my_exec_dl(e, c, sql, res, deadline);
         if (rc == 0) {
             if (affected) *affected = mysql_affected_rows(c);
             if (insert_id) *insert_id = mysql_insert_id(c);
         }
         my_conn_put(e, c);
-        if (rc != BATON_EUNAVAILABLE || !retry || attempt > 0) return rc;
+        if (rc != BATON_EUNAVAILABLE || !retry || attempt > 0 || baton_now_ns() >= deadline) return rc;
     }
 }
 
@@ -301,15 +333,18 @@ static void abs_time(struct timespec *ts, int64_t ns)
 static void send_kill(myeng *e, unsigned long id)
 {
     char q[64];
-    if (!e->killer && connect_new(e, &e->killer)) {
+    if (!e->killer && connect_new(e, &e->killer, my_deadline_ms(KILL_MS))) {
         baton_log(BATON_LOG_WARN, "mysql: cannot connect to stop a wait: %s", baton_error_last()->message);
         return;
     }
     snprintf(q, sizeof q, "KILL QUERY %lu", id);
-    if (mysql_real_query(e->killer, q, strlen(q))) {
+    /* bounded: on a frozen link the KILL cannot arrive either, and the
+     * watchdog must go on to the next wait (the waits' own deadlines cut
+     * their connections) */
+    if (my_exec_dl(e, e->killer, q, NULL, my_deadline_ms(KILL_MS))) {
         unsigned int n = mysql_errno(e->killer);
         if (n != ER_NO_SUCH_THREAD) {
-            baton_log(BATON_LOG_WARN, "mysql: %s: %s", q, mysql_error(e->killer));
+            baton_log(BATON_LOG_WARN, "mysql: %s: %s", q, baton_error_last()->message);
             mysql_close(e->killer);
             e->killer = NULL;
         }
@@ -385,7 +420,15 @@ int my_wait(myeng *e, MYSQL *c, const char *sql, int64_t deadline, baton_waiter 
     if (e->wd_next > look) pthread_cond_signal(&e->wd_cv);
     pthread_mutex_unlock(&e->mu);
 
-    rc = my_exec(e, c, sql, res);
+    /* The KILL ends the wait at its deadline; on a frozen link it cannot
+     * arrive, and the connection is cut a little later. A chunk of a longer
+     * wait ends on the server by itself, within the socket timeout. */
+    {
+        int64_t hard = deadline == INT64_MAX || deadline > now + (int64_t)e->chunk_s * 1000000000LL
+                           ? now + (int64_t)e->read_timeout_s * 1000000000LL
+                           : deadline + GRACE_MS * 1000000LL;
+        rc = my_exec_dl(e, c, sql, res, hard);
+    }
 
     pthread_mutex_lock(&e->mu);
     /* a KILL on its way must land before the connection runs anything else */
@@ -627,6 +670,8 @@ static void wipe(char *s)
 
 static void eng_free(myeng *e)
 {
+    /* after the watchdog (its KILLs are guarded), before the connections */
+    my_watch_stop(e);
     for (int i = 0; i < e->nidle; i++) mysql_close(e->idle[i]);
     if (e->killer) mysql_close(e->killer);
     free(e->host);
@@ -779,6 +824,8 @@ static int my_open(void **eng, const baton_uri *u, const baton_client_options *o
      * that never open a mysql:// engine do not pay its start-up (mydl.h) */
     if ((rc = baton__my_load())) return rc;
     if (!(e = calloc(1, sizeof *e))) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+    e->wpipe[0] = e->wpipe[1] = -1;
+    e->w_next = INT64_MAX;
     pthread_mutex_init(&e->mu, NULL);
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -882,6 +929,8 @@ static void my_lock_free(void *eng, void *st)
 {
     mylock *l = st;
     (void)eng;
+    /* first: the watcher must not look at this state or its socket again */
+    my_watch_del(eng, l);
     /* a connection still here belongs to a grant that was lost: closing it
      * makes sure the server holds nothing for it */
     if (l->conn) mysql_close(l->conn);
@@ -985,5 +1034,6 @@ const baton_backend baton__backend_mysql = {
     .identity = my_identity,
     .engine_ops = my_engine_ops,
     .describe = my_describe,
+    .attach = my_watch_attach,
     .secret_env = "MYSQL_PWD",
 };
