@@ -252,6 +252,70 @@ static void kill_at_once_case(int row) {
 static void test_session_kill_at_once(void) { kill_at_once_case(0); }
 static void test_row_kill_at_once(void) { kill_at_once_case(1); }
 
+/* tests/servers/link.sh: a forwarder to the server that can be frozen. */
+static int link_start(const char *dir) {
+    char cmd[2048], line[64] = "";
+    snprintf(cmd, sizeof cmd, "bash '%s/link.sh' start '%s' %d", TL_SERVERS_DIR, dir, g_port);
+    FILE *f = popen(cmd, "r");
+    if (!f) return -1;
+    if (!fgets(line, sizeof line, f)) line[0] = 0;
+    pclose(f);
+    return atoi(line);
+}
+
+static void link_do(const char *dir, const char *what) {
+    tl_sh("bash '%s/link.sh' %s '%s' >/dev/null 2>&1", TL_SERVERS_DIR, what, dir);
+}
+
+/* A holder whose link to the server freezes (nothing moves, the sockets
+ * stay open), with a 3 s lease: its renewal (lease mode) or connection
+ * check (session, row) cannot be answered, and must end by the lease's
+ * deadline: on_lost comes at about 3 s after the last renewal, not after
+ * the 6 s socket timeout. */
+static void frozen_holder_case(int mode) {
+    char u[512], n[64], dir[1200];
+    const char *qs = mode == 0 ? "" : mode == 1 ? "mode=row" : "mode=lease";
+    snprintf(dir, sizeof dir, "%s/link-holder-%d", g_dir, mode);
+    snprintf(n, sizeof n, "frozen-%s-%d", g_tag, mode);
+    int lport = link_start(dir);
+    CHECK(lport > 0);
+    snprintf(u, sizeof u, "mysql://baton:baton-test@127.0.0.1:%d/baton%s%s", lport, *qs ? "?" : "", qs);
+    baton_client *c = tl_client_open(u);
+    _Atomic int64_t lost_us;
+    atomic_init(&lost_us, 0);
+    baton_lock_options o = BATON_LOCK_OPTIONS_INIT;
+    o.lease_ms = 3000;
+    o.on_lost = record_lost;
+    o.on_lost_payload = &lost_us;
+    baton_lock *a = NULL;
+    CHECK_RC(baton_lock_open(&a, c, n, &o), 0);
+    CHECK_RC(baton_lock_acquire(a, 0), 0);
+    tl_sleep_ms(1200);   /* one renewal went through */
+    int64_t t0 = now_us();
+    link_do(dir, "freeze");
+    while (atomic_load(&lost_us) == 0 && now_us() - t0 < 10000000) tl_sleep_ms(5);
+    int64_t tl = atomic_load(&lost_us);
+    CHECK(tl != 0);
+    /* the last renewal was at most 1 s before the freeze: its lease ends
+     * within 3 s of it; the old code waited for the 6 s socket timeout */
+    CHECK(tl - t0 < 4000000);
+    fprintf(stderr, "   mode %d: link frozen -> on_lost %.0f ms\n", mode, (tl - t0) / 1000.0);
+    CHECK(baton_lock_held(a) == 0);
+    int64_t t1 = now_us();
+    int rc = baton_lock_release(a);
+    CHECK(rc == BATON_ELOST || rc == BATON_EUNAVAILABLE);
+    CHECK(now_us() - t1 < 7000000);
+    baton_lock_free(a);
+    link_do(dir, "thaw");
+    baton_client_close(c);
+    link_do(dir, "stop");
+}
+
+static void test_session_frozen_holder(void) { frozen_holder_case(0); }
+static void test_row_frozen_holder(void) { frozen_holder_case(1); }
+static void test_lease_frozen_holder(void) { frozen_holder_case(2); }
+
+
 /* Lease mode right after a KILL of the client's pooled connection (well
  * within MY_FRESH_MS of its last use, when the claim takes it without the
  * liveness poll): the claim runs again on a checked connection and grants;
@@ -395,6 +459,48 @@ static void *acq_main(void *arg) {
     atomic_store(&a->done, 1);
     return NULL;
 }
+
+/* A waiter (-w 3) whose link freezes while it waits returns at about its
+ * deadline: the wait's KILL QUERY cannot arrive, so its connection is cut
+ * a little after the deadline, not at the 6 s socket timeout. */
+static void frozen_waiter_case(int mode) {
+    char u[512], ud[512], n[64], dir[1200];
+    const char *qs = mode == 0 ? "" : mode == 1 ? "mode=row" : "mode=lease";
+    snprintf(dir, sizeof dir, "%s/link-waiter-%d", g_dir, mode);
+    snprintf(n, sizeof n, "frozenw-%s-%d", g_tag, mode);
+    int lport = link_start(dir);
+    CHECK(lport > 0);
+    snprintf(u, sizeof u, "mysql://baton:baton-test@127.0.0.1:%d/baton%s%s", lport, *qs ? "?" : "", qs);
+    baton_client *holder = tl_client_open(uri(ud, sizeof ud, "baton", "baton-test", qs));
+    baton_client *c = tl_client_open(u);
+    baton_lock *a = NULL, *b = NULL;
+    CHECK_RC(baton_lock_open(&a, holder, n, NULL), 0);
+    CHECK_RC(baton_lock_open(&b, c, n, NULL), 0);
+    CHECK_RC(baton_lock_acquire(a, 0), 0);
+    acq t = { b, 3000, 0, 0 };
+    pthread_t th;
+    int64_t t0 = now_us();
+    pthread_create(&th, NULL, acq_main, &t);
+    tl_sleep_ms(500);
+    link_do(dir, "freeze");
+    pthread_join(th, NULL);
+    int64_t took = now_us() - t0;
+    CHECK(t.rc == BATON_ETIMEDOUT || t.rc == BATON_EUNAVAILABLE);
+    CHECK(took < 4500000);
+    fprintf(stderr, "   mode %d: a 3 s wait on a frozen link returned after %.0f ms (%s)\n", mode, took / 1000.0,
+            baton_strerror(t.rc));
+    link_do(dir, "thaw");
+    CHECK_RC(baton_lock_release(a), 0);
+    baton_lock_free(a);
+    baton_lock_free(b);
+    baton_client_close(c);
+    baton_client_close(holder);
+    link_do(dir, "stop");
+}
+
+static void test_session_frozen_waiter(void) { frozen_waiter_case(0); }
+static void test_row_frozen_waiter(void) { frozen_waiter_case(1); }
+static void test_lease_frozen_waiter(void) { frozen_waiter_case(2); }
 
 /* The server restarts while A holds and B waits: session and row modes: A
  * is told LOST, B's wait goes on on a new connection and gets it; lease
@@ -805,6 +911,12 @@ int main(int argc, char **argv) {
     RUN(test_lease_survives_kill);
     RUN(test_lease_kill_fresh);
     RUN(test_lease_stopped_holder);
+    RUN(test_session_frozen_holder);
+    RUN(test_row_frozen_holder);
+    RUN(test_lease_frozen_holder);
+    RUN(test_session_frozen_waiter);
+    RUN(test_row_frozen_waiter);
+    RUN(test_lease_frozen_waiter);
     RUN(test_session_cancel);
     RUN(test_row_cancel);
     RUN(test_wrong_password);

@@ -376,7 +376,10 @@ static void *watchdog(void *arg)
             pthread_mutex_unlock(&e->mu);
             send_kill(e, id);
             pthread_mutex_lock(&e->mu);
-            hit->kill_pending = 0;
+            /* a wait whose connection was cut meanwhile has not waited for
+             * this KILL and may be gone: only a run still listed is told */
+            for (myrun *r = e->runs; r; r = r->next)
+                if (r == hit) r->kill_pending = 0;
             pthread_cond_broadcast(&e->kill_cv);
             continue;
         }
@@ -431,8 +434,10 @@ int my_wait(myeng *e, MYSQL *c, const char *sql, int64_t deadline, baton_waiter 
     }
 
     pthread_mutex_lock(&e->mu);
-    /* a KILL on its way must land before the connection runs anything else */
-    while (run.kill_pending) pthread_cond_wait(&e->kill_cv, &e->mu);
+    /* a KILL on its way must land before the connection runs anything else;
+     * a connection that failed (cut at its deadline: the KILL could not
+     * arrive either) is closed by the caller, and the wait ends now */
+    while (run.kill_pending && rc != BATON_EUNAVAILABLE) pthread_cond_wait(&e->kill_cv, &e->mu);
     for (myrun **pp = &e->runs; *pp; pp = &(*pp)->next)
         if (*pp == &run) {
             *pp = run.next;
