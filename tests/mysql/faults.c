@@ -725,7 +725,8 @@ static void test_unreachable(void) {
     t0 = tl_now_ms();
     CHECK_RC(baton_client_open(&c, u, &co), BATON_EUNAVAILABLE);
     int64_t took = tl_now_ms() - t0;
-    CHECK(took < 5000);
+    /* at the connect timeout itself, not Connector/C's whole second */
+    CHECK(took < 900);
     fprintf(stderr, "   a silent server: given up after %lld ms\n", (long long)took);
     if (ls >= 0) close(ls);
 }

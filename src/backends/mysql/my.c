@@ -37,6 +37,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -167,6 +168,8 @@ static MYSQL *new_handle(myeng *e, int64_t deadline)
     ct = (unsigned int)(ms <= 0 ? 1 : (ms + 999) / 1000);
     my_bool yes = 1;
     if (!c) return NULL;
+    /* connect_until waits for the connect itself */
+    mysql_optionsv(c, MYSQL_OPT_NONBLOCK, 0);
     mysql_optionsv(c, MYSQL_OPT_CONNECT_TIMEOUT, &ct);
     mysql_optionsv(c, MYSQL_OPT_READ_TIMEOUT, &rt);
     mysql_optionsv(c, MYSQL_OPT_WRITE_TIMEOUT, &rt);
@@ -183,14 +186,65 @@ static MYSQL *new_handle(myeng *e, int64_t deadline)
     return c;
 }
 
+/* mysql_real_connect, ended by DEADLINE (or the connect timeout, the
+ * earlier): Connector/C's non-blocking connect, waited for here, so the TCP
+ * connect, the handshake and TLS end on time against a frozen peer (its own
+ * timeouts count whole seconds, each step anew). Name resolution runs inside
+ * the first call and is the resolver's. Later statements use the blocking
+ * calls on the same handle (Connector/C switches the socket back). NULL on
+ * failure, with the handle's error set. */
+static MYSQL *connect_until(myeng *e, MYSQL *c, int64_t deadline)
+{
+    MYSQL *ret = NULL;
+    int64_t dl = my_deadline_ms(e->connect_timeout_ms);
+    int st, over = 0;
+
+    if (deadline < dl) dl = deadline;
+    st = mysql_real_connect_start(&ret, c, e->unix_socket ? NULL : e->host, e->user, e->password, e->db,
+                                  (unsigned int)e->port, e->unix_socket, 0);
+    while (st) {
+        struct pollfd p = { (int)mysql_get_socket(c), 0, 0 };
+        int64_t now = baton_now_ns(), ms = (dl - now + 999999) / 1000000;
+        int ev = 0, r;
+        if (over || now >= dl) {
+            /* the deadline: the socket is shut down and the connect told it
+             * timed out, which ends it with an error (closing a suspended
+             * connect would leak its half-made connection) */
+            if (!over && p.fd >= 0) shutdown(p.fd, SHUT_RDWR);
+            over = 1;
+            st = mysql_real_connect_cont(&ret, c, MYSQL_WAIT_TIMEOUT);
+            continue;
+        }
+        if (st & MYSQL_WAIT_TIMEOUT) {
+            int64_t lib = (int64_t)mysql_get_timeout_value_ms(c);
+            if (lib < ms) ms = lib;
+        }
+        if (st & MYSQL_WAIT_READ) p.events |= POLLIN;
+        if (st & MYSQL_WAIT_WRITE) p.events |= POLLOUT;
+        if (st & MYSQL_WAIT_EXCEPT) p.events |= POLLPRI;
+        r = poll(&p, p.fd >= 0 ? 1 : 0, (int)(ms > INT32_MAX ? INT32_MAX : ms));
+        if (r < 0 && errno != EINTR) over = 1;
+        if (r <= 0) {
+            /* Connector/C's own timeout passed, else our deadline is looked at above */
+            if ((st & MYSQL_WAIT_TIMEOUT) && baton_now_ns() < dl && r == 0) ev = MYSQL_WAIT_TIMEOUT;
+            else continue;
+        } else {
+            if (p.revents & (POLLIN | POLLHUP | POLLERR)) ev |= MYSQL_WAIT_READ;
+            if (p.revents & (POLLOUT | POLLHUP | POLLERR)) ev |= MYSQL_WAIT_WRITE;
+            if (p.revents & POLLPRI) ev |= MYSQL_WAIT_EXCEPT;
+        }
+        st = mysql_real_connect_cont(&ret, c, ev);
+    }
+    return ret;
+}
+
 static int connect_new(myeng *e, MYSQL **out, int64_t deadline)
 {
     MYSQL *c = new_handle(e, deadline);
     int rc;
     *out = NULL;
     if (!c) return baton_seterr(BATON_ENOMEM, 0, "mysql: out of memory");
-    if (!mysql_real_connect(c, e->unix_socket ? NULL : e->host, e->user, e->password, e->db,
-                            (unsigned int)e->port, e->unix_socket, 0)) {
+    if (!connect_until(e, c, deadline)) {
         unsigned int n = mysql_errno(c);
         rc = code_of(n);
         if (rc != BATON_EAUTH) rc = n == ER_BAD_DB_ERROR ? BATON_EINVAL : BATON_EUNAVAILABLE;
