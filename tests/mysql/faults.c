@@ -498,6 +498,49 @@ static void frozen_waiter_case(int mode) {
     link_do(dir, "stop");
 }
 
+/* A waiter without a deadline whose link freezes is cancelled: the KILL
+ * QUERY that ends a cancelled wait cannot arrive, so its connection is cut
+ * shortly after the cancel; the acquire answers within a second, not at
+ * the end of a wait chunk or the socket timeout (6 s). */
+static void frozen_cancel_case(int row) {
+    char u[512], ud[512], n[64], dir[1200];
+    snprintf(dir, sizeof dir, "%s/link-cancel-%d", g_dir, row);
+    snprintf(n, sizeof n, "frozenc-%s-%d", g_tag, row);
+    int lport = link_start(dir);
+    CHECK(lport > 0);
+    snprintf(u, sizeof u, "mysql://baton:baton-test@127.0.0.1:%d/baton%s", lport, row ? "?mode=row" : "");
+    baton_client *holder = tl_client_open(uri(ud, sizeof ud, "baton", "baton-test", row ? "mode=row" : ""));
+    baton_client *c = tl_client_open(u);
+    baton_lock *a = NULL, *b = NULL;
+    CHECK_RC(baton_lock_open(&a, holder, n, NULL), 0);
+    CHECK_RC(baton_lock_open(&b, c, n, NULL), 0);
+    CHECK_RC(baton_lock_acquire(a, 0), 0);
+    acq t = { b, -1, 0, 0 };
+    pthread_t th;
+    pthread_create(&th, NULL, acq_main, &t);
+    tl_sleep_ms(500);
+    link_do(dir, "freeze");
+    tl_sleep_ms(200);
+    int64_t t0 = now_us();
+    CHECK_RC(baton_lock_cancel(b), 0);
+    pthread_join(th, NULL);
+    int64_t took = now_us() - t0;
+    CHECK_RC(t.rc, BATON_ECANCELED);
+    CHECK(took < 1500000);
+    fprintf(stderr, "   %s: cancel of a wait on a frozen link answered after %.0f ms\n", row ? "row" : "session",
+            took / 1000.0);
+    link_do(dir, "thaw");
+    CHECK_RC(baton_lock_release(a), 0);
+    baton_lock_free(a);
+    baton_lock_free(b);
+    baton_client_close(c);
+    baton_client_close(holder);
+    link_do(dir, "stop");
+}
+
+static void test_session_frozen_cancel(void) { frozen_cancel_case(0); }
+static void test_row_frozen_cancel(void) { frozen_cancel_case(1); }
+
 static void test_session_frozen_waiter(void) { frozen_waiter_case(0); }
 static void test_row_frozen_waiter(void) { frozen_waiter_case(1); }
 static void test_lease_frozen_waiter(void) { frozen_waiter_case(2); }
@@ -918,6 +961,8 @@ int main(int argc, char **argv) {
     RUN(test_session_frozen_waiter);
     RUN(test_row_frozen_waiter);
     RUN(test_lease_frozen_waiter);
+    RUN(test_session_frozen_cancel);
+    RUN(test_row_frozen_cancel);
     RUN(test_session_cancel);
     RUN(test_row_cancel);
     RUN(test_wrong_password);

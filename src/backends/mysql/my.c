@@ -311,21 +311,18 @@ void my_conn_put(myeng *e, MYSQL *c)
 
 /* ---- statements ----------------------------------------------------------- */
 
-int my_exec_dl(myeng *e, MYSQL *c, const char *sql, MYSQL_RES **res, int64_t deadline)
+/* The statement under G (registered, or NULL: no deadline), which is
+ * unregistered here. */
+static int exec_guarded(myeng *e, MYSQL *c, const char *sql, MYSQL_RES **res, myguard *g)
 {
     MYSQL_RES *r = NULL;
-    myguard g;
     int rc = 0;
-    if (res) *res = NULL;
-    if (baton_now_ns() >= deadline)
-        return baton_seterr(BATON_EUNAVAILABLE, 0, "mysql: no time left for the statement");
-    if (deadline != INT64_MAX && (rc = my_guard_add(e, &g, (int)mysql_get_socket(c), deadline))) return rc;
     if (mysql_real_query(c, sql, strlen(sql))) {
         rc = my_err(c, "statement failed");
     } else if (mysql_field_count(c) > 0) {
         if (!(r = mysql_store_result(c))) rc = my_err(c, "cannot read the result");
     }
-    if (deadline != INT64_MAX && my_guard_del(e, &g)) {
+    if (g && my_guard_del(e, g)) {
         /* cut at its deadline, maybe right after it succeeded: the
          * connection is gone either way */
         mysql_free_result(r);
@@ -336,6 +333,18 @@ int my_exec_dl(myeng *e, MYSQL *c, const char *sql, MYSQL_RES **res, int64_t dea
     if (res) *res = r;
     else mysql_free_result(r);
     return 0;
+}
+
+int my_exec_dl(myeng *e, MYSQL *c, const char *sql, MYSQL_RES **res, int64_t deadline)
+{
+    myguard g;
+    int rc;
+    if (res) *res = NULL;
+    if (baton_now_ns() >= deadline)
+        return baton_seterr(BATON_EUNAVAILABLE, 0, "mysql: no time left for the statement");
+    if (deadline == INT64_MAX) return exec_guarded(e, c, sql, res, NULL);
+    if ((rc = my_guard_add(e, &g, (int)mysql_get_socket(c), deadline))) return rc;
+    return exec_guarded(e, c, sql, res, &g);
 }
 
 int my_exec(myeng *e, MYSQL *c, const char *sql, MYSQL_RES **res)
@@ -427,6 +436,9 @@ static void *watchdog(void *arg)
         if (hit) {
             unsigned long id = hit->thread_id;
             hit->kill_pending = 1;
+            /* if the KILL cannot end it (a frozen link), the connection is
+             * cut a little later */
+            if (hit->guard) my_guard_sooner(e, hit->guard, now + GRACE_MS * 1000000LL);
             pthread_mutex_unlock(&e->mu);
             send_kill(e, id);
             pthread_mutex_lock(&e->mu);
@@ -451,8 +463,20 @@ static void *watchdog(void *arg)
     return NULL;
 }
 
+static void run_unlist(myeng *e, myrun *run)
+{
+    pthread_mutex_lock(&e->mu);
+    for (myrun **pp = &e->runs; *pp; pp = &(*pp)->next)
+        if (*pp == run) {
+            *pp = run->next;
+            break;
+        }
+    pthread_mutex_unlock(&e->mu);
+}
+
 int my_wait(myeng *e, MYSQL *c, const char *sql, int64_t deadline, baton_waiter *w, MYSQL_RES **res)
 {
+    myguard g;
     myrun run;
     int64_t now = baton_now_ns(), look;
     int rc;
@@ -477,14 +501,23 @@ int my_wait(myeng *e, MYSQL *c, const char *sql, int64_t deadline, baton_waiter 
     if (e->wd_next > look) pthread_cond_signal(&e->wd_cv);
     pthread_mutex_unlock(&e->mu);
 
-    /* The KILL ends the wait at its deadline; on a frozen link it cannot
-     * arrive, and the connection is cut a little later. A chunk of a longer
-     * wait ends on the server by itself, within the socket timeout. */
+    /* The KILL ends the wait at its deadline or cancel; on a frozen link it
+     * cannot arrive, and the connection is cut GRACE_MS later (the watchdog
+     * moves the guard's deadline up at a cancel). A chunk of a longer wait
+     * ends on the server by itself, within the socket timeout. */
+    if (res) *res = NULL;
     {
         int64_t hard = deadline == INT64_MAX || deadline > now + (int64_t)e->chunk_s * 1000000000LL
                            ? now + (int64_t)e->read_timeout_s * 1000000000LL
                            : deadline + GRACE_MS * 1000000LL;
-        rc = my_exec_dl(e, c, sql, res, hard);
+        if ((rc = my_guard_add(e, &g, (int)mysql_get_socket(c), hard))) {
+            run_unlist(e, &run);
+            return rc;
+        }
+        pthread_mutex_lock(&e->mu);
+        run.guard = &g;
+        pthread_mutex_unlock(&e->mu);
+        rc = exec_guarded(e, c, sql, res, &g);
     }
 
     pthread_mutex_lock(&e->mu);
@@ -492,12 +525,9 @@ int my_wait(myeng *e, MYSQL *c, const char *sql, int64_t deadline, baton_waiter 
      * a connection that failed (cut at its deadline: the KILL could not
      * arrive either) is closed by the caller, and the wait ends now */
     while (run.kill_pending && rc != BATON_EUNAVAILABLE) pthread_cond_wait(&e->kill_cv, &e->mu);
-    for (myrun **pp = &e->runs; *pp; pp = &(*pp)->next)
-        if (*pp == &run) {
-            *pp = run.next;
-            break;
-        }
+    run.guard = NULL;
     pthread_mutex_unlock(&e->mu);
+    run_unlist(e, &run);
     if (rc && run.why && code_of(mysql_errno(c)) != BATON_EUNAVAILABLE)
         rc = baton_seterr(run.why, 0, "mysql: %s", run.why == BATON_ETIMEDOUT ? "wait timed out" : "wait canceled");
     else if (rc == 0 && run.why == BATON_ECANCELED)

@@ -28,16 +28,6 @@ enum { MY_SESSION, MY_LEASE, MY_ROW };
 #define MY_POOL_IDLE 4       /* idle connections a client keeps for reuse */
 #define MY_FRESH_MS 100      /* my_run trusts a connection pooled this recently (no liveness poll) */
 
-/* One waiting statement the watchdog looks after (registered by my_wait). */
-typedef struct myrun {
-    unsigned long thread_id; /* the server's connection id of the statement's connection */
-    int64_t deadline_ns;     /* KILL QUERY at this time (INT64_MAX = never) */
-    baton_waiter *w;         /* ... or when this is cancelled (may be NULL) */
-    int why;                 /* 0, or BATON_ETIMEDOUT / BATON_ECANCELED once the KILL was decided */
-    int kill_pending;        /* the watchdog is sending the KILL */
-    struct myrun *next;
-} myrun;
-
 /* One statement's deadline, enforced by the watcher (registered by my_exec_dl). */
 typedef struct myguard {
     int fd;                  /* the statement's socket */
@@ -45,6 +35,17 @@ typedef struct myguard {
     int cut;                 /* it was */
     struct myguard *next;
 } myguard;
+
+/* One waiting statement the watchdog looks after (registered by my_wait). */
+typedef struct myrun {
+    unsigned long thread_id; /* the server's connection id of the statement's connection */
+    int64_t deadline_ns;     /* KILL QUERY at this time (INT64_MAX = never) */
+    baton_waiter *w;         /* ... or when this is cancelled (may be NULL) */
+    int why;                 /* 0, or BATON_ETIMEDOUT / BATON_ECANCELED once the KILL was decided */
+    int kill_pending;        /* the watchdog is sending the KILL */
+    myguard *guard;          /* the statement's deadline (moved up at a cancel) */
+    struct myrun *next;
+} myrun;
 
 struct mywatch;
 
@@ -156,6 +157,8 @@ int my_run_dl(myeng *e, const char *sql, int retry, MYSQL_RES **res, uint64_t *a
 /* A statement on socket FD must end by DEADLINE_NS: registered (the watcher
  * is started when needed), 0 or BATON_EIO. */
 int my_guard_add(myeng *e, myguard *g, int fd, int64_t deadline_ns);
+/* e->mu held: G is cut at DEADLINE_NS already, if that is sooner. */
+void my_guard_sooner(myeng *e, myguard *g, int64_t deadline_ns);
 /* Unregistered; 1 when the watcher had cut it. */
 int my_guard_del(myeng *e, myguard *g);
 /* After a grant (L->conn, L->fence set): the connection is watched, and the

@@ -240,6 +240,16 @@ int my_guard_add(myeng *e, myguard *g, int fd, int64_t deadline_ns)
     return 0;
 }
 
+void my_guard_sooner(myeng *e, myguard *g, int64_t deadline_ns)
+{
+    if (deadline_ns >= g->deadline_ns) return;
+    g->deadline_ns = deadline_ns;
+    if (deadline_ns < e->w_next) {
+        e->w_next = deadline_ns;
+        wake(e);
+    }
+}
+
 int my_guard_del(myeng *e, myguard *g)
 {
     int cut;
