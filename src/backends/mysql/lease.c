@@ -25,7 +25,7 @@
 #define RETRY_DOWN_MS 200        /* a waiter whose server is away claims again this often */
 
 /* One claim: 0 with *fence, or BATON_ELOCKED. */
-static int claim(myeng *e, mylock *l, const baton_owner *o, uint32_t lease_ms, uint64_t *fence)
+static int claim(myeng *e, mylock *l, const baton_owner *o, uint32_t lease_ms, uint64_t *fence, int64_t deadline)
 {
     char *owner = my_escape(o->hex), *holder = my_escape(o->desc), *sql = NULL;
     uint64_t affected = 0, id = 0;
@@ -48,7 +48,7 @@ static int claim(myeng *e, mylock *l, const baton_owner *o, uint32_t lease_ms, u
     free(holder);
     if (!sql) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
     /* safe to run twice: a second run by the same owner re-claims it */
-    rc = my_run(e, sql, 1, NULL, &affected, &id);
+    rc = my_run_dl(e, sql, 1, NULL, &affected, &id, deadline);
     free(sql);
     if (rc) return rc;
     if (affected == 0) return baton_seterr(BATON_ELOCKED, 0, "mysql: lock '%s' is held", l->name);
@@ -57,7 +57,7 @@ static int claim(myeng *e, mylock *l, const baton_owner *o, uint32_t lease_ms, u
 }
 
 /* How long the holder's lease still runs (ms, -1 unknown). */
-static int64_t lease_left(myeng *e, mylock *l)
+static int64_t lease_left(myeng *e, mylock *l, int64_t deadline)
 {
     MYSQL_RES *r = NULL;
     const char *v;
@@ -65,7 +65,7 @@ static int64_t lease_left(myeng *e, mylock *l)
     char *sql = my_sql(e, "SELECT TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), lease_until) FROM @T WHERE name = %s",
                        l->esc);
     if (!sql) return -1;
-    if (my_run(e, sql, 1, &r, NULL, NULL) == 0 && (v = my_cell(r, 0))) left = strtoll(v, NULL, 10) / 1000;
+    if (my_run_dl(e, sql, 1, &r, NULL, NULL, deadline) == 0 && (v = my_cell(r, 0))) left = strtoll(v, NULL, 10) / 1000;
     mysql_free_result(r);
     free(sql);
     return left;
@@ -79,8 +79,12 @@ int my_lease_acquire(myeng *e, mylock *l, baton_acquire_req *req)
     for (;;) {
         unsigned gen = req->waiter ? baton_waiter_gen(req->waiter) : 0;
         int64_t sent = baton_now_ns(), left, until, ms;
+        /* every statement of a wait ends by the wait's deadline (a frozen
+         * link: cut then); one claim alone by the I/O timeout */
+        int64_t dl = my_deadline_ms(e->io_timeout_ms);
+        if (req->deadline_ns != 0 && req->deadline_ns < dl) dl = req->deadline_ns;
 
-        rc = claim(e, l, req->owner, req->lease_ms, &req->fence);
+        rc = claim(e, l, req->owner, req->lease_ms, &req->fence, dl);
         if (rc == 0) {
             l->fence = req->fence;
             req->sent_ns = sent;    /* the lease started no earlier than this */
@@ -99,7 +103,7 @@ int my_lease_acquire(myeng *e, mylock *l, baton_acquire_req *req)
             /* jitter: waiters of one release do not claim in lockstep */
             ms = backoff / 2 + (int64_t)(baton_now_ns() % (backoff / 2 + 1));
             if (backoff < BACKOFF_MAX_MS) backoff = backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : backoff * 2;
-            left = lease_left(e, l);
+            left = lease_left(e, l, dl);
             if (left >= 0 && left + 1 < ms) ms = left + 1;    /* the holder's lease ends */
         }
         until = baton_now_ns() + ms * 1000000LL;
@@ -152,7 +156,9 @@ int my_lease_renew(myeng *e, mylock *l, const baton_owner *owner, uint32_t lease
     uint64_t affected = 0;
     int rc;
 
-    (void)deadline_ns;  /* the socket timeout bounds it */
+    /* the renewal ends by the lease's deadline, connecting included: a
+     * frozen link or a hung server cannot hold the keeper past it */
+    if (deadline_ns > my_deadline_ms(e->io_timeout_ms)) deadline_ns = my_deadline_ms(e->io_timeout_ms);
     if (o) {
         sql = my_sql(e, "UPDATE @T SET lease_until = UTC_TIMESTAMP(6) + INTERVAL %" PRIu64 " MICROSECOND "
                         "WHERE name = %s AND owner = %s AND fence = %" PRIu64,
@@ -164,10 +170,10 @@ int my_lease_renew(myeng *e, mylock *l, const baton_owner *owner, uint32_t lease
         rc = baton_seterr(BATON_ENOMEM, 0, "out of memory");
         goto out;
     }
-    if ((rc = my_run(e, sql, 1, NULL, &affected, NULL))) goto out;
+    if ((rc = my_run_dl(e, sql, 1, NULL, &affected, NULL, deadline_ns))) goto out;
     if (affected == 1) goto out;
     /* 0 rows changed: lost, or renewed twice within one microsecond */
-    if ((rc = my_run(e, check, 1, &r, NULL, NULL))) goto out;
+    if ((rc = my_run_dl(e, check, 1, &r, NULL, NULL, deadline_ns))) goto out;
     if (mysql_num_rows(r) == 0)
         rc = baton_seterr(BATON_ELOST, 0, "mysql: lock '%s': the lease had ended and another owner took it", l->name);
 out:

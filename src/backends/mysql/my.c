@@ -37,12 +37,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
 #define DEFAULT_TABLE "baton_locks"
 #define WATCH_MS 20              /* the watchdog looks at cancelled waiters this often */
 #define LINGER_MS 1000           /* ... and keeps looking this long after the last wait began */
+#define KILL_MS 1000             /* a KILL QUERY (connecting included) is given up after this */
+#define GRACE_MS 250             /* a wait still running this long after its deadline (the KILL
+                                  * did not reach the server: a frozen link) is cut */
 
 int64_t my_deadline_ms(int ms) { return baton_now_ns() + (int64_t)ms * 1000000LL; }
 
@@ -153,12 +157,19 @@ int in_trans_or_lost(MYSQL *c)
     return (st & SERVER_STATUS_IN_TRANS) != 0;
 }
 
-static MYSQL *new_handle(myeng *e)
+static MYSQL *new_handle(myeng *e, int64_t deadline)
 {
     MYSQL *c = mysql_init(NULL);
-    unsigned int ct = (unsigned int)((e->connect_timeout_ms + 999) / 1000), rt = (unsigned int)e->read_timeout_s;
+    int64_t ms = e->connect_timeout_ms, left = deadline == INT64_MAX ? INT64_MAX : (deadline - baton_now_ns()) / 1000000;
+    unsigned int ct, rt = (unsigned int)e->read_timeout_s;
+    /* Connector/C counts whole seconds (and each step of the handshake
+     * anew): the connect timeout, cut to what the caller has left */
+    if (left < ms) ms = left;
+    ct = (unsigned int)(ms <= 0 ? 1 : (ms + 999) / 1000);
     my_bool yes = 1;
     if (!c) return NULL;
+    /* connect_until waits for the connect itself */
+    mysql_optionsv(c, MYSQL_OPT_NONBLOCK, 0);
     mysql_optionsv(c, MYSQL_OPT_CONNECT_TIMEOUT, &ct);
     mysql_optionsv(c, MYSQL_OPT_READ_TIMEOUT, &rt);
     mysql_optionsv(c, MYSQL_OPT_WRITE_TIMEOUT, &rt);
@@ -175,14 +186,65 @@ static MYSQL *new_handle(myeng *e)
     return c;
 }
 
-static int connect_new(myeng *e, MYSQL **out)
+/* mysql_real_connect, ended by DEADLINE (or the connect timeout, the
+ * earlier): Connector/C's non-blocking connect, waited for here, so the TCP
+ * connect, the handshake and TLS end on time against a frozen peer (its own
+ * timeouts count whole seconds, each step anew). Name resolution runs inside
+ * the first call and is the resolver's. Later statements use the blocking
+ * calls on the same handle (Connector/C switches the socket back). NULL on
+ * failure, with the handle's error set. */
+static MYSQL *connect_until(myeng *e, MYSQL *c, int64_t deadline)
 {
-    MYSQL *c = new_handle(e);
+    MYSQL *ret = NULL;
+    int64_t dl = my_deadline_ms(e->connect_timeout_ms);
+    int st, over = 0;
+
+    if (deadline < dl) dl = deadline;
+    st = mysql_real_connect_start(&ret, c, e->unix_socket ? NULL : e->host, e->user, e->password, e->db,
+                                  (unsigned int)e->port, e->unix_socket, 0);
+    while (st) {
+        struct pollfd p = { (int)mysql_get_socket(c), 0, 0 };
+        int64_t now = baton_now_ns(), ms = (dl - now + 999999) / 1000000;
+        int ev = 0, r;
+        if (over || now >= dl) {
+            /* the deadline: the socket is shut down and the connect told it
+             * timed out, which ends it with an error (closing a suspended
+             * connect would leak its half-made connection) */
+            if (!over && p.fd >= 0) shutdown(p.fd, SHUT_RDWR);
+            over = 1;
+            st = mysql_real_connect_cont(&ret, c, MYSQL_WAIT_TIMEOUT);
+            continue;
+        }
+        if (st & MYSQL_WAIT_TIMEOUT) {
+            int64_t lib = (int64_t)mysql_get_timeout_value_ms(c);
+            if (lib < ms) ms = lib;
+        }
+        if (st & MYSQL_WAIT_READ) p.events |= POLLIN;
+        if (st & MYSQL_WAIT_WRITE) p.events |= POLLOUT;
+        if (st & MYSQL_WAIT_EXCEPT) p.events |= POLLPRI;
+        r = poll(&p, p.fd >= 0 ? 1 : 0, (int)(ms > INT32_MAX ? INT32_MAX : ms));
+        if (r < 0 && errno != EINTR) over = 1;
+        if (r <= 0) {
+            /* Connector/C's own timeout passed, else our deadline is looked at above */
+            if ((st & MYSQL_WAIT_TIMEOUT) && baton_now_ns() < dl && r == 0) ev = MYSQL_WAIT_TIMEOUT;
+            else continue;
+        } else {
+            if (p.revents & (POLLIN | POLLHUP | POLLERR)) ev |= MYSQL_WAIT_READ;
+            if (p.revents & (POLLOUT | POLLHUP | POLLERR)) ev |= MYSQL_WAIT_WRITE;
+            if (p.revents & POLLPRI) ev |= MYSQL_WAIT_EXCEPT;
+        }
+        st = mysql_real_connect_cont(&ret, c, ev);
+    }
+    return ret;
+}
+
+static int connect_new(myeng *e, MYSQL **out, int64_t deadline)
+{
+    MYSQL *c = new_handle(e, deadline);
     int rc;
     *out = NULL;
     if (!c) return baton_seterr(BATON_ENOMEM, 0, "mysql: out of memory");
-    if (!mysql_real_connect(c, e->unix_socket ? NULL : e->host, e->user, e->password, e->db,
-                            (unsigned int)e->port, e->unix_socket, 0)) {
+    if (!connect_until(e, c, deadline)) {
         unsigned int n = mysql_errno(c);
         rc = code_of(n);
         if (rc != BATON_EAUTH) rc = n == ER_BAD_DB_ERROR ? BATON_EINVAL : BATON_EUNAVAILABLE;
@@ -206,7 +268,7 @@ static int connect_new(myeng *e, MYSQL **out)
  * taken without the liveness poll (one system call per statement saved;
  * for statements that are run again on a checked connection when this one
  * turns out dead: my_run's RETRY). */
-static int conn_get(myeng *e, MYSQL **out, int trust_fresh)
+static int conn_get(myeng *e, MYSQL **out, int trust_fresh, int64_t deadline)
 {
     MYSQL *c = NULL;
     int64_t fresh = trust_fresh ? baton_now_ns() - MY_FRESH_MS * 1000000LL : INT64_MAX;
@@ -225,10 +287,10 @@ static int conn_get(myeng *e, MYSQL **out, int trust_fresh)
         *out = c;
         return 0;
     }
-    return connect_new(e, out);
+    return connect_new(e, out, deadline);
 }
 
-int my_conn_get(myeng *e, MYSQL **out) { return conn_get(e, out, 0); }
+int my_conn_get(myeng *e, MYSQL **out) { return conn_get(e, out, 0, INT64_MAX); }
 
 void my_conn_put(myeng *e, MYSQL *c)
 {
@@ -249,35 +311,68 @@ void my_conn_put(myeng *e, MYSQL *c)
 
 /* ---- statements ----------------------------------------------------------- */
 
-int my_exec(myeng *e, MYSQL *c, const char *sql, MYSQL_RES **res)
+/* The statement under G (registered, or NULL: no deadline), which is
+ * unregistered here. */
+static int exec_guarded(myeng *e, MYSQL *c, const char *sql, MYSQL_RES **res, myguard *g)
 {
     MYSQL_RES *r = NULL;
-    (void)e;
-    if (res) *res = NULL;
-    if (mysql_real_query(c, sql, strlen(sql))) return my_err(c, "statement failed");
-    if (mysql_field_count(c) > 0) {
-        if (!(r = mysql_store_result(c))) return my_err(c, "cannot read the result");
-        if (res) *res = r;
-        else mysql_free_result(r);
+    int rc = 0;
+    if (mysql_real_query(c, sql, strlen(sql))) {
+        rc = my_err(c, "statement failed");
+    } else if (mysql_field_count(c) > 0) {
+        if (!(r = mysql_store_result(c))) rc = my_err(c, "cannot read the result");
     }
+    if (g && my_guard_del(e, g)) {
+        /* cut at its deadline, maybe right after it succeeded: the
+         * connection is gone either way */
+        mysql_free_result(r);
+        return baton_seterr(BATON_EUNAVAILABLE, 2013, "mysql: the server did not answer within the deadline "
+                            "(the connection was dropped)");
+    }
+    if (rc) return rc;
+    if (res) *res = r;
+    else mysql_free_result(r);
     return 0;
 }
 
+int my_exec_dl(myeng *e, MYSQL *c, const char *sql, MYSQL_RES **res, int64_t deadline)
+{
+    myguard g;
+    int rc;
+    if (res) *res = NULL;
+    if (baton_now_ns() >= deadline)
+        return baton_seterr(BATON_EUNAVAILABLE, 0, "mysql: no time left for the statement");
+    if (deadline == INT64_MAX) return exec_guarded(e, c, sql, res, NULL);
+    if ((rc = my_guard_add(e, &g, (int)mysql_get_socket(c), deadline))) return rc;
+    return exec_guarded(e, c, sql, res, &g);
+}
+
+int my_exec(myeng *e, MYSQL *c, const char *sql, MYSQL_RES **res)
+{
+    return my_exec_dl(e, c, sql, res, my_deadline_ms(e->io_timeout_ms));
+}
+
 int my_run(myeng *e, const char *sql, int retry, MYSQL_RES **res, uint64_t *affected, uint64_t *insert_id)
+{
+    return my_run_dl(e, sql, retry, res, affected, insert_id, my_deadline_ms(e->io_timeout_ms));
+}
+
+int my_run_dl(myeng *e, const char *sql, int retry, MYSQL_RES **res, uint64_t *affected, uint64_t *insert_id,
+              int64_t deadline)
 {
     for (int attempt = 0;; attempt++) {
         MYSQL *c;
         /* a statement that may run twice trusts a fresh pooled connection
          * (its retry takes a checked one); the others always check */
-        int rc = conn_get(e, &c, retry && attempt == 0);
+        int rc = conn_get(e, &c, retry && attempt == 0, deadline);
         if (rc) return rc;
-        rc = my_exec(e, c, sql, res);
+        rc = my_exec_dl(e, c, sql, res, deadline);
         if (rc == 0) {
             if (affected) *affected = mysql_affected_rows(c);
             if (insert_id) *insert_id = mysql_insert_id(c);
         }
         my_conn_put(e, c);
-        if (rc != BATON_EUNAVAILABLE || !retry || attempt > 0) return rc;
+        if (rc != BATON_EUNAVAILABLE || !retry || attempt > 0 || baton_now_ns() >= deadline) return rc;
     }
 }
 
@@ -301,15 +396,18 @@ static void abs_time(struct timespec *ts, int64_t ns)
 static void send_kill(myeng *e, unsigned long id)
 {
     char q[64];
-    if (!e->killer && connect_new(e, &e->killer)) {
+    if (!e->killer && connect_new(e, &e->killer, my_deadline_ms(KILL_MS))) {
         baton_log(BATON_LOG_WARN, "mysql: cannot connect to stop a wait: %s", baton_error_last()->message);
         return;
     }
     snprintf(q, sizeof q, "KILL QUERY %lu", id);
-    if (mysql_real_query(e->killer, q, strlen(q))) {
+    /* bounded: on a frozen link the KILL cannot arrive either, and the
+     * watchdog must go on to the next wait (the waits' own deadlines cut
+     * their connections) */
+    if (my_exec_dl(e, e->killer, q, NULL, my_deadline_ms(KILL_MS))) {
         unsigned int n = mysql_errno(e->killer);
         if (n != ER_NO_SUCH_THREAD) {
-            baton_log(BATON_LOG_WARN, "mysql: %s: %s", q, mysql_error(e->killer));
+            baton_log(BATON_LOG_WARN, "mysql: %s: %s", q, baton_error_last()->message);
             mysql_close(e->killer);
             e->killer = NULL;
         }
@@ -338,10 +436,16 @@ static void *watchdog(void *arg)
         if (hit) {
             unsigned long id = hit->thread_id;
             hit->kill_pending = 1;
+            /* if the KILL cannot end it (a frozen link), the connection is
+             * cut a little later */
+            if (hit->guard) my_guard_sooner(e, hit->guard, now + GRACE_MS * 1000000LL);
             pthread_mutex_unlock(&e->mu);
             send_kill(e, id);
             pthread_mutex_lock(&e->mu);
-            hit->kill_pending = 0;
+            /* a wait whose connection was cut meanwhile has not waited for
+             * this KILL and may be gone: only a run still listed is told */
+            for (myrun *r = e->runs; r; r = r->next)
+                if (r == hit) r->kill_pending = 0;
             pthread_cond_broadcast(&e->kill_cv);
             continue;
         }
@@ -359,8 +463,20 @@ static void *watchdog(void *arg)
     return NULL;
 }
 
+static void run_unlist(myeng *e, myrun *run)
+{
+    pthread_mutex_lock(&e->mu);
+    for (myrun **pp = &e->runs; *pp; pp = &(*pp)->next)
+        if (*pp == run) {
+            *pp = run->next;
+            break;
+        }
+    pthread_mutex_unlock(&e->mu);
+}
+
 int my_wait(myeng *e, MYSQL *c, const char *sql, int64_t deadline, baton_waiter *w, MYSQL_RES **res)
 {
+    myguard g;
     myrun run;
     int64_t now = baton_now_ns(), look;
     int rc;
@@ -385,17 +501,33 @@ int my_wait(myeng *e, MYSQL *c, const char *sql, int64_t deadline, baton_waiter 
     if (e->wd_next > look) pthread_cond_signal(&e->wd_cv);
     pthread_mutex_unlock(&e->mu);
 
-    rc = my_exec(e, c, sql, res);
+    /* The KILL ends the wait at its deadline or cancel; on a frozen link it
+     * cannot arrive, and the connection is cut GRACE_MS later (the watchdog
+     * moves the guard's deadline up at a cancel). A chunk of a longer wait
+     * ends on the server by itself, within the socket timeout. */
+    if (res) *res = NULL;
+    {
+        int64_t hard = deadline == INT64_MAX || deadline > now + (int64_t)e->chunk_s * 1000000000LL
+                           ? now + (int64_t)e->read_timeout_s * 1000000000LL
+                           : deadline + GRACE_MS * 1000000LL;
+        if ((rc = my_guard_add(e, &g, (int)mysql_get_socket(c), hard))) {
+            run_unlist(e, &run);
+            return rc;
+        }
+        pthread_mutex_lock(&e->mu);
+        run.guard = &g;
+        pthread_mutex_unlock(&e->mu);
+        rc = exec_guarded(e, c, sql, res, &g);
+    }
 
     pthread_mutex_lock(&e->mu);
-    /* a KILL on its way must land before the connection runs anything else */
-    while (run.kill_pending) pthread_cond_wait(&e->kill_cv, &e->mu);
-    for (myrun **pp = &e->runs; *pp; pp = &(*pp)->next)
-        if (*pp == &run) {
-            *pp = run.next;
-            break;
-        }
+    /* a KILL on its way must land before the connection runs anything else;
+     * a connection that failed (cut at its deadline: the KILL could not
+     * arrive either) is closed by the caller, and the wait ends now */
+    while (run.kill_pending && rc != BATON_EUNAVAILABLE) pthread_cond_wait(&e->kill_cv, &e->mu);
+    run.guard = NULL;
     pthread_mutex_unlock(&e->mu);
+    run_unlist(e, &run);
     if (rc && run.why && code_of(mysql_errno(c)) != BATON_EUNAVAILABLE)
         rc = baton_seterr(run.why, 0, "mysql: %s", run.why == BATON_ETIMEDOUT ? "wait timed out" : "wait canceled");
     else if (rc == 0 && run.why == BATON_ECANCELED)
@@ -627,6 +759,8 @@ static void wipe(char *s)
 
 static void eng_free(myeng *e)
 {
+    /* after the watchdog (its KILLs are guarded), before the connections */
+    my_watch_stop(e);
     for (int i = 0; i < e->nidle; i++) mysql_close(e->idle[i]);
     if (e->killer) mysql_close(e->killer);
     free(e->host);
@@ -779,6 +913,8 @@ static int my_open(void **eng, const baton_uri *u, const baton_client_options *o
      * that never open a mysql:// engine do not pay its start-up (mydl.h) */
     if ((rc = baton__my_load())) return rc;
     if (!(e = calloc(1, sizeof *e))) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+    e->wpipe[0] = e->wpipe[1] = -1;
+    e->w_next = INT64_MAX;
     pthread_mutex_init(&e->mu, NULL);
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -882,6 +1018,8 @@ static void my_lock_free(void *eng, void *st)
 {
     mylock *l = st;
     (void)eng;
+    /* first: the watcher must not look at this state or its socket again */
+    my_watch_del(eng, l);
     /* a connection still here belongs to a grant that was lost: closing it
      * makes sure the server holds nothing for it */
     if (l->conn) mysql_close(l->conn);
@@ -985,5 +1123,6 @@ const baton_backend baton__backend_mysql = {
     .identity = my_identity,
     .engine_ops = my_engine_ops,
     .describe = my_describe,
+    .attach = my_watch_attach,
     .secret_env = "MYSQL_PWD",
 };

@@ -7,6 +7,9 @@
  *   session.c  session mode: GET_LOCK on the lock's own connection
  *   row.c      row mode: the name's row locked by a transaction kept open
  *   lease.c    lease mode: a conditional upsert on the server's clock
+ *   watch.c    the watcher thread: held connections the server ends (KILL,
+ *              shutdown) are reported lost at once; statements past their
+ *              deadline have their socket shut down
  *   mydl.c     Connector/C, loaded with dlopen on the first open (mydl.h)
  *
  * Layout and rules: docs/mysql-engine.md.
@@ -25,6 +28,14 @@ enum { MY_SESSION, MY_LEASE, MY_ROW };
 #define MY_POOL_IDLE 4       /* idle connections a client keeps for reuse */
 #define MY_FRESH_MS 100      /* my_run trusts a connection pooled this recently (no liveness poll) */
 
+/* One statement's deadline, enforced by the watcher (registered by my_exec_dl). */
+typedef struct myguard {
+    int fd;                  /* the statement's socket */
+    int64_t deadline_ns;     /* shut down at this time */
+    int cut;                 /* it was */
+    struct myguard *next;
+} myguard;
+
 /* One waiting statement the watchdog looks after (registered by my_wait). */
 typedef struct myrun {
     unsigned long thread_id; /* the server's connection id of the statement's connection */
@@ -32,8 +43,11 @@ typedef struct myrun {
     baton_waiter *w;         /* ... or when this is cancelled (may be NULL) */
     int why;                 /* 0, or BATON_ETIMEDOUT / BATON_ECANCELED once the KILL was decided */
     int kill_pending;        /* the watchdog is sending the KILL */
+    myguard *guard;          /* the statement's deadline (moved up at a cancel) */
     struct myrun *next;
 } myrun;
+
+struct mywatch;
 
 typedef struct myeng {
     pthread_mutex_t mu;
@@ -67,6 +81,15 @@ typedef struct myeng {
     pthread_cond_t wd_cv;    /* a new run, or stop */
     pthread_cond_t kill_cv;  /* a KILL was sent */
     MYSQL *killer;           /* the watchdog's own connection (only the watchdog uses it) */
+    /* the watcher (watch.c); guarded by mu */
+    baton_host *bhost;       /* attach(): where losses are reported */
+    struct mywatch *wl;      /* held connections */
+    size_t wn, wcap;
+    myguard *guards;         /* statements under way, with their deadlines */
+    int wpipe[2];            /* self-pipe: an earlier deadline, or stop */
+    int wthr_started;
+    int64_t w_next;          /* when the watcher looks next (INT64_MAX: not running) */
+    pthread_t wthr;
 } myeng;
 
 /* One lock state. */
@@ -120,6 +143,35 @@ char *my_sql(myeng *e, const char *fmt, ...)
 char *my_escape(const char *s);
 /* The first column of the first row, as text (NULL when SQL NULL or no row). */
 const char *my_cell(MYSQL_RES *r, int col);
+
+/* my_exec bounded by DEADLINE (monotonic ns): a statement still running
+ * then has its connection cut (the watcher shuts its socket down) and
+ * answers BATON_EUNAVAILABLE; the caller closes the connection. */
+int my_exec_dl(myeng *e, MYSQL *c, const char *sql, MYSQL_RES **res, int64_t deadline);
+/* my_run bounded by DEADLINE (connecting included). */
+int my_run_dl(myeng *e, const char *sql, int retry, MYSQL_RES **res, uint64_t *affected, uint64_t *insert_id,
+              int64_t deadline);
+
+/* ---- watch.c ---------------------------------------------------------------- */
+
+/* A statement on socket FD must end by DEADLINE_NS: registered (the watcher
+ * is started when needed), 0 or BATON_EIO. */
+int my_guard_add(myeng *e, myguard *g, int fd, int64_t deadline_ns);
+/* e->mu held: G is cut at DEADLINE_NS already, if that is sooner. */
+void my_guard_sooner(myeng *e, myguard *g, int64_t deadline_ns);
+/* Unregistered; 1 when the watcher had cut it. */
+int my_guard_del(myeng *e, myguard *g);
+/* After a grant (L->conn, L->fence set): the connection is watched, and the
+ * server ending it is reported as the loss of that grant. */
+void my_watch_add(myeng *e, mylock *l);
+/* Before L->conn is used for anything else, given back or closed, and
+ * before L is freed. */
+void my_watch_del(myeng *e, mylock *l);
+/* Around a statement on L->conn (the keeper's check). */
+void my_watch_busy(myeng *e, mylock *l, int busy);
+void my_watch_attach(void *eng, baton_host *h);
+/* At close: the thread ends. */
+void my_watch_stop(myeng *e);
 
 /* ---- modes ---------------------------------------------------------------- */
 

@@ -34,9 +34,11 @@
     X(unsigned int, mysql_num_fields, (MYSQL_RES *))                                                   \
     X(my_ulonglong, mysql_num_rows, (MYSQL_RES *))                                                     \
     X(int, mysql_optionsv, (MYSQL *, enum mysql_option, ...))                                          \
-    X(MYSQL *, mysql_real_connect,                                                                     \
-      (MYSQL *, const char *, const char *, const char *, const char *, unsigned int, const char *,    \
-       unsigned long))                                                                                 \
+    X(int, mysql_real_connect_cont, (MYSQL **, MYSQL *, int))                                          \
+    X(int, mysql_real_connect_start,                                                                   \
+      (MYSQL **, MYSQL *, const char *, const char *, const char *, const char *, unsigned int,        \
+       const char *, unsigned long))                                                                   \
+    X(unsigned int, mysql_get_timeout_value_ms, (const MYSQL *))                                       \
     X(int, mysql_real_query, (MYSQL *, const char *, unsigned long))                                   \
     X(int, mysql_server_init, (int, char **, char **))                                                 \
     X(MYSQL_RES *, mysql_store_result, (MYSQL *))                                                      \
@@ -72,7 +74,9 @@ int baton__my_load(void);
 #define mysql_num_fields (*baton__my.mysql_num_fields)
 #define mysql_num_rows (*baton__my.mysql_num_rows)
 #define mysql_optionsv (*baton__my.mysql_optionsv)
-#define mysql_real_connect (*baton__my.mysql_real_connect)
+#define mysql_real_connect_cont (*baton__my.mysql_real_connect_cont)
+#define mysql_real_connect_start (*baton__my.mysql_real_connect_start)
+#define mysql_get_timeout_value_ms (*baton__my.mysql_get_timeout_value_ms)
 #define mysql_real_query (*baton__my.mysql_real_query)
 #define mysql_server_init (*baton__my.mysql_server_init)
 #define mysql_store_result (*baton__my.mysql_store_result)

@@ -79,6 +79,7 @@ int my_row_acquire(myeng *e, mylock *l, baton_acquire_req *req)
 {
     int rc;
     if (l->conn) {           /* the connection of a grant reported lost */
+        my_watch_del(e, l);
         my_conn_close(l->conn);
         l->conn = NULL;
     }
@@ -158,6 +159,7 @@ static int acquire_once(myeng *e, mylock *l, baton_acquire_req *req)
     l->fence = req->fence = mysql_insert_id(c);
     l->conn = c;
     req->sent_ns = baton_now_ns();
+    my_watch_add(e, l);
     return 0;
 abort:
     {
@@ -182,6 +184,7 @@ int my_row_release(myeng *e, mylock *l)
     MYSQL *c = l->conn;
     int rc;
 
+    my_watch_del(e, l);
     l->conn = NULL;
     l->fence = 0;
     if (!c) return baton_seterr(BATON_ELOST, 0, "mysql: lock '%s': its connection is gone", l->name);
@@ -199,10 +202,16 @@ int my_row_release(myeng *e, mylock *l)
 int my_row_renew(myeng *e, mylock *l, int64_t deadline_ns)
 {
     int rc;
-    (void)deadline_ns;
     if (!l->conn) return baton_seterr(BATON_ELOST, 0, "mysql: lock '%s': no connection", l->name);
-    rc = my_exec(e, l->conn, "DO 1", NULL);
-    if (rc == 0 && in_trans_or_lost(l->conn)) return 0;
+    /* not confirmed by the lease's deadline (or within the I/O timeout): cut and LOST */
+    if (deadline_ns > my_deadline_ms(e->io_timeout_ms)) deadline_ns = my_deadline_ms(e->io_timeout_ms);
+    my_watch_busy(e, l, 1);
+    rc = my_exec_dl(e, l->conn, "DO 1", NULL, deadline_ns);
+    if (rc == 0 && in_trans_or_lost(l->conn)) {
+        my_watch_busy(e, l, 0);
+        return 0;
+    }
+    my_watch_del(e, l);
     my_conn_close(l->conn);
     l->conn = NULL;
     return baton_seterr(BATON_ELOST, 0, "mysql: lock '%s': its transaction ended", l->name);

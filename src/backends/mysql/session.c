@@ -89,6 +89,7 @@ static int grant_once(myeng *e, mylock *l, baton_acquire_req *req, int wait)
     l->fence = req->fence = mysql_insert_id(c);
     l->conn = c;
     c = NULL;
+    my_watch_add(e, l);
     /* nothing expires a named lock: it is as fresh as the answer */
     req->sent_ns = baton_now_ns();
 out:
@@ -103,6 +104,7 @@ int my_session_acquire(myeng *e, mylock *l, baton_acquire_req *req)
 
     if (l->conn) {
         /* the connection of a grant reported lost: it holds nothing we want */
+        my_watch_del(e, l);
         my_conn_close(l->conn);
         l->conn = NULL;
     }
@@ -142,6 +144,7 @@ int my_session_release(myeng *e, mylock *l)
     const char *v;
     int rc;
 
+    my_watch_del(e, l);
     l->conn = NULL;
     l->fence = 0;
     if (!c) return baton_seterr(BATON_ELOST, 0, "mysql: lock '%s': its connection is gone", l->name);
@@ -166,7 +169,8 @@ int my_session_release(myeng *e, mylock *l)
     return rc;
 }
 
-/* The keeper's check of a named lock (every lease/3): the holding
+/* The keeper's check of a named lock (every lease/3; the watcher reports
+ * a connection the server ends at once): the holding
  * connection still answers and still holds it. Any failure ends the grant
  * at once: the connection is closed (so the server frees the lock if it
  * still had it) and the lock is reported LOST. */
@@ -177,16 +181,23 @@ int my_session_renew(myeng *e, mylock *l, int64_t deadline_ns)
     const char *v;
     int rc, ok;
 
-    (void)deadline_ns;  /* the socket timeout bounds it */
     if (!l->conn) return baton_seterr(BATON_ELOST, 0, "mysql: lock '%s': no connection", l->name);
     if (!(sql = my_sql(e, "SELECT IS_USED_LOCK(%s) = CONNECTION_ID()", l->ekey)))
         return baton_seterr(BATON_ENOMEM, 0, "out of memory");
-    rc = my_exec(e, l->conn, sql, &r);
+    /* a connection that cannot be confirmed by the lease's deadline (or
+     * within the I/O timeout) is given up: cut, and the lock LOST */
+    if (deadline_ns > my_deadline_ms(e->io_timeout_ms)) deadline_ns = my_deadline_ms(e->io_timeout_ms);
+    my_watch_busy(e, l, 1);
+    rc = my_exec_dl(e, l->conn, sql, &r, deadline_ns);
     free(sql);
     v = rc ? NULL : my_cell(r, 0);
     ok = v && !strcmp(v, "1");
     mysql_free_result(r);
-    if (rc == 0 && ok) return 0;
+    if (rc == 0 && ok) {
+        my_watch_busy(e, l, 0);
+        return 0;
+    }
+    my_watch_del(e, l);
     my_conn_close(l->conn);
     l->conn = NULL;
     return baton_seterr(BATON_ELOST, 0, "mysql: lock '%s': %s", l->name,

@@ -105,8 +105,8 @@ int sq_permits_new(void *eng, const char *name, void **st)
         {
             char *a = sq_sql(e, DDL_SEM), *b = sq_sql(e, DDL_PERMIT);
             if (!a || !b) rc = baton_seterr(BATON_ENOMEM, 0, "out of memory");
-            else if (!(rc = sq_exec(e, c, a, "create the semaphore table")))
-                rc = sq_exec(e, c, b, "create the permit table");
+            else if (!(rc = sq_exec_ddl(e, c, a, "create the semaphore table")))
+                rc = sq_exec_ddl(e, c, b, "create the permit table");
             free(a);
             free(b);
         }
@@ -354,7 +354,7 @@ int sq_latch_new(void *eng, const char *name, void **st)
             return rc;
         }
         sq_conn_arm(c, sq_busy_deadline(e, 0), NULL);
-        rc = sq_exec(e, c, ddl, "create the latch table");
+        rc = sq_exec_ddl(e, c, ddl, "create the latch table");
         free(ddl);
         sq_conn_put(e, c, 0);
         if (rc) return rc;

@@ -90,6 +90,10 @@ int sq_prepare(sqeng *e, sqconn *c, const char *tmpl, sqlite3_stmt **st);
 int sq_err(sqeng *e, sqconn *c, int rc, const char *what);
 /* Runs plain SQL (no results) on C. */
 int sq_exec(sqeng *e, sqconn *c, const char *sql, const char *what);
+/* sq_exec for a CREATE ... IF NOT EXISTS that several processes may run at
+ * once on a fresh file: SQLITE_BUSY answered without the busy handler is
+ * tried again until the connection's busy deadline. */
+int sq_exec_ddl(sqeng *e, sqconn *c, const char *sql, const char *what);
 /* BEGIN IMMEDIATE on C (armed): the write lock first, so what the
  * transaction reads stays true until its COMMIT. BATON_ECANCELED when W was
  * cancelled while waiting for the lock. */

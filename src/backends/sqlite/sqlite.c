@@ -118,6 +118,21 @@ int sq_exec(sqeng *e, sqconn *c, const char *sql, const char *what)
     return rc == SQLITE_OK ? 0 : sq_err(e, c, rc, what);
 }
 
+int sq_exec_ddl(sqeng *e, sqconn *c, const char *sql, const char *what)
+{
+    int rc;
+    /* Several processes creating a table in one fresh file at once: a
+     * create that meets another's commit between its read and its write
+     * answers SQLITE_BUSY(_SNAPSHOT) at once, without the busy handler (its
+     * snapshot is stale: waiting cannot help); the next try finds the table
+     * (IF NOT EXISTS). Until the connection's busy deadline. */
+    for (int n = 0;; n++) {
+        rc = sqlite3_exec(c->db, sql, NULL, NULL, NULL);
+        if (((rc & 0xff) != SQLITE_BUSY && (rc & 0xff) != SQLITE_LOCKED) || !busy_handler(c, n)) break;
+    }
+    return rc == SQLITE_OK ? 0 : sq_err(e, c, rc, what);
+}
+
 int sq_begin(sqeng *e, sqconn *c, baton_waiter *w, const char *what)
 {
     int rc = sqlite3_exec(c->db, "BEGIN IMMEDIATE", NULL, NULL, NULL);
@@ -196,16 +211,23 @@ static int conn_open(sqeng *e, sqconn **out)
     }
     /* WAL: readers (lock_info) never wait for a writer, and a commit is one
      * append. journal_mode is persistent: the first client switches the file
-     * (it needs the write lock for that, hence the busy handler). */
-    rc = sqlite3_prepare_v2(c->db, "PRAGMA journal_mode=WAL", -1, &st, NULL);
-    if (rc == SQLITE_OK && (rc = sqlite3_step(st)) == SQLITE_ROW) {
-        const unsigned char *m = sqlite3_column_text(st, 0);
-        pthread_mutex_lock(&e->mu);
-        snprintf(e->journal, sizeof e->journal, "%s", m ? (const char *)m : "?");
-        pthread_mutex_unlock(&e->mu);
-        rc = SQLITE_OK;
+     * (it needs the write lock for that, hence the busy handler). SQLite
+     * answers SQLITE_BUSY without calling the busy handler where waiting
+     * could deadlock (a read lock to upgrade, another process switching the
+     * same fresh file at once): try again until the busy deadline. */
+    for (int n = 0;; n++) {
+        rc = sqlite3_prepare_v2(c->db, "PRAGMA journal_mode=WAL", -1, &st, NULL);
+        if (rc == SQLITE_OK && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+            const unsigned char *m = sqlite3_column_text(st, 0);
+            pthread_mutex_lock(&e->mu);
+            snprintf(e->journal, sizeof e->journal, "%s", m ? (const char *)m : "?");
+            pthread_mutex_unlock(&e->mu);
+            rc = SQLITE_OK;
+        }
+        sqlite3_finalize(st);
+        st = NULL;
+        if (((rc & 0xff) != SQLITE_BUSY && (rc & 0xff) != SQLITE_LOCKED) || !busy_handler(c, n)) break;
     }
-    sqlite3_finalize(st);
     if (rc != SQLITE_OK) {
         rc = sq_err(e, c, rc, "journal_mode=WAL");
         goto fail;
@@ -290,8 +312,11 @@ static int table_ready(sqeng *e, sqconn *c)
     rc = sqlite3_step(st);
     sqlite3_finalize(st);
     st = NULL;
-    if (rc == SQLITE_DONE) rc = sq_exec(e, c, ddl, "create the lock table");
-    else rc = rc == SQLITE_ROW ? 0 : sq_err(e, c, rc, "look for the lock table");
+    if (rc == SQLITE_DONE) {
+        rc = sq_exec_ddl(e, c, ddl, "create the lock table");
+    } else {
+        rc = rc == SQLITE_ROW ? 0 : sq_err(e, c, rc, "look for the lock table");
+    }
     if (rc) goto out;
     if ((rc = sq_prepare(e, c, "PRAGMA table_info(@T)", &st))) goto out;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
