@@ -35,9 +35,15 @@ struct baton__keeper {
     int stop;
     int started;              /* the timing thread runs (started by the first kept node) */
     int workers, idle_workers;
+    /* Workers are joined by stop (so a closed client leaves no thread
+     * behind); one that exits on its own when idle detaches itself. */
+    pthread_t wth[WORKERS_MAX];
+    int wused[WORKERS_MAX];
     int self_free;            /* stopped from a worker's job: the last worker frees k */
 };
 
+/* This worker's slot in wth. */
+static __thread int tls_slot;
 /* The job this thread runs now, so a node's own report can remove or free
  * its node (and stop its keeper) without waiting for itself. */
 static __thread baton__keeper *tls_k;
@@ -94,7 +100,6 @@ static int spawn(baton__keeper *k, pthread_t *th, void *(*fn)(void *))
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, &old);
     pthread_attr_init(&a);
-    if (fn == worker_main) pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
     e = pthread_create(th, &a, fn, k);
     pthread_attr_destroy(&a);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
@@ -109,8 +114,12 @@ static void enqueue(baton__keeper *k, baton__kept *n, int j)
     if (k->idle_workers > 0) {
         pthread_cond_signal(&k->work);
     } else if (k->workers < WORKERS_MAX) {
-        pthread_t th;
-        if (spawn(k, &th, worker_main) == 0) k->workers++;
+        int i = 0;
+        while (i < WORKERS_MAX && k->wused[i]) i++;
+        if (i < WORKERS_MAX && spawn(k, &k->wth[i], worker_main) == 0) {
+            k->wused[i] = 1;
+            k->workers++;
+        }
         /* else: a worker that exists takes it when it is done */
     }
 }
@@ -120,6 +129,8 @@ static void *worker_main(void *arg)
     baton__keeper *k = arg;
     pthread_mutex_lock(&k->mu);
     tls_k = k;
+    for (tls_slot = 0; tls_slot < WORKERS_MAX; tls_slot++)
+        if (k->wused[tls_slot] && pthread_equal(k->wth[tls_slot], pthread_self())) break;
     for (;;) {
         baton__kept *n;
         int j;
@@ -168,6 +179,11 @@ static void *worker_main(void *arg)
     }
 out:
     k->workers--;
+    if (!k->stop || k->self_free) {
+        /* Idle (nobody will join it), or the stop ran on this very thread. */
+        if (tls_slot < WORKERS_MAX) k->wused[tls_slot] = 0;
+        pthread_detach(pthread_self());
+    }
     pthread_cond_broadcast(&k->idle);
     {
         int free_it = k->self_free && k->workers == 0;
@@ -259,10 +275,17 @@ void baton__keeper_stop(baton__keeper *k)
 
     pthread_mutex_lock(&k->mu);
     /* From a worker's job (baton_client_close inside on_lost): that worker
-     * cannot wait for itself to exit; it frees k when its job returns. */
+     * cannot join itself; it detaches and frees k when its job returns. */
     mine = tls_k == k;
-    while (k->workers > mine)
-        pthread_cond_wait(&k->idle, &k->mu);
+    for (int i = 0; i < WORKERS_MAX; i++) {
+        pthread_t th;
+        if (!k->wused[i] || (mine && i == tls_slot)) continue;
+        th = k->wth[i];
+        k->wused[i] = 0;
+        pthread_mutex_unlock(&k->mu);
+        pthread_join(th, NULL);
+        pthread_mutex_lock(&k->mu);
+    }
     if (mine) {
         k->self_free = 1;
         pthread_mutex_unlock(&k->mu);
