@@ -30,7 +30,8 @@ enum { PG_PS_GRANT_WAIT, PG_PS_GRANT_TRY, PG_PS_UNLOCK,   /* session mode */
        PG_PS_CLAIM, PG_PS_RELEASE, PG_PS_RENEW,           /* lease mode */
        PG_PS_N };
 
-#define PG_POOL_IDLE 4       /* idle connections a client keeps for reuse */
+#define PG_POOL_IDLE 4
+#define PG_WAIT_GRACE_NS 500000000LL /* = CANCEL_GRACE_MS: a lock wait may end this long after its deadline */       /* idle connections a client keeps for reuse */
 
 /* A blocked lease-mode acquire, woken by a NOTIFY for its name. */
 typedef struct pgwait {
@@ -103,13 +104,25 @@ int64_t pg_deadline_ms(int ms);
 /* A connection from the pool, or a new one (within the connect timeout).
  * BATON_EUNAVAILABLE, BATON_EAUTH. */
 int pg_conn_get(pgeng *e, PGconn **out);
+/* pg_conn_get, connected by BY (monotonic ns) at the latest too. */
+int pg_conn_get_by(pgeng *e, int64_t by, PGconn **out);
+/* Gives C up without waiting on it: its socket is shut down (nothing on it
+ * can block any more) and libpq marks it bad; PQfinish it (or pg_conn_put,
+ * which closes it). */
+void pg_conn_drop(PGconn *c);
 /* Back to the pool when it is healthy and idle, else closed. NULL is fine. */
 void pg_conn_put(pgeng *e, PGconn *c);
-/* Runs SQL (text parameters) on C. Waits at most until DEADLINE (monotonic
- * ns, INT64_MAX = no limit) and stops early when W (may be NULL) is
- * cancelled; in both cases the statement is cancelled on the server
- * (PQcancel). 0 with *res (free it with PQclear); BATON_ETIMEDOUT or
- * BATON_ECANCELED when it was stopped; BATON_EUNAVAILABLE when the
+/* Runs SQL (text parameters) on C. Never returns later than DEADLINE
+ * (monotonic ns, INT64_MAX = no limit) plus, for a lock wait, a grace:
+ *  - without W, the statement only waits for the server: at DEADLINE the
+ *    connection is dropped (pg_conn_drop) and the answer is
+ *    BATON_EUNAVAILABLE;
+ *  - with W, it is a lock wait that stops at DEADLINE or when W is
+ *    cancelled: the statement is cancelled on the server (PQcancel, on a
+ *    thread of its own) and BATON_ETIMEDOUT or BATON_ECANCELED returned once
+ *    the server confirms, or CANCEL_GRACE_MS (500) later with the
+ *    connection dropped.
+ * 0 with *res (free it with PQclear); BATON_EUNAVAILABLE when the
  * connection broke or the server does not answer (C is then unusable:
  * pg_conn_put closes it); or the server's error as a baton code. */
 int pg_exec(pgeng *e, PGconn *c, const char *sql, int n, const char *const *params, int64_t deadline,
@@ -120,6 +133,9 @@ int pg_exec_ps(pgeng *e, PGconn *c, int id, int n, const char *const *params, in
                PGresult **res);
 /* pg_run of the prepared statement ID. */
 int pg_run_ps(pgeng *e, int id, int n, const char *const *params, int retry, PGresult **res);
+/* pg_run_ps that also ends by BY (monotonic ns; INT64_MAX = the I/O timeout
+ * alone), connecting included; not retried unless BY is INT64_MAX. */
+int pg_run_ps_by(pgeng *e, int id, int n, const char *const *params, int retry, int64_t by, PGresult **res);
 /* pg_exec on a pooled connection within the I/O timeout; RETRY = the
  * statement may run twice (tried again once on a fresh connection when a
  * pooled one turns out to be dead). */

@@ -81,7 +81,9 @@ int pg_row_acquire(pgeng *e, pglock *l, baton_acquire_req *req)
         rc = baton_seterr(BATON_ENOMEM, 0, "out of memory");
         goto out;
     }
-    if ((rc = pg_conn_get(e, &c))) goto out;
+    if ((rc = pg_conn_get_by(e, wait && req->deadline_ns != INT64_MAX ? req->deadline_ns + PG_WAIT_GRACE_NS
+                                                                      : INT64_MAX, &c)))
+        goto out;
     /* the row must exist to be locked (autocommit, before the transaction) */
     if ((rc = pg_exec(e, c, ensure, 2, p, pg_deadline_ms(e->io_timeout_ms), NULL, &r))) goto fail;
     PQclear(r);
@@ -97,7 +99,11 @@ int pg_row_acquire(pgeng *e, pglock *l, baton_acquire_req *req)
     }
     if (rc == BATON_ETIMEDOUT || rc == BATON_ECANCELED) {
         int why = rc;
-        if (simple(e, c, "ROLLBACK")) goto fail;
+        if (PQstatus(c) != CONNECTION_OK || simple(e, c, "ROLLBACK")) {
+            /* dropped, or the rollback failed: closed, which rolls back */
+            PQfinish(c);
+            c = NULL;
+        }
         rc = why == BATON_ETIMEDOUT
             ? baton_seterr(BATON_ETIMEDOUT, 0, "postgres: lock '%s': %s", l->name, wait ? "wait timed out" :
                            "no answer")

@@ -51,7 +51,9 @@ static int grant_once(pgeng *e, pglock *l, baton_acquire_req *req, int wait)
     PGresult *r = NULL;
     int rc;
 
-    if ((rc = pg_conn_get(e, &c))) return rc;
+    if ((rc = pg_conn_get_by(e, wait && req->deadline_ns != INT64_MAX ? req->deadline_ns + PG_WAIT_GRACE_NS
+                                                                      : INT64_MAX, &c)))
+        return rc;
     /* the server queues waiters itself: one statement blocks until the
      * grant, the deadline (PQcancel) or baton_lock_cancel */
     rc = pg_exec_ps(e, c, wait ? PG_PS_GRANT_WAIT : PG_PS_GRANT_TRY, 4, p,
