@@ -24,8 +24,9 @@
  *     (nothing could end it on time).
  * BATON_CAP_RWLOCK likewise: session mode has read-write locks, the other
  * modes answer BATON_ENOTSUP from rwlock_new.
- * BATON_CAP_SESSION is not claimed: loss is always found by that check, on
- * the keeper thread, never reported on the side.
+ * BATON_CAP_SESSION is not claimed: the keeper's check, and the lease's
+ * deadline, stay what ends a grant; the watcher of held connections
+ * (watch.c) reports a loss sooner when it sees one (baton_host_lost).
  */
 #include "pg_int.h"
 #include "core/internal.h"
@@ -966,6 +967,7 @@ static int pg_lock_new(void *eng, const char *name, const baton_lock_options *op
         return baton_seterr(BATON_ENOMEM, 0, "out of memory");
     }
     l->e = e;
+    l->lease_ms = opts && opts->lease_ms ? opts->lease_ms : 30000;
     name_key(name, l);
     *st = l;
     return 0;
@@ -983,6 +985,7 @@ static void pg_lock_free(void *eng, void *st)
         int last;
         pg_rw_drop(l);
         pthread_mutex_lock(&l->rw->mu);
+        l->rw->side[l->kind == PG_WRITE] = NULL;
         last = --l->rw->refs == 0;
         pthread_mutex_unlock(&l->rw->mu);
         if (last) {
@@ -1011,6 +1014,8 @@ static int pg_rwlock_new(void *eng, const char *name, const baton_lock_options *
     r->kind = PG_READ;
     w->kind = PG_WRITE;
     r->rw = w->rw = rw;
+    rw->side[0] = r;
+    rw->side[1] = w;
     *rd = r;
     *wr = w;
     return 0;

@@ -84,6 +84,7 @@ typedef struct pgrw {
     PGconn *conn;            /* while either side is held */
     int held[2];             /* [0] read side, [1] write side */
     int refs;                /* lock states still using it */
+    struct pglock *side[2];  /* the read and write sides (watch entries to drop with conn) */
 } pgrw;
 
 /* One lock state. */
@@ -94,7 +95,8 @@ typedef struct pglock {
     char *name;
     char key[24];            /* the advisory key, decimal (int8) */
     char classid[16], objid[16]; /* its halves as pg_locks shows them */
-    PGconn *conn;            /* session mode: the connection holding the lock */
+    PGconn *conn;            /* session and row modes: the connection holding the lock */
+    uint32_t lease_ms;       /* the lock's lease: a held connection is confirmed alive this often */
     uint64_t fence;          /* of the current grant, 0 when none */
 } pglock;
 
@@ -180,15 +182,19 @@ int pg_lease_renew(pgeng *e, pglock *l, const baton_owner *owner, uint32_t lease
 /* Stops the listener thread (close). */
 void pg_listener_stop(pgeng *e);
 
-/* ---- watch.c: session mode's held connections --------------------------- */
+/* ---- watch.c: held connections (session, row, read-write) --------------- */
 
-/* After a grant (L->conn, L->fence set): its socket is watched, and the
- * server ending the session reports the grant lost at once. */
-void pg_watch_add(pgeng *e, pglock *l);
-/* Before L->conn is closed or pooled. */
+/* After a grant (L->fence set) on CONN, confirmed alive at CONFIRMED_NS
+ * (when the granting statement was sent, or answered): its socket is
+ * watched, the server ending the session reports the grant lost at once,
+ * and so does a connection not confirmed again within L's lease. */
+void pg_watch_add(pgeng *e, pglock *l, PGconn *conn, int64_t confirmed_ns);
+/* Before L's connection is closed or pooled. */
 void pg_watch_del(pgeng *e, pglock *l);
-/* Around the keeper's use of L->conn. */
-void pg_watch_busy(pgeng *e, pglock *l, int busy);
+/* Around any statement on a watched CONN (every entry of it): BUSY 1
+ * before, 0 after; CONFIRMED_NS (0 = none) when the statement, sent then,
+ * was answered: the connection is alive. */
+void pg_watch_busy(pgeng *e, PGconn *conn, int busy, int64_t confirmed_ns);
 void pg_watch_attach(void *eng, baton_host *h);
 /* At close, after pg_listener_stop. */
 void pg_watch_stop(pgeng *e);
