@@ -76,6 +76,84 @@ static void first_line(const char *m, char *out, size_t n)
 
 static void ps_attach(PGconn *c);
 
+/* Appends S (and a comma before it unless first) to the malloc'd *BUF. */
+static int cat(char **buf, size_t *len, const char *s, int first)
+{
+    size_t n = strlen(s);
+    char *b = realloc(*buf, *len + n + 2);
+    if (!b) return -1;
+    if (!first) b[(*len)++] = ',';
+    memcpy(b + *len, s, n);
+    *len += n;
+    b[*len] = 0;
+    *buf = b;
+    return 0;
+}
+
+/* libpq's keywords with the hosts' addresses resolved by us (dns.c) by
+ * DEADLINE: host, hostaddr and port lists with one entry per address, the
+ * other keywords as configured. *KW and *VAL are malloc'd, and so are the
+ * three values at *OWNED. */
+static int resolved_kw(pgeng *e, int64_t deadline, const char ***kw, const char ***val, char *owned[3])
+{
+    char *hosts = NULL, *addrs = NULL, *ports = NULL;
+    size_t hl = 0, al = 0, pl = 0, nent = 0, k = 0;
+    int rc = 0;
+
+    for (size_t i = 0; i < e->nhost; i++) {
+        char **a = NULL;
+        size_t na = 0;
+        int numeric = pg_host_numeric(e->hname[i]), mem = 0;
+        if (!numeric && (rc = pg_resolve(e->hname[i], deadline, &a, &na))) {
+            /* libpq goes on to the next host too; the error stays for the end */
+            baton_log(BATON_LOG_DEBUG, "%s", baton_error_last()->message);
+            continue;
+        }
+        for (size_t j = 0; j < (numeric ? 1 : na); j++) {
+            const char *addr = numeric ? (*e->hname[i] == '/' || *e->hname[i] == '@' ? "" : e->hname[i]) : a[j];
+            mem |= cat(&hosts, &hl, e->hname[i], !nent) || cat(&addrs, &al, addr, !nent) ||
+                   cat(&ports, &pl, e->hport[i], !nent);
+            nent++;
+        }
+        for (size_t j = 0; j < na; j++) free(a[j]);
+        free(a);
+        if (mem) {
+            rc = baton_seterr(BATON_ENOMEM, 0, "out of memory");
+            goto fail;
+        }
+    }
+    if (!nent) goto fail;   /* rc: the last resolver error */
+    *kw = calloc(e->nkw + 4, sizeof **kw);
+    *val = calloc(e->nkw + 4, sizeof **val);
+    if (!*kw || !*val) {
+        rc = baton_seterr(BATON_ENOMEM, 0, "out of memory");
+        goto fail;
+    }
+    for (size_t i = 0; i < e->nkw; i++) {
+        if (!strcmp(e->kw[i], "host") || !strcmp(e->kw[i], "port")) continue;
+        (*kw)[k] = e->kw[i];
+        (*val)[k++] = e->val[i];
+    }
+    (*kw)[k] = "host";
+    (*val)[k++] = hosts;
+    (*kw)[k] = "hostaddr";
+    (*val)[k++] = addrs;
+    (*kw)[k] = "port";
+    (*val)[k++] = ports;
+    owned[0] = hosts;
+    owned[1] = addrs;
+    owned[2] = ports;
+    return 0;
+fail:
+    free(*kw);
+    free(*val);
+    *kw = *val = NULL;
+    free(hosts);
+    free(addrs);
+    free(ports);
+    return rc ? rc : baton_seterr(BATON_EUNAVAILABLE, 0, "postgres: no host to connect to");
+}
+
 int pg_conn_get(pgeng *e, PGconn **out) { return pg_conn_get_by(e, INT64_MAX, out); }
 
 int pg_conn_get_by(pgeng *e, int64_t by, PGconn **out)
@@ -104,7 +182,20 @@ int pg_conn_get_by(pgeng *e, int64_t by, PGconn **out)
 
     deadline = pg_deadline_ms(e->connect_timeout_ms);
     if (by < deadline) deadline = by;
-    c = PQconnectStartParams(e->kw, e->val, 0);
+    if (e->resolve) {
+        /* names are resolved here, by the deadline: libpq's own
+         * getaddrinfo() would wait as long as the resolver says */
+        const char **kw = NULL, **val = NULL;
+        char *owned[3] = { NULL, NULL, NULL };
+        int rc = resolved_kw(e, deadline, &kw, &val, owned);
+        if (rc) return rc;
+        c = PQconnectStartParams(kw, val, 0);   /* libpq copies them */
+        free(kw);
+        free(val);
+        for (int i = 0; i < 3; i++) free(owned[i]);
+    } else {
+        c = PQconnectStartParams(e->kw, e->val, 0);
+    }
     if (!c) return baton_seterr(BATON_ENOMEM, 0, "postgres: out of memory");
     if (PQstatus(c) == CONNECTION_BAD) goto failed;
     for (;;) {
@@ -760,6 +851,12 @@ static void eng_free(pgeng *e)
         }
     free(e->kw);
     free(e->val);
+    for (size_t i = 0; i < e->nhost; i++) {
+        free(e->hname[i]);
+        free(e->hport[i]);
+    }
+    free(e->hname);
+    free(e->hport);
     free(e->schema);
     free(e->table);
     free(e->qtable);
@@ -828,6 +925,13 @@ static int configure(pgeng *e, const baton_uri *u, const baton_client_options *o
         if (strchr(h, ','))
             return baton_seterr(BATON_EINVAL, 0, "postgres: bad host in the URI");
         snprintf(p, sizeof p, "%d", u->hosts[i].port ? u->hosts[i].port : 5432);
+        if (!e->hname && (!(e->hname = calloc(u->nhosts, sizeof *e->hname)) ||
+                          !(e->hport = calloc(u->nhosts, sizeof *e->hport))))
+            return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+        if (!(e->hname[i] = strdup(h)) || !(e->hport[i] = strdup(p)))
+            return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+        e->nhost = i + 1;
+        if (!pg_host_numeric(h)) e->resolve = 1;
         if (strlen(hosts) + strlen(h) + 2 > sizeof hosts || strlen(ports) + strlen(p) + 2 > sizeof ports)
             return baton_seterr(BATON_EINVAL, 0, "postgres: too many hosts in the URI");
         if (i) {

@@ -45,6 +45,9 @@ typedef struct pgeng {
     int mode;                /* PG_SESSION or PG_LEASE */
     const char **kw, **val;  /* libpq connection keywords, NULL-terminated */
     size_t nkw;
+    char **hname, **hport;   /* the URI's hosts and ports, for dns.c */
+    size_t nhost;
+    int resolve;             /* some host is a name: resolved by us, with a deadline */
     int connect_timeout_ms;
     int io_timeout_ms;
     int no_prepare;          /* ?prepare=0: statements sent as text every time */
@@ -151,6 +154,14 @@ int pg_table_ready(pgeng *e);
 char *pg_sql(pgeng *e, const char *tmpl);
 /* A result's error (or the connection's) as a baton code, with the message. */
 int pg_err(PGresult *r, PGconn *c, const char *what);
+
+/* ---- dns.c ----------------------------------------------------------------- */
+
+/* 1 when H needs no resolving (an address, a unix socket directory, ""). */
+int pg_host_numeric(const char *h);
+/* The addresses of NAME (malloc'd strings in a malloc'd array), resolved by
+ * DEADLINE (monotonic ns) at the latest: BATON_EUNAVAILABLE after it. */
+int pg_resolve(const char *name, int64_t deadline, char ***addrs, size_t *n);
 
 /* ---- session.c / lease.c ------------------------------------------------- */
 
