@@ -4,6 +4,8 @@
  * server of its own ($BATON_TEST_TMP/pg_deadlines) and a loopback link that
  * the test freezes (tests/servers/link.sh: socat SIGSTOPped, sockets open,
  * nothing moves):
+ *   - session mode, a holder whose link freezes: on_lost by the lease
+ *     deadline (the server still holds the lock until the link thaws);
  *   - lease mode, a holder whose link freezes: on_lost by the lease deadline,
  *     before the other client's grant (the renewal returns at its deadline
  *     instead of waiting in PQcancel until the link thaws);
@@ -139,6 +141,70 @@ static void test_lease_frozen_holder(void) {
     baton_lock_free(b);
     baton_client_close(c1);
     baton_client_close(c2);
+}
+
+/* Session mode: the holder's link freezes. Nothing can confirm its
+ * connection alive: it is given up by the lease deadline (on_lost, held()
+ * 0), though the server still holds the advisory lock for a session it
+ * cannot see end. When the link thaws, the connection's close reaches the
+ * server and the other client is granted: after the loss, never before. */
+static void test_session_frozen_holder(void) {
+    char u1[512], u2[512], n[64];
+    snprintf(n, sizeof n, "sfreeze-%s", g_tag);
+    baton_client *c1 = open_opts(uri(u1, sizeof u1, 1, "postgres", ""), 1000, 5000);
+    baton_client *c2 = tl_client_open(uri(u2, sizeof u2, 0, "postgres", ""));
+    lost_rec lost;
+    atomic_init(&lost.at_us, 0);
+    atomic_init(&lost.n, 0);
+    baton_lock_options o = BATON_LOCK_OPTIONS_INIT;
+    o.lease_ms = 3000;
+    o.on_lost = on_lost;
+    o.on_lost_payload = &lost;
+    baton_lock *a = NULL, *b = NULL;
+    CHECK_RC(baton_lock_open(&a, c1, n, &o), 0);
+    CHECK_RC(baton_lock_open(&b, c2, n, NULL), 0);
+    int64_t t0 = now_us();
+    CHECK_RC(baton_lock_acquire(a, 0), 0);
+    link_do("freeze");
+    while (!atomic_load(&lost.at_us) && now_us() - t0 < 8000000) tl_sleep_ms(10);
+    int64_t lost_at = atomic_load(&lost.at_us);
+    fprintf(stderr, "measure: session holder, frozen link, lease 3000 ms: on_lost at +%lld ms\n",
+            lost_at ? (long long)(lost_at - t0) / 1000 : -1LL);
+    CHECK(lost_at != 0 && lost_at - t0 < 3000000);
+    CHECK(baton_lock_held(a) == 0);
+    CHECK_RC(baton_lock_acquire(b, 0), BATON_ELOCKED);   /* the server still holds it for the frozen session */
+    link_do("thaw");
+    CHECK_RC(baton_lock_acquire(b, 5000), 0);
+    CHECK_RC(baton_lock_release(a), BATON_ELOST);
+    CHECK(atomic_load(&lost.n) == 1);
+    CHECK_RC(baton_lock_release(b), 0);
+    baton_lock_free(a);
+    baton_lock_free(b);
+    baton_client_close(c1);
+    baton_client_close(c2);
+}
+
+/* Host names go through the resolver with a deadline (dns.c): a name that
+ * resolves, a list whose first name does not. */
+static void test_host_names(void) {
+    char u[600], n[64];
+    snprintf(n, sizeof n, "names-%s", g_tag);
+    const char *forms[] = { "postgres://baton:baton-test@localhost:%d/postgres",
+                            "postgres://baton:baton-test@nonexistent.invalid:%d,localhost:%d/postgres" };
+    for (int i = 0; i < 2; i++) {
+        snprintf(u, sizeof u, forms[i], g_port, g_port);
+        baton_client *c = tl_client_open(u);
+        baton_lock *l = NULL;
+        CHECK_RC(baton_lock_open(&l, c, n, NULL), 0);
+        CHECK_RC(baton_lock_acquire(l, 0), 0);
+        CHECK_RC(baton_lock_release(l), 0);
+        baton_lock_free(l);
+        baton_client_close(c);
+    }
+    baton_client *c = NULL;
+    snprintf(u, sizeof u, "postgres://baton:baton-test@nonexistent.invalid:%d/postgres", g_port);
+    CHECK_RC(baton_client_open(&c, u, NULL), BATON_EUNAVAILABLE);
+    CHECK(strstr(tl_lastmsg(), "resolve") != NULL);
 }
 
 typedef struct {
@@ -386,9 +452,11 @@ int main(int argc, char **argv) {
     RUN1(test_row_terminate);
     RUN1(test_rw_terminate);
     RUN1(test_lease_frozen_holder);
+    RUN1(test_session_frozen_holder);
     RUN1(test_session_frozen_waiter);
     RUN1(test_row_frozen_waiter);
     RUN1(test_lease_frozen_waiter);
     RUN1(test_frozen_calls);
+    RUN1(test_host_names);
     return th_finish();
 }
