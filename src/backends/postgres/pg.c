@@ -306,7 +306,10 @@ void pg_conn_drop(PGconn *c)
      * server ends the session (and frees its locks) when the FIN reaches
      * it, or when its own keepalives give up on us. */
     shutdown(fd, SHUT_RDWR);
-    PQconsumeInput(c);
+    /* data that was on its way is read first, then the end (a few rounds
+     * at most: nothing more can arrive) */
+    for (int i = 0; i < 8 && PQstatus(c) == CONNECTION_OK; i++)
+        if (!PQconsumeInput(c)) break;
 }
 
 /* ---- cancelling a statement ------------------------------------------------
