@@ -11,6 +11,7 @@
  *     instead of waiting in PQcancel until the link thaws);
  *   - a waiter (session, row, lease mode) whose link freezes while it waits
  *     3 s: it returns at ~3 s, not when the link thaws;
+ *   - a waiter on a paused server (postgres.sh pause) likewise;
  *   - a statement (baton_lock_info) and a client close on a frozen link end
  *     by the I/O timeout, a new client's connect by the connect timeout;
  *   - pg_terminate_backend of a row-mode holder and of a read-write lock
@@ -262,6 +263,40 @@ static void test_session_frozen_waiter(void) { waiter_case("session"); }
 static void test_row_frozen_waiter(void) { waiter_case("row"); }
 static void test_lease_frozen_waiter(void) { waiter_case("lease"); }
 
+/* The server itself is paused (SIGSTOP of the postmaster and every
+ * backend) while a session-mode waiter waits 3 s on it: the waiter returns
+ * at ~3 s; its cancel request would wait in the paused postmaster's
+ * backlog. */
+static void test_paused_server_waiter(void) {
+    char u[512], n[64];
+    snprintf(n, sizeof n, "paused-%s", g_tag);
+    baton_client *c1 = tl_client_open(uri(u, sizeof u, 0, "postgres", ""));
+    baton_client *c2 = open_opts(u, 1000, 5000);
+    baton_lock *a = NULL, *b = NULL;
+    CHECK_RC(baton_lock_open(&a, c1, n, NULL), 0);
+    CHECK_RC(baton_lock_open(&b, c2, n, NULL), 0);
+    CHECK_RC(baton_lock_acquire(a, 0), 0);
+    acq t = { b, 3000, 0, 0, 0, NULL, 0 };
+    pthread_t th;
+    pthread_create(&th, NULL, acq_main, &t);
+    tl_sleep_ms(500);
+    tl_sh("bash '%s/postgres.sh' pause '%s'", TL_SERVERS_DIR, g_dir);
+    int64_t t0 = now_us();
+    while (!t.end_us && now_us() - t0 < 11500000) tl_sleep_ms(20);
+    tl_sh("bash '%s/postgres.sh' resume '%s'", TL_SERVERS_DIR, g_dir);
+    pthread_join(th, NULL);
+    long long past = (long long)(t.end_us - t.start_us) / 1000 - 3000;
+    fprintf(stderr, "measure: session-mode waiter, server paused, wait 3000 ms: returned %lld ms after its "
+            "deadline (%s)\n", past, baton_strerror(t.rc));
+    CHECK(t.rc == BATON_ETIMEDOUT || t.rc == BATON_EUNAVAILABLE);
+    CHECK(past < 1500);
+    CHECK_RC(baton_lock_release(a), 0);
+    baton_lock_free(a);
+    baton_lock_free(b);
+    baton_client_close(c1);
+    baton_client_close(c2);
+}
+
 /* A statement, a new connection and a close on a frozen link, each against
  * its own deadline (I/O timeout 1000 ms, connect timeout 1000 ms). */
 static void test_frozen_calls(void) {
@@ -456,6 +491,7 @@ int main(int argc, char **argv) {
     RUN1(test_session_frozen_waiter);
     RUN1(test_row_frozen_waiter);
     RUN1(test_lease_frozen_waiter);
+    RUN1(test_paused_server_waiter);
     RUN1(test_frozen_calls);
     RUN1(test_host_names);
     return th_finish();
