@@ -43,8 +43,9 @@
 #include <unistd.h>
 
 #define DEFAULT_TABLE "baton_locks"
-#define CANCEL_GRACE_MS 500      /* after a lock wait's deadline: how long its cancel may take to be answered
-                                    before the connection is dropped */
+/* after a lock wait's deadline: how long its cancel may take to be answered
+ * before the connection is dropped (pg_int.h's PG_WAIT_GRACE_NS) */
+#define CANCEL_GRACE_MS ((int)(PG_WAIT_GRACE_NS / 1000000LL))
 #define CHECK_INTERVAL_MS "500"  /* the server looks for a vanished waiter this often */
 
 int64_t pg_deadline_ms(int ms) { return baton_now_ns() + (int64_t)ms * 1000000LL; }

@@ -9,6 +9,10 @@
  *              LISTEN thread that wakes waiters
  *   row.c      row mode: the row locked by a transaction kept open
  *   rw.c       read-write locks (session mode)
+ *   watch.c    the watcher of held connections (session, row, read-write):
+ *              a terminated session, or one not confirmed alive within the
+ *              lease, is reported lost (baton_host_lost)
+ *   dns.c      host names resolved by the connect deadline
  *   ops.c      engine_ops: the server's statement counts (baton bench)
  *   pqdl.c     libpq, loaded with dlopen on the first open (pqdl.h)
  *
