@@ -153,7 +153,8 @@ void pg_listener_stop(pgeng *e)
 
 /* One claim: 0 with *fence, or BATON_ELOCKED with *left_ms (how long the
  * holder's lease still runs; -1 unknown). */
-static int claim(pgeng *e, pglock *l, const baton_owner *o, uint32_t lease_ms, uint64_t *fence, int64_t *left_ms)
+static int claim(pgeng *e, pglock *l, const baton_owner *o, uint32_t lease_ms, int64_t by, uint64_t *fence,
+                 int64_t *left_ms)
 {
     char ms[16];
     const char *p[5] = { l->name, l->key, o->hex, o->desc, ms };
@@ -162,7 +163,7 @@ static int claim(pgeng *e, pglock *l, const baton_owner *o, uint32_t lease_ms, u
 
     snprintf(ms, sizeof ms, "%u", lease_ms);
     /* safe to run twice: a second run by the same owner re-claims it */
-    if ((rc = pg_run_ps(e, PG_PS_CLAIM, 5, p, 1, &r))) return rc;
+    if ((rc = pg_run_ps_by(e, PG_PS_CLAIM, 5, p, 1, by, &r))) return rc;
     *left_ms = PQgetisnull(r, 0, 1) ? -1 : strtoll(PQgetvalue(r, 0, 1), NULL, 10);
     if (PQgetisnull(r, 0, 0)) {
         rc = baton_seterr(BATON_ELOCKED, 0, "postgres: lock '%s' is held", l->name);
@@ -183,7 +184,12 @@ int pg_lease_acquire(pgeng *e, pglock *l, baton_acquire_req *req)
         int64_t sent = baton_now_ns(), left = -1, until;
         int listening, down;
 
-        rc = claim(e, l, req->owner, req->lease_ms, &req->fence, &left);
+        /* a waiter's claim ends with its wait (and the grace a lock wait
+         * has after its deadline), a try's with the I/O timeout */
+        rc = claim(e, l, req->owner, req->lease_ms,
+                   req->deadline_ns == 0 || req->deadline_ns == INT64_MAX ? INT64_MAX
+                                                                          : req->deadline_ns + PG_WAIT_GRACE_NS,
+                   &req->fence, &left);
         if (rc == 0) {
             l->fence = req->fence;
             req->sent_ns = sent;    /* the lease started no earlier than this */
@@ -262,7 +268,10 @@ int pg_lease_renew(pgeng *e, pglock *l, const baton_owner *owner, uint32_t lease
 
     snprintf(ms, sizeof ms, "%u", lease_ms);
     snprintf(fence, sizeof fence, "%llu", (unsigned long long)l->fence);
-    if ((rc = pg_conn_get(e, &c))) goto out;
+    /* by the lease deadline at the latest, connecting included: past it,
+     * the connection is dropped (pg_exec) and the lock is the core's to
+     * declare lost */
+    if ((rc = pg_conn_get_by(e, deadline_ns, &c))) goto out;
     rc = pg_exec_ps(e, c, PG_PS_RENEW, 4, p, deadline_ns < io ? deadline_ns : io, NULL, &r);
     if (rc == BATON_ETIMEDOUT) rc = baton_seterr(BATON_EUNAVAILABLE, 0, "postgres: renewal timed out");
     if (rc) goto out;

@@ -24,8 +24,9 @@
  *     (nothing could end it on time).
  * BATON_CAP_RWLOCK likewise: session mode has read-write locks, the other
  * modes answer BATON_ENOTSUP from rwlock_new.
- * BATON_CAP_SESSION is not claimed: loss is always found by that check, on
- * the keeper thread, never reported on the side.
+ * BATON_CAP_SESSION is not claimed: the keeper's check, and the lease's
+ * deadline, stay what ends a grant; the watcher of held connections
+ * (watch.c) reports a loss sooner when it sees one (baton_host_lost).
  */
 #include "pg_int.h"
 #include "core/internal.h"
@@ -34,13 +35,17 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <poll.h>
+#include <stdatomic.h>
+#include <sys/socket.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #define DEFAULT_TABLE "baton_locks"
-#define CANCEL_GRACE_MS 2000     /* how long a cancelled statement may take to answer */
+/* after a lock wait's deadline: how long its cancel may take to be answered
+ * before the connection is dropped (pg_int.h's PG_WAIT_GRACE_NS) */
+#define CANCEL_GRACE_MS ((int)(PG_WAIT_GRACE_NS / 1000000LL))
 #define CHECK_INTERVAL_MS "500"  /* the server looks for a vanished waiter this often */
 
 int64_t pg_deadline_ms(int ms) { return baton_now_ns() + (int64_t)ms * 1000000LL; }
@@ -72,12 +77,93 @@ static void first_line(const char *m, char *out, size_t n)
 
 static void ps_attach(PGconn *c);
 
-int pg_conn_get(pgeng *e, PGconn **out)
+/* Appends S (and a comma before it unless first) to the malloc'd *BUF. */
+static int cat(char **buf, size_t *len, const char *s, int first)
+{
+    size_t n = strlen(s);
+    char *b = realloc(*buf, *len + n + 2);
+    if (!b) return -1;
+    if (!first) b[(*len)++] = ',';
+    memcpy(b + *len, s, n);
+    *len += n;
+    b[*len] = 0;
+    *buf = b;
+    return 0;
+}
+
+/* libpq's keywords with the hosts' addresses resolved by us (dns.c) by
+ * DEADLINE: host, hostaddr and port lists with one entry per address, the
+ * other keywords as configured. *KW and *VAL are malloc'd, and so are the
+ * three values at *OWNED. */
+static int resolved_kw(pgeng *e, int64_t deadline, const char ***kw, const char ***val, char *owned[3])
+{
+    char *hosts = NULL, *addrs = NULL, *ports = NULL;
+    size_t hl = 0, al = 0, pl = 0, nent = 0, k = 0;
+    int rc = 0;
+
+    for (size_t i = 0; i < e->nhost; i++) {
+        char **a = NULL;
+        size_t na = 0;
+        int numeric = pg_host_numeric(e->hname[i]), mem = 0;
+        if (!numeric && (rc = pg_resolve(e->hname[i], deadline, &a, &na))) {
+            /* libpq goes on to the next host too; the error stays for the end */
+            baton_log(BATON_LOG_DEBUG, "%s", baton_error_last()->message);
+            continue;
+        }
+        for (size_t j = 0; j < (numeric ? 1 : na); j++) {
+            const char *addr = numeric ? (*e->hname[i] == '/' || *e->hname[i] == '@' ? "" : e->hname[i]) : a[j];
+            mem |= cat(&hosts, &hl, e->hname[i], !nent) || cat(&addrs, &al, addr, !nent) ||
+                   cat(&ports, &pl, e->hport[i], !nent);
+            nent++;
+        }
+        for (size_t j = 0; j < na; j++) free(a[j]);
+        free(a);
+        if (mem) {
+            rc = baton_seterr(BATON_ENOMEM, 0, "out of memory");
+            goto fail;
+        }
+    }
+    if (!nent) goto fail;   /* rc: the last resolver error */
+    *kw = calloc(e->nkw + 4, sizeof **kw);
+    *val = calloc(e->nkw + 4, sizeof **val);
+    if (!*kw || !*val) {
+        rc = baton_seterr(BATON_ENOMEM, 0, "out of memory");
+        goto fail;
+    }
+    for (size_t i = 0; i < e->nkw; i++) {
+        if (!strcmp(e->kw[i], "host") || !strcmp(e->kw[i], "port")) continue;
+        (*kw)[k] = e->kw[i];
+        (*val)[k++] = e->val[i];
+    }
+    (*kw)[k] = "host";
+    (*val)[k++] = hosts;
+    (*kw)[k] = "hostaddr";
+    (*val)[k++] = addrs;
+    (*kw)[k] = "port";
+    (*val)[k++] = ports;
+    owned[0] = hosts;
+    owned[1] = addrs;
+    owned[2] = ports;
+    return 0;
+fail:
+    free(*kw);
+    free(*val);
+    *kw = *val = NULL;
+    free(hosts);
+    free(addrs);
+    free(ports);
+    return rc ? rc : baton_seterr(BATON_EUNAVAILABLE, 0, "postgres: no host to connect to");
+}
+
+int pg_conn_get(pgeng *e, PGconn **out) { return pg_conn_get_by(e, INT64_MAX, out); }
+
+int pg_conn_get_by(pgeng *e, int64_t by, PGconn **out)
 {
     PGconn *c = NULL;
     int64_t deadline;
     PostgresPollingStatusType st = PGRES_POLLING_WRITING;
     char msg[512];
+    int64_t start = baton_now_ns();
 
     *out = NULL;
     /* An idle connection the server closed meanwhile (a restart, a
@@ -96,7 +182,21 @@ int pg_conn_get(pgeng *e, PGconn **out)
     }
 
     deadline = pg_deadline_ms(e->connect_timeout_ms);
-    c = PQconnectStartParams(e->kw, e->val, 0);
+    if (by < deadline) deadline = by;
+    if (e->resolve) {
+        /* names are resolved here, by the deadline: libpq's own
+         * getaddrinfo() would wait as long as the resolver says */
+        const char **kw = NULL, **val = NULL;
+        char *owned[3] = { NULL, NULL, NULL };
+        int rc = resolved_kw(e, deadline, &kw, &val, owned);
+        if (rc) return rc;
+        c = PQconnectStartParams(kw, val, 0);   /* libpq copies them */
+        free(kw);
+        free(val);
+        for (int i = 0; i < 3; i++) free(owned[i]);
+    } else {
+        c = PQconnectStartParams(e->kw, e->val, 0);
+    }
     if (!c) return baton_seterr(BATON_ENOMEM, 0, "postgres: out of memory");
     if (PQstatus(c) == CONNECTION_BAD) goto failed;
     for (;;) {
@@ -110,9 +210,10 @@ int pg_conn_get(pgeng *e, PGconn **out)
         pfd.revents = 0;
         left = (deadline - baton_now_ns()) / 1000000LL;
         if (left <= 0) {
+            pg_conn_drop(c);
             PQfinish(c);
             return baton_seterr(BATON_EUNAVAILABLE, ETIMEDOUT, "postgres: no connection within %d ms",
-                                e->connect_timeout_ms);
+                                (int)((deadline - start) / 1000000LL));
         }
         prc = poll(&pfd, 1, left > 1000 ? 1000 : (int)left);
         if (prc < 0 && errno != EINTR) goto failed;
@@ -130,8 +231,9 @@ int pg_conn_get(pgeng *e, PGconn **out)
          * waiter waits in the client), and the check arms a timer around
          * every statement, and costs a round trip per new connection. */
         PGresult *r = NULL;
+        int64_t io = pg_deadline_ms(e->io_timeout_ms);
         if (pg_exec(e, c, "SET client_connection_check_interval = " CHECK_INTERVAL_MS, 0, NULL,
-                    pg_deadline_ms(e->io_timeout_ms), NULL, &r) == 0)
+                    io < deadline ? io : deadline, NULL, &r) == 0)
             PQclear(r);
         if (PQstatus(c) != CONNECTION_OK) {
             PQfinish(c);
@@ -195,6 +297,70 @@ static int wait_readable(PGconn *c, int64_t ms)
     return prc != 0;                    /* errors too: PQconsumeInput reports them */
 }
 
+void pg_conn_drop(PGconn *c)
+{
+    int fd = c ? PQsocket(c) : -1;
+    if (fd < 0) return;
+    /* Nothing libpq does on a shut-down socket can block (a send fails, a
+     * read sees the end): reading that end marks the connection bad, so
+     * PQfinish sends no Terminate and pg_conn_put never pools it. The
+     * server ends the session (and frees its locks) when the FIN reaches
+     * it, or when its own keepalives give up on us. */
+    shutdown(fd, SHUT_RDWR);
+    /* data that was on its way is read first, then the end (a few rounds
+     * at most: nothing more can arrive) */
+    for (int i = 0; i < 8 && PQstatus(c) == CONNECTION_OK; i++)
+        if (!PQconsumeInput(c)) break;
+}
+
+/* ---- cancelling a statement ------------------------------------------------
+ *
+ * PQcancel opens a new connection and waits for the server to close it,
+ * with no timeout (libpq 15 has no PQcancelPoll): on a frozen link it
+ * blocks until the link thaws. It runs on a thread of its own, which owns
+ * the PGcancel and touches nothing else, so the statement's caller keeps
+ * its deadline: it waits CANCEL_GRACE_MS for the statement's answer, then
+ * drops the connection. At most MAX_CANCELS run at once in the process (a
+ * frozen link could otherwise pile them up); past that, the connection is
+ * dropped at the deadline without a cancel. */
+
+#define MAX_CANCELS 8
+static atomic_int cancels_running;
+
+static void *cancel_main(void *arg)
+{
+    PGcancel *cn = arg;
+    char eb[256];
+    PQcancel(cn, eb, sizeof eb);
+    PQfreeCancel(cn);
+    atomic_fetch_sub(&cancels_running, 1);
+    return NULL;
+}
+
+/* 0 when a cancel of C's statement is on its way. */
+static int cancel_async(PGconn *c)
+{
+    PGcancel *cn;
+    pthread_attr_t a;
+    pthread_t t;
+    int rc;
+
+    if (atomic_fetch_add(&cancels_running, 1) >= MAX_CANCELS) goto busy;
+    if (!(cn = PQgetCancel(c))) goto busy;
+    if (pthread_attr_init(&a)) {
+        PQfreeCancel(cn);
+        goto busy;
+    }
+    pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+    rc = pthread_create(&t, &a, cancel_main, cn);
+    pthread_attr_destroy(&a);
+    if (rc == 0) return 0;
+    PQfreeCancel(cn);
+busy:
+    atomic_fetch_sub(&cancels_running, 1);
+    return -1;
+}
+
 /* The answer to the one command sent on C: waits (deadline, cancel) as
  * pg_exec says. */
 static int wait_result(PGconn *c, int64_t deadline, baton_waiter *w, PGresult **res)
@@ -209,21 +375,32 @@ static int wait_result(PGconn *c, int64_t deadline, baton_waiter *w, PGresult **
         int64_t now = baton_now_ns(), until = stopped ? grace : deadline;
         /* a waiter is looked at every 50 ms: cancel wakes the waiter's
          * condition variable, which poll() cannot watch */
-        int64_t ms = until == INT64_MAX ? 1000 : (until - now) / 1000000LL;
+        int64_t ms = until == INT64_MAX ? 1000 : (until - now + 999999) / 1000000LL;
         if (w && ms > 50) ms = 50;
         if (!stopped && ((deadline != INT64_MAX && now >= deadline) || (w && baton_waiter_canceled(w)))) {
-            char eb[256];
-            PGcancel *cn = PQgetCancel(c);
             stopped = w && baton_waiter_canceled(w) ? BATON_ECANCELED : BATON_ETIMEDOUT;
-            if (cn) {
-                PQcancel(cn, eb, sizeof eb);
-                PQfreeCancel(cn);
+            /* A statement without a waiter waits only for the server's
+             * answer, and its deadline is the caller's (an I/O timeout, a
+             * lease deadline): past it the server is silent or away, and
+             * the connection is given up at once. A lock wait is asked to
+             * stop, and may take CANCEL_GRACE_MS more to say it did. */
+            if (!w || cancel_async(c)) {
+                pg_conn_drop(c);
+                return baton_seterr(stopped == BATON_ECANCELED ? BATON_ECANCELED : BATON_EUNAVAILABLE, ETIMEDOUT,
+                                    stopped == BATON_ECANCELED ? "postgres: canceled (the connection was dropped)"
+                                                               : "postgres: no answer by the deadline (the "
+                                                                 "connection was dropped)");
             }
             grace = now + (int64_t)CANCEL_GRACE_MS * 1000000LL;
             continue;
         }
-        if (stopped && now >= grace)
-            return baton_seterr(BATON_EUNAVAILABLE, 0, "postgres: the server does not answer");
+        if (stopped && now >= grace) {
+            pg_conn_drop(c);
+            /* the wait was over anyway: its caller hears that it timed out */
+            return baton_seterr(stopped, ETIMEDOUT, "postgres: %s (the cancel was not answered within %d ms: "
+                                "the connection was dropped)", stopped == BATON_ECANCELED ? "canceled" : "timed out",
+                                CANCEL_GRACE_MS);
+        }
         if (wait_readable(c, ms) && !PQconsumeInput(c)) return pg_err(NULL, c, "connection lost");
     }
     /* one statement: one result, then NULL (keep the first, drain the rest) */
@@ -313,7 +490,8 @@ int pg_exec_ps(pgeng *e, PGconn *c, int id, int n, const char *const *params, in
             /* one more round trip, once per connection */
             if (!PQsendPrepare(c, ps_name[id], e->ps_sql[id], n, NULL))
                 return pg_err(NULL, c, "cannot send a statement");
-            if ((rc = wait_result(c, deadline, NULL, &r))) return rc;
+            int64_t io = pg_deadline_ms(e->io_timeout_ms);
+            if ((rc = wait_result(c, io < deadline ? io : deadline, NULL, &r))) return rc;
             PQclear(r);
             *bits |= 1u << id;
         }
@@ -334,12 +512,12 @@ int pg_exec_ps(pgeng *e, PGconn *c, int id, int n, const char *const *params, in
 /* A pooled connection for ONE statement, run by RUN(e, c, arg, res): tried
  * again once on a fresh connection when RETRY and a pooled one turns out to
  * be dead. */
-static int run_pooled(pgeng *e, int retry, PGresult **res,
+static int run_pooled(pgeng *e, int retry, int64_t by, PGresult **res,
                       int (*run)(pgeng *e, PGconn *c, const void *arg, PGresult **res), const void *arg)
 {
     for (int attempt = 0;; attempt++) {
         PGconn *c;
-        int rc = pg_conn_get(e, &c);
+        int rc = pg_conn_get_by(e, by, &c);
         if (rc) return rc;
         rc = run(e, c, arg, res);
         pg_conn_put(e, c);
@@ -347,7 +525,10 @@ static int run_pooled(pgeng *e, int retry, PGresult **res,
          * retried: a second try would only wait as long again) */
         if (rc == BATON_ETIMEDOUT)
             return baton_seterr(BATON_EUNAVAILABLE, 0, "postgres: no answer within %d ms", e->io_timeout_ms);
-        if (rc != BATON_EUNAVAILABLE || !retry || attempt > 0) return rc;
+        /* a retry is for a pooled connection found dead, not for a
+         * server that stayed silent until the deadline (it would only wait
+         * as long again) */
+        if (rc != BATON_EUNAVAILABLE || !retry || attempt > 0 || baton_error_last()->native == ETIMEDOUT) return rc;
     }
 }
 
@@ -355,30 +536,43 @@ typedef struct {
     const char *sql;
     int id, n;
     const char *const *params;
+    int64_t by;              /* a deadline before the I/O timeout, or INT64_MAX */
 } run_args;
+
+static int64_t io_by(pgeng *e, int64_t by)
+{
+    int64_t io = pg_deadline_ms(e->io_timeout_ms);
+    return by < io ? by : io;
+}
 
 static int run_text(pgeng *e, PGconn *c, const void *arg, PGresult **res)
 {
     const run_args *a = arg;
-    return pg_exec(e, c, a->sql, a->n, a->params, pg_deadline_ms(e->io_timeout_ms), NULL, res);
+    return pg_exec(e, c, a->sql, a->n, a->params, io_by(e, a->by), NULL, res);
 }
 
 static int run_ps(pgeng *e, PGconn *c, const void *arg, PGresult **res)
 {
     const run_args *a = arg;
-    return pg_exec_ps(e, c, a->id, a->n, a->params, pg_deadline_ms(e->io_timeout_ms), NULL, res);
+    return pg_exec_ps(e, c, a->id, a->n, a->params, io_by(e, a->by), NULL, res);
 }
 
 int pg_run(pgeng *e, const char *sql, int n, const char *const *params, int retry, PGresult **res)
 {
-    run_args a = { sql, 0, n, params };
-    return run_pooled(e, retry, res, run_text, &a);
+    run_args a = { sql, 0, n, params, INT64_MAX };
+    return run_pooled(e, retry, INT64_MAX, res, run_text, &a);
 }
 
 int pg_run_ps(pgeng *e, int id, int n, const char *const *params, int retry, PGresult **res)
 {
-    run_args a = { NULL, id, n, params };
-    return run_pooled(e, retry, res, run_ps, &a);
+    return pg_run_ps_by(e, id, n, params, retry, INT64_MAX, res);
+}
+
+int pg_run_ps_by(pgeng *e, int id, int n, const char *const *params, int retry, int64_t by, PGresult **res)
+{
+    run_args a = { NULL, id, n, params, by };
+    /* a retry only when there is time left for it */
+    return run_pooled(e, retry && by == INT64_MAX, by, res, run_ps, &a);
 }
 
 char *pg_sql(pgeng *e, const char *tmpl)
@@ -463,54 +657,106 @@ out:
     return rc;
 }
 
-/* Row mode's fence sequence: created when missing, starting above every
- * fence the table already holds (another mode may have granted some). */
-static int sequence_ready(pgeng *e, PGconn *c)
+/* Whether relation NAME (quoted, qualified) exists: 0 with *yes. */
+static int rel_exists(pgeng *e, PGconn *c, const char *name, int *yes)
 {
-    const char *p[1] = { e->qseq };
+    const char *p[1] = { name };
     PGresult *r = NULL;
-    char *create = NULL, *ddl = NULL;
-    int rc, ok;
-
-    rc = pg_exec(e, c, "SELECT to_regclass($1) IS NOT NULL", 1, p, pg_deadline_ms(e->io_timeout_ms), NULL, &r);
+    int rc = pg_exec(e, c, "SELECT to_regclass($1) IS NOT NULL", 1, p, pg_deadline_ms(e->io_timeout_ms), NULL, &r);
     if (rc) return rc;
-    ok = !strcmp(PQgetvalue(r, 0, 0), "t");
+    *yes = !strcmp(PQgetvalue(r, 0, 0), "t");
     PQclear(r);
-    r = NULL;
-    if (ok) return 0;
-    {
-        size_t n = strlen(e->qseq) * 2 + strlen(e->qtable) + 200;
-        if (!(create = malloc(n)) || !(ddl = malloc(n))) {
-            rc = baton_seterr(BATON_ENOMEM, 0, "out of memory");
-            goto out;
-        }
-        snprintf(ddl, n, "CREATE SEQUENCE %s; SELECT setval('%s', (SELECT coalesce(max(fence), 0) + 1 FROM %s))",
-                 e->qseq, e->qseq, e->qtable);
-        snprintf(create, n, "CREATE SEQUENCE IF NOT EXISTS %s", e->qseq);
-    }
-    rc = pg_exec(e, c, create, 0, NULL, pg_deadline_ms(e->io_timeout_ms), NULL, &r);
+    return 0;
+}
+
+static int simple_exec(pgeng *e, PGconn *c, const char *sql, int n, const char *const *p)
+{
+    PGresult *r = NULL;
+    int rc = pg_exec(e, c, sql, n, p, pg_deadline_ms(e->io_timeout_ms), NULL, &r);
     PQclear(r);
-    r = NULL;
-    if (rc == BATON_EAUTH) {
-        const char *u = PQuser(c);
-        rc = baton_seterr(BATON_EAUTH, 0, "postgres: role \"%s\" may not create row mode's fence sequence %s; "
-                          "ask a DBA to run: %s; GRANT USAGE ON SEQUENCE %s TO \"%s\";", u ? u : "", e->qseq, ddl,
-                          e->qseq, u ? u : "");
-        goto out;
-    }
-    if (rc) goto out;
-    {
-        const char *q[1] = { e->qseq };
-        char *sv = pg_sql(e, "SELECT setval($1::regclass, GREATEST((SELECT coalesce(max(fence), 0) + 1 FROM @T), "
-                             "(SELECT last_value FROM pg_sequences WHERE format('%I.%I', schemaname, sequencename)"
-                             "::regclass = $1::regclass)))");
-        if (!sv) {
+    return rc;
+}
+
+/* The advisory key that serialises our DDL in a database (an xact lock:
+ * held until the COMMIT), whatever the table's name: the first 8 bytes of
+ * SHA-256("baton:ddl"), as session mode derives its keys. */
+#define DDL_KEY "6914268082749482822"
+
+/* Creates what is missing of the table and (row mode) its fence sequence,
+ * in one transaction that first takes the DDL lock: "CREATE ... IF NOT
+ * EXISTS" is not safe against itself (two sessions both find nothing and
+ * both create: 42710 on the table's row type, 23505 on pg_class), so the
+ * second process waits for the first one's COMMIT, then finds it all there. */
+static int create_locked(pgeng *e, PGconn *c)
+{
+    char *create = NULL, *ddl = NULL;
+    int rc, yes = 0;
+
+    if ((rc = simple_exec(e, c, "BEGIN", 0, NULL))) return rc;
+    if ((rc = simple_exec(e, c, "SELECT pg_advisory_xact_lock(" DDL_KEY ")", 0, NULL))) goto fail;
+    if ((rc = rel_exists(e, c, e->qtable, &yes))) goto fail;
+    if (!yes) {
+        if (!(create = pg_sql(e, "CREATE TABLE IF NOT EXISTS @T (name text PRIMARY KEY, key bigint NOT NULL, "
+                                 "fence bigint NOT NULL DEFAULT 0, owner text, holder text, "
+                                 "lease_until timestamptz, acquired_at timestamptz)")) ||
+            !(ddl = pg_sql(e, DDL))) {
             rc = baton_seterr(BATON_ENOMEM, 0, "out of memory");
-            goto out;
+            goto fail;
         }
-        rc = pg_exec(e, c, sv, 1, q, pg_deadline_ms(e->io_timeout_ms), NULL, &r);
-        free(sv);
-        PQclear(r);
+        rc = simple_exec(e, c, create, 0, NULL);
+        if (rc == BATON_EAUTH) {
+            const char *u = PQuser(c);
+            rc = baton_seterr(BATON_EAUTH, 0, "postgres: role \"%s\" may not create the lock table %s; "
+                              "ask a DBA to run: %s; GRANT SELECT, INSERT, UPDATE ON %s TO \"%s\";",
+                              u ? u : "", e->qtable, ddl, e->qtable, u ? u : "");
+        }
+        if (rc) goto fail;
+        free(create);
+        free(ddl);
+        create = ddl = NULL;
+    }
+    if (e->mode == PG_ROW) {
+        /* Row mode's fence sequence, starting above every fence the table
+         * already holds (another mode may have granted some). */
+        if ((rc = rel_exists(e, c, e->qseq, &yes))) goto fail;
+        if (!yes) {
+            size_t n = strlen(e->qseq) * 2 + strlen(e->qtable) + 200;
+            const char *q[1] = { e->qseq };
+            char *sv;
+            if (!(create = malloc(n)) || !(ddl = malloc(n))) {
+                rc = baton_seterr(BATON_ENOMEM, 0, "out of memory");
+                goto fail;
+            }
+            snprintf(ddl, n, "CREATE SEQUENCE %s; SELECT setval('%s', (SELECT coalesce(max(fence), 0) + 1 FROM %s))",
+                     e->qseq, e->qseq, e->qtable);
+            snprintf(create, n, "CREATE SEQUENCE IF NOT EXISTS %s", e->qseq);
+            rc = simple_exec(e, c, create, 0, NULL);
+            if (rc == BATON_EAUTH) {
+                const char *u = PQuser(c);
+                rc = baton_seterr(BATON_EAUTH, 0, "postgres: role \"%s\" may not create row mode's fence sequence "
+                                  "%s; ask a DBA to run: %s; GRANT USAGE ON SEQUENCE %s TO \"%s\";", u ? u : "",
+                                  e->qseq, ddl, e->qseq, u ? u : "");
+            }
+            if (rc) goto fail;
+            if (!(sv = pg_sql(e, "SELECT setval($1::regclass, (SELECT coalesce(max(fence), 0) + 1 FROM @T))"))) {
+                rc = baton_seterr(BATON_ENOMEM, 0, "out of memory");
+                goto fail;
+            }
+            rc = simple_exec(e, c, sv, 1, q);
+            free(sv);
+            if (rc) goto fail;
+        }
+    }
+    rc = simple_exec(e, c, "COMMIT", 0, NULL);
+    goto out;
+fail:
+    {
+        /* keep the first error: the rollback's own is of no interest */
+        baton_error saved = *baton_error_last();
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", saved.message ? saved.message : "");
+        if (PQstatus(c) != CONNECTION_OK || simple_exec(e, c, "ROLLBACK", 0, NULL)) pg_conn_drop(c);
+        baton_seterr(rc, saved.native, "%s", msg);
     }
 out:
     free(create);
@@ -521,10 +767,7 @@ out:
 int pg_table_ready(pgeng *e)
 {
     PGconn *c = NULL;
-    PGresult *r = NULL;
-    const char *p[1] = { e->qtable };
-    char *ddl = NULL;
-    int rc, ok;
+    int rc, ok, yes = 1;
 
     pthread_mutex_lock(&e->mu);
     ok = e->table_ok;
@@ -534,43 +777,14 @@ int pg_table_ready(pgeng *e)
     /* Look first: CREATE TABLE IF NOT EXISTS needs the CREATE privilege on
      * the schema even when the table is there, which a least-privilege
      * role does not have. */
-    rc = pg_exec(e, c, "SELECT to_regclass($1) IS NOT NULL", 1, p, pg_deadline_ms(e->io_timeout_ms), NULL, &r);
-    if (rc) goto out;
-    ok = !strcmp(PQgetvalue(r, 0, 0), "t");
-    PQclear(r);
-    r = NULL;
-    if (!ok) {
-        char *create = pg_sql(e, "CREATE TABLE IF NOT EXISTS @T (name text PRIMARY KEY, key bigint NOT NULL, "
-                              "fence bigint NOT NULL DEFAULT 0, owner text, holder text, "
-                              "lease_until timestamptz, acquired_at timestamptz)");
-        if (!create || !(ddl = pg_sql(e, DDL))) {
-            free(create);
-            rc = baton_seterr(BATON_ENOMEM, 0, "out of memory");
-            goto out;
-        }
-        rc = pg_exec(e, c, create, 0, NULL, pg_deadline_ms(e->io_timeout_ms), NULL, &r);
-        free(create);
-        if (rc == BATON_EAUTH) {
-            const char *u = PQuser(c);
-            rc = baton_seterr(BATON_EAUTH, 0, "postgres: role \"%s\" may not create the lock table %s; "
-                              "ask a DBA to run: %s; GRANT SELECT, INSERT, UPDATE ON %s TO \"%s\";",
-                              u ? u : "", e->qtable, ddl, e->qtable, u ? u : "");
-            goto out;
-        }
-        /* two clients creating it at once: the loser sees a duplicate type */
-        if (rc && strstr(baton_error_last()->message, "23505")) rc = 0;
-        if (rc) goto out;
-        PQclear(r);
-        r = NULL;
-    }
+    if ((rc = rel_exists(e, c, e->qtable, &ok))) goto out;
+    if (ok && e->mode == PG_ROW && (rc = rel_exists(e, c, e->qseq, &yes))) goto out;
+    if ((!ok || !yes) && (rc = create_locked(e, c))) goto out;
     if ((rc = check_shape(e, c, e->qtable))) goto out;
-    if (e->mode == PG_ROW && (rc = sequence_ready(e, c))) goto out;
     pthread_mutex_lock(&e->mu);
     e->table_ok = 1;
     pthread_mutex_unlock(&e->mu);
 out:
-    free(ddl);
-    PQclear(r);
     pg_conn_put(e, c);
     return rc;
 }
@@ -581,6 +795,11 @@ static const char *const passthrough[] = {
     "sslmode", "sslrootcert", "sslcert", "sslkey", "sslcrl", "sslpassword", "passfile",
     "application_name", "target_session_attrs", "channel_binding", "gssencmode", "keepalives",
     "keepalives_idle", "keepalives_interval", "keepalives_count", "tcp_user_timeout", "options", NULL,
+};
+
+static const char *const tcp_defaults[][2] = {
+    { "keepalives", "1" }, { "keepalives_idle", "10" }, { "keepalives_interval", "3" },
+    { "keepalives_count", "3" }, { "tcp_user_timeout", "10000" },
 };
 
 static int add_kw(pgeng *e, const char *k, const char *v)
@@ -636,6 +855,12 @@ static void eng_free(pgeng *e)
         }
     free(e->kw);
     free(e->val);
+    for (size_t i = 0; i < e->nhost; i++) {
+        free(e->hname[i]);
+        free(e->hport[i]);
+    }
+    free(e->hname);
+    free(e->hport);
     free(e->schema);
     free(e->table);
     free(e->qtable);
@@ -658,8 +883,8 @@ static int configure(pgeng *e, const baton_uri *u, const baton_client_options *o
     e->connect_timeout_ms = opts && opts->connect_timeout_ms > 0 ? opts->connect_timeout_ms : 2000;
     e->io_timeout_ms = opts && opts->io_timeout_ms > 0 ? opts->io_timeout_ms : 5000;
     /* keywords: hosts, ports, user, password, dbname, application_name + passthrough */
-    e->kw = calloc(u->nparams + 8, sizeof *e->kw);
-    e->val = calloc(u->nparams + 8, sizeof *e->val);
+    e->kw = calloc(u->nparams + 16, sizeof *e->kw);
+    e->val = calloc(u->nparams + 16, sizeof *e->val);
     if (!e->kw || !e->val) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
     for (size_t i = 0; i < u->nparams; i++) {
         const char *k = u->params[i].key, *v = u->params[i].value ? u->params[i].value : "";
@@ -704,6 +929,13 @@ static int configure(pgeng *e, const baton_uri *u, const baton_client_options *o
         if (strchr(h, ','))
             return baton_seterr(BATON_EINVAL, 0, "postgres: bad host in the URI");
         snprintf(p, sizeof p, "%d", u->hosts[i].port ? u->hosts[i].port : 5432);
+        if (!e->hname && (!(e->hname = calloc(u->nhosts, sizeof *e->hname)) ||
+                          !(e->hport = calloc(u->nhosts, sizeof *e->hport))))
+            return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+        if (!(e->hname[i] = strdup(h)) || !(e->hport[i] = strdup(p)))
+            return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+        e->nhost = i + 1;
+        if (!pg_host_numeric(h)) e->resolve = 1;
         if (strlen(hosts) + strlen(h) + 2 > sizeof hosts || strlen(ports) + strlen(p) + 2 > sizeof ports)
             return baton_seterr(BATON_EINVAL, 0, "postgres: too many hosts in the URI");
         if (i) {
@@ -722,6 +954,15 @@ static int configure(pgeng *e, const baton_uri *u, const baton_client_options *o
     if (rc) return rc;
     if (u->path && *u->path && (rc = add_kw(e, "dbname", u->path))) return rc;
     if (!app && (rc = add_kw(e, "application_name", "baton"))) return rc;
+    /* A peer that vanished (a partition, a dead host) must not keep a
+     * socket of ours, or the server's session, alive for the kernel's two
+     * hours: keepalives probe an idle connection (a held lock's) after 10 s,
+     * every 3 s, 3 times, and data left unacknowledged for 10 s ends the
+     * connection (tcp_user_timeout). The URI overrides each. They bound
+     * what the kernel does; our deadlines (pg_exec) bound every call. */
+    for (size_t i = 0; i < sizeof tcp_defaults / sizeof tcp_defaults[0]; i++)
+        if (!baton_uri_get(u, tcp_defaults[i][0]) && (rc = add_kw(e, tcp_defaults[i][0], tcp_defaults[i][1])))
+            return rc;
 
     /* "schema"."table", and the NOTIFY channel named after it */
     {
@@ -834,6 +1075,7 @@ static int pg_lock_new(void *eng, const char *name, const baton_lock_options *op
         return baton_seterr(BATON_ENOMEM, 0, "out of memory");
     }
     l->e = e;
+    l->lease_ms = opts && opts->lease_ms ? opts->lease_ms : 30000;
     name_key(name, l);
     *st = l;
     return 0;
@@ -851,6 +1093,7 @@ static void pg_lock_free(void *eng, void *st)
         int last;
         pg_rw_drop(l);
         pthread_mutex_lock(&l->rw->mu);
+        l->rw->side[l->kind == PG_WRITE] = NULL;
         last = --l->rw->refs == 0;
         pthread_mutex_unlock(&l->rw->mu);
         if (last) {
@@ -879,6 +1122,8 @@ static int pg_rwlock_new(void *eng, const char *name, const baton_lock_options *
     r->kind = PG_READ;
     w->kind = PG_WRITE;
     r->rw = w->rw = rw;
+    rw->side[0] = r;
+    rw->side[1] = w;
     *rd = r;
     *wr = w;
     return 0;

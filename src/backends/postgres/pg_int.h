@@ -9,6 +9,10 @@
  *              LISTEN thread that wakes waiters
  *   row.c      row mode: the row locked by a transaction kept open
  *   rw.c       read-write locks (session mode)
+ *   watch.c    the watcher of held connections (session, row, read-write):
+ *              a terminated session, or one not confirmed alive within the
+ *              lease, is reported lost (baton_host_lost)
+ *   dns.c      host names resolved by the connect deadline
  *   ops.c      engine_ops: the server's statement counts (baton bench)
  *   pqdl.c     libpq, loaded with dlopen on the first open (pqdl.h)
  *
@@ -30,7 +34,8 @@ enum { PG_PS_GRANT_WAIT, PG_PS_GRANT_TRY, PG_PS_UNLOCK,   /* session mode */
        PG_PS_CLAIM, PG_PS_RELEASE, PG_PS_RENEW,           /* lease mode */
        PG_PS_N };
 
-#define PG_POOL_IDLE 4       /* idle connections a client keeps for reuse */
+#define PG_POOL_IDLE 4
+#define PG_WAIT_GRACE_NS 500000000LL /* = CANCEL_GRACE_MS: a lock wait may end this long after its deadline */       /* idle connections a client keeps for reuse */
 
 /* A blocked lease-mode acquire, woken by a NOTIFY for its name. */
 typedef struct pgwait {
@@ -44,6 +49,9 @@ typedef struct pgeng {
     int mode;                /* PG_SESSION or PG_LEASE */
     const char **kw, **val;  /* libpq connection keywords, NULL-terminated */
     size_t nkw;
+    char **hname, **hport;   /* the URI's hosts and ports, for dns.c */
+    size_t nhost;
+    int resolve;             /* some host is a name: resolved by us, with a deadline */
     int connect_timeout_ms;
     int io_timeout_ms;
     int no_prepare;          /* ?prepare=0: statements sent as text every time */
@@ -83,6 +91,7 @@ typedef struct pgrw {
     PGconn *conn;            /* while either side is held */
     int held[2];             /* [0] read side, [1] write side */
     int refs;                /* lock states still using it */
+    struct pglock *side[2];  /* the read and write sides (watch entries to drop with conn) */
 } pgrw;
 
 /* One lock state. */
@@ -93,7 +102,8 @@ typedef struct pglock {
     char *name;
     char key[24];            /* the advisory key, decimal (int8) */
     char classid[16], objid[16]; /* its halves as pg_locks shows them */
-    PGconn *conn;            /* session mode: the connection holding the lock */
+    PGconn *conn;            /* session and row modes: the connection holding the lock */
+    uint32_t lease_ms;       /* the lock's lease: a held connection is confirmed alive this often */
     uint64_t fence;          /* of the current grant, 0 when none */
 } pglock;
 
@@ -103,13 +113,25 @@ int64_t pg_deadline_ms(int ms);
 /* A connection from the pool, or a new one (within the connect timeout).
  * BATON_EUNAVAILABLE, BATON_EAUTH. */
 int pg_conn_get(pgeng *e, PGconn **out);
+/* pg_conn_get, connected by BY (monotonic ns) at the latest too. */
+int pg_conn_get_by(pgeng *e, int64_t by, PGconn **out);
+/* Gives C up without waiting on it: its socket is shut down (nothing on it
+ * can block any more) and libpq marks it bad; PQfinish it (or pg_conn_put,
+ * which closes it). */
+void pg_conn_drop(PGconn *c);
 /* Back to the pool when it is healthy and idle, else closed. NULL is fine. */
 void pg_conn_put(pgeng *e, PGconn *c);
-/* Runs SQL (text parameters) on C. Waits at most until DEADLINE (monotonic
- * ns, INT64_MAX = no limit) and stops early when W (may be NULL) is
- * cancelled; in both cases the statement is cancelled on the server
- * (PQcancel). 0 with *res (free it with PQclear); BATON_ETIMEDOUT or
- * BATON_ECANCELED when it was stopped; BATON_EUNAVAILABLE when the
+/* Runs SQL (text parameters) on C. Never returns later than DEADLINE
+ * (monotonic ns, INT64_MAX = no limit) plus, for a lock wait, a grace:
+ *  - without W, the statement only waits for the server: at DEADLINE the
+ *    connection is dropped (pg_conn_drop) and the answer is
+ *    BATON_EUNAVAILABLE;
+ *  - with W, it is a lock wait that stops at DEADLINE or when W is
+ *    cancelled: the statement is cancelled on the server (PQcancel, on a
+ *    thread of its own) and BATON_ETIMEDOUT or BATON_ECANCELED returned once
+ *    the server confirms, or CANCEL_GRACE_MS (500) later with the
+ *    connection dropped.
+ * 0 with *res (free it with PQclear); BATON_EUNAVAILABLE when the
  * connection broke or the server does not answer (C is then unusable:
  * pg_conn_put closes it); or the server's error as a baton code. */
 int pg_exec(pgeng *e, PGconn *c, const char *sql, int n, const char *const *params, int64_t deadline,
@@ -120,6 +142,9 @@ int pg_exec_ps(pgeng *e, PGconn *c, int id, int n, const char *const *params, in
                PGresult **res);
 /* pg_run of the prepared statement ID. */
 int pg_run_ps(pgeng *e, int id, int n, const char *const *params, int retry, PGresult **res);
+/* pg_run_ps that also ends by BY (monotonic ns; INT64_MAX = the I/O timeout
+ * alone), connecting included; not retried unless BY is INT64_MAX. */
+int pg_run_ps_by(pgeng *e, int id, int n, const char *const *params, int retry, int64_t by, PGresult **res);
 /* pg_exec on a pooled connection within the I/O timeout; RETRY = the
  * statement may run twice (tried again once on a fresh connection when a
  * pooled one turns out to be dead). */
@@ -133,6 +158,14 @@ int pg_table_ready(pgeng *e);
 char *pg_sql(pgeng *e, const char *tmpl);
 /* A result's error (or the connection's) as a baton code, with the message. */
 int pg_err(PGresult *r, PGconn *c, const char *what);
+
+/* ---- dns.c ----------------------------------------------------------------- */
+
+/* 1 when H needs no resolving (an address, a unix socket directory, ""). */
+int pg_host_numeric(const char *h);
+/* The addresses of NAME (malloc'd strings in a malloc'd array), resolved by
+ * DEADLINE (monotonic ns) at the latest: BATON_EUNAVAILABLE after it. */
+int pg_resolve(const char *name, int64_t deadline, char ***addrs, size_t *n);
 
 /* ---- session.c / lease.c ------------------------------------------------- */
 
@@ -164,15 +197,19 @@ int pg_lease_renew(pgeng *e, pglock *l, const baton_owner *owner, uint32_t lease
 /* Stops the listener thread (close). */
 void pg_listener_stop(pgeng *e);
 
-/* ---- watch.c: session mode's held connections --------------------------- */
+/* ---- watch.c: held connections (session, row, read-write) --------------- */
 
-/* After a grant (L->conn, L->fence set): its socket is watched, and the
- * server ending the session reports the grant lost at once. */
-void pg_watch_add(pgeng *e, pglock *l);
-/* Before L->conn is closed or pooled. */
+/* After a grant (L->fence set) on CONN, confirmed alive at CONFIRMED_NS
+ * (when the granting statement was sent, or answered): its socket is
+ * watched, the server ending the session reports the grant lost at once,
+ * and so does a connection not confirmed again within L's lease. */
+void pg_watch_add(pgeng *e, pglock *l, PGconn *conn, int64_t confirmed_ns);
+/* Before L's connection is closed or pooled. */
 void pg_watch_del(pgeng *e, pglock *l);
-/* Around the keeper's use of L->conn. */
-void pg_watch_busy(pgeng *e, pglock *l, int busy);
+/* Around any statement on a watched CONN (every entry of it): BUSY 1
+ * before, 0 after; CONFIRMED_NS (0 = none) when the statement, sent then,
+ * was answered: the connection is alive. */
+void pg_watch_busy(pgeng *e, PGconn *conn, int busy, int64_t confirmed_ns);
 void pg_watch_attach(void *eng, baton_host *h);
 /* At close, after pg_listener_stop. */
 void pg_watch_stop(pgeng *e);

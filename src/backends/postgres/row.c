@@ -68,6 +68,7 @@ int pg_row_acquire(pgeng *e, pglock *l, baton_acquire_req *req)
     int rc, wait = req->deadline_ns != 0;
 
     if (l->conn) {           /* the connection of a grant reported lost */
+        pg_watch_del(e, l);
         PQfinish(l->conn);
         l->conn = NULL;
     }
@@ -81,7 +82,9 @@ int pg_row_acquire(pgeng *e, pglock *l, baton_acquire_req *req)
         rc = baton_seterr(BATON_ENOMEM, 0, "out of memory");
         goto out;
     }
-    if ((rc = pg_conn_get(e, &c))) goto out;
+    if ((rc = pg_conn_get_by(e, wait && req->deadline_ns != INT64_MAX ? req->deadline_ns + PG_WAIT_GRACE_NS
+                                                                      : INT64_MAX, &c)))
+        goto out;
     /* the row must exist to be locked (autocommit, before the transaction) */
     if ((rc = pg_exec(e, c, ensure, 2, p, pg_deadline_ms(e->io_timeout_ms), NULL, &r))) goto fail;
     PQclear(r);
@@ -97,7 +100,11 @@ int pg_row_acquire(pgeng *e, pglock *l, baton_acquire_req *req)
     }
     if (rc == BATON_ETIMEDOUT || rc == BATON_ECANCELED) {
         int why = rc;
-        if (simple(e, c, "ROLLBACK")) goto fail;
+        if (PQstatus(c) != CONNECTION_OK || simple(e, c, "ROLLBACK")) {
+            /* dropped, or the rollback failed: closed, which rolls back */
+            PQfinish(c);
+            c = NULL;
+        }
         rc = why == BATON_ETIMEDOUT
             ? baton_seterr(BATON_ETIMEDOUT, 0, "postgres: lock '%s': %s", l->name, wait ? "wait timed out" :
                            "no answer")
@@ -120,6 +127,9 @@ int pg_row_acquire(pgeng *e, pglock *l, baton_acquire_req *req)
     l->conn = c;
     c = NULL;
     req->sent_ns = baton_now_ns();
+    /* a terminated session (its transaction, and the row lock, gone) is
+     * reported at once, not at the keeper's next check */
+    pg_watch_add(e, l, l->conn, req->sent_ns);
     goto out;
 fail:
     /* a transaction in an unknown state holds what it holds: close it */
@@ -139,6 +149,7 @@ int pg_row_release(pgeng *e, pglock *l)
     PGresult *r = NULL;
     int rc;
 
+    pg_watch_del(e, l);
     l->conn = NULL;
     l->fence = 0;
     if (!c) return baton_seterr(BATON_ELOST, 0, "postgres: lock '%s': its connection is gone", l->name);
@@ -159,14 +170,19 @@ int pg_row_release(pgeng *e, pglock *l)
  * open and healthy. */
 int pg_row_renew(pgeng *e, pglock *l, int64_t deadline_ns)
 {
-    int64_t io = pg_deadline_ms(e->io_timeout_ms);
+    int64_t io = pg_deadline_ms(e->io_timeout_ms), sent = baton_now_ns();
     PGresult *r = NULL;
     int rc;
 
     if (!l->conn) return baton_seterr(BATON_ELOST, 0, "postgres: lock '%s': no connection", l->name);
+    pg_watch_busy(e, l->conn, 1, 0);
     rc = pg_exec(e, l->conn, "SELECT 1", 0, NULL, deadline_ns < io ? deadline_ns : io, NULL, &r);
     PQclear(r);
-    if (rc == 0 && PQtransactionStatus(l->conn) == PQTRANS_INTRANS) return 0;
+    if (rc == 0 && PQtransactionStatus(l->conn) == PQTRANS_INTRANS) {
+        pg_watch_busy(e, l->conn, 0, sent);
+        return 0;
+    }
+    pg_watch_del(e, l);
     PQfinish(l->conn);
     l->conn = NULL;
     return baton_seterr(BATON_ELOST, 0, "postgres: lock '%s': its transaction ended", l->name);

@@ -28,24 +28,51 @@ static const char *const unlock_sql[2] = {
 
 static int side_of(const pglock *l) { return l->kind == PG_WRITE; }
 
+/* Before rw->conn is closed (rw->mu held): neither side is watched. */
+static void unwatch(pgeng *e, pgrw *rw)
+{
+    pg_watch_del(e, rw->side[0]);
+    pg_watch_del(e, rw->side[1]);
+}
+
+/* Closes rw->conn (rw->mu held). */
+static void close_conn(pgeng *e, pgrw *rw)
+{
+    unwatch(e, rw);
+    PQfinish(rw->conn);
+    rw->conn = NULL;
+}
+
+/* A statement on rw->conn (rw->mu held), with the watcher told. */
+static int rw_exec(pgeng *e, pgrw *rw, const char *sql, int n, const char *const *p, int64_t deadline,
+                   baton_waiter *w, PGresult **res)
+{
+    int64_t sent = baton_now_ns();
+    int rc;
+    pg_watch_busy(e, rw->conn, 1, 0);
+    rc = pg_exec(e, rw->conn, sql, n, p, deadline, w, res);
+    pg_watch_busy(e, rw->conn, 0, rc == 0 ? sent : 0);
+    return rc;
+}
+
 /* Gives SIDE up on the server (rw->mu held): its unlock when the other side
  * keeps the connection, else the connection closed, which frees it. */
 static void drop_locked(pgeng *e, pgrw *rw, int side, const char *key)
 {
     if (!rw->held[side]) return;
     rw->held[side] = 0;
+    pg_watch_del(e, rw->side[side]);
     if (!rw->conn) return;
     if (rw->held[!side]) {
         const char *p[1] = { key };
         PGresult *r = NULL;
-        if (pg_exec(e, rw->conn, unlock_sql[side], 1, p, pg_deadline_ms(e->io_timeout_ms), NULL, &r) == 0) {
+        if (rw_exec(e, rw, unlock_sql[side], 1, p, pg_deadline_ms(e->io_timeout_ms), NULL, &r) == 0) {
             PQclear(r);
             return;
         }
         rw->held[!side] = 0;   /* its keeper check finds the connection gone: LOST */
     }
-    PQfinish(rw->conn);
-    rw->conn = NULL;
+    close_conn(e, rw);
 }
 
 void pg_rw_drop(pglock *l)
@@ -60,13 +87,16 @@ void pg_rw_drop(pglock *l)
 static int grant_on(pgeng *e, pglock *l, PGconn *c, baton_acquire_req *req, int wait, int64_t deadline,
                     uint64_t *fence)
 {
+    pgrw *rw = l->rw;
     const char *p[4] = { l->name, l->key, req->owner->hex, req->owner->desc };
     PGresult *r = NULL;
     char *sql = pg_grant_sql(e, l->kind == PG_READ, wait);
     int rc;
 
     if (!sql) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
-    rc = pg_exec(e, c, sql, 4, p, deadline, wait ? req->waiter : NULL, &r);
+    /* on the pair's connection (a downgrade) the watcher must not look at its answer */
+    if (c == rw->conn) rc = rw_exec(e, rw, sql, 4, p, deadline, wait ? req->waiter : NULL, &r);
+    else rc = pg_exec(e, c, sql, 4, p, deadline, wait ? req->waiter : NULL, &r);
     free(sql);
     if (rc == BATON_ETIMEDOUT && !wait)
         rc = baton_seterr(BATON_EUNAVAILABLE, 0, "postgres: lock '%s': no answer within %d ms", l->name,
@@ -97,11 +127,13 @@ int pg_rw_acquire(pgeng *e, pglock *l, baton_acquire_req *req)
         /* the downgrade: granted at once on the writer's session (the wait
          * form, since a try fails while other sessions queue for the key) */
         rc = grant_on(e, l, rw->conn, req, 1, pg_deadline_ms(e->io_timeout_ms), &fence);
-        if (rc == 0) rw->held[side] = 1;
-        else if (rc != BATON_ELOCKED) {
+        if (rc == 0) {
+            rw->held[side] = 1;
+            l->fence = fence;
+            pg_watch_add(e, l, rw->conn, baton_now_ns());
+        } else if (rc != BATON_ELOCKED) {
             /* the session is in doubt: close it; the write side is LOST at its next check */
-            PQfinish(rw->conn);
-            rw->conn = NULL;
+            close_conn(e, rw);
             rw->held[0] = rw->held[1] = 0;
         }
         pthread_mutex_unlock(&rw->mu);
@@ -110,7 +142,9 @@ int pg_rw_acquire(pgeng *e, pglock *l, baton_acquire_req *req)
     pthread_mutex_unlock(&rw->mu);
 
     /* neither side held: a connection of our own, and the server's queue */
-    if ((rc = pg_conn_get(e, &c))) return rc;
+    if ((rc = pg_conn_get_by(e, wait && req->deadline_ns != INT64_MAX ? req->deadline_ns + PG_WAIT_GRACE_NS
+                                                                      : INT64_MAX, &c)))
+        return rc;
     rc = grant_on(e, l, c, req, wait, wait ? req->deadline_ns : pg_deadline_ms(e->io_timeout_ms), &fence);
     if (rc == 0 && wait && req->waiter && baton_waiter_canceled(req->waiter))
         rc = baton_seterr(BATON_ECANCELED, 0, "postgres: lock '%s': acquire canceled", l->name);
@@ -131,6 +165,9 @@ int pg_rw_acquire(pgeng *e, pglock *l, baton_acquire_req *req)
     }
     rw->conn = c;
     rw->held[side] = 1;
+    l->fence = fence;
+    /* a terminated session is reported at once, not at the next check */
+    pg_watch_add(e, l, c, baton_now_ns());
     pthread_mutex_unlock(&rw->mu);
 done:
     if (rc == 0) {
@@ -155,9 +192,9 @@ int pg_rw_release(pgeng *e, pglock *l)
         return baton_seterr(BATON_ELOST, 0, "postgres: lock '%s': its connection is gone", l->name);
     }
     rw->held[side] = 0;
-    if (pg_exec(e, rw->conn, unlock_sql[side], 1, p, pg_deadline_ms(e->io_timeout_ms), NULL, &r)) {
-        PQfinish(rw->conn);
-        rw->conn = NULL;
+    pg_watch_del(e, l);
+    if (rw_exec(e, rw, unlock_sql[side], 1, p, pg_deadline_ms(e->io_timeout_ms), NULL, &r)) {
+        close_conn(e, rw);
         rw->held[!side] = 0;
         rc = baton_seterr(BATON_ELOST, 0, "postgres: lock '%s': its connection failed before the release",
                           l->name);
@@ -186,11 +223,10 @@ int pg_rw_renew(pgeng *e, pglock *l, int64_t deadline_ns)
         pthread_mutex_unlock(&rw->mu);
         return baton_seterr(BATON_ELOST, 0, "postgres: lock '%s': no connection", l->name);
     }
-    rc = pg_exec(e, rw->conn, "SELECT 1", 0, NULL, deadline_ns < io ? deadline_ns : io, NULL, &r);
+    rc = rw_exec(e, rw, "SELECT 1", 0, NULL, deadline_ns < io ? deadline_ns : io, NULL, &r);
     PQclear(r);
     if (rc) {
-        PQfinish(rw->conn);
-        rw->conn = NULL;
+        close_conn(e, rw);
         rw->held[0] = rw->held[1] = 0;
     }
     pthread_mutex_unlock(&rw->mu);

@@ -51,7 +51,9 @@ static int grant_once(pgeng *e, pglock *l, baton_acquire_req *req, int wait)
     PGresult *r = NULL;
     int rc;
 
-    if ((rc = pg_conn_get(e, &c))) return rc;
+    if ((rc = pg_conn_get_by(e, wait && req->deadline_ns != INT64_MAX ? req->deadline_ns + PG_WAIT_GRACE_NS
+                                                                      : INT64_MAX, &c)))
+        return rc;
     /* the server queues waiters itself: one statement blocks until the
      * grant, the deadline (PQcancel) or baton_lock_cancel */
     rc = pg_exec_ps(e, c, wait ? PG_PS_GRANT_WAIT : PG_PS_GRANT_TRY, 4, p,
@@ -104,7 +106,7 @@ int pg_session_acquire(pgeng *e, pglock *l, baton_acquire_req *req)
         unsigned gen = req->waiter ? baton_waiter_gen(req->waiter) : 0;
         int64_t until;
         rc = grant_once(e, l, req, wait);
-        if (!rc) pg_watch_add(e, l);
+        if (!rc) pg_watch_add(e, l, l->conn, req->sent_ns);
         if (rc != BATON_EUNAVAILABLE || !wait || !req->waiter) break;
         /* The server went away under a waiter (a restart, a terminated
          * backend): the wait held nothing, so it goes on, on a new
@@ -157,15 +159,15 @@ int pg_session_release(pgeng *e, pglock *l)
 int pg_session_renew(pgeng *e, pglock *l, int64_t deadline_ns)
 {
     PGresult *r = NULL;
-    int64_t io = pg_deadline_ms(e->io_timeout_ms);
+    int64_t io = pg_deadline_ms(e->io_timeout_ms), sent = baton_now_ns();
     int rc;
 
     if (!l->conn) return baton_seterr(BATON_ELOST, 0, "postgres: lock '%s': no connection", l->name);
-    pg_watch_busy(e, l, 1);
+    pg_watch_busy(e, l->conn, 1, 0);
     rc = pg_exec(e, l->conn, "SELECT 1", 0, NULL, deadline_ns < io ? deadline_ns : io, NULL, &r);
     PQclear(r);
     if (rc == 0) {
-        pg_watch_busy(e, l, 0);
+        pg_watch_busy(e, l->conn, 0, sent);
         return 0;
     }
     pg_watch_del(e, l);

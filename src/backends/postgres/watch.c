@@ -1,11 +1,23 @@
 /*
- * Session mode: a held lock is its connection. The server may end a session
- * on its own (pg_terminate_backend, a shutdown, idle_session_timeout): it
- * sends an error and closes, and the advisory lock is the next waiter's in
- * that instant. The keeper's check of the connection comes only every
- * lease/3; this thread watches the held connections' sockets so that the
- * holder is told as soon as the server's message arrives (baton_host_lost:
- * held() answers 0 at once and the keeper reports the loss).
+ * Session and row modes, and read-write locks: a held lock is its
+ * connection (an advisory lock on its session, or a row locked by its open
+ * transaction). The server may end a session on its own
+ * (pg_terminate_backend, a shutdown, idle_session_timeout,
+ * idle_in_transaction_session_timeout): it sends an error and closes, and
+ * the lock is the next waiter's in that instant. The keeper's check of the
+ * connection comes only every lease/3; this thread watches the held
+ * connections' sockets so that the holder is told as soon as the server's
+ * message arrives (baton_host_lost: held() answers 0 at once and the keeper
+ * reports the loss).
+ *
+ * It also keeps each held connection's "confirmed alive" deadline: the
+ * grant or the keeper's last successful check, plus the lock's lease (less
+ * the core's margin). A connection not confirmed by then (a frozen link, a
+ * keeper held up elsewhere) is given up on time, whatever call may still be
+ * waiting on it: its socket is shut down (that call ends at once, and the
+ * server frees the lock when the FIN reaches it) and the loss is reported.
+ * The two sides of a read-write lock share one connection: an entry each,
+ * both reported when it ends.
  *
  * It never reads a connection (another thread may be using it): it polls,
  * and peeks at the first byte waiting. An idle held connection receives
@@ -33,9 +45,18 @@ struct pgwatch {
     pglock *l;
     uint64_t fence;
     int fd;
-    int busy;                /* the keeper is using the connection */
+    int busy;                /* a statement is running on the connection */
     int muted;               /* unsolicited data seen: only a close counts */
+    int64_t alive_until;     /* confirmed alive until then (baton_now_ns) */
+    int64_t validity_ns;     /* how long a confirmation lasts */
 };
+
+/* The core's lease validity: lease less 1 % and 2 ms (src/core/lock.c). */
+static int64_t validity(uint32_t lease_ms)
+{
+    int64_t ns = (int64_t)lease_ms * 1000000LL;
+    return ns - ns / 100 - 2000000LL;
+}
 
 static void wake(pgeng *e)
 {
@@ -71,14 +92,24 @@ static int ended(pgeng *e, size_t i, short revents)
     return 0;
 }
 
+/* One lost grant found by the watcher (reported outside mu). */
+typedef struct {
+    pglock *l;
+    uint64_t fence;
+} gone;
+
 static void *watcher(void *arg)
 {
     pgeng *e = arg;
     struct pollfd *pf = NULL;
+    gone *lost = NULL;
     size_t cap = 0;
 
     for (;;) {
-        size_t n = 0;
+        size_t n = 0, nl = 0;
+        int64_t now, next = INT64_MAX;
+        int timeout;
+        baton_host *h;
         pthread_mutex_lock(&e->mu);
         if (e->stop) {
             pthread_mutex_unlock(&e->mu);
@@ -86,24 +117,29 @@ static void *watcher(void *arg)
         }
         if (cap < e->wn + 1) {
             struct pollfd *p = realloc(pf, (e->wn + 1) * sizeof *p);
-            if (p) {
-                pf = p;
-                cap = e->wn + 1;
-            }
+            gone *g = realloc(lost, (e->wn + 1) * sizeof *g);
+            if (p) pf = p;
+            if (g) lost = g;
+            if (p && g) cap = e->wn + 1;
         }
-        if (pf) {
+        if (pf && lost && cap >= e->wn + 1) {
             pf[n++] = (struct pollfd){ e->wpipe[0], POLLIN, 0 };
-            for (size_t i = 0; i < e->wn && n < cap; i++)
+            for (size_t i = 0; i < e->wn; i++) {
+                if (e->wl[i].alive_until < next) next = e->wl[i].alive_until;
                 if (!e->wl[i].busy)
                     pf[n++] = (struct pollfd){ e->wl[i].fd, (short)(e->wl[i].muted ? POLLRDHUP : POLLIN | POLLRDHUP), 0 };
+            }
         }
         pthread_mutex_unlock(&e->mu);
-        if (!pf) {
+        if (!n) {
             /* no memory for the poll set: the keeper's checks still run */
             usleep(100000);
             continue;
         }
-        if (poll(pf, (nfds_t)n, 1000) < 0 && errno != EINTR) {
+        now = baton_now_ns();
+        timeout = next == INT64_MAX ? 1000 : next <= now ? 0 : (int)((next - now + 999999) / 1000000LL);
+        if (timeout > 1000) timeout = 1000;
+        if (poll(pf, (nfds_t)n, timeout) < 0 && errno != EINTR) {
             usleep(10000);
             continue;
         }
@@ -111,37 +147,45 @@ static void *watcher(void *arg)
             char buf[64];
             while (read(e->wpipe[0], buf, sizeof buf) > 0) {}
         }
+        pthread_mutex_lock(&e->mu);
         for (size_t k = 1; k < n; k++) {
-            pglock *l = NULL;
-            uint64_t fence = 0;
-            baton_host *h;
+            int end = 0;
             if (!pf[k].revents) continue;
-            pthread_mutex_lock(&e->mu);
+            /* every entry of that socket (both sides of a read-write lock) */
             for (size_t i = 0; i < e->wn; i++) {
                 if (e->wl[i].fd != pf[k].fd || e->wl[i].busy) continue;
-                if (ended(e, i, pf[k].revents)) {
-                    l = e->wl[i].l;
-                    fence = e->wl[i].fence;
-                    baton_log(BATON_LOG_INFO, "postgres: lock '%s': the server ended its session", l->name);
-                    drop(e, i);
-                }
-                break;
+                if (!end && !(end = ended(e, i, pf[k].revents))) break;
+                baton_log(BATON_LOG_INFO, "postgres: lock '%s': the server ended its session", e->wl[i].l->name);
+                lost[nl++] = (gone){ e->wl[i].l, e->wl[i].fence };
+                drop(e, i--);
             }
-            h = e->host;
-            pthread_mutex_unlock(&e->mu);
-            /* outside mu: the core takes its own locks; a state freed
-             * meanwhile is only compared, and the fence keeps a later grant
-             * of the same state safe */
-            if (l && h) baton_host_lost(h, l, fence);
         }
+        now = baton_now_ns();
+        for (size_t i = 0; i < e->wn; i++) {
+            if (now < e->wl[i].alive_until) continue;
+            /* not confirmed alive within its lease: given up now; the
+             * shutdown also ends a check that still waits on it */
+            baton_log(BATON_LOG_INFO, "postgres: lock '%s': its connection was not confirmed alive within "
+                      "the lease; given up", e->wl[i].l->name);
+            shutdown(e->wl[i].fd, SHUT_RDWR);
+            lost[nl++] = (gone){ e->wl[i].l, e->wl[i].fence };
+            drop(e, i--);
+        }
+        h = e->host;
+        pthread_mutex_unlock(&e->mu);
+        /* outside mu: the core takes its own locks; a state freed
+         * meanwhile is only compared, and the fence keeps a later grant of
+         * the same state safe */
+        for (size_t i = 0; i < nl && h; i++) baton_host_lost(h, lost[i].l, lost[i].fence);
     }
     free(pf);
+    free(lost);
     return NULL;
 }
 
-void pg_watch_add(pgeng *e, pglock *l)
+void pg_watch_add(pgeng *e, pglock *l, PGconn *conn, int64_t confirmed_ns)
 {
-    int fd = l->conn ? PQsocket(l->conn) : -1;
+    int fd = conn ? PQsocket(conn) : -1;
     struct pgwatch *w;
     if (fd < 0) return;
     pthread_mutex_lock(&e->mu);
@@ -167,7 +211,8 @@ void pg_watch_add(pgeng *e, pglock *l)
         e->wl = w;
         e->wcap = nc;
     }
-    e->wl[e->wn++] = (struct pgwatch){ l, l->fence, fd, 0, 0 };
+    e->wl[e->wn++] = (struct pgwatch){ l, l->fence, fd, 0, 0, confirmed_ns + validity(l->lease_ms),
+                                       validity(l->lease_ms) };
     wake(e);
 out:
     pthread_mutex_unlock(&e->mu);
@@ -184,16 +229,20 @@ void pg_watch_del(pgeng *e, pglock *l)
     pthread_mutex_unlock(&e->mu);
 }
 
-void pg_watch_busy(pgeng *e, pglock *l, int busy)
+void pg_watch_busy(pgeng *e, PGconn *conn, int busy, int64_t confirmed_ns)
 {
-    long i;
+    int fd = conn ? PQsocket(conn) : -1;
+    if (fd < 0) return;
     pthread_mutex_lock(&e->mu);
-    if ((i = find(e, l)) >= 0) {
+    for (size_t i = 0; i < e->wn; i++) {
+        if (e->wl[i].fd != fd) continue;
         e->wl[i].busy = busy;
-        /* the check has read whatever was waiting */
+        /* the statement has read whatever was waiting */
         if (!busy) e->wl[i].muted = 0;
-        wake(e);
+        if (confirmed_ns && confirmed_ns + e->wl[i].validity_ns > e->wl[i].alive_until)
+            e->wl[i].alive_until = confirmed_ns + e->wl[i].validity_ns;
     }
+    wake(e);
     pthread_mutex_unlock(&e->mu);
 }
 
