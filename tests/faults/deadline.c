@@ -359,27 +359,33 @@ static void test_frozen_subscriber(const char *dir, int port)
 }
 
 /* RedLock over 3 nodes, the link to one of them frozen: the other two decide
- * every call, each by its bound. */
+ * every call, each by its bound. The nodes ask for a password and the
+ * connect timeout is longer than the io timeout, so a new connection to the
+ * frozen node (its TCP connect completes in the kernel's backlog, AUTH gets
+ * no answer) must be cut at the call's bound, not at the connect timeout. */
 static void test_redlock_frozen_node(const char *dir)
 {
     char d[3][1100], link[1200], uri[512], direct[512];
     int port[3];
     for (int i = 0; i < 3; i++) {
         snprintf(d[i], sizeof d[i], "%s/rl%d", dir, i);
-        port[i] = tl_server_start("redis", d[i], NULL);
+        port[i] = tl_server_start("redis", d[i], "--requirepass rlpass");
     }
     snprintf(link, sizeof link, "%s/link5", dir);
     int lport = link_start(link, port[0]);
-    snprintf(uri, sizeof uri, "redlock://127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d", lport, port[1], port[2]);
+    snprintf(uri, sizeof uri, "redlock://127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d?connect_timeout_ms=5000", lport,
+             port[1], port[2]);
     snprintf(direct, sizeof direct, "redlock://127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d", port[0], port[1], port[2]);
     baton_client *c = NULL, *h = NULL;
     baton_client_options co = BATON_CLIENT_OPTIONS_INIT;
     baton_lock_options ro = BATON_LOCK_OPTIONS_INIT;
     baton_lock *x = NULL, *hx = NULL, *y = NULL, *z = NULL;
+    baton_client_options ho = BATON_CLIENT_OPTIONS_INIT;
+    ho.password = "rlpass";
+    co.password = "rlpass";
     co.io_timeout_ms = IO_MS;
-    co.connect_timeout_ms = 1000;
     ro.lease_ms = 1500;   /* renewed every 500 ms: renewals run while the node is frozen */
-    MUST(baton_client_open(&h, direct, NULL));
+    MUST(baton_client_open(&h, direct, &ho));
     MUST(baton_client_open(&c, uri, &co));
     MUST(baton_lock_open(&hx, h, "dl/x", NULL));
     MUST(baton_lock_open(&x, c, "dl/x", NULL));
