@@ -358,6 +358,44 @@ static void test_frozen_subscriber(const char *dir, int port)
     tl_sh("bash %s/link.sh stop '%s'", TL_SERVERS_DIR, link);
 }
 
+/* Close while the subscriber thread reconnects into a frozen link: its
+ * connect completes in the kernel's backlog and SELECT gets no answer (the
+ * connect timeout, 5 s here, would be its bound); close must not wait for it. */
+static void test_close_frozen_subscriber(const char *dir, int port)
+{
+    char uri[256], link[1200];
+    baton_client *c = NULL;
+    baton_client_options co = BATON_CLIENT_OPTIONS_INIT;
+    baton_lock *l = NULL;
+
+    snprintf(link, sizeof link, "%s/link6", dir);
+    int lport = link_start(link, port);
+    snprintf(uri, sizeof uri, "redis://127.0.0.1:%d/3", lport);
+    co.io_timeout_ms = IO_MS;
+    co.connect_timeout_ms = 5000;
+    MUST(baton_client_open(&c, uri, &co));
+    MUST(baton_lock_open(&l, c, "dl/close", NULL));
+    CHECK_RC(baton_lock_acquire(l, 0), 0);   /* a grant starts the subscriber (it watches for drops) */
+    CHECK_RC(baton_lock_release(l), 0);
+    tl_sleep_ms(300);
+    /* cut: the subscriber's connection resets and it reconnects (refused
+     * meanwhile); the link comes back frozen, so the reconnect hangs */
+    CHECK(tl_sh("bash %s/link.sh cut '%s'", TL_SERVERS_DIR, link) == 0);
+    tl_sleep_ms(300);
+    CHECK(link_start(link, port) == lport);
+    CHECK(tl_sh("bash %s/link.sh freeze '%s'", TL_SERVERS_DIR, link) == 0);
+    tl_sleep_ms(1500);   /* the subscriber's backoff is at most 1 s */
+    baton_lock_free(l);
+    int64_t t0 = tl_now_ms();
+    baton_client_close(c);
+    int64_t el = tl_now_ms() - t0;
+    fprintf(stderr, "   %-46s after %5lld ms, bound %5d ms (%+lld)\n", "close (subscriber reconnecting)", (long long)el,
+            IO_MS, (long long)(el - IO_MS));
+    CHECK(el <= IO_MS + SLACK_MS);
+    CHECK(tl_sh("bash %s/link.sh thaw '%s'", TL_SERVERS_DIR, link) == 0);
+    tl_sh("bash %s/link.sh stop '%s'", TL_SERVERS_DIR, link);
+}
+
 /* RedLock over 3 nodes, the link to one of them frozen: the other two decide
  * every call, each by its bound. The nodes ask for a password and the
  * connect timeout is longer than the io timeout, so a new connection to the
@@ -418,14 +456,23 @@ static void test_redlock_frozen_node(const char *dir)
     fprintf(stderr, "   %-46s rc %d after %5lld ms\n", "redlock release after renewals", rc, (long long)el);
     CHECK(rc == 0);
     CHECK(el <= IO_MS + SLACK_MS);
+    /* close while a connect to the frozen node is still in flight */
+    baton_lock_free(x);
+    baton_lock_free(y);
+    baton_lock_free(z);
+    t0 = tl_now_ms();
+    baton_client_close(c);
+    el = tl_now_ms() - t0;
+    fprintf(stderr, "   %-46s after %5lld ms\n", "redlock close", (long long)el);
+    CHECK(el <= IO_MS + SLACK_MS);
     CHECK(tl_sh("bash %s/link.sh thaw '%s'", TL_SERVERS_DIR, link) == 0);
+    MUST(baton_client_open(&c, uri, &co));
+    MUST(baton_lock_open(&x, c, "dl/x", NULL));
     CHECK_RC(baton_lock_release(hx), 0);
     CHECK_RC(baton_lock_acquire(x, 5000), 0);
     CHECK_RC(baton_lock_release(x), 0);
     baton_lock_free(x);
     baton_lock_free(hx);
-    baton_lock_free(y);
-    baton_lock_free(z);
     baton_client_close(c);
     baton_client_close(h);
     tl_sh("bash %s/link.sh stop '%s'", TL_SERVERS_DIR, link);
@@ -448,6 +495,7 @@ int main(void)
     CASE(test_frozen_calls, test_frozen_calls(dir, port));
     CASE(test_silent_peer, test_silent_peer());
     CASE(test_frozen_subscriber, test_frozen_subscriber(dir, port));
+    CASE(test_close_frozen_subscriber, test_close_frozen_subscriber(dir, port));
     CASE(test_redlock_frozen_node, test_redlock_frozen_node(dir));
     tl_server_stop("redis", dir);
     return th_finish();

@@ -104,15 +104,27 @@ int64_t rdeadline_ms(int ms) {
 
 int64_t rmin64(int64_t a, int64_t b) { return a < b ? a : b; }
 
-/* Waits for EV on FD until DEADLINE: 1 ready, 0 timed out, -1 error (errno). */
+/* A thread's abort descriptor (-1: none): readable = give up every wait now
+ * (the subscriber thread's stop signal, so closing a client never waits for
+ * its connect or handshake with a frozen peer). */
+static _Thread_local int abort_fd = -1;
+
+void rconn_set_abort_fd(int fd) { abort_fd = fd; }
+
+/* Waits for EV on FD until DEADLINE: 1 ready, 0 timed out (or aborted),
+ * -1 error (errno). */
 static int wait_fd(int fd, short ev, int64_t deadline) {
     for (;;) {
         int64_t now = baton_now_ns();
         if (now >= deadline) return 0;
         int64_t ms = (deadline - now + 999999) / 1000000;
         if (ms > 1000) ms = 1000;
-        struct pollfd p = { .fd = fd, .events = ev, .revents = 0 };
-        int r = poll(&p, 1, (int)ms);
+        struct pollfd p[2] = {
+            { .fd = fd, .events = ev, .revents = 0 },
+            { .fd = abort_fd, .events = POLLIN, .revents = 0 },
+        };
+        int r = poll(p, abort_fd >= 0 ? 2 : 1, (int)ms);
+        if (r > 0 && abort_fd >= 0 && p[1].revents) return 0;
         if (r > 0) return 1;
         if (r < 0 && errno != EINTR) return -1;
     }

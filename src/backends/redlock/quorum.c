@@ -17,6 +17,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/eventfd.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -142,6 +143,7 @@ static void *conn_run(void *arg) {
     conn_job *j = arg;
     rl_eng *e = j->e;
     rconn *c = NULL;
+    rconn_set_abort_fd(e->cj_stopfd); /* close ends an abandoned connect at once */
     int rc = rconn_open(&j->nd->cfg, &c, j->deadline);
     node_connected(j->nd, rc == 0);
     const baton_error *le = baton_error_last();
@@ -460,6 +462,12 @@ int rl_nodes_init(rl_eng *e) {
     }
     pthread_condattr_destroy(&ca);
     if (bad) return baton_seterr(BATON_ENOMEM, 0, "redlock: mutex init failed");
+    e->cj_stopfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (e->cj_stopfd < 0) {
+        pthread_cond_destroy(&e->cj_cv);
+        pthread_mutex_destroy(&e->cj_mu);
+        return baton_seterr(BATON_ENOMEM, errno, "redlock: eventfd failed: %s", strerror(errno));
+    }
     e->cj_init = 1;
     for (size_t i = 0; i < e->n; i++) {
         rl_node *nd = &e->nodes[i];
@@ -476,12 +484,16 @@ int rl_nodes_init(rl_eng *e) {
 
 void rl_nodes_destroy(rl_eng *e) {
     if (e->cj_init) {
-        /* abandoned connects end by their connect timeout */
+        /* abandoned connects end at once (their waits watch cj_stopfd) */
+        uint64_t one = 1;
+        ssize_t n;
+        do n = write(e->cj_stopfd, &one, sizeof one); while (n < 0 && errno == EINTR);
         pthread_mutex_lock(&e->cj_mu);
         while (e->cj_live > 0) pthread_cond_wait(&e->cj_cv, &e->cj_mu);
         pthread_mutex_unlock(&e->cj_mu);
         pthread_cond_destroy(&e->cj_cv);
         pthread_mutex_destroy(&e->cj_mu);
+        close(e->cj_stopfd);
         e->cj_init = 0;
     }
     for (size_t i = 0; i < e->n; i++) {

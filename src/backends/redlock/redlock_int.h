@@ -51,6 +51,7 @@ typedef struct {
     pthread_mutex_t cj_mu;   /* connect jobs (quorum.c) */
     pthread_cond_t cj_cv;    /* CLOCK_MONOTONIC */
     int cj_live;             /* abandoned connects still running: close waits for them */
+    int cj_stopfd;           /* eventfd written at close: aborts their waits */
     int cj_init;
 #ifdef BATON_TEST_HOOKS
     int pause_at;            /* RL_HOOK_*: which round the test pause applies to */
