@@ -14,6 +14,9 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -101,15 +104,27 @@ int64_t rdeadline_ms(int ms) {
 
 int64_t rmin64(int64_t a, int64_t b) { return a < b ? a : b; }
 
-/* Waits for EV on FD until DEADLINE: 1 ready, 0 timed out, -1 error (errno). */
+/* A thread's abort descriptor (-1: none): readable = give up every wait now
+ * (the subscriber thread's stop signal, so closing a client never waits for
+ * its connect or handshake with a frozen peer). */
+static _Thread_local int abort_fd = -1;
+
+void rconn_set_abort_fd(int fd) { abort_fd = fd; }
+
+/* Waits for EV on FD until DEADLINE: 1 ready, 0 timed out (or aborted),
+ * -1 error (errno). */
 static int wait_fd(int fd, short ev, int64_t deadline) {
     for (;;) {
         int64_t now = baton_now_ns();
         if (now >= deadline) return 0;
         int64_t ms = (deadline - now + 999999) / 1000000;
         if (ms > 1000) ms = 1000;
-        struct pollfd p = { .fd = fd, .events = ev, .revents = 0 };
-        int r = poll(&p, 1, (int)ms);
+        struct pollfd p[2] = {
+            { .fd = fd, .events = ev, .revents = 0 },
+            { .fd = abort_fd, .events = POLLIN, .revents = 0 },
+        };
+        int r = poll(p, abort_fd >= 0 ? 2 : 1, (int)ms);
+        if (r > 0 && abort_fd >= 0 && p[1].revents) return 0;
         if (r > 0) return 1;
         if (r < 0 && errno != EINTR) return -1;
     }
@@ -204,16 +219,127 @@ int rtls_ctx_new(SSL_CTX **out, const char *cacert, const char *cert, const char
 
 /* ---- connect ------------------------------------------------------------ */
 
-static int tcp_connect(const rcfg *cfg, int64_t deadline, int *out) {
-    struct addrinfo hints, *res = NULL;
-    memset(&hints, 0, sizeof hints);
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
+/* ---- name resolution with a deadline -------------------------------------
+ * getaddrinfo() has no timeout (a dead DNS server costs resolv.conf's
+ * timeout x attempts x servers, 10 s and more). A host name is resolved on a
+ * short-lived detached thread that the caller waits for until its deadline;
+ * a caller that gives up leaves the thread to finish and free the job. An IP
+ * literal is converted in place (AI_NUMERICHOST never blocks). */
+
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int refs, done, rc;
+    char *host;
     char port[16];
+    struct addrinfo *res;
+} gai_job;
+
+static void gai_hints(struct addrinfo *h, int numeric) {
+    memset(h, 0, sizeof *h);
+    h->ai_family = AF_UNSPEC;
+    h->ai_socktype = SOCK_STREAM;
+    if (numeric) h->ai_flags = AI_NUMERICHOST;
+}
+
+static void gai_unref(gai_job *j) {
+    pthread_mutex_lock(&j->mu);
+    int last = --j->refs == 0;
+    pthread_mutex_unlock(&j->mu);
+    if (!last) return;
+    if (j->res) freeaddrinfo(j->res);
+    free(j->host);
+    pthread_cond_destroy(&j->cv);
+    pthread_mutex_destroy(&j->mu);
+    free(j);
+}
+
+static void *gai_main(void *p) {
+    gai_job *j = p;
+    struct addrinfo hints, *res = NULL;
+    gai_hints(&hints, 0);
+    int g = getaddrinfo(j->host, j->port, &hints, &res);
+    pthread_mutex_lock(&j->mu);
+    j->rc = g;
+    j->res = res;
+    j->done = 1;
+    pthread_cond_signal(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+    gai_unref(j);
+    return NULL;
+}
+
+/* 0 and *out, or a getaddrinfo code in *gerr (EAI_AGAIN when the deadline
+ * passed, EAI_MEMORY when no thread could be started). */
+static int resolve(const rcfg *cfg, int64_t deadline, struct addrinfo **out, int *gerr) {
+    char port[16];
+    struct addrinfo hints;
+    *out = NULL;
     snprintf(port, sizeof port, "%d", cfg->port);
-    int g = getaddrinfo(cfg->host, port, &hints, &res);
-    if (g != 0)
-        return baton_seterr(BATON_EUNAVAILABLE, g, "redis: cannot resolve '%s': %s", cfg->host, gai_strerror(g));
+    gai_hints(&hints, 1);
+    int g = getaddrinfo(cfg->host, port, &hints, out);
+    if (g != EAI_NONAME) {
+        *gerr = g;
+        return g ? -1 : 0;
+    }
+    gai_job *j = calloc(1, sizeof *j);
+    if (!j || !(j->host = strdup(cfg->host))) {
+        free(j);
+        *gerr = EAI_MEMORY;
+        return -1;
+    }
+    snprintf(j->port, sizeof j->port, "%s", port);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_mutex_init(&j->mu, NULL);
+    pthread_cond_init(&j->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    j->refs = 2;
+    pthread_attr_t ta;
+    pthread_t t;
+    sigset_t all, old;
+    pthread_attr_init(&ta);
+    pthread_attr_setdetachstate(&ta, PTHREAD_CREATE_DETACHED);
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old); /* the thread takes no process signals */
+    int cerr = pthread_create(&t, &ta, gai_main, j);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    pthread_attr_destroy(&ta);
+    if (cerr) {
+        j->refs = 1;
+        gai_unref(j);
+        *gerr = EAI_MEMORY;
+        return -1;
+    }
+    pthread_mutex_lock(&j->mu);
+    while (!j->done) {
+        if (deadline == INT64_MAX) {
+            pthread_cond_wait(&j->cv, &j->mu);
+            continue;
+        }
+        struct timespec ts = { (time_t)(deadline / 1000000000LL), (long)(deadline % 1000000000LL) };
+        if (pthread_cond_timedwait(&j->cv, &j->mu, &ts) == ETIMEDOUT && !j->done) break;
+    }
+    int done = j->done;
+    if (done) {
+        *gerr = j->rc;
+        *out = j->res;
+        j->res = NULL;
+    }
+    pthread_mutex_unlock(&j->mu);
+    gai_unref(j);
+    if (!done) *gerr = EAI_AGAIN;
+    return *gerr ? -1 : 0;
+}
+
+static int tcp_connect(const rcfg *cfg, int64_t deadline, int *out) {
+    struct addrinfo *res = NULL;
+    int g = 0;
+    if (resolve(cfg, deadline, &res, &g) != 0)
+        return baton_seterr(BATON_EUNAVAILABLE, g, "redis: cannot resolve '%s': %s", cfg->host,
+                            g == EAI_AGAIN && baton_now_ns() >= deadline ? "no answer before the deadline"
+                                                                         : gai_strerror(g));
     int err = ECONNREFUSED;
     for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
         int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol);
@@ -466,6 +592,11 @@ int rconn_read_avail(rconn *c) {
 
 int rconn_send(rconn *c, int argc, const char **argv, const size_t *lens, int64_t deadline) {
     if (c->broken) return baton_seterr(BATON_EUNAVAILABLE, 0, "redis: connection is broken");
+    /* Nothing is sent once the call's deadline has passed: a request that
+     * goes out with no time left to read its answer only makes the outcome
+     * uncertain (a grant nobody hears of). The connection stays usable. */
+    if (baton_now_ns() >= deadline)
+        return baton_seterr(BATON_EUNAVAILABLE, ETIMEDOUT, "redis: the call's deadline passed before the request was sent");
     char *cmd = NULL;
     int len = redisFormatCommandArgv(&cmd, argc, argv, lens);
     if (len < 0 || !cmd) return baton_seterr(BATON_ENOMEM, 0, "redis: out of memory");

@@ -70,7 +70,7 @@ static int grant_script3(reng *e, rlock *l, int sid, int nkeys, int argc, const 
     } else if (!rc && flag == 1 && n <= 0) {
         rc = baton__redis_bad_reply(r, "a lock script (fence)"), r = NULL;
     }
-    if (!rc && flag == 1 && baton__redis_wait_replicas(e, c, "acquire")) rc = RB_EFINAL;
+    if (!rc && flag == 1 && baton__redis_wait_replicas(e, c, "acquire", INT64_MAX)) rc = RB_EFINAL;
     rpool_put(&e->pool, c);
     if (r) rreply_free(r);
     if (rc == RB_EFINAL) {
@@ -249,7 +249,9 @@ int baton__redis_fair_acquire(reng *e, rlock *l, baton_acquire_req *req) {
     /* The first attempt already takes a place in the queue. */
     int granted = 0;
     int64_t hint = -1;
+    int64_t ab = baton__redis_attempt_enter(e);
     int rc = fair_once(&x, waiting, &granted, &hint);
+    baton__redis_bound_leave(ab);
     if (rc == RB_EFINAL) rc = BATON_EUNAVAILABLE, granted = 1; /* undone and final: no leave */
     if (!rc && !granted && !waiting)
         rc = baton_seterr(BATON_ELOCKED, 0, "redis: '%s' is held or has waiters queued", l->key);
@@ -385,7 +387,9 @@ int baton__redis_rw_acquire(reng *e, rlock *l, baton_acquire_req *req) {
 
     int granted = 0;
     int64_t hint = -1;
+    int64_t ab = baton__redis_attempt_enter(e);
     int rc = rw_once(&x, waiting, &granted, &hint);
+    baton__redis_bound_leave(ab);
     if (rc == RB_EFINAL) return BATON_EUNAVAILABLE;
     if (rc && !waiting) {
         rw_drop_uncertain(&x);

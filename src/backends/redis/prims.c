@@ -132,7 +132,7 @@ static int sem_once(sem_ctx *x, int *granted) {
     long long v = 0;
     rc = baton__redis_script_on(x->e, c, S_SEM_ACQ, 1, 2, argv, NULL, dl, &r, NULL);
     rc = reply_int(rc, r, &v, "the semaphore acquire script");
-    if (!rc && v == 1 && baton__redis_wait_replicas(x->e, c, "semaphore acquire")) rc = RB_EFINAL;
+    if (!rc && v == 1 && baton__redis_wait_replicas(x->e, c, "semaphore acquire", INT64_MAX)) rc = RB_EFINAL;
     rpool_put(&x->e->pool, c);
     if (rc == RB_EFINAL) {
         char msg[512];
@@ -158,15 +158,20 @@ int baton__redis_sem_acquire(void *eng, void *st, uint32_t permits, int64_t dead
     robj *o = st;
     sem_ctx x = { e, o, permits };
     int granted = 0;
+    int64_t prev = baton__redis_bound_enter(e, deadline_ns);
     int rc = sem_once(&x, &granted);
-    if (rc == RB_EFINAL) return BATON_EUNAVAILABLE;
-    if (rc || granted) return rc;
-    if (deadline_ns == 0)
-        return baton_seterr(BATON_ELOCKED, 0, "redis: semaphore '%s' has fewer than %" PRIu32 " permits", o->key, permits);
-    if (!w) return baton_seterr(BATON_EINVAL, 0, "redis: a waiting acquire needs a waiter");
-    char what[80];
-    snprintf(what, sizeof what, "acquire of semaphore '%.40s'", o->key);
-    return baton__redis_wait_loop(e, o->channel, w, deadline_ns, 0, 0, sem_attempt, &x, what);
+    if (rc == RB_EFINAL) rc = BATON_EUNAVAILABLE;
+    else if (!rc && !granted && deadline_ns == 0)
+        rc = baton_seterr(BATON_ELOCKED, 0, "redis: semaphore '%s' has fewer than %" PRIu32 " permits", o->key, permits);
+    else if (!rc && !granted && !w)
+        rc = baton_seterr(BATON_EINVAL, 0, "redis: a waiting acquire needs a waiter");
+    else if (!rc && !granted) {
+        char what[80];
+        snprintf(what, sizeof what, "acquire of semaphore '%.40s'", o->key);
+        rc = baton__redis_wait_loop(e, o->channel, w, deadline_ns, 0, 0, sem_attempt, &x, what);
+    }
+    baton__redis_bound_leave(prev);
+    return rc;
 }
 
 int baton__redis_sem_ctl(void *eng, void *st, int op, int64_t arg, int64_t *out) {
@@ -252,7 +257,7 @@ static int permits_once(permits_ctx *x, int *granted, int64_t *hint) {
     rc = baton__redis_script_on(x->e, c, S_PERMITS_ACQ, 2, 5, argv, lens, dl, &r, NULL);
     long long flag = 0, n = 0;
     if (!rc && baton__redis_pair(r, &flag, &n)) rc = baton__redis_bad_reply(r, "the permit acquire script"), r = NULL;
-    if (!rc && flag == 1 && baton__redis_wait_replicas(x->e, c, "permit acquire")) rc = RB_EFINAL;
+    if (!rc && flag == 1 && baton__redis_wait_replicas(x->e, c, "permit acquire", INT64_MAX)) rc = RB_EFINAL;
     rpool_put(&x->e->pool, c);
     if (r) rreply_free(r);
     for (int i = 0; i < 16; i++) {
@@ -298,14 +303,20 @@ int baton__redis_permits_acquire(void *eng, void *st, uint32_t lease_ms, int64_t
     snprintf(x.lease, sizeof x.lease, "%" PRIu32, lease_ms);
     int granted = 0;
     int64_t hint = -1;
+    int64_t prev = baton__redis_bound_enter(e, deadline_ns);
     int rc = permits_once(&x, &granted, &hint);
-    if (rc == RB_EFINAL) return BATON_EUNAVAILABLE;
-    if (rc || granted) return rc;
-    if (deadline_ns == 0) return baton_seterr(BATON_ELOCKED, 0, "redis: no permit of '%s' is available", o->key);
-    if (!w) return baton_seterr(BATON_EINVAL, 0, "redis: a waiting acquire needs a waiter");
-    char what[80];
-    snprintf(what, sizeof what, "acquire of a permit of '%.40s'", o->key);
-    return baton__redis_wait_loop(e, o->channel, w, deadline_ns, 0, 0, permits_attempt, &x, what);
+    if (rc == RB_EFINAL) rc = BATON_EUNAVAILABLE;
+    else if (!rc && !granted && deadline_ns == 0)
+        rc = baton_seterr(BATON_ELOCKED, 0, "redis: no permit of '%s' is available", o->key);
+    else if (!rc && !granted && !w)
+        rc = baton_seterr(BATON_EINVAL, 0, "redis: a waiting acquire needs a waiter");
+    else if (!rc && !granted) {
+        char what[80];
+        snprintf(what, sizeof what, "acquire of a permit of '%.40s'", o->key);
+        rc = baton__redis_wait_loop(e, o->channel, w, deadline_ns, 0, 0, permits_attempt, &x, what);
+    }
+    baton__redis_bound_leave(prev);
+    return rc;
 }
 
 int baton__redis_permits_ctl(void *eng, void *st, int op, int64_t arg, int64_t *out) {
@@ -356,11 +367,17 @@ int baton__redis_latch_await(void *eng, void *st, int64_t deadline_ns, baton_wai
     latch_ctx x = { e, o };
     int done = 0;
     int64_t hint;
+    int64_t prev = baton__redis_bound_enter(e, deadline_ns);
     int rc = latch_attempt(&x, &done, &hint);
-    if (rc || done) return rc;
-    if (deadline_ns == 0) return baton_seterr(BATON_ETIMEDOUT, 0, "redis: latch '%s' is not at zero", o->key);
-    if (!w) return baton_seterr(BATON_EINVAL, 0, "redis: a waiting call needs a waiter");
-    char what[80];
-    snprintf(what, sizeof what, "wait for latch '%.40s'", o->key);
-    return baton__redis_wait_loop(e, o->channel, w, deadline_ns, 0, 0, latch_attempt, &x, what);
+    if (!rc && !done && deadline_ns == 0)
+        rc = baton_seterr(BATON_ETIMEDOUT, 0, "redis: latch '%s' is not at zero", o->key);
+    else if (!rc && !done && !w)
+        rc = baton_seterr(BATON_EINVAL, 0, "redis: a waiting call needs a waiter");
+    else if (!rc && !done) {
+        char what[80];
+        snprintf(what, sizeof what, "wait for latch '%.40s'", o->key);
+        rc = baton__redis_wait_loop(e, o->channel, w, deadline_ns, 0, 0, latch_attempt, &x, what);
+    }
+    baton__redis_bound_leave(prev);
+    return rc;
 }

@@ -52,14 +52,26 @@ int baton__redis_script_on(reng *e, rconn *c, int sid, int nkeys, int argc, cons
 /* The same on a pooled connection. */
 int baton__redis_script(reng *e, int sid, int nkeys, int argc, const char *const *argv,
                         const size_t *lens, int64_t deadline, redisReply **out, int64_t *sent_ns);
-/* The I/O deadline of one round trip from now. */
+/* The I/O deadline of one round trip from now: now + io_timeout, cut at the
+ * bound of the call this thread is in. */
 int64_t baton__redis_io_deadline(reng *e);
+/* A public call that may take several round trips (an acquire and its
+ * clean-ups) sets its bound: max(WAIT_DEADLINE, now + io_timeout), or
+ * now + io_timeout for a try (WAIT_DEADLINE 0). Returns the previous bound,
+ * for baton__redis_bound_leave. */
+int64_t baton__redis_bound_enter(reng *e, int64_t wait_deadline);
+/* Around one attempt of an acquire: its round trips end a quarter of the io
+ * timeout before the call's bound, kept for the clean-up of a grant the
+ * attempt may have made without hearing the answer. */
+int64_t baton__redis_attempt_enter(reng *e);
+void baton__redis_bound_leave(int64_t prev);
 
 /* After a grant on connection C: when wait_replicas is set, WAIT for them.
+ * Ends by CAP and the call's bound.
  * 0 = enough replicas acknowledged (or the server rejected WAIT: warned once),
  * BATON_EUNAVAILABLE = too few, or the connection failed; the caller then
  * undoes the grant. */
-int baton__redis_wait_replicas(reng *e, rconn *c, const char *what);
+int baton__redis_wait_replicas(reng *e, rconn *c, const char *what, int64_t cap);
 
 /* A renewal script (reply 1 = renewed, 0 = not ours) on one connection and,
  * when it renewed and replicas are required, WAIT there: a renewal too few

@@ -149,7 +149,34 @@ static void sha1_hex(const char *s, char out[41]) {
     for (int i = 0; i < SHA_DIGEST_LENGTH; i++) snprintf(out + 2 * i, 3, "%02x", d[i]);
 }
 
-int64_t baton__redis_io_deadline(reng *e) { return rdeadline_ms(e->cfg.io_timeout_ms); }
+/* The bound of the public call this thread is in (monotonic ns; INT64_MAX:
+ * none): every round trip of the call, its clean-ups included, ends by it.
+ * Thread-local, because the call runs on its caller's thread and the helpers
+ * that do its I/O (scripts, undo, leave, WAIT) are shared by every kind. */
+static _Thread_local int64_t call_bound = INT64_MAX;
+
+static int64_t io_ns(const reng *e) { return (int64_t)e->cfg.io_timeout_ms * 1000000; }
+
+int64_t baton__redis_io_deadline(reng *e) { return rmin64(rdeadline_ms(e->cfg.io_timeout_ms), call_bound); }
+
+int64_t baton__redis_bound_enter(reng *e, int64_t wait_deadline) {
+    int64_t prev = call_bound, io_end = baton_now_ns() + io_ns(e);
+    int64_t b = wait_deadline == 0 || wait_deadline < io_end ? io_end : wait_deadline;
+    call_bound = rmin64(prev, b); /* a nested call never extends its caller's bound */
+    return prev;
+}
+
+int64_t baton__redis_attempt_enter(reng *e) {
+    int64_t prev = call_bound, now = baton_now_ns(), reserve = io_ns(e) / 4;
+    /* Leave a quarter of the io timeout for the clean-up of a grant the
+     * attempt may make without hearing of it, while that leaves the attempt
+     * at least as much; nearer the bound the attempt runs to it and a grant
+     * it leaves behind expires with its lease. */
+    if (prev != INT64_MAX && prev - reserve - now >= reserve) call_bound = prev - reserve;
+    return prev;
+}
+
+void baton__redis_bound_leave(int64_t prev) { call_bound = prev; }
 
 #define MAX_SCRIPT_ARGS 16
 
@@ -248,15 +275,16 @@ int baton__redis_pair(const redisReply *r, long long *flag, long long *n) {
 
 /* ---- replica acknowledgement (WAIT) ---------------------------------------- */
 
-int baton__redis_wait_replicas(reng *e, rconn *c, const char *what) {
+int baton__redis_wait_replicas(reng *e, rconn *c, const char *what, int64_t cap) {
     if (e->wait_replicas <= 0) return 0;
+    int64_t dl = rmin64(baton_now_ns() + ((int64_t)e->wait_ms + e->cfg.io_timeout_ms) * 1000000, rmin64(cap, call_bound));
     char nr[16], ms[16];
     snprintf(nr, sizeof nr, "%d", e->wait_replicas);
     snprintf(ms, sizeof ms, "%d", e->wait_ms);
     const char *argv[3] = { "WAIT", nr, ms };
     size_t lens[3] = { 4, strlen(nr), strlen(ms) };
     redisReply *r = NULL;
-    int rc = rconn_command(c, 3, argv, lens, &r, baton_now_ns() + ((int64_t)e->wait_ms + e->cfg.io_timeout_ms) * 1000000);
+    int rc = rconn_command(c, 3, argv, lens, &r, dl);
     if (rc) return baton_seterr(BATON_EUNAVAILABLE, baton_error_last()->native,
                                 "redis: %s: no answer to WAIT (%s)", what, baton_error_last()->message);
     if (r->type == REDIS_REPLY_ERROR) {
@@ -287,7 +315,7 @@ int baton__redis_renew_script(reng *e, int sid, int nkeys, int argc, const char 
     if (!rc && r->type != REDIS_REPLY_INTEGER) rc = bad_reply(r, what), r = NULL;
     if (!rc && r->integer == 1) {
         *renewed = 1;
-        if (baton__redis_wait_replicas(e, c, "renewal")) rc = BATON_EUNAVAILABLE;
+        if (baton__redis_wait_replicas(e, c, "renewal", deadline)) rc = BATON_EUNAVAILABLE;
     }
     rpool_put(&e->pool, c);
     if (r) rreply_free(r);
@@ -380,7 +408,9 @@ int baton__redis_wait_loop_msg(reng *e, const char *channel, baton_waiter *w, in
             rc = 0;
             hint = pre_hint;
         } else {
+            int64_t ab = baton__redis_attempt_enter(e);
             rc = attempt(ctx, &done, &hint);
+            baton__redis_bound_leave(ab);
         }
         if (done) break;
         if (rc && rc != BATON_EUNAVAILABLE) break; /* auth, protocol, memory: give up */
@@ -643,7 +673,7 @@ static int try_once(reng *e, rlock *l, baton_acquire_req *req, int *granted, int
     long long flag = 0, n = 0;
     if (!rc && baton__redis_pair(r, &flag, &n)) rc = bad_reply(r, "the acquire script"), r = NULL;
     else if (!rc && flag == 1 && n <= 0) rc = bad_reply(r, "the acquire script (fence)"), r = NULL;
-    if (!rc && flag == 1) rc = baton__redis_wait_replicas(e, c, "acquire") ? RB_EFINAL : 0;
+    if (!rc && flag == 1) rc = baton__redis_wait_replicas(e, c, "acquire", INT64_MAX) ? RB_EFINAL : 0;
     rpool_put(&e->pool, c);
     if (r) rreply_free(r);
     if (rc == RB_EFINAL) {
@@ -701,7 +731,9 @@ int baton__redis_plain_acquire(reng *e, rlock *l, baton_acquire_req *req) {
     plain_ctx x = { e, l, req, 0 };
     rsub_entry *pre = req->deadline_ns != 0 ? baton__redis_presub(e, l->channel, 0, req->waiter) : NULL;
     unsigned gen = pre ? baton_waiter_gen(req->waiter) : 0;
+    int64_t ab = baton__redis_attempt_enter(e);
     int rc = try_once(e, l, req, &granted, &ttl, &x.uncertain);
+    baton__redis_bound_leave(ab);
     if (rc == RB_EFINAL) rc = BATON_EUNAVAILABLE;
     if (!rc && !granted && req->deadline_ns == 0)
         rc = baton_seterr(BATON_ELOCKED, 0, "redis: '%s' is held by another owner", l->key);
@@ -728,11 +760,11 @@ int baton__redis_plain_release(reng *e, rlock *l, const baton_owner *owner) {
     if (e->layout == LAYOUT_REDISSON) {
         const char *keys[3] = { l->key, l->channel, l->holder };
         const char *args[1] = { os.field };
-        rc = run_script(e, S_REL_REDISSON, 3, keys, 1, args, rdeadline_ms(e->cfg.io_timeout_ms), &r, NULL);
+        rc = run_script(e, S_REL_REDISSON, 3, keys, 1, args, baton__redis_io_deadline(e), &r, NULL);
     } else {
         const char *keys[2] = { l->key, l->channel };
         const char *args[1] = { os.value };
-        rc = run_script(e, S_REL_SIMPLE, 2, keys, 1, args, rdeadline_ms(e->cfg.io_timeout_ms), &r, NULL);
+        rc = run_script(e, S_REL_SIMPLE, 2, keys, 1, args, baton__redis_io_deadline(e), &r, NULL);
     }
     if (rc) return rc;
     if (r->type != REDIS_REPLY_INTEGER) return bad_reply(r, "the release script");
@@ -747,7 +779,7 @@ int baton__redis_plain_renew(reng *e, rlock *l, const baton_owner *owner, uint32
     baton__redis_owner(owner, &os);
     char lease[24];
     snprintf(lease, sizeof lease, "%" PRIu32, lease_ms ? lease_ms : 30000);
-    int64_t dl = rdeadline_ms(e->cfg.io_timeout_ms);
+    int64_t dl = baton__redis_io_deadline(e);
     if (deadline_ns > 0) dl = rmin64(dl, deadline_ns);
     if (baton_now_ns() >= dl)
         return baton_seterr(BATON_EUNAVAILABLE, ETIMEDOUT, "redis: renewal of '%s' is past its deadline", l->key);

@@ -65,6 +65,9 @@ int rconn_send(rconn *c, int argc, const char **argv, const size_t *lens, int64_
 int rconn_read_avail(rconn *c);
 /* Takes the next complete reply from the reader: 1 = *out set, 0 = none yet, <0 = error. */
 int rconn_next_reply(rconn *c, redisReply **out);
+/* Makes every wait of this thread's rconn calls end (as a timeout) once FD
+ * is readable; -1 = none. */
+void rconn_set_abort_fd(int fd);
 /* Frees a reply from rconn_command / rconn_next_reply. */
 void rreply_free(void *reply);
 /* Maps a server error reply to a baton code and sets the thread's error. */
@@ -81,6 +84,7 @@ typedef struct {
     int started;
     int stop;
     int evfd;                /* eventfd: wakes the subscriber thread */
+    int stopfd;              /* eventfd: written once at destroy; aborts the thread's I/O waits */
     rchan *chans;
     const rcfg *cfg;
     void (*on_reconnect)(void *arg);   /* rsub_watch */

@@ -187,6 +187,7 @@ static int stopping(rsub *s) {
 
 static void *sub_main(void *arg) {
     rsub *s = arg;
+    rconn_set_abort_fd(s->stopfd); /* close never waits for a connect to a frozen peer */
     rconn *conn = NULL;
     int backoff_ms = 50, lost = 0;
     int64_t last_rx = 0, ping_sent = 0;
@@ -271,7 +272,14 @@ int rsub_init(rsub *s, const rcfg *cfg) {
     s->cfg = cfg;
     s->evfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (s->evfd < 0) return baton_seterr(BATON_ENOMEM, errno, "redis: eventfd failed: %s", strerror(errno));
+    s->stopfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (s->stopfd < 0) {
+        int en = errno;
+        close(s->evfd);
+        return baton_seterr(BATON_ENOMEM, en, "redis: eventfd failed: %s", strerror(en));
+    }
     if (pthread_mutex_init(&s->mu, NULL) != 0) {
+        close(s->stopfd);
         close(s->evfd);
         return baton_seterr(BATON_ENOMEM, 0, "redis: mutex init failed");
     }
@@ -284,6 +292,9 @@ void rsub_destroy(rsub *s) {
     int started = s->started;
     pthread_mutex_unlock(&s->mu);
     if (started) {
+        uint64_t one = 1;
+        ssize_t n;
+        do n = write(s->stopfd, &one, sizeof one); while (n < 0 && errno == EINTR);
         signal_thread(s);
         pthread_join(s->thr, NULL);
     }
@@ -299,6 +310,7 @@ void rsub_destroy(rsub *s) {
         free(c);
     }
     pthread_mutex_destroy(&s->mu);
+    close(s->stopfd);
     close(s->evfd);
 }
 

@@ -9,9 +9,11 @@
 static int t_lock_acquire(void *eng, void *st, baton_acquire_req *req) {
     reng *e = eng;
     rlock *l = st;
+    int64_t prev = baton__redis_bound_enter(e, req->deadline_ns);
     int rc = l->kind == RK_PLAIN  ? baton__redis_plain_acquire(e, l, req)
            : l->kind == RK_FAIR   ? baton__redis_fair_acquire(e, l, req)
                                   : baton__redis_rw_acquire(e, l, req);
+    baton__redis_bound_leave(prev);
     if (!rc) baton__redis_watch(e); /* a holder learns of a restart when its client reconnects */
     return rc;
 }

@@ -17,6 +17,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/eventfd.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -118,31 +119,66 @@ static void node_connected(rl_node *nd, int ok) {
     pthread_mutex_unlock(&nd->mu);
 }
 
+/* A connect runs on its own detached thread and reports to the round through
+ * the job, under e->cj_mu. A round waits for its connects until they are
+ * done, or until its hard deadline, or -- once enough nodes have a
+ * connection for the round -- the round's timeout longer: a node whose
+ * connect hangs (a frozen link completes TCP in the kernel's backlog, then
+ * AUTH or the TLS handshake gets no answer) must not hold up the quorum of
+ * the others. Such a connect is abandoned: it finishes on its own (by the
+ * connect timeout), pools its connection if it got one and frees the job;
+ * the engine's close waits for it. One connect per node is in flight at a
+ * time, so a frozen node costs one thread, not one per round. */
 typedef struct {
+    rl_eng *e;
     rl_node *nd;
-    rl_slot *s;
     int64_t deadline;
-    pthread_t th;
-    int started;
+    rconn *c;                /* the result, when done */
+    int rc;
+    char msg[200];
+    int done, abandoned;     /* under e->cj_mu */
 } conn_job;
 
 static void *conn_run(void *arg) {
     conn_job *j = arg;
+    rl_eng *e = j->e;
     rconn *c = NULL;
+    rconn_set_abort_fd(e->cj_stopfd); /* close ends an abandoned connect at once */
     int rc = rconn_open(&j->nd->cfg, &c, j->deadline);
     node_connected(j->nd, rc == 0);
-    if (rc) slot_fail_last(j->s, j->nd, rc);
-    else j->s->c = c;
+    const baton_error *le = baton_error_last();
+    pthread_mutex_lock(&e->cj_mu);
+    j->rc = rc;
+    j->c = c;
+    if (rc) snprintf(j->msg, sizeof j->msg, "%s", le->message && *le->message ? le->message : baton_strerror(rc));
+    j->done = 1;
+    int abandoned = j->abandoned;
+    pthread_cond_broadcast(&e->cj_cv);
+    pthread_mutex_unlock(&e->cj_mu);
+    if (!abandoned) return NULL; /* the round takes the result and frees the job */
+    pthread_mutex_lock(&j->nd->mu);
+    j->nd->connecting = 0;
+    pthread_mutex_unlock(&j->nd->mu);
+    if (c) pool_put(j->nd, c);
+    free(j);
+    /* last: the engine may be freed once the count reaches 0 */
+    pthread_mutex_lock(&e->cj_mu);
+    e->cj_live--;
+    pthread_cond_broadcast(&e->cj_cv);
+    pthread_mutex_unlock(&e->cj_mu);
     return NULL;
 }
 
-/* Gives every RS_ON slot a connection, or fails it. */
-static void connect_all(rl_eng *e, rl_slot *s, int all_nodes) {
-    conn_job jobs[RL_MAX_NODES];
+/* Gives every RS_ON slot a connection, or fails it, by HARD (0 = none);
+ * GRACE: how long to wait for the remaining connects once enough slots
+ * have one. */
+static void connect_all(rl_eng *e, rl_slot *s, int all_nodes, int64_t hard, int64_t grace) {
+    conn_job *jobs[RL_MAX_NODES];
+    size_t slot_of[RL_MAX_NODES];
     size_t nj = 0;
     int64_t now = baton_now_ns();
     unsigned char down[RL_MAX_NODES];
-    size_t on = 0, ndown = 0;
+    size_t on = 0, ndown = 0, have = 0;
     for (size_t i = 0; i < e->n; i++) {
         down[i] = 0;
         if (s[i].state != RS_ON) continue;
@@ -154,34 +190,100 @@ static void connect_all(rl_eng *e, rl_slot *s, int all_nodes) {
     }
     /* Skipping the nodes that just failed must leave enough for a quorum. */
     if (ndown && on - ndown < e->quorum) memset(down, 0, sizeof down);
+    sigset_t all, old;
+    sigfillset(&all);
     for (size_t i = 0; i < e->n; i++) {
         if (s[i].state != RS_ON) continue;
         rl_node *nd = &e->nodes[i];
         s[i].c = pool_pop(nd);
-        if (s[i].c) continue;
+        if (s[i].c) {
+            have++;
+            continue;
+        }
         if (down[i]) {
             slot_fail(&s[i], BATON_EUNAVAILABLE, "%s: not reachable (the last connect failed; retrying shortly)",
                       nd->label);
             continue;
         }
-        jobs[nj].nd = nd;
-        jobs[nj].s = &s[i];
-        jobs[nj].deadline = now + (int64_t)nd->cfg.connect_timeout_ms * 1000000;
-        jobs[nj].started = 0;
-        nj++;
+        pthread_mutex_lock(&nd->mu);
+        int busy = nd->connecting;
+        nd->connecting = 1;
+        pthread_mutex_unlock(&nd->mu);
+        if (busy) {
+            slot_fail(&s[i], BATON_EUNAVAILABLE, "%s: not reachable (a connect to it is still in flight)", nd->label);
+            continue;
+        }
+        conn_job *j = calloc(1, sizeof *j);
+        pthread_t th;
+        pthread_attr_t ta;
+        int started = 0;
+        if (j) {
+            j->e = e;
+            j->nd = nd;
+            j->deadline = now + (int64_t)nd->cfg.connect_timeout_ms * 1000000;
+            if (hard > 0 && hard < j->deadline) j->deadline = hard;
+            pthread_attr_init(&ta);
+            pthread_attr_setdetachstate(&ta, PTHREAD_CREATE_DETACHED);
+            pthread_sigmask(SIG_BLOCK, &all, &old); /* the thread takes no process signals */
+            started = pthread_create(&th, &ta, conn_run, j) == 0;
+            pthread_sigmask(SIG_SETMASK, &old, NULL);
+            pthread_attr_destroy(&ta);
+        }
+        if (!started) {
+            free(j);
+            pthread_mutex_lock(&nd->mu);
+            nd->connecting = 0;
+            pthread_mutex_unlock(&nd->mu);
+            slot_fail(&s[i], BATON_ENOMEM, "%s: cannot start a connect thread", nd->label);
+            continue;
+        }
+        slot_of[nj] = i;
+        jobs[nj++] = j;
     }
     if (nj == 0) return;
-    /* All but the last on their own threads (which take no process signals). */
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_BLOCK, &all, &old);
-    for (size_t j = 0; j + 1 < nj; j++)
-        jobs[j].started = pthread_create(&jobs[j].th, NULL, conn_run, &jobs[j]) == 0;
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    conn_run(&jobs[nj - 1]);
-    for (size_t j = 0; j + 1 < nj; j++) {
-        if (jobs[j].started) pthread_join(jobs[j].th, NULL);
-        else conn_run(&jobs[j]);
+    size_t want = on < e->quorum ? on : e->quorum;
+    int64_t enough_at = 0;
+    pthread_mutex_lock(&e->cj_mu);
+    for (;;) {
+        size_t done = 0, ok = have;
+        for (size_t k = 0; k < nj; k++) {
+            done += jobs[k]->done;
+            ok += jobs[k]->done && !jobs[k]->rc;
+        }
+        if (done == nj) break;
+        now = baton_now_ns();
+        if (ok >= want && !enough_at) enough_at = now;
+        int64_t until = INT64_MAX;
+        if (hard > 0) until = hard;
+        if (enough_at && enough_at + grace < until) until = enough_at + grace;
+        if (now >= until) break;
+        struct timespec ts = { (time_t)(until / 1000000000LL), (long)(until % 1000000000LL) };
+        if (until == INT64_MAX) pthread_cond_wait(&e->cj_cv, &e->cj_mu);
+        else pthread_cond_timedwait(&e->cj_cv, &e->cj_mu, &ts);
+    }
+    for (size_t k = 0; k < nj; k++) {
+        conn_job *j = jobs[k];
+        if (!j->done) {
+            j->abandoned = 1;
+            e->cj_live++;
+            jobs[k] = NULL;
+        }
+    }
+    pthread_mutex_unlock(&e->cj_mu);
+    for (size_t k = 0; k < nj; k++) {
+        rl_slot *sl = &s[slot_of[k]];
+        rl_node *nd = &e->nodes[slot_of[k]];
+        conn_job *j = jobs[k];
+        if (!j) {
+            slot_fail(sl, BATON_EUNAVAILABLE, "%s: no connection within the call's time (still connecting)", nd->label);
+            continue;
+        }
+        pthread_mutex_lock(&nd->mu);
+        nd->connecting = 0;
+        pthread_mutex_unlock(&nd->mu);
+        if (j->rc) slot_fail(sl, j->rc, "%s: %s", nd->label, j->msg);
+        else sl->c = j->c;
+        free(j);
     }
 }
 
@@ -258,7 +360,7 @@ void rl_round(rl_eng *e, rl_slot *s, const rl_call *call, const rl_round_opts *o
     int64_t timeout_ns = o->timeout_ns, grace_ns = o->grace_ns, hard_deadline = o->hard_deadline;
     size_t enough = o->enough;
     if (first_sent) *first_sent = 0;
-    connect_all(e, s, o->all_nodes);
+    connect_all(e, s, o->all_nodes, hard_deadline, timeout_ns);
 
     cmdv v;
     build_cmd(call, 0, &v);
@@ -350,6 +452,23 @@ void rl_slots_reset(rl_eng *e, rl_slot *s) {
 /* ---- nodes ------------------------------------------------------------------------- */
 
 int rl_nodes_init(rl_eng *e) {
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    int bad = pthread_mutex_init(&e->cj_mu, NULL) != 0;
+    if (!bad && pthread_cond_init(&e->cj_cv, &ca) != 0) {
+        pthread_mutex_destroy(&e->cj_mu);
+        bad = 1;
+    }
+    pthread_condattr_destroy(&ca);
+    if (bad) return baton_seterr(BATON_ENOMEM, 0, "redlock: mutex init failed");
+    e->cj_stopfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (e->cj_stopfd < 0) {
+        pthread_cond_destroy(&e->cj_cv);
+        pthread_mutex_destroy(&e->cj_mu);
+        return baton_seterr(BATON_ENOMEM, errno, "redlock: eventfd failed: %s", strerror(errno));
+    }
+    e->cj_init = 1;
     for (size_t i = 0; i < e->n; i++) {
         rl_node *nd = &e->nodes[i];
         if (pthread_mutex_init(&nd->mu, NULL) != 0) return baton_seterr(BATON_ENOMEM, 0, "redlock: mutex init failed");
@@ -364,6 +483,19 @@ int rl_nodes_init(rl_eng *e) {
 }
 
 void rl_nodes_destroy(rl_eng *e) {
+    if (e->cj_init) {
+        /* abandoned connects end at once (their waits watch cj_stopfd) */
+        uint64_t one = 1;
+        ssize_t n;
+        do n = write(e->cj_stopfd, &one, sizeof one); while (n < 0 && errno == EINTR);
+        pthread_mutex_lock(&e->cj_mu);
+        while (e->cj_live > 0) pthread_cond_wait(&e->cj_cv, &e->cj_mu);
+        pthread_mutex_unlock(&e->cj_mu);
+        pthread_cond_destroy(&e->cj_cv);
+        pthread_mutex_destroy(&e->cj_mu);
+        close(e->cj_stopfd);
+        e->cj_init = 0;
+    }
     for (size_t i = 0; i < e->n; i++) {
         rl_node *nd = &e->nodes[i];
         if (!nd->sub_init) continue;

@@ -470,7 +470,8 @@ typedef struct {
 /* Runs the owner-checked release on the nodes in MASK (NULL = all): yes =
  * released, no = not ours there, failed = no answer. QUIET: the clean-up of
  * an attempt that was not granted, which publishes nothing (LUA_REL_QUIET). */
-static void release_round(rl_eng *e, rl_lock *l, const char *value, const unsigned char *mask, int quiet, tally *t) {
+static void release_round(rl_eng *e, rl_lock *l, const char *value, const unsigned char *mask, int quiet, int64_t hard,
+                          tally *t) {
     rl_slot s[RL_MAX_NODES];
     memset(t, 0, sizeof *t);
     memset(s, 0, sizeof(rl_slot) * e->n);
@@ -484,7 +485,8 @@ static void release_round(rl_eng *e, rl_lock *l, const char *value, const unsign
     const char *keys[2] = { l->key, l->channel };
     const char *args[1] = { value };
     rl_call call = quiet ? script(S_REL_QUIET, 1, keys, 1, args) : script(S_REL, 2, keys, 1, args);
-    rl_round_opts ro = { .timeout_ns = node_timeout_ns(e), .enough = e->quorum, .grace_ns = slow_ns(e), .all_nodes = 1 };
+    rl_round_opts ro = { .timeout_ns = node_timeout_ns(e), .enough = e->quorum, .grace_ns = slow_ns(e),
+                         .hard_deadline = hard, .all_nodes = 1 };
     rl_round(e, s, &call, &ro, NULL);
     for (size_t i = 0; i < e->n; i++) {
         long long v;
@@ -513,9 +515,13 @@ static int cmp_ll(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-/* One RedLock attempt (see the top of the file). Returns 0 with the outcome
- * in *a, or a fatal error (authentication, memory). */
-static int attempt(rl_eng *e, rl_lock *l, baton_acquire_req *req, const char *value, attempt_res *a) {
+/* The I/O timeout of one call from now (monotonic ns). */
+static int64_t io_end(const rl_eng *e) { return baton_now_ns() + (int64_t)e->nodes[0].cfg.io_timeout_ms * MS; }
+
+/* One RedLock attempt (see the top of the file), every round of it (the
+ * clean-up included) ended by BOUND. Returns 0 with the outcome in *a, or a
+ * fatal error (authentication, memory). */
+static int attempt(rl_eng *e, rl_lock *l, baton_acquire_req *req, const char *value, int64_t bound, attempt_res *a) {
     uint32_t lease_ms = req->lease_ms ? req->lease_ms : 30000;
     int64_t lease_ns = (int64_t)lease_ms * MS, drift = drift_ns(lease_ms);
     char lease[24];
@@ -531,7 +537,7 @@ static int attempt(rl_eng *e, rl_lock *l, baton_acquire_req *req, const char *va
     int64_t tmo = node_timeout_ns(e);
     if (tmo > lease_ns - drift) tmo = lease_ns - drift > MS ? lease_ns - drift : MS;
     int64_t first = 0;
-    rl_round_opts ro = { .timeout_ns = tmo, .hook = RL_HOOK_ACQUIRE };
+    rl_round_opts ro = { .timeout_ns = tmo, .hard_deadline = bound, .hook = RL_HOOK_ACQUIRE };
     rl_round(e, s, &acq, &ro, &first);
 
     unsigned char yes_node[RL_MAX_NODES] = { 0 }, mine[RL_MAX_NODES] = { 0 };
@@ -578,7 +584,9 @@ static int attempt(rl_eng *e, rl_lock *l, baton_acquire_req *req, const char *va
             snprintf(fs, sizeof fs, "%" PRIu64, F);
             const char *a2[2] = { value, fs };
             rl_call fc = script(S_FENCE, 2, keys, 2, a2);
-            rl_round_opts ro2 = { .timeout_ns = node_timeout_ns(e), .hard_deadline = validity_end, .hook = RL_HOOK_FENCE };
+            rl_round_opts ro2 = { .timeout_ns = node_timeout_ns(e),
+                                  .hard_deadline = bound && bound < validity_end ? bound : validity_end,
+                                  .hook = RL_HOOK_FENCE };
             rl_round(e, s2, &fc, &ro2, NULL);
             size_t ok = 0;
             long long v;
@@ -626,7 +634,7 @@ static int attempt(rl_eng *e, rl_lock *l, baton_acquire_req *req, const char *va
     snprintf(why0, sizeof why0, "%s", first_failure(e, s, NULL));
     rl_slots_reset(e, s);
     tally t;
-    release_round(e, l, value, mine, 1, &t);
+    release_round(e, l, value, mine, 1, bound, &t);
 
     if (auth && yes + no < e->quorum)
         return baton_seterr(BATON_EAUTH, 0, "redlock: '%s': %s", l->key, why0);
@@ -677,7 +685,12 @@ static int rl_lock_acquire(void *eng, void *st, baton_acquire_req *req) {
     owner_value v;
     owner_value_of(req->owner, &v);
     attempt_res a;
-    int rc = attempt(e, l, req, v.s, &a);
+    /* The call ends by max(its wait deadline, now + io timeout); a try by
+     * now + io timeout. */
+    int64_t bound = io_end(e);
+    if (req->deadline_ns == INT64_MAX) bound = 0;
+    else if (req->deadline_ns > bound) bound = req->deadline_ns;
+    int rc = attempt(e, l, req, v.s, bound, &a);
     if (rc) return rc;
     if (a.outcome == OUT_GRANTED) return 0;
     if (req->deadline_ns == 0) return baton_seterr(a.code, 0, "redlock: '%s': %s", l->key, a.why);
@@ -728,7 +741,7 @@ static int rl_lock_acquire(void *eng, void *st, baton_acquire_req *req) {
             }
             backoff = BACKOFF_START_NS;
         }
-        rc = attempt(e, l, req, v.s, &a);
+        rc = attempt(e, l, req, v.s, bound, &a);
         if (rc || a.outcome == OUT_GRANTED) break;
     }
     for (size_t i = 0; i < e->n; i++)
@@ -776,7 +789,7 @@ static int rl_lock_renew(void *eng, void *st, const baton_owner *owner, uint32_t
     if (other + rep > e->n - e->quorum || (hard && now >= hard)) {
         /* Lost: take our keys back (the repaired ones included). */
         tally t;
-        release_round(e, l, v.s, NULL, 0, &t);
+        release_round(e, l, v.s, NULL, 0, hard ? hard : io_end(e), &t);
         if (other + rep > e->n - e->quorum)
             return baton_seterr(BATON_ELOST, 0, "redlock: '%s' is no longer held by this owner on %zu of %zu nodes",
                                 l->key, other + rep, e->n);
@@ -795,7 +808,7 @@ static int rl_lock_release(void *eng, void *st, const baton_owner *owner) {
     owner_value v;
     owner_value_of(owner, &v);
     tally t;
-    release_round(e, l, v.s, NULL, 0, &t);
+    release_round(e, l, v.s, NULL, 0, io_end(e), &t);
     if (t.no >= e->quorum)
         return baton_seterr(BATON_ELOST, 0, "redlock: '%s' is no longer held by this owner on %zu of %zu nodes",
                             l->key, t.no, e->n);
@@ -814,7 +827,8 @@ static int rl_lock_info(void *eng, const char *name, baton_lockinfo *out) {
     rl_call call = script(S_INFO, 2, keys, 0, NULL);
     rl_slot s[RL_MAX_NODES];
     slots_on(e, s);
-    rl_round_opts ro = { .timeout_ns = node_timeout_ns(e), .enough = e->quorum, .grace_ns = slow_ns(e) };
+    rl_round_opts ro = { .timeout_ns = node_timeout_ns(e), .enough = e->quorum, .grace_ns = slow_ns(e),
+                         .hard_deadline = io_end(e) };
     rl_round(e, s, &call, &ro, NULL);
     size_t answered = 0;
     uint64_t fence = 0, fences[RL_MAX_NODES];

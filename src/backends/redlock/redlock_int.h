@@ -29,6 +29,7 @@ typedef struct {
     size_t nidle;
     unsigned fails;          /* consecutive failed connects */
     int64_t down_until;      /* no new connect before this (monotonic ns) */
+    int connecting;          /* a connect to it is in flight (one at a time) */
     rsub sub;                /* unlock notifications from this node (started lazily) */
     int sub_init;
 } rl_node;
@@ -47,6 +48,11 @@ typedef struct {
     char *prefix;
     char *user, *password;
     SSL_CTX *ssl_ctx;
+    pthread_mutex_t cj_mu;   /* connect jobs (quorum.c) */
+    pthread_cond_t cj_cv;    /* CLOCK_MONOTONIC */
+    int cj_live;             /* abandoned connects still running: close waits for them */
+    int cj_stopfd;           /* eventfd written at close: aborts their waits */
+    int cj_init;
 #ifdef BATON_TEST_HOOKS
     int pause_at;            /* RL_HOOK_*: which round the test pause applies to */
     int pause_ms;            /* > 0 sleep; -1 raise(SIGSTOP) */
