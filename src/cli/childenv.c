@@ -1,6 +1,7 @@
 /* The command's environment: BATON_LOCK, BATON_FENCE, and a BATON_URI that
  * a nested baton can use as it is. */
 #include "cli.h"
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -131,4 +132,35 @@ void cli_env_free(cli_env *e)
     for (size_t i = e->ours; e->env[i]; i++) cli_secret_free(e->env[i]);   /* may hold a password */
     free(e->env);
     e->env = NULL;
+}
+
+char *cli_env_blob(size_t *len, ...)
+{
+    va_list ap;
+    size_t n = 0, o = 0;
+    const char *k, *v;
+    char *b;
+
+    va_start(ap, len);
+    while ((k = va_arg(ap, const char *))) {
+        v = va_arg(ap, const char *);
+        n += strlen(k) + 1 + (v ? strlen(v) + 1 : 0);
+    }
+    va_end(ap);
+    if (!(b = malloc(n ? n : 1))) return NULL;
+    va_start(ap, len);
+    while ((k = va_arg(ap, const char *))) {
+        v = va_arg(ap, const char *);
+        o += (size_t)sprintf(b + o, v ? "%s=%s" : "%s", k, v ? v : "") + 1;
+    }
+    va_end(ap);
+    *len = o;
+    return b;
+}
+
+void cli_blob_free(char *b, size_t len)
+{
+    if (!b) return;
+    explicit_bzero(b, len);
+    free(b);
 }
