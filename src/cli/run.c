@@ -330,7 +330,7 @@ static void *permit_main(void *arg)
 /* ---- supervising the command through the shim ------------------------------ */
 
 typedef struct {
-    pid_t shim;
+    pid_t shim, pgid;            /* pgid: the command's group (its pid), once started */
     int ctl, rep;                /* our ends of the shim's pipes */
     int group;                   /* CLI_GROUP_* */
     int child_only;              /* -o */
@@ -381,7 +381,7 @@ static void reap_all(sup *S)
         while ((w = waitpid(-1, &st, WNOHANG)) > 0) {}
         if (w < 0 && errno != EINTR) return;   /* ECHILD: none left (the usual case: no /proc walk) */
         if (i) sleep_ms(i < 10 ? 5 : 20);
-        cli_tree_kill(getpid(), S->group != CLI_GROUP_SAME ? S->shim : 0, SIGKILL);
+        cli_tree_kill(getpid(), S->group != CLI_GROUP_SAME ? S->pgid : 0, SIGKILL);
     }
 }
 
@@ -428,7 +428,7 @@ static int supervise(run_state *r, sup *S)
             cli_shim_msg m;
             ssize_t k = read(S->rep, &m, sizeof m);
             if (k == (ssize_t)sizeof m) {
-                if (m.type == SHIM_STARTED) S->started = 1;
+                if (m.type == SHIM_STARTED) { S->started = 1; S->pgid = m.a; }
                 else if (m.type == SHIM_EXITED) { S->exited = 1; S->status = m.a; }
                 else if (m.type == SHIM_EXEC_FAILED) { S->exec_err = m.a; S->exec_step = (int)m.b; }
                 else if (m.type == SHIM_WATCHDOG && !S->lost_running && !S->lost_after) {

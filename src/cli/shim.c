@@ -137,6 +137,12 @@ static _Noreturn void exec_side(cli_shim_cfg *s, volatile int *err, volatile int
         *err = errno;
         _exit(EX_SOFTWARE);
     }
+    /* a group of its own (not the shim's: a SIGKILL to the group must not
+     * reach the shim, which still has to wait for the rest) */
+    if (s->group != CLI_GROUP_SAME && setpgid(0, 0) != 0) {
+        *err = errno;
+        _exit(EX_SOFTWARE);
+    }
     if (s->chld) sigaction(SIGCHLD, s->chld, NULL);
     sigprocmask(SIG_SETMASK, s->mask, NULL);
     *step = 1;
@@ -206,9 +212,9 @@ _Noreturn void cli_shim_main(cli_shim_cfg *s)
     sigemptyset(&chld);
     sigaddset(&chld, SIGCHLD);
     prctl(PR_SET_CHILD_SUBREAPER, 1);
+    /* no controlling terminal: a session of our own, which the command's
+     * group joins (a terminal's hang-up cannot concern it) */
     if (s->group == CLI_GROUP_SESSION) setsid();
-    else if (s->group == CLI_GROUP_OWN) setpgid(0, 0);
-    if (s->group != CLI_GROUP_SAME) pgid = getpid();
     if ((sfd = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK)) < 0) _exit(EX_SOFTWARE);
 
     /* Wait for the go (the lock is held) or for baton to give up (EOF). */
@@ -226,6 +232,7 @@ _Noreturn void cli_shim_main(cli_shim_cfg *s)
         say(s->rep, SHIM_EXEC_FAILED, child < 0 ? errno : x.err, child < 0 ? 2 : x.step);
         _exit(0);
     }
+    if (s->group != CLI_GROUP_SAME) pgid = child;
     say(s->rep, SHIM_STARTED, (int32_t)child, 0);
 
     for (;;) {
