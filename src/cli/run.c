@@ -118,6 +118,8 @@ typedef struct {
     int64_t renew_at;               /* monotonic ns; the renewal thread's once the command runs */
     _Atomic int64_t lease_end;      /* the permit's lease ends (the last renewal sent + lease) */
     int shim_ctl;                   /* where a renewal's watchdog deadline goes (-1: nowhere) */
+    int64_t wd_lease;               /* what can run out while we are stopped (0: the lease) */
+    int64_t shim_deadline;          /* the watchdog deadline of the last renewal */
     pthread_mutex_t pmu;            /* the renewal thread's sleep and stop */
     pthread_cond_t pcv;
     int pstop;
@@ -259,6 +261,16 @@ static int64_t permit_period(int64_t lease_ns)
     return lease_ns / 3 < 1000000000 ? lease_ns / 3 : 1000000000;
 }
 
+/* The watchdog's deadline after a renewal sent at SENT: the permit's lease,
+ * or the engine's session when that is shorter (a ZooKeeper session ends
+ * its timeout after the last request the server saw), less a margin. */
+static int64_t permit_wd_deadline(const run_state *r, int64_t sent)
+{
+    int64_t wl = (int64_t)r->lease_ms * 1000000;
+    if (r->wd_lease > 0 && r->wd_lease < wl) wl = r->wd_lease;
+    return sent + wl - margin_ns(wl);
+}
+
 static const char *permit_keep(run_state *r, int ask)
 {
     int64_t now = mono_ns(), sent, lease = (int64_t)r->lease_ms * 1000000, retry;
@@ -275,7 +287,8 @@ static const char *permit_keep(run_state *r, int ask)
         r->renew_at = sent + permit_period(lease);
         /* the shim kills the command before this lease can end, should we
          * be stopped; our own loop acts a margin earlier */
-        shim_say(r->shim_ctl, SHIM_DEADLINE, 0, sent + lease - margin_ns(lease));
+        r->shim_deadline = permit_wd_deadline(r, sent);
+        shim_say(r->shim_ctl, SHIM_DEADLINE, 0, r->shim_deadline);
         return NULL;
     }
     if (rc == BATON_ENOTSUP) {
@@ -358,7 +371,7 @@ static int64_t wd_deadline(const sup *S, int64_t now)
 
 static void lose(run_state *r, sup *S, const char *why)
 {
-    if (S->lost_running || S->lost_after) return;
+    if (S->lost_running || S->lost_after || S->watchdog) return;
     /* the lease is gone: --kill-after decides now, not the watchdog */
     shim_say(S->ctl, SHIM_DEADLINE, 0, INT64_MAX);
     if (!S->exited) {
@@ -417,13 +430,8 @@ static int supervise(run_state *r, sup *S)
             fail_errno = errno;
             break;
         }
-        if (p[1].revents & POLLIN) {
-            char c;
-            ssize_t k = read(ev_pipe[0], &c, 1);
-            if (k == 1 && c == EV_LOST) lose(r, S, r->el ? "leadership lost" : "lease lost");
-            else if (k == 1 && c == EV_PLOST) lose(r, S, r->msg[0] ? r->msg : "permit lost");
-            else if (k < 0 && errno != EINTR) { failed = "read(pipe)"; fail_errno = errno; break; }
-        }
+        /* the shim's news first: a watchdog that fired while we were stopped
+         * explains the loss we find on waking */
         if (rep_open && (p[2].revents & (POLLIN | POLLHUP | POLLERR))) {
             cli_shim_msg m;
             ssize_t k = read(S->rep, &m, sizeof m);
@@ -439,6 +447,13 @@ static int supervise(run_state *r, sup *S)
             } else if (k == 0 || (k < 0 && errno != EINTR && errno != EAGAIN)) {
                 rep_open = 0;
             }
+        }
+        if (p[1].revents & POLLIN) {
+            char c;
+            ssize_t k = read(ev_pipe[0], &c, 1);
+            if (k == 1 && c == EV_LOST) lose(r, S, r->el ? "leadership lost" : "lease lost");
+            else if (k == 1 && c == EV_PLOST) lose(r, S, r->msg[0] ? r->msg : "permit lost");
+            else if (k < 0 && errno != EINTR) { failed = "read(pipe)"; fail_errno = errno; break; }
         }
         if (p[0].revents & POLLIN) {
             struct signalfd_siginfo si;
@@ -938,8 +953,12 @@ static int run_main(int argc, char **argv, int elect)
 
     uri = cli_default_uri(uri);
     if ((rc = baton_client_open(&c, uri, NULL))) { cli_report("open", rc); code = cli_exit_for(rc); goto out; }
-    /* a permit's renewals feed the watchdog themselves, with their send times */
-    if (mode != M_PERMITS) watchdog_setup(&S, c, r.lease_ms);
+    watchdog_setup(&S, c, r.lease_ms);
+    if (mode == M_PERMITS) {
+        /* a permit's renewals feed the watchdog themselves, with their send times */
+        r.wd_lease = S.wd_lease;
+        S.wd_push = 0;
+    }
     lo_opts.lease_ms = r.lease_ms;
     lo_opts.on_lost = on_lost;
     lo_opts.fair = mode == M_FAIR;
@@ -1001,6 +1020,7 @@ static int run_main(int argc, char **argv, int elect)
         r.keep = 1;
         r.lease_end = add_ns(acq_start, lease);
         r.renew_at = add_ns(acq_start, permit_period(lease));
+        r.shim_deadline = permit_wd_deadline(&r, acq_start);
         /* after a long wait the first renewal is due (or late) already:
          * acq_start is only a lower bound for when the lease began */
         if ((why = permit_keep(&r, 1))) {
@@ -1058,7 +1078,7 @@ static int run_main(int argc, char **argv, int elect)
         pthread_cond_init(&r.pcv, &ca);
         pthread_condattr_destroy(&ca);
         pthread_mutex_init(&r.pmu, NULL);
-        if (r.keep) shim_say(S.ctl, SHIM_DEADLINE, 0, r.lease_end - margin_ns((int64_t)r.lease_ms * 1000000));
+        if (r.keep) shim_say(S.ctl, SHIM_DEADLINE, 0, r.shim_deadline);
         if ((err = pthread_create(&pth, NULL, permit_main, &r))) {
             fprintf(stderr, "%s: cannot start the renewal thread: %s\n", prog, strerror(err));
             shim_say(S.ctl, SHIM_SIGNAL, SIGKILL, -1);
