@@ -78,6 +78,14 @@ char *cli_uri_arg(const char *arg);
  * of CMD reported. */
 char *cli_read_uri_file(const char *cmd, const char *path);
 
+/* NAME as the engine of C should see it (malloc'd; NULL, reported, on
+ * failure): on the file engine a NAME that starts with "./" or "../" is a
+ * path, like an absolute one, resolved against the current directory now
+ * (flock(1) takes it so: `flock ./x` and `baton run ./x` exclude each
+ * other). The library keeps such names inside its lock directory; it is
+ * the command line that reads them as paths. */
+char *cli_lock_name(baton_client *c, const char *name);
+
 /* ---- the command's environment (childenv.c) ------------------------------ */
 
 /* BATON_URI for the command: the engine's URI as a nested baton can use it.

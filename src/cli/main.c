@@ -42,6 +42,7 @@ static void usage_status(FILE *f)
         "readers, writer, queue, permits), one 'key: value' line each.\n"
         "\n"
         "  -u, --uri URI   the engine (default $BATON_URI, else the file engine)\n"
+        "      --uri-file FILE  the URI on FILE's first line (keeps a password out of argv)\n"
         "  -h, --help      this help\n"
         "\n"
         "exit: 0 when the engine answered (held or not), 64 usage, 69 engine unreachable.\n");
@@ -95,13 +96,16 @@ const char *cli_default_uri(const char *u)
 
 static int cmd_status(int argc, char **argv)
 {
+    enum { O_URI_FILE = CLI_LONG_ONLY };
     static const struct option lo[] = {
         { "uri", required_argument, NULL, CLI_LONG('u') },
+        { "uri-file", required_argument, NULL, O_URI_FILE },
         { "help", no_argument, NULL, CLI_LONG('h') },
         { NULL, 0, NULL, 0 },
     };
     cli_opts o = { .argc = argc, .argv = argv, .cmd = "status", .shorts = "u:h", .lo = lo, .permute = 1 };
     const char *uri = NULL, *name = NULL;
+    char *uri_owned = NULL, *name_owned;
     baton_client *c = NULL;
     baton_lockinfo info;
     int opt, rc, names = 0;
@@ -110,14 +114,27 @@ static int cmd_status(int argc, char **argv)
         switch (opt) {
         case CLI_BAD: return EX_USAGE;
         case CLI_OPERAND: name = o.arg; names++; break;
-        case 'u': uri = o.arg; break;
+        case 'u':
+            free(uri_owned);
+            if (!(uri = uri_owned = cli_uri_arg(o.arg))) return EX_SOFTWARE;
+            break;
+        case O_URI_FILE:
+            free(uri_owned);
+            if (!(uri = uri_owned = cli_read_uri_file("status", o.arg))) return EX_USAGE;
+            break;
         case 'h': usage_status(stdout); return 0;
         default: return cli_usage_error("status", "option '%s' is not handled", o.name);
         }
     }
     if (names != 1) return cli_usage_error("status", names ? "expected one NAME" : "missing NAME");
-    if ((rc = baton_client_open(&c, cli_default_uri(uri), NULL))) { cli_report("open", rc); return cli_exit_for(rc); }
-    rc = baton_lock_info(c, name, &info);
+    if ((rc = baton_client_open(&c, cli_default_uri(uri), NULL))) { free(uri_owned); cli_report("open", rc); return cli_exit_for(rc); }
+    free(uri_owned);
+    if (!(name_owned = cli_lock_name(c, name))) {
+        baton_client_close(c);
+        return EX_SOFTWARE;
+    }
+    rc = baton_lock_info(c, name_owned, &info);
+    free(name_owned);
     if (rc) {
         cli_report("status", rc);
         baton_client_close(c);

@@ -713,7 +713,7 @@ static int run_main(int argc, char **argv, int elect)
     char buf[32];
     char **shv = NULL, *child_uri = NULL, *child_pw = NULL;
     char *sh_argv[4] = { "sh", "-c", NULL, NULL };
-    char *blob = NULL, *uri_owned = NULL;
+    char *blob = NULL, *uri_owned = NULL, *name_owned = NULL;
     size_t blob_len = 0;
     pthread_t pth;
     int64_t acq_start;
@@ -953,6 +953,8 @@ static int run_main(int argc, char **argv, int elect)
 
     uri = cli_default_uri(uri);
     if ((rc = baton_client_open(&c, uri, NULL))) { cli_report("open", rc); code = cli_exit_for(rc); goto out; }
+    if (!(name_owned = cli_lock_name(c, name))) { code = EX_SOFTWARE; goto out; }
+    r.name = name = name_owned;
     watchdog_setup(&S, c, r.lease_ms);
     if (mode == M_PERMITS) {
         /* a permit's renewals feed the watchdog themselves, with their send times */
@@ -1150,6 +1152,7 @@ out:
     free(child_uri);
     cli_secret_free(child_pw);
     free(uri_owned);
+    free(name_owned);
     if (rw) baton_rwlock_free(rw);
     else baton_lock_free(r.l);
     baton_permits_free(r.pm);

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* Overwrites with 'x' the password of every "user:password@" in the URI's
  * authority (several hosts may each carry one) and the value of a
@@ -73,4 +74,22 @@ char *cli_read_uri_file(const char *cmd, const char *path)
     }
     while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r' || line[n - 1] == ' ')) line[--n] = 0;
     return line;
+}
+
+/* ---- lock names ----------------------------------------------------------- */
+
+char *cli_lock_name(baton_client *c, const char *name)
+{
+    char cwd[4096];
+    size_t n;
+    char *out;
+    if (strcmp(baton_client_backend(c), "file") || (strncmp(name, "./", 2) && strncmp(name, "../", 3)))
+        return strdup(name);
+    if (!getcwd(cwd, sizeof cwd)) {
+        fprintf(stderr, "%s: %s: the current directory: %s\n", cli_prog, name, strerror(errno));
+        return NULL;
+    }
+    n = strlen(cwd) + strlen(name) + 2;
+    if ((out = malloc(n))) snprintf(out, n, "%s%s%s", cwd, cwd[1] ? "/" : "", name);
+    return out;
 }
