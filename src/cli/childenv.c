@@ -37,14 +37,17 @@ static char *file_uri(const char *dir)
 static char *file_default_uri(void)
 {
     const char *env;
-    char buf[4200];
+    char *buf, *u;
     if ((env = getenv("BATON_DIR")) && *env) return file_uri(env);
+    /* any length: a cut directory would name another one */
     if ((env = getenv("XDG_RUNTIME_DIR")) && env[0] == '/') {
-        snprintf(buf, sizeof buf, "%s/baton", env);
-        return file_uri(buf);
+        if (asprintf(&buf, "%s/baton", env) < 0) return NULL;
+    } else if (asprintf(&buf, "/tmp/baton-%lu", (unsigned long)geteuid()) < 0) {
+        return NULL;
     }
-    snprintf(buf, sizeof buf, "/tmp/baton-%lu", (unsigned long)geteuid());
-    return file_uri(buf);
+    u = file_uri(buf);
+    free(buf);
+    return u;
 }
 
 int cli_child_uri(baton_client *c, const char *given, char **uri, char **password, const char **password_var)

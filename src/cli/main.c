@@ -143,7 +143,7 @@ static int cmd_status(int argc, char **argv)
     printf("name: %s\n", name);
     printf("backend: %s\n", baton_client_backend(c));
     {
-        char d[256];
+        char d[1024];
         if (baton_client_describe(c, d, sizeof d) == 0 && d[0]) printf("session: %s\n", d);
     }
     printf("held: %s\n", info.held ? "yes" : "no");

@@ -9,6 +9,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -125,9 +126,26 @@ typedef struct {
     int pstop;
     /* Filled by the acquire helper; read after it is joined (or done is set). */
     int rc;
-    char msg[256];                  /* its error message: baton_error_last() is per thread */
+    char *msg;                      /* its error message, whole (malloc'd; the engines' can be
+                                       long: a DDL to hand to a DBA): baton_error_last() is per thread */
     atomic_int done;
 } run_state;
+
+/* r->msg = the message, whole (a failed allocation leaves the old one, or
+ * none: the code's text is printed then). */
+static void set_msg(run_state *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void set_msg(run_state *r, const char *fmt, ...)
+{
+    va_list ap;
+    char *m;
+    int n;
+    va_start(ap, fmt);
+    n = vasprintf(&m, fmt, ap);
+    va_end(ap);
+    if (n < 0) return;
+    free(r->msg);
+    r->msg = m;
+}
 
 static void *acquire_main(void *arg)
 {
@@ -139,7 +157,7 @@ static void *acquire_main(void *arg)
           : r->el ? baton_election_campaign(r->el, r->value, r->wait_ms)
                   : baton_lock_acquire(r->l, r->wait_ms);
     e = baton_error_last();
-    if (r->rc && e->code == r->rc && e->message) snprintf(r->msg, sizeof r->msg, "%s", e->message);
+    if (r->rc && e->code == r->rc && e->message) set_msg(r, "%s", e->message);
     atomic_store(&r->done, 1);
     if (write(ev_pipe[1], &c, 1) < 0) { /* cannot fail (see on_lost); done is set anyway */ }
     return NULL;
@@ -300,7 +318,7 @@ static const char *permit_keep(run_state *r, int ask)
     }
     if (!transient(rc)) {
         const baton_error *e = baton_error_last();
-        snprintf(r->msg, sizeof r->msg, "permit lost (%s)",
+        set_msg(r, "permit lost (%s)",
                  e->code == rc && e->message && *e->message ? e->message : baton_strerror(rc));
         return r->msg;
     }
@@ -452,7 +470,7 @@ static int supervise(run_state *r, sup *S)
             char c;
             ssize_t k = read(ev_pipe[0], &c, 1);
             if (k == 1 && c == EV_LOST) lose(r, S, r->el ? "leadership lost" : "lease lost");
-            else if (k == 1 && c == EV_PLOST) lose(r, S, r->msg[0] ? r->msg : "permit lost");
+            else if (k == 1 && c == EV_PLOST) lose(r, S, r->msg ? r->msg : "permit lost");
             else if (k < 0 && errno != EINTR) { failed = "read(pipe)"; fail_errno = errno; break; }
         }
         if (p[0].revents & POLLIN) {
@@ -646,7 +664,7 @@ static void watchdog_setup(sup *S, baton_client *c, uint32_t lease_ms)
     int64_t lease = (int64_t)lease_ms * 1000000, push;
     if (!strcmp(b, "file")) return;
     if (!strcmp(b, "zk")) {
-        char d[256];
+        char d[1024];
         const char *t;
         long ms;
         if (baton_client_describe(c, d, sizeof d) == 0 && (t = strstr(d, "timeout ")) &&
@@ -1009,7 +1027,7 @@ static int run_main(int argc, char **argv, int elect)
                         (double)(mono_ns() - acq_start) / 1e9);
             code = busy_code;
         } else {
-            fprintf(stderr, "%s: acquire: %s\n", prog, r.msg[0] ? r.msg : baton_strerror(rc));
+            fprintf(stderr, "%s: acquire: %s\n", prog, r.msg ? r.msg : baton_strerror(rc));
             code = cli_exit_for(rc);
         }
         goto out;
@@ -1153,6 +1171,7 @@ out:
     cli_secret_free(child_pw);
     free(uri_owned);
     free(name_owned);
+    free(r.msg);
     if (rw) baton_rwlock_free(rw);
     else baton_lock_free(r.l);
     baton_permits_free(r.pm);

@@ -136,6 +136,16 @@ fi
 # ---- exit codes ----------------------------------------------------------------
 expect_rc 3 "[$D] the command's own status" b run "${U[@]}" "${P}x" -- sh -c 'exit 3'
 
+# ---- an engine's long message reaches stderr whole (it was cut at 256 bytes;
+# a DDL to hand to a DBA is that long) ---------------------------------------------
+if [ "$D" = file ]; then
+    C=$(printf 'd%.0s' $(seq 120))
+    expect_rc 64 "[$D] a lock path in a missing directory, 380 bytes long" b run "$TMP/$C/$C/$C/x" -- true
+    check "[$D] ...the message is whole" grep -q "its directory must exist)" "$TMP/err"
+    expect_rc 64 "[$D] a 300-byte unknown option" b run --$(printf 'o%.0s' $(seq 300)) x -- true
+    check "[$D] ...is quoted whole" grep -q "o\{300\}'" "$TMP/err"
+fi
+
 if [ "$D" = redis ]; then
     # A loss found after the command ended (here: at release; the command
     # deleted its own lock) keeps the command's status, with a warning.
