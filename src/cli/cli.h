@@ -120,6 +120,7 @@ int baton__cli_bench(int argc, char **argv);
 int baton__cli_check(int argc, char **argv);
 int cli_fence(int argc, char **argv);
 int cli_hold(int argc, char **argv);
+void cli_usage_hold(FILE *f);
 int cli_release(int argc, char **argv);
 void cli_usage_fence(FILE *f);
 

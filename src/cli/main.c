@@ -15,6 +15,7 @@ static void usage(FILE *f)
         "                 [-t LEASE_SECS] [--verbose] NAME [--] COMMAND [ARG...] | -c CMD\n"
         "       baton elect [-u URI] [-n | -w SECS] [--value V] NAME [--] COMMAND [ARG...]\n"
         "       baton elect [-u URI] --listen | --leader NAME\n"
+        "       eval \"$(baton hold [-u URI] [-n | -w SECS] [-t LEASE] NAME)\"; ...; baton release NAME\n"
         "       baton status [-u URI] NAME\n"
         "       baton latch [-u URI] NAME set N | down | count | wait [-w SECS]\n"
         "       baton sem [-u URI] NAME set N | add N | available | drain\n"
@@ -260,11 +261,13 @@ static void log_to_stderr(int level, const char *msg, void *p)
 int main(int argc, char **argv)
 {
     baton_log_set(log_to_stderr, NULL);
-    if (argc < 2) return cli_usage_error(NULL, "missing command (run, elect, status, latch, sem, fence, bench, check, version)");
+    if (argc < 2) return cli_usage_error(NULL, "missing command (run, hold, release, elect, status, latch, sem, fence, bench, check, version)");
     if (!strcmp(argv[1], "run")) return cli_run(argc - 1, argv + 1);
     if (!strcmp(argv[1], "elect")) return cli_elect(argc - 1, argv + 1);
     if (!strcmp(argv[1], "status")) return cmd_status(argc - 1, argv + 1);
     if (!strcmp(argv[1], "fence")) return cli_fence(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "hold")) return cli_hold(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "release")) return cli_release(argc - 1, argv + 1);
     if (!strcmp(argv[1], "bench")) return baton__cli_bench(argc - 1, argv + 1);
     if (!strcmp(argv[1], "check")) return baton__cli_check(argc - 1, argv + 1);
     if (!strcmp(argv[1], "latch")) return cmd_sync(argc - 1, argv + 1, 1);
