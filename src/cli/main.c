@@ -28,11 +28,11 @@ static void usage(FILE *f)
         "(-u URI, else $BATON_URI, else the file engine) while COMMAND runs.\n"
         "'baton COMMAND --help' tells each command's options.\n"
         "\n"
-        "exit: the child's status (128+signal if killed), 1 busy, 64 usage, 69 engine\n"
-        "unreachable or authentication failed, 70 internal failure, 74 the lock store\n"
-        "refused (a planted file, an I/O error), 75 lease lost while\n"
-        "CMD ran, 128+signal when INT/TERM/HUP canceled the wait. baton fence: 65 fenced\n"
-        "off (a newer fence is stored).\n");
+        "exit: the child's status when it ended on its own (128+signal if killed), 1\n"
+        "busy, 64 usage, 69 engine unreachable or authentication failed, 70 internal\n"
+        "failure, 74 the lock store refused (a planted file, an I/O error), 75 baton\n"
+        "stopped CMD because the lock was lost, 128+signal when INT/TERM/HUP canceled\n"
+        "the wait. baton fence: 65 fenced off (a newer fence is stored).\n");
 }
 
 static void usage_status(FILE *f)
