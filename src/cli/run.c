@@ -361,7 +361,7 @@ static void *permit_main(void *arg)
 /* ---- supervising the command through the shim ------------------------------ */
 
 typedef struct {
-    pid_t shim, pgid;            /* pgid: the command's group (its pid), once started */
+    pid_t shim;
     int ctl, rep;                /* our ends of the shim's pipes */
     int group;                   /* CLI_GROUP_* */
     int child_only;              /* -o */
@@ -370,7 +370,7 @@ typedef struct {
      * out while baton is stopped) */
     int64_t wd_lease, wd_push;   /* 0 = no watchdog; how often we push a deadline */
     /* what happened */
-    int started, exited, status, exec_err, exec_step;
+    int exited, status, exec_err, exec_step, shim_reaped;
     int lost_running, lost_after, watchdog, shim_died;
 } sup;
 
@@ -407,13 +407,37 @@ static void lose(run_state *r, sup *S, const char *why)
 static void reap_all(sup *S)
 {
     int st;
+    (void)S;
     for (int i = 0;; i++) {
         pid_t w;
         while ((w = waitpid(-1, &st, WNOHANG)) > 0) {}
         if (w < 0 && errno != EINTR) return;   /* ECHILD: none left (the usual case: no /proc walk) */
         if (i) sleep_ms(i < 10 ? 5 : 20);
-        cli_tree_kill(getpid(), S->group != CLI_GROUP_SAME ? S->pgid : 0, SIGKILL);
+        /* everything left is a descendant of ours (we are a subreaper) */
+        cli_tree_kill(getpid(), 0, SIGKILL);
     }
+}
+
+/* Reads what the shim said (one record); 0 once its pipe is closed or
+ * empty after it exited. */
+static int shim_news(run_state *r, sup *S, int *done)
+{
+    cli_shim_msg m;
+    ssize_t k = read(S->rep, &m, sizeof m);
+    if (k == (ssize_t)sizeof m) {
+        if (m.type == SHIM_DONE) *done = 1;
+        else if (m.type == SHIM_EXITED) { S->exited = 1; S->status = m.a; }
+        else if (m.type == SHIM_EXEC_FAILED) { S->exec_err = m.a; S->exec_step = (int)m.b; }
+        else if (m.type == SHIM_WATCHDOG && !S->lost_running && !S->lost_after) {
+            S->watchdog = 1;
+            fprintf(stderr, "%s: %s: baton could not confirm the lease in time (stopped or hung); "
+                    "the watchdog killed the command\n", prog, r->name);
+        }
+        return 1;
+    }
+    if (k < 0 && errno == EINTR) return 1;
+    /* EOF, or empty (EAGAIN): the caller polls again, or (the shim is gone) stops */
+    return k < 0 && errno == EAGAIN && !S->shim_reaped;
 }
 
 /* Forwards signals, keeps the watchdog fed, notices a lost lease, and waits
@@ -450,22 +474,7 @@ static int supervise(run_state *r, sup *S)
         }
         /* the shim's news first: a watchdog that fired while we were stopped
          * explains the loss we find on waking */
-        if (rep_open && (p[2].revents & (POLLIN | POLLHUP | POLLERR))) {
-            cli_shim_msg m;
-            ssize_t k = read(S->rep, &m, sizeof m);
-            if (k == (ssize_t)sizeof m) {
-                if (m.type == SHIM_STARTED) { S->started = 1; S->pgid = m.a; }
-                else if (m.type == SHIM_EXITED) { S->exited = 1; S->status = m.a; }
-                else if (m.type == SHIM_EXEC_FAILED) { S->exec_err = m.a; S->exec_step = (int)m.b; }
-                else if (m.type == SHIM_WATCHDOG && !S->lost_running && !S->lost_after) {
-                    S->watchdog = 1;
-                    fprintf(stderr, "%s: %s: baton could not confirm the lease in time (stopped or hung); "
-                            "the watchdog killed the command\n", prog, r->name);
-                }
-            } else if (k == 0 || (k < 0 && errno != EINTR && errno != EAGAIN)) {
-                rep_open = 0;
-            }
-        }
+        if (rep_open && (p[2].revents & (POLLIN | POLLHUP | POLLERR))) rep_open = shim_news(r, S, &shim_done);
         if (p[1].revents & POLLIN) {
             char c;
             ssize_t k = read(ev_pipe[0], &c, 1);
@@ -489,21 +498,22 @@ static int supervise(run_state *r, sup *S)
             pid_t w = waitpid(-1, &st, WNOHANG);
             if (w <= 0) break;
             if (w == S->shim) {
-                shim_done = 1;
-                S->shim_died = !(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+                S->shim_reaped = 1;
+                /* what it said before it exited is all in the pipe now */
+                while (rep_open && !shim_done) rep_open = shim_news(r, S, &shim_done);
+                /* done is said just before a clean exit: without it the
+                 * shim died (killed), and what it kept is now ours */
+                if (!shim_done) {
+                    shim_done = 1;
+                    S->shim_died = 1;
+                }
             }
         }
     }
     if (!failed && !S->shim_died) {
-        /* drain what the shim said last (its exit may be seen first) */
-        cli_shim_msg m;
-        while (rep_open && read(S->rep, &m, sizeof m) == (ssize_t)sizeof m) {
-            if (m.type == SHIM_EXITED) { S->exited = 1; S->status = m.a; }
-            else if (m.type == SHIM_EXEC_FAILED) { S->exec_err = m.a; S->exec_step = (int)m.b; }
-            else if (m.type == SHIM_WATCHDOG && !S->lost_running && !S->lost_after) S->watchdog = 1;
-        }
-        /* -o: the shim left; what the command left behind is not ours */
-        if (!S->child_only) reap_all(S);
+        /* the tree is empty (-o: the command exited, and what it left behind
+         * is not ours); the shim's exit need not be waited for: it is our
+         * child, and init's once we exit */
         return 0;
     }
     if (failed) fprintf(stderr, "%s: %s: %s; killing the command\n", prog, failed, strerror(fail_errno));
@@ -1132,7 +1142,7 @@ static int run_main(int argc, char **argv, int elect)
     }
 
     code = supervise(&r, &S);
-    S.shim = -1;   /* reaped */
+    S.shim = -1;   /* done (and exiting), or reaped */
     if (pth_started) {
         pthread_mutex_lock(&r.pmu);
         r.pstop = 1;

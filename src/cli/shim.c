@@ -224,16 +224,17 @@ _Noreturn void cli_shim_main(cli_shim_cfg *s)
     blob[m.b] = 0;
     if (!(envp = make_env(blob, (size_t)m.b))) {
         say(s->rep, SHIM_EXEC_FAILED, ENOMEM, 0);
+        say(s->rep, SHIM_DONE, 0, 0);
         _exit(0);
     }
     child = start_command(s, envp, &x);
     if (child < 0 || x.err) {
         if (child > 0) while (waitpid(child, NULL, 0) < 0 && errno == EINTR) {}
         say(s->rep, SHIM_EXEC_FAILED, child < 0 ? errno : x.err, child < 0 ? 2 : x.step);
+        say(s->rep, SHIM_DONE, 0, 0);
         _exit(0);
     }
     if (s->group != CLI_GROUP_SAME) pgid = child;
-    say(s->rep, SHIM_STARTED, (int32_t)child, 0);
 
     for (;;) {
         struct pollfd p[2] = { { sfd, POLLIN, 0 }, { s->ctl, POLLIN, 0 } };
@@ -293,5 +294,7 @@ _Noreturn void cli_shim_main(cli_shim_cfg *s)
             }
         }
     }
+    /* said before our exit, so that baton need not wait for our teardown */
+    say(s->rep, SHIM_DONE, 0, 0);
     _exit(0);
 }
