@@ -486,10 +486,13 @@ static int supervise(run_state *r, sup *S)
             struct signalfd_siginfo si;
             ssize_t k;
             while ((k = read(r->sfd, &si, sizeof si)) == (ssize_t)sizeof si) {
-                if (si.ssi_signo != SIGCHLD) {
-                    /* the whole tree gets it; SIGKILL after --kill-after */
-                    shim_say(S->ctl, SHIM_SIGNAL, (int32_t)si.ssi_signo, S->kill_after);
-                }
+                if (si.ssi_signo == SIGCHLD) continue;
+                /* The terminal's own (Ctrl-C, a hang-up) reached the command
+                 * directly when it shares our group: it is the command's
+                 * to handle (an editor keeps running on Ctrl-C). */
+                if (S->group == CLI_GROUP_SAME && si.ssi_code == SI_KERNEL) continue;
+                /* the whole tree gets it; SIGKILL after --kill-after */
+                shim_say(S->ctl, SHIM_SIGNAL, (int32_t)si.ssi_signo, S->kill_after);
             }
             if (k < 0 && errno != EAGAIN && errno != EINTR) { failed = "read(signalfd)"; fail_errno = errno; break; }
         }

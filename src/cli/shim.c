@@ -19,9 +19,12 @@
  *  - baton pushes a watchdog deadline (monotonic) after each confirmed
  *    renewal; when it passes, baton did not keep its promise (stopped, hung)
  *    and the shim kills the tree before the lease can run out anywhere.
- * The shim blocks every signal it can (it is the leader of the command's
- * group, and must not die of a signal meant for the command) and gives the
- * command the mask baton started with. */
+ * The command leads a process group of its own (unless it shares baton's,
+ * in a terminal's foreground), so a group-wide SIGKILL spares the shim,
+ * which must still wait for the rest. The shim blocks every signal it can
+ * (a terminal's Ctrl-C reaches it in baton's group; it must not die of a
+ * signal meant for the command) and gives the command the mask baton
+ * started with. */
 #include "cli.h"
 #include "shim.h"
 #include <dirent.h>
