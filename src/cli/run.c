@@ -698,13 +698,20 @@ static void watchdog_setup(sup *S, baton_client *c, uint32_t lease_ms)
     const char *b = baton_client_backend(c);
     int64_t lease = (int64_t)lease_ms * 1000000, push;
     if (!strcmp(b, "file")) return;
-    if (!strcmp(b, "zk")) {
+    if (!strcmp(b, "zk") || !strcmp(b, "etcd")) {
+        /* zk: "0x... timeout N ms ..."; etcd: "lease ... ttl N s ..." (the
+         * client's lease, from ?ttl=, that every lock of it lives on). The
+         * public API has no call for "the engine's deadline of this grant";
+         * the describe line is what it gives. */
         char d[1024];
         const char *t;
-        long ms;
-        if (baton_client_describe(c, d, sizeof d) == 0 && (t = strstr(d, "timeout ")) &&
-            (ms = strtol(t + 8, NULL, 10)) > 0 && (int64_t)ms * 1000000 < lease)
-            lease = (int64_t)ms * 1000000;
+        long v;
+        if (baton_client_describe(c, d, sizeof d) == 0) {
+            if ((t = strstr(d, "timeout ")) && (v = strtol(t + 8, NULL, 10)) > 0 && (int64_t)v * 1000000 < lease)
+                lease = (int64_t)v * 1000000;
+            if ((t = strstr(d, " ttl ")) && (v = strtol(t + 5, NULL, 10)) > 0 && (int64_t)v * 1000000000 < lease)
+                lease = (int64_t)v * 1000000000;
+        }
     }
     /* a confirmation every twelfth of the lease (at most 1 s apart) keeps
      * the deadline (lease - a third - a tenth ahead) well in front */
@@ -1008,12 +1015,6 @@ static int run_main(int argc, char **argv, int elect)
     if ((rc = baton_client_open(&c, uri, NULL))) { cli_report("open", rc); code = cli_exit_for(rc); goto out; }
     if (!(name_owned = cli_lock_name(c, name))) { code = EX_SOFTWARE; goto out; }
     r.name = name = name_owned;
-    watchdog_setup(&S, c, r.lease_ms);
-    if (mode == M_PERMITS) {
-        /* a permit's renewals feed the watchdog themselves, with their send times */
-        r.wd_lease = S.wd_lease;
-        S.wd_push = 0;
-    }
     lo_opts.lease_ms = r.lease_ms;
     lo_opts.on_lost = on_lost;
     lo_opts.fair = mode == M_FAIR;
@@ -1069,7 +1070,14 @@ static int run_main(int argc, char **argv, int elect)
     }
 
     /* Granted. Anything that fails from here until the command runs gives
-     * the lock back first. */
+     * the lock back first. The watchdog's lease is known now (an etcd
+     * client's lease exists once something was granted on it). */
+    watchdog_setup(&S, c, r.lease_ms);
+    if (mode == M_PERMITS) {
+        /* a permit's renewals feed the watchdog themselves, with their send times */
+        r.wd_lease = S.wd_lease;
+        S.wd_push = 0;
+    }
     if (r.pm) {
         int64_t lease = (int64_t)r.lease_ms * 1000000;
         r.keep = 1;
