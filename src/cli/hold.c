@@ -217,7 +217,7 @@ int cli_hold(int argc, char **argv)
             }
             busy_code = (int)v;
             break;
-        case 'h': cli_usage_hold(stdout); return 0;
+        case 'h': free(uri_owned); cli_usage_hold(stdout); return 0;
         default: cli_usage_error("hold", "option '%s' is not handled", o.name); goto usage;
         }
     }
@@ -300,6 +300,7 @@ fail:
     printf("(exit %d)\n", code);
     return code;
 usage:
+    free(uri_owned);
     printf("(exit %d)\n", EX_USAGE);
     return EX_USAGE;
 }

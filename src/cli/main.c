@@ -113,7 +113,7 @@ static int cmd_status(int argc, char **argv)
 
     while ((opt = cli_next(&o)) != CLI_END) {
         switch (opt) {
-        case CLI_BAD: return EX_USAGE;
+        case CLI_BAD: free(uri_owned); return EX_USAGE;
         case CLI_OPERAND: name = o.arg; names++; break;
         case 'u':
             free(uri_owned);
@@ -123,11 +123,14 @@ static int cmd_status(int argc, char **argv)
             free(uri_owned);
             if (!(uri = uri_owned = cli_read_uri_file("status", o.arg))) return EX_USAGE;
             break;
-        case 'h': usage_status(stdout); return 0;
+        case 'h': free(uri_owned); usage_status(stdout); return 0;
         default: return cli_usage_error("status", "option '%s' is not handled", o.name);
         }
     }
-    if (names != 1) return cli_usage_error("status", names ? "expected one NAME" : "missing NAME");
+    if (names != 1) {
+        free(uri_owned);
+        return cli_usage_error("status", names ? "expected one NAME" : "missing NAME");
+    }
     if ((rc = baton_client_open(&c, cli_default_uri(uri), NULL))) { free(uri_owned); cli_report("open", rc); return cli_exit_for(rc); }
     free(uri_owned);
     if (!(name_owned = cli_lock_name(c, name))) {

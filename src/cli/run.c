@@ -722,6 +722,10 @@ static void watchdog_setup(sup *S, baton_client *c, uint32_t lease_ms)
     S->wd_push = push;
 }
 
+/* The URI of -u / --uri-file (malloc'd): freed by cli_run / cli_elect
+ * whichever way run_main returns. */
+static char *uri_owned;
+
 /* baton run and baton elect: one supervisor, two ways of holding. */
 static int run_main(int argc, char **argv, int elect)
 {
@@ -773,7 +777,7 @@ static int run_main(int argc, char **argv, int elect)
     char buf[32];
     char **shv = NULL, *child_uri = NULL, *child_pw = NULL;
     char *sh_argv[4] = { "sh", "-c", NULL, NULL };
-    char *blob = NULL, *uri_owned = NULL, *name_owned = NULL;
+    char *blob = NULL, *name_owned = NULL;
     size_t blob_len = 0;
     pthread_t pth;
     int64_t acq_start;
@@ -1212,7 +1216,6 @@ out:
     cli_blob_free(blob, blob_len);
     free(child_uri);
     cli_secret_free(child_pw);
-    free(uri_owned);
     free(name_owned);
     free(r.msg);
     if (rw) baton_rwlock_free(rw);
@@ -1229,5 +1232,13 @@ out:
 }
 
 
-int cli_run(int argc, char **argv) { return run_main(argc, argv, 0); }
-int cli_elect(int argc, char **argv) { return run_main(argc, argv, 1); }
+static int run_main_free(int argc, char **argv, int elect)
+{
+    int code = run_main(argc, argv, elect);
+    free(uri_owned);
+    uri_owned = NULL;
+    return code;
+}
+
+int cli_run(int argc, char **argv) { return run_main_free(argc, argv, 0); }
+int cli_elect(int argc, char **argv) { return run_main_free(argc, argv, 1); }
