@@ -38,11 +38,12 @@ static void usage(FILE *f)
 static void usage_status(FILE *f)
 {
     fprintf(f,
-        "usage: baton status [-u URI] NAME\n"
+        "usage: baton status [-u URI] [--json] NAME\n"
         "Print what the engine knows about lock NAME (held, holder, fence, lease left,\n"
         "readers, writer, queue, permits), one 'key: value' line each.\n"
         "\n"
         "  -u, --uri URI   the engine (default $BATON_URI, else the file engine)\n"
+        "      --json      one JSON object instead, every key present (null: unknown)\n"
         "      --uri-file FILE  the URI on FILE's first line (keeps a password out of argv)\n"
         "  -h, --help      this help\n"
         "\n"
@@ -95,12 +96,26 @@ const char *cli_default_uri(const char *u)
     return u && *u ? u : NULL;
 }
 
+/* S as a JSON string: quotes, backslashes and control bytes escaped; other
+ * bytes as they are (names are bytes; valid UTF-8 stays valid). */
+static void json_str(const char *s)
+{
+    putchar('"');
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\') printf("\\%c", *p);
+        else if (*p < 0x20) printf("\\u%04x", *p);
+        else putchar(*p);
+    }
+    putchar('"');
+}
+
 static int cmd_status(int argc, char **argv)
 {
-    enum { O_URI_FILE = CLI_LONG_ONLY };
+    enum { O_URI_FILE = CLI_LONG_ONLY, O_JSON };
     static const struct option lo[] = {
         { "uri", required_argument, NULL, CLI_LONG('u') },
         { "uri-file", required_argument, NULL, O_URI_FILE },
+        { "json", no_argument, NULL, O_JSON },
         { "help", no_argument, NULL, CLI_LONG('h') },
         { NULL, 0, NULL, 0 },
     };
@@ -109,10 +124,11 @@ static int cmd_status(int argc, char **argv)
     char *uri_owned = NULL, *name_owned;
     baton_client *c = NULL;
     baton_lockinfo info;
-    int opt, rc, names = 0;
+    int opt, rc, names = 0, json = 0;
 
     while ((opt = cli_next(&o)) != CLI_END) {
         switch (opt) {
+        case O_JSON: json = 1; break;
         case CLI_BAD: free(uri_owned); return EX_USAGE;
         case CLI_OPERAND: name = o.arg; names++; break;
         case 'u':
@@ -143,6 +159,32 @@ static int cmd_status(int argc, char **argv)
         cli_report("status", rc);
         baton_client_close(c);
         return cli_exit_for(rc);
+    }
+    if (json) {
+        char d[1024] = "";
+        int have_d = baton_client_describe(c, d, sizeof d) == 0 && d[0];
+        printf("{\"name\":");
+        json_str(name);
+        printf(",\"backend\":");
+        json_str(baton_client_backend(c));
+        printf(",\"session\":");
+        if (have_d) json_str(d); else printf("null");
+        printf(",\"held\":%s,\"holder\":", info.held ? "true" : "false");
+        if (info.held && info.holder[0]) json_str(info.holder); else printf("null");
+        printf(",\"fence\":%" PRIu64 ",\"remaining_ms\":", info.fence);
+        if (info.held && info.remaining_ms >= 0) printf("%" PRId64, info.remaining_ms); else printf("null");
+        printf(",\"writer\":%s", info.writer > 0 ? "true" : info.writer == 0 ? "false" : "null");
+        printf(",\"readers\":");
+        if (info.readers >= 0) printf("%" PRId64, info.readers); else printf("null");
+        printf(",\"waiting_writers\":");
+        if (info.waiting_writers >= 0) printf("%" PRId64, info.waiting_writers); else printf("null");
+        printf(",\"queue\":");
+        if (info.queue_length >= 0) printf("%" PRId64, info.queue_length); else printf("null");
+        printf(",\"permits\":");
+        if (info.permits != BATON_PERMITS_UNKNOWN) printf("%" PRId64, info.permits); else printf("null");
+        printf("}\n");
+        baton_client_close(c);
+        return 0;
     }
     printf("name: %s\n", name);
     printf("backend: %s\n", baton_client_backend(c));

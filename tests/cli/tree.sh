@@ -133,6 +133,20 @@ if [ "$D" = file ]; then
     expect_rc 0 "[$D] ...and the lock is free at once" b run -n "${U[@]}" "$N" -- true
 fi
 
+# ---- baton status --json: one JSON object ----------------------------------------
+N="${P}json"
+expect_rc 0 "[$D] status --json inside a run" b run "${U[@]}" "$N" -- "$BATON" status "${U[@]}" --json "$N"
+check "[$D] ...is JSON with held true and the fence" /usr/bin/python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["held"] is True and d["fence"] > 0 and d["name"] == sys.argv[2], d
+assert set(d) >= {"backend", "holder", "remaining_ms", "queue", "permits"}, d' "$TMP/out" "$N"
+expect_rc 0 "[$D] status --json of a free name with a quote in it" b status "${U[@]}" --json "${N}\"q"
+check "[$D] ...is JSON with held false" /usr/bin/python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["held"] is False and d["name"].endswith("\"q"), d' "$TMP/out"
+
 # ---- exit codes ----------------------------------------------------------------
 expect_rc 3 "[$D] the command's own status" b run "${U[@]}" "${P}x" -- sh -c 'exit 3'
 
