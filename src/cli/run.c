@@ -425,7 +425,10 @@ static int shim_news(run_state *r, sup *S, int *done)
     cli_shim_msg m;
     ssize_t k = read(S->rep, &m, sizeof m);
     if (k == (ssize_t)sizeof m) {
-        if (m.type == SHIM_DONE) *done = 1;
+        if (m.type == SHIM_DONE) {
+            *done = 1;
+            if (m.b == 1) { S->exited = 1; S->status = m.a; }
+        }
         else if (m.type == SHIM_EXITED) { S->exited = 1; S->status = m.a; }
         else if (m.type == SHIM_EXEC_FAILED) { S->exec_err = m.a; S->exec_step = (int)m.b; }
         else if (m.type == SHIM_WATCHDOG && !S->lost_running && !S->lost_after) {
@@ -1127,8 +1130,25 @@ static int run_main(int argc, char **argv, int elect)
             code = EX_SOFTWARE;
             goto out;
         }
-        len = blob_len;
-        shim_say(S.ctl, SHIM_GO, 0, (int64_t)len);
+        /* the header and the blob in one write: one wake-up of the shim */
+        len = blob_len + sizeof(cli_shim_msg);
+        {
+            cli_shim_msg m;
+            char *nb = realloc(blob, len);
+            if (!nb) {
+                fprintf(stderr, "%s: out of memory\n", prog);
+                give_back(&r);
+                code = EX_SOFTWARE;
+                goto out;
+            }
+            blob = nb;
+            memmove(blob + sizeof m, blob, blob_len);
+            memset(&m, 0, sizeof m);
+            m.type = SHIM_GO;
+            m.b = (int64_t)blob_len;
+            memcpy(blob, &m, sizeof m);
+            blob_len = len;
+        }
         for (size_t off = 0; off < len;) {
             ssize_t k = write(S.ctl, blob + off, len - off);
             if (k < 0 && errno == EINTR) continue;

@@ -202,7 +202,7 @@ static int poll_ms(int64_t now, int64_t deadline)
 _Noreturn void cli_shim_main(cli_shim_cfg *s)
 {
     sigset_t all, chld;
-    int sfd, child_done = 0, baton_gone = 0, killing = 0;
+    int sfd, child_done = 0, baton_gone = 0, killing = 0, child_status = 0, told = 0;
     pid_t child = -1, pgid = 0, w;
     int64_t deadline = INT64_MAX, kill_at = INT64_MAX;
     cli_shim_msg m;
@@ -248,12 +248,17 @@ _Noreturn void cli_shim_main(cli_shim_cfg *s)
         while ((w = waitpid(-1, &status, WNOHANG)) > 0) {
             if (w == child) {
                 child_done = 1;
-                say(s->rep, SHIM_EXITED, status, 0);
+                child_status = status;
             }
         }
-        if (w < 0 && errno == ECHILD) break;
-        /* -o: the lock is COMMAND's alone; what it left behind runs on */
-        if (child_done && s->child_only) break;
+        /* the usual end (the command exited, nothing left, or -o: the lock
+         * is COMMAND's alone and what it left behind runs on) is said in
+         * one record with the status */
+        if ((w < 0 && errno == ECHILD) || (child_done && s->child_only)) break;
+        if (child_done && !told) {
+            say(s->rep, SHIM_EXITED, child_status, 0);
+            told = 1;
+        }
         if (deadline != INT64_MAX && now >= deadline && !killing) {
             /* baton has not confirmed the lease in time: it is stopped or
              * hung, and may not be able to renew it. Kill now: the lease
@@ -298,6 +303,6 @@ _Noreturn void cli_shim_main(cli_shim_cfg *s)
         }
     }
     /* said before our exit, so that baton need not wait for our teardown */
-    say(s->rep, SHIM_DONE, 0, 0);
+    say(s->rep, SHIM_DONE, child_status, child_done && !told);
     _exit(0);
 }

@@ -27,7 +27,8 @@ typedef struct {
 #define SHIM_DEADLINE 'D'   /* b = watchdog deadline, CLOCK_MONOTONIC ns (INT64_MAX: none) */
 #define SHIM_SIGNAL   'S'   /* a = signal for the whole tree; b >= 0: SIGKILL b ns later if any is left */
 /* shim -> baton */
-#define SHIM_DONE        'z' /* the tree is empty (or -o: the command exited); the shim exits */
+#define SHIM_DONE        'z' /* the tree is empty (or -o: the command exited); the shim exits.
+                               b = 1: a = the command's wait status (no 'x' was sent) */
 #define SHIM_EXEC_FAILED 'e' /* a = errno, b = step (0 prctl, 1 exec, 2 fork) */
 #define SHIM_EXITED      'x' /* a = the command's wait status */
 #define SHIM_WATCHDOG    'w' /* the watchdog deadline passed: the tree is being killed */
