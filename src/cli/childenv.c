@@ -1,6 +1,7 @@
 /* The command's environment: BATON_LOCK, BATON_FENCE, and a BATON_URI that
  * a nested baton can use as it is. */
 #include "cli.h"
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -36,14 +37,17 @@ static char *file_uri(const char *dir)
 static char *file_default_uri(void)
 {
     const char *env;
-    char buf[4200];
+    char *buf, *u;
     if ((env = getenv("BATON_DIR")) && *env) return file_uri(env);
+    /* any length: a cut directory would name another one */
     if ((env = getenv("XDG_RUNTIME_DIR")) && env[0] == '/') {
-        snprintf(buf, sizeof buf, "%s/baton", env);
-        return file_uri(buf);
+        if (asprintf(&buf, "%s/baton", env) < 0) return NULL;
+    } else if (asprintf(&buf, "/tmp/baton-%lu", (unsigned long)geteuid()) < 0) {
+        return NULL;
     }
-    snprintf(buf, sizeof buf, "/tmp/baton-%lu", (unsigned long)geteuid());
-    return file_uri(buf);
+    u = file_uri(buf);
+    free(buf);
+    return u;
 }
 
 int cli_child_uri(baton_client *c, const char *given, char **uri, char **password, const char **password_var)
@@ -131,4 +135,35 @@ void cli_env_free(cli_env *e)
     for (size_t i = e->ours; e->env[i]; i++) cli_secret_free(e->env[i]);   /* may hold a password */
     free(e->env);
     e->env = NULL;
+}
+
+char *cli_env_blob(size_t *len, ...)
+{
+    va_list ap;
+    size_t n = 0, o = 0;
+    const char *k, *v;
+    char *b;
+
+    va_start(ap, len);
+    while ((k = va_arg(ap, const char *))) {
+        v = va_arg(ap, const char *);
+        n += strlen(k) + 1 + (v ? strlen(v) + 1 : 0);
+    }
+    va_end(ap);
+    if (!(b = malloc(n ? n : 1))) return NULL;
+    va_start(ap, len);
+    while ((k = va_arg(ap, const char *))) {
+        v = va_arg(ap, const char *);
+        o += (size_t)sprintf(b + o, v ? "%s=%s" : "%s", k, v ? v : "") + 1;
+    }
+    va_end(ap);
+    *len = o;
+    return b;
+}
+
+void cli_blob_free(char *b, size_t len)
+{
+    if (!b) return;
+    explicit_bzero(b, len);
+    free(b);
 }

@@ -68,6 +68,24 @@ int cli_exit_for(int rc);
 void cli_report(const char *what, int rc);
 const char *cli_default_uri(const char *u);
 
+/* ---- secrets (secret.c) --------------------------------------------------- */
+
+/* A copy of the URI option's argument ARG (malloc'd; NULL, reported, when out
+ * of memory); ARG itself, which lives in our argv, has its password
+ * overwritten with 'x' so that /proc/PID/cmdline does not show it. */
+char *cli_uri_arg(const char *arg);
+/* The URI on the first line of PATH (malloc'd), or NULL with a usage error
+ * of CMD reported. */
+char *cli_read_uri_file(const char *cmd, const char *path);
+
+/* NAME as the engine of C should see it (malloc'd; NULL, reported, on
+ * failure): on the file engine a NAME that starts with "./" or "../" is a
+ * path, like an absolute one, resolved against the current directory now
+ * (flock(1) takes it so: `flock ./x` and `baton run ./x` exclude each
+ * other). The library keeps such names inside its lock directory; it is
+ * the command line that reads them as paths. */
+char *cli_lock_name(baton_client *c, const char *name);
+
 /* ---- the command's environment (childenv.c) ------------------------------ */
 
 /* BATON_URI for the command: the engine's URI as a nested baton can use it.
@@ -87,6 +105,11 @@ typedef struct {
 } cli_env;
 int cli_env_make(cli_env *e, const char *const *keys, const char *const *vals, size_t n);
 void cli_env_free(cli_env *e);
+/* "KEY=VAL\0KEY=VAL\0..." from KEY, VAL pairs ending at a NULL KEY; a NULL
+ * VAL gives a bare "KEY\0" (remove it). malloc'd (*len bytes), or NULL.
+ * Wipe it with cli_blob_free (it may hold a password). */
+char *cli_env_blob(size_t *len, ...);
+void cli_blob_free(char *b, size_t len);
 
 /* ---- commands ------------------------------------------------------------- */
 int cli_run(int argc, char **argv);
@@ -96,6 +119,9 @@ void cli_usage_elect(FILE *f);
 int baton__cli_bench(int argc, char **argv);
 int baton__cli_check(int argc, char **argv);
 int cli_fence(int argc, char **argv);
+int cli_hold(int argc, char **argv);
+void cli_usage_hold(FILE *f);
+int cli_release(int argc, char **argv);
 void cli_usage_fence(FILE *f);
 
 #endif

@@ -15,6 +15,7 @@ static void usage(FILE *f)
         "                 [-t LEASE_SECS] [--verbose] NAME [--] COMMAND [ARG...] | -c CMD\n"
         "       baton elect [-u URI] [-n | -w SECS] [--value V] NAME [--] COMMAND [ARG...]\n"
         "       baton elect [-u URI] --listen | --leader NAME\n"
+        "       eval \"$(baton hold [-u URI] [-n | -w SECS] [-t LEASE] NAME)\"; ...; baton release NAME\n"
         "       baton status [-u URI] NAME\n"
         "       baton latch [-u URI] NAME set N | down | count | wait [-w SECS]\n"
         "       baton sem [-u URI] NAME set N | add N | available | drain\n"
@@ -27,21 +28,23 @@ static void usage(FILE *f)
         "(-u URI, else $BATON_URI, else the file engine) while COMMAND runs.\n"
         "'baton COMMAND --help' tells each command's options.\n"
         "\n"
-        "exit: the child's status (128+signal if killed), 1 busy, 64 usage, 69 engine\n"
-        "unreachable or authentication failed, 70 internal failure, 74 the lock store\n"
-        "refused (a planted file, an I/O error), 75 lease lost while\n"
-        "CMD ran, 128+signal when INT/TERM/HUP canceled the wait. baton fence: 65 fenced\n"
-        "off (a newer fence is stored).\n");
+        "exit: the child's status when it ended on its own (128+signal if killed), 1\n"
+        "busy, 64 usage, 69 engine unreachable or authentication failed, 70 internal\n"
+        "failure, 74 the lock store refused (a planted file, an I/O error), 75 baton\n"
+        "stopped CMD because the lock was lost, 128+signal when INT/TERM/HUP canceled\n"
+        "the wait. baton fence: 65 fenced off (a newer fence is stored).\n");
 }
 
 static void usage_status(FILE *f)
 {
     fprintf(f,
-        "usage: baton status [-u URI] NAME\n"
+        "usage: baton status [-u URI] [--json] NAME\n"
         "Print what the engine knows about lock NAME (held, holder, fence, lease left,\n"
         "readers, writer, queue, permits), one 'key: value' line each.\n"
         "\n"
         "  -u, --uri URI   the engine (default $BATON_URI, else the file engine)\n"
+        "      --json      one JSON object instead, every key present (null: unknown)\n"
+        "      --uri-file FILE  the URI on FILE's first line (keeps a password out of argv)\n"
         "  -h, --help      this help\n"
         "\n"
         "exit: 0 when the engine answered (held or not), 64 usage, 69 engine unreachable.\n");
@@ -93,40 +96,100 @@ const char *cli_default_uri(const char *u)
     return u && *u ? u : NULL;
 }
 
+/* S as a JSON string: quotes, backslashes and control bytes escaped; other
+ * bytes as they are (names are bytes; valid UTF-8 stays valid). */
+static void json_str(const char *s)
+{
+    putchar('"');
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\') printf("\\%c", *p);
+        else if (*p < 0x20) printf("\\u%04x", *p);
+        else putchar(*p);
+    }
+    putchar('"');
+}
+
 static int cmd_status(int argc, char **argv)
 {
+    enum { O_URI_FILE = CLI_LONG_ONLY, O_JSON };
     static const struct option lo[] = {
         { "uri", required_argument, NULL, CLI_LONG('u') },
+        { "uri-file", required_argument, NULL, O_URI_FILE },
+        { "json", no_argument, NULL, O_JSON },
         { "help", no_argument, NULL, CLI_LONG('h') },
         { NULL, 0, NULL, 0 },
     };
     cli_opts o = { .argc = argc, .argv = argv, .cmd = "status", .shorts = "u:h", .lo = lo, .permute = 1 };
     const char *uri = NULL, *name = NULL;
+    char *uri_owned = NULL, *name_owned;
     baton_client *c = NULL;
     baton_lockinfo info;
-    int opt, rc, names = 0;
+    int opt, rc, names = 0, json = 0;
 
     while ((opt = cli_next(&o)) != CLI_END) {
         switch (opt) {
-        case CLI_BAD: return EX_USAGE;
+        case O_JSON: json = 1; break;
+        case CLI_BAD: free(uri_owned); return EX_USAGE;
         case CLI_OPERAND: name = o.arg; names++; break;
-        case 'u': uri = o.arg; break;
-        case 'h': usage_status(stdout); return 0;
+        case 'u':
+            free(uri_owned);
+            if (!(uri = uri_owned = cli_uri_arg(o.arg))) return EX_SOFTWARE;
+            break;
+        case O_URI_FILE:
+            free(uri_owned);
+            if (!(uri = uri_owned = cli_read_uri_file("status", o.arg))) return EX_USAGE;
+            break;
+        case 'h': free(uri_owned); usage_status(stdout); return 0;
         default: return cli_usage_error("status", "option '%s' is not handled", o.name);
         }
     }
-    if (names != 1) return cli_usage_error("status", names ? "expected one NAME" : "missing NAME");
-    if ((rc = baton_client_open(&c, cli_default_uri(uri), NULL))) { cli_report("open", rc); return cli_exit_for(rc); }
-    rc = baton_lock_info(c, name, &info);
+    if (names != 1) {
+        free(uri_owned);
+        return cli_usage_error("status", names ? "expected one NAME" : "missing NAME");
+    }
+    if ((rc = baton_client_open(&c, cli_default_uri(uri), NULL))) { free(uri_owned); cli_report("open", rc); return cli_exit_for(rc); }
+    free(uri_owned);
+    if (!(name_owned = cli_lock_name(c, name))) {
+        baton_client_close(c);
+        return EX_SOFTWARE;
+    }
+    rc = baton_lock_info(c, name_owned, &info);
+    free(name_owned);
     if (rc) {
         cli_report("status", rc);
         baton_client_close(c);
         return cli_exit_for(rc);
     }
+    if (json) {
+        char d[1024] = "";
+        int have_d = baton_client_describe(c, d, sizeof d) == 0 && d[0];
+        printf("{\"name\":");
+        json_str(name);
+        printf(",\"backend\":");
+        json_str(baton_client_backend(c));
+        printf(",\"session\":");
+        if (have_d) json_str(d); else printf("null");
+        printf(",\"held\":%s,\"holder\":", info.held ? "true" : "false");
+        if (info.held && info.holder[0]) json_str(info.holder); else printf("null");
+        printf(",\"fence\":%" PRIu64 ",\"remaining_ms\":", info.fence);
+        if (info.held && info.remaining_ms >= 0) printf("%" PRId64, info.remaining_ms); else printf("null");
+        printf(",\"writer\":%s", info.writer > 0 ? "true" : info.writer == 0 ? "false" : "null");
+        printf(",\"readers\":");
+        if (info.readers >= 0) printf("%" PRId64, info.readers); else printf("null");
+        printf(",\"waiting_writers\":");
+        if (info.waiting_writers >= 0) printf("%" PRId64, info.waiting_writers); else printf("null");
+        printf(",\"queue\":");
+        if (info.queue_length >= 0) printf("%" PRId64, info.queue_length); else printf("null");
+        printf(",\"permits\":");
+        if (info.permits != BATON_PERMITS_UNKNOWN) printf("%" PRId64, info.permits); else printf("null");
+        printf("}\n");
+        baton_client_close(c);
+        return 0;
+    }
     printf("name: %s\n", name);
     printf("backend: %s\n", baton_client_backend(c));
     {
-        char d[256];
+        char d[1024];
         if (baton_client_describe(c, d, sizeof d) == 0 && d[0]) printf("session: %s\n", d);
     }
     printf("held: %s\n", info.held ? "yes" : "no");
@@ -243,11 +306,13 @@ static void log_to_stderr(int level, const char *msg, void *p)
 int main(int argc, char **argv)
 {
     baton_log_set(log_to_stderr, NULL);
-    if (argc < 2) return cli_usage_error(NULL, "missing command (run, elect, status, latch, sem, fence, bench, check, version)");
+    if (argc < 2) return cli_usage_error(NULL, "missing command (run, hold, release, elect, status, latch, sem, fence, bench, check, version)");
     if (!strcmp(argv[1], "run")) return cli_run(argc - 1, argv + 1);
     if (!strcmp(argv[1], "elect")) return cli_elect(argc - 1, argv + 1);
     if (!strcmp(argv[1], "status")) return cmd_status(argc - 1, argv + 1);
     if (!strcmp(argv[1], "fence")) return cli_fence(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "hold")) return cli_hold(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "release")) return cli_release(argc - 1, argv + 1);
     if (!strcmp(argv[1], "bench")) return baton__cli_bench(argc - 1, argv + 1);
     if (!strcmp(argv[1], "check")) return baton__cli_check(argc - 1, argv + 1);
     if (!strcmp(argv[1], "latch")) return cmd_sync(argc - 1, argv + 1, 1);

@@ -44,25 +44,29 @@ static void typed_long(cli_opts *o, const char *elem)
     o->name[n] = 0;
 }
 
-/* An unknown or ambiguous long option: which, and why. */
+/* An unknown or ambiguous long option: which, and why. The messages quote
+ * the element as typed, whole (o->name may have cut a long one). */
 static int bad_long(cli_opts *o, const char *elem)
 {
     const char *typed = elem + 2;
-    size_t n = strcspn(typed, "=");
-    char list[256] = "";
-    int matches = 0, last_val = 0;
+    size_t n = strcspn(typed, "="), cap = 0;
+    char *list = NULL;
+    FILE *f = open_memstream(&list, &cap);
+    int matches = 0, last_val = 0, rc;
 
     typed_long(o, elem);
     for (const struct option *p = o->lo; p && p->name; p++) {
         if (strncmp(p->name, typed, n)) continue;
         if (matches && p->val == last_val) continue;   /* two spellings of one option */
-        size_t len = strlen(list);
-        snprintf(list + len, sizeof list - len, "%s--%s", matches ? ", " : "", p->name);
+        if (f) fprintf(f, "%s--%s", matches ? ", " : "", p->name);
         last_val = p->val;
         matches++;
     }
-    if (matches > 1) return bad(o->cmd, "option '%s' is ambiguous (%s)", o->name, list);
-    return bad(o->cmd, "unrecognized option '%s'", o->name);
+    if (f) fclose(f);
+    if (matches > 1) rc = bad(o->cmd, "option '%.*s' is ambiguous (%s)", (int)(n + 2), elem, list ? list : "");
+    else rc = bad(o->cmd, "unrecognized option '%.*s'", (int)(n + 2), elem);
+    free(list);
+    return rc;
 }
 
 int cli_next(cli_opts *o)
@@ -105,7 +109,8 @@ int cli_next(cli_opts *o)
         if (optopt > 0 && optopt < 0x100)
             return bad(o->cmd, "option requires an argument -- '%c'", optopt);
         typed_long(o, o->argv[optind - 1]);
-        return bad(o->cmd, "option '%s' requires an argument", o->name);
+        return bad(o->cmd, "option '%.*s' requires an argument", (int)strcspn(o->argv[optind - 1], "="),
+                   o->argv[optind - 1]);
     }
     if (c == '?') {
         if (optopt > 0 && optopt < 0x100) {
@@ -114,7 +119,8 @@ int cli_next(cli_opts *o)
         }
         if (optopt >= 0x100) {
             typed_long(o, o->argv[optind - 1]);
-            return bad(o->cmd, "option '%s' doesn't allow an argument", o->name);
+            return bad(o->cmd, "option '%.*s' doesn't allow an argument", (int)strcspn(o->argv[optind - 1], "="),
+                       o->argv[optind - 1]);
         }
         return bad_long(o, o->argv[optind - 1]);
     }

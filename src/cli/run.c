@@ -1,5 +1,6 @@
 /* baton run: flock(1) across machines. */
 #include "cli.h"
+#include "shim.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -8,6 +9,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +33,7 @@
  * lost (on_lost runs on the library's keeper thread, so it only writes). */
 #define EV_DONE 'D'
 #define EV_LOST 'L'
+#define EV_PLOST 'P'   /* the permit's renewal thread: lost (why in run_state.msg) */
 static int ev_pipe[2] = { -1, -1 };
 
 static void on_lost(baton_lock *l, void *p)
@@ -81,6 +84,26 @@ static int poll_ms(int64_t now, int64_t deadline)
     return ms > INT_MAX ? INT_MAX : (int)ms;
 }
 
+/* The margin a deadline keeps for the kill to land: a tenth of the lease,
+ * 20 ms..2 s. */
+static int64_t margin_ns(int64_t lease)
+{
+    int64_t m = lease / 10;
+    return m < 20000000 ? 20000000 : m > 2000000000 ? 2000000000 : m;
+}
+
+static void shim_say(int fd, char type, int32_t a, int64_t b)
+{
+    cli_shim_msg m;
+    memset(&m, 0, sizeof m);
+    m.type = type;
+    m.a = a;
+    m.b = b;
+    /* 16 bytes: atomic on a pipe, from any thread; the shim gone is noticed
+     * by its exit */
+    if (fd >= 0 && write(fd, &m, sizeof m) < 0) { /* see above */ }
+}
+
 typedef struct {
     const char *name;
     baton_lock *l;                  /* a plain lock or a side of a rwlock */
@@ -93,12 +116,36 @@ typedef struct {
     int sfd;
     /* The library renews locks itself; a permit is renewed here. */
     int keep;                       /* 1 while the permit has a lease to renew */
-    int64_t renew_at, lease_end;    /* monotonic ns */
+    int64_t renew_at;               /* monotonic ns; the renewal thread's once the command runs */
+    _Atomic int64_t lease_end;      /* the permit's lease ends (the last renewal sent + lease) */
+    int shim_ctl;                   /* where a renewal's watchdog deadline goes (-1: nowhere) */
+    int64_t wd_lease;               /* what can run out while we are stopped (0: the lease) */
+    int64_t shim_deadline;          /* the watchdog deadline of the last renewal */
+    pthread_mutex_t pmu;            /* the renewal thread's sleep and stop */
+    pthread_cond_t pcv;
+    int pstop;
     /* Filled by the acquire helper; read after it is joined (or done is set). */
     int rc;
-    char msg[256];                  /* its error message: baton_error_last() is per thread */
+    char *msg;                      /* its error message, whole (malloc'd; the engines' can be
+                                       long: a DDL to hand to a DBA): baton_error_last() is per thread */
     atomic_int done;
 } run_state;
+
+/* r->msg = the message, whole (a failed allocation leaves the old one, or
+ * none: the code's text is printed then). */
+static void set_msg(run_state *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void set_msg(run_state *r, const char *fmt, ...)
+{
+    va_list ap;
+    char *m;
+    int n;
+    va_start(ap, fmt);
+    n = vasprintf(&m, fmt, ap);
+    va_end(ap);
+    if (n < 0) return;
+    free(r->msg);
+    r->msg = m;
+}
 
 static void *acquire_main(void *arg)
 {
@@ -110,7 +157,7 @@ static void *acquire_main(void *arg)
           : r->el ? baton_election_campaign(r->el, r->value, r->wait_ms)
                   : baton_lock_acquire(r->l, r->wait_ms);
     e = baton_error_last();
-    if (r->rc && e->code == r->rc && e->message) snprintf(r->msg, sizeof r->msg, "%s", e->message);
+    if (r->rc && e->code == r->rc && e->message) set_msg(r, "%s", e->message);
     atomic_store(&r->done, 1);
     if (write(ev_pipe[1], &c, 1) < 0) { /* cannot fail (see on_lost); done is set anyway */ }
     return NULL;
@@ -232,6 +279,16 @@ static int64_t permit_period(int64_t lease_ns)
     return lease_ns / 3 < 1000000000 ? lease_ns / 3 : 1000000000;
 }
 
+/* The watchdog's deadline after a renewal sent at SENT: the permit's lease,
+ * or the engine's session when that is shorter (a ZooKeeper session ends
+ * its timeout after the last request the server saw), less a margin. */
+static int64_t permit_wd_deadline(const run_state *r, int64_t sent)
+{
+    int64_t wl = (int64_t)r->lease_ms * 1000000;
+    if (r->wd_lease > 0 && r->wd_lease < wl) wl = r->wd_lease;
+    return sent + wl - margin_ns(wl);
+}
+
 static const char *permit_keep(run_state *r, int ask)
 {
     int64_t now = mono_ns(), sent, lease = (int64_t)r->lease_ms * 1000000, retry;
@@ -246,17 +303,22 @@ static const char *permit_keep(run_state *r, int ask)
     if (rc == 0) {
         r->lease_end = sent + lease;
         r->renew_at = sent + permit_period(lease);
+        /* the shim kills the command before this lease can end, should we
+         * be stopped; our own loop acts a margin earlier */
+        r->shim_deadline = permit_wd_deadline(r, sent);
+        shim_say(r->shim_ctl, SHIM_DEADLINE, 0, r->shim_deadline);
         return NULL;
     }
     if (rc == BATON_ENOTSUP) {
         /* This engine's permits have no lease (file: the kernel frees the
          * slot when we die): nothing to renew, nothing to lose. */
         r->keep = 0;
+        shim_say(r->shim_ctl, SHIM_DEADLINE, 0, INT64_MAX);
         return NULL;
     }
     if (!transient(rc)) {
         const baton_error *e = baton_error_last();
-        snprintf(r->msg, sizeof r->msg, "permit lost (%s)",
+        set_msg(r, "permit lost (%s)",
                  e->code == rc && e->message && *e->message ? e->message : baton_strerror(rc));
         return r->msg;
     }
@@ -268,126 +330,211 @@ static const char *permit_keep(run_state *r, int ask)
     return now >= r->lease_end ? "the permit's lease ran out" : NULL;
 }
 
-/* The command's side of vfork(). */
-typedef struct {
-    const char *file;              /* what to execute: searched in PATH unless it has a '/' */
-    char *const *argv;
-    char *const *shv;              /* "sh" + argv, for a script without #! */
-    char *const *envp;
-    const sigset_t *mask;          /* the mask baton started with */
-    const struct sigaction *chld;  /* SIGCHLD back to SIG_IGN, when it was; else NULL */
-    pid_t parent;                  /* getpid() before vfork */
-    /* Written by the child into our memory (vfork shares it until exec): */
-    volatile int err;              /* errno of the failed step; 0 when exec succeeded */
-    volatile int step;             /* 0: prctl, 1: exec */
-} spawn_req;
-
-/* Runs in the vfork child, on the parent's memory and stack, until exec:
- * only async-signal-safe calls, never a return. */
-static _Noreturn void child_side(spawn_req *s)
+/* ---- the permit's renewals: a thread of their own --------------------------
+ * A renewal can block for the engine's whole I/O timeout (a frozen link),
+ * longer than the lease: it must never hold up the loop that watches the
+ * command. The thread renews; the loop kills on the monotonic deadline the
+ * last successful renewal set (its send time + the lease), whatever the
+ * thread is blocked in. */
+static void *permit_main(void *arg)
 {
-    /* The command must not outlive baton: the kernel kills it when the
-     * thread that forked it (main, alive for the whole run) dies. */
-    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) {
-        s->err = errno;
-        _exit(EX_SOFTWARE);
+    run_state *r = arg;
+    const char *why = NULL;
+    char c = EV_PLOST;
+
+    pthread_mutex_lock(&r->pmu);
+    while (!r->pstop && r->keep && !why) {
+        struct timespec ts = { (time_t)(r->renew_at / 1000000000), (long)(r->renew_at % 1000000000) };
+        if (mono_ns() < r->renew_at) {
+            pthread_cond_timedwait(&r->pcv, &r->pmu, &ts);
+            continue;
+        }
+        pthread_mutex_unlock(&r->pmu);
+        why = permit_keep(r, 0);
+        pthread_mutex_lock(&r->pmu);
     }
-    /* Killed between vfork and prctl: we were reparented and no death
-     * signal will come. Nobody waits for us either. */
-    if (getppid() != s->parent) _exit(EX_SOFTWARE);
-    if (s->chld) sigaction(SIGCHLD, s->chld, NULL);
-    sigprocmask(SIG_SETMASK, s->mask, NULL);
-    s->step = 1;
-    execvpe(s->file, s->argv, s->envp);
-    /* a script without a #! line: what execvp does, run it with sh */
-    if (errno == ENOEXEC) execve("/bin/sh", s->shv, s->envp);
-    s->err = errno;
-    _exit(s->err == ENOENT ? 127 : 126);
+    pthread_mutex_unlock(&r->pmu);
+    if (why && write(ev_pipe[1], &c, 1) < 0) { /* cannot fail (see on_lost) */ }
+    return NULL;
 }
 
-/* vfork rather than fork: the parent's page tables (the TLS libraries mapped
- * in) are not copied for a short command. Kept apart so nothing of a larger
- * frame lives across the vfork. */
-static pid_t spawn(spawn_req *s)
+/* ---- supervising the command through the shim ------------------------------ */
+
+typedef struct {
+    pid_t shim;
+    int ctl, rep;                /* our ends of the shim's pipes */
+    int group;                   /* CLI_GROUP_* */
+    int child_only;              /* -o */
+    int64_t kill_after;          /* ns */
+    /* the watchdog: lease engines only (the file engine's lock cannot run
+     * out while baton is stopped) */
+    int64_t wd_lease, wd_push;   /* 0 = no watchdog; how often we push a deadline */
+    /* what happened */
+    int exited, status, exec_err, exec_step, shim_reaped;
+    int lost_running, lost_after, watchdog, shim_died;
+} sup;
+
+static int confirmed(run_state *r)
 {
-    pid_t pid = vfork();
-    if (pid == 0) child_side(s);
-    return pid;
+    return r->el ? baton_election_is_leader(r->el) : r->l ? baton_lock_held(r->l) : 1;
 }
 
-static void lose_now(run_state *r, pid_t child, const char *why, double kill_after, int64_t *kill_at, int *lost)
+/* The watchdog's deadline after a confirmation at NOW: the lease was renewed
+ * within its renewal period (a third of it) before now, so it cannot run
+ * out before now + lease - period; less a margin for the kill to land. */
+static int64_t wd_deadline(const sup *S, int64_t now)
 {
-    *lost = 1;
-    fprintf(stderr, "%s: %s: %s; terminating the command\n", prog, r->name, why);
-    kill(child, SIGTERM);   /* our own unreaped child: cannot fail */
-    *kill_at = add_ns(mono_ns(), secs_ns(kill_after));
+    return now + S->wd_lease - S->wd_lease / 3 - margin_ns(S->wd_lease);
 }
 
-/* Forwards signals, keeps the permit, notices a lost lease, and waits for the
- * command. Returns 0 once it is reaped (*status set), or EX_SOFTWARE after a
- * failure of ours. Either way the command is no longer running: the caller
- * may give the lock back. */
-static int supervise(run_state *r, pid_t child, double kill_after, int *status, int *lost)
+static void lose(run_state *r, sup *S, const char *why)
 {
-    int64_t kill_at = INT64_MAX;
-    const char *failed;
-    int fail_errno;
+    if (S->lost_running || S->lost_after || S->watchdog) return;
+    /* the lease is gone: --kill-after decides now, not the watchdog */
+    shim_say(S->ctl, SHIM_DEADLINE, 0, INT64_MAX);
+    if (!S->exited) {
+        S->lost_running = 1;
+        fprintf(stderr, "%s: %s: %s; terminating the command\n", prog, r->name, why);
+    } else {
+        S->lost_after = 1;
+        fprintf(stderr, "%s: %s: %s after the command exited; terminating what it left running\n", prog, r->name, why);
+    }
+    shim_say(S->ctl, SHIM_SIGNAL, SIGTERM, S->kill_after);
+}
 
-    for (;;) {
-        struct pollfd p[2] = { { r->sfd, POLLIN, 0 }, { ev_pipe[0], POLLIN, 0 } };
-        const char *why;
-        int64_t now, due;
+/* Everything of the command is ours to kill (the shim is gone): its tree
+ * was re-parented to us (we are a subreaper too). */
+static void reap_all(sup *S)
+{
+    int st;
+    (void)S;
+    for (int i = 0;; i++) {
         pid_t w;
+        while ((w = waitpid(-1, &st, WNOHANG)) > 0) {}
+        if (w < 0 && errno != EINTR) return;   /* ECHILD: none left (the usual case: no /proc walk) */
+        if (i) sleep_ms(i < 10 ? 5 : 20);
+        /* everything left is a descendant of ours (we are a subreaper) */
+        cli_tree_kill(getpid(), 0, SIGKILL);
+    }
+}
 
-        if (r->pm && !*lost && (why = permit_keep(r, 0))) lose_now(r, child, why, kill_after, &kill_at, lost);
-        now = mono_ns();
-        if (kill_at != INT64_MAX && now >= kill_at) {
-            kill(child, SIGKILL);
-            kill_at = INT64_MAX;
+/* Reads what the shim said (one record); 0 once its pipe is closed or
+ * empty after it exited. */
+static int shim_news(run_state *r, sup *S, int *done)
+{
+    cli_shim_msg m;
+    ssize_t k = read(S->rep, &m, sizeof m);
+    if (k == (ssize_t)sizeof m) {
+        if (m.type == SHIM_DONE) {
+            *done = 1;
+            if (m.b == 1) { S->exited = 1; S->status = m.a; }
         }
-        due = kill_at;
-        if (r->pm && !*lost && r->keep) {
-            if (r->renew_at < due) due = r->renew_at;
-            if (r->lease_end < due) due = r->lease_end;
+        else if (m.type == SHIM_EXITED) { S->exited = 1; S->status = m.a; }
+        else if (m.type == SHIM_EXEC_FAILED) { S->exec_err = m.a; S->exec_step = (int)m.b; }
+        else if (m.type == SHIM_WATCHDOG && !S->lost_running && !S->lost_after) {
+            S->watchdog = 1;
+            fprintf(stderr, "%s: %s: baton could not confirm the lease in time (stopped or hung); "
+                    "the watchdog killed the command\n", prog, r->name);
         }
-        if (poll(p, *lost ? 1 : 2, poll_ms(now, due)) < 0) {
+        return 1;
+    }
+    if (k < 0 && errno == EINTR) return 1;
+    /* EOF, or empty (EAGAIN): the caller polls again, or (the shim is gone) stops */
+    return k < 0 && errno == EAGAIN && !S->shim_reaped;
+}
+
+/* Forwards signals, keeps the watchdog fed, notices a lost lease, and waits
+ * until the shim reports the command's tree empty (or, with -o, the command
+ * itself exited). Returns 0 (S filled), or EX_SOFTWARE after a failure of
+ * ours. Either way nothing of the command is running any more, unless -o
+ * left it: the caller may give the lock back. */
+static int supervise(run_state *r, sup *S)
+{
+    int64_t next_push = S->wd_push ? mono_ns() : INT64_MAX;
+    int64_t lm = r->pm ? 2 * margin_ns((int64_t)r->lease_ms * 1000000) : 0;
+    const char *failed = NULL;
+    int fail_errno = 0, rep_open = 1, shim_done = 0;
+
+    while (!shim_done) {
+        struct pollfd p[3] = { { r->sfd, POLLIN, 0 }, { ev_pipe[0], POLLIN, 0 }, { S->rep, POLLIN, 0 } };
+        int64_t now = mono_ns(), due = INT64_MAX, lend;
+
+        if (r->pm && r->keep && !S->lost_running && !S->lost_after) {
+            lend = atomic_load(&r->lease_end);
+            if (now >= lend - lm) lose(r, S, "the permit's lease ran out");
+            else due = lend - lm;
+        }
+        if (!S->lost_running && !S->lost_after && !S->watchdog && now >= next_push) {
+            if (confirmed(r)) shim_say(S->ctl, SHIM_DEADLINE, 0, wd_deadline(S, now));
+            next_push = now + S->wd_push;
+        }
+        if (S->wd_push && next_push < due) due = next_push;
+        if (poll(p, rep_open ? 3 : 2, poll_ms(now, due)) < 0) {
             if (errno == EINTR) continue;
             failed = "poll";
             fail_errno = errno;
             break;
         }
+        /* the shim's news first: a watchdog that fired while we were stopped
+         * explains the loss we find on waking */
+        if (rep_open && (p[2].revents & (POLLIN | POLLHUP | POLLERR))) rep_open = shim_news(r, S, &shim_done);
         if (p[1].revents & POLLIN) {
             char c;
             ssize_t k = read(ev_pipe[0], &c, 1);
-            if (k == 1 && c == EV_LOST) lose_now(r, child, r->el ? "leadership lost" : "lease lost", kill_after, &kill_at, lost);
+            if (k == 1 && c == EV_LOST) lose(r, S, r->el ? "leadership lost" : "lease lost");
+            else if (k == 1 && c == EV_PLOST) lose(r, S, r->msg ? r->msg : "permit lost");
             else if (k < 0 && errno != EINTR) { failed = "read(pipe)"; fail_errno = errno; break; }
         }
         if (p[0].revents & POLLIN) {
             struct signalfd_siginfo si;
-            ssize_t k = read(r->sfd, &si, sizeof si);
-            if (k == (ssize_t)sizeof si && si.ssi_signo != SIGCHLD) kill(child, (int)si.ssi_signo);
-            else if (k < 0 && errno != EAGAIN && errno != EINTR) { failed = "read(signalfd)"; fail_errno = errno; break; }
+            ssize_t k;
+            while ((k = read(r->sfd, &si, sizeof si)) == (ssize_t)sizeof si) {
+                if (si.ssi_signo == SIGCHLD) continue;
+                /* The terminal's own (Ctrl-C, a hang-up) reached the command
+                 * directly when it shares our group: it is the command's
+                 * to handle (an editor keeps running on Ctrl-C). */
+                if (S->group == CLI_GROUP_SAME && si.ssi_code == SI_KERNEL) continue;
+                /* the whole tree gets it; SIGKILL after --kill-after */
+                shim_say(S->ctl, SHIM_SIGNAL, (int32_t)si.ssi_signo, S->kill_after);
+            }
+            if (k < 0 && errno != EAGAIN && errno != EINTR) { failed = "read(signalfd)"; fail_errno = errno; break; }
         }
-        w = waitpid(child, status, WNOHANG);
-        if (w == child) return 0;
-        if (w < 0 && errno != EINTR) {
-            /* ECHILD, the only way it fails here: it is no child of ours any
-             * more, so there is nothing left to kill or wait for. */
-            fprintf(stderr, "%s: waitpid: %s\n", prog, strerror(errno));
-            return EX_SOFTWARE;
+        for (;;) {
+            int st;
+            pid_t w = waitpid(-1, &st, WNOHANG);
+            if (w <= 0) break;
+            if (w == S->shim) {
+                S->shim_reaped = 1;
+                /* what it said before it exited is all in the pipe now */
+                while (rep_open && !shim_done) rep_open = shim_news(r, S, &shim_done);
+                /* done is said just before a clean exit: without it the
+                 * shim died (killed), and what it kept is now ours */
+                if (!shim_done) {
+                    shim_done = 1;
+                    S->shim_died = 1;
+                }
+            }
         }
     }
+    if (!failed && !S->shim_died) {
+        /* the tree is empty (-o: the command exited, and what it left behind
+         * is not ours); the shim's exit need not be waited for: it is our
+         * child, and init's once we exit */
+        return 0;
+    }
+    if (failed) fprintf(stderr, "%s: %s: %s; killing the command\n", prog, failed, strerror(fail_errno));
+    else fprintf(stderr, "%s: the supervising process died; killing the command\n", prog);
     /* Without the loop we can neither forward signals nor notice a lost
-     * lease: the command must not run on unwatched, and the lock may only be
-     * given back once it is gone. */
-    fprintf(stderr, "%s: %s: %s; killing the command\n", prog, failed, strerror(fail_errno));
-    kill(child, SIGKILL);
-    while (waitpid(child, status, 0) < 0 && errno == EINTR) {}
+     * lease: nothing of the command may run on unwatched, and the lock may
+     * only be given back once it is all gone. */
+    if (!shim_done) kill(S->shim, SIGKILL);
+    reap_all(S);
     return EX_SOFTWARE;
 }
 
 enum { M_PLAIN, M_FAIR, M_SHARED, M_WRITE, M_PERMITS };
-enum { O_KILL_AFTER = CLI_LONG_ONLY, O_FAIR, O_PERMITS, O_VERBOSE, O_VALUE, O_LISTEN, O_LEADER };
+enum { O_KILL_AFTER = CLI_LONG_ONLY, O_FAIR, O_PERMITS, O_VERBOSE, O_VALUE, O_LISTEN, O_LEADER, O_LOST_CODE,
+       O_URI_FILE };
 
 /* The longest lease: the engines count leases in 32-bit milliseconds. */
 #define LEASE_MAX_S 4294967.295
@@ -400,7 +547,9 @@ void cli_usage_run(FILE *f)
         "       baton run [options] NAME -c COMMAND_STRING\n"
         "Run COMMAND while holding the lock NAME: flock(1) across machines.\n"
         "\n"
-        "  -u, --uri URI        the engine (default $BATON_URI, else the file engine)\n"
+        "  -u, --uri URI        the engine (default $BATON_URI, else the file engine); a\n"
+        "                       password in it is masked in ps at once: prefer --uri-file\n"
+        "      --uri-file FILE  the URI on FILE's first line (keeps a password out of argv)\n"
         "  -n, --nonblock       do not wait: if the lock is busy, exit 1 (or -E CODE) at once\n"
         "  -w, --timeout SECS   wait at most SECS (also --wait; default: forever; 0 = -n)\n"
         "  -E, --conflict-exit-code CODE\n"
@@ -412,10 +561,15 @@ void cli_usage_run(FILE *f)
         "      --permits N      take one of N permits of semaphore NAME (1-1000000)\n"
         "  -t, --lease SECS     the lease, renewed while COMMAND runs (default 30;\n"
         "                       0.05 to 4294967.295: leases are 32-bit milliseconds)\n"
-        "      --kill-after S   after a lost lease, SIGKILL S seconds after SIGTERM (default 10)\n"
+        "      --kill-after S   SIGKILL S seconds after the SIGTERM of a lost lease or a\n"
+        "                       forwarded signal, if anything of COMMAND is left (default 10)\n"
+        "  -o, --close          release when COMMAND itself exits; what it leaves running\n"
+        "                       is not waited for (flock's -o: its children do not hold it)\n"
+        "      --lost-exit-code CODE\n"
+        "                       exit CODE when COMMAND exited 0 but the lock turned out lost\n"
+        "                       after it ended (default: keep 0, warn on stderr)\n"
         "      --verbose        on stderr: how long the wait took and the fence, or that\n"
         "                       the lock was busy (otherwise busy and timeouts are quiet)\n"
-        "  -o, --close          accepted: COMMAND never holds baton's lock descriptor\n"
         "  -h, --help           this help\n"
         "  -V, --version        the version\n"
         "\n"
@@ -424,12 +578,27 @@ void cli_usage_run(FILE *f)
         "-c runs /bin/sh, not $SHELL. COMMAND gets BATON_LOCK, BATON_FENCE and\n"
         "BATON_URI (the engine, for a nested baton; a password goes in\n"
         "BATON_REDIS_PASSWORD, or BATON_ZK_AUTH for zk://, never in the URI).\n"
+        "On the file engine a NAME starting with /, ./ or ../ is that file, flock(2)ed.\n"
         "\n"
-        "exit: COMMAND's status (128+N if signal N killed it); 1 (or -E CODE) busy or\n"
-        "the wait ran out; 64 usage; 69 engine unreachable or authentication failed;\n"
-        "70 internal failure; 74 the lock store refused (a link or FIFO planted where a\n"
-        "lock file belongs, an I/O error); 75 lease lost while COMMAND ran; 126/127 COMMAND not\n"
-        "executable/not found; 128+N when signal N (INT, TERM, HUP) canceled the wait.\n");
+        "The process tree: COMMAND runs in a process group of its own (and a session\n"
+        "of its own without a controlling terminal; in a terminal's foreground it keeps\n"
+        "baton's group), under a baton process that is a child subreaper, so every\n"
+        "process it starts, daemons that call setsid included, stays in its tree. The\n"
+        "lock is held until all of them have exited (unless -o). A lost lease, a\n"
+        "signal (INT, TERM, HUP) and baton's own death (kill -9 too) reach the whole\n"
+        "tree. If baton cannot confirm the lease in time (stopped, hung), that process\n"
+        "kills the tree before the lease can run out (not on the file engine, whose\n"
+        "lock cannot run out). Only what COMMAND has another service start (at,\n"
+        "systemd-run, ssh, a container daemon) escapes.\n"
+        "\n"
+        "exit: COMMAND's status, when it ended on its own (128+N if signal N killed\n"
+        "it; a lock found lost after it ended is a warning, see --lost-exit-code);\n"
+        "1 (or -E CODE) busy or the wait ran out; 64 usage; 69 engine unreachable or\n"
+        "authentication failed; 70 internal failure; 74 the lock store refused (a link\n"
+        "or FIFO planted where a lock file belongs, an I/O error); 75 baton stopped\n"
+        "COMMAND because the lock was lost (or could not be confirmed in time);\n"
+        "126/127 COMMAND not executable/not found; 128+N when signal N (INT, TERM,\n"
+        "HUP) canceled the wait.\n");
 }
 
 void cli_usage_elect(FILE *f)
@@ -509,6 +678,57 @@ out:
     return code;
 }
 
+/* Where the command's process group goes (shim.h). With a controlling
+ * terminal whose foreground is our group, the command stays in it: the
+ * terminal's Ctrl-C and Ctrl-Z reach it and it may read the terminal (a
+ * group of its own would be a background job: stopped on its first read).
+ * Its tree is then found through the shim (a subreaper) alone. */
+static int group_mode(void)
+{
+    int fd = open("/dev/tty", O_RDWR | O_NOCTTY | O_CLOEXEC), fg;
+    if (fd < 0) return CLI_GROUP_SESSION;
+    fg = tcgetpgrp(fd) == getpgrp();
+    close(fd);
+    return fg ? CLI_GROUP_SAME : CLI_GROUP_OWN;
+}
+
+/* The watchdog's lease: what can run out while baton is stopped. The file
+ * engine's locks are the kernel's and cannot (no watchdog); a ZooKeeper
+ * session expires after its negotiated timeout, whatever -t says; other
+ * engines' grants run out with the lease. */
+static void watchdog_setup(sup *S, baton_client *c, uint32_t lease_ms)
+{
+    const char *b = baton_client_backend(c);
+    int64_t lease = (int64_t)lease_ms * 1000000, push;
+    if (!strcmp(b, "file")) return;
+    if (!strcmp(b, "zk") || !strcmp(b, "etcd")) {
+        /* zk: "0x... timeout N ms ..."; etcd: "lease ... ttl N s ..." (the
+         * client's lease, from ?ttl=, that every lock of it lives on). The
+         * public API has no call for "the engine's deadline of this grant";
+         * the describe line is what it gives. */
+        char d[1024];
+        const char *t;
+        long v;
+        if (baton_client_describe(c, d, sizeof d) == 0) {
+            if ((t = strstr(d, "timeout ")) && (v = strtol(t + 8, NULL, 10)) > 0 && (int64_t)v * 1000000 < lease)
+                lease = (int64_t)v * 1000000;
+            if ((t = strstr(d, " ttl ")) && (v = strtol(t + 5, NULL, 10)) > 0 && (int64_t)v * 1000000000 < lease)
+                lease = (int64_t)v * 1000000000;
+        }
+    }
+    /* a confirmation every twelfth of the lease (at most 1 s apart) keeps
+     * the deadline (lease - a third - a tenth ahead) well in front */
+    push = lease / 12;
+    if (push > 1000000000) push = 1000000000;
+    if (push < 1000000) push = 1000000;
+    S->wd_lease = lease;
+    S->wd_push = push;
+}
+
+/* The URI of -u / --uri-file (malloc'd): freed by cli_run / cli_elect
+ * whichever way run_main returns. */
+static char *uri_owned;
+
 /* baton run and baton elect: one supervisor, two ways of holding. */
 static int run_main(int argc, char **argv, int elect)
 {
@@ -535,9 +755,10 @@ static int run_main(int argc, char **argv, int elect)
         { "value", required_argument, NULL, O_VALUE },
         { "listen", no_argument, NULL, O_LISTEN },
         { "leader", no_argument, NULL, O_LEADER },
+        { "lost-exit-code", required_argument, NULL, O_LOST_CODE },
+        { "uri-file", required_argument, NULL, O_URI_FILE },
         { NULL, 0, NULL, 0 },
     };
-    const char *env_keys[4] = { "BATON_LOCK", "BATON_FENCE", "BATON_URI", "BATON_REDIS_PASSWORD" };
     const char *cmdn = elect ? "elect" : "run";
     cli_opts o = { .argc = argc, .argv = argv, .cmd = cmdn, .shorts = elect ? "u:nw:E:c:t:loFhV" : "u:nw:E:c:sxet:oFhV",
                    .lo = lo, .permute = 0 };
@@ -545,33 +766,39 @@ static int run_main(int argc, char **argv, int elect)
     char value_buf[300];
     int listen_mode = 0, leader_mode = 0;
     const char *uri = NULL, *name, *why, *cmdstr = NULL, *cmdname;
-    const char *env_vals[4];
     char n_name[64] = "", w_name[64] = "", c_name[64] = "", mode_name[64] = "";
     double wait_s = -1, lease_s = 30, kill_after = 10;
     int mode = M_PLAIN, verbose = 0;
     long long permits = 0, v;
     baton_rwlock *rw = NULL;
-    int nowait = 0, busy_code = EX_BUSY_DEFAULT, opt, rc, err, status = 0, lost = 0, code;
+    int nowait = 0, busy_code = EX_BUSY_DEFAULT, opt, rc, err, lost = 0, code;
+    int child_only = 0, lost_code = -1, pth_started = 0;
     baton_client *c = NULL;
     baton_lock_options lo_opts = BATON_LOCK_OPTIONS_INIT;
-    sigset_t fwd, old, all, cur;
+    sigset_t fwd, old, all;
     struct sigaction chld_old, chld_dfl;
-    pid_t child;
     char buf[32];
     char **shv = NULL, *child_uri = NULL, *child_pw = NULL;
     char *sh_argv[4] = { "sh", "-c", NULL, NULL };
-    cli_env ce = { NULL, 0 };
+    char *blob = NULL, *name_owned = NULL;
+    size_t blob_len = 0;
+    pthread_t pth;
     int64_t acq_start;
     run_state r;
-    spawn_req s;
+    cli_shim_cfg cfg;
+    sup S = { .shim = -1, .ctl = -1, .rep = -1 };
 
     memset(&r, 0, sizeof r);
     r.sfd = -1;
+    r.shim_ctl = -1;
     while ((opt = cli_next(&o)) != CLI_END) {
         int m = M_PLAIN;
         switch (opt) {
         case CLI_BAD: return EX_USAGE;
-        case 'u': uri = o.arg; break;
+        case 'u':
+            free(uri_owned);
+            if (!(uri = uri_owned = cli_uri_arg(o.arg))) return EX_SOFTWARE;
+            break;
         case 'n': nowait = 1; snprintf(n_name, sizeof n_name, "%s", o.name); break;
         case 'w':
             if (cli_secs(cmdn, o.name, o.arg, 0, 1e9, NULL, &wait_s)) return EX_USAGE;
@@ -617,7 +844,17 @@ static int run_main(int argc, char **argv, int elect)
             else if (opt == O_LEADER) leader_mode = 1;
             else listen_mode = 1;
             break;
-        case 'o': break;   /* flock's --close: the command never inherits our lock's descriptor */
+        case 'o': child_only = 1; break;   /* flock's --close: the lock is COMMAND's, not its children's */
+        case O_LOST_CODE:
+            if (cli_int(o.arg, 0, 255, &v))
+                return cli_usage_error(cmdn, "%s: bad exit code '%s' (want 0 to 255)", o.name, o.arg);
+            lost_code = (int)v;
+            break;
+        case O_URI_FILE:
+            free(uri_owned);
+            if (!(uri_owned = cli_read_uri_file(cmdn, o.arg))) return EX_USAGE;
+            uri = uri_owned;
+            break;
         case 'F':
             return cli_usage_error(cmdn, "%s is not supported: baton stays to renew the lease and release the lock",
                                    o.name);
@@ -684,21 +921,25 @@ static int run_main(int argc, char **argv, int elect)
 
     /* An inherited SIG_IGN for SIGCHLD would have the kernel reap the command
      * itself and waitpid fail: we take the default; the command gets it back. */
-    memset(&s, 0, sizeof s);
+    memset(&cfg, 0, sizeof cfg);
     if (sigaction(SIGCHLD, NULL, &chld_old)) { perror("baton: sigaction"); return EX_SOFTWARE; }
     if (!(chld_old.sa_flags & SA_SIGINFO) && chld_old.sa_handler == SIG_IGN) {
         memset(&chld_dfl, 0, sizeof chld_dfl);
         chld_dfl.sa_handler = SIG_DFL;
         sigemptyset(&chld_dfl.sa_mask);
         if (sigaction(SIGCHLD, &chld_dfl, NULL)) { perror("baton: sigaction"); return EX_SOFTWARE; }
-        s.chld = &chld_old;
+        cfg.chld = &chld_old;
     }
     /* From the start, signals come to this thread only as signalfd reads (the
      * library's threads and the acquire helper block them): a Ctrl-C during
-     * the wait cancels it rather than killing us inside it. */
+     * the wait cancels it rather than killing us inside it. SIGPIPE is
+     * blocked too (a write to a shim that died answers EPIPE); the shim
+     * gives the command the mask we started with. */
     sigemptyset(&fwd);
     sigaddset(&fwd, SIGINT); sigaddset(&fwd, SIGTERM); sigaddset(&fwd, SIGHUP); sigaddset(&fwd, SIGCHLD);
-    if ((err = pthread_sigmask(SIG_BLOCK, &fwd, &old))) {
+    all = fwd;
+    sigaddset(&all, SIGPIPE);
+    if ((err = pthread_sigmask(SIG_BLOCK, &all, &old))) {
         fprintf(stderr, "%s: sigprocmask: %s\n", prog, strerror(err));
         return EX_SOFTWARE;
     }
@@ -713,8 +954,74 @@ static int run_main(int argc, char **argv, int elect)
         goto out;
     }
 
+    /* The shim (shim.c), forked now while we have no thread: it will start
+     * the command once we hold the lock, and keep its whole tree. */
+    if (cmdstr) {
+        sh_argv[2] = (char *)cmdstr;
+    } else if (!(shv = calloc((size_t)(argc - optind) + 2, sizeof *shv))) {
+        fprintf(stderr, "%s: out of memory\n", prog);
+        code = EX_SOFTWARE;
+        goto out;
+    } else {
+        shv[0] = "sh";
+        for (int i = optind; i < argc; i++) shv[i - optind + 1] = argv[i];
+    }
+    /* -c: /bin/sh -c CMD, as flock -c (which runs $SHELL; baton runs sh
+     * whatever the caller's login shell is) */
+    cfg.file = cmdstr ? "/bin/sh" : argv[optind];
+    cfg.argv = cmdstr ? sh_argv : argv + optind;
+    cfg.shv = cmdstr ? sh_argv : shv;
+    cfg.mask = &old;
+    cfg.group = group_mode();
+    cfg.child_only = child_only;
+    cmdname = cmdstr ? "sh" : argv[optind];
+    S.group = cfg.group;
+    S.child_only = child_only;
+    S.kill_after = secs_ns(kill_after);
+    {
+        int ctl[2], rep[2];
+        if (pipe2(ctl, O_CLOEXEC)) {
+            fprintf(stderr, "%s: pipe: %s\n", prog, strerror(errno));
+            code = EX_SOFTWARE;
+            goto out;
+        }
+        if (pipe2(rep, O_CLOEXEC)) {
+            fprintf(stderr, "%s: pipe: %s\n", prog, strerror(errno));
+            close(ctl[0]);
+            close(ctl[1]);
+            code = EX_SOFTWARE;
+            goto out;
+        }
+        /* orphans of the command come back to us should the shim die */
+        prctl(PR_SET_CHILD_SUBREAPER, 1);
+        S.shim = fork();
+        if (S.shim == 0) {
+            close(ctl[1]);
+            close(rep[0]);
+            close(r.sfd);
+            close(ev_pipe[0]);
+            close(ev_pipe[1]);
+            cfg.ctl = ctl[0];
+            cfg.rep = rep[1];
+            cli_shim_main(&cfg);
+        }
+        err = errno;
+        close(ctl[0]);
+        close(rep[1]);
+        S.ctl = ctl[1];
+        S.rep = rep[0];
+        if (S.shim < 0) {
+            fprintf(stderr, "%s: fork: %s\n", prog, strerror(err));
+            code = EX_SOFTWARE;
+            goto out;
+        }
+        fcntl(S.rep, F_SETFL, O_NONBLOCK);
+    }
+
     uri = cli_default_uri(uri);
     if ((rc = baton_client_open(&c, uri, NULL))) { cli_report("open", rc); code = cli_exit_for(rc); goto out; }
+    if (!(name_owned = cli_lock_name(c, name))) { code = EX_SOFTWARE; goto out; }
+    r.name = name = name_owned;
     lo_opts.lease_ms = r.lease_ms;
     lo_opts.on_lost = on_lost;
     lo_opts.fair = mode == M_FAIR;
@@ -763,19 +1070,27 @@ static int run_main(int argc, char **argv, int elect)
                         (double)(mono_ns() - acq_start) / 1e9);
             code = busy_code;
         } else {
-            fprintf(stderr, "%s: acquire: %s\n", prog, r.msg[0] ? r.msg : baton_strerror(rc));
+            fprintf(stderr, "%s: acquire: %s\n", prog, r.msg ? r.msg : baton_strerror(rc));
             code = cli_exit_for(rc);
         }
         goto out;
     }
 
     /* Granted. Anything that fails from here until the command runs gives
-     * the lock back first. */
+     * the lock back first. The watchdog's lease is known now (an etcd
+     * client's lease exists once something was granted on it). */
+    watchdog_setup(&S, c, r.lease_ms);
+    if (mode == M_PERMITS) {
+        /* a permit's renewals feed the watchdog themselves, with their send times */
+        r.wd_lease = S.wd_lease;
+        S.wd_push = 0;
+    }
     if (r.pm) {
         int64_t lease = (int64_t)r.lease_ms * 1000000;
         r.keep = 1;
         r.lease_end = add_ns(acq_start, lease);
         r.renew_at = add_ns(acq_start, permit_period(lease));
+        r.shim_deadline = permit_wd_deadline(&r, acq_start);
         /* after a long wait the first renewal is due (or late) already:
          * acq_start is only a lower bound for when the lease began */
         if ((why = permit_keep(&r, 1))) {
@@ -800,87 +1115,129 @@ static int run_main(int argc, char **argv, int elect)
         fprintf(stderr, "%s: %s: got the lock after %.3f s, fence %s\n", prog, name, (double)(mono_ns() - acq_start) / 1e9, buf);
     /* The command's BATON_URI names the engine so that a nested baton can
      * use it: with no password in it (that goes to the variable the engine
-     * reads, baton_client_secret), with the file engine's directory. */
-    env_vals[0] = name;
-    env_vals[1] = r.l || r.el ? buf : NULL;
-    if (cli_child_uri(c, uri, &child_uri, &child_pw, &env_keys[3]) == 0) {
-        env_vals[2] = child_uri;
-        env_vals[3] = child_pw;
-        if (cli_env_make(&ce, env_keys, env_vals, child_pw && env_keys[3] ? 4 : 3)) ce.env = NULL;
-    }
-    if (cmdstr) {
-        sh_argv[2] = (char *)cmdstr;
-    } else if ((shv = calloc((size_t)(argc - optind) + 2, sizeof *shv))) {
-        shv[0] = "sh";
-        for (int i = optind; i < argc; i++) shv[i - optind + 1] = argv[i];
-    }
-    if (!ce.env || (!cmdstr && !shv)) {
-        fprintf(stderr, "%s: out of memory\n", prog);
-        give_back(&r);
-        code = EX_SOFTWARE;
-        goto out;
-    }
-    /* -c: /bin/sh -c CMD, as flock -c (which runs $SHELL; baton runs sh
-     * whatever the caller's login shell is) */
-    s.file = cmdstr ? "/bin/sh" : argv[optind];
-    s.argv = cmdstr ? sh_argv : argv + optind;
-    s.shv = cmdstr ? sh_argv : shv;
-    s.envp = ce.env;
-    cmdname = cmdstr ? "sh" : argv[optind];
-    s.mask = &old;
-    s.parent = getpid();
-    /* No signal may be handled in the child while it shares our memory;
-     * it sets the mask baton started with just before exec. */
-    sigfillset(&all);
-    if ((err = pthread_sigmask(SIG_SETMASK, &all, &cur))) {
-        fprintf(stderr, "%s: sigprocmask: %s\n", prog, strerror(err));
-        give_back(&r);
-        code = EX_SOFTWARE;
-        goto out;
-    }
-    child = spawn(&s);
-    err = errno;
-    /* restoring the mask that was just read: cannot fail */
-    pthread_sigmask(SIG_SETMASK, &cur, NULL);
-    if (child < 0) {
-        fprintf(stderr, "%s: %s: cannot start it: %s\n", prog, cmdname, strerror(err));
-        give_back(&r);
-        code = EX_SOFTWARE;
-        goto out;
-    }
-    if (s.err) {
-        /* it has _exited already: reap it */
-        while (waitpid(child, NULL, 0) < 0 && errno == EINTR) {}
-        if (s.step == 0) {
-            fprintf(stderr, "%s: prctl(PR_SET_PDEATHSIG): %s\n", prog, strerror(s.err));
+     * reads, baton_client_secret), with the file engine's directory. The
+     * shim puts these into the command's environment: "KEY=VAL" sets,
+     * a bare "KEY" removes. */
+    {
+        const char *pw_var = NULL;
+        size_t len;
+        if (cli_child_uri(c, uri, &child_uri, &child_pw, &pw_var) ||
+            !(blob = cli_env_blob(&blob_len, "BATON_LOCK", name, "BATON_FENCE", r.l || r.el ? buf : NULL,
+                                  "BATON_URI", child_uri, child_pw && pw_var ? pw_var : NULL, child_pw,
+                                  (const char *)NULL))) {
+            fprintf(stderr, "%s: out of memory\n", prog);
+            give_back(&r);
             code = EX_SOFTWARE;
-        } else {
-            fprintf(stderr, "%s: %s: %s\n", prog, cmdname, strerror(s.err));
-            /* 127: not found; 126: found but not runnable; the exec itself failing is ours */
-            code = s.err == ENOENT ? 127 : (s.err == EAGAIN || s.err == ENOMEM) ? EX_SOFTWARE : 126;
+            goto out;
         }
-        give_back(&r);
-        goto out;
+        /* the header and the blob in one write: one wake-up of the shim */
+        len = blob_len + sizeof(cli_shim_msg);
+        {
+            cli_shim_msg m;
+            char *nb = realloc(blob, len);
+            if (!nb) {
+                fprintf(stderr, "%s: out of memory\n", prog);
+                give_back(&r);
+                code = EX_SOFTWARE;
+                goto out;
+            }
+            blob = nb;
+            memmove(blob + sizeof m, blob, blob_len);
+            memset(&m, 0, sizeof m);
+            m.type = SHIM_GO;
+            m.b = (int64_t)blob_len;
+            memcpy(blob, &m, sizeof m);
+            blob_len = len;
+        }
+        for (size_t off = 0; off < len;) {
+            ssize_t k = write(S.ctl, blob + off, len - off);
+            if (k < 0 && errno == EINTR) continue;
+            if (k <= 0) break;   /* the shim died: supervise sees it */
+            off += (size_t)k;
+        }
+    }
+    if (r.pm) {
+        /* from here the renewals run on their own thread */
+        pthread_condattr_t ca;
+        r.shim_ctl = S.ctl;
+        pthread_condattr_init(&ca);
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        pthread_cond_init(&r.pcv, &ca);
+        pthread_condattr_destroy(&ca);
+        pthread_mutex_init(&r.pmu, NULL);
+        if (r.keep) shim_say(S.ctl, SHIM_DEADLINE, 0, r.shim_deadline);
+        if ((err = pthread_create(&pth, NULL, permit_main, &r))) {
+            fprintf(stderr, "%s: cannot start the renewal thread: %s\n", prog, strerror(err));
+            shim_say(S.ctl, SHIM_SIGNAL, SIGKILL, -1);
+        } else {
+            pth_started = 1;
+        }
+    } else if (S.wd_push) {
+        shim_say(S.ctl, SHIM_DEADLINE, 0, wd_deadline(&S, mono_ns()));
     }
 
-    code = supervise(&r, child, kill_after, &status, &lost);
+    code = supervise(&r, &S);
+    S.shim = -1;   /* done (and exiting), or reaped */
+    if (pth_started) {
+        pthread_mutex_lock(&r.pmu);
+        r.pstop = 1;
+        pthread_cond_signal(&r.pcv);
+        pthread_mutex_unlock(&r.pmu);
+        /* at most one renewal's I/O timeout: the command is gone already */
+        pthread_join(pth, NULL);
+    }
     rc = give_back(&r);
     if (code) {
         /* supervise's failure, reported; the command is gone */
-    } else if (lost || rc == BATON_ELOST || (r.pm && rc == BATON_ENOTOWNER) || (r.el && rc == BATON_ENOTHELD)) {
+    } else if (S.exec_err) {
+        if (S.exec_step == 0) {
+            fprintf(stderr, "%s: prctl(PR_SET_PDEATHSIG): %s\n", prog, strerror(S.exec_err));
+            code = EX_SOFTWARE;
+        } else {
+            fprintf(stderr, "%s: %s: %s%s\n", prog, cmdname, S.exec_step == 2 ? "cannot start it: " : "", strerror(S.exec_err));
+            /* 127: not found; 126: found but not runnable; the exec itself failing is ours */
+            code = S.exec_err == ENOENT ? 127 : (S.exec_err == EAGAIN || S.exec_err == ENOMEM || S.exec_step == 2) ? EX_SOFTWARE : 126;
+        }
+    } else if (S.lost_running || S.watchdog) {
+        /* 75 means this only: baton stopped the command because the lock
+         * was lost (or could not be confirmed in time) */
         code = EX_LOST;
-        if (!lost) fprintf(stderr, "%s: %s: %s lost while the command ran\n", prog, name, r.el ? "leadership" : "lease");
-    } else if (WIFSIGNALED(status)) {
-        code = 128 + WTERMSIG(status);
+    } else if (!S.exited) {
+        fprintf(stderr, "%s: %s: the command's exit status was not reported\n", prog, name);
+        code = EX_SOFTWARE;
     } else {
-        code = WEXITSTATUS(status);
-        if (rc) cli_report("release", rc);
+        int lost_late = S.lost_after || rc == BATON_ELOST || (r.pm && rc == BATON_ENOTOWNER) ||
+                        (r.el && rc == BATON_ENOTHELD);
+        code = WIFSIGNALED(S.status) ? 128 + WTERMSIG(S.status) : WEXITSTATUS(S.status);
+        if (lost_late) {
+            /* It ended on its own: its status is the truth about its work.
+             * The loss is worth knowing (what it wrote may have raced a
+             * newer holder), and --lost-exit-code makes it a failure. */
+            fprintf(stderr, "%s: warning: %s: the %s was found lost after the command ended; "
+                    "keeping its exit status %d\n", prog, name, r.el ? "leadership" : "lock", code);
+            if (lost_code >= 0 && code == 0) code = lost_code;
+        } else if (rc) {
+            cli_report("release", rc);
+        }
     }
 out:
+    if (S.shim > 0) {
+        /* never started the command: closing our end sends the shim away */
+        if (S.ctl >= 0) close(S.ctl);
+        S.ctl = -1;
+        while (waitpid(S.shim, NULL, 0) < 0 && errno == EINTR) {}
+    }
+    if (S.ctl >= 0) close(S.ctl);
+    if (S.rep >= 0) close(S.rep);
+    if (pth_started || r.pm) {
+        /* initialised only for a permit that was granted */
+    }
     free(shv);
-    cli_env_free(&ce);
+    cli_blob_free(blob, blob_len);
     free(child_uri);
     cli_secret_free(child_pw);
+    free(name_owned);
+    free(r.msg);
     if (rw) baton_rwlock_free(rw);
     else baton_lock_free(r.l);
     baton_permits_free(r.pm);
@@ -895,5 +1252,13 @@ out:
 }
 
 
-int cli_run(int argc, char **argv) { return run_main(argc, argv, 0); }
-int cli_elect(int argc, char **argv) { return run_main(argc, argv, 1); }
+static int run_main_free(int argc, char **argv, int elect)
+{
+    int code = run_main(argc, argv, elect);
+    free(uri_owned);
+    uri_owned = NULL;
+    return code;
+}
+
+int cli_run(int argc, char **argv) { return run_main_free(argc, argv, 0); }
+int cli_elect(int argc, char **argv) { return run_main_free(argc, argv, 1); }

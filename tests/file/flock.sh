@@ -109,5 +109,25 @@ wait_for "$TMP/held"
 check "flock -n on ./rel is not excluded by baton's 'rel'" [ "$(cd "$TMP" && rc_of flock -n rel true)" = 0 ]
 kill -TERM $H; wait $H 2>/dev/null
 
+# ---- "./" and "../" names are paths, relative to the current directory ------
+mkdir -p "$TMP/sub"
+rm -f "$TMP/held"
+(cd "$TMP" && exec "$BATON" run ./dot.lock -- sh -c "touch '$TMP/held'; exec sleep 30") & BG_PIDS+=($!); H=$!
+check "baton run ./dot.lock holds" wait_for "$TMP/held"
+check "./dot.lock is the file in the current directory" [ -e "$TMP/dot.lock" ]
+check "flock -n ./dot.lock fails while baton holds it" [ "$(cd "$TMP" && rc_of flock -n ./dot.lock true)" = 1 ]
+check "flock -n ../dot.lock (from a subdirectory) fails too" [ "$(cd "$TMP/sub" && rc_of flock -n ../dot.lock true)" = 1 ]
+check "baton run -n ../dot.lock (from a subdirectory) fails too" [ "$(cd "$TMP/sub" && rc_of "$BATON" run -n ../dot.lock true)" = 1 ]
+check "baton run -n with the absolute path fails too" [ "$(rc_of "$BATON" run -n "$TMP/dot.lock" true)" = 1 ]
+kill -TERM $H; wait $H 2>/dev/null
+rm -f "$TMP/held"
+(cd "$TMP" && exec flock -o ./dot.lock sh -c "touch '$TMP/held'; exec sleep 30") & BG_PIDS+=($!); H=$!
+wait_for "$TMP/held"
+check "baton run -n ./dot.lock fails while flock ./dot.lock holds" [ "$(cd "$TMP" && rc_of "$BATON" run -n ./dot.lock true)" = 1 ]
+check "baton status ./dot.lock: held" eval '(cd "$TMP" && "$BATON" status ./dot.lock) | grep -qx "held: yes"'
+kill -TERM $H; wait $H 2>/dev/null
+check "baton run -n ./dot.lock once flock let go" [ "$(cd "$TMP" && rc_of "$BATON" run -n ./dot.lock true)" = 0 ]
+check "no lock file for the name './dot.lock' in the lock dir" [ ! -e "$BATON_DIR/lock.%2E%2Fdot%2Elock" ]
+
 echo "$PASS passed, $FAIL failed"
 [ $FAIL -eq 0 ]
