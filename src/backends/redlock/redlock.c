@@ -741,6 +741,14 @@ static int rl_lock_acquire(void *eng, void *st, baton_acquire_req *req) {
             }
             backoff = BACKOFF_START_NS;
         }
+        /* Parked until the deadline: the wait is over. An attempt now would
+         * be cut at once by the bound (and with it the clean-up of a node it
+         * won), answering "unavailable" for a lock that is simply held. */
+        if (baton_now_ns() >= req->deadline_ns) {
+            rc = baton_seterr(a.outcome == OUT_UNAVAILABLE ? BATON_EUNAVAILABLE : BATON_ETIMEDOUT, 0,
+                              "redlock: '%s': the wait ran out: %s", l->key, a.why);
+            break;
+        }
         rc = attempt(e, l, req, v.s, bound, &a);
         if (rc || a.outcome == OUT_GRANTED) break;
     }
