@@ -64,7 +64,7 @@ void hist_write(const check_hist *h, FILE *f)
     static const char *const names[] = {
         "?", "wait", "grant", "read", "read-refused", "check-lost", "writing", "write", "write-refused",
         "write-stale-accepted", "plain-lost-update", "release", "lost", "pause", "cont", "kill", "acquire-error",
-        "exit", "server-stop", "server-start",
+        "exit", "server-stop", "server-start", "link-freeze", "link-thaw", "link-cut", "tick", "run-exit",
     };
     for (size_t i = 0; i < h->nev; i++) {
         const check_ev *e = &h->ev[i];
@@ -185,7 +185,8 @@ void hist_analyze(const check_opts *o, check_hist *h, check_result *r)
 {
     size_t *ord = NULL;
     double *rec = NULL;
-    int faults = o->pause > 0 || o->pause_waiting > 0 || o->kill_waiting > 0 || o->kill > 0 || o->fault_stop;
+    int faults = o->pause > 0 || o->pause_waiting > 0 || o->kill_waiting > 0 || o->kill > 0 || o->fault_stop ||
+                 o->link_freeze > 0 || o->link_cut > 0;
 
     memset(r, 0, sizeof *r);
     r->fences_ok = 1;
@@ -228,6 +229,50 @@ void hist_analyze(const check_opts *o, check_hist *h, check_result *r)
         } else {
             r->lost_reported++;
         }
+    }
+
+    /* 3b. --run: a command's writes after another client's grant. The next
+     * grant after A's (in grant order) came at or before A's tick: A's
+     * command was still writing while B held the lock. Allowed only to a
+     * command whose whole process group was stopped across B's grant (a
+     * paused host: nothing on it can act), within 0.5 s of its SIGCONT;
+     * that write is the fence's to refuse. */
+    if (o->run && h->ng) {
+        size_t *pos = malloc(h->ng * sizeof *pos);
+        unsigned char *told = calloc(h->ng, 1);
+        long nth = 0;
+        if (!pos || !told) {
+            free(pos);
+            free(told);
+            goto out;
+        }
+        for (size_t x = 0; x < h->ng; x++) pos[ord[x]] = x;
+        for (size_t i = 0; i < h->nev; i++) {
+            const check_ev *e = &h->ev[i];
+            const check_grant *a, *b;
+            size_t p;
+            if (e->type != EV_TICK || e->a < 0 || (size_t)e->a >= h->ng) continue;
+            a = &h->g[e->a];
+            p = pos[e->a];
+            if (p + 1 >= h->ng) continue;
+            b = &h->g[ord[p + 1]];
+            if (b->t_grant > e->t) continue;
+            if (a->t_stop && a->t_stop <= b->t_grant && a->t_cont && e->t <= a->t_cont + 500000000) {
+                r->ticks_after_pause++;
+                continue;
+            }
+            r->ticks_after_grant++;
+            if ((double)(e->t - b->t_grant) / 1e9 > r->tick_late_max) r->tick_late_max = (double)(e->t - b->t_grant) / 1e9;
+            /* one line per grant that wrote late: its first late write */
+            if (told[e->a]) continue;
+            told[e->a] = 1;
+            evidence(r, ++nth, "write after another grant: client %d (#%d, fence %" PRIu64 ")'s command wrote at %.3f s; "
+                     "client %d (#%d, fence %" PRIu64 ") had been granted the lock at %.3f s%s", a->slot, a->cid, a->fence,
+                     rel(h, e->t), b->slot, b->cid, b->fence, rel(h, b->t_grant),
+                     o->run_stubborn ? " (--run-stubborn: the command ignores SIGTERM)" : "");
+        }
+        free(pos);
+        free(told);
     }
 
     /* 4. fences strictly increasing, in grant order (exclusive grants) */
@@ -288,7 +333,8 @@ void hist_analyze(const check_opts *o, check_hist *h, check_result *r)
         r->fair_ok = !r->fair_checked || !r->fair_inversions;
     }
 out:
-    r->ok = !r->overlaps_unexplained && !h->stale_accepted && !r->lost_unreported && r->fences_ok && r->fair_ok;
+    r->ok = !r->overlaps_unexplained && !h->stale_accepted && !r->lost_unreported && r->fences_ok && r->fair_ok &&
+            !r->ticks_after_grant;
     free(ord);
     free(rec);
 }
