@@ -9,6 +9,8 @@
     check.py BATON unfenced   the same on a register that ignores fences: the checker
                               must fail (exit 1) with stale writes accepted
     check.py BATON kill       Redis, holders killed: recovery measured, exit 0
+    check.py BATON link       Redis, --link-freeze and --link-cut: frozen holders lose their
+                              lease and are told; exit 0
     check.py BATON run        Redis, --run (clients are baton run, commands tick), holders
                               paused: no write after another's grant, exit 0; with
                               --run-stubborn (the command ignores SIGTERM) the checker
@@ -209,6 +211,21 @@ elif MODE == "run":
             check(what + ": the evidence names them", any("write after another grant" in e
                                                           for e in d.get("evidence", [])), show(d))
             check(what + ": ok is false", d.get("ok") is False, show(d))
+
+elif MODE == "link":
+    # --link-freeze / --link-cut through the checker's own forwarder: a holder
+    # whose link froze past its lease loses it (the forwarder really stops
+    # relaying) and is told before it writes; cuts reset its connections.
+    uri = redis_uri()
+    rc, d, out, err = run_json("-u", uri, "--clients", "3", "--seconds", "4", "-t", "0.5", "--link-freeze", "0.3",
+                               "--link-cut", "0.2", "--seed", "5", "links")
+    links = {k: d.get(k) for k in ("link_freezes", "link_cuts", "links_holding", "links_waiting")}
+    check("links on Redis: exit 0", rc == 0, "rc %d %s %s %s" % (rc, show(d), json.dumps(links), err[-2000:]))
+    check("links were frozen and cut", d.get("link_freezes", 0) > 0 and d.get("link_cuts", 0) > 0, json.dumps(links))
+    check("a frozen holder lost its lease (the forwarder froze)", d.get("leases_lost", 0) > 0, show(d))
+    check("every loss reported before the next write", d.get("losses_unreported") == 0, show(d))
+    check("no overlap without a lost grant", d.get("overlaps_unexplained") == 0, show(d))
+    no_crash(d)
 
 elif MODE == "kill":
     uri = redis_uri()
