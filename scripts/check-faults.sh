@@ -36,6 +36,27 @@ SKIPPED=$RUN/skipped
 # rare enough that a row reaches its grants in minutes (every pause and every
 # kill of a holder costs a lease), frequent enough for dozens of each per row
 CLIENT_FAULTS=(--pause 0.004 --kill 0.002 --pause-waiting 0.002 --kill-waiting 0.002)
+# issue 21's class: links frozen or reset past the lease (the checker's own
+# forwarder), and commands of real `baton run` clients that must not write
+# after another client's grant. More often than the faults above: these rows
+# are about them (a freeze costs 1.5 leases; 300 grants give a dozen or so).
+FREEZE=(--link-freeze 0.03)
+CUT=(--link-cut 0.03)
+RUNF=(--run --pause 0.02 --kill 0.005 --pause-waiting 0.005 --kill-waiting 0.005 --link-freeze 0.03 --link-cut 0.02)
+
+# link_rows ID ENGINE WHAT URI LEASE [extra...]: the three rows of the class
+link_rows() {
+    local id=$1 eng=$2 what=$3 uri=$4 lease=$5
+    shift 5
+    row "$id-link-freeze" "$eng" "$what: holders' and waiters' links frozen past the lease, + client faults" \
+        "a frozen link is a silent engine: the holder's lease runs out on its own clock and it is told before it writes" \
+        "$uri" "$lease" "$@" "${FREEZE[@]}"
+    row "$id-link-cut" "$eng" "$what: holders' and waiters' connections reset, + client faults" \
+        "a reset connection is reconnected or the grant is reported lost; never two holders" "$uri" "$lease" "$@" "${CUT[@]}"
+    row "$id-run" "$eng" "$what: clients are baton run, commands tick; paused (the process group), killed, links frozen and reset" \
+        "baton run kills the command when the lease is lost: no command writes after another client's grant" \
+        "$uri" "$lease" "$@" "${RUNF[@]}"
+}
 
 # the servers started, "ENGINE DIR" a line (start runs in a $(...) subshell)
 STARTED=$RUN/started
@@ -129,6 +150,9 @@ if built redis && port=$(start redis "$RUN/redis-aof" --appendonly yes --appendf
     row redis-aof-restart redis "restart with appendfsync always every 5 s, + client faults" \
         "the keys and their TTLs survive a restart" "$U" 0.5 "${R[@]}"
 fi
+if built redis && port=$(start redis "$RUN/redis-link"); then
+    link_rows redis redis "lease 0.5 s" "redis://127.0.0.1:$port/0" 0.5
+fi
 
 # ---- RedLock: 3 masters ----
 if built redlock; then
@@ -211,6 +235,7 @@ if built zk && port=$(start zk "$RUN/zk"); then
     R=(--fault-cmd "stop=bash $SRV/zk.sh stop $RUN/zk" --fault-cmd "start=bash $SRV/zk.sh restart $RUN/zk >/dev/null")
     row zk zk "client faults (-t = the 1 s session timeout)" "ephemeral sequential nodes: a holder's node goes with its session" "$U" 1
     row zk-restart zk "server restart every 5 s, + client faults" "ZooKeeper persists nodes and sessions: a short restart loses nothing" "$U" 1 "${R[@]}"
+    link_rows zk zk "1 s session" "$U" 1
 fi
 
 # ---- ZooKeeper: a 3-member ensemble, its leader killed ----
@@ -232,12 +257,40 @@ if built postgres && port=$(start postgres "$RUN/pg"); then
     row postgres-terminate postgres "pg_terminate_backend of every client session every 2 s, + client faults" \
         "a terminated session's advisory locks are released by the server: its holder is told" "$U" 0.5 "${T[@]}" \
         --fault-every 2
+    row postgres-row-terminate postgres "mode=row, pg_terminate_backend of every client session every 2 s, + client faults" \
+        "a terminated session's transaction is rolled back, its row lock freed at once: its holder is told" \
+        "$U?mode=row" 0.5 "${T[@]}" --fault-every 2
+    row postgres-row-terminate-run postgres "mode=row, clients are baton run, pg_terminate_backend of every session every 2 s, + client faults" \
+        "baton run kills the command of a holder whose session was terminated before another client's grant" \
+        "$U?mode=row" 0.5 "${T[@]}" --fault-every 2 --run
+    for m in session row lease; do
+        link_rows "postgres-$m" postgres "mode=$m" "$U?mode=$m" 0.5
+    done
 fi
 if built mysql && port=$(start mysql "$RUN/my"); then
     U="mysql://baton:baton-test@127.0.0.1:$port/baton"
     R=(--fault-cmd "stop=bash $SRV/mysql.sh stop $RUN/my" --fault-cmd "start=bash $SRV/mysql.sh restart $RUN/my >/dev/null")
     row mysql mysql "client faults" "GET_LOCK held by the session" "$U" 0.5
     row mysql-restart mysql "server restart every 5 s, + client faults" "a restart ends every session: holders are told" "$U" 0.5 "${R[@]}"
+    # KILL CONNECTION of every client connection (the user may kill its own;
+    # the listing's own connection is left alone)
+    KQ="select concat('KILL CONNECTION ', id, ';') from information_schema.processlist where user = 'baton' and id <> connection_id()"
+    K=(--fault-cmd "stop=MYSQL_PWD=baton-test mysql -h 127.0.0.1 -P $port -u baton -N -e \"$KQ\" | MYSQL_PWD=baton-test mysql -h 127.0.0.1 -P $port -u baton -f >/dev/null 2>&1; true"
+       --fault-cmd "start=true")
+    row mysql-kill mysql "KILL CONNECTION of every client connection every 2 s, + client faults" \
+        "a killed connection's GET_LOCK is released by the server at once: its holder is told" "$U" 0.5 "${K[@]}" --fault-every 2
+    row mysql-row-kill mysql "mode=row, KILL CONNECTION of every client connection every 2 s, + client faults" \
+        "a killed connection's transaction is rolled back, its row lock freed at once: its holder is told" \
+        "$U?mode=row" 0.5 "${K[@]}" --fault-every 2
+    row mysql-kill-run mysql "clients are baton run, KILL CONNECTION of every client connection every 2 s, + client faults" \
+        "baton run kills the command of a holder whose connection was killed before another client's grant" \
+        "$U" 0.5 "${K[@]}" --fault-every 2 --run
+    row mysql-row-kill-run mysql "mode=row, clients are baton run, KILL CONNECTION of every connection every 2 s, + client faults" \
+        "baton run kills the command of a holder whose connection was killed before another client's grant" \
+        "$U?mode=row" 0.5 "${K[@]}" --fault-every 2 --run
+    for m in session row lease; do
+        link_rows "mysql-$m" mysql "mode=$m" "$U?mode=$m" 0.5
+    done
 fi
 
 # ---- etcd: a lease per client (TTL >= 1.5 s on the test server) ----
@@ -246,6 +299,7 @@ if built etcd && port=$(start etcd "$RUN/etcd"); then
     R=(--fault-cmd "stop=bash $SRV/etcd.sh stop $RUN/etcd" --fault-cmd "start=bash $SRV/etcd.sh restart $RUN/etcd >/dev/null")
     row etcd etcd "client faults (-t = the 2 s lease TTL)" "the client's lease, kept alive every TTL/3; fences the key's revision" "$U" 2
     row etcd-restart etcd "server restart every 5 s, + client faults" "etcd persists (fsync'd): leases survive a short restart" "$U" 2 "${R[@]}"
+    link_rows etcd etcd "2 s lease TTL" "$U" 2
 fi
 
 # ---- etcd: a 3-member cluster, its leader killed ----
