@@ -262,7 +262,7 @@ if built postgres && port=$(start postgres "$RUN/pg"); then
         "$U?mode=row" 0.5 "${T[@]}" --fault-every 2
     row postgres-row-terminate-run postgres "mode=row, clients are baton run, pg_terminate_backend of every session every 2 s, + client faults" \
         "baton run kills the command of a holder whose session was terminated before another client's grant" \
-        "$U?mode=row" 0.5 "${T[@]}" --fault-every 2 --run
+        "$U?mode=row" 0.5 "${T[@]}" --fault-every 2 --run --work 0.4
     for m in session row lease; do
         link_rows "postgres-$m" postgres "mode=$m" "$U?mode=$m" 0.5
     done
@@ -272,10 +272,10 @@ if built mysql && port=$(start mysql "$RUN/my"); then
     R=(--fault-cmd "stop=bash $SRV/mysql.sh stop $RUN/my" --fault-cmd "start=bash $SRV/mysql.sh restart $RUN/my >/dev/null")
     row mysql mysql "client faults" "GET_LOCK held by the session" "$U" 0.5
     row mysql-restart mysql "server restart every 5 s, + client faults" "a restart ends every session: holders are told" "$U" 0.5 "${R[@]}"
-    # KILL CONNECTION of every client connection (the user may kill its own;
-    # the listing's own connection is left alone)
-    KQ="select concat('KILL CONNECTION ', id, ';') from information_schema.processlist where user = 'baton' and id <> connection_id()"
-    K=(--fault-cmd "stop=MYSQL_PWD=baton-test mysql -h 127.0.0.1 -P $port -u baton -N -e \"$KQ\" | MYSQL_PWD=baton-test mysql -h 127.0.0.1 -P $port -u baton -f >/dev/null 2>&1; true"
+    # KILL CONNECTION of every client connection: listed first, then killed
+    # one by one (a killer listed in its own list would kill itself first)
+    KL="MYSQL_PWD=baton-test mysql -h 127.0.0.1 -P $port -u baton"
+    K=(--fault-cmd "stop=for i in \$($KL -N -e \"select id from information_schema.processlist where user = 'baton' and id <> connection_id()\"); do $KL -e \"KILL CONNECTION \$i\" 2>/dev/null; done; true"
        --fault-cmd "start=true")
     row mysql-kill mysql "KILL CONNECTION of every client connection every 2 s, + client faults" \
         "a killed connection's GET_LOCK is released by the server at once: its holder is told" "$U" 0.5 "${K[@]}" --fault-every 2
@@ -284,10 +284,10 @@ if built mysql && port=$(start mysql "$RUN/my"); then
         "$U?mode=row" 0.5 "${K[@]}" --fault-every 2
     row mysql-kill-run mysql "clients are baton run, KILL CONNECTION of every client connection every 2 s, + client faults" \
         "baton run kills the command of a holder whose connection was killed before another client's grant" \
-        "$U" 0.5 "${K[@]}" --fault-every 2 --run
+        "$U" 0.5 "${K[@]}" --fault-every 2 --run --work 0.4
     row mysql-row-kill-run mysql "mode=row, clients are baton run, KILL CONNECTION of every connection every 2 s, + client faults" \
         "baton run kills the command of a holder whose connection was killed before another client's grant" \
-        "$U?mode=row" 0.5 "${K[@]}" --fault-every 2 --run
+        "$U?mode=row" 0.5 "${K[@]}" --fault-every 2 --run --work 0.4
     for m in session row lease; do
         link_rows "mysql-$m" mysql "mode=$m" "$U?mode=$m" 0.5
     done
