@@ -257,10 +257,10 @@ if built postgres && port=$(start postgres "$RUN/pg"); then
     row postgres-terminate postgres "pg_terminate_backend of every client session every 2 s, + client faults" \
         "a terminated session's advisory locks are released by the server: its holder is told" "$U" 0.5 "${T[@]}" \
         --fault-every 2
-    row postgres-row-terminate postgres "mode=row, pg_terminate_backend of every client session every 2 s, + client faults" \
+    row postgres-row-terminate postgres "mode=row, pg_terminate_backend of every client session every 2 s (holders work 0.1 s), + client faults" \
         "a terminated session's transaction is rolled back, its row lock freed at once: its holder is told" \
-        "$U?mode=row" 0.5 "${T[@]}" --fault-every 2
-    row postgres-row-terminate-run postgres "mode=row, clients are baton run, pg_terminate_backend of every session every 2 s, + client faults" \
+        "$U?mode=row" 0.5 "${T[@]}" --fault-every 2 --work 0.1
+    row postgres-row-terminate-run postgres "mode=row, clients are baton run (0.4 s commands), pg_terminate_backend of every session every 2 s, + client faults" \
         "baton run kills the command of a holder whose session was terminated before another client's grant" \
         "$U?mode=row" 0.5 "${T[@]}" --fault-every 2 --run --work 0.4
     for m in session row lease; do
@@ -277,15 +277,15 @@ if built mysql && port=$(start mysql "$RUN/my"); then
     KL="MYSQL_PWD=baton-test mysql -h 127.0.0.1 -P $port -u baton"
     K=(--fault-cmd "stop=for i in \$($KL -N -e \"select id from information_schema.processlist where user = 'baton' and id <> connection_id()\"); do $KL -e \"KILL CONNECTION \$i\" 2>/dev/null; done; true"
        --fault-cmd "start=true")
-    row mysql-kill mysql "KILL CONNECTION of every client connection every 2 s, + client faults" \
-        "a killed connection's GET_LOCK is released by the server at once: its holder is told" "$U" 0.5 "${K[@]}" --fault-every 2
-    row mysql-row-kill mysql "mode=row, KILL CONNECTION of every client connection every 2 s, + client faults" \
+    row mysql-kill mysql "KILL CONNECTION of every client connection every 2 s (holders work 0.1 s), + client faults" \
+        "a killed connection's GET_LOCK is released by the server at once: its holder is told" "$U" 0.5 "${K[@]}" --fault-every 2 --work 0.1
+    row mysql-row-kill mysql "mode=row, KILL CONNECTION of every client connection every 2 s (holders work 0.1 s), + client faults" \
         "a killed connection's transaction is rolled back, its row lock freed at once: its holder is told" \
-        "$U?mode=row" 0.5 "${K[@]}" --fault-every 2
-    row mysql-kill-run mysql "clients are baton run, KILL CONNECTION of every client connection every 2 s, + client faults" \
+        "$U?mode=row" 0.5 "${K[@]}" --fault-every 2 --work 0.1
+    row mysql-kill-run mysql "clients are baton run (0.4 s commands), KILL CONNECTION of every client connection every 2 s, + client faults" \
         "baton run kills the command of a holder whose connection was killed before another client's grant" \
         "$U" 0.5 "${K[@]}" --fault-every 2 --run --work 0.4
-    row mysql-row-kill-run mysql "mode=row, clients are baton run, KILL CONNECTION of every connection every 2 s, + client faults" \
+    row mysql-row-kill-run mysql "mode=row, clients are baton run (0.4 s commands), KILL CONNECTION of every connection every 2 s, + client faults" \
         "baton run kills the command of a holder whose connection was killed before another client's grant" \
         "$U?mode=row" 0.5 "${K[@]}" --fault-every 2 --run --work 0.4
     for m in session row lease; do

@@ -539,7 +539,13 @@ static int on_gone(checker *k, int i)
         if (code == 0) k->h->run_ok++;
         else if (code == 75) k->h->run_lost++;
         else if (code == 1) k->h->run_busy++;
-        else {
+        else if (code == EX_UNAVAILABLE) {
+            /* its acquire failed: the engine went away (a server fault) */
+            k->h->errors++;
+            k->h->run_other++;
+            s->respawn_at = now + 50000000;
+            return 0;
+        } else {
             k->h->run_other++;
             k->h->exits++;
             if (code == EX_USAGE && !k->fatal_rc) k->fatal_rc = EX_USAGE;
