@@ -354,6 +354,15 @@ static int on_msg(checker *k, int i, const check_msg *m)
         /* granted just before we killed it: the hold ended with it */
         if (s->killed) end_grant(&h->g[gi], s->t_killed, END_KILLED);
         hist_ev(h, m->t, i, s->cid, EV_GRANT, m->fence, m->rc, 0);
+        /* a holder whose link is down has lost its lease by now (the engine
+         * granted another): it checks held() at once, while the link is
+         * still down, so that only its own clock can tell it */
+        for (int j = 0; j < o->clients; j++) {
+            slot *t = &k->s[j];
+            if (j == i || !t->reply_pending || t->state == S_GONE) continue;
+            t->reply_pending = 0;
+            say(t->fd, M_READ_REPLY, t->reply_rc, t->reply_a, t->reply_b);
+        }
         s->pause_point = PAUSE_NONE;
         s->kill_at_read = 0;
         s->link_point = F_NONE;
@@ -410,8 +419,9 @@ static int on_msg(checker *k, int i, const check_msg *m)
         }
         if (s->link_point != F_NONE && !refused) {
             /* its link goes down while it works, past its lease: the reply
-             * (what it read now) is held until the link is back, then it
-             * checks held() as ever. The keeper could not renew meanwhile. */
+             * (what it read now) is held until another client is granted
+             * (or the link is back), then it checks held() as ever. The
+             * keeper could not renew meanwhile. */
             s->reply_pending = 1;
             s->reply_rc = refused;
             s->reply_a = k->fv;
