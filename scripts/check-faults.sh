@@ -7,6 +7,8 @@
 #
 # Environment:
 #   CHECK_GRANTS=N   grants per row (default 10000)
+#   CHECK_RUN_GRANTS=N  grants of the --run rows (default 1000, at most
+#                    CHECK_GRANTS): each grant there starts a `baton run`
 #   CHECK_ONLY=RE    only the rows whose id matches the extended regex RE
 #   CHECK_OUT=FILE   where the table goes (default docs/RELIABILITY.md)
 #   CHECK_MAX_S=S    a row's time limit (default 900): a slow engine's row
@@ -20,6 +22,8 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BATON=$(readlink -f "${1:-$ROOT/build/baton}")
 SRV=$ROOT/tests/servers
 GRANTS=${CHECK_GRANTS:-10000}
+RUN_GRANTS=${CHECK_RUN_GRANTS:-1000}
+[ "$RUN_GRANTS" -le "$GRANTS" ] || RUN_GRANTS=$GRANTS
 ONLY=${CHECK_ONLY:-}
 OUT=${CHECK_OUT:-$ROOT/docs/RELIABILITY.md}
 MAXS=${CHECK_MAX_S:-900}
@@ -42,7 +46,7 @@ CLIENT_FAULTS=(--pause 0.004 --kill 0.002 --pause-waiting 0.002 --kill-waiting 0
 # are about them (a freeze costs 1.5 leases; 300 grants give a dozen or so).
 FREEZE=(--link-freeze 0.03)
 CUT=(--link-cut 0.03)
-RUNF=(--run --pause 0.02 --kill 0.005 --pause-waiting 0.005 --kill-waiting 0.005 --link-freeze 0.03 --link-cut 0.02)
+RUNF=(--grants "$RUN_GRANTS" --run --pause 0.02 --kill 0.005 --pause-waiting 0.005 --kill-waiting 0.005 --link-freeze 0.03 --link-cut 0.02)
 
 # link_rows ID ENGINE WHAT URI LEASE [extra...]: the three rows of the class
 link_rows() {
@@ -89,8 +93,10 @@ built() {
 
 # row ID ENGINE FAULT PROMISE URI LEASE [extra check options...]
 row() {
-    local id=$1 eng=$2 fault=$3 promise=$4 uri=$5 lease=$6 rc
+    local id=$1 eng=$2 fault=$3 promise=$4 uri=$5 lease=$6 rc asked=$GRANTS prev=
     shift 6
+    # a row's own --grants (the --run rows) is what it asked for
+    for a in "$@"; do [ "$prev" = --grants ] && asked=$a; prev=$a; done
     if [ -n "$ONLY" ] && ! [[ $id =~ $ONLY ]]; then return; fi
     echo "check-faults: $id ($fault) ..." >&2
     "$BATON" check -u "$uri" --clients 4 --grants "$GRANTS" --seconds "$MAXS" -t "$lease" --work 0.001 \
@@ -98,7 +104,7 @@ row() {
         >"$RUN/$id.json" 2>"$RUN/$id.err"
     rc=$?
     grep -v "\"id\": \"$id\"" "$RES" >"$RES.tmp"; mv "$RES.tmp" "$RES"
-    /usr/bin/python3 - "$RUN/$id.json" "$id" "$eng" "$fault" "$promise" "$rc" "$GRANTS" >>"$RES" <<'EOF'
+    /usr/bin/python3 - "$RUN/$id.json" "$id" "$eng" "$fault" "$promise" "$rc" "$asked" >>"$RES" <<'EOF'
 import json, sys
 path, id_, eng, fault, promise, rc, grants = sys.argv[1:]
 try:
@@ -262,7 +268,7 @@ if built postgres && port=$(start postgres "$RUN/pg"); then
         "$U?mode=row" 0.5 "${T[@]}" --fault-every 2 --work 0.1
     row postgres-row-terminate-run postgres "mode=row, clients are baton run (0.4 s commands), pg_terminate_backend of every session every 2 s, + client faults" \
         "baton run kills the command of a holder whose session was terminated before another client's grant" \
-        "$U?mode=row" 0.5 "${T[@]}" --fault-every 2 --run --work 0.4
+        "$U?mode=row" 0.5 "${T[@]}" --fault-every 2 --run --work 0.4 --grants "$RUN_GRANTS"
     for m in session row lease; do
         link_rows "postgres-$m" postgres "mode=$m" "$U?mode=$m" 0.5
     done
@@ -284,10 +290,10 @@ if built mysql && port=$(start mysql "$RUN/my"); then
         "$U?mode=row" 0.5 "${K[@]}" --fault-every 2 --work 0.1
     row mysql-kill-run mysql "clients are baton run (0.4 s commands), KILL CONNECTION of every client connection every 2 s, + client faults" \
         "baton run kills the command of a holder whose connection was killed before another client's grant" \
-        "$U" 0.5 "${K[@]}" --fault-every 2 --run --work 0.4
+        "$U" 0.5 "${K[@]}" --fault-every 2 --run --work 0.4 --grants "$RUN_GRANTS"
     row mysql-row-kill-run mysql "mode=row, clients are baton run (0.4 s commands), KILL CONNECTION of every connection every 2 s, + client faults" \
         "baton run kills the command of a holder whose connection was killed before another client's grant" \
-        "$U?mode=row" 0.5 "${K[@]}" --fault-every 2 --run --work 0.4
+        "$U?mode=row" 0.5 "${K[@]}" --fault-every 2 --run --work 0.4 --grants "$RUN_GRANTS"
     for m in session row lease; do
         link_rows "mysql-$m" mysql "mode=$m" "$U?mode=$m" 0.5
     done
