@@ -168,8 +168,12 @@ static void report_json(const check_opts *o, const char *backend, const check_hi
     if (o->run)
         printf("\"run_stubborn\":%s,\"command_writes\":%ld,\"writes_after_grant\":%ld,\"writes_after_grant_paused\":%ld,"
                "\"writes_after_grant_max_s\":%.4f,\"run_exits_ok\":%ld,\"run_exits_lost\":%ld,\"run_exits_busy\":%ld,"
-               "\"run_exits_other\":%ld,", o->run_stubborn ? "true" : "false", h->ticks, r->ticks_after_grant,
+               "\"run_exits_other\":%ld,\"wait_s\":", o->run_stubborn ? "true" : "false", h->ticks, r->ticks_after_grant,
                r->ticks_after_pause, r->tick_late_max, h->run_ok, h->run_lost, h->run_busy, h->run_other);
+    if (o->run && o->wait >= 0)
+        printf("%g,\"wait_overruns\":%ld,\"wait_overrun_max_s\":%.3f,", o->wait, h->wait_overruns, h->wait_overrun_max);
+    else if (o->run)
+        printf("null,\"wait_overruns\":null,\"wait_overrun_max_s\":null,");
     printf("\"ok\":%s,\"evidence_count\":%ld,\"evidence\":[", r->ok ? "true" : "false", r->evidence_n);
     {
         const char *p = r->evidence;
@@ -225,6 +229,13 @@ static void report_text(const check_opts *o, const char *backend, const check_hi
         printf("); by a command stopped across it, within 0.5 s of its SIGCONT: %ld\n", r->ticks_after_pause);
         printf("  baton run exits                     0: %ld, 75 (lease lost): %ld, busy: %ld, other: %ld\n", h->run_ok,
                h->run_lost, h->run_busy, h->run_other);
+        if (o->wait >= 0) {
+            char label[64];
+            snprintf(label, sizeof label, "waits past -w %g s + 0.25 s", o->wait);
+            printf("  %-36s%ld", label, h->wait_overruns);
+            if (h->wait_overruns) printf(" (the longest %.3f s)", h->wait_overrun_max);
+            printf("\n");
+        }
     }
     printf("  client errors                       %ld failed acquires, %ld exits\n", h->errors, h->exits);
     if (r->ok) {

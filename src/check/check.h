@@ -92,7 +92,7 @@ enum {
     EV_WAIT = 1, EV_GRANT, EV_READ, EV_READ_REFUSED, EV_CHECKLOST, EV_WRITING, EV_WRITE_OK,
     EV_WRITE_REFUSED, EV_WRITE_STALE, EV_PLAIN_STALE, EV_RELEASE, EV_LOST, EV_PAUSE, EV_CONT,
     EV_KILL, EV_ERROR, EV_EXIT, EV_SRV_STOP, EV_SRV_START,
-    EV_LINK_FREEZE, EV_LINK_THAW, EV_LINK_CUT, EV_TICK, EV_RUN_EXIT
+    EV_LINK_FREEZE, EV_LINK_THAW, EV_LINK_CUT, EV_TICK, EV_RUN_EXIT, EV_WAIT_OVERRUN
 };
 
 typedef struct {
@@ -133,6 +133,8 @@ typedef struct {
     long link_freezes, link_cuts, links_holding, links_waiting;
     long ticks;                  /* --run: the commands' writes */
     long run_ok, run_lost, run_busy, run_other;   /* --run: baton run's exits 0, 75, 1, other */
+    long wait_overruns;          /* --run -w: waits that ended later than -w + 0.25 s */
+    double wait_overrun_max;     /* the longest such wait, seconds */
 } check_hist;
 
 /* What the record proves. */

@@ -64,7 +64,7 @@ void hist_write(const check_hist *h, FILE *f)
     static const char *const names[] = {
         "?", "wait", "grant", "read", "read-refused", "check-lost", "writing", "write", "write-refused",
         "write-stale-accepted", "plain-lost-update", "release", "lost", "pause", "cont", "kill", "acquire-error",
-        "exit", "server-stop", "server-start", "link-freeze", "link-thaw", "link-cut", "tick", "run-exit",
+        "exit", "server-stop", "server-start", "link-freeze", "link-thaw", "link-cut", "tick", "run-exit", "wait-overrun",
     };
     for (size_t i = 0; i < h->nev; i++) {
         const check_ev *e = &h->ev[i];

@@ -543,8 +543,19 @@ static int on_gone(checker *k, int i)
     if (k->o->run && !s->killed) {
         /* a cycle ended: baton run's exit says how */
         int code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+        int granted = g && g->cid == s->cid;
         s->state = S_GONE;
         if (k->stopping) return 0;
+        /* -w is a deadline: a wait that never got the lock must end by it
+         * (0.25 s for baton run to start and exit), frozen link or not */
+        if (!granted && k->o->wait >= 0 && (code == 1 || code == EX_UNAVAILABLE)) {
+            double w = (double)(now - s->t_wait) / 1e9;
+            if (w > k->o->wait + 0.25) {
+                k->h->wait_overruns++;
+                if (w > k->h->wait_overrun_max) k->h->wait_overrun_max = w;
+                hist_ev(k->h, now, i, s->cid, EV_WAIT_OVERRUN, 0, (int64_t)(w * 1000), 0);
+            }
+        }
         if (code != 0) hist_ev(k->h, now, i, s->cid, EV_RUN_EXIT, 0, code, 0);
         if (code == 0) k->h->run_ok++;
         else if (code == 75) k->h->run_lost++;
