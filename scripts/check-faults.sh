@@ -7,6 +7,8 @@
 #
 # Environment:
 #   CHECK_GRANTS=N   grants per row (default 10000)
+#   CHECK_RUN_GRANTS=N  grants of the --run rows (default 1000, at most
+#                    CHECK_GRANTS): each grant there starts a `baton run`
 #   CHECK_ONLY=RE    only the rows whose id matches the extended regex RE
 #   CHECK_OUT=FILE   where the table goes (default docs/RELIABILITY.md)
 #   CHECK_MAX_S=S    a row's time limit (default 900): a slow engine's row
@@ -20,6 +22,8 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BATON=$(readlink -f "${1:-$ROOT/build/baton}")
 SRV=$ROOT/tests/servers
 GRANTS=${CHECK_GRANTS:-10000}
+RUN_GRANTS=${CHECK_RUN_GRANTS:-1000}
+[ "$RUN_GRANTS" -le "$GRANTS" ] || RUN_GRANTS=$GRANTS
 ONLY=${CHECK_ONLY:-}
 OUT=${CHECK_OUT:-$ROOT/docs/RELIABILITY.md}
 MAXS=${CHECK_MAX_S:-900}
@@ -36,6 +40,27 @@ SKIPPED=$RUN/skipped
 # rare enough that a row reaches its grants in minutes (every pause and every
 # kill of a holder costs a lease), frequent enough for dozens of each per row
 CLIENT_FAULTS=(--pause 0.004 --kill 0.002 --pause-waiting 0.002 --kill-waiting 0.002)
+# issue 21's class: links frozen or reset past the lease (the checker's own
+# forwarder), and commands of real `baton run` clients that must not write
+# after another client's grant. More often than the faults above: these rows
+# are about them (a freeze costs 1.5 leases; 300 grants give a dozen or so).
+FREEZE=(--link-freeze 0.03)
+CUT=(--link-cut 0.03)
+RUNF=(--grants "$RUN_GRANTS" --run --pause 0.02 --kill 0.005 --pause-waiting 0.005 --kill-waiting 0.005 --link-freeze 0.03 --link-cut 0.02)
+
+# link_rows ID ENGINE WHAT URI LEASE [extra...]: the three rows of the class
+link_rows() {
+    local id=$1 eng=$2 what=$3 uri=$4 lease=$5
+    shift 5
+    row "$id-link-freeze" "$eng" "$what: holders' and waiters' links frozen past the lease, + client faults" \
+        "a frozen link is a silent engine: the holder's lease runs out on its own clock and it is told before it writes" \
+        "$uri" "$lease" "$@" "${FREEZE[@]}"
+    row "$id-link-cut" "$eng" "$what: holders' and waiters' connections reset, + client faults" \
+        "a reset connection is reconnected or the grant is reported lost; never two holders" "$uri" "$lease" "$@" "${CUT[@]}"
+    row "$id-run" "$eng" "$what: clients are baton run, commands tick; paused (the process group), killed, links frozen and reset" \
+        "baton run kills the command when the lease is lost: no command writes after another client's grant" \
+        "$uri" "$lease" "$@" "${RUNF[@]}"
+}
 
 # the servers started, "ENGINE DIR" a line (start runs in a $(...) subshell)
 STARTED=$RUN/started
@@ -68,8 +93,10 @@ built() {
 
 # row ID ENGINE FAULT PROMISE URI LEASE [extra check options...]
 row() {
-    local id=$1 eng=$2 fault=$3 promise=$4 uri=$5 lease=$6 rc
+    local id=$1 eng=$2 fault=$3 promise=$4 uri=$5 lease=$6 rc asked=$GRANTS prev=
     shift 6
+    # a row's own --grants (the --run rows) is what it asked for
+    for a in "$@"; do [ "$prev" = --grants ] && asked=$a; prev=$a; done
     if [ -n "$ONLY" ] && ! [[ $id =~ $ONLY ]]; then return; fi
     echo "check-faults: $id ($fault) ..." >&2
     "$BATON" check -u "$uri" --clients 4 --grants "$GRANTS" --seconds "$MAXS" -t "$lease" --work 0.001 \
@@ -77,7 +104,7 @@ row() {
         >"$RUN/$id.json" 2>"$RUN/$id.err"
     rc=$?
     grep -v "\"id\": \"$id\"" "$RES" >"$RES.tmp"; mv "$RES.tmp" "$RES"
-    /usr/bin/python3 - "$RUN/$id.json" "$id" "$eng" "$fault" "$promise" "$rc" "$GRANTS" >>"$RES" <<'EOF'
+    /usr/bin/python3 - "$RUN/$id.json" "$id" "$eng" "$fault" "$promise" "$rc" "$asked" >>"$RES" <<'EOF'
 import json, sys
 path, id_, eng, fault, promise, rc, grants = sys.argv[1:]
 try:
@@ -128,6 +155,9 @@ if built redis && port=$(start redis "$RUN/redis-aof" --appendonly yes --appendf
     R=(--fault-cmd "stop=bash $SRV/redis.sh stop $RUN/redis-aof" --fault-cmd "start=bash $SRV/redis.sh restart $RUN/redis-aof >/dev/null")
     row redis-aof-restart redis "restart with appendfsync always every 5 s, + client faults" \
         "the keys and their TTLs survive a restart" "$U" 0.5 "${R[@]}"
+fi
+if built redis && port=$(start redis "$RUN/redis-link"); then
+    link_rows redis redis "lease 0.5 s" "redis://127.0.0.1:$port/0" 0.5
 fi
 
 # ---- RedLock: 3 masters ----
@@ -211,6 +241,7 @@ if built zk && port=$(start zk "$RUN/zk"); then
     R=(--fault-cmd "stop=bash $SRV/zk.sh stop $RUN/zk" --fault-cmd "start=bash $SRV/zk.sh restart $RUN/zk >/dev/null")
     row zk zk "client faults (-t = the 1 s session timeout)" "ephemeral sequential nodes: a holder's node goes with its session" "$U" 1
     row zk-restart zk "server restart every 5 s, + client faults" "ZooKeeper persists nodes and sessions: a short restart loses nothing" "$U" 1 "${R[@]}"
+    link_rows zk zk "1 s session" "$U" 1
 fi
 
 # ---- ZooKeeper: a 3-member ensemble, its leader killed ----
@@ -232,12 +263,40 @@ if built postgres && port=$(start postgres "$RUN/pg"); then
     row postgres-terminate postgres "pg_terminate_backend of every client session every 2 s, + client faults" \
         "a terminated session's advisory locks are released by the server: its holder is told" "$U" 0.5 "${T[@]}" \
         --fault-every 2
+    row postgres-row-terminate postgres "mode=row, pg_terminate_backend of every client session every 2 s (holders work 0.1 s), + client faults" \
+        "a terminated session's transaction is rolled back, its row lock freed at once: its holder is told" \
+        "$U?mode=row" 0.5 "${T[@]}" --fault-every 2 --work 0.1
+    row postgres-row-terminate-run postgres "mode=row, clients are baton run (0.4 s commands), pg_terminate_backend of every session every 2 s, + client faults" \
+        "baton run kills the command of a holder whose session was terminated before another client's grant" \
+        "$U?mode=row" 0.5 "${T[@]}" --fault-every 2 --run --work 0.4 --grants "$RUN_GRANTS"
+    for m in session row lease; do
+        link_rows "postgres-$m" postgres "mode=$m" "$U?mode=$m" 0.5
+    done
 fi
 if built mysql && port=$(start mysql "$RUN/my"); then
     U="mysql://baton:baton-test@127.0.0.1:$port/baton"
     R=(--fault-cmd "stop=bash $SRV/mysql.sh stop $RUN/my" --fault-cmd "start=bash $SRV/mysql.sh restart $RUN/my >/dev/null")
     row mysql mysql "client faults" "GET_LOCK held by the session" "$U" 0.5
     row mysql-restart mysql "server restart every 5 s, + client faults" "a restart ends every session: holders are told" "$U" 0.5 "${R[@]}"
+    # KILL CONNECTION of every client connection: listed first, then killed
+    # one by one (a killer listed in its own list would kill itself first)
+    KL="MYSQL_PWD=baton-test mysql -h 127.0.0.1 -P $port -u baton"
+    K=(--fault-cmd "stop=for i in \$($KL -N -e \"select id from information_schema.processlist where user = 'baton' and id <> connection_id()\"); do $KL -e \"KILL CONNECTION \$i\" 2>/dev/null; done; true"
+       --fault-cmd "start=true")
+    row mysql-kill mysql "KILL CONNECTION of every client connection every 2 s (holders work 0.1 s), + client faults" \
+        "a killed connection's GET_LOCK is released by the server at once: its holder is told" "$U" 0.5 "${K[@]}" --fault-every 2 --work 0.1
+    row mysql-row-kill mysql "mode=row, KILL CONNECTION of every client connection every 2 s (holders work 0.1 s), + client faults" \
+        "a killed connection's transaction is rolled back, its row lock freed at once: its holder is told" \
+        "$U?mode=row" 0.5 "${K[@]}" --fault-every 2 --work 0.1
+    row mysql-kill-run mysql "clients are baton run (0.4 s commands), KILL CONNECTION of every client connection every 2 s, + client faults" \
+        "baton run kills the command of a holder whose connection was killed before another client's grant" \
+        "$U" 0.5 "${K[@]}" --fault-every 2 --run --work 0.4 --grants "$RUN_GRANTS"
+    row mysql-row-kill-run mysql "mode=row, clients are baton run (0.4 s commands), KILL CONNECTION of every connection every 2 s, + client faults" \
+        "baton run kills the command of a holder whose connection was killed before another client's grant" \
+        "$U?mode=row" 0.5 "${K[@]}" --fault-every 2 --run --work 0.4 --grants "$RUN_GRANTS"
+    for m in session row lease; do
+        link_rows "mysql-$m" mysql "mode=$m" "$U?mode=$m" 0.5
+    done
 fi
 
 # ---- etcd: a lease per client (TTL >= 1.5 s on the test server) ----
@@ -246,6 +305,7 @@ if built etcd && port=$(start etcd "$RUN/etcd"); then
     R=(--fault-cmd "stop=bash $SRV/etcd.sh stop $RUN/etcd" --fault-cmd "start=bash $SRV/etcd.sh restart $RUN/etcd >/dev/null")
     row etcd etcd "client faults (-t = the 2 s lease TTL)" "the client's lease, kept alive every TTL/3; fences the key's revision" "$U" 2
     row etcd-restart etcd "server restart every 5 s, + client faults" "etcd persists (fsync'd): leases survive a short restart" "$U" 2 "${R[@]}"
+    link_rows etcd etcd "2 s lease TTL" "$U" 2
 fi
 
 # ---- etcd: a 3-member cluster, its leader killed ----

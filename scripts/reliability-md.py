@@ -9,10 +9,15 @@ import sys
 res_path, skipped_path, grants = sys.argv[1], sys.argv[2], sys.argv[3]
 rows = [json.loads(l) for l in open(res_path) if l.strip()]
 # the script's order, whatever order rows were (re)run in
-ORDER = ["file", "sqlite", "redis", "redis-restart", "redis-aof-restart", "redis-failover", "redis-failover-wait",
-         "redis-split", "redis-split-wait", "redlock", "redlock-2of3", "redlock5-2down", "redlock5-3down", "zk", "zk-restart", "zk-leader", "postgres",
-         "postgres-lease", "postgres-restart", "postgres-terminate", "mysql", "mysql-restart", "etcd",
-         "etcd-restart", "etcd-leader"]
+LINK = ["-link-freeze", "-link-cut", "-run"]
+ORDER = (["file", "sqlite", "redis", "redis-restart", "redis-aof-restart"] + ["redis" + x for x in LINK] +
+         ["redis-failover", "redis-failover-wait", "redis-split", "redis-split-wait", "redlock", "redlock-2of3",
+          "redlock5-2down", "redlock5-3down", "zk", "zk-restart"] + ["zk" + x for x in LINK] +
+         ["zk-leader", "postgres", "postgres-lease", "postgres-restart", "postgres-terminate", "postgres-row-terminate",
+          "postgres-row-terminate-run"] + ["postgres-%s%s" % (m, x) for m in ("session", "row", "lease") for x in LINK] +
+         ["mysql", "mysql-restart", "mysql-kill", "mysql-row-kill", "mysql-kill-run", "mysql-row-kill-run"] +
+         ["mysql-%s%s" % (m, x) for m in ("session", "row", "lease") for x in LINK] +
+         ["etcd", "etcd-restart"] + ["etcd" + x for x in LINK] + ["etcd-leader"])
 rows.sort(key=lambda d: ORDER.index(d["id"]) if d.get("id") in ORDER else len(ORDER))
 skipped = [l.strip() for l in open(skipped_path) if l.strip()]
 
@@ -60,6 +65,8 @@ if failed:
                 "%d unexplained overlap(s)" % d["overlaps_unexplained"] if d.get("overlaps_unexplained") else "",
                 "%d stale write(s) accepted" % d["stale_writes_accepted"] if d.get("stale_writes_accepted") else "",
                 "fences went back" if d.get("fences_increasing") is False else "",
+                "%d command write(s) after another client's grant" % d["writes_after_grant"]
+                if d.get("writes_after_grant") else "",
                 "did not run (exit %s)" % d.get("rc") if "ok" not in d else ""] if x))
         for d in failed) + ".")
     w("")
@@ -99,6 +106,16 @@ for d in rows:
                      % d["overlaps_unexplained"])
     if d.get("fences_increasing") is False:
         notes.append("**fences went back %d times**" % d.get("fence_backs", 0))
+    if d.get("link_freezes") or d.get("link_cuts"):
+        notes.append("links frozen %d times, reset %d times (%d holding, %d waiting)" % (
+            d.get("link_freezes", 0), d.get("link_cuts", 0), d.get("links_holding", 0), d.get("links_waiting", 0)))
+    if d.get("run"):
+        notes.append("clients were `baton run`; their commands wrote %d ticks, %s after another client's grant%s; "
+                     "baton run exited 75 (lease lost) %d times"
+                     % (d.get("command_writes", 0),
+                        "**%d**" % d["writes_after_grant"] if d.get("writes_after_grant") else "none",
+                        " (**up to %.2f s after it: a command outlived its lock**)" % d.get("writes_after_grant_max_s", 0)
+                        if d.get("writes_after_grant") else "", d.get("run_exits_lost", 0)))
     if d.get("acquire_errors"):
         notes.append("%d acquires failed while the server was down (retried)" % d["acquire_errors"])
     ev = d.get("evidence") or []

@@ -37,6 +37,17 @@ static void usage(FILE *f)
         "      --kill R           SIGKILL this fraction of holders (replaced at once)\n"
         "      --pause-waiting R  SIGSTOP this fraction of waiters, during their wait\n"
         "      --kill-waiting R   SIGKILL this fraction of waiters\n"
+        "      --link-freeze R    freeze the link to the engine of this fraction of holders\n"
+        "                         (and of waiters) past the lease: the checker's own\n"
+        "                         forwarder stops relaying, the sockets stay open\n"
+        "      --link-cut R       reset the connections of this fraction of holders (and\n"
+        "                         of waiters), both sides\n"
+        "      --run              each client is a `baton run` of this binary whose command\n"
+        "                         writes ticks: a tick after another client's grant is a\n"
+        "                         command that outlived its lock\n"
+        "  -w, --wait SECS        --run: baton run's -w (default: wait forever)\n"
+        "      --run-stubborn     --run: the command ignores SIGTERM (a control: the check\n"
+        "                         must fail when a lease is lost while it runs)\n"
         "      --fault-cmd stop=CMD, --fault-cmd start=CMD\n"
         "                         server faults: run CMD with sh -c (both needed)\n"
         "      --fault-every S    up time between server faults (default 5)\n"
@@ -56,7 +67,7 @@ static void usage(FILE *f)
 
 enum {
     O_CLIENTS = CLI_LONG_ONLY, O_SECONDS, O_GRANTS, O_WORK, O_FAIR, O_PERMITS, O_PAUSE, O_KILL, O_PAUSE_W, O_KILL_W,
-    O_FAULT, O_EVERY, O_DOWN, O_UNFENCED, O_SEED, O_JSON, O_SVG, O_RECORD
+    O_FAULT, O_EVERY, O_DOWN, O_UNFENCED, O_SEED, O_JSON, O_SVG, O_RECORD, O_LFREEZE, O_LCUT, O_RUN, O_STUBBORN
 };
 
 static int rate(const char *name, const char *s, double *out)
@@ -149,10 +160,21 @@ static void report_json(const check_opts *o, const char *backend, const check_hi
     else printf("null");
     printf(",\"fair_inversions\":%ld,\"pauses\":%ld,\"pauses_holding\":%ld,\"pauses_after_check\":%ld,"
            "\"pauses_waiting\":%ld,\"kills\":%ld,\"kills_holding\":%ld,\"kills_waiting\":%ld,\"server_faults\":%ld,"
-           "\"acquire_errors\":%ld,\"client_exits\":%ld,\"ok\":%s,\"evidence_count\":%ld,\"evidence\":[",
+           "\"acquire_errors\":%ld,\"client_exits\":%ld,\"link_freezes\":%ld,\"link_cuts\":%ld,"
+           "\"links_holding\":%ld,\"links_waiting\":%ld,\"run\":%s,",
            r->fair_inversions, h->pauses, h->pauses_holding, h->pauses_writing, h->pauses_waiting, h->kills,
-           h->kills_holding, h->kills_waiting, h->srv_faults, h->errors, h->exits, r->ok ? "true" : "false",
-           r->evidence_n);
+           h->kills_holding, h->kills_waiting, h->srv_faults, h->errors, h->exits, h->link_freezes, h->link_cuts,
+           h->links_holding, h->links_waiting, o->run ? "true" : "false");
+    if (o->run)
+        printf("\"run_stubborn\":%s,\"command_writes\":%ld,\"writes_after_grant\":%ld,\"writes_after_grant_paused\":%ld,"
+               "\"writes_after_grant_max_s\":%.4f,\"run_exits_ok\":%ld,\"run_exits_lost\":%ld,\"run_exits_busy\":%ld,"
+               "\"run_exits_other\":%ld,\"wait_s\":", o->run_stubborn ? "true" : "false", h->ticks, r->ticks_after_grant,
+               r->ticks_after_pause, r->tick_late_max, h->run_ok, h->run_lost, h->run_busy, h->run_other);
+    if (o->run && o->wait >= 0)
+        printf("%g,\"wait_overruns\":%ld,\"wait_overrun_max_s\":%.3f,", o->wait, h->wait_overruns, h->wait_overrun_max);
+    else if (o->run)
+        printf("null,\"wait_overruns\":null,\"wait_overrun_max_s\":null,");
+    printf("\"ok\":%s,\"evidence_count\":%ld,\"evidence\":[", r->ok ? "true" : "false", r->evidence_n);
     {
         const char *p = r->evidence;
         int first = 1;
@@ -172,8 +194,9 @@ static void report_json(const check_opts *o, const char *backend, const check_hi
 static void report_text(const check_opts *o, const char *backend, const check_hist *h, const check_result *r)
 {
     const char *fw = fair_word(o, r);
-    printf("baton check: %s %s \"%s\", %d clients, %g s, lease %g s, seed %lu%s\n", backend, prim_name(o), o->name,
-           o->clients, o->seconds, o->lease, o->seed, o->unfenced ? ", UNFENCED register" : "");
+    printf("baton check: %s %s \"%s\", %d clients%s, %g s, lease %g s, seed %lu%s\n", backend, prim_name(o), o->name,
+           o->clients, o->run ? o->run_stubborn ? " (baton run, a command that ignores SIGTERM)" : " (baton run)" : "",
+           o->seconds, o->lease, o->seed, o->unfenced ? ", UNFENCED register" : "");
     printf("  grants                              %ld\n", r->grants);
     printf("  overlaps (plain register)           %ld (%ld after a lost grant, %ld unexplained)\n", r->overlaps,
            r->overlaps_lost, r->overlaps_unexplained);
@@ -196,6 +219,24 @@ static void report_text(const check_opts *o, const char *backend, const check_hi
     printf("  faults                              pauses %ld (%ld in work, %ld after the check, %ld waiting), kills "
            "%ld (%ld holding, %ld waiting), server %ld\n", h->pauses, h->pauses_holding, h->pauses_writing,
            h->pauses_waiting, h->kills, h->kills_holding, h->kills_waiting, h->srv_faults);
+    if (h->link_freezes || h->link_cuts || o->link_freeze > 0 || o->link_cut > 0)
+        printf("  link faults                         freezes %ld, cuts %ld (%ld holding, %ld waiting)\n",
+               h->link_freezes, h->link_cuts, h->links_holding, h->links_waiting);
+    if (o->run) {
+        printf("  command writes                      %ld\n", h->ticks);
+        printf("  writes after another's grant        %ld (must be 0", r->ticks_after_grant);
+        if (r->ticks_after_grant) printf("; up to %.3f s after it", r->tick_late_max);
+        printf("); by a command stopped across it, within 0.5 s of its SIGCONT: %ld\n", r->ticks_after_pause);
+        printf("  baton run exits                     0: %ld, 75 (lease lost): %ld, busy: %ld, other: %ld\n", h->run_ok,
+               h->run_lost, h->run_busy, h->run_other);
+        if (o->wait >= 0) {
+            char label[64];
+            snprintf(label, sizeof label, "waits past -w %g s + 0.25 s", o->wait);
+            printf("  %-36s%ld", label, h->wait_overruns);
+            if (h->wait_overruns) printf(" (the longest %.3f s)", h->wait_overrun_max);
+            printf("\n");
+        }
+    }
     printf("  client errors                       %ld failed acquires, %ld exits\n", h->errors, h->exits);
     if (r->ok) {
         printf("result: every safety property held\n");
@@ -221,6 +262,11 @@ int baton__cli_check(int argc, char **argv)
         { "kill", required_argument, NULL, O_KILL },
         { "pause-waiting", required_argument, NULL, O_PAUSE_W },
         { "kill-waiting", required_argument, NULL, O_KILL_W },
+        { "link-freeze", required_argument, NULL, O_LFREEZE },
+        { "link-cut", required_argument, NULL, O_LCUT },
+        { "run", no_argument, NULL, O_RUN },
+        { "run-stubborn", no_argument, NULL, O_STUBBORN },
+        { "wait", required_argument, NULL, CLI_LONG('w') },
         { "fault-cmd", required_argument, NULL, O_FAULT },
         { "fault-every", required_argument, NULL, O_EVERY },
         { "fault-down", required_argument, NULL, O_DOWN },
@@ -232,7 +278,7 @@ int baton__cli_check(int argc, char **argv)
         { "help", no_argument, NULL, CLI_LONG('h') },
         { NULL, 0, NULL, 0 },
     };
-    cli_opts co = { .argc = argc, .argv = argv, .cmd = CMD, .shorts = "u:t:sh", .lo = lo, .permute = 1 };
+    cli_opts co = { .argc = argc, .argv = argv, .cmd = CMD, .shorts = "u:t:w:sh", .lo = lo, .permute = 1 };
     check_opts o;
     check_hist h;
     check_result r;
@@ -241,8 +287,13 @@ int baton__cli_check(int argc, char **argv)
     FILE *rec = NULL;
     int opt, names = 0, rc;
     long long v;
+    char self[4096];
+    ssize_t sl;
 
+    /* --run's command: this binary again (not for users) */
+    if (argc > 1 && !strcmp(argv[1], "--tick-child")) return check_tick_main(argc - 1, argv + 1);
     memset(&o, 0, sizeof o);
+    o.wait = -1;
     memset(&h, 0, sizeof h);
     o.clients = 8;
     o.seconds = 30;
@@ -289,6 +340,11 @@ int baton__cli_check(int argc, char **argv)
         case O_KILL: if (rate(co.name, co.arg, &o.kill)) return EX_USAGE; break;
         case O_PAUSE_W: if (rate(co.name, co.arg, &o.pause_waiting)) return EX_USAGE; break;
         case O_KILL_W: if (rate(co.name, co.arg, &o.kill_waiting)) return EX_USAGE; break;
+        case O_LFREEZE: if (rate(co.name, co.arg, &o.link_freeze)) return EX_USAGE; break;
+        case O_LCUT: if (rate(co.name, co.arg, &o.link_cut)) return EX_USAGE; break;
+        case O_RUN: o.run = 1; break;
+        case O_STUBBORN: o.run_stubborn = 1; break;
+        case 'w': if (cli_secs(CMD, co.name, co.arg, 0, 1e6, NULL, &o.wait)) return EX_USAGE; break;
         case O_FAULT:
             if (!strncmp(co.arg, "stop=", 5) && co.arg[5]) o.fault_stop = co.arg + 5;
             else if (!strncmp(co.arg, "start=", 6) && co.arg[6]) o.fault_start = co.arg + 6;
@@ -311,13 +367,36 @@ int baton__cli_check(int argc, char **argv)
     if (names != 1) return cli_usage_error(CMD, names ? "expected one NAME" : "missing NAME");
     if (!*o.name) return cli_usage_error(CMD, "empty NAME");
     if (o.fair && o.prim != PRIM_LOCK) return cli_usage_error(CMD, "--fair is for locks, not with --shared or --permits");
-    if (o.pause + o.kill > 1) return cli_usage_error(CMD, "--pause + --kill must not exceed 1");
-    if (o.pause_waiting + o.kill_waiting > 1) return cli_usage_error(CMD, "--pause-waiting + --kill-waiting must not exceed 1");
+    if (o.pause + o.kill + o.link_freeze + o.link_cut > 1)
+        return cli_usage_error(CMD, "--pause + --kill + --link-freeze + --link-cut must not exceed 1");
+    if (o.pause_waiting + o.kill_waiting + o.link_freeze + o.link_cut > 1)
+        return cli_usage_error(CMD, "--pause-waiting + --kill-waiting + --link-freeze + --link-cut must not exceed 1");
+    if (o.run_stubborn && !o.run) return cli_usage_error(CMD, "--run-stubborn is for --run");
+    if (o.wait >= 0 && !o.run) return cli_usage_error(CMD, "-w is for --run (the clients of the API wait forever)");
+    if (o.run && o.prim != PRIM_LOCK)
+        return cli_usage_error(CMD, "--run checks locks (--fair allowed), not --shared or --permits yet");
+    if (o.run) {
+        /* the clients exec this binary: it must be the same one */
+        if ((sl = readlink("/proc/self/exe", self, sizeof self - 1)) <= 0) {
+            fprintf(stderr, "baton check: --run: cannot find this binary: %s\n", strerror(errno));
+            return EX_SOFTWARE;
+        }
+        self[sl] = 0;
+        o.self = self;
+    }
     if (!o.fault_stop != !o.fault_start)
         return cli_usage_error(CMD, "--fault-cmd needs both stop=CMD and start=CMD");
     if (o.work >= o.lease) return cli_usage_error(CMD, "--work must be shorter than the lease");
     o.uri = cli_default_uri(o.uri);
     if (o.seed == 0) o.seed = 1;
+    if (o.link_freeze > 0 || o.link_cut > 0) {
+        /* refused before anything runs: an engine with no link, a bad address */
+        check_link *l = NULL;
+        char err[256];
+        if (link_open(&l, o.uri ? o.uri : "file://", 1, err, sizeof err))
+            return cli_usage_error(CMD, "--link-freeze/--link-cut: %s", err);
+        link_close(l);
+    }
     if (o.svg_path && !(o.svg = fopen(o.svg_path, "w"))) {
         fprintf(stderr, "baton check: cannot write --svg %s: %s\n", o.svg_path, strerror(errno));
         return EX_USAGE;

@@ -9,6 +9,8 @@
  *   history.c   the record of a run and what it proves (overlaps, stale
  *               writes, losses, fences, recovery, fair order)
  *   timeline.c  --svg: one lane per client
+ *   link.c      --link-freeze/--link-cut: a loopback forwarder per lane
+ *   tick.c      --run: the command each `baton run` client runs (ticks)
  *
  * The checker (the parent) keeps the registers in its own memory and talks
  * to each client over a SOCK_SEQPACKET socketpair (a message is one packet).
@@ -41,6 +43,11 @@ typedef struct {
     int fair;
     int permits;                 /* --permits N */
     double pause, pause_waiting, kill, kill_waiting;   /* rates, 0..1 */
+    double link_freeze, link_cut;   /* rates, 0..1: of grants and of waits */
+    int run;                     /* --run: each client is a `baton run` whose command ticks */
+    int run_stubborn;            /* --run-stubborn: the command ignores SIGTERM (a control) */
+    double wait;                 /* -w: baton run's wait (--run); < 0 forever */
+    const char *self;            /* this binary (--run execs it) */
     const char *fault_stop, *fault_start;
     double fault_every, fault_down;
     int unfenced;
@@ -64,6 +71,7 @@ enum {
     M_LOST,         /* on_lost, from the keeper thread */
     M_ERROR,        /* rc: acquire failed (engine down?) */
     M_FATAL,        /* rc: the client cannot go on (open failed) */
+    M_TICK,         /* --run: the command wrote a tick (t, fence) */
     /* checker -> client */
     M_READ_REPLY = 64,   /* a = fenced value, b = plain value; rc = 1 when the fence refused the read */
     M_GO,
@@ -83,7 +91,8 @@ typedef struct {
 enum {
     EV_WAIT = 1, EV_GRANT, EV_READ, EV_READ_REFUSED, EV_CHECKLOST, EV_WRITING, EV_WRITE_OK,
     EV_WRITE_REFUSED, EV_WRITE_STALE, EV_PLAIN_STALE, EV_RELEASE, EV_LOST, EV_PAUSE, EV_CONT,
-    EV_KILL, EV_ERROR, EV_EXIT, EV_SRV_STOP, EV_SRV_START
+    EV_KILL, EV_ERROR, EV_EXIT, EV_SRV_STOP, EV_SRV_START,
+    EV_LINK_FREEZE, EV_LINK_THAW, EV_LINK_CUT, EV_TICK, EV_RUN_EXIT, EV_WAIT_OVERRUN
 };
 
 typedef struct {
@@ -105,6 +114,8 @@ typedef struct {
     int wrote;                   /* 0 none, 1 accepted, 2 refused, 3 accepted stale */
     int paused, waited_paused;   /* faults in this grant / in its wait */
     int64_t t_taken;             /* the engine gave it to another (an overlap's start); INT64_MAX */
+    int64_t t_stop, t_cont;      /* --run: its process group stopped (a pause) and continued; 0 */
+    int linked;                  /* a link fault during this grant */
 } check_grant;
 
 enum { END_OPEN, END_RELEASE, END_LOST, END_KILLED };
@@ -119,6 +130,11 @@ typedef struct {
     long reads_refused, writes_refused, stale_accepted, plain_stale, writes_ok;
     long errors, exits, pauses, kills, srv_faults;
     long pauses_holding, pauses_writing, pauses_waiting, kills_holding, kills_waiting;
+    long link_freezes, link_cuts, links_holding, links_waiting;
+    long ticks;                  /* --run: the commands' writes */
+    long run_ok, run_lost, run_busy, run_other;   /* --run: baton run's exits 0, 75, 1, other */
+    long wait_overruns;          /* --run -w: waits that ended later than -w + 0.25 s */
+    double wait_overrun_max;     /* the longest such wait, seconds */
 } check_hist;
 
 /* What the record proves. */
@@ -132,6 +148,9 @@ typedef struct {
     int fair_ok;
     double rec_p50, rec_max;
     long recoveries, kills_unrecovered;
+    long ticks_after_grant;      /* --run: a command's writes after another's grant (must be 0) */
+    long ticks_after_pause;      /* ... by a command stopped across that grant, within 0.5 s of its SIGCONT */
+    double tick_late_max;        /* the latest of them, seconds after the other's grant */
     int ok;                      /* every safety property held */
     char evidence[6400];         /* the first 12 pieces of evidence, a line each */
     long evidence_n;             /* how many there were */
@@ -156,6 +175,20 @@ int check_run(const check_opts *o, check_hist *h);
 /* ---- client.c ---- */
 /* The client process on socket FD; never returns. */
 void check_client(const check_opts *o, int fd, int slot) __attribute__((noreturn));
+
+/* ---- link.c ---- */
+typedef struct check_link check_link;
+/* A forwarder for LANES lanes to the engine of URI; -1 with ERR (file and
+ * sqlite have no link; an address that does not resolve). */
+int link_open(check_link **out, const char *uri, int lanes, char *err, size_t errlen);
+const char *link_uri(const check_link *l, int lane);   /* URI with the lane's addresses */
+void link_freeze(check_link *l, int lane, int on);
+void link_cut(check_link *l, int lane);
+void link_close(check_link *l);
+
+/* ---- tick.c ---- */
+/* baton check --tick-child FD SLOT HOLD STUBBORN: the command of a --run client. */
+int check_tick_main(int argc, char **argv);
 
 /* ---- timeline.c ---- */
 int check_svg(const check_opts *o, const check_hist *h, const check_result *r);

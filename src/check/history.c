@@ -64,7 +64,7 @@ void hist_write(const check_hist *h, FILE *f)
     static const char *const names[] = {
         "?", "wait", "grant", "read", "read-refused", "check-lost", "writing", "write", "write-refused",
         "write-stale-accepted", "plain-lost-update", "release", "lost", "pause", "cont", "kill", "acquire-error",
-        "exit", "server-stop", "server-start",
+        "exit", "server-stop", "server-start", "link-freeze", "link-thaw", "link-cut", "tick", "run-exit", "wait-overrun",
     };
     for (size_t i = 0; i < h->nev; i++) {
         const check_ev *e = &h->ev[i];
@@ -100,6 +100,13 @@ static const check_hist *sort_h;
 static int by_grant(const void *a, const void *b)
 {
     const check_grant *x = &sort_h->g[*(const size_t *)a], *y = &sort_h->g[*(const size_t *)b];
+    return x->t_grant < y->t_grant ? -1 : x->t_grant > y->t_grant;
+}
+
+static int by_fence(const void *a, const void *b)
+{
+    const check_grant *x = &sort_h->g[*(const size_t *)a], *y = &sort_h->g[*(const size_t *)b];
+    if (x->fence != y->fence) return x->fence < y->fence ? -1 : 1;
     return x->t_grant < y->t_grant ? -1 : x->t_grant > y->t_grant;
 }
 
@@ -185,7 +192,8 @@ void hist_analyze(const check_opts *o, check_hist *h, check_result *r)
 {
     size_t *ord = NULL;
     double *rec = NULL;
-    int faults = o->pause > 0 || o->pause_waiting > 0 || o->kill_waiting > 0 || o->kill > 0 || o->fault_stop;
+    int faults = o->pause > 0 || o->pause_waiting > 0 || o->kill_waiting > 0 || o->kill > 0 || o->fault_stop ||
+                 o->link_freeze > 0 || o->link_cut > 0;
 
     memset(r, 0, sizeof *r);
     r->fences_ok = 1;
@@ -230,6 +238,64 @@ void hist_analyze(const check_opts *o, check_hist *h, check_result *r)
         }
     }
 
+    /* 3b. --run: a command's writes after another client's grant. Another
+     * grant is one with a higher fence (the engine's order; a grant's time
+     * here is its command's start, and a command started late on an old
+     * grant must not make the newer holder look stale): if one of them had
+     * started by the time of A's tick, A's command was writing while
+     * another held the lock. Allowed only to a command whose whole process
+     * group was stopped across that grant (a paused host: nothing on it can
+     * act), within 0.5 s of its SIGCONT; that write is the fence's to refuse. */
+    if (o->run && h->ng) {
+        size_t *pos = malloc(h->ng * sizeof *pos), *byf = malloc(h->ng * sizeof *byf);
+        size_t *first = malloc((h->ng + 1) * sizeof *first);   /* the earliest start among byf[x..] */
+        unsigned char *told = calloc(h->ng, 1);
+        long nth = 0;
+        if (!pos || !byf || !first || !told) {
+            free(pos);
+            free(byf);
+            free(first);
+            free(told);
+            goto out;
+        }
+        for (size_t x = 0; x < h->ng; x++) byf[x] = x;
+        sort_h = h;
+        qsort(byf, h->ng, sizeof *byf, by_fence);
+        for (size_t x = 0; x < h->ng; x++) pos[byf[x]] = x;
+        first[h->ng] = SIZE_MAX;
+        for (size_t x = h->ng; x-- > 0;)
+            first[x] = first[x + 1] != SIZE_MAX && h->g[first[x + 1]].t_grant <= h->g[byf[x]].t_grant ? first[x + 1] : byf[x];
+        for (size_t i = 0; i < h->nev; i++) {
+            const check_ev *e = &h->ev[i];
+            const check_grant *a, *b;
+            size_t p, q;
+            if (e->type != EV_TICK || e->a < 0 || (size_t)e->a >= h->ng) continue;
+            a = &h->g[e->a];
+            /* the first grant of a higher fence (ties: the same grant again, none) */
+            for (p = pos[e->a] + 1; p < h->ng && h->g[byf[p]].fence <= a->fence; p++) {}
+            if (p >= h->ng || (q = first[p]) == SIZE_MAX) continue;
+            b = &h->g[q];
+            if (b->t_grant > e->t) continue;
+            if (a->t_stop && a->t_stop <= b->t_grant && a->t_cont && e->t <= a->t_cont + 500000000) {
+                r->ticks_after_pause++;
+                continue;
+            }
+            r->ticks_after_grant++;
+            if ((double)(e->t - b->t_grant) / 1e9 > r->tick_late_max) r->tick_late_max = (double)(e->t - b->t_grant) / 1e9;
+            /* one line per grant that wrote late: its first late write */
+            if (told[e->a]) continue;
+            told[e->a] = 1;
+            evidence(r, ++nth, "write after another grant: client %d (#%d, fence %" PRIu64 ")'s command wrote at %.3f s; "
+                     "client %d (#%d, fence %" PRIu64 ")'s command had started at %.3f s%s", a->slot, a->cid, a->fence,
+                     rel(h, e->t), b->slot, b->cid, b->fence, rel(h, b->t_grant),
+                     o->run_stubborn ? " (--run-stubborn: the command ignores SIGTERM)" : "");
+        }
+        free(pos);
+        free(byf);
+        free(first);
+        free(told);
+    }
+
     /* 4. fences strictly increasing, in grant order (exclusive grants) */
     if (o->prim != PRIM_PERMITS) {
         uint64_t last = 0;
@@ -241,8 +307,10 @@ void hist_analyze(const check_opts *o, check_hist *h, check_result *r)
                 r->fence_backs++;
                 r->fences_ok = 0;
                 evidence(r, r->fence_backs, "fence went back: client %d (#%d) got fence %" PRIu64 " at %.3f s after client %d "
-                         "(#%d) got %" PRIu64 " at %.3f s", g->slot, g->cid, g->fence, rel(h, g->t_grant),
-                         lg->slot, lg->cid, last, rel(h, lg->t_grant));
+                         "(#%d) got %" PRIu64 " at %.3f s%s", g->slot, g->cid, g->fence, rel(h, g->t_grant),
+                         lg->slot, lg->cid, last, rel(h, lg->t_grant),
+                         o->run ? " (--run: the times are the commands' starts: a command started on a grant older than "
+                                  "one whose command was running)" : "");
             }
             last = g->fence;
             lg = g;
@@ -288,7 +356,8 @@ void hist_analyze(const check_opts *o, check_hist *h, check_result *r)
         r->fair_ok = !r->fair_checked || !r->fair_inversions;
     }
 out:
-    r->ok = !r->overlaps_unexplained && !h->stale_accepted && !r->lost_unreported && r->fences_ok && r->fair_ok;
+    r->ok = !r->overlaps_unexplained && !h->stale_accepted && !r->lost_unreported && r->fences_ok && r->fair_ok &&
+            !r->ticks_after_grant;
     free(ord);
     free(rec);
 }

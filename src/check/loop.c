@@ -19,6 +19,8 @@
 
 enum { S_GONE, S_IDLE, S_WAITING, S_HOLDING };
 enum { PAUSE_NONE, PAUSE_WORK, PAUSE_WRITING };
+/* a fault for a holder (--run: chosen when the cycle starts) or a waiter */
+enum { F_NONE, F_KILL, F_PAUSE, F_FREEZE, F_CUT };
 
 typedef struct {
     pid_t pid;
@@ -30,7 +32,15 @@ typedef struct {
     int go_on_cont;             /* a WRITING waits for its GO until the SIGCONT */
     int pause_point, kill_at_read;
     int64_t wfault_at;          /* a fault for this waiter, if still waiting then */
-    int wfault_kill;
+    int wfault;                 /* F_* */
+    int link_point;             /* F_FREEZE or F_CUT: at the holder's read (--run: at its grant) */
+    int run_fault;              /* --run: this cycle's holder fault, F_* */
+    int64_t link_until;         /* a link fault of this lane ends (thaw; a held read reply goes) */
+    int link_frozen;
+    int reply_pending;          /* a READ_REPLY held back while the link is down */
+    int32_t reply_rc;
+    int64_t reply_a, reply_b;
+    int termed;                 /* --run: SIGTERM'd by us at the end of the run */
     int killed;                 /* by us: replaced at once */
     int64_t t_killed;
     int64_t respawn_at;         /* 0: none due */
@@ -52,6 +62,7 @@ typedef struct {
     int srv;                    /* 0 up, 1 stop running, 2 down, 3 start running */
     pid_t srv_pid;
     int64_t srv_at;
+    check_link *link;           /* --link-freeze / --link-cut: the lanes' forwarder */
 } checker;
 
 static double rnd(checker *k)
@@ -76,11 +87,132 @@ static void say(int fd, int type, int rc, int64_t a, int64_t b)
     while (send(fd, &m, sizeof m, MSG_NOSIGNAL | MSG_DONTWAIT) < 0 && errno == EINTR) {}
 }
 
+/* The fault for a cycle: holders (rates of grants) or waiters (of waits). */
+static int pick_fault(checker *k, int waiting)
+{
+    const check_opts *o = k->o;
+    double kr = waiting ? o->kill_waiting : o->kill, pr = waiting ? o->pause_waiting : o->pause;
+    double r;
+    /* holders draw every time (the --seed sequence of runs without waiter faults) */
+    if (k->stopping || (waiting && kr + pr + o->link_freeze + o->link_cut <= 0)) return F_NONE;
+    r = rnd(k);
+    if (r < kr) return F_KILL;
+    if (r < kr + pr) return F_PAUSE;
+    if (r < kr + pr + o->link_freeze) return F_FREEZE;
+    if (r < kr + pr + o->link_freeze + o->link_cut) return F_CUT;
+    return F_NONE;
+}
+
+/* The signal for client I: --run clients are a process group (baton run and
+ * its command), stopped or killed together as a paused or dead host would be. */
+static void sig_client(checker *k, int i, int sig)
+{
+    kill(k->o->run ? -k->s[i].pid : k->s[i].pid, sig);
+}
+
+static void thaw(checker *k, int i, int64_t now)
+{
+    slot *s = &k->s[i];
+    if (s->link_frozen) {
+        link_freeze(k->link, i, 0);
+        s->link_frozen = 0;
+        hist_ev(k->h, now, i, s->cid, EV_LINK_THAW, 0, 0, 0);
+    }
+    s->link_until = 0;
+    if (s->reply_pending && s->state != S_GONE) {
+        s->reply_pending = 0;
+        say(s->fd, M_READ_REPLY, s->reply_rc, s->reply_a, s->reply_b);
+    }
+}
+
+/* A link fault of lane I: frozen (or reset) now, for 1.5 x lease + 0.1 s. */
+static void link_fault(checker *k, int i, int64_t now, int kind)
+{
+    slot *s = &k->s[i];
+    check_grant *g = s->grant >= 0 ? &k->h->g[s->grant] : NULL;
+    int holding = s->state == S_HOLDING;
+    if (kind == F_FREEZE) {
+        link_freeze(k->link, i, 1);
+        s->link_frozen = 1;
+        k->h->link_freezes++;
+    } else {
+        link_cut(k->link, i);
+        k->h->link_cuts++;
+    }
+    s->link_until = now + pause_ns(k->o);
+    if (holding && g) g->linked = 1;
+    if (holding) k->h->links_holding++;
+    else k->h->links_waiting++;
+    hist_ev(k->h, now, i, s->cid, kind == F_FREEZE ? EV_LINK_FREEZE : EV_LINK_CUT, 0, holding, 0);
+}
+
+/* --run: the client is `baton run` (this binary), its command this binary's
+ * tick writer, which reports on the inherited socket FD. */
+static void exec_run(checker *k, int i, int fd) __attribute__((noreturn));
+static void exec_run(checker *k, int i, int fd)
+{
+    const check_opts *o = k->o;
+    const slot *s = &k->s[i];
+    char lease[32], wait[32], fds[16], slots[16], hold[32];
+    const char *argv[32];
+    int n = 0;
+    /* a cycle with a fault while it holds runs past the lease, so that a
+     * command its lock outlived is still writing when another is granted */
+    double h = s->run_fault == F_PAUSE || s->run_fault == F_FREEZE || s->run_fault == F_CUT
+                   ? 3 * o->lease + 0.5 : o->work;
+
+    snprintf(lease, sizeof lease, "%.3f", o->lease);
+    snprintf(wait, sizeof wait, "%.3f", o->wait);
+    snprintf(fds, sizeof fds, "%d", fd);
+    snprintf(slots, sizeof slots, "%d", i);
+    snprintf(hold, sizeof hold, "%.3f", h);
+    argv[n++] = o->self;
+    argv[n++] = "run";
+    if (k->link || o->uri) {
+        argv[n++] = "-u";
+        argv[n++] = k->link ? link_uri(k->link, i) : o->uri;
+    }
+    argv[n++] = "-t";
+    argv[n++] = lease;
+    if (o->wait >= 0) {
+        argv[n++] = "-w";
+        argv[n++] = wait;
+    }
+    if (o->fair) argv[n++] = "--fair";
+    argv[n++] = o->name;
+    argv[n++] = "--";
+    argv[n++] = o->self;
+    argv[n++] = "check";
+    argv[n++] = "--tick-child";
+    argv[n++] = fds;
+    argv[n++] = slots;
+    argv[n++] = hold;
+    argv[n++] = o->run_stubborn ? "1" : "0";
+    argv[n] = NULL;
+    signal(SIGTERM, SIG_DFL);
+    signal(SIGINT, SIG_DFL);
+    signal(SIGHUP, SIG_DFL);
+    /* the socket goes through baton run to its command */
+    fcntl(fd, F_SETFD, 0);
+    /* stdout is the report's */
+    dup2(2, 1);
+    execv(o->self, (char *const *)argv);
+    fprintf(stderr, "baton check: cannot run %s: %s\n", o->self, strerror(errno));
+    _exit(EX_SOFTWARE);
+}
+
 static int spawn(checker *k, int i)
 {
     slot *s = &k->s[i];
     int sv[2];
     pid_t pid;
+    int64_t now = now_ns();
+
+    /* a new client gets a working link */
+    if (k->link) {
+        s->reply_pending = 0;
+        thaw(k, i, now);
+    }
 
     if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) {
         fprintf(stderr, "baton check: socketpair: %s\n", strerror(errno));
@@ -98,19 +230,50 @@ static int spawn(checker *k, int i)
          * blocked in acquire on an engine that is down would never notice */
         prctl(PR_SET_PDEATHSIG, SIGKILL);
         if (getppid() != k->parent) _exit(0);
-        for (int j = 0; j < k->o->clients; j++)
-            if (k->s[j].fd >= 0) close(k->s[j].fd);
-        close(sv[0]);
+        if (k->o->run) setpgid(0, 0);
+        /* nothing of the checker's: the other lanes' sockets, the
+         * forwarder's (a reset must not be held open by a copy here) */
+        close_range(3, (unsigned)sv[1] - 1, 0);
+        close_range((unsigned)sv[1] + 1, ~0U, 0);
+        if (k->o->run) exec_run(k, i, sv[1]);
+        if (k->link) {
+            /* the lane's own addresses: its link goes through the forwarder */
+            check_opts lo = *k->o;
+            lo.uri = link_uri(k->link, i);
+            check_client(&lo, sv[1], i);
+        }
         check_client(k->o, sv[1], i);
     }
+    /* both sides, so that a signal to the group right away finds it */
+    if (k->o->run) setpgid(pid, pid);
     close(sv[1]);
-    memset(s, 0, sizeof *s);
+    {
+        int rf = s->run_fault;
+        memset(s, 0, sizeof *s);
+        s->run_fault = rf;
+    }
     s->pid = pid;
     s->fd = sv[0];
     s->cid = k->next_cid++;
     s->state = S_IDLE;
     s->grant = -1;
+    if (k->o->run) {
+        /* a cycle is a process: it waits from now */
+        s->state = S_WAITING;
+        s->t_wait = now;
+        hist_ev(k->h, now, i, s->cid, EV_WAIT, 0, 1, 0);
+        if ((s->wfault = pick_fault(k, 1)) != F_NONE)
+            s->wfault_at = now + (int64_t)(rnd(k) * k->o->lease * 0.5e9) + 1000000;
+    }
     return 0;
+}
+
+/* --run: the next cycle's holder fault is chosen before its process starts
+ * (its command's length depends on it). */
+static int spawn_cycle(checker *k, int i)
+{
+    if (k->o->run) k->s[i].run_fault = pick_fault(k, 0);
+    return spawn(k, i);
 }
 
 static check_grant *cur(checker *k, slot *s)
@@ -135,11 +298,14 @@ static void stop_client(checker *k, int i, int64_t now)
 {
     slot *s = &k->s[i];
     check_grant *g = cur(k, s);
-    kill(s->pid, SIGSTOP);
+    sig_client(k, i, SIGSTOP);
     s->stopped = 1;
     s->cont_at = now + pause_ns(k->o);
     k->h->pauses++;
-    if (g && s->state == S_HOLDING) g->paused = 1;
+    if (g && s->state == S_HOLDING) {
+        g->paused = 1;
+        g->t_stop = now;
+    }
     hist_ev(k->h, now, i, s->cid, EV_PAUSE, 0, s->state == S_HOLDING ? (s->go_on_cont ? 2 : 1) : 0, 0);
 }
 
@@ -148,7 +314,7 @@ static void kill_client(checker *k, int i, int64_t now)
     slot *s = &k->s[i];
     check_grant *g = cur(k, s);
     int holding = s->state == S_HOLDING;
-    kill(s->pid, SIGKILL);
+    sig_client(k, i, SIGKILL);
     s->killed = 1;
     s->t_killed = now;
     s->stopped = 0;
@@ -174,14 +340,9 @@ static int on_msg(checker *k, int i, const check_msg *m)
         s->paused_in_wait = 0;
         s->wfault_at = 0;
         hist_ev(h, m->t, i, s->cid, EV_WAIT, 0, m->rc, 0);
-        if (!k->stopping && (o->pause_waiting > 0 || o->kill_waiting > 0)) {
-            double r = rnd(k);
-            if (r < o->kill_waiting || r < o->kill_waiting + o->pause_waiting) {
-                /* somewhere in the first half-lease of the wait: if still waiting then */
-                s->wfault_kill = r < o->kill_waiting;
-                s->wfault_at = now + (int64_t)(rnd(k) * o->lease * 0.5e9) + 1000000;
-            }
-        }
+        /* somewhere in the first half-lease of the wait: if still waiting then */
+        if ((s->wfault = pick_fault(k, 1)) != F_NONE)
+            s->wfault_at = now + (int64_t)(rnd(k) * o->lease * 0.5e9) + 1000000;
         break;
     case M_GRANT: {
         long gi = hist_grant(h, i, s->cid, m->rc, s->t_wait, m->t, m->fence);
@@ -193,15 +354,40 @@ static int on_msg(checker *k, int i, const check_msg *m)
         /* granted just before we killed it: the hold ended with it */
         if (s->killed) end_grant(&h->g[gi], s->t_killed, END_KILLED);
         hist_ev(h, m->t, i, s->cid, EV_GRANT, m->fence, m->rc, 0);
+        /* a holder whose link is down has lost its lease by now (the engine
+         * granted another): it checks held() at once, while the link is
+         * still down, so that only its own clock can tell it */
+        for (int j = 0; j < o->clients; j++) {
+            slot *t = &k->s[j];
+            if (j == i || !t->reply_pending || t->state == S_GONE) continue;
+            t->reply_pending = 0;
+            say(t->fd, M_READ_REPLY, t->reply_rc, t->reply_a, t->reply_b);
+        }
         s->pause_point = PAUSE_NONE;
         s->kill_at_read = 0;
-        if (!k->stopping) {
-            double r = rnd(k);
-            if (r < o->kill) s->kill_at_read = 1;
-            else if (r < o->kill + o->pause)
-                /* half during the work (its check must see the loss), half
-                 * after its check (its write is stale: the fence must refuse it) */
-                s->pause_point = m->rc && rnd(k) < 0.5 ? PAUSE_WRITING : PAUSE_WORK;
+        s->link_point = F_NONE;
+        if (o->run) {
+            /* the command has started: its cycle's fault, now */
+            if (k->stopping || s->killed) break;
+            switch (s->run_fault) {
+            case F_KILL: kill_client(k, i, now); h->kills_holding++; break;
+            case F_PAUSE: stop_client(k, i, now); h->pauses_holding++; break;
+            case F_FREEZE:
+            case F_CUT: link_fault(k, i, now, s->run_fault); break;
+            default: break;
+            }
+            break;
+        }
+        switch (pick_fault(k, 0)) {
+        case F_KILL: s->kill_at_read = 1; break;
+        case F_PAUSE:
+            /* half during the work (its check must see the loss), half
+             * after its check (its write is stale: the fence must refuse it) */
+            s->pause_point = m->rc && rnd(k) < 0.5 ? PAUSE_WRITING : PAUSE_WORK;
+            break;
+        case F_FREEZE: s->link_point = F_FREEZE; break;
+        case F_CUT: s->link_point = F_CUT; break;
+        default: break;
         }
         break;
     }
@@ -230,6 +416,18 @@ static int on_msg(checker *k, int i, const check_msg *m)
             hist_ev(h, now, i, s->cid, EV_READ_REFUSED, m->fence, (int64_t)k->fmax, 0);
         } else {
             hist_ev(h, now, i, s->cid, EV_READ, m->fence, k->fv, k->pv);
+        }
+        if (s->link_point != F_NONE && !refused) {
+            /* its link goes down while it works, past its lease: the reply
+             * (what it read now) is held until another client is granted
+             * (or the link is back), then it checks held() as ever. The
+             * keeper could not renew meanwhile. */
+            s->reply_pending = 1;
+            s->reply_rc = refused;
+            s->reply_a = k->fv;
+            s->reply_b = k->pv;
+            link_fault(k, i, now, s->link_point);
+            break;
         }
         say(s->fd, M_READ_REPLY, refused, k->fv, k->pv);
         if (s->pause_point == PAUSE_WORK && !refused) {
@@ -294,11 +492,21 @@ static int on_msg(checker *k, int i, const check_msg *m)
         if (g && m->rc) mark_lost(g, m->t);
         break;
     case M_LOST:
+        if (o->run && s->termed && g && g->cid == s->cid) {
+            /* our own SIGTERM at the end of the run, forwarded to the command */
+            end_grant(g, m->t, END_RELEASE);
+            hist_ev(h, m->t, i, s->cid, EV_RELEASE, m->fence, 0, 0);
+            break;
+        }
         hist_ev(h, m->t, i, s->cid, EV_LOST, 0, 0, 0);
         if (g && g->cid == s->cid) {
             mark_lost(g, m->t);
             end_grant(g, m->t, END_LOST);
         }
+        break;
+    case M_TICK:
+        h->ticks++;
+        if (s->grant >= 0) hist_ev(h, m->t, i, s->cid, EV_TICK, m->fence, s->grant, 0);
         break;
     case M_ERROR:
         h->errors++;
@@ -332,13 +540,49 @@ static int on_gone(checker *k, int i)
         if (s->killed) end_grant(g, s->t_killed, END_KILLED);
         else end_grant(g, now, END_RELEASE);
     }
+    if (k->o->run && !s->killed) {
+        /* a cycle ended: baton run's exit says how */
+        int code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+        int granted = g && g->cid == s->cid;
+        s->state = S_GONE;
+        if (k->stopping) return 0;
+        /* -w is a deadline: a wait that never got the lock must end by it
+         * (0.25 s for baton run to start and exit), frozen link or not */
+        if (!granted && k->o->wait >= 0 && (code == 1 || code == EX_UNAVAILABLE)) {
+            double w = (double)(now - s->t_wait) / 1e9;
+            if (w > k->o->wait + 0.25) {
+                k->h->wait_overruns++;
+                if (w > k->h->wait_overrun_max) k->h->wait_overrun_max = w;
+                hist_ev(k->h, now, i, s->cid, EV_WAIT_OVERRUN, 0, (int64_t)(w * 1000), 0);
+            }
+        }
+        if (code != 0) hist_ev(k->h, now, i, s->cid, EV_RUN_EXIT, 0, code, 0);
+        if (code == 0) k->h->run_ok++;
+        else if (code == 75) k->h->run_lost++;
+        else if (code == 1) k->h->run_busy++;
+        else if (code == EX_UNAVAILABLE) {
+            /* its acquire failed: the engine went away (a server fault) */
+            k->h->errors++;
+            k->h->run_other++;
+            s->respawn_at = now + 50000000;
+            return 0;
+        } else {
+            k->h->run_other++;
+            k->h->exits++;
+            if (code == EX_USAGE && !k->fatal_rc) k->fatal_rc = EX_USAGE;
+            /* the engine away (69), or worse: again, soon */
+            s->respawn_at = now + 200000000;
+            return 0;
+        }
+        return spawn_cycle(k, i);
+    }
     if (!s->killed && !k->stopping) {
         k->h->exits++;
         hist_ev(k->h, now, i, s->cid, EV_EXIT, 0, WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st), 0);
     }
     s->state = S_GONE;
     if (k->stopping) return 0;
-    if (s->killed) return spawn(k, i);
+    if (s->killed) return spawn_cycle(k, i);
     /* it died by itself (the engine went away while it opened?): again, soon */
     s->respawn_at = now + 200000000;
     return 0;
@@ -396,8 +640,10 @@ static void server_faults(checker *k, int64_t now)
 static void cont_client(checker *k, int i, int64_t now)
 {
     slot *s = &k->s[i];
-    kill(s->pid, SIGCONT);
+    check_grant *g = cur(k, s);
+    sig_client(k, i, SIGCONT);
     s->stopped = 0;
+    if (g && g->t_stop && !g->t_cont) g->t_cont = now;
     hist_ev(k->h, now, i, s->cid, EV_CONT, 0, 0, 0);
     if (s->go_on_cont) {
         s->go_on_cont = 0;
@@ -411,10 +657,14 @@ static int64_t timers(checker *k, int64_t now)
     int64_t next = now + 50000000;
     for (int i = 0; i < k->o->clients; i++) {
         slot *s = &k->s[i];
+        if (s->link_until) {
+            if (now >= s->link_until || k->stopping) thaw(k, i, now);
+            else if (s->link_until < next) next = s->link_until;
+        }
         if (s->state == S_GONE) {
             if (s->respawn_at && !k->stopping) {
                 if (now >= s->respawn_at) {
-                    if (spawn(k, i)) return -1;
+                    if (spawn_cycle(k, i)) return -1;
                 } else if (s->respawn_at < next) next = s->respawn_at;
             }
             continue;
@@ -426,13 +676,16 @@ static int64_t timers(checker *k, int64_t now)
         if (s->wfault_at && s->state == S_WAITING && !s->stopped && !k->stopping) {
             if (now >= s->wfault_at) {
                 s->wfault_at = 0;
-                if (s->wfault_kill) {
+                if (s->wfault == F_KILL) {
                     kill_client(k, i, now);
                     k->h->kills_waiting++;
-                } else {
+                } else if (s->wfault == F_PAUSE) {
                     stop_client(k, i, now);
                     s->paused_in_wait = 1;
                     k->h->pauses_waiting++;
+                } else {
+                    link_fault(k, i, now, s->wfault);
+                    s->paused_in_wait = 1;
                 }
             } else if (s->wfault_at < next) next = s->wfault_at;
         }
@@ -450,13 +703,21 @@ int check_run(const check_opts *o, check_hist *h)
     if (!(k = calloc(1, sizeof *k))) return EX_SOFTWARE;
     k->o = o;
     k->h = h;
+    if (o->link_freeze > 0 || o->link_cut > 0) {
+        char err[256];
+        if (link_open(&k->link, o->uri, n, err, sizeof err)) {
+            fprintf(stderr, "baton check: --link-freeze/--link-cut: %s\n", err);
+            free(k);
+            return EX_USAGE;
+        }
+    }
     k->parent = getpid();
     k->rng = o->seed ? o->seed : 0x9e3779b97f4a7c15ULL;
     for (int i = 0; i < n; i++) k->s[i].fd = -1;
     h->t0 = now_ns();
     end = h->t0 + (int64_t)(o->seconds * 1e9);
     k->srv_at = h->t0 + (int64_t)(o->fault_every * 1e9);
-    for (int i = 0; i < n && !rc; i++) rc = spawn(k, i);
+    for (int i = 0; i < n && !rc; i++) rc = spawn_cycle(k, i);
 
     while (!rc) {
         int64_t now = now_ns(), next;
@@ -466,9 +727,19 @@ int check_run(const check_opts *o, check_hist *h)
             /* the end: everyone runs again and is asked to go; a holder finishes its cycle */
             k->stopping = 1;
             h->t1 = now;
-            drain_end = now + (int64_t)((2 * o->lease + 5) * 1e9);
-            for (int i = 0; i < n; i++)
-                if (k->s[i].state != S_GONE) say(k->s[i].fd, M_QUIT, 0, 0, 0);
+            /* --run: a holder's command may run 3 leases + 0.5 s */
+            drain_end = now + (int64_t)(((o->run ? 5 : 2) * o->lease + 5) * 1e9);
+            for (int i = 0; i < n; i++) {
+                if (k->s[i].state == S_GONE) continue;
+                if (!o->run) {
+                    say(k->s[i].fd, M_QUIT, 0, 0, 0);
+                } else if (k->s[i].state == S_WAITING) {
+                    /* baton run cancels its wait on SIGTERM (or passes it
+                     * to a command just started: that is no loss) */
+                    k->s[i].termed = 1;
+                    kill(k->s[i].pid, SIGTERM);
+                }
+            }
         }
         server_faults(k, now);
         if ((next = timers(k, now)) < 0) { rc = EX_SOFTWARE; break; }
@@ -536,6 +807,7 @@ int check_run(const check_opts *o, check_hist *h)
     }
     if (!h->t1) h->t1 = now_ns();
     if (!rc && k->fatal_rc && !h->ng) rc = k->fatal_rc;
+    link_close(k->link);
     free(k);
     return rc;
 }

@@ -110,6 +110,20 @@ int check_svg(const check_opts *o, const check_hist *h, const check_result *r)
                 tx(&ax, t_end) - tx(&ax, e->t) + 1, LANE,
                 e->a == 2 ? "after its check" : e->a == 1 ? "during its work" : "while waiting");
     }
+    /* link freezes: each FREEZE to the lane's next THAW */
+    for (size_t i = 0; i < h->nev; i++) {
+        const check_ev *e = &h->ev[i];
+        int64_t t_end = h->t1;
+        if (e->type != EV_LINK_FREEZE) continue;
+        for (size_t j = i + 1; j < h->nev; j++)
+            if (h->ev[j].slot == e->slot && h->ev[j].type == EV_LINK_THAW) {
+                t_end = h->ev[j].t;
+                break;
+            }
+        fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%d\" fill=\"#b07cff\" opacity=\"0.35\">"
+                "<title>link frozen %s</title></rect>\n", tx(&ax, e->t), ty(&ax, e->slot),
+                tx(&ax, t_end) - tx(&ax, e->t) + 1, LANE, e->a ? "holding" : "while waiting");
+    }
     /* waits and holds */
     for (size_t i = 0; i < h->ng; i++) {
         const check_grant *g = &h->g[i];
@@ -144,6 +158,7 @@ int check_svg(const check_opts *o, const check_hist *h, const check_result *r)
         case EV_WRITE_REFUSED: mark(f, &ax, e, "diamond", "#0a0", "stale write refused by the fence"); break;
         case EV_READ_REFUSED: mark(f, &ax, e, "diamond", "#6c6", "stale read refused by the fence"); break;
         case EV_WRITE_STALE: mark(f, &ax, e, "tri", "#d00", "STALE WRITE ACCEPTED"); break;
+        case EV_LINK_CUT: mark(f, &ax, e, "x", "#b07cff", e->a ? "link cut (reset) holding" : "link cut (reset) waiting"); break;
         default: break;
         }
     }

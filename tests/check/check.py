@@ -9,6 +9,12 @@
     check.py BATON unfenced   the same on a register that ignores fences: the checker
                               must fail (exit 1) with stale writes accepted
     check.py BATON kill       Redis, holders killed: recovery measured, exit 0
+    check.py BATON link       Redis, --link-freeze and --link-cut: frozen holders lose their
+                              lease and are told; exit 0
+    check.py BATON run        Redis, --run (clients are baton run, commands tick), holders
+                              paused: no write after another's grant, exit 0; with
+                              --run-stubborn (the command ignores SIGTERM) the checker
+                              must catch the writes after the grant and exit 1
 
 Redis runs use the suite's server ($BATON_TEST_SRV/redis/port); without it
 they exit 77 (skip), unless BATON_REQUIRE_ALL=1.
@@ -133,6 +139,10 @@ elif MODE == "usage":
         ["--shared", "--permits", "2", "x"], ["--permits", "0", "x"], ["--fair", "--shared", "x"],
         ["-t", "0.01", "x"], ["--work", "5", "-t", "1", "x"], ["--frobnicate", "x"], ["--seed", "-3", "x"],
         ["--svg", os.path.join(TMP, "no", "such", "dir", "f.svg"), "x"],
+        ["--link-freeze", "0.1", "x"],                  # the file engine has no link
+        ["--link-freeze", "0.6", "--link-cut", "0.6", "x"],
+        ["--run-stubborn", "x"], ["-w", "1", "x"],      # only with --run
+        ["--run", "--shared", "x"],
     ]
     for args in bad:
         rc, out, err = run("-u", uri, "--seconds", "0.2", *args)
@@ -171,6 +181,51 @@ elif MODE in ("pause", "unfenced"):
         check("stale writes accepted > 0", d.get("stale_writes_accepted", 0) > 0, show(d))
         check("the evidence names them", any("stale write accepted" in e for e in d.get("evidence", [])), show(d))
         check("ok is false", d.get("ok") is False, show(d))
+
+elif MODE == "run":
+    # --run: each client is a real `baton run` whose command writes ticks.
+    # Holders are stopped (their whole process group, baton run and the
+    # command) past the lease: on SIGCONT baton run must kill the command
+    # before it writes on (0.5 s of grace: the fence's part). With
+    # --run-stubborn the command ignores SIGTERM and outlives its lock: the
+    # checker must catch its writes after the next client's grant and fail.
+    uri = redis_uri()
+    for stubborn in (False, True):
+        extra = ["--run-stubborn"] if stubborn else []
+        rc, d, out, err = run_json("-u", uri, "--clients", "3", "--seconds", "4", "-t", "0.5", "--run",
+                                   "--pause", "0.4", "--seed", "3", *extra,
+                                   "run-%s" % ("stubborn" if stubborn else "ok"))
+        what = "--run%s" % (" --run-stubborn" if stubborn else "")
+        runs = {k: d.get(k) for k in ("command_writes", "writes_after_grant", "writes_after_grant_paused",
+                                      "run_exits_ok", "run_exits_lost", "run_exits_other", "pauses_holding")}
+        check(what + ": holders were paused and commands wrote", d.get("pauses_holding", 0) > 0
+              and d.get("command_writes", 0) > 0, show(d) + json.dumps(runs))
+        if not stubborn:
+            check(what + ": exit 0", rc == 0, "rc %d %s %s %s" % (rc, show(d), json.dumps(runs), err[-2000:]))
+            check(what + ": no write after another's grant", d.get("writes_after_grant") == 0, json.dumps(runs))
+            check(what + ": baton run said the lease was lost (75)", d.get("run_exits_lost", 0) > 0, json.dumps(runs))
+            check(what + ": no other exit", d.get("run_exits_other") == 0, json.dumps(runs))
+        else:
+            check(what + ": the check fails (exit 1)", rc == 1, "rc %d %s %s" % (rc, show(d), json.dumps(runs)))
+            check(what + ": writes after another's grant > 0", d.get("writes_after_grant", 0) > 0, json.dumps(runs))
+            check(what + ": the evidence names them", any("write after another grant" in e
+                                                          for e in d.get("evidence", [])), show(d))
+            check(what + ": ok is false", d.get("ok") is False, show(d))
+
+elif MODE == "link":
+    # --link-freeze / --link-cut through the checker's own forwarder: a holder
+    # whose link froze past its lease loses it (the forwarder really stops
+    # relaying) and is told before it writes; cuts reset its connections.
+    uri = redis_uri()
+    rc, d, out, err = run_json("-u", uri, "--clients", "3", "--seconds", "4", "-t", "0.5", "--link-freeze", "0.3",
+                               "--link-cut", "0.2", "--seed", "5", "links")
+    links = {k: d.get(k) for k in ("link_freezes", "link_cuts", "links_holding", "links_waiting")}
+    check("links on Redis: exit 0", rc == 0, "rc %d %s %s %s" % (rc, show(d), json.dumps(links), err[-2000:]))
+    check("links were frozen and cut", d.get("link_freezes", 0) > 0 and d.get("link_cuts", 0) > 0, json.dumps(links))
+    check("a frozen holder lost its lease (the forwarder froze)", d.get("leases_lost", 0) > 0, show(d))
+    check("every loss reported before the next write", d.get("losses_unreported") == 0, show(d))
+    check("no overlap without a lost grant", d.get("overlaps_unexplained") == 0, show(d))
+    no_crash(d)
 
 elif MODE == "kill":
     uri = redis_uri()
