@@ -124,6 +124,13 @@ BATON_EXTERN(int) baton_client_describe(baton_client *c, char *buf, size_t n);
  * BATON_ENOMEM / BATON_EINVAL. */
 BATON_EXTERN(int) baton_client_secret(baton_client *c, const char **var, char **secret);
 
+/* Until when the client's session (ZooKeeper) or client lease (etcd), and
+ * with it everything granted on it (locks, permits, leadership), is known
+ * alive: the CLOCK_MONOTONIC time (ns) of the last confirmation plus its
+ * timeout. INT64_MAX for an engine whose grants do not hang on a session
+ * (each has its own lease: see baton_lock_deadline). 0 with *mono_ns set. */
+BATON_EXTERN(int) baton_client_deadline(baton_client *c, int64_t *mono_ns);
+
 /* A quorum client (RedLock) over the engines of N open clients: a majority of
  * them must grant. The members must be of one kind that has a quorum form
  * (Redis) and share credentials, database and options; they stay open and
@@ -165,6 +172,19 @@ BATON_EXTERN(int) baton_lock_release(baton_lock *l);
 BATON_EXTERN(uint64_t) baton_lock_fence(const baton_lock *l);
 /* 1 while held and not lost. */
 BATON_EXTERN(int) baton_lock_held(const baton_lock *l);
+/* Until when the current grant is known to be this holder's: the
+ * CLOCK_MONOTONIC time (ns, as clock_gettime gives it) before which no other
+ * client can be granted it, as far as this client can tell. A leased lock:
+ * its lease deadline (the time the granting or last renewing request was
+ * sent + the lease - the drift margin), moving on with every renewal; a
+ * grant on a session (ZooKeeper) or a client lease (etcd): the session's
+ * bound (the last confirmation + its timeout); INT64_MAX when the grant has
+ * no end of its own (a file lock lives until it is released or its process
+ * dies). A supervisor that stops its work at this time (less what stopping
+ * takes) never works beside the next holder, even if this process is
+ * stopped: `baton run`'s watchdog does. 0 with *mono_ns set (it may be in
+ * the past: the loss is being reported), BATON_ENOTHELD when not held. */
+BATON_EXTERN(int) baton_lock_deadline(const baton_lock *l, int64_t *mono_ns);
 /* Cancels an acquire of this handle, from any thread; it returns
  * BATON_ECANCELED. A cancel is consumed by exactly one acquire: the one in
  * flight when it arrives (which may still have been granted, if the grant
@@ -329,6 +349,8 @@ BATON_EXTERN(int) baton_election_leader(baton_election *e, char *value, size_t n
  * locks. */
 BATON_EXTERN(int) baton_election_observe(baton_election *e, char *value, size_t n, uint64_t *fence,
                                          int64_t wait_ms);
+/* baton_lock_deadline for the leadership this candidate holds. */
+BATON_EXTERN(int) baton_election_deadline(const baton_election *e, int64_t *mono_ns);
 /* Wakes a blocked campaign or observe (any thread): BATON_ECANCELED. With
  * neither in flight, the next campaign and the next observe each return
  * BATON_ECANCELED at once (see baton_lock_cancel). */

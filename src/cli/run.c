@@ -109,6 +109,7 @@ typedef struct {
     baton_lock *l;                  /* a plain lock or a side of a rwlock */
     baton_permits *pm;              /* --permits instead */
     baton_election *el;             /* baton elect instead */
+    baton_client *c;                /* their client (the watchdog asks it for a session's bound) */
     const char *value;              /* what el proclaims while it leads */
     char id[BATON_PERMIT_ID_SIZE];  /* the permit we hold ("" when none) */
     uint32_t lease_ms;
@@ -379,12 +380,16 @@ static int confirmed(run_state *r)
     return r->el ? baton_election_is_leader(r->el) : r->l ? baton_lock_held(r->l) : 1;
 }
 
-/* The watchdog's deadline after a confirmation at NOW: the lease was renewed
- * within its renewal period (a third of it) before now, so it cannot run
- * out before now + lease - period; less a margin for the kill to land. */
-static int64_t wd_deadline(const sup *S, int64_t now)
+static int grant_deadline(run_state *r, baton_client *c, int64_t *d);
+
+/* The watchdog's deadline: the grant's own (baton_lock_deadline), less a
+ * margin for the kill to land. NOW when we no longer hold it (the loss is
+ * being reported: kill). */
+static int64_t wd_deadline(const sup *S, run_state *r, int64_t now)
 {
-    return now + S->wd_lease - S->wd_lease / 3 - margin_ns(S->wd_lease);
+    int64_t d;
+    if (grant_deadline(r, r->c, &d) != 0) return now;
+    return d == INT64_MAX ? INT64_MAX : d - margin_ns(S->wd_lease);
 }
 
 static void lose(run_state *r, sup *S, const char *why)
@@ -465,7 +470,7 @@ static int supervise(run_state *r, sup *S)
             else due = lend - lm;
         }
         if (!S->lost_running && !S->lost_after && !S->watchdog && now >= next_push) {
-            if (confirmed(r)) shim_say(S->ctl, SHIM_DEADLINE, 0, wd_deadline(S, now));
+            if (confirmed(r)) shim_say(S->ctl, SHIM_DEADLINE, 0, wd_deadline(S, r, now));
             next_push = now + S->wd_push;
         }
         if (S->wd_push && next_push < due) due = next_push;
@@ -692,32 +697,34 @@ static int group_mode(void)
     return fg ? CLI_GROUP_SAME : CLI_GROUP_OWN;
 }
 
-/* The watchdog's lease: what can run out while baton is stopped. The file
- * engine's locks are the kernel's and cannot (no watchdog); a ZooKeeper
- * session expires after its negotiated timeout, whatever -t says; other
- * engines' grants run out with the lease. */
-static void watchdog_setup(sup *S, baton_client *c, uint32_t lease_ms)
+/* Until when what we hold is ours (baton_lock_deadline and friends):
+ * INT64_MAX when it cannot run out while we are stopped (a file lock). */
+static int grant_deadline(run_state *r, baton_client *c, int64_t *d)
 {
-    const char *b = baton_client_backend(c);
-    int64_t lease = (int64_t)lease_ms * 1000000, push;
-    if (!strcmp(b, "file")) return;
-    if (!strcmp(b, "zk") || !strcmp(b, "etcd")) {
-        /* zk: "0x... timeout N ms ..."; etcd: "lease ... ttl N s ..." (the
-         * client's lease, from ?ttl=, that every lock of it lives on). The
-         * public API has no call for "the engine's deadline of this grant";
-         * the describe line is what it gives. */
-        char d[1024];
-        const char *t;
-        long v;
-        if (baton_client_describe(c, d, sizeof d) == 0) {
-            if ((t = strstr(d, "timeout ")) && (v = strtol(t + 8, NULL, 10)) > 0 && (int64_t)v * 1000000 < lease)
-                lease = (int64_t)v * 1000000;
-            if ((t = strstr(d, " ttl ")) && (v = strtol(t + 5, NULL, 10)) > 0 && (int64_t)v * 1000000000 < lease)
-                lease = (int64_t)v * 1000000000;
-        }
+    if (r->el) return baton_election_deadline(r->el, d);
+    if (r->l) return baton_lock_deadline(r->l, d);
+    /* a permit: its own lease is counted by us (permit_wd_deadline); the
+     * session it may hang on, by the client */
+    return baton_client_deadline(c, d);
+}
+
+/* The watchdog's lease: what can run out while baton is stopped, measured
+ * on the grant just made (the engine's lease, a ZooKeeper session's
+ * timeout, an etcd client lease's TTL: whichever bounds this grant). */
+static void watchdog_setup(sup *S, run_state *r, baton_client *c, uint32_t lease_ms)
+{
+    int64_t now = mono_ns(), d, lease, push;
+    if (grant_deadline(r, c, &d) != 0) return;
+    if (d == INT64_MAX) {
+        if (!r->pm) return;   /* a file lock: nothing to run out */
+        lease = (int64_t)lease_ms * 1000000;
+    } else {
+        lease = d - now;
+        if (r->pm && lease > (int64_t)lease_ms * 1000000) lease = (int64_t)lease_ms * 1000000;
     }
+    if (lease < 1000000) lease = 1000000;
     /* a confirmation every twelfth of the lease (at most 1 s apart) keeps
-     * the deadline (lease - a third - a tenth ahead) well in front */
+     * the deadline well in front */
     push = lease / 12;
     if (push > 1000000000) push = 1000000000;
     if (push < 1000000) push = 1000000;
@@ -1079,7 +1086,8 @@ static int run_main(int argc, char **argv, int elect)
     /* Granted. Anything that fails from here until the command runs gives
      * the lock back first. The watchdog's lease is known now (an etcd
      * client's lease exists once something was granted on it). */
-    watchdog_setup(&S, c, r.lease_ms);
+    r.c = c;
+    watchdog_setup(&S, &r, c, r.lease_ms);
     if (mode == M_PERMITS) {
         /* a permit's renewals feed the watchdog themselves, with their send times */
         r.wd_lease = S.wd_lease;
@@ -1173,7 +1181,7 @@ static int run_main(int argc, char **argv, int elect)
             pth_started = 1;
         }
     } else if (S.wd_push) {
-        shim_say(S.ctl, SHIM_DEADLINE, 0, wd_deadline(&S, mono_ns()));
+        shim_say(S.ctl, SHIM_DEADLINE, 0, wd_deadline(&S, &r, mono_ns()));
     }
 
     code = supervise(&r, &S);

@@ -214,6 +214,13 @@ int baton_client_describe(baton_client *c, char *buf, size_t n)
     return c->be->describe(c->eng, buf, n);
 }
 
+int baton_client_deadline(baton_client *c, int64_t *mono_ns)
+{
+    if (!c || !mono_ns) return baton_seterr(BATON_EINVAL, 0, "baton_client_deadline: NULL argument");
+    *mono_ns = c->be->session_deadline ? c->be->session_deadline(c->eng) : INT64_MAX;
+    return 0;
+}
+
 int baton_client_secret(baton_client *c, const char **var, char **secret)
 {
     const baton_uri *u;

@@ -106,6 +106,12 @@ int baton_election_resign(baton_election *e)
 
 int baton_election_is_leader(const baton_election *e) { return e ? baton_lock_held(e->l) : 0; }
 
+int baton_election_deadline(const baton_election *e, int64_t *mono_ns)
+{
+    if (!e) return baton_seterr(BATON_EINVAL, 0, "baton_election_deadline: NULL election");
+    return baton_lock_deadline(e->l, mono_ns);
+}
+
 uint64_t baton_election_fence(const baton_election *e) { return e ? baton_lock_fence(e->l) : 0; }
 
 int baton_election_proclaim(baton_election *e, const char *value)

@@ -5,7 +5,7 @@
 #include <stdio.h>
 
 static _Thread_local baton_error tl_err;
-static _Thread_local char tl_msg[512];
+static _Thread_local char tl_msg[4096];   /* room for a DDL an engine asks a DBA to run */
 
 const char *baton_strerror(int code)
 {
@@ -62,7 +62,7 @@ void baton_log_set(baton_log_cb cb, void *payload)
 
 void baton_log(int level, const char *fmt, ...)
 {
-    char msg[512];
+    char msg[2048];
     va_list ap;
     pthread_mutex_lock(&g_log_mu);
     baton_log_cb cb = g_log_cb;

@@ -464,6 +464,27 @@ int baton_lock_held(const baton_lock *l)
     return h;
 }
 
+int baton_lock_deadline(const baton_lock *l, int64_t *mono_ns)
+{
+    baton_lock *m = (baton_lock *)l;
+    int64_t d;
+    int held, rc;
+    if (!l || !mono_ns) return baton_seterr(BATON_EINVAL, 0, "baton_lock_deadline: NULL argument");
+    if ((rc = baton__member_enter(&m->cm))) return rc;
+    pthread_mutex_lock(&m->smu);
+    held = l->state == LOCK_HELD;
+    d = l->lease_deadline;
+    pthread_mutex_unlock(&m->smu);
+    /* As in held(): a grant without a lease of its own lives as long as the
+     * engine's session, asked with smu released. */
+    if (held && d == INT64_MAX && l->c->be->session_deadline)
+        d = l->c->be->session_deadline(l->c->eng);
+    baton__member_leave(&m->cm);
+    if (!held) return baton_seterr(BATON_ENOTHELD, 0, "lock '%s' is not held", l->name);
+    *mono_ns = d;
+    return 0;
+}
+
 /* Works on a handle whose client is closed too (it only touches the handle). */
 int baton_lock_cancel(baton_lock *l)
 {
