@@ -11,7 +11,7 @@
  * local queue of lock.c (one key per lease and name) is not needed here.
  *
  * Ordering is by create revision, as for the mutex:
- *   - a reader waits for the last writer created before it ("write/" keys);
+ *   - a reader waits for the last writer (or mutex key) created before it;
  *   - a writer waits for the last key of any kind created before it.
  * So a waiting writer holds back every reader that comes after it (no writer
  * starvation), and each waiter watches exactly one key, for its DELETE, then
@@ -24,9 +24,10 @@
  * The fence is the key's create revision. A write release records it as
  * the name's last fence (lock.c's "\0fence/<name>") for lock_info.
  *
- * A mutex and a read-write lock on one name share "<name>/": the mutex sees
- * every reader and writer as a contender and a writer waits for mutex
- * holders; readers ignore mutex keys. Use one kind per name.
+ * A mutex and a read-write lock on one name share "<name>/" and exclude each
+ * other: the mutex sees every reader and writer as a contender, a writer
+ * waits for mutex keys like any key, and a reader waits for the last mutex
+ * key or writer before it (see look()).
  */
 #include "etcd_int.h"
 
@@ -135,33 +136,69 @@ static int create_key(eeng *e, erw *s, int64_t id, const char *who, int64_t *rev
     return 0;
 }
 
-/* One look in one round trip: the last key of [RANGE, its end) created
- * before revision BOUND (*KEY malloc'd, NULL when none; *KREV its create
- * revision), our own key's create revision now (*MINE, 0 = gone) and the
- * revision of that snapshot (*HREV). */
-static int look(eeng *e, erw *s, const char *range, size_t rlen, int64_t bound, char **key, size_t *klen,
-                int64_t *krev, int64_t *mine, int64_t *hrev)
+/* {"request_range": the last key of [FROM, TO) created before revision
+ * BOUND, keys only} (NULL when out of memory; json_pack's "o" takes it). */
+static json_t *last_before(const char *from, size_t flen, const char *to, size_t tlen, int64_t bound)
 {
-    size_t el;
-    char maxr[24], *end = egw_prefix_end(range, rlen, &el), *r64 = egw_b64(range, rlen),
-                   *e64 = end ? egw_b64(end, el) : NULL, *k64 = egw_b64(s->key, s->klen);
-    json_t *req = NULL, *resp = NULL, *kv;
+    char maxr[24], *f64 = egw_b64(from, flen), *t64 = egw_b64(to, tlen);
+    json_t *j = NULL;
+    snprintf(maxr, sizeof maxr, "%lld", (long long)(bound - 1));
+    if (f64 && t64)
+        j = json_pack("{s:{s:s, s:s, s:s, s:s, s:s, s:s, s:b}}", "request_range", "key", f64, "range_end", t64,
+                      "sort_order", "DESCEND", "sort_target", "CREATE", "limit", "1", "max_create_revision", maxr,
+                      "keys_only", 1);
+    free(f64), free(t64);
+    return j;
+}
+
+/* One look in one round trip: the last key created before revision BOUND
+ * among those S waits for (*KEY malloc'd, NULL when none; *KREV its create
+ * revision), our own key's create revision now (*MINE, 0 = gone) and the
+ * revision of that snapshot (*HREV).
+ *
+ * A writer waits for every key under "<name>/". A reader waits for every
+ * key but the readers': the writers ("<name>/write/...") and the mutex's
+ * keys of the same name ("<name>/<lease hex>": a plain lock and a
+ * read-write lock of one name exclude each other). That is two ranges,
+ * ["<name>/", "<name>/read/") and ["<name>/read0", the end of "<name>/")
+ * ('0' follows '/'), read in the same txn; the later of the two is the one
+ * to wait for. */
+static int look(eeng *e, erw *s, int64_t bound, char **key, size_t *klen, int64_t *krev, int64_t *mine,
+                int64_t *hrev)
+{
+    size_t el, rl, nr = s->kind == ETCD_READ ? 2 : 1;
+    char *end = egw_prefix_end(s->pfx, s->plen, &el), *rd = side_prefix(s, ETCD_READ, &rl),
+         *k64 = egw_b64(s->key, s->klen);
+    json_t *req = NULL, *resp = NULL, *best = NULL;
     const char *k;
     int rc;
 
     *key = NULL;
-    snprintf(maxr, sizeof maxr, "%lld", (long long)(bound - 1));
-    if (r64 && e64 && k64)
-        req = json_pack("{s:[{s:{s:s, s:s, s:s, s:s, s:s, s:s, s:b}}, {s:{s:s, s:b}}]}", "success", "request_range",
-                        "key", r64, "range_end", e64, "sort_order", "DESCEND", "sort_target", "CREATE", "limit", "1",
-                        "max_create_revision", maxr, "keys_only", 1, "request_range", "key", k64, "keys_only", 1);
-    free(end), free(r64), free(e64), free(k64);
+    *krev = 0;
+    if (end && rd && k64) {
+        if (s->kind == ETCD_READ) {
+            json_t *below = last_before(s->pfx, s->plen, rd, rl, bound);
+            rd[rl - 1] = '0'; /* "<name>/read0": just past every "<name>/read/..." key */
+            req = json_pack("{s:[o, o, {s:{s:s, s:b}}]}", "success", below, last_before(rd, rl, end, el, bound),
+                            "request_range", "key", k64, "keys_only", 1);
+        } else {
+            req = json_pack("{s:[o, {s:{s:s, s:b}}]}", "success", last_before(s->pfx, s->plen, end, el, bound),
+                            "request_range", "key", k64, "keys_only", 1);
+        }
+    }
+    free(end), free(rd), free(k64);
     if ((rc = egw_call_idem(e->gw, "/v3/kv/txn", req, &resp, 0))) return rc;
     *hrev = egw_int(json_object_get(resp, "header"), "revision");
-    *mine = egw_int(etcd_txn_kv(resp, 1, NULL), "create_revision");
-    if ((kv = etcd_txn_kv(resp, 0, NULL))) {
-        k = json_string_value(json_object_get(kv, "key"));
-        *krev = egw_int(kv, "create_revision");
+    *mine = egw_int(etcd_txn_kv(resp, nr, NULL), "create_revision");
+    for (size_t i = 0; i < nr; i++) {
+        json_t *kv = etcd_txn_kv(resp, i, NULL);
+        if (kv && egw_int(kv, "create_revision") > *krev) {
+            best = kv;
+            *krev = egw_int(kv, "create_revision");
+        }
+    }
+    if (best) {
+        k = json_string_value(json_object_get(best, "key"));
         if (!k || egw_unb64(k, key, klen)) {
             json_decref(resp);
             return baton_seterr(BATON_EPROTO, 0, "etcd: a key that is not base64 in a range answer");
@@ -186,16 +223,11 @@ static int owned(const char *key, size_t len, const baton_owner *owner)
 int etcd_rw_acquire(eeng *e, void *st, baton_acquire_req *req)
 {
     erw *s = st;
-    char *range = NULL;
-    size_t rlen = 0, tl;
+    size_t tl;
     int64_t id, myrev = 0, sent = 0;
     uint64_t gen;
     int rc, del, tries = 0;
 
-    /* a reader waits for writers; a writer for anything before it */
-    if (s->kind == ETCD_READ) range = side_prefix(s, ETCD_WRITE, &rlen);
-    else if ((range = malloc(s->plen + 1))) memcpy(range, s->pfx, (rlen = s->plen) + 1);
-    if (!range) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
 again:
     if (++tries > 5) {
         rc = baton_seterr(BATON_EUNAVAILABLE, 0, "etcd: the client's lease keeps expiring while acquiring '%s'",
@@ -224,7 +256,7 @@ again:
         char *bk = NULL;
         size_t bkl = 0;
         int64_t hrev = 0, mine = 0, brev = 0;
-        if ((rc = look(e, s, range, rlen, bound, &bk, &bkl, &brev, &mine, &hrev))) goto fail_del;
+        if ((rc = look(e, s, bound, &bk, &bkl, &brev, &mine, &hrev))) goto fail_del;
         if (mine != myrev) {
             /* our key went with the lease while we waited */
             free(bk);
@@ -268,7 +300,6 @@ again:
         etcd_delete_own(e, s->name, s->key, s->klen, myrev, 0, &del);
         goto again;
     }
-    free(range);
     req->fence = (uint64_t)myrev;
     req->sent_ns = sent;
     s->rev = myrev;
@@ -284,7 +315,6 @@ fail_del:
         baton_seterr(rc, saved.native, "%s", msg);
     }
 fail:
-    free(range);
     free(s->key);
     s->key = NULL;
     return rc;

@@ -79,9 +79,12 @@ int zk_contenders(const struct String_vector *sv, unsigned mask, zchild **out, i
     return 0;
 }
 
+/* The contenders a recipe waits among. A lock and a read-write lock of one
+ * name live in one directory and exclude each other (baton(1) promises it):
+ * each counts the other layout's nodes as contenders. Elections stay apart. */
 static unsigned mask_of(int kind)
 {
-    return kind == ZK_LOCK ? ZK_K_LOCK : kind == ZK_LATCH ? ZK_K_LATCH : ZK_K_READ | ZK_K_WRITE;
+    return kind == ZK_LATCH ? ZK_K_LATCH : ZK_K_LOCK | ZK_K_READ | ZK_K_WRITE;
 }
 
 /* "_c_<uuid>-" at the start of NAME is OWNER's. */
@@ -463,11 +466,16 @@ static int wait_turn(zeng *e, zsess *s, zlock *l, baton_acquire_req *req, struct
             if (!strcmp(c[i].name, mine)) me = i;
         if (me >= 0) {
             if (l->kind == ZK_READ) {
-                /* a reader waits for the last earlier writer that is not its
-                 * own owner (the write side's holder may read: downgrade) */
-                for (int i = 0; i < me; i++)
-                    if ((c[i].kinds & ZK_K_WRITE) && !owned_by(c[i].name, uuid)) pred = i;
+                /* a reader waits for the last earlier exclusive node — a
+                 * writer or a plain lock's node — that is not its own
+                 * owner's (the write side's holder may read: downgrade) */
+                for (int i = 0; i < me; i++) {
+                    if ((c[i].kinds & ZK_K_WRITE) && owned_by(c[i].name, uuid)) continue;
+                    if (c[i].kinds & (ZK_K_WRITE | ZK_K_LOCK)) pred = i;
+                }
             } else {
+                /* a plain lock and a writer wait for the node just before
+                 * theirs, of any kind: readers ahead hold them off too */
                 pred = me - 1;
             }
             if (pred >= 0 && !(pred_path = join(l->dir, c[pred].name)))
@@ -709,8 +717,7 @@ int zk_lock_info(void *eng, const char *name, baton_lockinfo *out)
     out->remaining_ms = -1;
     for (int tries = 0; tries < 5; tries++) {
         uint64_t last = 0;
-        int nlock = 0, first_lock = -1, first_rw = -1, readers = 0, writers = 0, writer = 0, seen_writer = 0;
-        int any_rw = 0;
+        int readers = 0, writers = 0, writer = 0, holders, any_rw = 0;
         free(c);
         c = NULL;
         deallocate_String_vector(&sv);
@@ -737,34 +744,28 @@ int zk_lock_info(void *eng, const char *name, baton_lockinfo *out)
          * fields only when a read-write lock is in use here */
         for (int i = 0; i < n; i++)
             if ((c[i].kinds & ZK_K_READ) || ((c[i].kinds & ZK_K_WRITE) && !(c[i].kinds & ZK_K_LOCK))) any_rw = 1;
-        for (int i = 0; i < n; i++) {
-            if ((c[i].kinds & ZK_K_LOCK) && nlock++ == 0) first_lock = i;
-            if (any_rw && (c[i].kinds & (ZK_K_READ | ZK_K_WRITE))) {
-                if (first_rw < 0) first_rw = i;
-                if (c[i].kinds & ZK_K_WRITE) {
-                    writers++;
-                    if (first_rw == i) writer = 1;
-                    seen_writer = 1;
-                } else if (!seen_writer) {
-                    readers++;
-                }
-            }
-        }
-        if (first_rw >= 0) {
+        /* one line for locks, readers and writers of this name (they exclude
+         * each other): the readers at its head hold together, else its
+         * first node holds alone */
+        while (readers < n && c[readers].kinds == ZK_K_READ) readers++;
+        for (int i = 0; i < n; i++)
+            if (c[i].kinds & ZK_K_WRITE) writers++;
+        writer = n > 0 && !readers && (c[0].kinds & ZK_K_WRITE);
+        if (any_rw) {
             out->readers = readers;
             out->writer = writer;
             out->waiting_writers = writers - writer;
         }
-        if (first_lock < 0 && first_rw < 0) {
+        if (n == 0) {
             out->held = 0;
             out->fence = last;
             out->queue_length = 0;
             rc = 0;
             goto out;
         }
+        holders = readers ? readers : 1;
         {
-            int h = first_lock >= 0 ? first_lock : first_rw;
-            char *p = join(dir, c[h].name);
+            char *p = join(dir, c[0].name);
             if (!p) {
                 rc = baton_seterr(BATON_ENOMEM, 0, "out of memory");
                 goto out;
@@ -778,7 +779,7 @@ int zk_lock_info(void *eng, const char *name, baton_lockinfo *out)
             }
             out->held = 1;
             out->fence = (uint64_t)st.czxid;
-            out->queue_length = first_lock >= 0 ? nlock - 1 : n - readers - writer;
+            out->queue_length = n - holders;
             rc = 0;
             goto out;
         }
