@@ -23,7 +23,8 @@
  *       fix: when the C client gave the connection up, 2/3 of its session
  *       timeout, or the wait plus a whole io timeout for etcd's clean-up);
  *   (c) calls on a frozen link without a wait of their own — a try, a
- *       release, lock_info — return within IO_MS + SLACK_MS.
+ *       release, lock_info, freeing a held lock, closing the client —
+ *       return within IO_MS + SLACK_MS.
  *
  * Every lateness (return time minus deadline) is printed ("late: ...") for
  * the engine's doc. Only the bounds that are the point are asserted, with
@@ -291,6 +292,29 @@ static void test_waiter_frozen(void)
     fprintf(stderr, "   close: %lld ms\n", (long long)(tl_now_ms() - t2));
 }
 
+/* ---- (c) closing a client whose link is frozen ------------------------------- */
+
+static void test_close_frozen(void)
+{
+    char name[256];
+    snprintf(name, sizeof name, "%sclose", g_prefix);
+    baton_client *c = client(g_long);
+    baton_lock *l = NULL;
+    MUST(baton_lock_open(&l, c, name, NULL));
+    CHECK_RC(baton_lock_acquire(l, 5000), 0);
+    CHECK(link_cmd("freeze") == 0);
+    int64_t t0 = tl_now_ms();
+    baton_lock_free(l); /* releases: a call on the frozen link */
+    int64_t t1 = tl_now_ms();
+    baton_client_close(c);
+    int64_t t2 = tl_now_ms();
+    fprintf(stderr, "   late: %s lock_free (release) on a frozen link %lld ms, client_close %lld ms (io timeout %d ms)\n",
+            g_engine, (long long)(t1 - t0), (long long)(t2 - t1), IO_MS);
+    CHECK(t1 - t0 <= IO_MS + SLACK_MS);
+    CHECK(t2 - t1 <= IO_MS + SLACK_MS);
+    CHECK(link_cmd("thaw") == 0);
+}
+
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -319,5 +343,6 @@ int main(int argc, char **argv)
     fprintf(stderr, "frozen link (%s): short %s, long %s, direct %s\n", g_engine, g_short, g_long, g_direct);
     RUN(test_holder_frozen);
     RUN(test_waiter_frozen);
+    RUN(test_close_frozen);
     return th_finish();
 }

@@ -112,7 +112,7 @@ static char *side_prefix(const erw *s, int kind, size_t *len)
 
 /* Creates our key if absent (value WHO, on lease ID): 0 with its create
  * revision in *REV (an earlier key of ours on this lease is taken over). */
-static int create_key(eeng *e, erw *s, int64_t id, const char *who, int64_t *rev, int64_t *sent)
+static int create_key(eeng *e, erw *s, int64_t id, const char *who, int64_t *rev, int64_t *sent, int timeout_ms)
 {
     char ids[24], *k64 = egw_b64(s->key, s->klen), *v64 = egw_b64(who, strlen(who));
     json_t *req = NULL, *resp = NULL;
@@ -125,7 +125,7 @@ static int create_key(eeng *e, erw *s, int64_t id, const char *who, int64_t *rev
                         "key", k64, "value", v64, "lease", ids, "failure", "request_range", "key", k64, "keys_only", 1);
     free(k64), free(v64);
     *sent = baton_now_ns();
-    if ((rc = egw_call_idem(e->gw, "/v3/kv/txn", req, &resp, 0))) return rc;
+    if ((rc = egw_call_idem(e->gw, "/v3/kv/txn", req, &resp, timeout_ms))) return rc;
     if (json_is_true(json_object_get(resp, "succeeded")))
         *rev = egw_int(json_object_get(resp, "header"), "revision");
     else
@@ -164,7 +164,7 @@ static json_t *last_before(const char *from, size_t flen, const char *to, size_t
  * ('0' follows '/'), read in the same txn; the later of the two is the one
  * to wait for. */
 static int look(eeng *e, erw *s, int64_t bound, char **key, size_t *klen, int64_t *krev, int64_t *mine,
-                int64_t *hrev)
+                int64_t *hrev, int timeout_ms)
 {
     size_t el, rl, nr = s->kind == ETCD_READ ? 2 : 1;
     char *end = egw_prefix_end(s->pfx, s->plen, &el), *rd = side_prefix(s, ETCD_READ, &rl),
@@ -187,7 +187,7 @@ static int look(eeng *e, erw *s, int64_t bound, char **key, size_t *klen, int64_
         }
     }
     free(end), free(rd), free(k64);
-    if ((rc = egw_call_idem(e->gw, "/v3/kv/txn", req, &resp, 0))) return rc;
+    if ((rc = egw_call_idem(e->gw, "/v3/kv/txn", req, &resp, timeout_ms))) return rc;
     *hrev = egw_int(json_object_get(resp, "header"), "revision");
     *mine = egw_int(etcd_txn_kv(resp, nr, NULL), "create_revision");
     for (size_t i = 0; i < nr; i++) {
@@ -226,7 +226,7 @@ int etcd_rw_acquire(eeng *e, void *st, baton_acquire_req *req)
     size_t tl;
     int64_t id, myrev = 0, sent = 0;
     uint64_t gen;
-    int rc, del, tries = 0;
+    int rc, tries = 0;
 
 again:
     if (++tries > 5) {
@@ -245,7 +245,10 @@ again:
     memcpy(s->key + s->plen, s->kind == ETCD_READ ? "read/" : "write/", tl - s->plen);
     s->klen = tl + (size_t)snprintf(s->key + tl, 20 + 34, "%llx-%s", (unsigned long long)id, req->owner->hex);
     s->gen = gen;
-    if ((rc = create_key(e, s, id, req->owner->desc, &myrev, &sent))) {
+    /* a withdrawal of this very key may still be pending */
+    if ((rc = etcd_orphan_settle(e, s->key, s->klen, baton_now_ns() + etcd_call_ms(e, req->deadline_ns) * 1000000LL)))
+        goto fail;
+    if ((rc = create_key(e, s, id, req->owner->desc, &myrev, &sent, etcd_call_ms(e, req->deadline_ns)))) {
         if (etcd_is_lease_gone()) {
             etcd_lease_dead(e, gen);
             goto again;
@@ -256,7 +259,7 @@ again:
         char *bk = NULL;
         size_t bkl = 0;
         int64_t hrev = 0, mine = 0, brev = 0;
-        if ((rc = look(e, s, bound, &bk, &bkl, &brev, &mine, &hrev))) goto fail_del;
+        if ((rc = look(e, s, bound, &bk, &bkl, &brev, &mine, &hrev, etcd_call_ms(e, req->deadline_ns)))) goto fail_del;
         if (mine != myrev) {
             /* our key went with the lease while we waited */
             free(bk);
@@ -272,9 +275,9 @@ again:
         }
         if (req->deadline_ns == 0) {
             free(bk);
-            etcd_delete_own(e, s->name, s->key, s->klen, myrev, 0, &del);
             rc = baton_seterr(BATON_ELOCKED, 0, "etcd: '%s' is held (%s side blocked)", s->name,
                               s->kind == ETCD_READ ? "read" : "write");
+            etcd_withdraw(e, s->name, s->key, s->klen, myrev, gen, etcd_call_ms(e, 0));
             goto fail;
         }
         rc = egw_wait_delete(e->gw, bk, bkl, hrev + 1, req->deadline_ns, req->waiter);
@@ -289,15 +292,15 @@ again:
         }
         if (rc) goto fail_del;
         if (!etcd_lease_live(e, gen)) {
-            /* lost while we waited: leave the line (best effort), queue again */
-            etcd_delete_own(e, s->name, s->key, s->klen, myrev, 0, &del);
+            /* lost while we waited: leave the line, queue again */
+            etcd_withdraw(e, s->name, s->key, s->klen, myrev, gen, etcd_call_ms(e, req->deadline_ns));
             goto again;
         }
         bound = myrev; /* look again from our own key */
     }
     if (!etcd_lease_live(e, gen)) {
         /* declared lost while we acquired: the report could not name this grant */
-        etcd_delete_own(e, s->name, s->key, s->klen, myrev, 0, &del);
+        etcd_withdraw(e, s->name, s->key, s->klen, myrev, gen, etcd_call_ms(e, req->deadline_ns));
         goto again;
     }
     req->fence = (uint64_t)myrev;
@@ -305,15 +308,9 @@ again:
     s->rev = myrev;
     return 0;
 fail_del:
-    /* leave the queue (best effort: the lease takes the key at the latest),
-     * keeping the error that made us leave */
-    {
-        baton_error saved = *baton_error_last();
-        char msg[256];
-        snprintf(msg, sizeof msg, "%s", saved.message ? saved.message : "");
-        etcd_delete_own(e, s->name, s->key, s->klen, myrev, 0, &del);
-        baton_seterr(rc, saved.native, "%s", msg);
-    }
+    /* leave the queue, keeping the error that made us leave: at once if the
+     * server answers within the grace, else by the keep-alive thread */
+    etcd_withdraw(e, s->name, s->key, s->klen, myrev, gen, etcd_call_ms(e, req->deadline_ns));
 fail:
     free(s->key);
     s->key = NULL;
@@ -327,7 +324,7 @@ int etcd_rw_release(eeng *e, void *st)
 
     if (!s->key) return baton_seterr(BATON_ENOTHELD, 0, "etcd: '%s' is not held", s->name);
     live = etcd_lease_live(e, s->gen);
-    rc = etcd_delete_own(e, s->name, s->key, s->klen, s->rev, s->kind == ETCD_WRITE, &del);
+    rc = etcd_delete_own(e, s->name, s->key, s->klen, s->rev, s->kind == ETCD_WRITE, &del, 0);
     if (rc == 0 && (!del || !live))
         rc = baton_seterr(BATON_ELOST, 0, "etcd: '%s' was lost (its key or lease is gone)", s->name);
     if (rc == 0 || rc == BATON_ELOST) {
