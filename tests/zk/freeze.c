@@ -282,7 +282,14 @@ static void test_waiter_frozen(void)
     CHECK(link_cmd("thaw") == 0);
     CHECK_RC(baton_lock_release(ld), 0);
     /* the link works again: the waiter's client recovers */
-    CHECK_RC(baton_lock_acquire(lw, 20000), 0);
+    rc = baton_lock_acquire(lw, 20000);
+    CHECK_RC(rc, 0);
+    if (rc) {
+        baton_lockinfo li2 = BATON_LOCK_INFO_INIT;
+        int irc = baton_lock_info(d, name, &li2);
+        fprintf(stderr, "   after the thaw: acquire %d (%s); lock_info %d: held %d holder '%s' queue %lld\n", rc,
+                tl_lastmsg(), irc, li2.held, li2.holder, (long long)li2.queue_length);
+    }
     CHECK_RC(baton_lock_release(lw), 0);
     baton_lock_free(lw);
     baton_lock_free(ld);
@@ -315,6 +322,15 @@ static void test_close_frozen(void)
     CHECK(link_cmd("thaw") == 0);
 }
 
+/* $FREEZE_LOG=1: the engine's log on stderr, with times (for a failing run). */
+static int64_t g_t0;
+static void log_cb(int level, const char *message, void *payload)
+{
+    (void)payload;
+    if (level <= BATON_LOG_INFO || getenv("FREEZE_LOG_DEBUG"))
+        fprintf(stderr, "   [%6lld ms] %s\n", (long long)(tl_now_ms() - g_t0), message);
+}
+
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -323,6 +339,8 @@ int main(int argc, char **argv)
         return 2;
     }
     g_engine = argv[1];
+    g_t0 = tl_now_ms();
+    if (getenv("FREEZE_LOG")) baton_log_set(log_cb, NULL);
     int port = tl_fixture_port(g_engine);
     if (port <= 0) return tl_skip_status("no fixture server (no port file)", 1);
     if (tl_sh("command -v socat >/dev/null") != 0) return tl_skip_status("socat is not installed", 1);

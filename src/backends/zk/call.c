@@ -14,6 +14,11 @@
  * that comes after its caller gave up finds the call abandoned and frees it.
  * An abandoned create that did make its node deletes that node at once, so a
  * contender nobody waits for never holds the line.
+ *
+ * The C client (3.8, threaded) never calls the completion of a request still
+ * unanswered when zookeeper_close runs: it queues a ZCLOSING answer for it
+ * and stops its completion thread first. So each session keeps its calls in
+ * flight (s->calls), and zk_sess_put lets them go after the close.
  */
 #include "zk_int.h"
 
@@ -24,6 +29,8 @@
 enum { C_VOID, C_STAT, C_STRINGS, C_DATA, C_CREATE };
 
 struct zcall {
+    zsess *s;
+    struct zcall *next, *prev; /* in s->calls while in flight (s->e->mu) */
     pthread_mutex_t mu;
     pthread_cond_t cv;       /* CLOCK_MONOTONIC */
     int refs;                /* the caller's, and the completion's once sent */
@@ -52,7 +59,44 @@ static zcall *call_new(zsess *s, int type)
     c->type = type;
     c->rc = ZSYSTEMERROR;
     c->zh = s->zh;
+    c->s = s;
     return c;
+}
+
+static void link_call(zcall *c)
+{
+    zeng *e = c->s->e;
+    pthread_mutex_lock(&e->mu);
+    c->prev = NULL;
+    c->next = c->s->calls;
+    if (c->next) c->next->prev = c;
+    c->s->calls = c;
+    pthread_mutex_unlock(&e->mu);
+}
+
+static void unlink_call(zcall *c)
+{
+    zeng *e = c->s->e;
+    pthread_mutex_lock(&e->mu);
+    if (c->prev) c->prev->next = c->next;
+    else if (c->s->calls == c) c->s->calls = c->next;
+    if (c->next) c->next->prev = c->prev;
+    c->next = c->prev = NULL;
+    pthread_cond_broadcast(&e->cv); /* a closing session may wait for it */
+    pthread_mutex_unlock(&e->mu);
+}
+
+void zk_calls_release(zsess *s)
+{
+    /* after zookeeper_close: no completion runs any more */
+    zcall *c = s->calls;
+    s->calls = NULL;
+    while (c) {
+        zcall *n = c->next;
+        c->next = c->prev = NULL;
+        zk_call_put(c); /* the completion's reference */
+        c = n;
+    }
 }
 
 void zk_call_put(zcall *c)
@@ -79,6 +123,7 @@ static void finish(zcall *c, int rc)
     c->rc = rc;
     pthread_cond_broadcast(&c->cv);
     pthread_mutex_unlock(&c->mu);
+    unlink_call(c);
     zk_call_put(c);
 }
 
@@ -95,7 +140,7 @@ static void on_stat(int rc, const struct Stat *st, const void *data)
 {
     zcall *c = (zcall *)data;
     pthread_mutex_lock(&c->mu);
-    if (st && (rc == ZOK || c->type == C_STAT)) c->st = *st;
+    if (st && rc == ZOK) c->st = *st;
     finish(c, rc);
 }
 
@@ -155,14 +200,17 @@ static zcall *sent(zcall *c, int zrc, int *out)
 {
     *out = zrc;
     if (zrc != ZOK) {
+        unlink_call(c);
+        c->refs = 1;
         zk_call_put(c);
         return NULL;
     }
     return c;
 }
 
-/* Each starter takes the caller's reference first and the completion's
- * before sending: the completion may run before zoo_a* returns. */
+/* Each starter takes the caller's reference and the completion's, and
+ * lists the call in flight, before sending: the completion may run before
+ * zoo_a* returns. */
 #define START(s, type, out)                       \
     zcall *c = call_new(s, type);                 \
     int zrc_;                                     \
@@ -170,13 +218,13 @@ static zcall *sent(zcall *c, int zrc, int *out)
         *(out) = ZSYSTEMERROR;                    \
         return NULL;                              \
     }                                             \
-    c->refs = 2
+    c->refs = 2;                                  \
+    link_call(c)
 
 zcall *zk_start_children(zsess *s, const char *path, watcher_fn w, void *ctx, int *out)
 {
     START(s, C_STRINGS, out);
     zrc_ = zoo_awget_children(s->zh, path, w, ctx, on_strings, c);
-    if (zrc_ != ZOK) c->refs = 1;
     return sent(c, zrc_, out);
 }
 
@@ -184,7 +232,6 @@ zcall *zk_start_exists(zsess *s, const char *path, watcher_fn w, void *ctx, int 
 {
     START(s, C_STAT, out);
     zrc_ = zoo_awexists(s->zh, path, w, ctx, on_stat, c);
-    if (zrc_ != ZOK) c->refs = 1;
     return sent(c, zrc_, out);
 }
 
@@ -192,7 +239,6 @@ zcall *zk_start_get(zsess *s, const char *path, watcher_fn w, void *ctx, int *ou
 {
     START(s, C_DATA, out);
     zrc_ = zoo_awget(s->zh, path, w, ctx, on_data, c);
-    if (zrc_ != ZOK) c->refs = 1;
     return sent(c, zrc_, out);
 }
 
@@ -200,7 +246,6 @@ zcall *zk_start_set(zsess *s, const char *path, const char *buf, int len, int ve
 {
     START(s, C_STAT, out);
     zrc_ = zoo_aset(s->zh, path, buf, len, version, on_stat, c);
-    if (zrc_ != ZOK) c->refs = 1;
     return sent(c, zrc_, out);
 }
 
@@ -208,7 +253,6 @@ zcall *zk_start_delete(zsess *s, const char *path, int version, int *out)
 {
     START(s, C_VOID, out);
     zrc_ = zoo_adelete(s->zh, path, version, on_void, c);
-    if (zrc_ != ZOK) c->refs = 1;
     return sent(c, zrc_, out);
 }
 
@@ -217,7 +261,6 @@ zcall *zk_start_create(zsess *s, const char *path, const char *data, int len, co
 {
     START(s, C_CREATE, out);
     zrc_ = zoo_acreate2(s->zh, path, data, len, acl, mode, on_create, c);
-    if (zrc_ != ZOK) c->refs = 1;
     return sent(c, zrc_, out);
 }
 

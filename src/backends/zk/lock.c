@@ -367,6 +367,29 @@ static int after_failure(zeng *e, zsess *s, int zrc, const char *what, const cha
     return zk_sess_dead(e, s) ? ZK_AGAIN : zk_err(zrc, what, path);
 }
 
+/* A node of ours (our uuid, our recipe's tag) that is not MINE is a ghost:
+ * a create of an earlier acquire of this handle whose answer never came (a
+ * connection lost with it in flight; the session survived), which nobody
+ * waits for. It must not hold us (or anyone) off: delete it (not waited
+ * for) and leave it out of C. Returns the new count. */
+static int drop_ghosts(zsess *s, zlock *l, zchild *c, int n, const char *uuid, const char *mine)
+{
+    const char *tag = tag_of[l->kind];
+    int m = 0;
+    for (int i = 0; i < n; i++) {
+        if (owned_by(c[i].name, uuid) && !strncmp(c[i].name + 40, tag, strlen(tag)) && strcmp(c[i].name, mine)) {
+            char *p = join(l->dir, c[i].name);
+            int zrc;
+            baton_log(BATON_LOG_INFO, "zk: deleting %s/%s, left by an earlier create of ours", l->dir, c[i].name);
+            if (p) zk_call_put(zk_start_delete(s, p, -1, &zrc));
+            free(p);
+            continue;
+        }
+        c[m++] = c[i];
+    }
+    return m;
+}
+
 /* Waits until our node (l->node) leads. 0 granted, ZK_AGAIN, or an error
  * (our node deleted then). FIRST, when not NULL, is a listing of the
  * directory taken after our node was made: the first look uses it (and frees
@@ -406,6 +429,7 @@ static int wait_turn(zeng *e, zsess *s, zlock *l, baton_acquire_req *req, struct
             deallocate_String_vector(&sv);
             break;
         }
+        n = drop_ghosts(s, l, c, n, uuid, mine);
         for (int i = 0; i < n; i++)
             if (!strcmp(c[i].name, mine)) me = i;
         if (me >= 0) {

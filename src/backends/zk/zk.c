@@ -42,6 +42,8 @@
 /* How long a loss is re-reported: a grant that was being confirmed while
  * its session died reaches the core a moment after the first report. */
 #define REPORT_AGAIN_MS 2000
+/* How long closing a session waits for its requests in flight (zk_sess_put). */
+#define CLOSE_WAIT_MS 500
 
 static const int64_t MS = 1000000LL;
 
@@ -319,18 +321,74 @@ static void sess_retire(zeng *e, zsess *s, zsess **old)
     pthread_cond_broadcast(&e->cv);
 }
 
+static void timedwait(zeng *e, int64_t deadline);
+
+/* Closes S (no reference left). The C client (3.8, threaded) never calls
+ * the completion of a request still unanswered when zookeeper_close runs (it
+ * queues a ZCLOSING answer and stops its completion thread first): ASan saw
+ * those requests leak. So requests in flight (a probe, a call given up at its
+ * deadline, an orphan's delete) get a moment to answer first — a silent
+ * server is not waited for longer — and ours are freed after the close.
+ * Closing a live session deletes its ephemeral nodes at once; a disconnected
+ * one just ends here and the server expires it. */
+static void sess_close(zeng *e, zsess *s)
+{
+    pthread_mutex_lock(&e->mu);
+    for (int64_t until = baton_now_ns() + CLOSE_WAIT_MS * MS;
+         (s->probe_sent || s->calls || s->deleting) && baton_now_ns() < until;)
+        timedwait(e, until);
+    pthread_mutex_unlock(&e->mu);
+    zookeeper_close(s->zh);
+    zk_calls_release(s);
+    while (s->deleting) {
+        zorphan *o = s->deleting;
+        s->deleting = o->next;
+        free(o->path);
+        free(o);
+    }
+    free(s);
+}
+
+static void *closer_main(void *arg)
+{
+    zsess *s = arg;
+    zeng *e = s->e;
+    sess_close(e, s);
+    pthread_mutex_lock(&e->mu);
+    e->closers--;
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+    return NULL;
+}
+
 void zk_sess_put(zeng *e, zsess *s)
 {
-    int last;
+    int last, stop;
+    pthread_t th;
+    pthread_attr_t ta;
     if (!s) return;
     pthread_mutex_lock(&e->mu);
     last = --s->refs == 0;
+    stop = e->stop;
+    if (last && !stop) e->closers++;
     pthread_mutex_unlock(&e->mu);
     if (!last) return;
-    /* Closing a live session deletes its ephemeral nodes at once; a
-     * disconnected one just ends here and the server expires it. */
-    zookeeper_close(s->zh);
-    free(s);
+    if (!stop) {
+        /* A session given up is closed on a thread of its own: zookeeper_close
+         * on a link gone silent takes seconds (it sends the close request and
+         * waits for it), which neither a caller past its deadline nor the
+         * check thread may spend. zk_close waits for these threads. */
+        int rc;
+        pthread_attr_init(&ta);
+        pthread_attr_setdetachstate(&ta, PTHREAD_CREATE_DETACHED);
+        rc = pthread_create(&th, &ta, closer_main, s);
+        pthread_attr_destroy(&ta);
+        if (rc == 0) return;
+        pthread_mutex_lock(&e->mu);
+        e->closers--;
+        pthread_mutex_unlock(&e->mu);
+    }
+    sess_close(e, s);
 }
 
 int zk_sess_dead(zeng *e, zsess *s)
@@ -471,7 +529,8 @@ static void probe_done(int rc, const struct Stat *stat, const void *data)
     zsess *s = (zsess *)data;
     (void)stat;
     pthread_mutex_lock(&s->e->mu);
-    if (rc == ZOK || rc == ZNONODE) {
+    /* any answer of the server's (a refusal too: ACLs on "/") */
+    if (rc == ZOK || rc == ZNONODE || rc == ZNOAUTH) {
         if (s->probe_sent > s->confirmed) s->confirmed = s->probe_sent;
         if (s->suspect && s->probe_sent >= s->suspect) {
             baton_log(BATON_LOG_INFO, "zk: session %" PRIu64 " confirmed after the stop", s->gen);
@@ -479,6 +538,7 @@ static void probe_done(int rc, const struct Stat *stat, const void *data)
         }
     }
     s->probe_sent = 0;
+    pthread_cond_broadcast(&s->e->cv);
     pthread_mutex_unlock(&s->e->mu);
 }
 
@@ -515,7 +575,16 @@ typedef struct {
 static void orphan_deleted(int rc, const void *data)
 {
     zorphan *o = (zorphan *)data;
-    if (zk_retryable(rc)) zk_orphan_add(o->e, o->path, o->gen);
+    zeng *e = o->e;
+    pthread_mutex_lock(&e->mu);
+    for (zorphan **p = &o->s->deleting; *p; p = &(*p)->next)
+        if (*p == o) {
+            *p = o->next;
+            break;
+        }
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+    if (zk_retryable(rc)) zk_orphan_add(e, o->path, o->gen);
     else if (rc != ZOK && rc != ZNONODE && rc != ZCLOSING && rc != ZSESSIONEXPIRED && rc != ZINVALIDSTATE)
         baton_log(BATON_LOG_WARN, "zk: cannot delete %s: %s", o->path, zerror(rc));
     free(o->path);
@@ -609,16 +678,21 @@ static void *check_main(void *arg)
             }
             zk_sess_put(e, probe);
         }
-        if (old) zk_sess_put(e, old);
+        /* losses first: closing the old session may take a moment */
         for (size_t i = 0; i < nrec; i++) baton_host_lost(e->host, recs[i].st, recs[i].fence);
         free(recs);
+        if (old) zk_sess_put(e, old);
         while (todo) {
             /* sent, not waited for: this thread decides losses on time and
              * must never sit in a request to a silent server */
             zorphan *o = todo;
             todo = o->next;
             o->e = e;
-            o->next = NULL;
+            o->s = live;
+            pthread_mutex_lock(&e->mu);
+            o->next = live->deleting;
+            live->deleting = o;
+            pthread_mutex_unlock(&e->mu);
             if (zoo_adelete(live->zh, o->path, -1, orphan_deleted, o) != ZOK) orphan_deleted(ZCONNECTIONLOSS, o);
         }
         if (live) zk_sess_put(e, live);
@@ -928,6 +1002,7 @@ fail_sess:
     pthread_mutex_lock(&e->mu);
     s = e->cur;
     e->cur = NULL;
+    e->stop = 1; /* closed here, not on a thread that would outlive e */
     pthread_mutex_unlock(&e->mu);
     zk_sess_put(e, s);
 fail:
@@ -951,6 +1026,10 @@ static void zk_close(void *eng)
     pthread_mutex_unlock(&e->mu);
     /* orphans of the live session die with it now */
     zk_sess_put(e, s);
+    /* sessions given up earlier, still closing on their own threads */
+    pthread_mutex_lock(&e->mu);
+    while (e->closers > 0) timedwait(e, baton_now_ns() + CHECK_TICK_MS * MS);
+    pthread_mutex_unlock(&e->mu);
     while (e->orphans) {
         zorphan *o = e->orphans;
         e->orphans = o->next;

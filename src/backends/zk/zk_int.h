@@ -25,6 +25,8 @@
  * Fields below zh are guarded by the engine's mutex. */
 typedef struct zsess {
     struct zeng *e;
+    struct zcall *calls;     /* requests sent and not answered yet (call.c) */
+    struct zorphan *deleting;/* orphan deletes sent and not answered yet */
     zhandle_t *zh;
     uint64_t gen;            /* 1, 2, ...: which session of this client */
     int refs;                /* calls using zh now, +1 while it is the engine's current one */
@@ -56,6 +58,7 @@ typedef struct zslot {
  * whose delete met a connection loss). */
 typedef struct zorphan {
     struct zeng *e;
+    struct zsess *s;         /* while its delete is in flight */
     char *path;
     uint64_t gen;
     struct zorphan *next;
@@ -104,6 +107,7 @@ typedef struct zeng {
     int stop;
     pthread_t thr;
     int thr_started;
+    int closers;             /* sessions being closed on threads of their own */
     uint64_t mntr_reads;     /* atomic: mntr requests engine_ops sent (the server counts them) */
 } zeng;
 
@@ -187,6 +191,8 @@ zcall *zk_start_delete(zsess *s, const char *path, int version, int *zrc);
 zcall *zk_start_create(zsess *s, const char *path, const char *data, int len, const struct ACL_vector *acl, int mode,
                        int *zrc);
 int zk_call_wait(zcall *c, int64_t deadline);
+/* After zookeeper_close of S: drops the calls whose completion never came. */
+void zk_calls_release(zsess *s);
 void zk_call_strings(zcall *c, struct String_vector *out); /* moves the listing out */
 const struct Stat *zk_call_stat(zcall *c);
 const char *zk_call_value(zcall *c);                      /* the path a create made */
