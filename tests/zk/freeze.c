@@ -225,6 +225,17 @@ static void test_holder_frozen(void)
     CHECK(rc != 0);
     CHECK(took <= IO_MS + SLACK_MS);
 
+    /* a short wait on the client whose session/lease is gone: a new one
+     * must be asked for through the frozen link, within the wait */
+    t1 = tl_now_ms();
+    rc = baton_lock_acquire(lh, 500);
+    took = tl_now_ms() - t1;
+    fprintf(stderr, "   late: %s acquire (wait 500 ms) needing a new session/lease on a frozen link: rc %d, "
+            "returned %lld ms after its deadline\n", g_engine, rc, (long long)(took - 500));
+    CHECK(rc != 0);
+    CHECK(took - 500 <= 1000);
+    if (rc == 0) baton_lock_release(lh);
+
     CHECK(link_cmd("thaw") == 0);
     if (w.rc == 0) CHECK_RC(baton_lock_release(ld), 0);
     acq_join(&w);

@@ -149,11 +149,12 @@ static int64_t ns_after_s(int64_t t, int s)
 }
 
 /* Grants a new lease (e->mu not held): 0 with it made the live one. */
-static int lease_grant(eeng *e)
+static int lease_grant(eeng *e, int timeout_ms)
 {
     json_t *resp = NULL;
     int64_t sent = baton_now_ns(), id, ttl;
-    int rc = egw_call_idem(e->gw, "/v3/lease/grant", json_pack("{s:I}", "TTL", (json_int_t)e->ttl_s), &resp, 0);
+    int rc = egw_call_idem(e->gw, "/v3/lease/grant", json_pack("{s:I}", "TTL", (json_int_t)e->ttl_s), &resp,
+                           timeout_ms);
     if (rc) return rc;
     id = egw_int(resp, "ID");
     ttl = egw_int(resp, "TTL");
@@ -170,14 +171,22 @@ static int lease_grant(eeng *e)
     return 0;
 }
 
-int etcd_lease_get(eeng *e, int64_t *id, uint64_t *gen)
+int etcd_lease_get(eeng *e, int64_t *id, uint64_t *gen, int timeout_ms)
 {
     int rc;
+    int64_t end = baton_now_ns() + (int64_t)(timeout_ms > 0 ? timeout_ms : e->io_timeout_ms) * 1000000;
     for (int i = 0; i < 2; i++) {
         pthread_mutex_lock(&e->mu);
         /* one grant at a time: a second lease granted beside the first would
          * replace it while a key may already live on it, unrenewed */
-        while (!e->lease && e->granting) pthread_cond_wait(&e->cv, &e->mu);
+        while (!e->lease && e->granting) {
+            struct timespec ts = { .tv_sec = end / 1000000000LL, .tv_nsec = end % 1000000000LL };
+            if (baton_now_ns() >= end) {
+                pthread_mutex_unlock(&e->mu);
+                return baton_seterr(BATON_EUNAVAILABLE, 0, "etcd: no lease granted in time");
+            }
+            pthread_cond_timedwait(&e->cv, &e->mu, &ts);
+        }
         if (e->lease) {
             *id = e->lease;
             *gen = e->lease_gen;
@@ -186,7 +195,11 @@ int etcd_lease_get(eeng *e, int64_t *id, uint64_t *gen)
         }
         e->granting = 1;
         pthread_mutex_unlock(&e->mu);
-        rc = lease_grant(e);
+        {
+            int64_t left = (end - baton_now_ns()) / 1000000;
+            rc = left > 0 ? lease_grant(e, (int)left)
+                          : baton_seterr(BATON_EUNAVAILABLE, 0, "etcd: no lease granted in time");
+        }
         pthread_mutex_lock(&e->mu);
         e->granting = 0;
         pthread_cond_broadcast(&e->cv);
@@ -380,7 +393,7 @@ static int etcd_open(void **eng, const baton_uri *u, const baton_client_options 
     if ((rc = make_ident(e, u))) goto fail;
     if ((rc = egw_new(&e->gw, u, &cfg))) goto fail;
     /* the lease now: a wrong address or password shows at open */
-    if ((rc = lease_grant(e))) goto fail;
+    if ((rc = lease_grant(e, 0))) goto fail;
     if (pthread_create(&e->thr, NULL, keepalive_main, e)) {
         rc = baton_seterr(BATON_ENOMEM, 0, "etcd: cannot start the keep-alive thread");
         goto fail;

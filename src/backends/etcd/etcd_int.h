@@ -197,9 +197,9 @@ typedef struct eeng {
     int thr_started;
 } eeng;
 
-/* The client's live lease (granted now when it has none): 0 with *ID and
- * *GEN, or an error. */
-int etcd_lease_get(eeng *e, int64_t *id, uint64_t *gen);
+/* The client's live lease (granted now when it has none, within TIMEOUT_MS;
+ * 0 = the io timeout): 0 with *ID and *GEN, or an error. */
+int etcd_lease_get(eeng *e, int64_t *id, uint64_t *gen, int timeout_ms);
 /* 1 when lease GEN is still the live one. */
 int etcd_lease_live(eeng *e, uint64_t gen);
 /* The lease is gone (its key creation said so): lose its grants now. */

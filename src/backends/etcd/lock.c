@@ -436,7 +436,7 @@ again:
                           l->n->name);
         goto fail;
     }
-    if ((rc = etcd_lease_get(e, &id, &gen))) goto fail;
+    if ((rc = etcd_lease_get(e, &id, &gen, etcd_call_ms(e, req->deadline_ns)))) goto fail;
     free(l->key);
     if (!(l->key = malloc(l->plen + 20))) {
         rc = baton_seterr(BATON_ENOMEM, 0, "out of memory");

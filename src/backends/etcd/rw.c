@@ -234,7 +234,7 @@ again:
                           s->name);
         goto fail;
     }
-    if ((rc = etcd_lease_get(e, &id, &gen))) goto fail;
+    if ((rc = etcd_lease_get(e, &id, &gen, etcd_call_ms(e, req->deadline_ns)))) goto fail;
     free(s->key);
     tl = s->plen + (s->kind == ETCD_READ ? 5 : 6);
     if (!(s->key = malloc(tl + 20 + 34))) {
