@@ -76,6 +76,7 @@ static int configure(eeng *e, const baton_uri *u, const baton_client_options *op
         if (rc) return rc;
     }
     cfg->connect_timeout_ms = e->connect_timeout_ms;
+    e->io_timeout_ms = cfg->io_timeout_ms;
     if (!u->nhosts || !u->hosts[0].host || !*u->hosts[0].host)
         return baton_seterr(BATON_EINVAL, 0, "etcd: the URI names no member (etcd://host:port[,host:port...])");
     for (size_t i = 0; i < u->nhosts; i++)
@@ -136,17 +137,24 @@ static int make_ident(eeng *e, const baton_uri *u)
 
 /* ---- the lease ---------------------------------------------------------- */
 
+/* Until when a lease granted or renewed with TTL S, asked for at T, is known
+ * alive: the server counts S from when it got the request (after T), and
+ * baton gives it up a sixth of S earlier, so on_lost (and `baton run`'s
+ * kill) has acted before the server can free the keys. Without the margin
+ * the loss was reported 100-400 ms before another client's grant on a
+ * frozen link (etcd_freeze, ttl=2). */
 static int64_t ns_after_s(int64_t t, int s)
 {
-    return t + (int64_t)s * 1000000000LL;
+    return t + (int64_t)s * 1000000000LL - (int64_t)s * 1000000000LL / 6;
 }
 
 /* Grants a new lease (e->mu not held): 0 with it made the live one. */
-static int lease_grant(eeng *e)
+static int lease_grant(eeng *e, int timeout_ms)
 {
     json_t *resp = NULL;
     int64_t sent = baton_now_ns(), id, ttl;
-    int rc = egw_call_idem(e->gw, "/v3/lease/grant", json_pack("{s:I}", "TTL", (json_int_t)e->ttl_s), &resp, 0);
+    int rc = egw_call_idem(e->gw, "/v3/lease/grant", json_pack("{s:I}", "TTL", (json_int_t)e->ttl_s), &resp,
+                           timeout_ms);
     if (rc) return rc;
     id = egw_int(resp, "ID");
     ttl = egw_int(resp, "TTL");
@@ -163,14 +171,22 @@ static int lease_grant(eeng *e)
     return 0;
 }
 
-int etcd_lease_get(eeng *e, int64_t *id, uint64_t *gen)
+int etcd_lease_get(eeng *e, int64_t *id, uint64_t *gen, int timeout_ms)
 {
     int rc;
+    int64_t end = baton_now_ns() + (int64_t)(timeout_ms > 0 ? timeout_ms : e->io_timeout_ms) * 1000000;
     for (int i = 0; i < 2; i++) {
         pthread_mutex_lock(&e->mu);
         /* one grant at a time: a second lease granted beside the first would
          * replace it while a key may already live on it, unrenewed */
-        while (!e->lease && e->granting) pthread_cond_wait(&e->cv, &e->mu);
+        while (!e->lease && e->granting) {
+            struct timespec ts = { .tv_sec = end / 1000000000LL, .tv_nsec = end % 1000000000LL };
+            if (baton_now_ns() >= end) {
+                pthread_mutex_unlock(&e->mu);
+                return baton_seterr(BATON_EUNAVAILABLE, 0, "etcd: no lease granted in time");
+            }
+            pthread_cond_timedwait(&e->cv, &e->mu, &ts);
+        }
         if (e->lease) {
             *id = e->lease;
             *gen = e->lease_gen;
@@ -179,7 +195,11 @@ int etcd_lease_get(eeng *e, int64_t *id, uint64_t *gen)
         }
         e->granting = 1;
         pthread_mutex_unlock(&e->mu);
-        rc = lease_grant(e);
+        {
+            int64_t left = (end - baton_now_ns()) / 1000000;
+            rc = left > 0 ? lease_grant(e, (int)left)
+                          : baton_seterr(BATON_EUNAVAILABLE, 0, "etcd: no lease granted in time");
+        }
         pthread_mutex_lock(&e->mu);
         e->granting = 0;
         pthread_cond_broadcast(&e->cv);
@@ -211,8 +231,56 @@ void etcd_lease_dead(eeng *e, uint64_t gen)
     if (h) baton_host_lost_all(h);
 }
 
+static void orphan_free(eorphan *o)
+{
+    free(o->name);
+    free(o->key);
+    free(o);
+}
+
+/* e->mu held. Deletes one withdrawn key that is due (etcd_withdraw), within
+ * what is left before the next keep-alive: 1 when there was one to try. */
+static int orphan_step(eeng *e, int64_t now)
+{
+    eorphan *o, **pp;
+    int64_t budget;
+    int rc, del;
+    for (o = e->orphans; o; o = o->next)
+        if (!o->busy && o->next_try <= now) break;
+    if (!o) return 0;
+    if (!e->lease || o->gen != e->lease_gen) {
+        /* its lease is gone, or given up (then it expires unrenewed): the
+         * key goes with it, and a new lease means new key names */
+        for (pp = &e->orphans; *pp != o; pp = &(*pp)->next) {}
+        *pp = o->next;
+        orphan_free(o);
+        pthread_cond_broadcast(&e->cv);
+        return 1;
+    }
+    budget = (e->next_keepalive - now) / 1000000;
+    if (budget > e->io_timeout_ms) budget = e->io_timeout_ms;
+    if (budget < 50) budget = 50;
+    o->busy = 1;
+    pthread_mutex_unlock(&e->mu);
+    rc = etcd_delete_own(e, o->name, o->key, o->klen, o->rev, 0, &del, (int)budget);
+    pthread_mutex_lock(&e->mu);
+    o->busy = 0;
+    if (rc == 0) {
+        /* deleted, or not ours any more: either way out of the line */
+        for (pp = &e->orphans; *pp != o; pp = &(*pp)->next) {}
+        *pp = o->next;
+        orphan_free(o);
+    } else {
+        o->next_try = baton_now_ns() + 500000000LL;
+    }
+    pthread_cond_broadcast(&e->cv);
+    return 1;
+}
+
 /* The keep-alive thread: renews the lease every TTL/3; retries every 200 ms
- * after a failure until the lease's deadline, then declares it lost. */
+ * after a failure until the lease's deadline, then declares it lost. Between
+ * renewals it deletes the keys of contenders that gave up and could not
+ * delete their key in time (orphan_step). */
 static void *keepalive_main(void *arg)
 {
     eeng *e = arg;
@@ -237,8 +305,15 @@ static void *keepalive_main(void *arg)
             continue;
         }
         if (now < e->next_keepalive) {
-            int64_t t = e->next_keepalive;
-            struct timespec ts = { .tv_sec = t / 1000000000LL, .tv_nsec = t % 1000000000LL };
+            /* awake at the lease's deadline too: a renewal that failed just
+             * before it must not push the loss to the next retry */
+            int64_t t = e->next_keepalive < e->lease_deadline ? e->next_keepalive : e->lease_deadline;
+            struct timespec ts;
+            if (orphan_step(e, now)) continue;
+            for (eorphan *o = e->orphans; o; o = o->next)
+                if (!o->busy && o->next_try < t) t = o->next_try;
+            ts.tv_sec = t / 1000000000LL;
+            ts.tv_nsec = t % 1000000000LL;
             pthread_cond_timedwait(&e->cv, &e->mu, &ts);
             continue;
         }
@@ -282,6 +357,11 @@ static void eng_free(eeng *e)
 {
     if (!e) return;
     egw_free(e->gw);
+    while (e->orphans) {
+        eorphan *o = e->orphans;
+        e->orphans = o->next;
+        orphan_free(o);
+    }
     while (e->names) {
         ename *n = e->names;
         e->names = n->next;
@@ -313,7 +393,7 @@ static int etcd_open(void **eng, const baton_uri *u, const baton_client_options 
     if ((rc = make_ident(e, u))) goto fail;
     if ((rc = egw_new(&e->gw, u, &cfg))) goto fail;
     /* the lease now: a wrong address or password shows at open */
-    if ((rc = lease_grant(e))) goto fail;
+    if ((rc = lease_grant(e, 0))) goto fail;
     if (pthread_create(&e->thr, NULL, keepalive_main, e)) {
         rc = baton_seterr(BATON_ENOMEM, 0, "etcd: cannot start the keep-alive thread");
         goto fail;

@@ -55,8 +55,12 @@ int egw_call(egw *g, const char *path, json_t *req, json_t **resp, int timeout_m
 /* egw_call for a request that does the same when applied twice (reads,
  * writes guarded by a compare on the caller's own key): it is also sent
  * again when the leader changed under it. Both ask again while the cluster
- * is electing a leader, up to TIMEOUT_MS. */
+ * is electing a leader. TIMEOUT_MS bounds the whole call: every member, every
+ * pass, authentication. */
 int egw_call_idem(egw *g, const char *path, json_t *req, json_t **resp, int timeout_ms);
+/* egw_call_idem, and *RESENT = 1 when the request was sent more than once
+ * (an earlier attempt may have been applied: its answer was lost). */
+int egw_call_idem_resent(egw *g, const char *path, json_t *req, json_t **resp, int timeout_ms, int *resent);
 /* Waits for KEY (KLEN bytes) to be deleted at or after revision REV (a watch
  * stream from REV on): 0 when it was (or the stream ended: the caller looks
  * again), BATON_ETIMEDOUT at DEADLINE_NS, BATON_ECANCELED when W is
@@ -158,12 +162,24 @@ typedef struct ename {
     struct ename *next;
 } ename;
 
+/* A contender's key that could not be deleted in time (see etcd_withdraw). */
+typedef struct eorphan {
+    char *name, *key;
+    size_t klen;
+    int64_t rev;             /* delete it only while its create revision is this */
+    uint64_t gen;            /* the lease it lives on: gone with it */
+    int busy;                /* the keep-alive thread is deleting it now */
+    int64_t next_try;
+    struct eorphan *next;
+} eorphan;
+
 typedef struct eeng {
     egw *gw;
     char *prefix;            /* "" or "app/" */
     char *ident;
     int ttl_s;               /* asked for */
     int connect_timeout_ms;
+    int io_timeout_ms;
     pthread_mutex_t mu;
     pthread_cond_t cv;       /* CLOCK_MONOTONIC: the keep-alive thread sleeps on it */
     /* guarded by mu */
@@ -174,19 +190,38 @@ typedef struct eeng {
     int64_t next_keepalive;
     int granting;            /* a thread is granting a new lease: others wait for it */
     ename *names;
+    eorphan *orphans;
     baton_host *host;
     int stop;
     pthread_t thr;
     int thr_started;
 } eeng;
 
-/* The client's live lease (granted now when it has none): 0 with *ID and
- * *GEN, or an error. */
-int etcd_lease_get(eeng *e, int64_t *id, uint64_t *gen);
+/* The client's live lease (granted now when it has none, within TIMEOUT_MS;
+ * 0 = the io timeout): 0 with *ID and *GEN, or an error. */
+int etcd_lease_get(eeng *e, int64_t *id, uint64_t *gen, int timeout_ms);
 /* 1 when lease GEN is still the live one. */
 int etcd_lease_live(eeng *e, uint64_t gen);
 /* The lease is gone (its key creation said so): lose its grants now. */
 void etcd_lease_dead(eeng *e, uint64_t gen);
+
+/* The timeout of one request made for a call that ends at DEADLINE
+ * (monotonic ns; 0 = a try, INT64_MAX = no end): the io timeout, but never
+ * more than ETCD_GRACE_MS past DEADLINE (a request made at or after the
+ * deadline, the last look of a wait or the withdrawal of its key, still
+ * gets ETCD_GRACE_MS). */
+#define ETCD_GRACE_MS 250
+int etcd_call_ms(eeng *e, int64_t deadline);
+/* Leaves a line: deletes our contender KEY if its create revision is still
+ * REV, within TIMEOUT_MS; when that fails (no answer in time) the
+ * keep-alive thread deletes it later, while lease GEN lives. The last
+ * error is kept. */
+void etcd_withdraw(eeng *e, const char *name, const char *key, size_t klen, int64_t rev, uint64_t gen,
+                   int timeout_ms);
+/* Before KEY is created again: waits until no withdrawal of it is pending
+ * (the keep-alive thread's guarded delete must not meet the new key).
+ * 0, or BATON_EUNAVAILABLE at DEADLINE. */
+int etcd_orphan_settle(eeng *e, const char *key, size_t klen, int64_t deadline);
 
 /* ---- metrics.c ----------------------------------------------------------- */
 
@@ -221,7 +256,8 @@ json_t *etcd_first_create(const char *p, size_t len);
 json_t *etcd_txn_kv(json_t *resp, size_t i, int64_t *count);
 /* Deletes KEY if its create revision is still REV; with MARK, records REV
  * as NAME's last fence. *DELETED = 1 when it was our key. */
-int etcd_delete_own(eeng *e, const char *name, const char *key, size_t klen, int64_t rev, int mark, int *deleted);
+int etcd_delete_own(eeng *e, const char *name, const char *key, size_t klen, int64_t rev, int mark, int *deleted,
+                    int timeout_ms);
 /* 1 when the last error says the lease a request named is gone. */
 int etcd_is_lease_gone(void);
 

@@ -24,6 +24,7 @@
 
 #include "ecurl.h"
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -292,7 +293,12 @@ static void setup(egw *g, CURL *h, const char *url, const char *body, struct cur
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdr);
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, b);
-    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, (long)g->cfg.connect_timeout_ms);
+    /* the whole transfer (name lookup, connect, TLS, request, answer) ends
+     * at timeout_ms: curl's resolver here is threaded (AsynchDNS), so the
+     * lookup obeys it too */
+    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS,
+                     (long)(timeout_ms > 0 && timeout_ms < g->cfg.connect_timeout_ms ? timeout_ms
+                                                                                    : g->cfg.connect_timeout_ms));
     if (timeout_ms > 0) curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)timeout_ms);
     curl_easy_setopt(h, CURLOPT_TCP_NODELAY, 1L);
     curl_easy_setopt(h, CURLOPT_PROXY, "");   /* never an http_proxy from the environment */
@@ -536,17 +542,26 @@ static int attempt_grpc(egw *g, size_t at, const ereq *r, json_t **resp, int tim
 }
 #endif
 
+/* Milliseconds left until UNTIL (monotonic ns), 0 when it passed. */
+static int ms_left(int64_t until)
+{
+    int64_t ms = (until - baton_now_ns() + 999999) / 1000000;
+    return ms <= 0 ? 0 : ms > INT_MAX ? INT_MAX : (int)ms;
+}
+
 /* Sends R to the current member, moving on through the members on
  * connection failures and "unavailable". A cluster that answers but has no
  * leader (an election after the leader died) is asked again, with a growing
- * pause, until TIMEOUT_MS has passed: elections take about a second and a
- * caller should not see one. A request that may have been applied before the
- * leader changed is sent again only when IDEM says that is harmless. */
-static int post(egw *g, const ereq *r, json_t **resp, int timeout_ms, int idem, int *klass)
+ * pause: elections take about a second and a caller should not see one. A
+ * request that may have been applied before the leader changed is sent again
+ * only when IDEM says that is harmless. Everything, every member and every
+ * pass, ends at UNTIL: each attempt gets what is left of it (before, each
+ * member had the whole timeout again, and a pass over 3 silent members took
+ * 3 timeouts). */
+static int post(egw *g, const ereq *r, json_t **resp, int64_t until, int idem, int *klass, int *resent)
 {
     size_t start, tries;
-    int rc = 0, pause_ms = 25;
-    int64_t until = baton_now_ns() + (int64_t)timeout_ms * 1000000;
+    int rc = 0, pause_ms = 25, attempts = 0;
 
     *resp = NULL;
     *klass = R_FAIL;
@@ -557,6 +572,14 @@ static int post(egw *g, const ereq *r, json_t **resp, int timeout_ms, int idem, 
         pthread_mutex_unlock(&g->mu);
         for (tries = 0; tries < g->nbase; tries++) {
             size_t at = (start + tries) % g->nbase;
+            int timeout_ms = ms_left(until);
+            if (!timeout_ms) {
+                if (!rc) rc = baton_seterr(BATON_EUNAVAILABLE, 0, "etcd: no member answered in time");
+                *klass = R_FAIL;
+                return rc;
+            }
+            /* the request may have been applied by an earlier attempt */
+            if (attempts++ && resent) *resent = 1;
 #ifdef BATON_ETCD_GRPC
             if (g->h2)
                 rc = attempt_grpc(g, at, r, resp, timeout_ms, klass);
@@ -595,7 +618,7 @@ static int post(egw *g, const ereq *r, json_t **resp, int timeout_ms, int idem, 
 }
 
 /* Authenticate and keep the token. */
-static int authenticate(egw *g, int timeout_ms)
+static int authenticate(egw *g, int64_t until)
 {
     json_t *resp = NULL;
     ereq r;
@@ -604,7 +627,7 @@ static int authenticate(egw *g, int timeout_ms)
 
     rc = req_make(g, "/v3/auth/authenticate",
                   json_pack("{s:s, s:s}", "name", g->user, "password", g->password ? g->password : ""), &r);
-    if (!rc) rc = post(g, &r, &resp, timeout_ms, 1, &klass);
+    if (!rc) rc = post(g, &r, &resp, until, 1, &klass, NULL);
     req_free(&r);
     if (rc) {
         if (rc == BATON_EIO) rc = baton_seterr(BATON_EAUTH, 0, "%s", baton_error_last()->message);
@@ -624,22 +647,28 @@ static int authenticate(egw *g, int timeout_ms)
     return g->token ? 0 : baton_seterr(BATON_ENOMEM, 0, "out of memory");
 }
 
-static int call(egw *g, const char *path, json_t *req, json_t **resp, int timeout_ms, int idem)
+static int call(egw *g, const char *path, json_t *req, json_t **resp, int timeout_ms, int idem, int *resent)
 {
     ereq r;
     int rc, klass, have_token;
+    int64_t until;
 
     *resp = NULL;
     if ((rc = req_make(g, path, req, &r))) goto out;
     if (timeout_ms <= 0) timeout_ms = g->cfg.io_timeout_ms;
+    /* one deadline for the whole call: authentication, every member, every
+     * pass, the retry after a new token */
+    until = baton_now_ns() + (int64_t)timeout_ms * 1000000;
     pthread_mutex_lock(&g->mu);
     have_token = g->token != NULL;
     pthread_mutex_unlock(&g->mu);
-    if (g->user && !have_token && (rc = authenticate(g, timeout_ms))) goto out;
-    rc = post(g, &r, resp, timeout_ms, idem, &klass);
+    if (g->user && !have_token && (rc = authenticate(g, until))) goto out;
+    if (resent) *resent = 0;
+    rc = post(g, &r, resp, until, idem, &klass, resent);
     if (rc && klass == R_AUTH_RETRY && g->user) {
-        /* the token expired (etcd's simple tokens live --auth-token-ttl): a new one, once */
-        if (!(rc = authenticate(g, timeout_ms))) rc = post(g, &r, resp, timeout_ms, idem, &klass);
+        /* the token expired (etcd's simple tokens live --auth-token-ttl): a
+         * new one, once (the refused request was not applied) */
+        if (!(rc = authenticate(g, until))) rc = post(g, &r, resp, until, idem, &klass, resent);
     }
 out:
     req_free(&r);
@@ -648,12 +677,17 @@ out:
 
 int egw_call(egw *g, const char *path, json_t *req, json_t **resp, int timeout_ms)
 {
-    return call(g, path, req, resp, timeout_ms, 0);
+    return call(g, path, req, resp, timeout_ms, 0, NULL);
 }
 
 int egw_call_idem(egw *g, const char *path, json_t *req, json_t **resp, int timeout_ms)
 {
-    return call(g, path, req, resp, timeout_ms, 1);
+    return call(g, path, req, resp, timeout_ms, 1, NULL);
+}
+
+int egw_call_idem_resent(egw *g, const char *path, json_t *req, json_t **resp, int timeout_ms, int *resent)
+{
+    return call(g, path, req, resp, timeout_ms, 1, resent);
 }
 
 /* ---- watch -------------------------------------------------------------- */

@@ -38,10 +38,12 @@
 #include <netinet/tcp.h>
 #include <nghttp2/nghttp2.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #ifdef BATON_ETCD_GRPC_TLS
@@ -494,9 +496,104 @@ static int io_pending(h2c *c)
     return 0;
 }
 
-static int conn_new(eh2 *h, size_t member, h2c **out)
+/* A name lookup that ends at a deadline. getaddrinfo() has none (a silent
+ * DNS server costs resolv.conf's timeout × attempts, 10 s and more), so a
+ * name that is not an address is looked up on a thread of its own; the
+ * caller waits for it until DEADLINE and then leaves it to finish alone
+ * (the lookup and its caller share a reference-counted record). */
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;       /* CLOCK_MONOTONIC */
+    int refs, done, rc;
+    char *host, *port;
+    struct addrinfo *res;
+} lookup_t;
+
+static void lookup_put(lookup_t *l)
 {
-    struct addrinfo hints = { .ai_socktype = SOCK_STREAM, .ai_family = AF_UNSPEC }, *res = NULL, *ai;
+    int last;
+    pthread_mutex_lock(&l->mu);
+    last = --l->refs == 0;
+    pthread_mutex_unlock(&l->mu);
+    if (!last) return;
+    if (l->res) freeaddrinfo(l->res);
+    free(l->host);
+    free(l->port);
+    pthread_cond_destroy(&l->cv);
+    pthread_mutex_destroy(&l->mu);
+    free(l);
+}
+
+static void *lookup_main(void *arg)
+{
+    lookup_t *l = arg;
+    struct addrinfo hints = { .ai_socktype = SOCK_STREAM, .ai_family = AF_UNSPEC }, *res = NULL;
+    int rc = getaddrinfo(l->host, l->port, &hints, &res);
+    pthread_mutex_lock(&l->mu);
+    l->rc = rc;
+    l->res = res;
+    l->done = 1;
+    pthread_cond_broadcast(&l->cv);
+    pthread_mutex_unlock(&l->mu);
+    lookup_put(l);
+    return NULL;
+}
+
+/* 0 with *RES (freeaddrinfo it), a getaddrinfo error, or EAI_AGAIN when
+ * DEADLINE came first. */
+static int resolve(const char *host, const char *port, int64_t deadline, struct addrinfo **res)
+{
+    struct addrinfo hints = { .ai_socktype = SOCK_STREAM, .ai_family = AF_UNSPEC, .ai_flags = AI_NUMERICHOST };
+    pthread_condattr_t ca;
+    pthread_attr_t ta;
+    pthread_t th;
+    lookup_t *l;
+    int rc;
+
+    *res = NULL;
+    if (!getaddrinfo(host, port, &hints, res)) return 0; /* an address: no lookup */
+    if (!(l = calloc(1, sizeof *l)) || !(l->host = strdup(host)) || !(l->port = strdup(port))) {
+        if (l) free(l->host);
+        free(l);
+        return EAI_MEMORY;
+    }
+    pthread_mutex_init(&l->mu, NULL);
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&l->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    l->refs = 2;
+    pthread_attr_init(&ta);
+    pthread_attr_setdetachstate(&ta, PTHREAD_CREATE_DETACHED);
+    rc = pthread_create(&th, &ta, lookup_main, l);
+    pthread_attr_destroy(&ta);
+    if (rc) {
+        l->refs = 1;
+        lookup_put(l);
+        return EAI_AGAIN;
+    }
+    pthread_mutex_lock(&l->mu);
+    while (!l->done && baton_now_ns() < deadline) {
+        struct timespec ts = { .tv_sec = (time_t)(deadline / 1000000000LL), .tv_nsec = (long)(deadline % 1000000000LL) };
+        pthread_cond_timedwait(&l->cv, &l->mu, &ts);
+    }
+    if (l->done) {
+        rc = l->rc;
+        *res = l->res;
+        l->res = NULL;
+    } else {
+        rc = EAI_AGAIN;
+    }
+    pthread_mutex_unlock(&l->mu);
+    lookup_put(l);
+    return rc;
+}
+
+/* A new connection to MEMBER: lookup, connect (and TLS) by the connect
+ * timeout, and never past DEADLINE (the call's own). */
+static int conn_new(eh2 *h, size_t member, int64_t call_deadline, h2c **out)
+{
+    struct addrinfo *res = NULL, *ai;
     char port[16];
     nghttp2_session_callbacks *cb = NULL;
     nghttp2_settings_entry set[] = { { NGHTTP2_SETTINGS_ENABLE_PUSH, 0 },
@@ -506,9 +603,12 @@ static int conn_new(eh2 *h, size_t member, h2c **out)
     h2c *c;
 
     *out = NULL;
+    if (call_deadline < deadline) deadline = call_deadline;
     snprintf(port, sizeof port, "%d", h->port[member]);
-    if ((rc = getaddrinfo(h->host[member], port, &hints, &res)))
-        return baton_seterr(BATON_EUNAVAILABLE, rc, "etcd: %s: %s", h->authority[member], gai_strerror(rc));
+    if ((rc = resolve(h->host[member], port, deadline, &res)))
+        return baton_seterr(BATON_EUNAVAILABLE, rc, "etcd: %s: %s", h->authority[member],
+                            rc == EAI_AGAIN && baton_now_ns() >= deadline ? "no name lookup answer in time"
+                                                                          : gai_strerror(rc));
     for (ai = res; ai && fd < 0; ai = ai->ai_next) {
         if ((fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol)) < 0) {
             err = errno;
@@ -895,7 +995,7 @@ int eh2_call(eh2 *h, size_t member, const char *path, const char *token, const u
             conn_free(c);
             c = NULL, reused = 0;
         }
-        if (!c && (rc = conn_new(h, member, &c))) return rc;
+        if (!c && (rc = conn_new(h, member, deadline_ns, &c))) return rc;
         rc = call_once(h, c, path, token, msg, len, half_close, deadline_ns, w, cb, arg, st);
         /* a unary call that timed out: a silent member, not this connection
          * again (a watch's deadline is only the caller's) */

@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 typedef struct elock {
     int kind;                /* ETCD_MUTEX or ETCD_CANDIDATE (first: see etcd_int.h) */
@@ -210,30 +211,59 @@ static char *fence_key(eeng *e, const char *name, size_t *len)
 
 /* Deletes KEY if its create revision is still REV (the release txn). With
  * MARK, also records REV as the last fence of NAME. *DELETED = 1 when it was
- * our key. */
-int etcd_delete_own(eeng *e, const char *name, const char *key, size_t klen, int64_t rev, int mark, int *deleted)
+ * our key.
+ *
+ * Safe to send again (egw_call_idem): applied twice it deletes nothing more,
+ * since the compare is on our own create revision. Only the answer of a
+ * repeat differs (the key is already gone), so the failure branch says why
+ * the compare failed: our key absent after a re-sent request, or (MARK) the
+ * name's last fence being our revision — written by this very txn — means
+ * an earlier attempt deleted it ("leader changed" answers the first one
+ * with no result). A key there at another revision is a newer contender's:
+ * not ours. */
+int etcd_delete_own(eeng *e, const char *name, const char *key, size_t klen, int64_t rev, int mark, int *deleted,
+                    int timeout_ms)
 {
     char revs[24], *k64 = egw_b64(key, klen), *f64 = NULL, *v64 = NULL, *fk = NULL;
     size_t fl;
-    json_t *req = NULL, *resp = NULL, *ops;
-    int rc;
+    json_t *req = NULL, *resp = NULL, *ops, *fails;
+    int rc, resent = 0;
 
     *deleted = 0;
     snprintf(revs, sizeof revs, "%lld", (long long)rev);
     if (!k64) goto nomem;
-    if (!(req = json_pack("{s:[{s:s, s:s, s:s, s:s}], s:[{s:{s:s}}]}", "compare", "key", k64, "target", "CREATE",
-                          "result", "EQUAL", "create_revision", revs, "success", "request_delete_range", "key", k64)))
+    if (!(req = json_pack("{s:[{s:s, s:s, s:s, s:s}], s:[{s:{s:s}}], s:[{s:{s:s, s:b}}]}", "compare", "key", k64,
+                          "target", "CREATE", "result", "EQUAL", "create_revision", revs, "success",
+                          "request_delete_range", "key", k64, "failure", "request_range", "key", k64, "keys_only", 1)))
         goto nomem;
     if (mark) {
         if (!(fk = fence_key(e, name, &fl)) || !(f64 = egw_b64(fk, fl)) || !(v64 = egw_b64(revs, strlen(revs))))
             goto nomem;
         ops = json_object_get(req, "success");
-        if (json_array_append_new(ops, json_pack("{s:{s:s, s:s}}", "request_put", "key", f64, "value", v64)))
+        fails = json_object_get(req, "failure");
+        if (json_array_append_new(ops, json_pack("{s:{s:s, s:s}}", "request_put", "key", f64, "value", v64)) ||
+            json_array_append_new(fails, json_pack("{s:{s:s}}", "request_range", "key", f64)))
             goto nomem;
     }
-    rc = egw_call(e->gw, "/v3/kv/txn", req, &resp, 0);
+    rc = egw_call_idem_resent(e->gw, "/v3/kv/txn", req, &resp, timeout_ms, &resent);
     req = NULL;
-    if (!rc) *deleted = json_is_true(json_object_get(resp, "succeeded"));
+    if (!rc) {
+        if (json_is_true(json_object_get(resp, "succeeded"))) {
+            *deleted = 1;
+        } else {
+            int64_t n = 0;
+            json_t *fkv;
+            etcd_txn_kv(resp, 0, &n);
+            if (n == 0 && resent) *deleted = 1; /* gone: our first attempt went through */
+            if (mark && (fkv = etcd_txn_kv(resp, 1, NULL))) {
+                const char *v = json_string_value(json_object_get(fkv, "value"));
+                char *dv = NULL;
+                size_t dl;
+                if (v && !egw_unb64(v, &dv, &dl) && dv && !strcmp(dv, revs) && n == 0) *deleted = 1;
+                free(dv);
+            }
+        }
+    }
     json_decref(resp);
     free(k64), free(f64), free(v64), free(fk);
     return rc;
@@ -243,10 +273,75 @@ nomem:
     return baton_seterr(BATON_ENOMEM, 0, "out of memory");
 }
 
+int etcd_call_ms(eeng *e, int64_t deadline)
+{
+    int64_t left;
+    if (deadline == 0 || deadline == INT64_MAX) return e->io_timeout_ms;
+    left = (deadline - baton_now_ns()) / 1000000;
+    if (left < 0) left = 0;
+    left += ETCD_GRACE_MS;
+    return left < e->io_timeout_ms ? (int)left : e->io_timeout_ms;
+}
+
+void etcd_withdraw(eeng *e, const char *name, const char *key, size_t klen, int64_t rev, uint64_t gen,
+                   int timeout_ms)
+{
+    baton_error saved = *baton_error_last();
+    char msg[256];
+    eorphan *o;
+    int del;
+    snprintf(msg, sizeof msg, "%s", saved.message ? saved.message : "");
+    if (etcd_delete_own(e, name, key, klen, rev, 0, &del, timeout_ms) == 0) goto out;
+    /* no answer in time: a key left in the line would hold every later
+     * contender off while our lease lives, so the keep-alive thread deletes
+     * it (and a new key of the same name waits for that: settle) */
+    if (!(o = calloc(1, sizeof *o)) || !(o->name = strdup(name)) || !(o->key = malloc(klen + 1))) {
+        if (o) free(o->name);
+        free(o);
+        goto out; /* it then stays until the lease ends */
+    }
+    memcpy(o->key, key, klen);
+    o->key[klen] = 0;
+    o->klen = klen;
+    o->rev = rev;
+    o->gen = gen;
+    pthread_mutex_lock(&e->mu);
+    o->next = e->orphans;
+    e->orphans = o;
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+out:
+    baton_seterr(saved.code, saved.native, "%s", msg);
+}
+
+int etcd_orphan_settle(eeng *e, const char *key, size_t klen, int64_t deadline)
+{
+    int rc = 0;
+    pthread_mutex_lock(&e->mu);
+    for (;;) {
+        eorphan *o;
+        for (o = e->orphans; o; o = o->next)
+            if (o->klen == klen && !memcmp(o->key, key, klen)) break;
+        if (!o) break;
+        if (baton_now_ns() >= deadline) {
+            rc = baton_seterr(BATON_EUNAVAILABLE, 0, "etcd: an earlier key of ours (%.*s) is still being removed",
+                              (int)klen, key);
+            break;
+        }
+        {
+            struct timespec ts = { .tv_sec = (time_t)(deadline / 1000000000LL),
+                                   .tv_nsec = (long)(deadline % 1000000000LL) };
+            pthread_cond_timedwait(&e->cv, &e->mu, &ts);
+        }
+    }
+    pthread_mutex_unlock(&e->mu);
+    return rc;
+}
+
 /* The create-if-absent txn: our key on lease ID (value: who), and the
  * owner. 0 with *MYREV, *OWNERREV, *SENT. */
 static int create_key(eeng *e, elock *l, int64_t id, const char *value, int64_t *myrev, int64_t *ownrev,
-                      int64_t *sent, int *existed)
+                      int64_t *sent, int *existed, int timeout_ms)
 {
     char ids[24], *k64 = egw_b64(l->key, l->klen), *v64 = egw_b64(value, strlen(value));
     json_t *req = NULL, *resp = NULL, *kv;
@@ -260,7 +355,7 @@ static int create_key(eeng *e, elock *l, int64_t id, const char *value, int64_t 
                         "request_range", "key", k64, etcd_first_create(l->pfx, l->plen));
     free(k64), free(v64);
     *sent = baton_now_ns();
-    if ((rc = egw_call_idem(e->gw, "/v3/kv/txn", req, &resp, 0))) return rc;
+    if ((rc = egw_call_idem(e->gw, "/v3/kv/txn", req, &resp, timeout_ms))) return rc;
     *existed = !json_is_true(json_object_get(resp, "succeeded"));
     if (!*existed) {
         *myrev = egw_int(json_object_get(resp, "header"), "revision");
@@ -280,7 +375,8 @@ static int create_key(eeng *e, elock *l, int64_t id, const char *value, int64_t 
  * just before ours (greatest create revision below MYREV; *KEY malloc'd,
  * NULL when none), our own key's create revision now (*MINE, 0 = gone) and
  * the revision of that snapshot (*HREV). */
-static int look(eeng *e, elock *l, int64_t myrev, char **key, size_t *klen, int64_t *mine, int64_t *hrev)
+static int look(eeng *e, elock *l, int64_t myrev, char **key, size_t *klen, int64_t *mine, int64_t *hrev,
+                int timeout_ms)
 {
     size_t el;
     char maxr[24], *end = egw_prefix_end(l->pfx, l->plen, &el), *p64 = egw_b64(l->pfx, l->plen),
@@ -296,7 +392,7 @@ static int look(eeng *e, elock *l, int64_t myrev, char **key, size_t *klen, int6
                         "key", p64, "range_end", e64, "sort_order", "DESCEND", "sort_target", "CREATE", "limit", "1",
                         "max_create_revision", maxr, "keys_only", 1, "request_range", "key", k64, "keys_only", 1);
     free(end), free(p64), free(e64), free(k64);
-    if ((rc = egw_call_idem(e->gw, "/v3/kv/txn", req, &resp, 0))) return rc;
+    if ((rc = egw_call_idem(e->gw, "/v3/kv/txn", req, &resp, timeout_ms))) return rc;
     *hrev = egw_int(json_object_get(resp, "header"), "revision");
     *mine = egw_int(etcd_txn_kv(resp, 1, NULL), "create_revision");
     kv = etcd_txn_kv(resp, 0, NULL);
@@ -330,7 +426,7 @@ int etcd_lock_acquire(void *eng, void *st, baton_acquire_req *req)
     elock *l = st;
     int64_t id, myrev = 0, ownrev = 0, sent = 0;
     uint64_t gen;
-    int rc, del, existed = 0, tries = 0;
+    int rc, existed = 0, tries = 0;
 
     if (l->kind == ETCD_READ || l->kind == ETCD_WRITE) return etcd_rw_acquire(e, st, req);
     if ((rc = claim(e, l, req->deadline_ns, req->waiter))) return rc;
@@ -340,7 +436,7 @@ again:
                           l->n->name);
         goto fail;
     }
-    if ((rc = etcd_lease_get(e, &id, &gen))) goto fail;
+    if ((rc = etcd_lease_get(e, &id, &gen, etcd_call_ms(e, req->deadline_ns)))) goto fail;
     free(l->key);
     if (!(l->key = malloc(l->plen + 20))) {
         rc = baton_seterr(BATON_ENOMEM, 0, "out of memory");
@@ -349,8 +445,11 @@ again:
     l->klen = l->plen + (size_t)snprintf(l->key + l->plen, 20, "%llx", (unsigned long long)id);
     memcpy(l->key, l->pfx, l->plen);
     l->gen = gen;
+    /* a withdrawal of this very key may still be pending */
+    if ((rc = etcd_orphan_settle(e, l->key, l->klen, baton_now_ns() + etcd_call_ms(e, req->deadline_ns) * 1000000LL)))
+        goto fail;
     if ((rc = create_key(e, l, id, l->election && req->value ? req->value : req->owner->desc, &myrev, &ownrev,
-                         &sent, &existed))) {
+                         &sent, &existed, etcd_call_ms(e, req->deadline_ns)))) {
         if (etcd_is_lease_gone()) {
             etcd_lease_dead(e, gen);
             goto again;
@@ -364,15 +463,15 @@ again:
         if ((rc = etcd_election_proclaim(e, l, req->owner, req->value))) goto fail_del;
     }
     if (ownrev != myrev && req->deadline_ns == 0) {
-        etcd_delete_own(e, l->n->name, l->key, l->klen, myrev, 0, &del);
         rc = baton_seterr(BATON_ELOCKED, 0, "etcd: '%s' is held", l->n->name);
+        etcd_withdraw(e, l->n->name, l->key, l->klen, myrev, gen, etcd_call_ms(e, 0));
         goto fail;
     }
     while (ownrev != myrev) {
         char *pk = NULL;
         size_t pkl = 0;
         int64_t hrev = 0, mine = 0;
-        if ((rc = look(e, l, myrev, &pk, &pkl, &mine, &hrev))) goto fail_del;
+        if ((rc = look(e, l, myrev, &pk, &pkl, &mine, &hrev, etcd_call_ms(e, req->deadline_ns)))) goto fail_del;
         if (mine != myrev) {
             /* our key went with the lease while we waited (granting here
              * anyway was the etcd 3.4 mutex bug Jepsen found) */
@@ -398,7 +497,7 @@ again:
     if (!etcd_lease_live(e, gen)) {
         /* the lease was declared lost while we acquired: the loss report
          * could not name this grant, so it must not stand */
-        etcd_delete_own(e, l->n->name, l->key, l->klen, myrev, 0, &del);
+        etcd_withdraw(e, l->n->name, l->key, l->klen, myrev, gen, etcd_call_ms(e, req->deadline_ns));
         goto again;
     }
     req->fence = (uint64_t)myrev;
@@ -406,14 +505,9 @@ again:
     l->rev = myrev;
     return 0;
 fail_del:
-    /* withdraw from the queue (best effort: the lease takes the key at the latest) */
-    {
-        baton_error saved = *baton_error_last();
-        char msg[256];
-        snprintf(msg, sizeof msg, "%s", saved.message ? saved.message : "");
-        etcd_delete_own(e, l->n->name, l->key, l->klen, myrev, 0, &del);
-        baton_seterr(rc, saved.native, "%s", msg);
-    }
+    /* withdraw from the queue: at once if the server answers within the
+     * grace, else by the keep-alive thread (the error is kept) */
+    etcd_withdraw(e, l->n->name, l->key, l->klen, myrev, gen, etcd_call_ms(e, req->deadline_ns));
 fail:
     free(l->key);
     l->key = NULL;
@@ -431,7 +525,7 @@ int etcd_lock_release(void *eng, void *st, const baton_owner *owner)
     if (l->kind == ETCD_READ || l->kind == ETCD_WRITE) return etcd_rw_release(e, st);
     if (!l->key) return baton_seterr(BATON_ENOTHELD, 0, "etcd: '%s' is not held", l->n->name);
     live = etcd_lease_live(e, l->gen);
-    rc = etcd_delete_own(e, l->n->name, l->key, l->klen, l->rev, 1, &del);
+    rc = etcd_delete_own(e, l->n->name, l->key, l->klen, l->rev, 1, &del, 0);
     if (rc == 0 && (!del || !live))
         rc = baton_seterr(BATON_ELOST, 0, "etcd: '%s' was lost (its key or lease is gone)", l->n->name);
     if (rc == 0 || rc == BATON_ELOST) {

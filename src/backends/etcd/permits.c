@@ -222,7 +222,7 @@ again:
         goto out;
     }
     if ((rc = baton__owner_init(&o))) goto out;
-    if ((rc = etcd_lease_get(e, &lease, &gen))) goto out;
+    if ((rc = etcd_lease_get(e, &lease, &gen, 0))) goto out;
     snprintf(ids, sizeof ids, "%lld", (long long)lease);
     snprintf(wait_val, sizeof wait_val, "?%s", o.desc);
     if (!(key = id_key(p, o.hex, &klen)) || !(k64 = egw_b64(key, klen)) ||

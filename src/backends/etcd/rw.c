@@ -11,7 +11,7 @@
  * local queue of lock.c (one key per lease and name) is not needed here.
  *
  * Ordering is by create revision, as for the mutex:
- *   - a reader waits for the last writer created before it ("write/" keys);
+ *   - a reader waits for the last writer (or mutex key) created before it;
  *   - a writer waits for the last key of any kind created before it.
  * So a waiting writer holds back every reader that comes after it (no writer
  * starvation), and each waiter watches exactly one key, for its DELETE, then
@@ -24,9 +24,10 @@
  * The fence is the key's create revision. A write release records it as
  * the name's last fence (lock.c's "\0fence/<name>") for lock_info.
  *
- * A mutex and a read-write lock on one name share "<name>/": the mutex sees
- * every reader and writer as a contender and a writer waits for mutex
- * holders; readers ignore mutex keys. Use one kind per name.
+ * A mutex and a read-write lock on one name share "<name>/" and exclude each
+ * other: the mutex sees every reader and writer as a contender, a writer
+ * waits for mutex keys like any key, and a reader waits for the last mutex
+ * key or writer before it (see look()).
  */
 #include "etcd_int.h"
 
@@ -111,7 +112,7 @@ static char *side_prefix(const erw *s, int kind, size_t *len)
 
 /* Creates our key if absent (value WHO, on lease ID): 0 with its create
  * revision in *REV (an earlier key of ours on this lease is taken over). */
-static int create_key(eeng *e, erw *s, int64_t id, const char *who, int64_t *rev, int64_t *sent)
+static int create_key(eeng *e, erw *s, int64_t id, const char *who, int64_t *rev, int64_t *sent, int timeout_ms)
 {
     char ids[24], *k64 = egw_b64(s->key, s->klen), *v64 = egw_b64(who, strlen(who));
     json_t *req = NULL, *resp = NULL;
@@ -124,7 +125,7 @@ static int create_key(eeng *e, erw *s, int64_t id, const char *who, int64_t *rev
                         "key", k64, "value", v64, "lease", ids, "failure", "request_range", "key", k64, "keys_only", 1);
     free(k64), free(v64);
     *sent = baton_now_ns();
-    if ((rc = egw_call_idem(e->gw, "/v3/kv/txn", req, &resp, 0))) return rc;
+    if ((rc = egw_call_idem(e->gw, "/v3/kv/txn", req, &resp, timeout_ms))) return rc;
     if (json_is_true(json_object_get(resp, "succeeded")))
         *rev = egw_int(json_object_get(resp, "header"), "revision");
     else
@@ -135,33 +136,69 @@ static int create_key(eeng *e, erw *s, int64_t id, const char *who, int64_t *rev
     return 0;
 }
 
-/* One look in one round trip: the last key of [RANGE, its end) created
- * before revision BOUND (*KEY malloc'd, NULL when none; *KREV its create
- * revision), our own key's create revision now (*MINE, 0 = gone) and the
- * revision of that snapshot (*HREV). */
-static int look(eeng *e, erw *s, const char *range, size_t rlen, int64_t bound, char **key, size_t *klen,
-                int64_t *krev, int64_t *mine, int64_t *hrev)
+/* {"request_range": the last key of [FROM, TO) created before revision
+ * BOUND, keys only} (NULL when out of memory; json_pack's "o" takes it). */
+static json_t *last_before(const char *from, size_t flen, const char *to, size_t tlen, int64_t bound)
 {
-    size_t el;
-    char maxr[24], *end = egw_prefix_end(range, rlen, &el), *r64 = egw_b64(range, rlen),
-                   *e64 = end ? egw_b64(end, el) : NULL, *k64 = egw_b64(s->key, s->klen);
-    json_t *req = NULL, *resp = NULL, *kv;
+    char maxr[24], *f64 = egw_b64(from, flen), *t64 = egw_b64(to, tlen);
+    json_t *j = NULL;
+    snprintf(maxr, sizeof maxr, "%lld", (long long)(bound - 1));
+    if (f64 && t64)
+        j = json_pack("{s:{s:s, s:s, s:s, s:s, s:s, s:s, s:b}}", "request_range", "key", f64, "range_end", t64,
+                      "sort_order", "DESCEND", "sort_target", "CREATE", "limit", "1", "max_create_revision", maxr,
+                      "keys_only", 1);
+    free(f64), free(t64);
+    return j;
+}
+
+/* One look in one round trip: the last key created before revision BOUND
+ * among those S waits for (*KEY malloc'd, NULL when none; *KREV its create
+ * revision), our own key's create revision now (*MINE, 0 = gone) and the
+ * revision of that snapshot (*HREV).
+ *
+ * A writer waits for every key under "<name>/". A reader waits for every
+ * key but the readers': the writers ("<name>/write/...") and the mutex's
+ * keys of the same name ("<name>/<lease hex>": a plain lock and a
+ * read-write lock of one name exclude each other). That is two ranges,
+ * ["<name>/", "<name>/read/") and ["<name>/read0", the end of "<name>/")
+ * ('0' follows '/'), read in the same txn; the later of the two is the one
+ * to wait for. */
+static int look(eeng *e, erw *s, int64_t bound, char **key, size_t *klen, int64_t *krev, int64_t *mine,
+                int64_t *hrev, int timeout_ms)
+{
+    size_t el, rl, nr = s->kind == ETCD_READ ? 2 : 1;
+    char *end = egw_prefix_end(s->pfx, s->plen, &el), *rd = side_prefix(s, ETCD_READ, &rl),
+         *k64 = egw_b64(s->key, s->klen);
+    json_t *req = NULL, *resp = NULL, *best = NULL;
     const char *k;
     int rc;
 
     *key = NULL;
-    snprintf(maxr, sizeof maxr, "%lld", (long long)(bound - 1));
-    if (r64 && e64 && k64)
-        req = json_pack("{s:[{s:{s:s, s:s, s:s, s:s, s:s, s:s, s:b}}, {s:{s:s, s:b}}]}", "success", "request_range",
-                        "key", r64, "range_end", e64, "sort_order", "DESCEND", "sort_target", "CREATE", "limit", "1",
-                        "max_create_revision", maxr, "keys_only", 1, "request_range", "key", k64, "keys_only", 1);
-    free(end), free(r64), free(e64), free(k64);
-    if ((rc = egw_call_idem(e->gw, "/v3/kv/txn", req, &resp, 0))) return rc;
+    *krev = 0;
+    if (end && rd && k64) {
+        if (s->kind == ETCD_READ) {
+            json_t *below = last_before(s->pfx, s->plen, rd, rl, bound);
+            rd[rl - 1] = '0'; /* "<name>/read0": just past every "<name>/read/..." key */
+            req = json_pack("{s:[o, o, {s:{s:s, s:b}}]}", "success", below, last_before(rd, rl, end, el, bound),
+                            "request_range", "key", k64, "keys_only", 1);
+        } else {
+            req = json_pack("{s:[o, {s:{s:s, s:b}}]}", "success", last_before(s->pfx, s->plen, end, el, bound),
+                            "request_range", "key", k64, "keys_only", 1);
+        }
+    }
+    free(end), free(rd), free(k64);
+    if ((rc = egw_call_idem(e->gw, "/v3/kv/txn", req, &resp, timeout_ms))) return rc;
     *hrev = egw_int(json_object_get(resp, "header"), "revision");
-    *mine = egw_int(etcd_txn_kv(resp, 1, NULL), "create_revision");
-    if ((kv = etcd_txn_kv(resp, 0, NULL))) {
-        k = json_string_value(json_object_get(kv, "key"));
-        *krev = egw_int(kv, "create_revision");
+    *mine = egw_int(etcd_txn_kv(resp, nr, NULL), "create_revision");
+    for (size_t i = 0; i < nr; i++) {
+        json_t *kv = etcd_txn_kv(resp, i, NULL);
+        if (kv && egw_int(kv, "create_revision") > *krev) {
+            best = kv;
+            *krev = egw_int(kv, "create_revision");
+        }
+    }
+    if (best) {
+        k = json_string_value(json_object_get(best, "key"));
         if (!k || egw_unb64(k, key, klen)) {
             json_decref(resp);
             return baton_seterr(BATON_EPROTO, 0, "etcd: a key that is not base64 in a range answer");
@@ -186,23 +223,18 @@ static int owned(const char *key, size_t len, const baton_owner *owner)
 int etcd_rw_acquire(eeng *e, void *st, baton_acquire_req *req)
 {
     erw *s = st;
-    char *range = NULL;
-    size_t rlen = 0, tl;
+    size_t tl;
     int64_t id, myrev = 0, sent = 0;
     uint64_t gen;
-    int rc, del, tries = 0;
+    int rc, tries = 0;
 
-    /* a reader waits for writers; a writer for anything before it */
-    if (s->kind == ETCD_READ) range = side_prefix(s, ETCD_WRITE, &rlen);
-    else if ((range = malloc(s->plen + 1))) memcpy(range, s->pfx, (rlen = s->plen) + 1);
-    if (!range) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
 again:
     if (++tries > 5) {
         rc = baton_seterr(BATON_EUNAVAILABLE, 0, "etcd: the client's lease keeps expiring while acquiring '%s'",
                           s->name);
         goto fail;
     }
-    if ((rc = etcd_lease_get(e, &id, &gen))) goto fail;
+    if ((rc = etcd_lease_get(e, &id, &gen, etcd_call_ms(e, req->deadline_ns)))) goto fail;
     free(s->key);
     tl = s->plen + (s->kind == ETCD_READ ? 5 : 6);
     if (!(s->key = malloc(tl + 20 + 34))) {
@@ -213,7 +245,10 @@ again:
     memcpy(s->key + s->plen, s->kind == ETCD_READ ? "read/" : "write/", tl - s->plen);
     s->klen = tl + (size_t)snprintf(s->key + tl, 20 + 34, "%llx-%s", (unsigned long long)id, req->owner->hex);
     s->gen = gen;
-    if ((rc = create_key(e, s, id, req->owner->desc, &myrev, &sent))) {
+    /* a withdrawal of this very key may still be pending */
+    if ((rc = etcd_orphan_settle(e, s->key, s->klen, baton_now_ns() + etcd_call_ms(e, req->deadline_ns) * 1000000LL)))
+        goto fail;
+    if ((rc = create_key(e, s, id, req->owner->desc, &myrev, &sent, etcd_call_ms(e, req->deadline_ns)))) {
         if (etcd_is_lease_gone()) {
             etcd_lease_dead(e, gen);
             goto again;
@@ -224,7 +259,7 @@ again:
         char *bk = NULL;
         size_t bkl = 0;
         int64_t hrev = 0, mine = 0, brev = 0;
-        if ((rc = look(e, s, range, rlen, bound, &bk, &bkl, &brev, &mine, &hrev))) goto fail_del;
+        if ((rc = look(e, s, bound, &bk, &bkl, &brev, &mine, &hrev, etcd_call_ms(e, req->deadline_ns)))) goto fail_del;
         if (mine != myrev) {
             /* our key went with the lease while we waited */
             free(bk);
@@ -240,9 +275,9 @@ again:
         }
         if (req->deadline_ns == 0) {
             free(bk);
-            etcd_delete_own(e, s->name, s->key, s->klen, myrev, 0, &del);
             rc = baton_seterr(BATON_ELOCKED, 0, "etcd: '%s' is held (%s side blocked)", s->name,
                               s->kind == ETCD_READ ? "read" : "write");
+            etcd_withdraw(e, s->name, s->key, s->klen, myrev, gen, etcd_call_ms(e, 0));
             goto fail;
         }
         rc = egw_wait_delete(e->gw, bk, bkl, hrev + 1, req->deadline_ns, req->waiter);
@@ -257,34 +292,26 @@ again:
         }
         if (rc) goto fail_del;
         if (!etcd_lease_live(e, gen)) {
-            /* lost while we waited: leave the line (best effort), queue again */
-            etcd_delete_own(e, s->name, s->key, s->klen, myrev, 0, &del);
+            /* lost while we waited: leave the line, queue again */
+            etcd_withdraw(e, s->name, s->key, s->klen, myrev, gen, etcd_call_ms(e, req->deadline_ns));
             goto again;
         }
         bound = myrev; /* look again from our own key */
     }
     if (!etcd_lease_live(e, gen)) {
         /* declared lost while we acquired: the report could not name this grant */
-        etcd_delete_own(e, s->name, s->key, s->klen, myrev, 0, &del);
+        etcd_withdraw(e, s->name, s->key, s->klen, myrev, gen, etcd_call_ms(e, req->deadline_ns));
         goto again;
     }
-    free(range);
     req->fence = (uint64_t)myrev;
     req->sent_ns = sent;
     s->rev = myrev;
     return 0;
 fail_del:
-    /* leave the queue (best effort: the lease takes the key at the latest),
-     * keeping the error that made us leave */
-    {
-        baton_error saved = *baton_error_last();
-        char msg[256];
-        snprintf(msg, sizeof msg, "%s", saved.message ? saved.message : "");
-        etcd_delete_own(e, s->name, s->key, s->klen, myrev, 0, &del);
-        baton_seterr(rc, saved.native, "%s", msg);
-    }
+    /* leave the queue, keeping the error that made us leave: at once if the
+     * server answers within the grace, else by the keep-alive thread */
+    etcd_withdraw(e, s->name, s->key, s->klen, myrev, gen, etcd_call_ms(e, req->deadline_ns));
 fail:
-    free(range);
     free(s->key);
     s->key = NULL;
     return rc;
@@ -297,7 +324,7 @@ int etcd_rw_release(eeng *e, void *st)
 
     if (!s->key) return baton_seterr(BATON_ENOTHELD, 0, "etcd: '%s' is not held", s->name);
     live = etcd_lease_live(e, s->gen);
-    rc = etcd_delete_own(e, s->name, s->key, s->klen, s->rev, s->kind == ETCD_WRITE, &del);
+    rc = etcd_delete_own(e, s->name, s->key, s->klen, s->rev, s->kind == ETCD_WRITE, &del, 0);
     if (rc == 0 && (!del || !live))
         rc = baton_seterr(BATON_ELOST, 0, "etcd: '%s' was lost (its key or lease is gone)", s->name);
     if (rc == 0 || rc == BATON_ELOST) {

@@ -79,9 +79,12 @@ int zk_contenders(const struct String_vector *sv, unsigned mask, zchild **out, i
     return 0;
 }
 
+/* The contenders a recipe waits among. A lock and a read-write lock of one
+ * name live in one directory and exclude each other (baton(1) promises it):
+ * each counts the other layout's nodes as contenders. Elections stay apart. */
 static unsigned mask_of(int kind)
 {
-    return kind == ZK_LOCK ? ZK_K_LOCK : kind == ZK_LATCH ? ZK_K_LATCH : ZK_K_READ | ZK_K_WRITE;
+    return kind == ZK_LATCH ? ZK_K_LATCH : ZK_K_LOCK | ZK_K_READ | ZK_K_WRITE;
 }
 
 /* "_c_<uuid>-" at the start of NAME is OWNER's. */
@@ -186,18 +189,17 @@ static char *take_node(zeng *e, zlock *l, uint64_t *gen, int *lost)
     return node;
 }
 
-/* Deletes our node (a contender giving up); one retry after a connection
- * loss, else the check thread deletes it later. */
-static void drop_node(zeng *e, zsess *s, zlock *l)
+/* Deletes our node (a contender giving up) by DEADLINE; after a connection
+ * loss or at the deadline the check thread deletes it later. */
+static void drop_node(zeng *e, zsess *s, zlock *l, int64_t deadline)
 {
     uint64_t gen;
     int lost, zrc;
     char *node = take_node(e, l, &gen, &lost);
     if (!node) return;
     if (!lost && gen == s->gen) {
-        zrc = zoo_delete(s->zh, node, -1);
-        if (zk_retryable(zrc) && zk_sess_wait(e, s, zk_deadline_ms(e->io_timeout_ms)) == 0)
-            zrc = zoo_delete(s->zh, node, -1);
+        zrc = zk_delete(s, node, -1, deadline);
+        if (zrc == ZCONNECTIONLOSS && zk_sess_wait(e, s, deadline) == 0) zrc = zk_delete(s, node, -1, deadline);
         if (zk_retryable(zrc)) zk_orphan_add(e, node, gen);
     }
     free(node);
@@ -206,10 +208,10 @@ static void drop_node(zeng *e, zsess *s, zlock *l)
 /* Our node after a connection loss hid the create's answer: the child of
  * DIR named PREFIX<seq>, if the create happened. 1 found, 0 not, <0 error. */
 static int find_own(zeng *e, zsess *s, const char *dir, const char *prefix, char *path, int plen,
-                    struct Stat *st)
+                    struct Stat *st, int64_t deadline)
 {
     struct String_vector sv = { 0, NULL };
-    int zrc = zoo_get_children(s->zh, dir, 0, &sv), found = 0;
+    int zrc = zk_get_children(s, dir, NULL, NULL, &sv, deadline), found = 0;
     (void)e;
     if (zrc == ZNONODE) return 0;
     if (zrc != ZOK) return zk_err(zrc, "list", dir);
@@ -220,7 +222,7 @@ static int find_own(zeng *e, zsess *s, const char *dir, const char *prefix, char
         }
     deallocate_String_vector(&sv);
     if (found) {
-        zrc = zoo_exists(s->zh, path, 0, st);
+        zrc = zk_exists(s, path, NULL, NULL, st, deadline);
         if (zrc == ZNONODE) return 0;
         if (zrc != ZOK) return zk_err(zrc, "stat", path);
     }
@@ -231,99 +233,36 @@ static int find_own(zeng *e, zsess *s, const char *dir, const char *prefix, char
  * without waiting for the create's answer. ZooKeeper runs a session's
  * requests in the order they were sent (a read waits for the session's
  * earlier writes), so the listing is taken after the node exists, exactly as
- * if it had been asked for once the create answered: one round trip less. */
-typedef struct {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int pending;
-    int crc, lrc;            /* the create's and the listing's answers */
-    char *created;           /* what the create made (into a caller's buffer) */
-    int clen;
-    struct Stat *st;
-    struct String_vector *sv; /* the listing, copied (the C client frees its own) */
-} zpipe;
-
-static void pipe_done(zpipe *p)
-{
-    pthread_mutex_lock(&p->mu);
-    if (--p->pending == 0) pthread_cond_broadcast(&p->cv);
-    pthread_mutex_unlock(&p->mu);
-}
-
-static void pipe_created(int rc, const char *value, const struct Stat *stat, const void *data)
-{
-    zpipe *p = (zpipe *)data;
-    p->crc = rc;
-    if (rc == ZOK) {
-        snprintf(p->created, (size_t)p->clen, "%s", value ? value : "");
-        if (stat && p->st) *p->st = *stat;
-    }
-    pipe_done(p);
-}
-
-static void pipe_listed(int rc, const struct String_vector *strings, const void *data)
-{
-    zpipe *p = (zpipe *)data;
-    p->lrc = rc;
-    if (rc == ZOK && strings && strings->count > 0) {
-        if (allocate_String_vector(p->sv, strings->count) != ZOK || !p->sv->data) {
-            p->sv->count = 0;
-            p->sv->data = NULL;
-            p->lrc = ZSYSTEMERROR;
-        } else {
-            for (int i = 0; i < strings->count; i++)
-                if (!(p->sv->data[i] = strdup(strings->data[i]))) {
-                    p->sv->count = i;
-                    deallocate_String_vector(p->sv);
-                    p->lrc = ZSYSTEMERROR;
-                    break;
-                }
-        }
-    }
-    pipe_done(p);
-}
-
-/* zoo_create2 of PATH, with DIR's children listed right behind it into *SV
- * (*listed = 1 when that listing is good). Returns the create's answer. */
+ * if it had been asked for once the create answered: one round trip less.
+ * Into *SV (*listed = 1 when that listing is good). Returns the create's
+ * answer (ZOPERATIONTIMEOUT at DEADLINE). */
 static int create_listed(zeng *e, zsess *s, const char *path, const char *dir, const char *data, char *created,
-                         int plen, struct Stat *st, struct String_vector *sv, int *listed)
+                         int plen, struct Stat *st, struct String_vector *sv, int *listed, int64_t deadline)
 {
-    zpipe p;
-    int zrc;
+    zcall *cc, *lc;
+    int zrc, lrc;
     *listed = 0;
-    memset(&p, 0, sizeof p);
-    pthread_mutex_init(&p.mu, NULL);
-    pthread_cond_init(&p.cv, NULL);
-    p.crc = p.lrc = ZSYSTEMERROR;
-    p.created = created;
-    p.clen = plen;
-    p.st = st;
-    p.sv = sv;
-    p.pending = 2;
-    zrc = zoo_acreate2(s->zh, path, data, data ? (int)strlen(data) : -1, zk_acl(e), ZOO_EPHEMERAL_SEQUENTIAL,
-                       pipe_created, &p);
-    if (zrc != ZOK) {
-        /* nothing was sent: the synchronous call reports it as usual */
-        pthread_cond_destroy(&p.cv);
-        pthread_mutex_destroy(&p.mu);
-        return zoo_create2(s->zh, path, data, data ? (int)strlen(data) : -1, zk_acl(e), ZOO_EPHEMERAL_SEQUENTIAL,
-                           created, plen, st);
+    cc = zk_start_create(s, path, data, data ? (int)strlen(data) : -1, zk_acl(e), ZOO_EPHEMERAL_SEQUENTIAL, &zrc);
+    if (!cc) return zrc;
+    lc = zk_start_children(s, dir, NULL, NULL, &lrc);
+    zrc = zk_call_wait(cc, deadline);
+    if (zrc == ZOK) {
+        snprintf(created, (size_t)plen, "%s", zk_call_value(cc));
+        if (st) *st = *zk_call_stat(cc);
     }
-    if (zoo_aget_children(s->zh, dir, 0, pipe_listed, &p) != ZOK) pipe_listed(ZSYSTEMERROR, NULL, &p);
-    /* like the C client's own synchronous calls: every completion is called
-     * (with ZCONNECTIONLOSS or ZCLOSING at worst) */
-    pthread_mutex_lock(&p.mu);
-    while (p.pending > 0) pthread_cond_wait(&p.cv, &p.mu);
-    pthread_mutex_unlock(&p.mu);
-    pthread_cond_destroy(&p.cv);
-    pthread_mutex_destroy(&p.mu);
-    if (p.crc == ZOK && p.lrc == ZOK) *listed = 1;
-    else deallocate_String_vector(sv);
-    return p.crc;
+    zk_call_put(cc);
+    if (lc) {
+        if (zrc == ZOK && zk_call_wait(lc, deadline) == ZOK) {
+            zk_call_strings(lc, sv);
+            *listed = 1;
+        }
+        zk_call_put(lc);
+    }
+    return zrc;
 }
 
 int zk_create_seq(zeng *e, zsess *s, const char *dir, const char *prefix, const char *data, char **out,
-                  struct Stat *st, struct String_vector *list, int *listed)
+                  struct Stat *st, struct String_vector *list, int *listed, int64_t deadline)
 {
     char *path = join(dir, prefix), *created;
     int plen, zrc = ZOK, rc = 0;
@@ -337,23 +276,29 @@ int zk_create_seq(zeng *e, zsess *s, const char *dir, const char *prefix, const 
     if (listed) *listed = 0;
     for (int tries = 0; tries < 5; tries++) {
         if (list && tries == 0)
-            zrc = create_listed(e, s, path, dir, data, created, plen, st, list, listed);
+            zrc = create_listed(e, s, path, dir, data, created, plen, st, list, listed, deadline);
         else
-            zrc = zoo_create2(s->zh, path, data, data ? (int)strlen(data) : -1, zk_acl(e),
-                              ZOO_EPHEMERAL_SEQUENTIAL, created, plen, st);
+            zrc = zk_create(s, path, data, data ? (int)strlen(data) : -1, zk_acl(e), ZOO_EPHEMERAL_SEQUENTIAL,
+                            created, plen, st, deadline);
         if (zrc == ZNONODE) {
             /* the directory is missing (first use, or a container the server
              * just removed): make it and try again */
-            if ((rc = zk_mkdirs(e, s, dir))) goto out;
+            if ((rc = zk_mkdirs(e, s, dir, deadline))) goto out;
             continue;
+        }
+        if (zrc == ZOPERATIONTIMEOUT) {
+            /* no answer by the deadline: the create, if it happens, deletes
+             * its own node (call.c) */
+            rc = zk_sess_dead(e, s) ? ZK_AGAIN : zk_err(zrc, "create", path);
+            goto out;
         }
         if (zk_retryable(zrc)) {
             int f;
-            if (zk_sess_wait(e, s, zk_deadline_ms(e->io_timeout_ms))) {
+            if (zk_sess_wait(e, s, deadline)) {
                 rc = zk_sess_dead(e, s) ? ZK_AGAIN : zk_err(zrc, "create", path);
                 goto out;
             }
-            if ((f = find_own(e, s, dir, prefix, created, plen, st)) < 0) {
+            if ((f = find_own(e, s, dir, prefix, created, plen, st, deadline)) < 0) {
                 rc = f;
                 goto out;
             }
@@ -380,14 +325,14 @@ out:
 /* Creates our node; *SV gets the directory's children as listed right after
  * it when *LISTED (see create_listed). */
 static int create_node(zeng *e, zsess *s, zlock *l, const baton_owner *o, const char *data,
-                       struct String_vector *sv, int *listed)
+                       struct String_vector *sv, int *listed, int64_t deadline)
 {
     char prefix[96], *node = NULL;
     struct Stat st;
     int rc;
     zk_prefix(prefix, sizeof prefix, o->uuid, l->kind);
     memset(&st, 0, sizeof st);
-    if ((rc = zk_create_seq(e, s, l->dir, prefix, data, &node, &st, sv, listed))) {
+    if ((rc = zk_create_seq(e, s, l->dir, prefix, data, &node, &st, sv, listed, deadline))) {
         if (*listed) deallocate_String_vector(sv);
         *listed = 0;
         return rc;
@@ -413,11 +358,36 @@ static int create_node(zeng *e, zsess *s, zlock *l, const baton_owner *o, const 
  * session died, 0 when the connection came back (look again), else an error. */
 static int after_failure(zeng *e, zsess *s, int zrc, const char *what, const char *path, int64_t deadline)
 {
-    int64_t io = zk_deadline_ms(e->io_timeout_ms);
     if (!zk_retryable(zrc) && zrc != ZSESSIONEXPIRED && zrc != ZINVALIDSTATE && zrc != ZCLOSING)
         return zk_err(zrc, what, path);
-    if (zk_sess_wait(e, s, deadline < io && deadline > 0 ? deadline : io) == 0) return 0;
+    if (zk_sess_dead(e, s)) return ZK_AGAIN;
+    /* the wait is over: no second try (a frozen link answers nothing) */
+    if (deadline != INT64_MAX && baton_now_ns() >= deadline) return zk_err(zrc, what, path);
+    if (zk_sess_wait(e, s, zk_call_deadline(e, deadline)) == 0) return 0;
     return zk_sess_dead(e, s) ? ZK_AGAIN : zk_err(zrc, what, path);
+}
+
+/* A node of ours (our uuid, our recipe's tag) that is not MINE is a ghost:
+ * a create of an earlier acquire of this handle whose answer never came (a
+ * connection lost with it in flight; the session survived), which nobody
+ * waits for. It must not hold us (or anyone) off: delete it (not waited
+ * for) and leave it out of C. Returns the new count. */
+static int drop_ghosts(zsess *s, zlock *l, zchild *c, int n, const char *uuid, const char *mine)
+{
+    const char *tag = tag_of[l->kind];
+    int m = 0;
+    for (int i = 0; i < n; i++) {
+        if (owned_by(c[i].name, uuid) && !strncmp(c[i].name + 40, tag, strlen(tag)) && strcmp(c[i].name, mine)) {
+            char *p = join(l->dir, c[i].name);
+            int zrc;
+            baton_log(BATON_LOG_INFO, "zk: deleting %s/%s, left by an earlier create of ours", l->dir, c[i].name);
+            if (p) zk_call_put(zk_start_delete(s, p, -1, &zrc));
+            free(p);
+            continue;
+        }
+        c[m++] = c[i];
+    }
+    return m;
 }
 
 /* Waits until our node (l->node) leads. 0 granted, ZK_AGAIN, or an error
@@ -448,7 +418,7 @@ static int wait_turn(zeng *e, zsess *s, zlock *l, baton_acquire_req *req, struct
             first = NULL;
             zrc = ZOK;
         } else {
-            zrc = zoo_get_children(s->zh, l->dir, 0, &sv);
+            zrc = zk_get_children(s, l->dir, NULL, NULL, &sv, zk_call_deadline(e, req->deadline_ns));
         }
         if (zrc != ZOK) {
             if (zrc == ZNONODE) { rc = ZK_AGAIN; break; } /* our node is gone with its directory */
@@ -459,15 +429,21 @@ static int wait_turn(zeng *e, zsess *s, zlock *l, baton_acquire_req *req, struct
             deallocate_String_vector(&sv);
             break;
         }
+        n = drop_ghosts(s, l, c, n, uuid, mine);
         for (int i = 0; i < n; i++)
             if (!strcmp(c[i].name, mine)) me = i;
         if (me >= 0) {
             if (l->kind == ZK_READ) {
-                /* a reader waits for the last earlier writer that is not its
-                 * own owner (the write side's holder may read: downgrade) */
-                for (int i = 0; i < me; i++)
-                    if ((c[i].kinds & ZK_K_WRITE) && !owned_by(c[i].name, uuid)) pred = i;
+                /* a reader waits for the last earlier exclusive node — a
+                 * writer or a plain lock's node — that is not its own
+                 * owner's (the write side's holder may read: downgrade) */
+                for (int i = 0; i < me; i++) {
+                    if ((c[i].kinds & ZK_K_WRITE) && owned_by(c[i].name, uuid)) continue;
+                    if (c[i].kinds & (ZK_K_WRITE | ZK_K_LOCK)) pred = i;
+                }
             } else {
+                /* a plain lock and a writer wait for the node just before
+                 * theirs, of any kind: readers ahead hold them off too */
                 pred = me - 1;
             }
             if (pred >= 0 && !(pred_path = join(l->dir, c[pred].name)))
@@ -495,18 +471,19 @@ static int wait_turn(zeng *e, zsess *s, zlock *l, baton_acquire_req *req, struct
         if (w && baton_waiter_canceled(w)) {
             free(pred_path);
             rc = baton_seterr(BATON_ECANCELED, 0, "zk: acquire of %s canceled", l->dir);
-            drop_node(e, s, l);
+            drop_node(e, s, l, zk_call_deadline(e, req->deadline_ns));
             break;
         }
         if (req->deadline_ns != INT64_MAX && baton_now_ns() >= req->deadline_ns) {
             rc = req->deadline_ns == 0 ? baton_seterr(BATON_ELOCKED, 0, "zk: %s is held (%s is ahead)", l->dir, pred_path)
                                        : baton_seterr(BATON_ETIMEDOUT, 0, "zk: wait for %s timed out", l->dir);
             free(pred_path);
-            drop_node(e, s, l);
+            drop_node(e, s, l, zk_call_deadline(e, req->deadline_ns));
             break;
         }
         /* watch only the node we wait for */
-        zrc = zoo_wexists(s->zh, pred_path, zk_node_watcher, ZK_SLOT_CTX(l->slot), &st);
+        zrc = zk_exists(s, pred_path, zk_node_watcher, ZK_SLOT_CTX(l->slot), &st,
+                        zk_call_deadline(e, req->deadline_ns));
         free(pred_path);
         if (zrc == ZNONODE) continue;
         if (zrc != ZOK) {
@@ -527,8 +504,11 @@ static int wait_turn(zeng *e, zsess *s, zlock *l, baton_acquire_req *req, struct
     if (rc && rc != ZK_AGAIN && rc != BATON_ELOCKED && rc != BATON_ETIMEDOUT && rc != BATON_ECANCELED) {
         /* an error while waiting: do not leave a contender behind */
         int code = rc;
-        drop_node(e, s, l);
-        rc = code;
+        baton_error saved = *baton_error_last();
+        char msg[256];
+        snprintf(msg, sizeof msg, "%s", saved.message ? saved.message : "");
+        drop_node(e, s, l, zk_call_deadline(e, req->deadline_ns));
+        rc = baton_seterr(code, saved.native, "%s", msg);
     }
     return rc;
 }
@@ -549,10 +529,11 @@ int zk_lock_acquire(void *eng, void *st, baton_acquire_req *req)
     }
     for (;;) {
         zsess *s;
-        if ((rc = zk_sess_get(e, zk_deadline_ms(e->connect_timeout_ms), &s))) return rc;
+        int64_t cd = zk_deadline_ms(e->connect_timeout_ms), dd = zk_call_deadline(e, req->deadline_ns);
+        if ((rc = zk_sess_get(e, cd < dd ? cd : dd, &s))) return rc;
         struct String_vector sv = { 0, NULL };
         int listed = 0;
-        rc = create_node(e, s, l, req->owner, data, &sv, &listed);
+        rc = create_node(e, s, l, req->owner, data, &sv, &listed, zk_call_deadline(e, req->deadline_ns));
         if (rc == 0) rc = wait_turn(e, s, l, req, listed ? &sv : NULL);
         else if (listed) deallocate_String_vector(&sv);
         zk_sess_put(e, s);
@@ -570,63 +551,23 @@ int zk_lock_acquire(void *eng, void *st, baton_acquire_req *req)
 
 /* ---- release ------------------------------------------------------------ */
 
-/* A release's two requests in flight at once. */
-typedef struct {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int pending;
-    int drc;                 /* the delete's answer */
-} zrel;
-
-static void rel_done(zrel *r)
-{
-    pthread_mutex_lock(&r->mu);
-    if (--r->pending == 0) pthread_cond_broadcast(&r->cv);
-    pthread_mutex_unlock(&r->mu);
-}
-
-static void rel_noted(int rc, const struct Stat *stat, const void *data)
-{
-    /* the note is for lock_info only: a directory with a foreign ACL may
-     * refuse it, and the release stands */
-    (void)rc, (void)stat;
-    rel_done((zrel *)data);
-}
-
-static void rel_deleted(int rc, const void *data)
-{
-    zrel *r = (zrel *)data;
-    r->drc = rc;
-    rel_done(r);
-}
-
 /* Sets DIR's data to FENCE and deletes NODE, both sent before either answer
  * comes: one round trip. Not zoo_multi: the C client (3.8) frees an
  * uninitialised pointer in zoo_amulti when its session has just expired
  * (it skips a delete op's path set-up but still frees it), which freed our
  * node's name under a holder stopped past its session. Returns the delete's
- * answer. */
-static int note_and_delete(zsess *s, const char *dir, const char *fence, const char *node)
+ * answer (ZOPERATIONTIMEOUT at DEADLINE). The note is for lock_info only: a
+ * directory with a foreign ACL may refuse it, and the release stands. */
+static int note_and_delete(zsess *s, const char *dir, const char *fence, const char *node, int64_t deadline)
 {
-    zrel r;
-    int zrc;
-    memset(&r, 0, sizeof r);
-    pthread_mutex_init(&r.mu, NULL);
-    pthread_cond_init(&r.cv, NULL);
-    r.pending = 2;
-    if (zoo_aset(s->zh, dir, fence, (int)strlen(fence), -1, rel_noted, &r) != ZOK) r.pending--;
-    zrc = zoo_adelete(s->zh, node, -1, rel_deleted, &r);
-    if (zrc != ZOK) {
-        r.drc = zrc;
-        r.pending--;
+    int nrc, zrc;
+    zcall *n = zk_start_set(s, dir, fence, (int)strlen(fence), -1, &nrc), *d = zk_start_delete(s, node, -1, &zrc);
+    if (d) {
+        zrc = zk_call_wait(d, deadline);
+        zk_call_put(d);
     }
-    /* every completion is called, with ZCONNECTIONLOSS or ZCLOSING at worst */
-    pthread_mutex_lock(&r.mu);
-    while (r.pending > 0) pthread_cond_wait(&r.cv, &r.mu);
-    pthread_mutex_unlock(&r.mu);
-    pthread_cond_destroy(&r.cv);
-    pthread_mutex_destroy(&r.mu);
-    return r.drc;
+    zk_call_put(n); /* answered with the delete (one session, in order) or not waited for */
+    return zrc;
 }
 
 int zk_lock_release(void *eng, void *st, const baton_owner *owner)
@@ -637,6 +578,7 @@ int zk_lock_release(void *eng, void *st, const baton_owner *owner)
     uint64_t gen, fence;
     int lost, zrc, rc = 0;
     char *node;
+    int64_t end = zk_deadline_ms(e->io_timeout_ms); /* the whole release's */
     (void)owner; /* our node carries the owner's uuid: it is ours by construction */
 
     pthread_mutex_lock(&e->mu);
@@ -661,12 +603,13 @@ int zk_lock_release(void *eng, void *st, const baton_owner *owner)
              * lock_info can tell the last fence granted once nobody holds it */
             char fbuf[24];
             snprintf(fbuf, sizeof fbuf, "%" PRIu64, fence);
-            zrc = note_and_delete(s, l->dir, fbuf, node);
+            zrc = note_and_delete(s, l->dir, fbuf, node, end);
         } else {
-            zrc = zoo_delete(s->zh, node, -1);
+            zrc = zk_delete(s, node, -1, end);
         }
         if (zrc == ZNONODE && tries > 0) zrc = ZOK; /* our first try went through */
-        if (!zk_retryable(zrc) || zk_sess_wait(e, s, zk_deadline_ms(e->io_timeout_ms))) break;
+        /* one more try after a connection loss, within the same deadline */
+        if (zrc != ZCONNECTIONLOSS || baton_now_ns() >= end || zk_sess_wait(e, s, end)) break;
     }
     if (zrc == ZNONODE) {
         rc = baton_seterr(BATON_ELOST, zrc, "zk: %s: our node %s is gone", l->dir, node);
@@ -687,9 +630,9 @@ int zk_lock_release(void *eng, void *st, const baton_owner *owner)
 
 /* ---- info --------------------------------------------------------------- */
 
-static int get_data(zsess *s, const char *path, char *buf, int cap, struct Stat *st)
+static int get_data(zsess *s, const char *path, char *buf, int cap, struct Stat *st, int64_t deadline)
 {
-    int len = cap - 1, zrc = zoo_get(s->zh, path, 0, buf, &len, st);
+    int len = cap - 1, zrc = zk_get(s, path, NULL, NULL, buf, &len, st, deadline);
     if (zrc == ZOK) buf[len < 0 ? 0 : len] = 0;
     return zrc;
 }
@@ -703,18 +646,20 @@ int zk_lock_info(void *eng, const char *name, baton_lockinfo *out)
     zchild *c = NULL;
     struct Stat st;
     int n = 0, zrc, rc;
+    int64_t end = zk_deadline_ms(e->io_timeout_ms); /* the whole call's */
 
     if ((rc = zk_path(e, name, NULL, &dir))) return rc;
-    if ((rc = zk_sess_get(e, zk_deadline_ms(e->connect_timeout_ms), &s))) goto out;
+    if ((rc = zk_sess_get(e, zk_deadline_ms(e->connect_timeout_ms < e->io_timeout_ms ? e->connect_timeout_ms
+                                                                                      : e->io_timeout_ms), &s)))
+        goto out;
     out->remaining_ms = -1;
     for (int tries = 0; tries < 5; tries++) {
         uint64_t last = 0;
-        int nlock = 0, first_lock = -1, first_rw = -1, readers = 0, writers = 0, writer = 0, seen_writer = 0;
-        int any_rw = 0;
+        int readers = 0, writers = 0, writer = 0, holders, any_rw = 0;
         free(c);
         c = NULL;
         deallocate_String_vector(&sv);
-        zrc = get_data(s, dir, buf, sizeof buf, &st);
+        zrc = get_data(s, dir, buf, sizeof buf, &st, end);
         if (zrc == ZNONODE) {
             out->held = 0;
             out->fence = 0;
@@ -727,7 +672,7 @@ int zk_lock_info(void *eng, const char *name, baton_lockinfo *out)
             goto out;
         }
         last = strtoull(buf, NULL, 10);
-        if ((zrc = zoo_get_children(s->zh, dir, 0, &sv)) == ZNONODE) continue;
+        if ((zrc = zk_get_children(s, dir, NULL, NULL, &sv, end)) == ZNONODE) continue;
         if (zrc != ZOK) {
             rc = zk_err(zrc, "list", dir);
             goto out;
@@ -737,39 +682,33 @@ int zk_lock_info(void *eng, const char *name, baton_lockinfo *out)
          * fields only when a read-write lock is in use here */
         for (int i = 0; i < n; i++)
             if ((c[i].kinds & ZK_K_READ) || ((c[i].kinds & ZK_K_WRITE) && !(c[i].kinds & ZK_K_LOCK))) any_rw = 1;
-        for (int i = 0; i < n; i++) {
-            if ((c[i].kinds & ZK_K_LOCK) && nlock++ == 0) first_lock = i;
-            if (any_rw && (c[i].kinds & (ZK_K_READ | ZK_K_WRITE))) {
-                if (first_rw < 0) first_rw = i;
-                if (c[i].kinds & ZK_K_WRITE) {
-                    writers++;
-                    if (first_rw == i) writer = 1;
-                    seen_writer = 1;
-                } else if (!seen_writer) {
-                    readers++;
-                }
-            }
-        }
-        if (first_rw >= 0) {
+        /* one line for locks, readers and writers of this name (they exclude
+         * each other): the readers at its head hold together, else its
+         * first node holds alone */
+        while (readers < n && c[readers].kinds == ZK_K_READ) readers++;
+        for (int i = 0; i < n; i++)
+            if (c[i].kinds & ZK_K_WRITE) writers++;
+        writer = n > 0 && !readers && (c[0].kinds & ZK_K_WRITE);
+        if (any_rw) {
             out->readers = readers;
             out->writer = writer;
             out->waiting_writers = writers - writer;
         }
-        if (first_lock < 0 && first_rw < 0) {
+        if (n == 0) {
             out->held = 0;
             out->fence = last;
             out->queue_length = 0;
             rc = 0;
             goto out;
         }
+        holders = readers ? readers : 1;
         {
-            int h = first_lock >= 0 ? first_lock : first_rw;
-            char *p = join(dir, c[h].name);
+            char *p = join(dir, c[0].name);
             if (!p) {
                 rc = baton_seterr(BATON_ENOMEM, 0, "out of memory");
                 goto out;
             }
-            zrc = get_data(s, p, out->holder, sizeof out->holder, &st);
+            zrc = get_data(s, p, out->holder, sizeof out->holder, &st, end);
             free(p);
             if (zrc == ZNONODE) continue; /* released meanwhile: look again */
             if (zrc != ZOK) {
@@ -778,7 +717,7 @@ int zk_lock_info(void *eng, const char *name, baton_lockinfo *out)
             }
             out->held = 1;
             out->fence = (uint64_t)st.czxid;
-            out->queue_length = first_lock >= 0 ? nlock - 1 : n - readers - writer;
+            out->queue_length = n - holders;
             rc = 0;
             goto out;
         }
@@ -826,11 +765,11 @@ int zk_election_leader(void *eng, const char *name, uint64_t known_fence, const 
 
         v[0] = 0;
         if (watch) zk_slot_arm(e, slot, w);
-        zrc = watch ? zoo_wget_children(s->zh, dir, zk_node_watcher, ZK_SLOT_CTX(slot), &sv)
-                    : zoo_get_children(s->zh, dir, 0, &sv);
+        int64_t cd = zk_call_deadline(e, deadline_ns);
+        zrc = zk_get_children(s, dir, watch ? zk_node_watcher : NULL, watch ? ZK_SLOT_CTX(slot) : NULL, &sv, cd);
         if (zrc == ZNONODE && watch) {
             /* no election yet: watch for its directory instead */
-            zrc = zoo_wexists(s->zh, dir, zk_node_watcher, ZK_SLOT_CTX(slot), &st);
+            zrc = zk_exists(s, dir, zk_node_watcher, ZK_SLOT_CTX(slot), &st, cd);
             if (zrc == ZOK) continue; /* created meanwhile */
             if (zrc == ZNONODE) zrc = ZOK;
         } else if (zrc == ZNONODE) {
@@ -850,8 +789,8 @@ int zk_election_leader(void *eng, const char *name, uint64_t known_fence, const 
                     break;
                 }
                 /* the leader's data: its value may change without a new term */
-                zrc = watch ? zoo_wget(s->zh, p, zk_node_watcher, ZK_SLOT_CTX(slot), v, &len, &st)
-                            : zoo_get(s->zh, p, 0, v, &len, &st);
+                zrc = zk_get(s, p, watch ? zk_node_watcher : NULL, watch ? ZK_SLOT_CTX(slot) : NULL, v, &len, &st,
+                             cd);
                 free(p);
                 if (zrc == ZOK) {
                     v[len < 0 ? 0 : len] = 0;
@@ -863,7 +802,7 @@ int zk_election_leader(void *eng, const char *name, uint64_t known_fence, const 
             if (zrc == ZNONODE) continue; /* the leader left while we looked */
         }
         if (zrc != ZOK) {
-            if (!zk_retryable(zrc) || zk_sess_wait(e, s, zk_deadline_ms(e->io_timeout_ms))) {
+            if (!zk_retryable(zrc) || baton_now_ns() >= cd || zk_sess_wait(e, s, cd)) {
                 rc = zk_err(zrc, "read election", dir);
                 break;
             }
@@ -916,6 +855,7 @@ int zk_election_proclaim(void *eng, void *st, const baton_owner *owner, const ch
     zchild *c = NULL;
     char *node = NULL;
     int n = 0, zrc, rc = 0;
+    int64_t end = zk_deadline_ms(e->io_timeout_ms); /* the whole call's */
     (void)owner;
 
     pthread_mutex_lock(&e->mu);
@@ -931,7 +871,7 @@ int zk_election_proclaim(void *eng, void *st, const baton_owner *owner, const ch
         goto out;
     }
     /* owner-checked: our node must exist and lead */
-    if ((zrc = zoo_get_children(s->zh, l->dir, 0, &sv)) != ZOK) {
+    if ((zrc = zk_get_children(s, l->dir, NULL, NULL, &sv, end)) != ZOK) {
         rc = zrc == ZNONODE ? baton_seterr(BATON_ELOST, zrc, "zk: %s is gone", l->dir) : zk_err(zrc, "list", l->dir);
         goto out;
     }
@@ -940,7 +880,7 @@ int zk_election_proclaim(void *eng, void *st, const baton_owner *owner, const ch
         rc = baton_seterr(BATON_ELOST, 0, "zk: %s: this candidate no longer leads", l->dir);
         goto out;
     }
-    zrc = zoo_set(s->zh, node, value, (int)strlen(value), -1);
+    zrc = zk_set(s, node, value, (int)strlen(value), -1, end);
     if (zrc == ZNONODE) rc = baton_seterr(BATON_ELOST, zrc, "zk: %s: this candidate's node is gone", l->dir);
     else if (zrc != ZOK) rc = zk_err(zrc, "proclaim on", node);
 out:

@@ -116,17 +116,16 @@ void zk_permits_free(void *eng, void *st)
 }
 
 /* The count (0 when never set); with a watch on it when SLOT. */
-static int read_count(zsess *s, zperm *p, uint64_t slot, int64_t *out, int *exists)
+static int read_count(zsess *s, zperm *p, uint64_t slot, int64_t *out, int *exists, int64_t dl)
 {
     char buf[32];
     struct Stat st;
     int len = sizeof buf - 1, zrc;
     *out = 0;
     if (exists) *exists = 0;
-    zrc = slot ? zoo_wget(s->zh, p->count, zk_node_watcher, ZK_SLOT_CTX(slot), buf, &len, &st)
-               : zoo_get(s->zh, p->count, 0, buf, &len, &st);
+    zrc = zk_get(s, p->count, slot ? zk_node_watcher : NULL, slot ? ZK_SLOT_CTX(slot) : NULL, buf, &len, &st, dl);
     if (zrc == ZNONODE) {
-        if (slot) zrc = zoo_wexists(s->zh, p->count, zk_node_watcher, ZK_SLOT_CTX(slot), &st);
+        if (slot) zrc = zk_exists(s, p->count, zk_node_watcher, ZK_SLOT_CTX(slot), &st, dl);
         return zrc == ZNONODE || zrc == ZOK ? ZOK : zrc;
     }
     if (zrc != ZOK) return zrc;
@@ -137,10 +136,9 @@ static int read_count(zsess *s, zperm *p, uint64_t slot, int64_t *out, int *exis
 }
 
 /* The lease nodes, sorted; with a children watch when SLOT. */
-static int list_leases(zsess *s, zperm *p, uint64_t slot, struct String_vector *sv, zchild **c, int *n)
+static int list_leases(zsess *s, zperm *p, uint64_t slot, struct String_vector *sv, zchild **c, int *n, int64_t dl)
 {
-    int zrc = slot ? zoo_wget_children(s->zh, p->leases, zk_node_watcher, ZK_SLOT_CTX(slot), sv)
-                   : zoo_get_children(s->zh, p->leases, 0, sv);
+    int zrc = zk_get_children(s, p->leases, slot ? zk_node_watcher : NULL, slot ? ZK_SLOT_CTX(slot) : NULL, sv, dl);
     *c = NULL;
     *n = 0;
     if (zrc == ZNONODE) return ZOK;
@@ -194,10 +192,14 @@ static int acquire(zeng *e, zperm *p, int64_t deadline_ns, baton_waiter *w, char
         if ((rc = zk_lock_acquire(e, mx, &req))) goto out;
         have_mutex = 1;
     }
-    if ((rc = zk_sess_get(e, zk_deadline_ms(e->connect_timeout_ms), &s))) goto out;
+    {
+        int64_t cd = zk_deadline_ms(e->connect_timeout_ms), dd = zk_call_deadline(e, deadline_ns);
+        if ((rc = zk_sess_get(e, cd < dd ? cd : dd, &s))) goto out;
+    }
     snprintf(prefix, sizeof prefix, "_c_%s-lease-", o.uuid);
     memset(&nst, 0, sizeof nst);
-    if ((rc = zk_create_seq(e, s, p->leases, prefix, o.desc, &node, &nst, NULL, NULL))) {
+    if ((rc = zk_create_seq(e, s, p->leases, prefix, o.desc, &node, &nst, NULL, NULL,
+                            zk_call_deadline(e, deadline_ns)))) {
         if (rc == ZK_AGAIN) rc = baton_seterr(BATON_EUNAVAILABLE, 0, "zk: the session ended during the acquire");
         goto out;
     }
@@ -208,16 +210,17 @@ static int acquire(zeng *e, zperm *p, int64_t deadline_ns, baton_waiter *w, char
         zchild *c = NULL;
         int64_t max = 0;
         int n = 0, rank = -1;
+        int64_t cd = zk_call_deadline(e, deadline_ns);
 
         if (slot) zk_slot_arm(e, slot, w);
-        zrc = read_count(s, p, slot, &max, NULL);
-        if (zrc == ZOK) zrc = list_leases(s, p, slot, &sv, &c, &n);
+        zrc = read_count(s, p, slot, &max, NULL, cd);
+        if (zrc == ZOK) zrc = list_leases(s, p, slot, &sv, &c, &n, cd);
         for (int i = 0; i < n; i++)
             if (!strcmp(c[i].name, strrchr(node, '/') + 1)) rank = i;
         free(c);
         deallocate_String_vector(&sv);
         if (zrc != ZOK) {
-            if (zk_retryable(zrc) && zk_sess_wait(e, s, zk_deadline_ms(e->io_timeout_ms)) == 0) continue;
+            if (zrc == ZCONNECTIONLOSS && baton_now_ns() < cd && zk_sess_wait(e, s, cd) == 0) continue;
             rc = zk_err(zrc, "read permits", p->dir);
             break;
         }
@@ -255,7 +258,7 @@ static int acquire(zeng *e, zperm *p, int64_t deadline_ns, baton_waiter *w, char
     }
     zk_slot_arm(e, p->slot, NULL);
     if (rc && node) {
-        zrc = zoo_delete(s->zh, node, -1);
+        zrc = zk_delete(s, node, -1, zk_call_deadline(e, deadline_ns));
         if (zk_retryable(zrc)) zk_orphan_add(e, node, s->gen);
     }
 out:
@@ -267,7 +270,7 @@ out:
 }
 
 /* The lease node of permit ID: 1 and *path, 0 when none. */
-static int find_lease(zsess *s, zperm *p, const char *id, char **path)
+static int find_lease(zsess *s, zperm *p, const char *id, char **path, int64_t dl)
 {
     char uuid[37], prefix[64];
     struct String_vector sv = { 0, NULL };
@@ -275,7 +278,7 @@ static int find_lease(zsess *s, zperm *p, const char *id, char **path)
     *path = NULL;
     id_to_uuid(id, uuid);
     snprintf(prefix, sizeof prefix, "_c_%s-lease-", uuid);
-    zrc = zoo_get_children(s->zh, p->leases, 0, &sv);
+    zrc = zk_get_children(s, p->leases, NULL, NULL, &sv, dl);
     if (zrc == ZNONODE) return 0;
     if (zrc != ZOK) return zk_err(zrc, "list", p->leases);
     for (int i = 0; i < sv.count && !found; i++)
@@ -299,12 +302,13 @@ int zk_permits_release(void *eng, void *st, const char *id)
     zsess *s;
     char *path = NULL;
     int rc, zrc;
+    int64_t end = zk_deadline_ms(e->io_timeout_ms); /* the whole call's */
     if ((rc = zk_sess_get(e, zk_deadline_ms(e->connect_timeout_ms), &s))) return rc;
-    rc = find_lease(s, p, id, &path);
+    rc = find_lease(s, p, id, &path, end);
     if (rc == 0) {
         rc = baton_seterr(BATON_ENOTOWNER, 0, "zk: %s: no permit %s (released, or its session ended)", p->dir, id);
     } else if (rc > 0) {
-        zrc = zoo_delete(s->zh, path, -1);
+        zrc = zk_delete(s, path, -1, end);
         if (zrc == ZOK || zrc == ZNONODE) held_del(p, id);
         rc = zrc == ZOK ? 0
            : zrc == ZNONODE ? baton_seterr(BATON_ENOTOWNER, zrc, "zk: %s: permit %s is gone", p->dir, id)
@@ -329,8 +333,9 @@ int zk_permits_renew(void *eng, void *st, const char *id, uint32_t lease_ms)
     uint64_t g = held_gen(p, id);
     if (g && g != zk_live_gen(e))
         return baton_seterr(BATON_ELOST, 0, "zk: %s: permit %s: its session was lost", p->dir, id);
+    int64_t end = zk_deadline_ms(e->io_timeout_ms); /* the whole call's */
     if ((rc = zk_sess_get(e, zk_deadline_ms(e->connect_timeout_ms), &s))) return rc;
-    rc = find_lease(s, p, id, &path);
+    rc = find_lease(s, p, id, &path, end);
     if (rc == 0) {
         rc = baton_seterr(BATON_ENOTOWNER, 0, "zk: %s: no permit %s (released, or its session ended)", p->dir, id);
     } else if (rc > 0) {
@@ -338,7 +343,7 @@ int zk_permits_renew(void *eng, void *st, const char *id, uint32_t lease_ms)
          * was given up but not yet expired by the server: not ours now. */
         struct Stat st;
         const clientid_t *cid = zoo_client_id(s->zh);
-        int zrc = zoo_exists(s->zh, path, 0, &st);
+        int zrc = zk_exists(s, path, NULL, NULL, &st, end);
         if (zrc == ZNONODE)
             rc = baton_seterr(BATON_ENOTOWNER, 0, "zk: %s: no permit %s (released, or its session ended)", p->dir, id);
         else if (zrc != ZOK)
@@ -354,15 +359,15 @@ int zk_permits_renew(void *eng, void *st, const char *id, uint32_t lease_ms)
 }
 
 /* Creates the count node with V; ZNODEEXISTS when it is there. */
-static int create_count(zeng *e, zsess *s, zperm *p, int64_t v)
+static int create_count(zeng *e, zsess *s, zperm *p, int64_t v, int64_t dl)
 {
     char buf[32];
     int zrc;
     snprintf(buf, sizeof buf, "%" PRId64, v);
-    zrc = zoo_create(s->zh, p->count, buf, (int)strlen(buf), zk_acl(e), ZOO_PERSISTENT, NULL, 0);
+    zrc = zk_create(s, p->count, buf, (int)strlen(buf), zk_acl(e), ZOO_PERSISTENT, NULL, 0, NULL, dl);
     if (zrc == ZNONODE) {
-        if (zk_mkdirs(e, s, p->dir)) return ZSYSTEMERROR;
-        zrc = zoo_create(s->zh, p->count, buf, (int)strlen(buf), zk_acl(e), ZOO_PERSISTENT, NULL, 0);
+        if (zk_mkdirs(e, s, p->dir, dl)) return ZSYSTEMERROR;
+        zrc = zk_create(s, p->count, buf, (int)strlen(buf), zk_acl(e), ZOO_PERSISTENT, NULL, 0, NULL, dl);
     }
     return zrc;
 }
@@ -373,13 +378,14 @@ int zk_permits_ctl(void *eng, void *st, int op, int64_t arg, int64_t *out)
     zperm *p = st;
     zsess *s;
     int rc = 0, zrc = ZOK;
+    int64_t end = zk_deadline_ms(e->io_timeout_ms); /* the whole call's */
 
     if (op != BATON_CTL_TRY_SET && op != BATON_CTL_ADD && op != BATON_CTL_AVAILABLE)
         return baton_seterr(BATON_ENOTSUP, 0, "zk: permits cannot do that");
     if ((rc = zk_sess_get(e, zk_deadline_ms(e->connect_timeout_ms), &s))) return rc;
     switch (op) {
     case BATON_CTL_TRY_SET:
-        zrc = create_count(e, s, p, arg);
+        zrc = create_count(e, s, p, arg, end);
         if (out) *out = zrc == ZOK;
         if (zrc == ZNODEEXISTS) zrc = ZOK;
         break;
@@ -389,16 +395,16 @@ int zk_permits_ctl(void *eng, void *st, int op, int64_t arg, int64_t *out)
             char buf[32];
             struct Stat nst;
             int len = sizeof buf - 1;
-            zrc = zoo_get(s->zh, p->count, 0, buf, &len, &nst);
+            zrc = zk_get(s, p->count, NULL, NULL, buf, &len, &nst, end);
             if (zrc == ZNONODE) {
-                zrc = create_count(e, s, p, arg);
+                zrc = create_count(e, s, p, arg, end);
                 if (zrc == ZNODEEXISTS) continue;
                 break;
             }
             if (zrc != ZOK) break;
             buf[len < 0 ? 0 : len] = 0;
             snprintf(buf, sizeof buf, "%" PRId64, (int64_t)strtoll(buf, NULL, 10) + arg);
-            zrc = zoo_set(s->zh, p->count, buf, (int)strlen(buf), nst.version);
+            zrc = zk_set(s, p->count, buf, (int)strlen(buf), nst.version, end);
             if (zrc != ZBADVERSION) break;
         }
         break;
@@ -407,8 +413,8 @@ int zk_permits_ctl(void *eng, void *st, int op, int64_t arg, int64_t *out)
         zchild *c = NULL;
         int64_t max = 0;
         int n = 0;
-        zrc = read_count(s, p, 0, &max, NULL);
-        if (zrc == ZOK) zrc = list_leases(s, p, 0, &sv, &c, &n);
+        zrc = read_count(s, p, 0, &max, NULL, end);
+        if (zrc == ZOK) zrc = list_leases(s, p, 0, &sv, &c, &n, end);
         free(c);
         deallocate_String_vector(&sv);
         if (zrc == ZOK && out) *out = max - n;

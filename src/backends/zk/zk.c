@@ -42,10 +42,20 @@
 /* How long a loss is re-reported: a grant that was being confirmed while
  * its session died reaches the core a moment after the first report. */
 #define REPORT_AGAIN_MS 2000
+/* How long closing a session waits for its requests in flight (zk_sess_put). */
+#define CLOSE_WAIT_MS 500
 
 static const int64_t MS = 1000000LL;
 
 int64_t zk_deadline_ms(int ms) { return baton_now_ns() + ms * MS; }
+
+int64_t zk_call_deadline(zeng *e, int64_t deadline)
+{
+    int64_t now = baton_now_ns(), io = now + e->io_timeout_ms * MS, end;
+    if (deadline == 0 || deadline == INT64_MAX) return io;
+    end = (deadline > now ? deadline : now) + ZK_GRACE_MS * MS;
+    return end < io ? end : io;
+}
 
 /* The C client logs through this (per handle), never to stderr. */
 static void zk_log(const char *message) { baton_log(BATON_LOG_DEBUG, "zookeeper: %s", message); }
@@ -199,6 +209,10 @@ static void session_watcher(zhandle_t *zh, int type, int state, const char *path
     pthread_mutex_lock(&e->mu);
     s->state = state;
     if (state == ZOO_CONNECTED_STATE) {
+        /* the server (re)validated the session just now: its expiry is at
+         * least a timeout away (a round trip early at worst: MARGIN) */
+        int64_t now = baton_now_ns();
+        if (now > s->confirmed) s->confirmed = now;
         s->down_since = 0;
         if (s == e->cur) e->negotiated_ms = zoo_recv_timeout(zh);
     } else if (state == ZOO_EXPIRED_SESSION_STATE || state == ZOO_AUTH_FAILED_STATE) {
@@ -307,18 +321,74 @@ static void sess_retire(zeng *e, zsess *s, zsess **old)
     pthread_cond_broadcast(&e->cv);
 }
 
+static void timedwait(zeng *e, int64_t deadline);
+
+/* Closes S (no reference left). The C client (3.8, threaded) never calls
+ * the completion of a request still unanswered when zookeeper_close runs (it
+ * queues a ZCLOSING answer and stops its completion thread first): ASan saw
+ * those requests leak. So requests in flight (a probe, a call given up at its
+ * deadline, an orphan's delete) get a moment to answer first — a silent
+ * server is not waited for longer — and ours are freed after the close.
+ * Closing a live session deletes its ephemeral nodes at once; a disconnected
+ * one just ends here and the server expires it. */
+static void sess_close(zeng *e, zsess *s)
+{
+    pthread_mutex_lock(&e->mu);
+    for (int64_t until = baton_now_ns() + CLOSE_WAIT_MS * MS;
+         (s->probe_sent || s->calls || s->deleting) && baton_now_ns() < until;)
+        timedwait(e, until);
+    pthread_mutex_unlock(&e->mu);
+    zookeeper_close(s->zh);
+    zk_calls_release(s);
+    while (s->deleting) {
+        zorphan *o = s->deleting;
+        s->deleting = o->next;
+        free(o->path);
+        free(o);
+    }
+    free(s);
+}
+
+static void *closer_main(void *arg)
+{
+    zsess *s = arg;
+    zeng *e = s->e;
+    sess_close(e, s);
+    pthread_mutex_lock(&e->mu);
+    e->closers--;
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+    return NULL;
+}
+
 void zk_sess_put(zeng *e, zsess *s)
 {
-    int last;
+    int last, stop;
+    pthread_t th;
+    pthread_attr_t ta;
     if (!s) return;
     pthread_mutex_lock(&e->mu);
     last = --s->refs == 0;
+    stop = e->stop;
+    if (last && !stop) e->closers++;
     pthread_mutex_unlock(&e->mu);
     if (!last) return;
-    /* Closing a live session deletes its ephemeral nodes at once; a
-     * disconnected one just ends here and the server expires it. */
-    zookeeper_close(s->zh);
-    free(s);
+    if (!stop) {
+        /* A session given up is closed on a thread of its own: zookeeper_close
+         * on a link gone silent takes seconds (it sends the close request and
+         * waits for it), which neither a caller past its deadline nor the
+         * check thread may spend. zk_close waits for these threads. */
+        int rc;
+        pthread_attr_init(&ta);
+        pthread_attr_setdetachstate(&ta, PTHREAD_CREATE_DETACHED);
+        rc = pthread_create(&th, &ta, closer_main, s);
+        pthread_attr_destroy(&ta);
+        if (rc == 0) return;
+        pthread_mutex_lock(&e->mu);
+        e->closers--;
+        pthread_mutex_unlock(&e->mu);
+    }
+    sess_close(e, s);
 }
 
 int zk_sess_dead(zeng *e, zsess *s)
@@ -431,19 +501,44 @@ static int64_t pause_ns(zeng *e)
     return (int64_t)(e->negotiated_ms > 0 ? e->negotiated_ms : e->session_timeout_ms) * MS / 2;
 }
 
+/* e->mu held. The session timeout T: what the server granted, else what we
+ * asked for. */
+static int64_t timeout_ns(zeng *e)
+{
+    return (int64_t)(e->negotiated_ms > 0 ? e->negotiated_ms : e->session_timeout_ms) * MS;
+}
+
+/* e->mu held. How long before T runs out (counted from a confirmation) a
+ * session is given up: room for on_lost to act (and a round trip of the
+ * confirmation, and the server's expiry buckets rounding the other way). */
+static int64_t margin_ns(zeng *e) { return timeout_ns(e) / 6; }
+
+/* e->mu held. Until when S is known alive: the server expires a session T
+ * after it last heard from the client, and it heard from us at or after
+ * S->confirmed. */
+static int64_t confirmed_until(zeng *e, zsess *s)
+{
+    return s->confirmed ? s->confirmed + timeout_ns(e) - margin_ns(e) : INT64_MAX;
+}
+
 /* The probe's answer (the completion thread, or zookeeper_close's with
- * ZCLOSING): any answer from the server to a request sent after the stop was
- * found means the session outlived the stop. */
+ * ZCLOSING): an answer from the server to a request sent at probe_sent means
+ * the session was alive then — after a stop, that it outlived the stop. */
 static void probe_done(int rc, const struct Stat *stat, const void *data)
 {
     zsess *s = (zsess *)data;
     (void)stat;
     pthread_mutex_lock(&s->e->mu);
-    if ((rc == ZOK || rc == ZNONODE) && s->suspect && s->probe_sent >= s->suspect) {
-        baton_log(BATON_LOG_INFO, "zk: session %" PRIu64 " confirmed after the stop", s->gen);
-        s->suspect = 0;
+    /* any answer of the server's (a refusal too: ACLs on "/") */
+    if (rc == ZOK || rc == ZNONODE || rc == ZNOAUTH) {
+        if (s->probe_sent > s->confirmed) s->confirmed = s->probe_sent;
+        if (s->suspect && s->probe_sent >= s->suspect) {
+            baton_log(BATON_LOG_INFO, "zk: session %" PRIu64 " confirmed after the stop", s->gen);
+            s->suspect = 0;
+        }
     }
     s->probe_sent = 0;
+    pthread_cond_broadcast(&s->e->cv);
     pthread_mutex_unlock(&s->e->mu);
 }
 
@@ -461,6 +556,10 @@ static int64_t zk_session_deadline(void *eng)
     if (!s || s->dead || s->suspect) d = 0;
     else if (!e->tick) d = INT64_MAX;
     else d = e->tick + pause_ns(e);
+    if (s && d > 0) {
+        int64_t c = confirmed_until(e, s);
+        if (c < d) d = c;
+    }
     pthread_mutex_unlock(&e->mu);
     return d;
 }
@@ -469,6 +568,28 @@ typedef struct {
     void *st;
     uint64_t fence;
 } lost_rec;
+
+/* An orphan's delete answered (or zookeeper_close ended it: ZCLOSING, the
+ * node goes with its session). A connection loss or a timeout queues it
+ * again for the session's next connected tick. */
+static void orphan_deleted(int rc, const void *data)
+{
+    zorphan *o = (zorphan *)data;
+    zeng *e = o->e;
+    pthread_mutex_lock(&e->mu);
+    for (zorphan **p = &o->s->deleting; *p; p = &(*p)->next)
+        if (*p == o) {
+            *p = o->next;
+            break;
+        }
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+    if (zk_retryable(rc)) zk_orphan_add(e, o->path, o->gen);
+    else if (rc != ZOK && rc != ZNONODE && rc != ZCLOSING && rc != ZSESSIONEXPIRED && rc != ZINVALIDSTATE)
+        baton_log(BATON_LOG_WARN, "zk: cannot delete %s: %s", o->path, zerror(rc));
+    free(o->path);
+    free(o);
+}
 
 /* The check thread: gives up sessions disconnected too long, reports lost
  * grants, and deletes orphaned contender nodes. */
@@ -493,12 +614,23 @@ static void *check_main(void *arg)
             s->suspect = now;
         }
         e->tick = now;
-        if (s && !s->dead && s->suspect && !s->probe_sent && s->state == ZOO_CONNECTED_STATE) {
+        /* A probe after a stop, and one every T/3 anyway: each answer moves
+         * `confirmed` on. The C client's own pings keep the session but say
+         * nothing we can see; a frozen link answers neither. (The probe
+         * resets the C client's idle timer, so it replaces a ping.) */
+        if (s && !s->dead && !s->probe_sent && s->state == ZOO_CONNECTED_STATE &&
+            (s->suspect || now - s->last_probe >= timeout_ns(e) / 3)) {
             /* sent with mu released: the C client may call our watcher from
              * inside zoo_aexists's queueing */
-            s->probe_sent = now;
+            s->probe_sent = s->last_probe = now;
             probe = s;
             probe->refs++;
+        }
+        if (s && !s->dead && now >= confirmed_until(e, s)) {
+            baton_log(BATON_LOG_WARN, "zk: no answer from the server for %lld ms (session timeout %lld ms): "
+                      "session %" PRIu64 " given up, its locks are lost", (long long)((now - s->confirmed) / MS),
+                      (long long)(timeout_ns(e) / MS), s->gen);
+            s->dead = 1;
         }
 
         if (s && !s->dead && s->down_since && now - s->down_since >= lost_after_ns(e)) {
@@ -546,20 +678,22 @@ static void *check_main(void *arg)
             }
             zk_sess_put(e, probe);
         }
-        if (old) zk_sess_put(e, old);
+        /* losses first: closing the old session may take a moment */
         for (size_t i = 0; i < nrec; i++) baton_host_lost(e->host, recs[i].st, recs[i].fence);
         free(recs);
+        if (old) zk_sess_put(e, old);
         while (todo) {
+            /* sent, not waited for: this thread decides losses on time and
+             * must never sit in a request to a silent server */
             zorphan *o = todo;
-            int zrc = zoo_delete(live->zh, o->path, -1);
             todo = o->next;
-            if (zk_retryable(zrc)) {
-                zk_orphan_add(e, o->path, o->gen);
-            } else if (zrc != ZOK && zrc != ZNONODE) {
-                baton_log(BATON_LOG_WARN, "zk: cannot delete %s: %s", o->path, zerror(zrc));
-            }
-            free(o->path);
-            free(o);
+            o->e = e;
+            o->s = live;
+            pthread_mutex_lock(&e->mu);
+            o->next = live->deleting;
+            live->deleting = o;
+            pthread_mutex_unlock(&e->mu);
+            if (zoo_adelete(live->zh, o->path, -1, orphan_deleted, o) != ZOK) orphan_deleted(ZCONNECTIONLOSS, o);
         }
         if (live) zk_sess_put(e, live);
 
@@ -625,31 +759,32 @@ const struct ACL_vector *zk_acl(zeng *e) { return e->auth ? &ZOO_CREATOR_ALL_ACL
  * the server removes once its last child is gone. */
 static int is_chroot_part(zeng *e, size_t len) { return len <= e->chroot_len; }
 
-static int mkdirs_at(zeng *e, zsess *s, char *path, size_t len, int depth)
+static int mkdirs_at(zeng *e, zsess *s, char *path, size_t len, int depth, int64_t deadline)
 {
     char save = path[len];
     int zrc, mode;
     if (len == 0 || depth > 256) return ZOK;
     path[len] = 0;
     mode = is_chroot_part(e, len) ? ZOO_PERSISTENT : ZOO_CONTAINER;
-    zrc = zoo_create(s->zh, path, NULL, -1, zk_acl(e), mode, NULL, 0);
+    zrc = zk_create(s, path, NULL, -1, zk_acl(e), mode, NULL, 0, NULL, deadline);
     if (zrc == ZNONODE) {
         char *sl = strrchr(path, '/');
         if (sl && sl != path) {
-            zrc = mkdirs_at(e, s, path, (size_t)(sl - path), depth + 1);
-            if (zrc == ZOK || zrc == ZNODEEXISTS) zrc = zoo_create(s->zh, path, NULL, -1, zk_acl(e), mode, NULL, 0);
+            zrc = mkdirs_at(e, s, path, (size_t)(sl - path), depth + 1, deadline);
+            if (zrc == ZOK || zrc == ZNODEEXISTS)
+                zrc = zk_create(s, path, NULL, -1, zk_acl(e), mode, NULL, 0, NULL, deadline);
         }
     }
     path[len] = save;
     return zrc == ZNODEEXISTS ? ZOK : zrc;
 }
 
-int zk_mkdirs(zeng *e, zsess *s, const char *path)
+int zk_mkdirs(zeng *e, zsess *s, const char *path, int64_t deadline)
 {
     char *p = strdup(path);
     int zrc;
     if (!p) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
-    zrc = mkdirs_at(e, s, p, strlen(p), 0);
+    zrc = mkdirs_at(e, s, p, strlen(p), 0, deadline ? deadline : zk_deadline_ms(e->io_timeout_ms));
     free(p);
     return zrc == ZOK ? 0 : zk_err(zrc, "create", path);
 }
@@ -867,6 +1002,7 @@ fail_sess:
     pthread_mutex_lock(&e->mu);
     s = e->cur;
     e->cur = NULL;
+    e->stop = 1; /* closed here, not on a thread that would outlive e */
     pthread_mutex_unlock(&e->mu);
     zk_sess_put(e, s);
 fail:
@@ -890,6 +1026,10 @@ static void zk_close(void *eng)
     pthread_mutex_unlock(&e->mu);
     /* orphans of the live session die with it now */
     zk_sess_put(e, s);
+    /* sessions given up earlier, still closing on their own threads */
+    pthread_mutex_lock(&e->mu);
+    while (e->closers > 0) timedwait(e, baton_now_ns() + CHECK_TICK_MS * MS);
+    pthread_mutex_unlock(&e->mu);
     while (e->orphans) {
         zorphan *o = e->orphans;
         e->orphans = o->next;

@@ -25,6 +25,8 @@
  * Fields below zh are guarded by the engine's mutex. */
 typedef struct zsess {
     struct zeng *e;
+    struct zcall *calls;     /* requests sent and not answered yet (call.c) */
+    struct zorphan *deleting;/* orphan deletes sent and not answered yet */
     zhandle_t *zh;
     uint64_t gen;            /* 1, 2, ...: which session of this client */
     int refs;                /* calls using zh now, +1 while it is the engine's current one */
@@ -37,6 +39,10 @@ typedef struct zsess {
                                 session may have expired meanwhile, held() answers 0
                                 until a request sent since is answered */
     int64_t probe_sent;      /* when the probe in flight was sent, 0 = none */
+    int64_t last_probe;      /* when the last probe was sent */
+    int64_t confirmed;       /* monotonic ns: the server knew the session alive at or
+                                after this (the send time of the newest answered probe,
+                                or when it connected); 0 = not yet */
 } zsess;
 
 /* A parking spot the watchers can find by number: a watch's context is the
@@ -51,6 +57,8 @@ typedef struct zslot {
 /* A node to delete once the session it lives on can (a timed-out contender
  * whose delete met a connection loss). */
 typedef struct zorphan {
+    struct zeng *e;
+    struct zsess *s;         /* while its delete is in flight */
     char *path;
     uint64_t gen;
     struct zorphan *next;
@@ -99,6 +107,7 @@ typedef struct zeng {
     int stop;
     pthread_t thr;
     int thr_started;
+    int closers;             /* sessions being closed on threads of their own */
     uint64_t mntr_reads;     /* atomic: mntr requests engine_ops sent (the server counts them) */
 } zeng;
 
@@ -139,10 +148,56 @@ int zk_retryable(int zrc);
 /* NAME → "<base>/<name>" (malloc'd), or BATON_EINVAL for names ZooKeeper
  * cannot hold. SUFFIX (may be NULL) is appended as "/<suffix>". */
 int zk_path(zeng *e, const char *name, const char *suffix, char **out);
-/* Creates PATH's missing ancestors (containers below the base) and PATH. */
-int zk_mkdirs(zeng *e, zsess *s, const char *path);
+/* Creates PATH's missing ancestors (containers below the base) and PATH,
+ * by DEADLINE (0 = the io timeout). */
+int zk_mkdirs(zeng *e, zsess *s, const char *path, int64_t deadline);
 const struct ACL_vector *zk_acl(zeng *e);
 int64_t zk_deadline_ms(int ms);
+
+/* The deadline of one request made for a call that ends at DEADLINE
+ * (monotonic ns; 0 = a try, INT64_MAX = no end): the io timeout from now,
+ * but never later than DEADLINE + ZK_GRACE_MS (a request sent at or after
+ * the deadline still gets ZK_GRACE_MS: the last look of a wait, the delete
+ * of its node). */
+#define ZK_GRACE_MS 250
+int64_t zk_call_deadline(zeng *e, int64_t deadline);
+
+/* ---- call.c -------------------------------------------------------------- */
+
+/* ZooKeeper requests that end at a deadline (the C client's synchronous
+ * calls have none). Each returns what the zoo_* call of the same name
+ * would, or ZOPERATIONTIMEOUT when DEADLINE (monotonic ns; 0 = the io
+ * timeout from now) passed first: the request may still be carried out
+ * (an abandoned create deletes the node it made). W/CTX: a watch, or NULL. */
+int zk_get_children(zsess *s, const char *path, watcher_fn w, void *ctx, struct String_vector *out, int64_t deadline);
+int zk_exists(zsess *s, const char *path, watcher_fn w, void *ctx, struct Stat *st, int64_t deadline);
+int zk_get(zsess *s, const char *path, watcher_fn w, void *ctx, char *buf, int *len, struct Stat *st,
+           int64_t deadline);
+int zk_set(zsess *s, const char *path, const char *buf, int len, int version, int64_t deadline);
+int zk_delete(zsess *s, const char *path, int version, int64_t deadline);
+int zk_create(zsess *s, const char *path, const char *data, int len, const struct ACL_vector *acl, int mode,
+              char *out, int outlen, struct Stat *st, int64_t deadline);
+
+/* The same in two steps, to have several requests in flight at once:
+ * zk_start_* sends (NULL with *ZRC when nothing was sent), zk_call_wait
+ * waits (the answer, or ZOPERATIONTIMEOUT), the accessors read an answered
+ * call, zk_call_put lets it go (also unanswered). */
+typedef struct zcall zcall;
+zcall *zk_start_children(zsess *s, const char *path, watcher_fn w, void *ctx, int *zrc);
+zcall *zk_start_exists(zsess *s, const char *path, watcher_fn w, void *ctx, int *zrc);
+zcall *zk_start_get(zsess *s, const char *path, watcher_fn w, void *ctx, int *zrc);
+zcall *zk_start_set(zsess *s, const char *path, const char *buf, int len, int version, int *zrc);
+zcall *zk_start_delete(zsess *s, const char *path, int version, int *zrc);
+zcall *zk_start_create(zsess *s, const char *path, const char *data, int len, const struct ACL_vector *acl, int mode,
+                       int *zrc);
+int zk_call_wait(zcall *c, int64_t deadline);
+/* After zookeeper_close of S: drops the calls whose completion never came. */
+void zk_calls_release(zsess *s);
+void zk_call_strings(zcall *c, struct String_vector *out); /* moves the listing out */
+const struct Stat *zk_call_stat(zcall *c);
+const char *zk_call_value(zcall *c);                      /* the path a create made */
+void zk_call_data(zcall *c, char *buf, int *len);
+void zk_call_put(zcall *c);
 
 /* ---- lock.c -------------------------------------------------------------- */
 
@@ -168,7 +223,7 @@ int zk_election_proclaim(void *eng, void *st, const baton_owner *owner, const ch
  * create, in the same round trip; *LISTED = 1 when *LIST holds them (the
  * caller deallocates it), taken after the node was made. */
 int zk_create_seq(zeng *e, zsess *s, const char *dir, const char *prefix, const char *data, char **out,
-                  struct Stat *st, struct String_vector *list, int *listed);
+                  struct Stat *st, struct String_vector *list, int *listed, int64_t deadline);
 /* Internal lock states (permits' Curator mutex). */
 int zk_lock_init(zeng *e, const char *dir, int kind, zlock **out);
 
