@@ -33,10 +33,10 @@ sql() { MYSQL_PWD=baton-test "$CLIENT" --no-defaults -h 127.0.0.1 -P "$PORT" -u 
 # waits on the row, and InnoDB names the transaction it waits for.
 row_holder() {
     local name=$1 id
-    sql "SET SESSION innodb_lock_wait_timeout = 3; START TRANSACTION;
+    sql "SET SESSION innodb_lock_wait_timeout = 10; START TRANSACTION;
          SELECT 1 FROM $TABLE WHERE name = '$name' FOR UPDATE" >/dev/null 2>&1 &
     local probe=$!
-    for _ in $(seq 1 40); do
+    for _ in $(seq 1 80); do
         # the wait of this probe only: other suites' row-mode waits share the server
         id=$(sql "SELECT t.trx_mysql_thread_id FROM information_schema.INNODB_LOCK_WAITS w
                   JOIN information_schema.INNODB_TRX t ON t.trx_id = w.blocking_trx_id
@@ -45,7 +45,7 @@ row_holder() {
         [ -n "$id" ] && break
         sleep 0.05
     done
-    wait "$probe" 2>/dev/null
+    kill "$probe" 2>/dev/null; wait "$probe" 2>/dev/null
     echo "$id"
 }
 
@@ -73,7 +73,9 @@ for mode in session row lease; do
         ID=$(sql "SELECT IS_USED_LOCK('$N')")
     elif [ $mode = row ]; then
         ID=$(row_holder "$N")
-    else
+        [ -n "$ID" ] || echo "# row: no probe found the holder's transaction; killing every connection of the holder" >&2
+    fi
+    if [ -z "$ID" ] && [ $mode != session ]; then
         # every connection of the holder process (other suites share this
         # server): its client ports, as the server lists them
         HOSTS=$(ss -Htnp "dport = :$PORT" 2>/dev/null | grep "pid=$HP," | awk '{print "'\''" $4 "'\''"}' | paste -sd,)
