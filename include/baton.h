@@ -228,6 +228,20 @@ typedef struct {
 /* What the engine knows about NAME, held by anyone. */
 BATON_EXTERN(int) baton_lock_info(baton_client *c, const char *name, baton_lockinfo *out);
 
+/* The names of the locks held now whose name starts with PREFIX (NULL or ""
+ * = all): FN(PAYLOAD, NAME) once each, in no particular order; FN returning
+ * nonzero stops early. BATON_ENOTSUP where the engine cannot enumerate. */
+typedef int (*baton_name_cb)(void *payload, const char *name);
+BATON_EXTERN(int) baton_lock_list(baton_client *c, const char *prefix, baton_name_cb fn, void *payload);
+/* For operators: breaks the lock NAME, whoever holds it, and bumps its fence
+ * past every fence granted so far (*fence, when not NULL, gets the new one),
+ * so a holder that still believes it holds the lock is refused by any store
+ * that checks fences (docs/fencing.md). 0 when a holder was removed,
+ * BATON_ENOTHELD when nobody held it (the fence is bumped all the same),
+ * BATON_ENOTSUP where the engine cannot (the file engine: the kernel keeps
+ * a live process's lock; stop that process instead). */
+BATON_EXTERN(int) baton_lock_break(baton_client *c, const char *name, uint64_t *fence);
+
 /* ---- read-write lock ---------------------------------------------------
  * Many readers or one writer. The two sides are ordinary baton_lock handles
  * owned by the rwlock (acquire/release/fence/held/cancel work on them); do not

@@ -16,7 +16,9 @@ static void usage(FILE *f)
         "       baton elect [-u URI] [-n | -w SECS] [--value V] NAME [--] COMMAND [ARG...]\n"
         "       baton elect [-u URI] --listen | --leader NAME\n"
         "       eval \"$(baton hold [-u URI] [-n | -w SECS] [-t LEASE] NAME)\"; ...; baton release NAME\n"
-        "       baton status [-u URI] NAME\n"
+        "       baton status [-u URI] [--json] NAME\n"
+        "       baton list [-u URI] [PREFIX]\n"
+        "       baton unlock [-u URI] --force NAME\n"
         "       baton latch [-u URI] NAME set N | down | count | wait [-w SECS]\n"
         "       baton sem [-u URI] NAME set N | add N | available | drain\n"
         "       baton fence [-q] FILE [FENCE] [-- COMMAND [ARG...]]\n"
@@ -306,10 +308,12 @@ static void log_to_stderr(int level, const char *msg, void *p)
 int main(int argc, char **argv)
 {
     baton_log_set(log_to_stderr, NULL);
-    if (argc < 2) return cli_usage_error(NULL, "missing command (run, hold, release, elect, status, latch, sem, fence, bench, check, version)");
+    if (argc < 2) return cli_usage_error(NULL, "missing command (run, hold, release, elect, status, list, unlock, latch, sem, fence, bench, check, version)");
     if (!strcmp(argv[1], "run")) return cli_run(argc - 1, argv + 1);
     if (!strcmp(argv[1], "elect")) return cli_elect(argc - 1, argv + 1);
     if (!strcmp(argv[1], "status")) return cmd_status(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "list")) return cli_list(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "unlock")) return cli_unlock(argc - 1, argv + 1);
     if (!strcmp(argv[1], "fence")) return cli_fence(argc - 1, argv + 1);
     if (!strcmp(argv[1], "hold")) return cli_hold(argc - 1, argv + 1);
     if (!strcmp(argv[1], "release")) return cli_release(argc - 1, argv + 1);

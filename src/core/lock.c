@@ -594,3 +594,27 @@ int baton_lock_info(baton_client *c, const char *name, baton_lockinfo *out)
         return baton_seterr(BATON_ENOTSUP, 0, "the %s backend cannot describe locks", c->be->name);
     return c->be->lock_info(c->eng, name, out);
 }
+
+int baton_lock_list(baton_client *c, const char *prefix, baton_name_cb fn, void *payload)
+{
+    if (!c || !fn) return baton_seterr(BATON_EINVAL, 0, "baton_lock_list: NULL argument");
+    if (!prefix) prefix = "";
+    if (strlen(prefix) > BATON_MAX_NAME)
+        return baton_seterr(BATON_EINVAL, 0, "prefix is %zu bytes; the limit is %d", strlen(prefix), BATON_MAX_NAME);
+    if (!c->be->lock_list)
+        return baton_seterr(BATON_ENOTSUP, 0, "the %s backend cannot list its locks", c->be->name);
+    return c->be->lock_list(c->eng, prefix, fn, payload);
+}
+
+int baton_lock_break(baton_client *c, const char *name, uint64_t *fence)
+{
+    uint64_t f = 0;
+    int rc;
+    if (!c) return baton_seterr(BATON_EINVAL, 0, "baton_lock_break: NULL client");
+    if ((rc = baton__name_check(name))) return rc;
+    if (!c->be->lock_break)
+        return baton_seterr(BATON_ENOTSUP, 0, "the %s backend cannot break a lock", c->be->name);
+    rc = c->be->lock_break(c->eng, name, &f);
+    if (fence) *fence = (rc == 0 || rc == BATON_ENOTHELD) ? f : 0;
+    return rc;
+}

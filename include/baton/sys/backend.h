@@ -22,7 +22,7 @@
 extern "C" {
 #endif
 
-#define BATON_BACKEND_VERSION 6
+#define BATON_BACKEND_VERSION 7
 
 /* Capability bits. */
 #define BATON_CAP_LEASE   (1u << 0) /* locks expire unless renewed; core renews them */
@@ -327,6 +327,28 @@ typedef struct baton_backend {
      * any thread, with none of the core's locks held; cheap (no I/O). NULL =
      * the engine's reports alone end its grants. */
     int64_t (*session_deadline)(void *eng);
+
+    /* ---- version 7 ---- */
+
+    /* may: calls FN(ARG, NAME) once for every lock name that starts with
+     * PREFIX ("" = all) and is held now (by baton or a foreign client of the
+     * same layout), in any order; NAME is valid during the call only. FN
+     * returning nonzero stops the walk (and lock_list returns 0). Names the
+     * engine keeps only as a hash (the file engine's long names) are given
+     * as the engine stores them. Read-only, bounded by the client's io
+     * timeout. NULL = BATON_ENOTSUP (`baton list`). */
+    int (*lock_list)(void *eng, const char *prefix, int (*fn)(void *arg, const char *name), void *arg);
+    /* may: an operator breaks the lock NAME (`baton unlock --force`):
+     * whoever holds it (baton or foreign, plain lock, either side of a
+     * read-write lock) holds it no more, and *FENCE is set to a new fence
+     * that exceeds every fence granted for NAME so far, stored where the
+     * next grant will start from, so the old holder is fenced off at any
+     * store that checks fences. The old holder's renewal and release then
+     * answer BATON_ELOST. BATON_ENOTHELD (fence still bumped) when nobody
+     * held it. An engine whose holder keeps the lock by a means an operator
+     * cannot revoke from here (the kernel's lock of a live process) answers
+     * BATON_ENOTSUP with a message that says what to do instead. */
+    int (*lock_break)(void *eng, const char *name, uint64_t *fence);
 } baton_backend;
 
 /* sem_ctl / permits_ctl / latch_ctl operations. */
