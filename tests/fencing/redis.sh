@@ -42,16 +42,14 @@ chmod +x write
 URI="redis://127.0.0.1:$PORT/0?prefix=$R-"
 N=job
 rm -f fa a.out go done
-"${B[@]}" run -u "$URI" -t 1 "$N" -- sh -c '
-    echo "$BATON_FENCE" > fa
+stale_writer "$URI" "$N" '
     while [ ! -e go ]; do sleep 0.05; done
     ./write "A $BATON_FENCE" > a.out
     "$0" fence data.fence -- sh -c "echo A > data"; echo $? > a.rc.tmp; mv a.rc.tmp a.fence.rc
-    while [ ! -e done ]; do sleep 0.05; done' "$BATON" >/dev/null 2>a.err &
-AP=$!
-BG_PIDS+=("$AP")
+    while [ ! -e done ]; do sleep 0.05; done'
 check "A holds the lock" wait_file fa 20
-stop_holder "$AP"               # A's keeper stops renewing; A's command runs on
+HP=$(cat hold.pid)
+stop_holder "$HP"               # A's holder stops renewing; A's shell runs on
 # B waits for A's lease (1 s) to run out; 60 s is only a bound for a loaded box
 expect_rc 0 "B gets the lock after A's lease and writes" b run -u "$URI" -w 60 "$N" -- sh -c '
     echo "$BATON_FENCE" > fb
@@ -67,9 +65,9 @@ check "the data is B's" [ "$(rcli GET "{$R}:data")" = "B $FB" ]
 check "the fence key holds B's fence, digit for digit" [ "$(rcli GET "{$R}:fence")" = "$FB" ]
 check "A's late baton fence write is fenced off (65)" [ "$(cat a.fence.rc)" = 65 ]
 check "  the file is B's" [ "$(cat data)" = B ]
-cont_holder "$AP"
+cont_holder "$HP"
 wait_pid "$AP" 30
-check "A's baton then finds its lease lost: exit 75 (got $RC)" [ "$RC" = 75 ]
+check "A's holder then finds its lease lost and terminates A's shell (got $RC)" [ "$RC" = 143 ]
 touch done
 
 check "B again with its fence (the same holder): written" [ "$(BATON_FENCE=$FB ./write "B2 $FB")" = 1 ]

@@ -53,15 +53,13 @@ sql "INSERT INTO accounts (id, balance) VALUES (1, 0)"
 URI="postgres://baton:baton-test@127.0.0.1:$PORT/postgres?mode=lease"
 N="fencing-sql-$$"
 rm -f fa a.rows go done
-"${B[@]}" run -u "$URI" -t 1 "$N" -- sh -c '
-    echo "$BATON_FENCE" > fa
+stale_writer "$URI" "$N" '
     while [ ! -e go ]; do sleep 0.05; done
     ./pgwrite pg-update 1 111 "$BATON_FENCE" > a.rows.tmp && mv a.rows.tmp a.rows
-    while [ ! -e done ]; do sleep 0.05; done' >/dev/null 2>"$TMP/a.err" &
-AP=$!
-BG_PIDS+=("$AP")
+    while [ ! -e done ]; do sleep 0.05; done'
 check "A holds the lock" wait_file fa 20
-stop_holder "$AP"                # A's keeper stops renewing; A's command runs on
+HP=$(cat hold.pid)
+stop_holder "$HP"                # A's holder stops renewing; A's shell runs on
 # B waits for A's lease (1 s) to run out; 60 s is only a bound for a loaded box
 expect_rc 0 "B gets the lock after A's lease and writes" b run -u "$URI" -w 60 "$N" -- \
     sh -c 'echo "$BATON_FENCE" > fb; ./pgwrite pg-update 1 222 "$BATON_FENCE" > b.rows'
@@ -72,9 +70,9 @@ touch go                         # A, still believing it holds the lock, writes
 check "A's late write is done" wait_file a.rows 20
 check "A's late update changed 0 rows: fenced off" [ "$(cat a.rows)" = 0 ]
 check "the row holds B's data and fence" [ "$(sql 'SELECT balance, fence FROM accounts WHERE id = 1')" = "222|$FB" ]
-cont_holder "$AP"
+cont_holder "$HP"
 wait_pid "$AP" 30
-check "A's baton then finds its lease lost: exit 75 (got $RC)" [ "$RC" = 75 ]
+check "A's holder then finds its lease lost and terminates A's shell (got $RC)" [ "$RC" = 143 ]
 touch done
 
 check "B again with its fence (the same holder): 1 row" [ "$(./pgwrite pg-update 1 223 "$FB")" = 1 ]
