@@ -30,7 +30,10 @@
 #include <time.h>
 
 #define LIST_BATCH 64            /* IS_USED_LOCK checks per statement */
-#define PROBE_POLL_MS 50         /* the row-mode probe's wait is looked for this often */
+/* The row-mode probe's wait is looked for this often. Above 100 ms: InnoDB
+ * refreshes its INNODB_TRX / INNODB_LOCK_WAITS cache only when it has not
+ * been read for 100 ms, so faster polls would read a stale cache forever. */
+#define PROBE_POLL_MS 150
 
 /* A LIKE pattern (as a hex literal) for names starting with PREFIX. */
 static char *prefix_like(const char *prefix)
@@ -237,14 +240,17 @@ static int row_take(myeng *e, MYSQL *c, mylock *l, int *held, uint64_t *hf)
     if (!rc) return 0;                       /* free (or no row): ours now */
     if (baton_error_last()->native != ER_LOCK_WAIT_TIMEOUT) return rc;
     *held = 1;
+    /* the waiting probe in a transaction of its own */
+    if ((rc = my_exec(e, c, "ROLLBACK", NULL)) || (rc = my_exec(e, c, "START TRANSACTION", NULL))) return rc;
     if ((rc = my_conn_get(e, &b))) return rc;
     /* the holder's fence, not committed yet: read dirty */
     if ((rc = my_exec(e, b, "SET SESSION TRANSACTION ISOLATION LEVEL READ UNCOMMITTED", NULL)) ||
         (rc = run_free(e, b, my_sql(e, "SELECT fence FROM @T WHERE name = %s", l->esc), v, sizeof v)))
         goto out;
     *hf = strtoull(v, NULL, 10);
-    if (!(j.sql = my_sql(e, "SET STATEMENT innodb_lock_wait_timeout = %d FOR SELECT 1 FROM @T WHERE name = %s "
-                            "FOR UPDATE", wait_s, l->esc))) {
+    /* a no-op UPDATE: it waits for the row's X lock, and holds it once granted */
+    if (!(j.sql = my_sql(e, "SET STATEMENT innodb_lock_wait_timeout = %d FOR UPDATE @T SET fence = fence "
+                            "WHERE name = %s", wait_s, l->esc))) {
         rc = baton_seterr(BATON_ENOMEM, 0, "out of memory");
         goto out;
     }
