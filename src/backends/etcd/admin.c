@@ -109,7 +109,7 @@ int etcd_lock_list(void *eng, const char *prefix, int (*fn)(void *arg, const cha
         }
         free(dk);
     }
-    qsort(names, n, sizeof *names, cmp_str);
+    if (n) qsort(names, n, sizeof *names, cmp_str);
     for (size_t i = 0; i < n; i++)
         if ((i == 0 || strcmp(names[i], names[i - 1])) && fn(arg, names[i])) break;
 out:

@@ -131,9 +131,9 @@ static int list_row(myeng *e, MYSQL *c, const char *like, int (*fn)(void *, cons
     }
     while ((row = mysql_fetch_row(fr)))
         if (row[0]) freen[nf++] = row[0];
-    qsort(freen, nf, sizeof *freen, cmp_str);
+    if (nf) qsort(freen, nf, sizeof *freen, cmp_str);
     while ((row = mysql_fetch_row(all)))
-        if (row[0] && !bsearch(&row[0], freen, nf, sizeof *freen, cmp_str) && fn(arg, row[0])) break;
+        if (row[0] && !(nf && bsearch(&row[0], freen, nf, sizeof *freen, cmp_str)) && fn(arg, row[0])) break;
 out:
     free(freen);
     mysql_free_result(fr);
