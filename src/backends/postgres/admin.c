@@ -121,8 +121,9 @@ int pg_lock_break(void *eng, const char *name, uint64_t *fence)
         char msg[1024];
         snprintf(msg, sizeof msg, "%s", baton_error_last()->message ? baton_error_last()->message : "");
         return baton_seterr(BATON_EAUTH, 0, "postgres: breaking '%s' ends its holder's session with "
-                            "pg_terminate_backend(), which needs superuser, membership in the holder's role or in "
-                            "pg_signal_backend (GRANT pg_signal_backend TO <role>), and UPDATE on %s%s%s: %s",
+                            "pg_terminate_backend(), which needs superuser (always, for a superuser's session), or "
+                            "membership in the holder's role or in pg_signal_backend (GRANT pg_signal_backend TO "
+                            "<role>); and UPDATE on %s%s%s: %s",
                             name, e->qtable, e->mode == PG_ROW ? " and USAGE on " : "",
                             e->mode == PG_ROW ? e->qseq : "", msg);
     }
