@@ -8,7 +8,10 @@
 #   - `baton unlock --force NAME` breaks it (exit 0, prints "fence: F"); the
 #     holder learns of the loss and exits 75; old fence < F < the next
 #     grant's fence;
-#   - once nobody holds it, it is not listed; an unheld name answers exit 1.
+#   - once nobody holds it, it is not listed; an unheld name answers exit 1;
+#   - engines with read-write locks (postgres session mode, zk, etcd): two
+#     readers are both broken (both exit 75), the next writer's fence is
+#     above the printed one.
 #
 #   admin_sql.sh postgres|mysql|zk|etcd PATH/TO/baton
 set -u
@@ -26,15 +29,17 @@ chmod 700 "$TMP"
 PORT=$(cat "${BATON_TEST_SRV:-/nonexistent}/$ENGINE/port" 2>/dev/null) || PORT=""
 [ -n "$PORT" ] || skip_or_fail "no test $ENGINE server"
 unset BATON_DIR BATON_URI PGPASSWORD MYSQL_PWD BATON_ZK_AUTH
+RW_URI=""
 case "$ENGINE" in
 postgres)
+    RW_URI="postgres://baton:baton-test@127.0.0.1:$PORT/postgres?mode=session"
     URIS=()
     for m in session row lease; do URIS+=("postgres://baton:baton-test@127.0.0.1:$PORT/postgres?mode=$m"); done ;;
 mysql)
     URIS=()
     for m in session row lease; do URIS+=("mysql://baton:baton-test@127.0.0.1:$PORT/baton?mode=$m"); done ;;
-zk)   URIS=("zk://127.0.0.1:$PORT?session_timeout_ms=4000") ;;
-etcd) URIS=("etcd://127.0.0.1:$PORT?ttl=3") ;;
+zk)   URIS=("zk://127.0.0.1:$PORT?session_timeout_ms=4000"); RW_URI=${URIS[0]} ;;
+etcd) URIS=("etcd://127.0.0.1:$PORT?ttl=3"); RW_URI=${URIS[0]} ;;
 *)    echo "unknown engine $ENGINE" >&2; exit 2 ;;
 esac
 
@@ -84,6 +89,36 @@ for URI in "${URIS[@]}"; do
     F4=$(fence_of "$TMP/out")
     check "$D: ... bumps its fence all the same ($F4 > $F3)" gt "$F4" "$F3"
 done
+
+if [ -n "$RW_URI" ]; then
+    N="adm$$/rw"
+    RP=()
+    for r in 1 2; do
+        rm -f "$TMP/r$r"
+        "${B[@]}" run -u "$RW_URI" --shared -t 2 "$N" -- \
+            sh -c 'echo "$BATON_FENCE" > "$0.tmp"; mv "$0.tmp" "$0"; exec sleep 30' "$TMP/r$r" \
+            >"$TMP/r$r.out" 2>"$TMP/r$r.err" &
+        RP+=("$!")
+        BG_PIDS+=("$!")
+    done
+    if wait_file "$TMP/r1" 15 && wait_file "$TMP/r2" 15; then
+        check "$ENGINE rw: a read-held lock is listed" listed "$RW_URI" "$N"
+        expect_rc 0 "$ENGINE rw: unlock --force breaks both readers" "$BATON" unlock -u "$RW_URI" --force "$N"
+        FB=$(fence_of "$TMP/out")
+        for r in 1 2; do
+            wait_pid "${RP[$((r - 1))]}" 15
+            check "$ENGINE rw: reader $r learns of the loss and exits 75 (got $RC)" [ "$RC" = 75 ]
+            check "$ENGINE rw: the printed fence ($FB) exceeds reader $r's ($(cat "$TMP/r$r"))" gt "$FB" "$(cat "$TMP/r$r")"
+        done
+        expect_rc 0 "$ENGINE rw: the next writer" b run -u "$RW_URI" --write "$N" -- sh -c 'echo "$BATON_FENCE" > "$0"' \
+            "$TMP/w"
+        check "$ENGINE rw: the writer's fence ($(cat "$TMP/w" 2>/dev/null)) exceeds the printed one ($FB)" \
+            gt "$(cat "$TMP/w" 2>/dev/null)" "$FB"
+    else
+        bad "$ENGINE rw: the readers were not granted: $(head -c 300 "$TMP/r1.err" "$TMP/r2.err")"
+    fi
+    for p in "${RP[@]}"; do kill -TERM "$p" 2>/dev/null; done
+fi
 
 echo "$PASS passed, $FAIL failed"
 [ $FAIL -eq 0 ]
