@@ -281,6 +281,113 @@ static int orphan_step(eeng *e, int64_t now)
  * after a failure until the lease's deadline, then declares it lost. Between
  * renewals it deletes the keys of contenders that gave up and could not
  * delete their key in time (orphan_step). */
+/* ---- grants whose keys are checked ------------------------------------- */
+
+#define HELD_BATCH 64            /* ranges per txn (etcd allows 128 operations by default) */
+
+void etcd_held_add(eeng *e, void *st, const char *key, size_t klen, int64_t rev)
+{
+    eheld *h = calloc(1, sizeof *h);
+    etcd_held_del(e, st);
+    if (!h || !(h->key = malloc(klen + 1))) {
+        free(h);
+        return;              /* unchecked: only a deleted key goes unnoticed */
+    }
+    memcpy(h->key, key, klen);
+    h->key[klen] = 0;
+    h->klen = klen;
+    h->st = st;
+    h->rev = rev;
+    pthread_mutex_lock(&e->mu);
+    h->next = e->held;
+    e->held = h;
+    pthread_mutex_unlock(&e->mu);
+}
+
+void etcd_held_del(eeng *e, void *st)
+{
+    eheld *gone = NULL;
+    pthread_mutex_lock(&e->mu);
+    for (eheld **pp = &e->held; *pp; pp = &(*pp)->next)
+        if ((*pp)->st == st) {
+            gone = *pp;
+            *pp = gone->next;
+            break;
+        }
+    pthread_mutex_unlock(&e->mu);
+    if (gone) free(gone->key);
+    free(gone);
+}
+
+/* Called by the keep-alive thread (e->mu held, released meanwhile): every
+ * held key is read back, HELD_BATCH per txn; one that is gone or was
+ * created again (another create revision) was deleted by someone else, and
+ * its grant is reported lost. */
+static void held_check(eeng *e, int timeout_ms)
+{
+    typedef struct { void *st; char *key; size_t klen; int64_t rev; } snap;
+    snap *v = NULL;
+    size_t n = 0, cap = 0;
+    baton_host *host = e->host;
+
+    for (eheld *h = e->held; h; h = h->next) {
+        if (h->reported) continue;
+        if (n == cap) {
+            size_t nc = cap ? cap * 2 : 8;
+            snap *nv = realloc(v, nc * sizeof *nv);
+            if (!nv) break;
+            v = nv;
+            cap = nc;
+        }
+        if (!(v[n].key = malloc(h->klen + 1))) break;
+        memcpy(v[n].key, h->key, h->klen + 1);
+        v[n].klen = h->klen;
+        v[n].st = h->st;
+        v[n++].rev = h->rev;
+    }
+    if (!n) goto out_locked;
+    pthread_mutex_unlock(&e->mu);
+    for (size_t i = 0; i < n; i += HELD_BATCH) {
+        size_t m = n - i < HELD_BATCH ? n - i : HELD_BATCH;
+        json_t *ops = json_array(), *resp = NULL;
+        for (size_t j = 0; ops && j < m; j++) {
+            char *k64 = egw_b64(v[i + j].key, v[i + j].klen);
+            if (!k64 || json_array_append_new(ops, json_pack("{s:{s:s, s:b}}", "request_range", "key", k64,
+                                                             "keys_only", 1))) {
+                json_decref(ops);
+                ops = NULL;
+            }
+            free(k64);
+        }
+        if (!ops) break;
+        if (egw_call_idem(e->gw, "/v3/kv/txn", json_pack("{s:o}", "success", ops), &resp, timeout_ms)) {
+            json_decref(resp);
+            break;           /* no answer: the lease's own checks decide */
+        }
+        for (size_t j = 0; j < m; j++) {
+            int64_t count = 0;
+            json_t *kv = etcd_txn_kv(resp, j, &count);
+            if (kv && egw_int(kv, "create_revision") == v[i + j].rev) continue;
+            pthread_mutex_lock(&e->mu);
+            {
+                int still = 0;
+                for (eheld *h = e->held; h; h = h->next)
+                    if (h->st == v[i + j].st && h->rev == v[i + j].rev && !h->reported) still = h->reported = 1;
+                pthread_mutex_unlock(&e->mu);
+                if (!still) continue;
+            }
+            baton_log(BATON_LOG_WARN, "etcd: our key %.*s (fence %lld) was deleted by another client: the lock "
+                      "is lost", (int)v[i + j].klen, v[i + j].key, (long long)v[i + j].rev);
+            if (host) baton_host_lost(host, v[i + j].st, (uint64_t)v[i + j].rev);
+        }
+        json_decref(resp);
+    }
+    pthread_mutex_lock(&e->mu);
+out_locked:
+    for (size_t i = 0; i < n; i++) free(v[i].key);
+    free(v);
+}
+
 static void *keepalive_main(void *arg)
 {
     eeng *e = arg;
@@ -343,6 +450,8 @@ static void *keepalive_main(void *arg)
             e->granted_ttl_s = (int)ttl;
             e->lease_deadline = ns_after_s(sent, (int)ttl);
             e->next_keepalive = sent + ttl * 1000000000LL / 3;
+            /* with each keep-alive: are our keys still there? */
+            if (e->held) held_check(e, (int)(ttl * 1000 / 3 < e->io_timeout_ms ? ttl * 1000 / 3 : e->io_timeout_ms));
         } else {
             e->next_keepalive = baton_now_ns() + 200000000LL;
         }
@@ -357,6 +466,12 @@ static void eng_free(eeng *e)
 {
     if (!e) return;
     egw_free(e->gw);
+    while (e->held) {        /* none: every state was freed before close */
+        eheld *h = e->held;
+        e->held = h->next;
+        free(h->key);
+        free(h);
+    }
     while (e->orphans) {
         eorphan *o = e->orphans;
         e->orphans = o->next;
@@ -502,6 +617,8 @@ const baton_backend baton__backend_etcd = {
     .lock_release = etcd_lock_release,
     .lock_renew = etcd_lock_renew,
     .lock_info = etcd_lock_info,
+    .lock_list = etcd_lock_list,
+    .lock_break = etcd_lock_break,
     .rwlock_new = etcd_rwlock_new,
     .sem_new = etcd_sem_new,
     .sem_free = etcd_sem_free,

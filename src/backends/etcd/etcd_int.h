@@ -173,6 +173,17 @@ typedef struct eorphan {
     struct eorphan *next;
 } eorphan;
 
+/* A grant whose key the keep-alive thread checks (someone may delete it:
+ * `baton unlock --force`, etcdctl del): gone, the grant is reported lost. */
+typedef struct eheld {
+    void *st;
+    char *key;
+    size_t klen;
+    int64_t rev;             /* the key's create revision = the grant's fence */
+    int reported;
+    struct eheld *next;
+} eheld;
+
 typedef struct eeng {
     egw *gw;
     char *prefix;            /* "" or "app/" */
@@ -191,6 +202,7 @@ typedef struct eeng {
     int granting;            /* a thread is granting a new lease: others wait for it */
     ename *names;
     eorphan *orphans;
+    eheld *held;             /* grants whose keys are checked at each keep-alive */
     baton_host *host;
     int stop;
     pthread_t thr;
@@ -204,6 +216,10 @@ int etcd_lease_get(eeng *e, int64_t *id, uint64_t *gen, int timeout_ms);
 int etcd_lease_live(eeng *e, uint64_t gen);
 /* The lease is gone (its key creation said so): lose its grants now. */
 void etcd_lease_dead(eeng *e, uint64_t gen);
+/* ST's grant (KEY, created at REV) is checked at each keep-alive from now
+ * on (replacing what ST had); etcd_held_del before it is released or freed. */
+void etcd_held_add(eeng *e, void *st, const char *key, size_t klen, int64_t rev);
+void etcd_held_del(eeng *e, void *st);
 
 /* The timeout of one request made for a call that ends at DEADLINE
  * (monotonic ns; 0 = a try, INT64_MAX = no end): the io timeout, but never
@@ -244,6 +260,9 @@ void etcd_lock_free(void *eng, void *st);
 int etcd_lock_acquire(void *eng, void *st, baton_acquire_req *req);
 int etcd_lock_release(void *eng, void *st, const baton_owner *owner);
 int etcd_lock_info(void *eng, const char *name, baton_lockinfo *out);
+/* admin.c: baton list, baton unlock --force */
+int etcd_lock_list(void *eng, const char *prefix, int (*fn)(void *arg, const char *name), void *arg);
+int etcd_lock_break(void *eng, const char *name, uint64_t *fence);
 int etcd_election_new(void *eng, const char *name, const baton_lock_options *opts, void **st);
 int etcd_election_leader(void *eng, const char *name, uint64_t known_fence, const char *known_value, char *value,
                          size_t n, uint64_t *fence, int64_t deadline_ns, baton_waiter *w);

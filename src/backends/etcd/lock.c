@@ -158,6 +158,7 @@ void etcd_lock_free(void *eng, void *st)
         etcd_rw_free(e, st);
         return;
     }
+    etcd_held_del(e, l);
     unclaim(e, l);
     pthread_mutex_lock(&e->mu);
     if (--l->n->refs == 0) {
@@ -503,6 +504,8 @@ again:
     req->fence = (uint64_t)myrev;
     req->sent_ns = sent;
     l->rev = myrev;
+    /* a key deleted by someone else is found at the next keep-alive */
+    if (!l->election) etcd_held_add(e, l, l->key, l->klen, myrev);
     return 0;
 fail_del:
     /* withdraw from the queue: at once if the server answers within the
@@ -524,6 +527,7 @@ int etcd_lock_release(void *eng, void *st, const baton_owner *owner)
 
     if (l->kind == ETCD_READ || l->kind == ETCD_WRITE) return etcd_rw_release(e, st);
     if (!l->key) return baton_seterr(BATON_ENOTHELD, 0, "etcd: '%s' is not held", l->n->name);
+    etcd_held_del(e, l);
     live = etcd_lease_live(e, l->gen);
     rc = etcd_delete_own(e, l->n->name, l->key, l->klen, l->rev, 1, &del, 0);
     if (rc == 0 && (!del || !live))

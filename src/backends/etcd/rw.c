@@ -89,8 +89,8 @@ int etcd_rwlock_new(void *eng, const char *name, const baton_lock_options *opts,
 void etcd_rw_free(eeng *e, void *st)
 {
     erw *s = st;
-    (void)e;
     if (!s) return;
+    etcd_held_del(e, s);
     free(s->key);
     free(s->pfx);
     free(s->name);
@@ -306,6 +306,8 @@ again:
     req->fence = (uint64_t)myrev;
     req->sent_ns = sent;
     s->rev = myrev;
+    /* a key deleted by someone else is found at the next keep-alive */
+    etcd_held_add(e, s, s->key, s->klen, myrev);
     return 0;
 fail_del:
     /* leave the queue, keeping the error that made us leave: at once if the
@@ -323,6 +325,7 @@ int etcd_rw_release(eeng *e, void *st)
     int rc, del = 0, live;
 
     if (!s->key) return baton_seterr(BATON_ENOTHELD, 0, "etcd: '%s' is not held", s->name);
+    etcd_held_del(e, s);
     live = etcd_lease_live(e, s->gen);
     rc = etcd_delete_own(e, s->name, s->key, s->klen, s->rev, s->kind == ETCD_WRITE, &del, 0);
     if (rc == 0 && (!del || !live))

@@ -971,7 +971,7 @@ static void my_close(void *eng)
  * (MySQL's limit) and does not start with "sha256:"; else "sha256:" and the
  * unpadded base64url of its SHA-256 (50 characters). Never a truncation, so
  * two names are never one lock. */
-static void name_key(const char *name, char key[72])
+void my_name_key(const char *name, char key[72])
 {
     static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
     unsigned char d[BATON_SHA256_SIZE + 1];
@@ -1003,7 +1003,7 @@ static int my_lock_new(void *eng, const char *name, const baton_lock_options *op
                             "connection (use ?mode=lease)", e->mode == MY_ROW ? "row" : "session");
     if (!(l = calloc(1, sizeof *l))) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
     l->e = e;
-    name_key(name, l->key);
+    my_name_key(name, l->key);
     if (!(l->name = strdup(name)) || !(l->esc = my_escape(name)) || !(l->ekey = my_escape(l->key))) {
         free(l->name);
         free(l->esc);
@@ -1062,6 +1062,27 @@ static int my_lock_info(void *eng, const char *name, baton_lockinfo *out)
     if ((rc = my_lock_new(eng, name, NULL, (void **)&l))) return rc;
     rc = e->mode == MY_ROW ? my_row_info(e, l, out) : e->mode == MY_SESSION ? my_session_info(e, l, out)
                                                                            : my_lease_info(e, l, out);
+    my_lock_free(eng, l);
+    return rc;
+}
+
+static int my_lock_list(void *eng, const char *prefix, int (*fn)(void *arg, const char *name), void *arg)
+{
+    myeng *e = eng;
+    int rc;
+    if ((rc = my_table_ready(e))) return rc;
+    return my_admin_list(e, prefix, fn, arg);
+}
+
+static int my_lock_break(void *eng, const char *name, uint64_t *fence)
+{
+    myeng *e = eng;
+    mylock *l = NULL;
+    int rc;
+    *fence = 0;
+    if ((rc = my_table_ready(e))) return rc;
+    if ((rc = my_lock_new(eng, name, NULL, (void **)&l))) return rc;
+    rc = my_admin_break(e, l, fence);
     my_lock_free(eng, l);
     return rc;
 }
@@ -1125,4 +1146,6 @@ const baton_backend baton__backend_mysql = {
     .describe = my_describe,
     .attach = my_watch_attach,
     .secret_env = "MYSQL_PWD",
+    .lock_list = my_lock_list,
+    .lock_break = my_lock_break,
 };

@@ -152,6 +152,15 @@ int my_exec_dl(myeng *e, MYSQL *c, const char *sql, MYSQL_RES **res, int64_t dea
 int my_run_dl(myeng *e, const char *sql, int retry, MYSQL_RES **res, uint64_t *affected, uint64_t *insert_id,
               int64_t deadline);
 
+/* The GET_LOCK name of NAME: the name, or "sha256:" + base64url of its SHA-256. */
+void my_name_key(const char *name, char key[72]);
+
+/* ---- admin.c: baton list, baton unlock --force ------------------------------ */
+
+int my_admin_list(myeng *e, const char *prefix, int (*fn)(void *arg, const char *name), void *arg);
+/* L: a lock state of the name (not held by this client). */
+int my_admin_break(myeng *e, mylock *l, uint64_t *fence);
+
 /* ---- watch.c ---------------------------------------------------------------- */
 
 /* A statement on socket FD must end by DEADLINE_NS: registered (the watcher

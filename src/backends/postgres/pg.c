@@ -1051,7 +1051,7 @@ static void pg_close(void *eng)
 
 /* The advisory key of NAME: the first 8 bytes of SHA-256(NAME), big-endian,
  * as a signed int8 (docs/postgres-engine.md). */
-static void name_key(const char *name, pglock *l)
+void pg_name_key(const char *name, pglock *l)
 {
     unsigned char d[BATON_SHA256_SIZE];
     uint64_t k = 0;
@@ -1076,7 +1076,7 @@ static int pg_lock_new(void *eng, const char *name, const baton_lock_options *op
     }
     l->e = e;
     l->lease_ms = opts && opts->lease_ms ? opts->lease_ms : 30000;
-    name_key(name, l);
+    pg_name_key(name, l);
     *st = l;
     return 0;
 }
@@ -1171,7 +1171,7 @@ static int pg_lock_info(void *eng, const char *name, baton_lockinfo *out)
     if ((rc = pg_table_ready(e))) return rc;
     if (e->mode == PG_ROW) return pg_row_info(e, name, out);
     memset(&k, 0, sizeof k);
-    name_key(name, &k);
+    pg_name_key(name, &k);
     {
         const char *p[3] = { name, k.classid, k.objid };
         /* session mode: held = the server holds the advisory lock (whoever
@@ -1257,4 +1257,6 @@ const baton_backend baton__backend_postgres = {
     .describe = pg_describe,
     .engine_ops = pg_engine_ops,
     .secret_env = "PGPASSWORD", /* libpq reads it */
+    .lock_list = pg_lock_list,
+    .lock_break = pg_lock_break,
 };

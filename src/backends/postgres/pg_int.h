@@ -214,6 +214,14 @@ void pg_watch_attach(void *eng, baton_host *h);
 /* At close, after pg_listener_stop. */
 void pg_watch_stop(pgeng *e);
 
+/* The advisory key of NAME into L's key, classid and objid (pg.c). */
+void pg_name_key(const char *name, pglock *l);
+
+/* ---- admin.c: baton list, baton unlock --force ---------------------------- */
+
+int pg_lock_list(void *eng, const char *prefix, int (*fn)(void *arg, const char *name), void *arg);
+int pg_lock_break(void *eng, const char *name, uint64_t *fence);
+
 /* ---- ops.c ------------------------------------------------------------------ */
 
 int pg_engine_ops(void *eng, void (*fn)(void *arg, const char *op, uint64_t count), void *arg);

@@ -352,6 +352,79 @@ static int create_node(zeng *e, zsess *s, zlock *l, const baton_owner *o, const 
     return rc;
 }
 
+/* ---- a held node deleted by someone else ------------------------------ */
+
+/* An operator (`baton unlock --force`, zkCli's delete) may delete the node of
+ * a grant while its session lives on: the holder must learn of it, as of a
+ * session loss. A grant arms an exists watch on its node; its deletion marks
+ * the state lost and the check thread reports it (baton_host_lost). Our own
+ * release forgets the node before deleting it, so it is not reported. */
+#define DELETED_REPORT_MS 2000
+
+typedef struct {
+    zeng *e;
+    uint64_t slot;
+    char path[];
+} zheld;
+
+static void held_watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx);
+
+/* A node of L's (by slot) at PATH is gone: lost, reported by the check thread. */
+static void held_gone(zeng *e, uint64_t slot, const char *path)
+{
+    pthread_mutex_lock(&e->mu);
+    for (zlock *l = e->locks; l; l = l->next)
+        if (l->slot == slot && l->node && !strcmp(l->node, path) && !l->lost) {
+            baton_log(BATON_LOG_WARN, "zk: %s: our node %s was deleted by another client: the lock is lost",
+                      l->dir, path);
+            l->lost = 1;
+            l->report_until = baton_now_ns() + DELETED_REPORT_MS * 1000000LL;
+            pthread_cond_broadcast(&e->cv);
+            break;
+        }
+    pthread_mutex_unlock(&e->mu);
+}
+
+static void held_armed(int rc, const struct Stat *st, const void *data)
+{
+    zheld *h = (zheld *)data;
+    (void)st;
+    if (rc == ZNONODE) held_gone(h->e, h->slot, h->path);
+    free(h);
+}
+
+static void arm_held(zeng *e, zhandle_t *zh, uint64_t slot, const char *node)
+{
+    size_t n = strlen(node) + 1;
+    zheld *h = malloc(sizeof *h + n);
+    if (!h) return;
+    h->e = e;
+    h->slot = slot;
+    memcpy(h->path, node, n);
+    /* asynchronous: a grant costs no round trip more; a lost connection
+     * here is the session's business (reported as such) */
+    if (zoo_awexists(zh, node, held_watcher, ZK_SLOT_CTX(slot), held_armed, h) != ZOK) free(h);
+}
+
+static void held_watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx)
+{
+    zsess *s = (zsess *)zoo_get_context(zh);
+    uint64_t slot = (uint64_t)(uintptr_t)ctx;
+    (void)state;
+    if (!s || !path) return;
+    if (type == ZOO_DELETED_EVENT) {
+        held_gone(s->e, slot, path);
+    } else if (type == ZOO_CHANGED_EVENT) {
+        /* a proclaimed value: one-shot watches need arming again while ours */
+        int mine = 0;
+        pthread_mutex_lock(&s->e->mu);
+        for (zlock *l = s->e->locks; l; l = l->next)
+            if (l->slot == slot && l->node && !strcmp(l->node, path) && !l->lost) mine = 1;
+        pthread_mutex_unlock(&s->e->mu);
+        if (mine) arm_held(s->e, zh, slot, path);
+    }
+}
+
 /* ---- acquire ------------------------------------------------------------ */
 
 /* What a failed ZooKeeper call means while we wait: ZK_AGAIN when the
@@ -465,6 +538,14 @@ static int wait_turn(zeng *e, zsess *s, zlock *l, baton_acquire_req *req, struct
             }
             req->fence = l->fence;
             req->sent_ns = baton_now_ns();
+            {
+                char *node = NULL;
+                pthread_mutex_lock(&e->mu);
+                if (l->node) node = strdup(l->node);
+                pthread_mutex_unlock(&e->mu);
+                if (node) arm_held(e, s->zh, l->slot, node);
+                free(node);
+            }
             rc = 0;
             break;
         }

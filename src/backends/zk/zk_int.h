@@ -208,6 +208,9 @@ void zk_lock_free(void *eng, void *st);
 int zk_lock_acquire(void *eng, void *st, baton_acquire_req *req);
 int zk_lock_release(void *eng, void *st, const baton_owner *owner);
 int zk_lock_info(void *eng, const char *name, baton_lockinfo *out);
+/* admin.c: baton list, baton unlock --force */
+int zk_lock_list(void *eng, const char *prefix, int (*fn)(void *arg, const char *name), void *arg);
+int zk_lock_break(void *eng, const char *name, uint64_t *fence);
 int zk_election_leader(void *eng, const char *name, uint64_t known_fence, const char *known_value,
                        char *value, size_t n, uint64_t *fence, int64_t deadline_ns, baton_waiter *w);
 int zk_election_proclaim(void *eng, void *st, const baton_owner *owner, const char *value);
