@@ -43,7 +43,7 @@ row_holder() {
                   JOIN information_schema.INNODB_TRX r ON r.trx_id = w.requesting_trx_id
                   WHERE r.trx_query LIKE '%$TABLE WHERE name = ''$name''%' LIMIT 1")
         [ -n "$id" ] && break
-        sleep 0.05
+        sleep 0.15   # InnoDB refreshes INNODB_LOCK_WAITS only after 100 ms without a read
     done
     kill "$probe" 2>/dev/null; wait "$probe" 2>/dev/null
     echo "$id"
