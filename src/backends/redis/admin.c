@@ -71,7 +71,8 @@ static void names_free(namevec *nv) {
 
 /* Runs the list script over the N keys KEYS on C (EVALSHA, EVAL on
  * NOSCRIPT): the usual helper takes a fixed, small number of arguments. */
-static int list_script(reng *e, rconn *c, char **keys, size_t n, int64_t deadline, redisReply **out) {
+static int list_script(rconn *c, const char *sha, int simple, char **keys, size_t n, int64_t deadline,
+                       redisReply **out) {
     size_t argc = n + 4;
     const char **argv = malloc(argc * sizeof *argv);
     size_t *lens = malloc(argc * sizeof *lens);
@@ -86,10 +87,10 @@ static int list_script(reng *e, rconn *c, char **keys, size_t n, int64_t deadlin
     }
     snprintf(nk, sizeof nk, "%zu", n);
     argv[0] = "EVALSHA";
-    argv[1] = e->sha[S_LIST];
+    argv[1] = sha;
     argv[2] = nk;
     for (size_t i = 0; i < n; i++) argv[3 + i] = keys[i];
-    argv[3 + n] = e->layout == RB_LAYOUT_SIMPLE ? "simple" : "redisson";
+    argv[3 + n] = simple ? "simple" : "redisson";
     for (size_t i = 0; i < argc; i++) lens[i] = strlen(argv[i]);
     rc = rconn_command(c, (int)argc, argv, lens, &r, deadline);
     if (!rc && r->type == REDIS_REPLY_ERROR && r->str && !strncmp(r->str, "NOSCRIPT", 8)) {
@@ -116,25 +117,14 @@ static int list_script(reng *e, rconn *c, char **keys, size_t n, int64_t deadlin
     return 0;
 }
 
-/* The whole walk is one call, bounded by the io timeout: SCAN batches and
- * their scripts on one connection. The lock names are collected first and
- * given out sorted and once each (SCAN may return a key twice). */
-int baton__redis_lock_list(void *eng, const char *prefix, int (*fn)(void *arg, const char *name), void *arg) {
-    reng *e = eng;
-    int64_t deadline = rdeadline_ms(e->cfg.io_timeout_ms);
-    size_t plen = strlen(e->prefix);
-    char *pat = malloc(2 * (plen + strlen(prefix)) + 2), cursor[32] = "0";
-    namevec nv = { 0 }, cand = { 0 };
-    rconn *c = NULL;
+int baton__redis_scan_locks(rconn *c, const char *list_sha, const char *pattern, int simple, int64_t deadline,
+                            int (*fn)(void *arg, const char *key, const char *what), void *arg) {
+    char cursor[32] = "0";
+    namevec cand = { 0 };
     redisReply *r = NULL, *k = NULL;
-    int rc;
-    if (!pat) return baton_seterr(BATON_ENOMEM, 0, "redis: out of memory");
-    baton__redis_glob_escape(pat, e->prefix);
-    baton__redis_glob_escape(pat + strlen(pat), prefix);
-    strcat(pat, "*");
-    if ((rc = rpool_get(&e->pool, &c, deadline))) goto out;
+    int rc = 0;
     do {
-        const char *argv[6] = { "SCAN", cursor, "MATCH", pat, "COUNT", SCAN_COUNT };
+        const char *argv[6] = { "SCAN", cursor, "MATCH", pattern, "COUNT", SCAN_COUNT };
         size_t lens[6];
         for (int i = 0; i < 6; i++) lens[i] = strlen(argv[i]);
         if ((rc = rconn_command(c, 6, argv, lens, &r, deadline))) goto out;
@@ -160,26 +150,60 @@ int baton__redis_lock_list(void *eng, const char *prefix, int (*fn)(void *arg, c
         rreply_free(r);
         r = NULL;
         if (cand.n) {
-            if ((rc = list_script(e, c, cand.v, cand.n, deadline, &k))) goto out;
+            if ((rc = list_script(c, list_sha, simple, cand.v, cand.n, deadline, &k))) goto out;
             for (size_t i = 0; i < cand.n; i++)
-                if (k->element[i]->len > 0 && (rc = names_add(&nv, cand.v[i] + plen))) goto out;
+                if (k->element[i]->len > 0 && (rc = fn(arg, cand.v[i], k->element[i]->str))) goto out;
             rreply_free(k);
             k = NULL;
             names_free(&cand);
             memset(&cand, 0, sizeof cand);
         }
     } while (strcmp(cursor, "0") != 0);
-    baton__redis_names_emit(nv.v, nv.n, fn, arg);
 out:
-    if (rc && baton_now_ns() >= deadline)
-        rc = baton_seterr(rc, ETIMEDOUT, "redis: list: the walk over the keys matching '%s' did not finish within "
-                          "io_timeout_ms (%d ms); give a longer PREFIX or a larger io_timeout_ms (last: %s)", pat,
-                          e->cfg.io_timeout_ms, baton_error_last()->message ? baton_error_last()->message : "");
     if (r) rreply_free(r);
     if (k) rreply_free(k);
-    if (c) rpool_put(&e->pool, c);
     names_free(&cand);
-    names_free(&nv);
+    return rc;
+}
+
+typedef struct {
+    namevec nv;
+    size_t plen;
+} list_ctx;
+
+static int list_add(void *arg, const char *key, const char *what) {
+    list_ctx *x = arg;
+    (void)what;
+    return names_add(&x->nv, key + x->plen);
+}
+
+/* The whole walk is one call, bounded by the io timeout: SCAN batches and
+ * their scripts on one connection. The lock names are collected first and
+ * given out sorted and once each (SCAN may return a key twice). */
+int baton__redis_lock_list(void *eng, const char *prefix, int (*fn)(void *arg, const char *name), void *arg) {
+    reng *e = eng;
+    int64_t deadline = rdeadline_ms(e->cfg.io_timeout_ms);
+    list_ctx x = { { 0 }, strlen(e->prefix) };
+    char *pat = malloc(2 * (x.plen + strlen(prefix)) + 2);
+    rconn *c = NULL;
+    int rc;
+    if (!pat) return baton_seterr(BATON_ENOMEM, 0, "redis: out of memory");
+    baton__redis_glob_escape(pat, e->prefix);
+    baton__redis_glob_escape(pat + strlen(pat), prefix);
+    strcat(pat, "*");
+    if ((rc = rpool_get(&e->pool, &c, deadline))) goto out;
+    rc = baton__redis_scan_locks(c, e->sha[S_LIST], pat, e->layout == RB_LAYOUT_SIMPLE, deadline, list_add, &x);
+    if (!rc) baton__redis_names_emit(x.nv.v, x.nv.n, fn, arg);
+out:
+    if (rc && baton_now_ns() >= deadline) {
+        char last[256];
+        snprintf(last, sizeof last, "%s", baton_error_last()->message ? baton_error_last()->message : "");
+        rc = baton_seterr(rc, ETIMEDOUT, "redis: list: the walk over the keys matching '%s' did not finish within "
+                          "io_timeout_ms (%d ms); give a longer PREFIX or a larger io_timeout_ms (last: %s)", pat,
+                          e->cfg.io_timeout_ms, last);
+    }
+    if (c) rpool_put(&e->pool, c);
+    names_free(&x.nv);
     free(pat);
     return rc;
 }

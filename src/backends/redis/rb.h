@@ -170,15 +170,6 @@ int baton__redis_plain_renew(reng *e, rlock *l, const baton_owner *owner, uint32
 /* admin.c: the operator's list and break (backend.h, version 7) */
 int baton__redis_lock_list(void *eng, const char *prefix, int (*fn)(void *arg, const char *name), void *arg);
 int baton__redis_lock_break(void *eng, const char *name, uint64_t *fence);
-/* Copies S into OUT (room for 2 * strlen(S) + 1) with the glob characters of
- * SCAN MATCH / PSUBSCRIBE escaped. */
-void baton__redis_glob_escape(char *out, const char *s);
-/* 1 when KEY is one of the side keys a lock keeps beside it (fence counters,
- * holder descriptions, fair queues, writer intents): never a lock name. */
-int baton__redis_side_key(const char *key);
-/* Sorts NAMES (N of them), drops repeats and calls FN on each until it
- * returns nonzero. */
-void baton__redis_names_emit(char **names, size_t n, int (*fn)(void *arg, const char *name), void *arg);
 
 /* locks.c */
 int baton__redis_fair_acquire(reng *e, rlock *l, baton_acquire_req *req);
