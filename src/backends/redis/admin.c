@@ -39,7 +39,7 @@ int baton__redis_side_key(const char *key) {
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
 void baton__redis_names_emit(char **names, size_t n, int (*fn)(void *arg, const char *name), void *arg) {
-    qsort(names, n, sizeof *names, cmp_str);
+    if (n) qsort(names, n, sizeof *names, cmp_str); /* names is NULL when n is 0 */
     for (size_t i = 0; i < n; i++) {
         if (i && !strcmp(names[i], names[i - 1])) continue; /* SCAN may return a key twice */
         if (fn(arg, names[i])) break;

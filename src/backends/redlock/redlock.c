@@ -1056,7 +1056,7 @@ static int rl_lock_list(void *eng, const char *prefix, int (*fn)(void *arg, cons
                           "io_timeout_ms (a quorum is %zu): %s", answered, e->n, e->quorum, why);
         goto out;
     }
-    qsort(sv.v, sv.n, sizeof *sv.v, cmp_seen);
+    if (sv.n) qsort(sv.v, sv.n, sizeof *sv.v, cmp_seen); /* sv.v is NULL when nothing was seen */
     if (sv.n && !(names = malloc(sv.n * sizeof *names))) {
         rc = baton_seterr(BATON_ENOMEM, 0, "redlock: out of memory");
         goto out;
