@@ -178,6 +178,16 @@ suite() { # URI LABEL
     check "[$D] ...both readers exit 75 ($R1, $RC)" [ "$R1.$RC" = 75.75 ]
     F2=$(timeout -k 2 30 "$BATON" run -u "$U" -w 10 -x "$N" -- sh -c 'echo "$BATON_FENCE"')
     check "[$D] the next writer's fence is above the printed one ($F2 > $F1)" gt "$F2" "$F1"
+    # ... and its write side
+    hold "$U" "$N" w1 -t 2 -x; H1=$H
+    check "[$D] writer granted" wait_file "$TMP/w1.fence" 15
+    expect_rc 0 "[$D] unlock --force a write-locked name" "$BATON" unlock -u "$U" --force "$N"
+    F1=$(fence_of "$TMP/out")
+    check "[$D] ...fence above the writer's" gt "$F1" "$(cat "$TMP/w1.fence")"
+    wait_pid "$H1" 15
+    check "[$D] ...the writer exits 75 (exit $RC)" [ "$RC" = 75 ]
+    F2=$(timeout -k 2 30 "$BATON" run -u "$U" -w 10 -s "$N" -- sh -c 'echo "$BATON_FENCE"')
+    check "[$D] the next reader's fence is above the printed one ($F2 > $F1)" gt "$F2" "$F1"
 
     # ---- redis (redisson layout): a fair lock with a waiter queued ---------------------
     case "$U" in *layout=simple*) ;; *)
@@ -261,6 +271,22 @@ if [ "$MODE" = redlock ]; then
     check "[redlock] ...not one on a single node" not listed "${P}minority"
     expect_rc 1 "[redlock] unlock --force a minority's key: not held" "$BATON" unlock -u "${URIS[0]}" --force "${P}minority"
     check "[redlock] ...the stray key is gone all the same" [ "$(redis-cli -p "$p1" exists "${P}minority")" = 0 ]
+
+    # one node of three down: list and break work on the other two (a majority)
+    "$REDIS_SH" stop "${RL_DIRS[2]}" >/dev/null
+    N="${P}down"
+    hold "${URIS[0]}" "$N" d -t 2; H1=$H
+    check "[redlock] node 3 down: a holder is granted" wait_file "$TMP/d.fence" 15
+    expect_rc 0 "[redlock] node 3 down: list" "$BATON" list -u "${URIS[0]}" "$P"
+    check "[redlock] ...lists the holder" listed "$N"
+    expect_rc 0 "[redlock] node 3 down: unlock --force" "$BATON" unlock -u "${URIS[0]}" --force "$N"
+    F1=$(fence_of "$TMP/out")
+    check "[redlock] ...fence above the holder's" gt "$F1" "$(cat "$TMP/d.fence")"
+    wait_pid "$H1" 15
+    check "[redlock] ...the holder exits 75 (exit $RC)" [ "$RC" = 75 ]
+    # two of three down: no majority to break on
+    "$REDIS_SH" stop "${RL_DIRS[1]}" >/dev/null
+    expect_rc 69 "[redlock] two nodes down: unlock --force answers 69 (no majority to reach)" "$BATON" unlock -u "${URIS[0]}" --force "$N"
 fi
 
 echo "$PASS passed, $FAIL failed"
