@@ -160,6 +160,25 @@ suite() { # URI LABEL
     F3=$(next_fence "$U" "$N")
     check "[$D] the next grant's fence is above it ($F3 > $F2)" gt "$F3" "$F2"
 
+    if [ "$MODE" = sqlite ]; then
+        # the break wakes waiters as a release does (the -baton-wake sidecar):
+        # with a 60 s lease and re-checks 10 min apart, a 20 s wait is granted
+        # only by that wake-up
+        local W="$U?recheck_ms=600000"
+        N="${P}wake"
+        hold "$W" "$N" k -t 60; H1=$H
+        check "[$D] long-lease holder granted" wait_file "$TMP/k.fence" 15
+        hold "$W" "$N" kw -w 20; H2=$H
+        sleep 0.3
+        expect_rc 0 "[$D] unlock --force with a waiter" "$BATON" unlock -u "$U" --force "$N"
+        F1=$(fence_of "$TMP/out")
+        check "[$D] ...the waiter is granted (woken by the break)" wait_file "$TMP/kw.fence" 20
+        check "[$D] ...with a fence above the printed one" gt "$(cat "$TMP/kw.fence" 2>/dev/null)" "$F1"
+        # (the holder learns of it at its renewal, 20 s out: not waited for)
+        kill -TERM "$H1" 2>/dev/null; wait_pid "$H1" 15
+        touch "$TMP/kw.go"; wait_pid "$H2" 15
+    fi
+
     case "$U" in redis:*) ;; *) return ;; esac
 
     # ---- redis: the read side of a read-write lock, two readers ----------------------
