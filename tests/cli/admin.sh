@@ -162,17 +162,18 @@ suite() { # URI LABEL
 
     if [ "$MODE" = sqlite ]; then
         # the break wakes waiters as a release does (the -baton-wake sidecar):
-        # with a 60 s lease and re-checks 10 min apart, a 20 s wait is granted
-        # only by that wake-up
+        # with a 60 s lease and re-checks 10 min apart, a waiter is granted
+        # within 10 s only by that wake-up (else at the end of its 30 s wait,
+        # when it claims once more)
         local W="$U?recheck_ms=600000"
         N="${P}wake"
         hold "$W" "$N" k -t 60; H1=$H
         check "[$D] long-lease holder granted" wait_file "$TMP/k.fence" 15
-        hold "$W" "$N" kw -w 20; H2=$H
+        hold "$W" "$N" kw -w 30; H2=$H
         sleep 0.3
         expect_rc 0 "[$D] unlock --force with a waiter" "$BATON" unlock -u "$U" --force "$N"
         F1=$(fence_of "$TMP/out")
-        check "[$D] ...the waiter is granted (woken by the break)" wait_file "$TMP/kw.fence" 20
+        check "[$D] ...the waiter is granted (woken by the break)" wait_file "$TMP/kw.fence" 10
         check "[$D] ...with a fence above the printed one" gt "$(cat "$TMP/kw.fence" 2>/dev/null)" "$F1"
         # (the holder learns of it at its renewal, 20 s out: not waited for)
         kill -TERM "$H1" 2>/dev/null; wait_pid "$H1" 15
