@@ -25,6 +25,7 @@ enum {
     S_SEM_ACQ, S_SEM_REL, S_SEM_CTL,
     S_PERMITS_ACQ, S_PERMITS_REL, S_PERMITS_RENEW, S_PERMITS_CTL,
     S_LATCH_CTL,
+    S_LIST, S_BREAK,
     S_COUNT
 };
 
@@ -165,6 +166,10 @@ int baton__redis_lock_info(void *eng, const char *name, baton_lockinfo *out);
 int baton__redis_plain_acquire(reng *e, rlock *l, baton_acquire_req *req);
 int baton__redis_plain_release(reng *e, rlock *l, const baton_owner *owner);
 int baton__redis_plain_renew(reng *e, rlock *l, const baton_owner *owner, uint32_t lease_ms, int64_t deadline_ns);
+
+/* admin.c: the operator's list and break (backend.h, version 7) */
+int baton__redis_lock_list(void *eng, const char *prefix, int (*fn)(void *arg, const char *name), void *arg);
+int baton__redis_lock_break(void *eng, const char *name, uint64_t *fence);
 
 /* locks.c */
 int baton__redis_fair_acquire(reng *e, rlock *l, baton_acquire_req *req);

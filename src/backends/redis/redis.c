@@ -54,6 +54,8 @@ static const char *const script_body[S_COUNT] = {
     [S_PERMITS_RENEW] = BATON_LUA_PERMITS_RENEW,
     [S_PERMITS_CTL] = BATON_LUA_PERMITS_CTL,
     [S_LATCH_CTL] = BATON_LUA_LATCH_CTL,
+    [S_LIST] = BATON_LUA_LIST,
+    [S_BREAK] = BATON_LUA_BREAK,
 };
 
 /* Waiting in the simple layout: foreign clients (redis-py, redlock, redsync)

@@ -48,6 +48,24 @@ char *baton__redis_prefixed(const char *prefix, const char *key);
 void baton__redis_cmdstats(const char *s, size_t len, void (*fn)(void *arg, const char *op, uint64_t count),
                            void *arg);
 
+/* The operator's list (admin.c; RedLock walks its nodes with it too). */
+/* Copies S into OUT (room for 2 * strlen(S) + 1) with the glob characters of
+ * SCAN MATCH / PSUBSCRIBE escaped. */
+void baton__redis_glob_escape(char *out, const char *s);
+/* 1 when KEY is one of the side keys a lock keeps beside it (fence counters,
+ * holder descriptions, fair queues, writer intents): never a lock name. */
+int baton__redis_side_key(const char *key);
+/* Sorts NAMES (N of them), drops repeats and calls FN on each until it
+ * returns nonzero. */
+void baton__redis_names_emit(char **names, size_t n, int (*fn)(void *arg, const char *name), void *arg);
+/* Walks the keys matching PATTERN on C with SCAN, by DEADLINE, and calls
+ * FN(ARG, key, what) for each lock of the layout (SIMPLE: the SET NX layout
+ * too) that the list script (BATON_LUA_LIST, whose SHA1 is LIST_SHA) finds:
+ * WHAT is "#" for a lock hash, "=" and the value for a string. FN returns 0
+ * or an error code, which ends the walk. A key may come twice. */
+int baton__redis_scan_locks(rconn *c, const char *list_sha, const char *pattern, int simple, int64_t deadline,
+                            int (*fn)(void *arg, const char *key, const char *what), void *arg);
+
 /* Deadline helpers (monotonic ns). */
 int64_t rdeadline_ms(int ms);
 int64_t rmin64(int64_t a, int64_t b);

@@ -592,4 +592,106 @@
     "if ARGV[1] == 'get' then return math.max(0, tonumber(redis.call('get', KEYS[1]) or '0') or 0) end\n" \
     "return redis.error_reply('ERR baton: unknown operation')\n"
 
+/* ---- operators: list and break (docs/redis-layout.md) ------------------------
+ * lock_of(k, simple): what K is, as a lock of the layout: '#' for a lock hash
+ * (Redisson's RLock, fair lock or read-write lock: every field but 'mode' and
+ * 'baton:holder' is "<id>:<thread>" or "<id>:<thread>:write" with a number),
+ * '=' .. value for a SET NX string whose value is not a number (simple
+ * layout only: a number is a semaphore's or latch's count, or a counter), nil
+ * for anything else (no key, user data, a side key). A hash of more than
+ * 10000 fields is not read: no lock has that many holders. */
+#define BATON_LUA_LOCK_OF                                                      \
+    "local function lock_of(k, simple)\n"                                      \
+    "  local t = redis.call('type', k).ok\n"                                   \
+    "  if t == 'hash' then\n"                                                  \
+    "    if redis.call('hlen', k) > 10000 then return nil end\n"               \
+    "    local fs = redis.call('hgetall', k)\n"                                \
+    "    local ok = false\n"                                                   \
+    "    for i = 1, #fs, 2 do\n"                                               \
+    "      local f = fs[i]\n"                                                  \
+    "      if f ~= 'mode' and f ~= 'baton:holder' then\n"                      \
+    "        if not tonumber(fs[i + 1]) or not (string.match(f, ':%d+$') or string.match(f, ':%d+:write$')) then\n" \
+    "          return nil\n"                                                   \
+    "        end\n"                                                            \
+    "        ok = true\n"                                                      \
+    "      end\n"                                                              \
+    "    end\n"                                                                \
+    "    if ok then return '#' end\n"                                          \
+    "    return nil\n"                                                         \
+    "  end\n"                                                                  \
+    "  if t == 'string' and simple then\n"                                     \
+    "    local v = redis.call('get', k)\n"                                     \
+    "    if string.match(v, '^%-?%d+$') then return nil end\n"                 \
+    "    return '=' .. v\n"                                                    \
+    "  end\n"                                                                  \
+    "  return nil\n"                                                           \
+    "end\n"
+
+/* KEYS the candidates of one SCAN batch; ARGV[1] 'simple' | 'redisson'.
+ * -> one string per key: '' not a lock, else lock_of's answer. Read-only. */
+#define BATON_LUA_LIST                                                         \
+    BATON_LUA_LOCK_OF                                                          \
+    "local simple = ARGV[1] == 'simple'\n"                                     \
+    "local out = {}\n"                                                         \
+    "for i = 1, #KEYS do out[i] = lock_of(KEYS[i], simple) or '' end\n"        \
+    "return out\n"
+
+/* An operator breaks the lock. KEYS K, redisson_lock_token:{K},
+ * baton_fence:{K}, baton_holder:{K}, the fair queue, its timeout zset;
+ * ARGV 'simple' | 'redisson', "{K}" (reader timeout keys "{K}:<field>:
+ * rwlock_timeout:<n>"), the channels of the plain lock (redisson's, the
+ * simple layout's), of the read-write lock, and the fair lock's per-entry
+ * channel prefix.
+ * The holder goes (the key, its description, a read-write lock's reader
+ * timeout keys), and so does every fair queue entry: an entry carries a
+ * ticket drawn before this break, i.e. a fence below the new one, so it
+ * must not be handed the lock; each entry's waiter is woken ("0", as a
+ * Redisson unlock) and queues again with a new ticket. Waiting writers'
+ * intents stay (they carry no fence). The fence is drawn from the counter
+ * every grant of the layout draws from (both in the simple layout, where
+ * read-write locks use Redisson's token), and both are then set to the
+ * larger, so the next grant's fence exceeds it. Everyone waiting is woken.
+ * -> {1, fence} held, {0, fence} nobody held it, {-1, type} K is something
+ * else than a lock (left alone, no fence drawn). */
+#define BATON_LUA_BREAK                                                        \
+    BATON_LUA_EFFECTS BATON_LUA_FENCE BATON_LUA_LOCK_OF                        \
+    "local simple = ARGV[1] == 'simple'\n"                                     \
+    "local t = redis.call('type', KEYS[1]).ok\n"                               \
+    "local held = 0\n"                                                         \
+    "if t ~= 'none' then\n"                                                    \
+    "  if not lock_of(KEYS[1], simple) then return {-1, t} end\n"              \
+    "  if t == 'hash' and redis.call('hexists', KEYS[1], 'mode') == 1 then\n"  \
+    "    local fs = redis.call('hgetall', KEYS[1])\n"                          \
+    "    for i = 1, #fs, 2 do\n"                                               \
+    "      local f = fs[i]\n"                                                  \
+    "      if f ~= 'mode' and f ~= 'baton:holder' and not string.match(f, ':write$') then\n" \
+    "        for n = math.min(tonumber(fs[i + 1]) or 0, 10000), 1, -1 do\n"    \
+    "          redis.call('del', ARGV[2] .. ':' .. f .. ':rwlock_timeout:' .. n)\n" \
+    "        end\n"                                                            \
+    "      end\n"                                                              \
+    "    end\n"                                                                \
+    "  end\n"                                                                  \
+    "  redis.call('del', KEYS[1])\n"                                           \
+    "  held = 1\n"                                                             \
+    "end\n"                                                                    \
+    "redis.call('del', KEYS[4])\n"                                             \
+    "if redis.call('type', KEYS[5]).ok == 'list' then\n"                       \
+    "  for _, e in ipairs(redis.call('lrange', KEYS[5], 0, -1)) do\n"          \
+    "    redis.call('publish', ARGV[6] .. ':' .. e, 0)\n"                      \
+    "  end\n"                                                                  \
+    "  redis.call('del', KEYS[5])\n"                                           \
+    "end\n"                                                                    \
+    "if redis.call('type', KEYS[6]).ok == 'zset' then redis.call('del', KEYS[6]) end\n" \
+    "local f = fence_next(KEYS[2])\n"                                          \
+    "if simple then\n"                                                         \
+    "  local g = fence_next(KEYS[3])\n"                                        \
+    "  if g > f then f = g end\n"                                              \
+    "  redis.call('set', KEYS[2], fence_str(f))\n"                             \
+    "  redis.call('set', KEYS[3], fence_str(f))\n"                             \
+    "end\n"                                                                    \
+    "redis.call('publish', ARGV[3], 0)\n"                                      \
+    "redis.call('publish', ARGV[4], 0)\n"                                      \
+    "redis.call('publish', ARGV[5], 0)\n"                                      \
+    "return {held, f}\n"
+
 #endif

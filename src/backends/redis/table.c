@@ -70,4 +70,6 @@ const baton_backend baton__backend_redis = {
     .identity = baton__redis_identity,
     .engine_ops = baton__redis_engine_ops,
     .secret_env = "BATON_REDIS_PASSWORD",
+    .lock_list = baton__redis_lock_list,
+    .lock_break = baton__redis_lock_break,
 };

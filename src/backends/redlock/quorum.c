@@ -449,6 +449,21 @@ void rl_slots_reset(rl_eng *e, rl_slot *s) {
     }
 }
 
+/* ---- one node alone ------------------------------------------------------------- */
+
+int rl_node_conn(rl_eng *e, size_t i, rconn **out, int64_t deadline) {
+    rl_node *nd = &e->nodes[i];
+    int64_t cd = baton_now_ns() + (int64_t)nd->cfg.connect_timeout_ms * 1000000;
+    int rc;
+    (void)e;
+    if ((*out = pool_pop(nd))) return 0;
+    rc = rconn_open(&nd->cfg, out, deadline < cd ? deadline : cd);
+    node_connected(nd, rc == 0);
+    return rc;
+}
+
+void rl_node_conn_put(rl_eng *e, size_t i, rconn *c) { pool_put(&e->nodes[i], c); }
+
 /* ---- nodes ------------------------------------------------------------------------- */
 
 int rl_nodes_init(rl_eng *e) {

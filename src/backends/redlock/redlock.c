@@ -114,8 +114,36 @@
     "if t == 'string' then v = redis.call('get', KEYS[1]) end\n"               \
     "return {1, redis.call('pttl', KEYS[1]), v, f}\n"
 
-enum { S_ACQ, S_FENCE, S_RENEW, S_REL, S_REL_QUIET, S_INFO, S_COUNT };
-static const char *const script_body[S_COUNT] = { LUA_ACQ, LUA_FENCE, LUA_RENEW, LUA_REL, LUA_REL_QUIET, LUA_INFO };
+/* An operator breaks the lock on one node. KEYS lock, fence counter,
+ * unlock channel. The key goes when it is a lock (a SET NX string whose
+ * value is not a number; anything else is left alone), a fence is drawn as
+ * a grant draws it, and waiters are woken. -> {held here, fence, value}. */
+#define LUA_BREAK                                                              \
+    BATON_LUA_EFFECTS BATON_LUA_FENCE BATON_LUA_LOCK_OF                        \
+    "local w = lock_of(KEYS[1], true)\n"                                       \
+    "local v, held = '', 0\n"                                                  \
+    "if w and string.sub(w, 1, 1) == '=' then\n"                               \
+    "  v = string.sub(w, 2)\n"                                                 \
+    "  held = 1\n"                                                             \
+    "  redis.call('del', KEYS[1])\n"                                           \
+    "end\n"                                                                    \
+    "local f = fence_next(KEYS[2])\n"                                          \
+    "redis.call('publish', KEYS[3], 0)\n"                                      \
+    "return {held, f, v}\n"
+
+/* KEYS fence counter; ARGV F -> 1: the counter is now >= F (set when it
+ * was below). Decimal strings compared exactly. */
+#define LUA_FENCE_MAX                                                          \
+    "local cur = redis.call('get', KEYS[1]) or '0'\n"                          \
+    "local f = ARGV[1]\n"                                                      \
+    "if #cur < #f or (#cur == #f and cur < f) then\n"                          \
+    "  redis.call('set', KEYS[1], f)\n"                                        \
+    "end\n"                                                                    \
+    "return 1\n"
+
+enum { S_ACQ, S_FENCE, S_RENEW, S_REL, S_REL_QUIET, S_INFO, S_BREAK, S_FENCE_MAX, S_LIST, S_COUNT };
+static const char *const script_body[S_COUNT] = { LUA_ACQ, LUA_FENCE, LUA_RENEW, LUA_REL, LUA_REL_QUIET, LUA_INFO,
+                                                  LUA_BREAK, LUA_FENCE_MAX, BATON_LUA_LIST };
 static char script_sha[S_COUNT][41];
 static pthread_once_t sha_once = PTHREAD_ONCE_INIT;
 
@@ -936,6 +964,200 @@ static int rl_engine_ops(void *eng, void (*fn)(void *arg, const char *op, uint64
     return rc;
 }
 
+/* ---- operators: list and break ------------------------------------------------------ */
+
+typedef struct {
+    char *name;              /* without the prefix */
+    char *value;
+    size_t node;
+} rl_seen;
+
+typedef struct {
+    rl_seen *v;
+    size_t n, cap, node, plen;
+} seen_vec;
+
+static int seen_add(void *arg, const char *key, const char *what) {
+    seen_vec *sv = arg;
+    if (what[0] != '=') return 0; /* RedLock keys are SET NX strings only */
+    if (sv->n == sv->cap) {
+        size_t cap = sv->cap ? sv->cap * 2 : 64;
+        rl_seen *v = realloc(sv->v, cap * sizeof *v);
+        if (!v) return baton_seterr(BATON_ENOMEM, 0, "redlock: out of memory");
+        sv->v = v;
+        sv->cap = cap;
+    }
+    rl_seen *x = &sv->v[sv->n];
+    x->name = strdup(key + sv->plen);
+    x->value = strdup(what + 1);
+    x->node = sv->node;
+    if (!x->name || !x->value) {
+        free(x->name);
+        free(x->value);
+        return baton_seterr(BATON_ENOMEM, 0, "redlock: out of memory");
+    }
+    sv->n++;
+    return 0;
+}
+
+static int cmp_seen(const void *a, const void *b) {
+    const rl_seen *x = a, *y = b;
+    int c = strcmp(x->name, y->name);
+    if (!c) c = strcmp(x->value, y->value);
+    if (!c) c = x->node < y->node ? -1 : x->node > y->node;
+    return c;
+}
+
+/* Each node is walked on its own connection, one after the other, each
+ * with its share of what is left of the io timeout (so a frozen node does
+ * not starve the others). A name is listed when one value, i.e. one
+ * holder, is on a majority of the nodes: what acquire calls a grant. */
+static int rl_lock_list(void *eng, const char *prefix, int (*fn)(void *arg, const char *name), void *arg) {
+    rl_eng *e = eng;
+    int64_t deadline = io_end(e);
+    seen_vec sv = { NULL, 0, 0, 0, strlen(e->prefix) };
+    char **names = NULL, *pat = malloc(2 * (sv.plen + strlen(prefix)) + 2), why[300] = "";
+    size_t answered = 0, nn = 0;
+    int rc = 0;
+    if (!pat) return baton_seterr(BATON_ENOMEM, 0, "redlock: out of memory");
+    baton__redis_glob_escape(pat, e->prefix);
+    baton__redis_glob_escape(pat + strlen(pat), prefix);
+    strcat(pat, "*");
+    for (size_t i = 0; i < e->n; i++) {
+        int64_t now = baton_now_ns(), share = (deadline - now) / (int64_t)(e->n - i);
+        size_t mark = sv.n;
+        rconn *c = NULL;
+        int nrc;
+        if (share <= 0) break;
+        sv.node = i;
+        nrc = rl_node_conn(e, i, &c, now + share);
+        if (!nrc) nrc = baton__redis_scan_locks(c, script_sha[S_LIST], pat, 1, now + share, seen_add, &sv);
+        if (c) rl_node_conn_put(e, i, c);
+        if (nrc == BATON_ENOMEM) {
+            rc = nrc;
+            goto out;
+        }
+        if (nrc) {
+            /* this node's names do not count: it did not finish */
+            if (!why[0])
+                snprintf(why, sizeof why, "%s: %s", e->nodes[i].label,
+                         baton_error_last()->message ? baton_error_last()->message : baton_strerror(nrc));
+            for (size_t k = mark; k < sv.n; k++) {
+                free(sv.v[k].name);
+                free(sv.v[k].value);
+            }
+            sv.n = mark;
+            continue;
+        }
+        answered++;
+    }
+    if (answered < e->quorum) {
+        rc = baton_seterr(BATON_EUNAVAILABLE, 0, "redlock: list: only %zu of %zu nodes were walked within "
+                          "io_timeout_ms (a quorum is %zu): %s", answered, e->n, e->quorum, why);
+        goto out;
+    }
+    if (sv.n) qsort(sv.v, sv.n, sizeof *sv.v, cmp_seen); /* sv.v is NULL when nothing was seen */
+    if (sv.n && !(names = malloc(sv.n * sizeof *names))) {
+        rc = baton_seterr(BATON_ENOMEM, 0, "redlock: out of memory");
+        goto out;
+    }
+    for (size_t i = 0; i < sv.n;) {
+        size_t j = i, nodes = 0;
+        for (; j < sv.n && !strcmp(sv.v[j].name, sv.v[i].name) && !strcmp(sv.v[j].value, sv.v[i].value); j++)
+            if (j == i || sv.v[j].node != sv.v[j - 1].node) nodes++; /* SCAN may return a key twice */
+        if (nodes >= e->quorum) names[nn++] = sv.v[i].name;
+        i = j;
+    }
+    baton__redis_names_emit(names, nn, fn, arg);
+out:
+    for (size_t k = 0; k < sv.n; k++) {
+        free(sv.v[k].name);
+        free(sv.v[k].value);
+    }
+    free(sv.v);
+    free(names);
+    free(pat);
+    return rc;
+}
+
+/* Two rounds, as an acquire's: every node removes the key (a lock of any
+ * owner) and draws a fence; F = the largest of them is written back to
+ * every node (counter = max(counter, F)). Both rounds need a majority, so
+ * the next grant's majority shares a node with this one and draws above F.
+ * The old holder's renewal then finds its key gone on a majority (its
+ * repairs count as lost) and answers BATON_ELOST. */
+static int rl_lock_break(void *eng, const char *name, uint64_t *fence) {
+    rl_eng *e = eng;
+    rl_lock l;
+    rl_slot s[RL_MAX_NODES];
+    char fstr[24], why[400];
+    uint64_t F = 0;
+    size_t answered = 0, held = 0;
+    int rc = lock_init(e, name, &l);
+    if (rc) return rc;
+    *fence = 0;
+    const char *keys[3] = { l.key, l.fence, l.channel };
+    rl_call call = script(S_BREAK, 3, keys, 0, NULL);
+    rl_round_opts ro = { .timeout_ns = node_timeout_ns(e), .enough = e->quorum, .grace_ns = slow_ns(e),
+                         .hard_deadline = io_end(e), .all_nodes = 1 };
+    slots_on(e, s);
+    rl_round(e, s, &call, &ro, NULL);
+    for (size_t i = 0; i < e->n; i++) {
+        if (s[i].state != RS_DONE) continue;
+        const redisReply *r = s[i].reply;
+        if (r->type != REDIS_REPLY_ARRAY || r->elements != 3 || r->element[0]->type != REDIS_REPLY_INTEGER ||
+            r->element[1]->type != REDIS_REPLY_INTEGER || r->element[1]->integer <= 0 ||
+            r->element[2]->type != REDIS_REPLY_STRING) {
+            slot_bad(e, s, i, "the break script");
+            continue;
+        }
+        answered++;
+        if ((uint64_t)r->element[1]->integer > F) F = (uint64_t)r->element[1]->integer;
+    }
+    /* held when one value (one holder) was removed from a majority */
+    for (size_t i = 0; i < e->n && held < e->quorum; i++) {
+        if (s[i].state != RS_DONE || s[i].reply->element[0]->integer != 1) continue;
+        held = 0;
+        for (size_t j = 0; j < e->n; j++)
+            if (s[j].state == RS_DONE && s[j].reply->element[0]->integer == 1 &&
+                !strcmp(s[j].reply->element[2]->str, s[i].reply->element[2]->str))
+                held++;
+    }
+    snprintf(why, sizeof why, "%s", first_failure(e, s, NULL));
+    rl_slots_reset(e, s);
+    if (answered < e->quorum) {
+        rc = baton_seterr(BATON_EUNAVAILABLE, 0, "redlock: break of '%s' reached only %zu of %zu nodes (a quorum "
+                          "is %zu); the holder may keep it: %s", l.key, answered, e->n, e->quorum, why);
+        goto out;
+    }
+    snprintf(fstr, sizeof fstr, "%" PRIu64, F);
+    const char *fkeys[1] = { l.fence };
+    const char *fargs[1] = { fstr };
+    call = script(S_FENCE_MAX, 1, fkeys, 1, fargs);
+    ro.hard_deadline = io_end(e);
+    slots_on(e, s);
+    rl_round(e, s, &call, &ro, NULL);
+    answered = 0;
+    for (size_t i = 0; i < e->n; i++) {
+        long long v;
+        if (s[i].state == RS_DONE && (!int_reply(s[i].reply, &v) || v != 1)) slot_bad(e, s, i, "the fence script");
+        answered += s[i].state == RS_DONE;
+    }
+    snprintf(why, sizeof why, "%s", first_failure(e, s, NULL));
+    rl_slots_reset(e, s);
+    if (answered < e->quorum) {
+        rc = baton_seterr(BATON_EUNAVAILABLE, 0, "redlock: break of '%s': the new fence reached only %zu of %zu "
+                          "nodes (a quorum is %zu): %s", l.key, answered, e->n, e->quorum, why);
+        goto out;
+    }
+    *fence = F;
+    if (held < e->quorum)
+        rc = baton_seterr(BATON_ENOTHELD, 0, "redlock: '%s' was not held on a majority; its fence was bumped", l.key);
+out:
+    lock_clear(&l);
+    return rc;
+}
+
 static const char *const redlock_schemes[] = { "redlock", NULL };
 
 const baton_backend baton__backend_redlock = {
@@ -953,4 +1175,6 @@ const baton_backend baton__backend_redlock = {
     .lock_info = rl_lock_info,
     .engine_ops = rl_engine_ops,
     .secret_env = "BATON_REDIS_PASSWORD",
+    .lock_list = rl_lock_list,
+    .lock_break = rl_lock_break,
 };

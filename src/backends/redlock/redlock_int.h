@@ -104,6 +104,13 @@ void rl_round(rl_eng *e, rl_slot *s, const rl_call *call, const rl_round_opts *o
 /* Frees the replies and returns the connections; slots become RS_OFF. */
 void rl_slots_reset(rl_eng *e, rl_slot *s);
 
+/* A connection to node I alone (from its pool, or a new one connected by
+ * the earlier of DEADLINE and the connect timeout), for a walk that is not
+ * a round (the operator's list); rl_node_conn_put gives it back (a broken
+ * one is closed). */
+int rl_node_conn(rl_eng *e, size_t i, rconn **out, int64_t deadline);
+void rl_node_conn_put(rl_eng *e, size_t i, rconn *c);
+
 int rl_nodes_init(rl_eng *e);
 void rl_nodes_destroy(rl_eng *e);
 

@@ -301,3 +301,92 @@ int sq_lease_renew(sqeng *e, sqlock *l, const baton_owner *owner, uint32_t lease
                             l->name);
     return 0;
 }
+
+/* ---- operators: list and break ------------------------------------------- */
+
+/* The names of the rows whose lease runs now, on this boot (the rule the
+ * claim applies: an owner, a lease_until in the future, this boot's id). A
+ * read: in WAL mode it never waits for a writer. The prefix is compared in
+ * C, byte for byte (SQL's LIKE and GLOB would need escaping and fold case). */
+int sq_lease_list(sqeng *e, const char *prefix, int (*fn)(void *arg, const char *name), void *arg)
+{
+    sqconn *c = NULL;
+    sqlite3_stmt *st = NULL;
+    size_t pn = strlen(prefix);
+    int rc;
+
+    if ((rc = sq_conn_get(e, &c))) return rc;
+    sq_conn_arm(c, sq_busy_deadline(e, 0), NULL);
+    if ((rc = sq_prepare(e, c, "SELECT name FROM @T WHERE owner IS NOT NULL AND lease_until > ?1 AND boot = ?2",
+                         &st)))
+        goto out;
+    sqlite3_bind_int64(st, 1, sq_boot_ms());
+    sqlite3_bind_text(st, 2, e->boot, -1, SQLITE_STATIC);
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        const char *name = (const char *)sqlite3_column_text(st, 0);
+        if (name && !strncmp(name, prefix, pn) && fn(arg, name)) break;
+    }
+    rc = rc == SQLITE_ROW || rc == SQLITE_DONE ? 0 : sq_err(e, c, rc, "list");
+out:
+    sqlite3_finalize(st);
+    sq_conn_put(e, c, 0);
+    return rc;
+}
+
+/* One write transaction: the row loses its owner and gets the next fence
+ * (next_fence, as a claim would draw it), so the old holder's renewal and
+ * release (owner- and fence-checked) change nothing and answer ELOST, and
+ * the next claim counts on above the new fence. A missing row is inserted
+ * with it. Waiters are woken as a release wakes them. */
+int sq_lease_break(sqeng *e, const char *name, uint64_t *fence)
+{
+    sqconn *c = NULL;
+    sqlite3_stmt *sel = NULL, *put = NULL;
+    int rc, broken = 0, held = 0;
+
+    if ((rc = sq_conn_get(e, &c))) return rc;
+    sq_conn_arm(c, sq_busy_deadline(e, 0), NULL);
+    if ((rc = sq_begin(e, c, NULL, "break"))) goto out;
+    if ((rc = sq_prepare(e, c, "SELECT fence, owner, lease_until, boot FROM @T WHERE name = ?1", &sel))) goto out;
+    sqlite3_bind_text(sel, 1, name, -1, SQLITE_STATIC);
+    rc = sqlite3_step(sel);
+    if (rc == SQLITE_ROW) {
+        const char *boot = (const char *)sqlite3_column_text(sel, 3);
+        held = sqlite3_column_type(sel, 1) != SQLITE_NULL && sqlite3_column_type(sel, 2) != SQLITE_NULL && boot &&
+               !strcmp(boot, e->boot) && sqlite3_column_int64(sel, 2) > sq_boot_ms();
+        *fence = next_fence((uint64_t)sqlite3_column_int64(sel, 0));
+        rc = sq_prepare(e, c, "UPDATE @T SET fence = ?2, owner = NULL, holder = NULL, lease_until = NULL "
+                        "WHERE name = ?1", &put);
+    } else if (rc == SQLITE_DONE) {
+        *fence = next_fence(0);
+        rc = sq_prepare(e, c, "INSERT INTO @T (name, fence) VALUES (?1, ?2)", &put);
+    } else {
+        rc = sq_err(e, c, rc, "break");
+    }
+    if (rc) goto out;
+    sqlite3_bind_text(put, 1, name, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(put, 2, (sqlite3_int64)*fence);
+    if ((rc = sqlite3_step(put)) != SQLITE_DONE) {
+        rc = sq_err(e, c, rc, "break");
+        goto out;
+    }
+    sqlite3_finalize(sel);
+    sqlite3_finalize(put);
+    sel = put = NULL;
+    if ((rc = sqlite3_exec(c->db, "COMMIT", NULL, NULL, NULL)) != SQLITE_OK) {
+        rc = sq_err(e, c, rc, "commit the break");
+        broken = 1;
+        goto out;
+    }
+    rc = 0;
+out:
+    sqlite3_finalize(sel);
+    sqlite3_finalize(put);
+    sq_conn_put(e, c, broken);
+    if (rc) return rc;
+    if (!held) return baton_seterr(BATON_ENOTHELD, 0, "sqlite: lock '%s' was not held; its fence was bumped", name);
+    /* after the commit: a woken waiter must find the row free */
+    sq_wake_local(e);
+    sq_wake_others(e);
+    return 0;
+}

@@ -115,6 +115,9 @@ int sq_wait(sqeng *e, baton_waiter *w, int64_t deadline, const char *what,
 int sq_lease_acquire(sqeng *e, sqlock *l, baton_acquire_req *req);
 int sq_lease_release(sqeng *e, sqlock *l, const baton_owner *owner);
 int sq_lease_renew(sqeng *e, sqlock *l, const baton_owner *owner, uint32_t lease_ms, int64_t deadline_ns);
+/* The operator's list and break (backend.h, lock_list and lock_break). */
+int sq_lease_list(sqeng *e, const char *prefix, int (*fn)(void *arg, const char *name), void *arg);
+int sq_lease_break(sqeng *e, const char *name, uint64_t *fence);
 
 /* ---- permits.c ----------------------------------------------------------- */
 

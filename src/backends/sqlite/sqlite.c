@@ -650,6 +650,16 @@ static int sq_describe(void *eng, char *buf, size_t n)
     return 0;
 }
 
+static int sq_list(void *eng, const char *prefix, int (*fn)(void *arg, const char *name), void *arg)
+{
+    return sq_lease_list(eng, prefix, fn, arg);
+}
+
+static int sq_break(void *eng, const char *name, uint64_t *fence)
+{
+    return sq_lease_break(eng, name, fence);
+}
+
 static const char *const sq_schemes[] = { "sqlite", NULL };
 
 const baton_backend baton__backend_sqlite = {
@@ -682,4 +692,6 @@ const baton_backend baton__backend_sqlite = {
     .latch_await = sq_latch_await,
     .identity = sq_identity,
     .describe = sq_describe,
+    .lock_list = sq_list,
+    .lock_break = sq_break,
 };
