@@ -52,6 +52,7 @@ typedef struct {
     pid_t cmd, cmd_pg, shim;
     int pidfd;                  /* the command's pidfd; -1 none (or it ended) */
     int cmd_said;               /* it said RELEASE or LOST before it ended */
+    int cmd_gone;               /* it had ended (and been reaped) before we looked: ends once its messages are read */
     int pause_kind;             /* --run: what this pause stopped (P_*) */
     pid_t esc;                  /* --run-stubborn: this cycle's escapee; 0 none */
 } slot;
@@ -422,6 +423,7 @@ static void cmd_ended(checker *k, int i, int64_t now)
     check_grant *g = cur(k, s);
     if (s->pidfd >= 0) close(s->pidfd);
     s->pidfd = -1;
+    s->cmd_gone = 0;
     s->cmd = s->cmd_pg = s->shim = 0;
     if (!g || g->cid != s->cid) return;
     if (s->killed) {
@@ -459,8 +461,9 @@ static void watch_cmd(checker *k, int i, const check_msg *m)
         return;
     }
     if (errno == ESRCH) {
-        /* gone already (and reaped by its shim) */
-        cmd_ended(k, i, now_ns());
+        /* gone already (and reaped by its shim): once what it sent after
+         * this GRANT (its RELEASE, its LOST) is read */
+        s->cmd_gone = 1;
         return;
     }
     /* an old kernel (before 5.3): grants end at baton run's exit */
@@ -697,7 +700,7 @@ static int on_gone(checker *k, int i)
     s->fd = -1;
     /* everything that held the socket has exited: the command too, if its
      * pidfd was not looked at yet (or there was none) */
-    if (k->o->run && (s->pidfd >= 0 || k->h->no_pidfd)) cmd_ended(k, i, now);
+    if (k->o->run && (s->pidfd >= 0 || s->cmd_gone || k->h->no_pidfd)) cmd_ended(k, i, now);
     if (g && g->cid == s->cid) {
         if (s->killed) end_grant(g, s->t_killed, END_KILLED);
         else end_grant(g, now, END_RELEASE);
@@ -875,6 +878,7 @@ static int drain(checker *k, int i)
          * command outlives its baton by the moment its shim takes to kill
          * it); its EOF comes */
     }
+    if (k->s[i].cmd_gone) cmd_ended(k, i, now_ns());
     return rc;
 }
 
