@@ -170,7 +170,7 @@ static void overlaps_pairwise(const check_opts *o, check_hist *h, const size_t *
                 if (seen[y] != 2) {
                     r->overlaps_unexplained++;
                     evidence(r, r->overlaps_unexplained, "overlap: client %d (#%d, fence %" PRIu64 ")'s command ran "
-                             "%.3f..%.3f s (%s%s) and client %d (#%d, fence %" PRIu64 ")'s command started at %.3f s",
+                             "%.4f..%.4f s (%s%s) and client %d (#%d, fence %" PRIu64 ")'s command started at %.4f s",
                              a->slot, a->cid, a->fence, rel(h, a->t_grant), rel(h, a->t_end), cmd_end_name(a->cmd_end),
                              a->t_bstop ? "; its baton had been stopped alone" : a->t_stop ? "; its tree had been stopped" : "",
                              b->slot, b->cid, b->fence, rel(h, b->t_grant));
