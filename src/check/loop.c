@@ -441,6 +441,23 @@ static void cmd_ended(checker *k, int i, int64_t now)
     end_grant(g, now, END_RELEASE);
 }
 
+/* The parent of PID (/proc/PID/stat), or -1. The name may hold ')' and
+ * spaces: the fields start after the last ')'. */
+static pid_t parent_of(pid_t pid)
+{
+    char path[64], buf[512], *p;
+    ssize_t n;
+    int fd;
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) return -1;
+    n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return -1;
+    buf[n] = 0;
+    if (!(p = strrchr(buf, ')')) || strlen(p) < 5) return -1;
+    return (pid_t)strtol(p + 4, NULL, 10);   /* ") S 1234 ..." */
+}
+
 /* --run: the command of client I has started (its GRANT M): watch it. */
 static void watch_cmd(checker *k, int i, const check_msg *m)
 {
@@ -458,6 +475,12 @@ static void watch_cmd(checker *k, int i, const check_msg *m)
     if (k->h->no_pidfd || s->cmd <= 0) return;
     if ((s->pidfd = pidfd_open_(s->cmd)) >= 0) {
         fcntl(s->pidfd, F_SETFD, FD_CLOEXEC);
+        /* the pid may have been reaped and reused before we looked: ours
+         * is still its shim's child (a zombie too) */
+        if (s->shim <= 0 || parent_of(s->cmd) == s->shim) return;
+        close(s->pidfd);
+        s->pidfd = -1;
+        s->cmd_gone = 1;
         return;
     }
     if (errno == ESRCH) {
