@@ -57,7 +57,7 @@ link_rows() {
         "$uri" "$lease" "$@" "${FREEZE[@]}"
     row "$id-link-cut" "$eng" "$what: holders' and waiters' connections reset, + client faults" \
         "a reset connection is reconnected or the grant is reported lost; never two holders" "$uri" "$lease" "$@" "${CUT[@]}"
-    row "$id-run" "$eng" "$what: clients are baton run, commands tick; paused (the process group), killed, links frozen and reset" \
+    row "$id-run" "$eng" "$what: clients are baton run, commands tick; paused (baton alone, or its whole tree), killed, links frozen and reset" \
         "baton run kills the command when the lease is lost: no command writes after another client's grant" \
         "$uri" "$lease" "$@" "${RUNF[@]}"
 }

@@ -116,6 +116,11 @@ for d in rows:
                         "**%d**" % d["writes_after_grant"] if d.get("writes_after_grant") else "none",
                         " (**up to %.2f s after it: a command outlived its lock**)" % d.get("writes_after_grant_max_s", 0)
                         if d.get("writes_after_grant") else "", d.get("run_exits_lost", 0)))
+        if "watchdog_cases" in d:
+            notes.append("holders paused: `baton run` alone %d times (its command dead before another client's grant "
+                         "in %d: the watchdog), the whole tree %d times; %d commands SIGKILLed by `baton run`"
+                         % (d.get("pauses_baton", 0), d.get("watchdog_dead_before_grant", 0), d.get("pauses_tree", 0),
+                            d.get("commands_killed_by_run", 0)))
     if d.get("acquire_errors"):
         notes.append("%d acquires failed while the server was down (retried)" % d["acquire_errors"])
     ev = d.get("evidence") or []

@@ -46,8 +46,9 @@ static void usage(FILE *f)
         "                         writes ticks: a tick after another client's grant is a\n"
         "                         command that outlived its lock\n"
         "  -w, --wait SECS        --run: baton run's -w (default: wait forever)\n"
-        "      --run-stubborn     --run: the command ignores SIGTERM (a control: the check\n"
-        "                         must fail when a lease is lost while it runs)\n"
+        "      --run-stubborn     --run: the command ignores SIGTERM and hands its work to\n"
+        "                         a process outside its tree, which baton run cannot stop\n"
+        "                         (a control: the check must fail)\n"
         "      --fault-cmd stop=CMD, --fault-cmd start=CMD\n"
         "                         server faults: run CMD with sh -c (both needed)\n"
         "      --fault-every S    up time between server faults (default 5)\n"
@@ -168,8 +169,13 @@ static void report_json(const check_opts *o, const char *backend, const check_hi
     if (o->run)
         printf("\"run_stubborn\":%s,\"command_writes\":%ld,\"writes_after_grant\":%ld,\"writes_after_grant_paused\":%ld,"
                "\"writes_after_grant_max_s\":%.4f,\"run_exits_ok\":%ld,\"run_exits_lost\":%ld,\"run_exits_busy\":%ld,"
-               "\"run_exits_other\":%ld,\"wait_s\":", o->run_stubborn ? "true" : "false", h->ticks, r->ticks_after_grant,
+               "\"run_exits_other\":%ld,", o->run_stubborn ? "true" : "false", h->ticks, r->ticks_after_grant,
                r->ticks_after_pause, r->tick_late_max, h->run_ok, h->run_lost, h->run_busy, h->run_other);
+    if (o->run)
+        printf("\"pauses_baton\":%ld,\"pauses_tree\":%ld,\"watchdog_cases\":%ld,\"watchdog_dead_before_grant\":%ld,"
+               "\"commands_killed_by_run\":%ld,\"grant_ends\":\"%s\",\"wait_s\":",
+               h->pauses_baton, h->pauses_tree, r->wd_cases, r->wd_dead, h->cmd_killed,
+               h->no_pidfd ? "baton run exit" : "command exit");
     if (o->run && o->wait >= 0)
         printf("%g,\"wait_overruns\":%ld,\"wait_overrun_max_s\":%.3f,", o->wait, h->wait_overruns, h->wait_overrun_max);
     else if (o->run)
@@ -229,6 +235,12 @@ static void report_text(const check_opts *o, const char *backend, const check_hi
         printf("); by a command stopped across it, within 0.5 s of its SIGCONT: %ld\n", r->ticks_after_pause);
         printf("  baton run exits                     0: %ld, 75 (lease lost): %ld, busy: %ld, other: %ld\n", h->run_ok,
                h->run_lost, h->run_busy, h->run_other);
+        printf("  holders paused                      %ld baton alone (its command ran on), %ld the whole tree\n",
+               h->pauses_baton, h->pauses_tree);
+        printf("  watchdog (baton alone stopped)      %ld of %ld commands dead before another grant (must be all)\n",
+               r->wd_dead, r->wd_cases);
+        printf("  commands SIGKILLed by baton run     %ld (no word: the watchdog or --kill-after)\n", h->cmd_killed);
+        if (h->no_pidfd) printf("  note: no pidfd_open(): a grant ended when its baton run exited, not its command\n");
         if (o->wait >= 0) {
             char label[64];
             snprintf(label, sizeof label, "waits past -w %g s + 0.25 s", o->wait);

@@ -72,6 +72,10 @@ enum {
     M_ERROR,        /* rc: acquire failed (engine down?) */
     M_FATAL,        /* rc: the client cannot go on (open failed) */
     M_TICK,         /* --run: the command wrote a tick (t, fence) */
+    /* --run: M_GRANT from the command also carries a = its pid | its process
+     * group << 32, b = its parent (baton run's shim): the checker watches the
+     * pid (a pidfd) to end the grant when the command dies, and stops the
+     * shim and the command's group for a whole-tree pause */
     /* checker -> client */
     M_READ_REPLY = 64,   /* a = fenced value, b = plain value; rc = 1 when the fence refused the read */
     M_GO,
@@ -92,7 +96,7 @@ enum {
     EV_WAIT = 1, EV_GRANT, EV_READ, EV_READ_REFUSED, EV_CHECKLOST, EV_WRITING, EV_WRITE_OK,
     EV_WRITE_REFUSED, EV_WRITE_STALE, EV_PLAIN_STALE, EV_RELEASE, EV_LOST, EV_PAUSE, EV_CONT,
     EV_KILL, EV_ERROR, EV_EXIT, EV_SRV_STOP, EV_SRV_START,
-    EV_LINK_FREEZE, EV_LINK_THAW, EV_LINK_CUT, EV_TICK, EV_RUN_EXIT, EV_WAIT_OVERRUN
+    EV_LINK_FREEZE, EV_LINK_THAW, EV_LINK_CUT, EV_TICK, EV_RUN_EXIT, EV_WAIT_OVERRUN, EV_CMD_KILLED
 };
 
 typedef struct {
@@ -114,11 +118,22 @@ typedef struct {
     int wrote;                   /* 0 none, 1 accepted, 2 refused, 3 accepted stale */
     int paused, waited_paused;   /* faults in this grant / in its wait */
     int64_t t_taken;             /* the engine gave it to another (an overlap's start); INT64_MAX */
-    int64_t t_stop, t_cont;      /* --run: its process group stopped (a pause) and continued; 0 */
+    int64_t t_stop, t_cont;      /* --run: its whole tree stopped (baton, shim, command) and continued; 0 */
+    int64_t t_bstop;             /* --run: baton alone stopped (its command ran on: the watchdog's case); 0 */
+    int cmd_end;                 /* --run: how its command ended (CMD_*) */
     int linked;                  /* a link fault during this grant */
 } check_grant;
 
 enum { END_OPEN, END_RELEASE, END_LOST, END_KILLED };
+/* --run: how a grant's command ended. A grant ends when its command does
+ * (baton run and its shim outlive it: they release, report and reap). */
+enum {
+    CMD_RUNNING,    /* not seen to end (the run's end) */
+    CMD_DONE,       /* it finished its work and said so */
+    CMD_TERM,       /* it got SIGTERM (baton run: "lease lost; terminating") and said so */
+    CMD_KILLED,     /* it died without a word: SIGKILL from baton run (the watchdog, or --kill-after) */
+    CMD_OURS,       /* the checker killed its baton run (a dead host) */
+};
 
 typedef struct {
     check_ev *ev;
@@ -130,6 +145,9 @@ typedef struct {
     long reads_refused, writes_refused, stale_accepted, plain_stale, writes_ok;
     long errors, exits, pauses, kills, srv_faults;
     long pauses_holding, pauses_writing, pauses_waiting, kills_holding, kills_waiting;
+    long pauses_baton, pauses_tree;   /* --run: holders' pauses of baton alone / of the whole tree */
+    long cmd_killed;             /* --run: commands that died without a word (SIGKILL by baton run) */
+    int no_pidfd;                /* --run: pidfd_open() failed: grants end at baton run's exit (as before) */
     long link_freezes, link_cuts, links_holding, links_waiting;
     long ticks;                  /* --run: the commands' writes */
     long run_ok, run_lost, run_busy, run_other;   /* --run: baton run's exits 0, 75, 1, other */
@@ -151,6 +169,8 @@ typedef struct {
     long ticks_after_grant;      /* --run: a command's writes after another's grant (must be 0) */
     long ticks_after_pause;      /* ... by a command stopped across that grant, within 0.5 s of its SIGCONT */
     double tick_late_max;        /* the latest of them, seconds after the other's grant */
+    long wd_cases, wd_dead;      /* --run: holders whose baton alone was stopped; those whose command was
+                                  * dead before any other grant (the watchdog's promise) */
     int ok;                      /* every safety property held */
     char evidence[6400];         /* the first 12 pieces of evidence, a line each */
     long evidence_n;             /* how many there were */
@@ -189,6 +209,12 @@ void link_close(check_link *l);
 /* ---- tick.c ---- */
 /* baton check --tick-child FD SLOT HOLD STUBBORN: the command of a --run client. */
 int check_tick_main(int argc, char **argv);
+/* --run-stubborn: a process outside baton run's tree (forked by the checker,
+ * as a job handed to another service would be) that the command's grant sets
+ * to work on FD: it ticks with the grant's fence for its hold, whatever
+ * becomes of the lock; it ends without work when RUN (its baton run) does
+ * first. Never returns. */
+void check_escapee(int fd, pid_t run) __attribute__((noreturn));
 
 /* ---- timeline.c ---- */
 int check_svg(const check_opts *o, const check_hist *h, const check_result *r);

@@ -65,6 +65,7 @@ void hist_write(const check_hist *h, FILE *f)
         "?", "wait", "grant", "read", "read-refused", "check-lost", "writing", "write", "write-refused",
         "write-stale-accepted", "plain-lost-update", "release", "lost", "pause", "cont", "kill", "acquire-error",
         "exit", "server-stop", "server-start", "link-freeze", "link-thaw", "link-cut", "tick", "run-exit", "wait-overrun",
+        "command-killed",
     };
     for (size_t i = 0; i < h->nev; i++) {
         const check_ev *e = &h->ev[i];
@@ -122,10 +123,36 @@ static int conflict(const check_opts *o, const check_grant *a, const check_grant
     return 1;
 }
 
+static const char *cmd_end_name(int e)
+{
+    switch (e) {
+    case CMD_DONE: return "it finished";
+    case CMD_TERM: return "baton run SIGTERMed it for a loss";
+    case CMD_KILLED: return "baton run SIGKILLed it";
+    case CMD_OURS: return "its baton run was killed";
+    default: return "it ran to the end of the record";
+    }
+}
+
+/* --run: is an overlap of A's command with B's grant explained? A grant
+ * there is its command's life: an overlap means A's command still ran when
+ * B's started. That is allowed only to a command baton run stopped for the
+ * loss (SIGTERM or SIGKILL) that was itself stopped (its whole tree: a
+ * frozen host) when B was granted, and ended within 0.5 s of its SIGCONT:
+ * nothing of it could act across B's grant. A command that ran while B
+ * held was not stopped in time, whatever it was told. */
+static int run_explained(const check_grant *a, const check_grant *b)
+{
+    if (!a->lost || (a->cmd_end != CMD_TERM && a->cmd_end != CMD_KILLED)) return 0;
+    if (!a->t_stop || a->t_stop > b->t_grant) return 0;
+    if (a->t_cont && a->t_cont < b->t_grant) return 0;
+    return a->t_cont && a->t_end <= a->t_cont + 500000000;
+}
+
 /* Each grant that began while a conflicting one was held counts once: an
  * overlap. It is explained when every such earlier grant, or itself, was
  * lost (a pause that outlived the lease shows once per grant made during it,
- * not once per pair). */
+ * not once per pair); --run: see run_explained. */
 static void overlaps_pairwise(const check_opts *o, check_hist *h, const size_t *ord, check_result *r)
 {
     unsigned char *seen = calloc(h->ng ? h->ng : 1, 1);   /* 1 overlapped, 2 unexplained */
@@ -138,6 +165,19 @@ static void overlaps_pairwise(const check_opts *o, check_hist *h, const size_t *
             if (!conflict(o, a, b)) continue;
             if (b->t_grant < a->t_taken) a->t_taken = b->t_grant;
             if (!seen[y]) seen[y] = 1;
+            if (o->run) {
+                if (run_explained(a, b)) continue;
+                if (seen[y] != 2) {
+                    r->overlaps_unexplained++;
+                    evidence(r, r->overlaps_unexplained, "overlap: client %d (#%d, fence %" PRIu64 ")'s command ran "
+                             "%.4f..%.4f s (%s%s) and client %d (#%d, fence %" PRIu64 ")'s command started at %.4f s",
+                             a->slot, a->cid, a->fence, rel(h, a->t_grant), rel(h, a->t_end), cmd_end_name(a->cmd_end),
+                             a->t_bstop ? "; its baton had been stopped alone" : a->t_stop ? "; its tree had been stopped" : "",
+                             b->slot, b->cid, b->fence, rel(h, b->t_grant));
+                }
+                seen[y] = 2;
+                continue;
+            }
             if (a->lost || b->lost) continue;
             if (seen[y] != 2)
                 evidence(r, r->overlaps_unexplained + 1, "overlap: client %d (#%d, fence %" PRIu64 ") held %.3f..%.3f s "
@@ -210,6 +250,17 @@ void hist_analyze(const check_opts *o, check_hist *h, check_result *r)
     /* 1. overlaps (and which grants the engine gave away) */
     if (o->prim == PRIM_PERMITS) overlaps_permits(o, h, ord, r);
     else overlaps_pairwise(o, h, ord, r);
+
+    /* 1b. --run: the watchdog's promise. A holder whose baton alone was
+     * stopped (its shim and command ran on): its command must be dead before
+     * any other client's grant (t_taken: the first grant made while it ran). */
+    if (o->run)
+        for (size_t i = 0; i < h->ng; i++) {
+            const check_grant *g = &h->g[i];
+            if (!g->t_bstop) continue;
+            r->wd_cases++;
+            if (g->t_taken == INT64_MAX) r->wd_dead++;
+        }
 
     /* 2. stale writes accepted by the fenced register */
     for (size_t i = 0, nth = 0; i < h->nev; i++) {
@@ -288,7 +339,7 @@ void hist_analyze(const check_opts *o, check_hist *h, check_result *r)
             evidence(r, ++nth, "write after another grant: client %d (#%d, fence %" PRIu64 ")'s command wrote at %.3f s; "
                      "client %d (#%d, fence %" PRIu64 ")'s command had started at %.3f s%s", a->slot, a->cid, a->fence,
                      rel(h, e->t), b->slot, b->cid, b->fence, rel(h, b->t_grant),
-                     o->run_stubborn ? " (--run-stubborn: the command ignores SIGTERM)" : "");
+                     o->run_stubborn ? " (--run-stubborn: its work runs outside its process tree)" : "");
         }
         free(pos);
         free(byf);

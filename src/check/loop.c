@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -21,6 +22,8 @@ enum { S_GONE, S_IDLE, S_WAITING, S_HOLDING };
 enum { PAUSE_NONE, PAUSE_WORK, PAUSE_WRITING };
 /* a fault for a holder (--run: chosen when the cycle starts) or a waiter */
 enum { F_NONE, F_KILL, F_PAUSE, F_FREEZE, F_CUT };
+/* --run: what a pause stops: baton run's group (a waiter), baton alone, the whole tree */
+enum { P_GROUP, P_BATON, P_TREE };
 
 typedef struct {
     pid_t pid;
@@ -45,6 +48,13 @@ typedef struct {
     int64_t t_killed;
     int64_t respawn_at;         /* 0: none due */
     int paused_in_wait;
+    /* --run: the command of the current grant (its GRANT says who it is) */
+    pid_t cmd, cmd_pg, shim;
+    int pidfd;                  /* the command's pidfd; -1 none (or it ended) */
+    int cmd_said;               /* it said RELEASE or LOST before it ended */
+    int cmd_gone;               /* it had ended (and been reaped) before we looked: ends once its messages are read */
+    int pause_kind;             /* --run: what this pause stopped (P_*) */
+    pid_t esc;                  /* --run-stubborn: this cycle's escapee; 0 none */
 } slot;
 
 typedef struct {
@@ -57,6 +67,7 @@ typedef struct {
     uint64_t fmax;              /* the highest fence the fenced register has seen */
     pid_t parent;               /* the checker itself */
     int stopping;
+    int pause_alt;              /* --run: holders' pauses alternate: baton alone, the whole tree */
     int fatal_rc;               /* a client could not open: the first code */
     /* server faults */
     int srv;                    /* 0 up, 1 stop running, 2 down, 3 start running */
@@ -103,11 +114,36 @@ static int pick_fault(checker *k, int waiting)
     return F_NONE;
 }
 
-/* The signal for client I: --run clients are a process group (baton run and
- * its command), stopped or killed together as a paused or dead host would be. */
+/* The signal for client I. --run: baton run's process group (baton, and
+ * the escapee of --run-stubborn; its shim and command are in a session of
+ * their own when there is no terminal, a group of their own otherwise): a
+ * kill there is a dead baton (its shim kills the command at once). */
 static void sig_client(checker *k, int i, int sig)
 {
     kill(k->o->run ? -k->s[i].pid : k->s[i].pid, sig);
+}
+
+/* --run: stops (or continues) what a pause of client I stops. A holder's
+ * pause is one of two, in turn:
+ *  - baton alone (kill -STOP of its pid: a debugger, a hung supervisor): its
+ *    shim and command run on, and the shim's watchdog must kill the command
+ *    before the lease can run out: it is dead before any other grant;
+ *  - the whole tree (baton's group, the shim, the command's group: a frozen
+ *    host or container): nothing of it can act; on SIGCONT the watchdog,
+ *    whose deadline has passed, kills the command at once, which may write
+ *    within 0.5 s of the SIGCONT (the fence's part).
+ * A waiter's pause stops baton's group (it has no command yet). */
+static void sig_pause(checker *k, int i, int sig)
+{
+    slot *s = &k->s[i];
+    if (s->pause_kind != P_TREE) {
+        kill(s->pause_kind == P_BATON ? s->pid : -s->pid, sig);
+        return;
+    }
+    kill(-s->pid, sig);
+    if (s->shim > 0) kill(s->shim, sig);
+    if (s->cmd_pg > 0 && s->cmd_pg != s->pid) kill(-s->cmd_pg, sig);
+    else if (s->cmd > 0) kill(s->cmd, sig);
 }
 
 static void thaw(checker *k, int i, int64_t now)
@@ -146,6 +182,15 @@ static void link_fault(checker *k, int i, int64_t now, int kind)
     hist_ev(k->h, now, i, s->cid, kind == F_FREEZE ? EV_LINK_FREEZE : EV_LINK_CUT, 0, holding, 0);
 }
 
+/* --run: how long a cycle's command works. A cycle with a fault while it
+ * holds runs past the lease, so that a command its lock outlived is still
+ * writing when another is granted. */
+static double run_hold(const checker *k, const slot *s)
+{
+    return s->run_fault == F_PAUSE || s->run_fault == F_FREEZE || s->run_fault == F_CUT ? 3 * k->o->lease + 0.5
+                                                                                         : k->o->work;
+}
+
 /* --run: the client is `baton run` (this binary), its command this binary's
  * tick writer, which reports on the inherited socket FD. */
 static void exec_run(checker *k, int i, int fd) __attribute__((noreturn));
@@ -156,10 +201,7 @@ static void exec_run(checker *k, int i, int fd)
     char lease[32], wait[32], fds[16], slots[16], hold[32];
     const char *argv[32];
     int n = 0;
-    /* a cycle with a fault while it holds runs past the lease, so that a
-     * command its lock outlived is still writing when another is granted */
-    double h = s->run_fault == F_PAUSE || s->run_fault == F_FREEZE || s->run_fault == F_CUT
-                   ? 3 * o->lease + 0.5 : o->work;
+    double h = run_hold(k, s);
 
     snprintf(lease, sizeof lease, "%.3f", o->lease);
     snprintf(wait, sizeof wait, "%.3f", o->wait);
@@ -246,12 +288,31 @@ static int spawn(checker *k, int i)
     }
     /* both sides, so that a signal to the group right away finds it */
     if (k->o->run) setpgid(pid, pid);
-    close(sv[1]);
     {
         int rf = s->run_fault;
         memset(s, 0, sizeof *s);
         s->run_fault = rf;
     }
+    s->pidfd = -1;
+    if (k->o->run && k->o->run_stubborn) {
+        /* --run-stubborn: the service its command hands its work to: not
+         * under baton run (nothing there can stop it), but in its group (a
+         * dead or frozen host takes it too) */
+        pid_t e = fork();
+        if (e == 0) {
+            prctl(PR_SET_PDEATHSIG, SIGKILL);
+            if (getppid() != k->parent) _exit(0);
+            setpgid(0, pid);
+            close_range(3, (unsigned)sv[1] - 1, 0);
+            close_range((unsigned)sv[1] + 1, ~0U, 0);
+            check_escapee(sv[1], pid);
+        }
+        if (e > 0) {
+            setpgid(e, pid);
+            s->esc = e;
+        }
+    }
+    close(sv[1]);
     s->pid = pid;
     s->fd = sv[0];
     s->cid = k->next_cid++;
@@ -298,15 +359,30 @@ static void stop_client(checker *k, int i, int64_t now)
 {
     slot *s = &k->s[i];
     check_grant *g = cur(k, s);
-    sig_client(k, i, SIGSTOP);
+    int holding = g && s->state == S_HOLDING;
+    if (k->o->run) {
+        s->pause_kind = P_GROUP;
+        if (holding) {
+            s->pause_kind = (k->pause_alt ^= 1) ? P_BATON : P_TREE;
+            if (s->pause_kind == P_BATON) k->h->pauses_baton++;
+            else k->h->pauses_tree++;
+        }
+        sig_pause(k, i, SIGSTOP);
+    } else {
+        sig_client(k, i, SIGSTOP);
+    }
     s->stopped = 1;
     s->cont_at = now + pause_ns(k->o);
     k->h->pauses++;
-    if (g && s->state == S_HOLDING) {
+    if (holding) {
         g->paused = 1;
-        g->t_stop = now;
+        /* --run: only a stopped command is excused its writes right after the SIGCONT */
+        if (k->o->run && s->pause_kind == P_BATON) g->t_bstop = now;
+        else g->t_stop = now;
     }
-    hist_ev(k->h, now, i, s->cid, EV_PAUSE, 0, s->state == S_HOLDING ? (s->go_on_cont ? 2 : 1) : 0, 0);
+    /* a: 0 waiting, 1 in its work, 2 after its check; --run: 3 baton alone, 4 the whole tree */
+    hist_ev(k->h, now, i, s->cid, EV_PAUSE, 0,
+            !holding ? 0 : k->o->run ? (s->pause_kind == P_BATON ? 3 : 4) : s->go_on_cont ? 2 : 1, 0);
 }
 
 static void kill_client(checker *k, int i, int64_t now)
@@ -319,8 +395,103 @@ static void kill_client(checker *k, int i, int64_t now)
     s->t_killed = now;
     s->stopped = 0;
     k->h->kills++;
-    if (holding && g) end_grant(g, now, END_KILLED);
+    /* --run: the hold ends when the command does (its shim kills it when
+     * baton dies; on a lease engine the lease outlives them anyway) */
+    if (holding && g && (!k->o->run || s->pidfd < 0)) end_grant(g, now, END_KILLED);
     hist_ev(k->h, now, i, s->cid, EV_KILL, 0, holding, 0);
+}
+
+static int pidfd_open_(pid_t pid)
+{
+#ifdef SYS_pidfd_open
+    return (int)syscall(SYS_pidfd_open, pid, 0);
+#else
+    (void)pid;
+    errno = ENOSYS;
+    return -1;
+#endif
+}
+
+/* --run: client I's command ended (its pidfd, or baton run's exit when
+ * there is none): so does its grant. A command that said nothing was
+ * SIGKILLed: by baton run (its watchdog, or --kill-after after a SIGTERM
+ * it ignored) because the lock was lost or could be, unless we killed its
+ * baton run (a dead host). */
+static void cmd_ended(checker *k, int i, int64_t now)
+{
+    slot *s = &k->s[i];
+    check_grant *g = cur(k, s);
+    if (s->pidfd >= 0) close(s->pidfd);
+    s->pidfd = -1;
+    s->cmd_gone = 0;
+    s->cmd = s->cmd_pg = s->shim = 0;
+    if (!g || g->cid != s->cid) return;
+    if (s->killed) {
+        if (!g->cmd_end) g->cmd_end = CMD_OURS;
+        end_grant(g, now, END_KILLED);
+        return;
+    }
+    if (!s->cmd_said && !g->cmd_end) {
+        g->cmd_end = CMD_KILLED;
+        k->h->cmd_killed++;
+        mark_lost(g, now);
+        end_grant(g, now, END_LOST);
+        hist_ev(k->h, now, i, s->cid, EV_CMD_KILLED, g->fence, 0, 0);
+    }
+    end_grant(g, now, END_RELEASE);
+}
+
+/* The parent of PID (/proc/PID/stat), or -1. The name may hold ')' and
+ * spaces: the fields start after the last ')'. */
+static pid_t parent_of(pid_t pid)
+{
+    char path[64], buf[512], *p;
+    ssize_t n;
+    int fd;
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) return -1;
+    n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return -1;
+    buf[n] = 0;
+    if (!(p = strrchr(buf, ')')) || strlen(p) < 5) return -1;
+    return (pid_t)strtol(p + 4, NULL, 10);   /* ") S 1234 ..." */
+}
+
+/* --run: the command of client I has started (its GRANT M): watch it. */
+static void watch_cmd(checker *k, int i, const check_msg *m)
+{
+    slot *s = &k->s[i];
+    s->cmd = (pid_t)(m->a & 0xffffffff);
+    s->cmd_pg = (pid_t)(m->a >> 32);
+    s->shim = (pid_t)m->b;
+    s->cmd_said = 0;
+    if (s->pidfd >= 0) close(s->pidfd);
+    s->pidfd = -1;
+    if (k->o->run_stubborn && s->esc > 0) {
+        /* its work goes on outside its tree, for as long as it would run */
+        say(s->fd, M_GO, 0, (int64_t)m->fence, (int64_t)(run_hold(k, s) * 1e9));
+    }
+    if (k->h->no_pidfd || s->cmd <= 0) return;
+    if ((s->pidfd = pidfd_open_(s->cmd)) >= 0) {
+        fcntl(s->pidfd, F_SETFD, FD_CLOEXEC);
+        /* the pid may have been reaped and reused before we looked: ours
+         * is still its shim's child (a zombie too) */
+        if (s->shim <= 0 || parent_of(s->cmd) == s->shim) return;
+        close(s->pidfd);
+        s->pidfd = -1;
+        s->cmd_gone = 1;
+        return;
+    }
+    if (errno == ESRCH) {
+        /* gone already (and reaped by its shim): once what it sent after
+         * this GRANT (its RELEASE, its LOST) is read */
+        s->cmd_gone = 1;
+        return;
+    }
+    /* an old kernel (before 5.3): grants end at baton run's exit */
+    fprintf(stderr, "baton check: --run: pidfd_open: %s; a grant ends when its baton run exits\n", strerror(errno));
+    k->h->no_pidfd = 1;
 }
 
 /* One message from client I. */
@@ -351,9 +522,13 @@ static int on_msg(checker *k, int i, const check_msg *m)
         s->state = S_HOLDING;
         s->wfault_at = 0;
         h->g[gi].waited_paused = s->paused_in_wait;
-        /* granted just before we killed it: the hold ended with it */
-        if (s->killed) end_grant(&h->g[gi], s->t_killed, END_KILLED);
         hist_ev(h, m->t, i, s->cid, EV_GRANT, m->fence, m->rc, 0);
+        if (o->run) {
+            watch_cmd(k, i, m);
+        }
+        /* granted just before we killed it: the hold ended with it (--run:
+         * when its command ends, which the pidfd says) */
+        if (s->killed && (!o->run || h->no_pidfd)) end_grant(&h->g[gi], s->t_killed, END_KILLED);
         /* a holder whose link is down has lost its lease by now (the engine
          * granted another): it checks held() at once, while the link is
          * still down, so that only its own clock can tell it */
@@ -484,6 +659,10 @@ static int on_msg(checker *k, int i, const check_msg *m)
         break;
     case M_RELEASE:
         if (g) end_grant(g, m->t, END_RELEASE);
+        if (g && o->run) {
+            s->cmd_said = 1;
+            if (!g->cmd_end) g->cmd_end = CMD_DONE;
+        }
         hist_ev(h, m->t, i, s->cid, EV_RELEASE, m->fence, 0, 0);
         s->state = S_IDLE;
         break;
@@ -492,6 +671,10 @@ static int on_msg(checker *k, int i, const check_msg *m)
         if (g && m->rc) mark_lost(g, m->t);
         break;
     case M_LOST:
+        if (o->run && g && g->cid == s->cid) {
+            s->cmd_said = 1;
+            if (!g->cmd_end) g->cmd_end = CMD_TERM;
+        }
         if (o->run && s->termed && g && g->cid == s->cid) {
             /* our own SIGTERM at the end of the run, forwarded to the command */
             end_grant(g, m->t, END_RELEASE);
@@ -534,8 +717,13 @@ static int on_gone(checker *k, int i)
     int st = 0;
 
     waitpid(s->pid, &st, 0);
+    if (s->esc > 0) waitpid(s->esc, NULL, 0);   /* its end closed the socket too */
+    s->esc = 0;
     close(s->fd);
     s->fd = -1;
+    /* everything that held the socket has exited: the command too, if its
+     * pidfd was not looked at yet (or there was none) */
+    if (k->o->run && (s->pidfd >= 0 || s->cmd_gone || k->h->no_pidfd)) cmd_ended(k, i, now);
     if (g && g->cid == s->cid) {
         if (s->killed) end_grant(g, s->t_killed, END_KILLED);
         else end_grant(g, now, END_RELEASE);
@@ -641,7 +829,8 @@ static void cont_client(checker *k, int i, int64_t now)
 {
     slot *s = &k->s[i];
     check_grant *g = cur(k, s);
-    sig_client(k, i, SIGCONT);
+    if (k->o->run) sig_pause(k, i, SIGCONT);
+    else sig_client(k, i, SIGCONT);
     s->stopped = 0;
     if (g && g->t_stop && !g->t_cont) g->t_cont = now;
     hist_ev(k->h, now, i, s->cid, EV_CONT, 0, 0, 0);
@@ -693,10 +882,33 @@ static int64_t timers(checker *k, int64_t now)
     return next;
 }
 
+/* Everything client I sent, then its end (on_gone) if it came. */
+static int drain(checker *k, int i)
+{
+    int rc = 0;
+    while (k->s[i].fd >= 0) {
+        check_msg m;
+        ssize_t got = recv(k->s[i].fd, &m, sizeof m, MSG_DONTWAIT);
+        /* a client that exits with our replies unread makes the
+         * kernel report ECONNRESET once, before what it sent last
+         * (its RELEASE): read on, the error is cleared */
+        if (got < 0 && (errno == EINTR || errno == ECONNRESET)) continue;
+        if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+        if (got <= 0) return on_gone(k, i);
+        if (got != (ssize_t)sizeof m) return EX_SOFTWARE;
+        if ((rc = on_msg(k, i, &m))) return rc;
+        /* killed while we read it: what it sent after counts as ever (a
+         * command outlives its baton by the moment its shim takes to kill
+         * it); its EOF comes */
+    }
+    if (k->s[i].cmd_gone) cmd_ended(k, i, now_ns());
+    return rc;
+}
+
 int check_run(const check_opts *o, check_hist *h)
 {
     checker *k;
-    struct pollfd pf[CHECK_MAX_CLIENTS];
+    struct pollfd pf[2 * CHECK_MAX_CLIENTS];
     int rc = 0, n = o->clients;
     int64_t end, drain_end = 0;
 
@@ -721,7 +933,7 @@ int check_run(const check_opts *o, check_hist *h)
 
     while (!rc) {
         int64_t now = now_ns(), next;
-        int live = 0, np = 0, idx[CHECK_MAX_CLIENTS];
+        int live = 0, np = 0, idx[2 * CHECK_MAX_CLIENTS];
 
         if (!k->stopping && (now >= end || k->fatal_rc || (o->grants && (long)h->ng >= o->grants))) {
             /* the end: everyone runs again and is asked to go; a holder finishes its cycle */
@@ -754,6 +966,8 @@ int check_run(const check_opts *o, check_hist *h)
                         kill_client(k, i, now);
                         k->s[i].state = S_GONE;
                         waitpid(k->s[i].pid, NULL, 0);
+                        if (k->s[i].esc > 0) waitpid(k->s[i].esc, NULL, 0);
+                        if (o->run && k->s[i].pidfd >= 0) cmd_ended(k, i, now);
                         close(k->s[i].fd);
                         k->s[i].fd = -1;
                     }
@@ -770,6 +984,14 @@ int check_run(const check_opts *o, check_hist *h)
             pf[np].events = POLLIN;
             idx[np++] = i;
         }
+        /* --run: the commands' pidfds, after the sockets (what a command
+         * sent before it ended is read first) */
+        for (int i = 0; i < n; i++) {
+            if (k->s[i].state == S_GONE || k->s[i].pidfd < 0) continue;
+            pf[np].fd = k->s[i].pidfd;
+            pf[np].events = POLLIN;
+            idx[np++] = i;
+        }
         {
             int64_t wait = (next - now) / 1000000 + 1;
             if (wait > 50) wait = 50;
@@ -778,23 +1000,15 @@ int check_run(const check_opts *o, check_hist *h)
         for (int p = 0; p < np && !rc; p++) {
             int i = idx[p];
             if (!(pf[p].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-            /* everything it sent, then its end */
-            for (;;) {
-                check_msg m;
-                ssize_t got = recv(k->s[i].fd, &m, sizeof m, MSG_DONTWAIT);
-                /* a client that exits with our replies unread makes the
-                 * kernel report ECONNRESET once, before what it sent last
-                 * (its RELEASE): read on, the error is cleared */
-                if (got < 0 && (errno == EINTR || errno == ECONNRESET)) continue;
-                if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
-                if (got <= 0) { rc = on_gone(k, i); break; }
-                if (got != (ssize_t)sizeof m) { rc = EX_SOFTWARE; break; }
-                if ((rc = on_msg(k, i, &m))) break;
-                if (k->s[i].killed && k->s[i].state != S_GONE) {
-                    /* killed while we read it: what it sent after does not count; its EOF comes */
-                    continue;
-                }
+            if (pf[p].fd != k->s[i].fd) {
+                /* a command ended: what it sent before is read first (its
+                 * socket may also have closed meanwhile: on_gone ends it) */
+                if (pf[p].fd != k->s[i].pidfd || k->s[i].state == S_GONE) continue;
+                rc = drain(k, i);
+                if (!rc && k->s[i].pidfd == pf[p].fd && k->s[i].state != S_GONE) cmd_ended(k, i, now_ns());
+                continue;
             }
+            rc = drain(k, i);
         }
     }
     if (rc) {

@@ -184,11 +184,14 @@ elif MODE in ("pause", "unfenced"):
 
 elif MODE == "run":
     # --run: each client is a real `baton run` whose command writes ticks.
-    # Holders are stopped (their whole process group, baton run and the
-    # command) past the lease: on SIGCONT baton run must kill the command
-    # before it writes on (0.5 s of grace: the fence's part). With
-    # --run-stubborn the command ignores SIGTERM and outlives its lock: the
-    # checker must catch its writes after the next client's grant and fail.
+    # Holders are stopped past the lease, in turn baton alone (its shim's
+    # watchdog must kill the command before any other grant) and the whole
+    # tree, baton, shim and command (on SIGCONT the command must die before
+    # it writes on; 0.5 s of grace: the fence's part). A grant ends when its
+    # command does (not when baton run exits, which is later): no overlap may
+    # be left unexplained. With --run-stubborn the command hands its work to
+    # a process outside its tree, which outlives the lock: the checker must
+    # catch its writes after the next client's grant and fail.
     uri = redis_uri()
     for stubborn in (False, True):
         extra = ["--run-stubborn"] if stubborn else []
@@ -197,7 +200,9 @@ elif MODE == "run":
                                    "run-%s" % ("stubborn" if stubborn else "ok"))
         what = "--run%s" % (" --run-stubborn" if stubborn else "")
         runs = {k: d.get(k) for k in ("command_writes", "writes_after_grant", "writes_after_grant_paused",
-                                      "run_exits_ok", "run_exits_lost", "run_exits_other", "pauses_holding")}
+                                      "run_exits_ok", "run_exits_lost", "run_exits_other", "pauses_holding",
+                                      "pauses_baton", "pauses_tree", "watchdog_cases", "watchdog_dead_before_grant",
+                                      "commands_killed_by_run", "overlaps_unexplained", "grant_ends")}
         check(what + ": holders were paused and commands wrote", d.get("pauses_holding", 0) > 0
               and d.get("command_writes", 0) > 0, show(d) + json.dumps(runs))
         if not stubborn:
@@ -205,6 +210,15 @@ elif MODE == "run":
             check(what + ": no write after another's grant", d.get("writes_after_grant") == 0, json.dumps(runs))
             check(what + ": baton run said the lease was lost (75)", d.get("run_exits_lost", 0) > 0, json.dumps(runs))
             check(what + ": no other exit", d.get("run_exits_other") == 0, json.dumps(runs))
+            check(what + ": grants end when their commands do", d.get("grant_ends") == "command exit", json.dumps(runs))
+            check(what + ": no overlap unexplained", d.get("overlaps_unexplained") == 0, show(d) + json.dumps(runs))
+            check(what + ": baton alone and whole trees were paused", d.get("pauses_baton", 0) > 0
+                  and d.get("pauses_tree", 0) > 0, json.dumps(runs))
+            check(what + ": baton stopped alone: every command dead before another grant (the watchdog)",
+                  d.get("watchdog_cases", 0) > 0 and d.get("watchdog_dead_before_grant") == d.get("watchdog_cases"),
+                  json.dumps(runs))
+            check(what + ": commands killed without a word were counted", d.get("commands_killed_by_run", 0) > 0,
+                  json.dumps(runs))
         else:
             check(what + ": the check fails (exit 1)", rc == 1, "rc %d %s %s" % (rc, show(d), json.dumps(runs)))
             check(what + ": writes after another's grant > 0", d.get("writes_after_grant", 0) > 0, json.dumps(runs))
