@@ -1153,7 +1153,11 @@ static int run_main(int argc, char **argv, int elect)
             memmove(blob + sizeof m, blob, blob_len);
             memset(&m, 0, sizeof m);
             m.type = SHIM_GO;
-            m.b = (int64_t)blob_len;
+            m.a = (int32_t)blob_len;
+            /* The watchdog's first deadline travels with the go: sent after
+             * it, a baton stopped in between would leave the command
+             * running with no deadline at all. */
+            m.b = r.pm ? (r.keep ? r.shim_deadline : 0) : S.wd_push ? wd_deadline(&S, &r, mono_ns()) : 0;
             memcpy(blob, &m, sizeof m);
             blob_len = len;
         }

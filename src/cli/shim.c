@@ -222,10 +222,12 @@ _Noreturn void cli_shim_main(cli_shim_cfg *s)
 
     /* Wait for the go (the lock is held) or for baton to give up (EOF). */
     if (read_all(s->ctl, &m, sizeof m) || m.type != SHIM_GO) _exit(0);
-    if (m.b < 0 || m.b > (1 << 20) || !(blob = malloc((size_t)m.b + 1)) ||
-        read_all(s->ctl, blob, (size_t)m.b)) _exit(EX_SOFTWARE);
-    blob[m.b] = 0;
-    if (!(envp = make_env(blob, (size_t)m.b))) {
+    /* the go carries the blob's length and the first watchdog deadline (0 = none) */
+    if (m.b > 0) deadline = m.b;
+    if (m.a < 0 || m.a > (1 << 20) || !(blob = malloc((size_t)m.a + 1)) ||
+        read_all(s->ctl, blob, (size_t)m.a)) _exit(EX_SOFTWARE);
+    blob[m.a] = 0;
+    if (!(envp = make_env(blob, (size_t)m.a))) {
         say(s->rep, SHIM_EXEC_FAILED, ENOMEM, 0);
         say(s->rep, SHIM_DONE, 0, 0);
         _exit(0);

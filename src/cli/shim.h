@@ -23,7 +23,7 @@ typedef struct {
 } cli_shim_msg;
 
 /* baton -> shim */
-#define SHIM_GO       'G'   /* b = bytes of "KEY=VAL\0..." that follow: the command's extra environment */
+#define SHIM_GO       'G'   /* a = bytes of "KEY=VAL\0..." that follow: the command's extra environment; b = the first watchdog deadline (0 = none) */
 #define SHIM_DEADLINE 'D'   /* b = watchdog deadline, CLOCK_MONOTONIC ns (INT64_MAX: none) */
 #define SHIM_SIGNAL   'S'   /* a = signal for the whole tree; b >= 0: SIGKILL b ns later if any is left */
 /* shim -> baton */
