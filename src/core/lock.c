@@ -403,8 +403,18 @@ int baton__lock_release(baton_lock *l)
         l->state = LOCK_FREE;
         l->depth = 0;
         l->fence = 0;
+        l->lease_deadline = l->next_renew = INT64_MAX;
         pthread_mutex_unlock(&l->smu);
         baton__keeper_remove(l->c->keeper,&l->kn);
+        /* Lost on our side does not mean gone on the engine's: a session
+         * lock whose connection we could not confirm (a stopped process, a
+         * frozen link) is still the server's until we let go, and letting
+         * go now, after the application stopped using it (baton run: after
+         * the command's tree exited), is what keeps the next holder from
+         * overlapping it. Owner-checked, so it never touches a new holder. */
+        pthread_mutex_lock(&l->io);
+        l->c->be->lock_release(l->c->eng, l->st, &l->owner);
+        pthread_mutex_unlock(&l->io);
         return baton_seterr(BATON_ELOST, 0, "lock '%s' was lost before this release", l->name);
     }
     if (l->depth > 1) {

@@ -13,9 +13,10 @@
  * It also keeps each held connection's "confirmed alive" deadline: the
  * grant or the keeper's last successful check, plus the lock's lease (less
  * the core's margin). A connection not confirmed by then (a frozen link, a
- * keeper held up elsewhere) is given up on time, whatever call may still be
- * waiting on it: its socket is shut down (that call ends at once, and the
- * server frees the lock when the FIN reaches it) and the loss is reported.
+ * stopped process) is reported lost on time, whatever call may still be
+ * waiting on it (that call ends at its own deadline). The connection is not
+ * cut then: a stopped process's server still holds the lock, and it is let go
+ * by the release that follows the loss, once the application has stopped.
  * The two sides of a read-write lock share one connection: an entry each,
  * both reported when it ends.
  *
@@ -163,11 +164,15 @@ static void *watcher(void *arg)
         now = baton_now_ns();
         for (size_t i = 0; i < e->wn; i++) {
             if (now < e->wl[i].alive_until) continue;
-            /* not confirmed alive within its lease: given up now; the
-             * shutdown also ends a check that still waits on it */
+            /* not confirmed alive within its lease: lost for us now. The
+             * connection is not cut: after a stop (the whole process
+             * paused past its lease) the server still holds the lock, and
+             * cutting it would hand the lock over before the application
+             * has stopped using it (baton run kills its command first,
+             * then releases, which lets go on the server). A check still
+             * waiting on a frozen link ends at its own deadline. */
             baton_log(BATON_LOG_INFO, "postgres: lock '%s': its connection was not confirmed alive within "
-                      "the lease; given up", e->wl[i].l->name);
-            shutdown(e->wl[i].fd, SHUT_RDWR);
+                      "the lease; reported lost", e->wl[i].l->name);
             lost[nl++] = (gone){ e->wl[i].l, e->wl[i].fence };
             drop(e, i--);
         }
