@@ -15,7 +15,10 @@
 
 #include <libpq-fe.h>
 #include <netinet/in.h>
+#include <errno.h>
 #include <pthread.h>
+#include <signal.h>
+#include <string.h>
 #include <stdatomic.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -168,6 +171,81 @@ static void *acq_main(void *arg) {
     a->rc = baton_lock_acquire(a->l, a->wait_ms);
     atomic_store(&a->done, 1);
     return NULL;
+}
+
+/* Row mode: a waiter's fence is drawn after it has the row, not before.
+ * W's grant statement starts waiting behind H; its backend is stopped
+ * (SIGSTOP) while H's transaction is aborted (terminated), so X finds the
+ * row free and is granted a fence; X's transaction is aborted too, then W's
+ * backend runs on and W is granted. W's fence must be above X's: a fence
+ * computed before the wait (the UPDATE's SET evaluated on the row version
+ * read before waiting, kept when the versions in between were rolled back)
+ * went back below X's (issue: "fence went back" in check-faults'
+ * postgres-row-link-freeze row, where X's abort was its frozen link's end). */
+static void test_row_fence_after_wait(void) {
+    char u1[512], u2[512], u3[512], n[64];
+    snprintf(n, sizeof n, "rowfence-%s", g_tag);
+    baton_client *c1 = tl_client_open(uri(u1, sizeof u1, "baton", "baton-test", "mode=row"));
+    baton_client *c2 = tl_client_open(uri(u2, sizeof u2, "baton", "baton-test", "mode=row&application_name=rf-waiter"));
+    baton_client *c3 = tl_client_open(uri(u3, sizeof u3, "baton", "baton-test", "mode=row"));
+    baton_lock_options o = BATON_LOCK_OPTIONS_INIT;
+    o.lease_ms = 60000;          /* only the statements below end transactions */
+    baton_lock *h = NULL, *w = NULL, *x = NULL;
+    CHECK_RC(baton_lock_open(&h, c1, n, &o), 0);
+    CHECK_RC(baton_lock_open(&w, c2, n, &o), 0);
+    CHECK_RC(baton_lock_open(&x, c3, n, &o), 0);
+    CHECK_RC(baton_lock_acquire(h, 0), 0);
+    uint64_t fh = baton_lock_fence(h);
+
+    acq a = { .l = w, .wait_ms = 20000 };
+    atomic_init(&a.done, 0);
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, acq_main, &a) == 0);
+    /* W's backend, once it waits for the row */
+    int pid = 0;
+    for (int i = 0; i < 500 && pid <= 0; i++) {
+        pid = su("SELECT coalesce(max(pid), 0)::int FROM pg_stat_activity WHERE application_name = 'rf-waiter' "
+                 "AND state = 'active' AND wait_event_type = 'Lock'");
+        if (pid <= 0) tl_sleep_ms(10);
+    }
+    CHECK(pid > 0);
+    int stopped = pid > 0 && kill(pid, SIGSTOP) == 0;
+    if (pid > 0 && !stopped) printf("   (cannot stop the server's backend %d: %s; case skipped)\n", pid, strerror(errno));
+    if (stopped) {
+        /* H's transaction rolled back; X finds the row free */
+        CHECK(su("SELECT count(pg_terminate_backend(pid))::int FROM pg_stat_activity WHERE "
+                 "state = 'idle in transaction' AND application_name LIKE 'baton %%'") == 1);
+        tl_sleep_ms(100);
+        int rx = baton_lock_acquire(x, 3000);
+        uint64_t fx = rx == 0 ? baton_lock_fence(x) : 0;
+        printf("   H fence %llu, X: rc %d fence %llu\n", (unsigned long long)fh, rx, (unsigned long long)fx);
+        if (rx == 0) {
+            CHECK(fx > fh);
+            /* X's transaction rolled back too */
+            CHECK(su("SELECT count(pg_terminate_backend(pid))::int FROM pg_stat_activity WHERE "
+                     "state = 'idle in transaction' AND application_name LIKE 'baton %%'") == 1);
+        }
+        kill(pid, SIGCONT);
+        pthread_join(t, NULL);
+        CHECK_RC(a.rc, 0);
+        uint64_t fw = baton_lock_fence(w);
+        printf("   W fence %llu\n", (unsigned long long)fw);
+        CHECK(fw > fh);
+        CHECK(fw > fx);
+        if (a.rc == 0) CHECK_RC(baton_lock_release(w), 0);
+        baton_lock_release(x);
+    } else {
+        baton_lock_release(h);
+        pthread_join(t, NULL);
+        if (a.rc == 0) baton_lock_release(w);
+    }
+    baton_lock_release(h);
+    baton_lock_free(h);
+    baton_lock_free(w);
+    baton_lock_free(x);
+    baton_client_close(c1);
+    baton_client_close(c2);
+    baton_client_close(c3);
 }
 
 /* Lease mode: the server restarts while A holds and B waits; A keeps it
@@ -481,6 +559,7 @@ int main(void) {
     RUN(test_session_terminate);
     RUN(test_session_terminate_watched);
     RUN(test_row_terminate);
+    RUN(test_row_fence_after_wait);
     RUN(test_lease_survives_terminate);
     RUN(test_lease_server_restart);
     RUN(test_session_server_restart);

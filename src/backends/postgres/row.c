@@ -28,12 +28,26 @@
     "holder = $4, acquired_at = clock_timestamp(), lease_until = NULL %s WHERE t.name = $1%s "      \
     "RETURNING t.fence, set_config('application_name', left('baton ' || t.fence || $6, 63), true)"
 
+/*
+ * The row is locked by a FOR UPDATE subquery before the SET is evaluated,
+ * in both variants. A bare "UPDATE ... SET fence = GREATEST(t.fence + 1,
+ * nextval())" computes its new row (nextval included) from the version it
+ * read BEFORE waiting for the row; if every transaction that updated the row
+ * meanwhile rolled back (a holder terminated, or whose link died), the server
+ * keeps that precomputed row: a waiter whose nextval was drawn before another
+ * client's grant (a barger that found the row free after a rollback, then
+ * rolled back too) was granted a fence lower than that client's ("fence went
+ * back" in check-faults' postgres-row-link-freeze row). The join cannot yield
+ * a row before the subquery has locked it, so nextval runs once the row is
+ * ours, after every earlier grant; a stale t.fence read before the wait is
+ * re-read by the server (a committed update makes it evaluate the SET again).
+ */
 static char *row_sql(pgeng *e, int wait)
 {
     char buf[1024];
-    if (wait) snprintf(buf, sizeof buf, BUMP, "", "");
-    else snprintf(buf, sizeof buf, BUMP, "FROM (SELECT name FROM @T WHERE name = $1 FOR UPDATE NOWAIT) q",
-                  " AND t.name = q.name");
+    snprintf(buf, sizeof buf, BUMP, wait ? "FROM (SELECT name FROM @T WHERE name = $1 FOR UPDATE) q"
+                                         : "FROM (SELECT name FROM @T WHERE name = $1 FOR UPDATE NOWAIT) q",
+             " AND t.name = q.name");
     return pg_sql(e, buf);
 }
 
