@@ -392,7 +392,11 @@ static void terminate_case(int rw) {
     fprintf(stderr, "measure: %s holder terminated: held() %d at the other grant (+%lld ms), on_lost at +%lld ms\n",
             rw ? "rwlock writer" : "row-mode", t.other_held, (long long)(t.end_us - t0) / 1000,
             lost_at ? (long long)(lost_at - t0) / 1000 : -1LL);
-    CHECK(t.other_held == 0);
+    /* The server frees the lock in the instant it ends the session, so the
+     * other grant and our watcher's notice race: the contract bounds the
+     * window (tens of ms, README item 9), it cannot close it. Under a
+     * sanitizer on a loaded machine the notice came 2 ms after the grant. */
+    CHECK(t.other_held == 0 || (lost_at && lost_at - t.end_us < 100000));
     CHECK(lost_at != 0 && lost_at - t0 < 1000000);
     CHECK(baton_lock_fence(b) > f1);
     CHECK_RC(baton_lock_release(a), BATON_ELOST);
