@@ -390,6 +390,57 @@ BATON_EXTERN(size_t) baton_multilock_fences(const baton_multilock *m, uint64_t *
 BATON_EXTERN(int) baton_multilock_cancel(baton_multilock *m);
 BATON_EXTERN(void) baton_multilock_free(baton_multilock *m);
 
+/* ---- engines ---------------------------------------------------------------
+ * What every engine baton knows does, whether this build has it or not: the
+ * one source `baton engines`, the README matrix and the URI option tables
+ * are made from. */
+#define BATON_PRIM_LOCK     (1u << 0) /* baton_lock_* */
+#define BATON_PRIM_FAIR     (1u << 1) /* baton_lock_options.fair */
+#define BATON_PRIM_RWLOCK   (1u << 2) /* baton_rwlock_* */
+#define BATON_PRIM_SEM      (1u << 3) /* baton_semaphore_* */
+#define BATON_PRIM_PERMITS  (1u << 4) /* baton_permits_* */
+#define BATON_PRIM_LATCH    (1u << 5) /* baton_latch_* */
+#define BATON_PRIM_ELECTION (1u << 6) /* baton_election_* */
+#define BATON_PRIM_LIST     (1u << 7) /* baton_lock_list */
+#define BATON_PRIM_BREAK    (1u << 8) /* baton_lock_break */
+#define BATON_PRIM_INFO     (1u << 9) /* baton_lock_info */
+
+#define BATON_FEATURE_LEASE   (1u << 0) /* grants expire unless renewed (the client renews them) */
+#define BATON_FEATURE_NOTIFY  (1u << 1) /* waiters are woken by the engine, not by polling */
+#define BATON_FEATURE_FAIR    (1u << 2) /* FIFO grants on request */
+#define BATON_FEATURE_SESSION (1u << 3) /* the engine itself reports lost grants (session, lease) */
+
+typedef struct {
+    const char *name;        /* as written in the URI's query: "ttl" */
+    const char *type;        /* "int", "ms", "bool", "enum", "string", "path" */
+    const char *def;         /* the default, as the URI would spell it; NULL = none (see help) */
+    const char *help;        /* one sentence */
+    long long min, max;      /* int and ms: the accepted range */
+    const char *const *choices; /* enum: the values, NULL-terminated */
+    const char *schemes;     /* NULL = every scheme of the engine; else the ones it applies to,
+                                space-separated ("etcds") */
+    const char *alias;       /* another accepted spelling, or NULL */
+} baton_engine_option;
+
+typedef struct {
+    const char *name;            /* "redis" */
+    const char *const *schemes;  /* NULL-terminated: "redis", "rediss" */
+    const char *summary;         /* one line */
+    const char *uri;             /* the URI's form: "redis[s]://[user:password@]host[:port][/db]" */
+    unsigned primitives;         /* BATON_PRIM_* */
+    unsigned features;           /* BATON_FEATURE_* */
+    const char *const *notes;    /* NULL-terminated lines: limits of a primitive ("rwlock: mode=session only"),
+                                    why one is absent */
+    const baton_engine_option *options; /* terminated by a NULL name */
+    int built;                   /* 1 when this library has it */
+    const char *why_not;         /* built 0: why (the missing package, or switched off) */
+} baton_engine_info;
+
+/* Every engine baton knows, in a fixed order; *n receives the count. */
+BATON_EXTERN(const baton_engine_info *const *) baton_engines(size_t *n);
+/* The engine that answers SCHEME ("rediss") or is named NAME; NULL when none. */
+BATON_EXTERN(const baton_engine_info *) baton_engine_find(const char *scheme_or_name);
+
 /* ---- fence files -----------------------------------------------------------
  * Fencing the caller's own files with a grant's fence (docs/fencing.md). The
  * fence file PATH holds the highest fence admitted so far, in decimal (a

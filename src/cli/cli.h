@@ -125,6 +125,8 @@ int cli_release(int argc, char **argv);
 /* baton list / baton unlock --force (admin.c). */
 int cli_list(int argc, char **argv);
 int cli_unlock(int argc, char **argv);
+/* baton engines (engines.c) */
+int cli_engines(int argc, char **argv);
 void cli_usage_fence(FILE *f);
 
 #endif

@@ -24,6 +24,7 @@ static void usage(FILE *f)
         "       baton fence [-q] FILE [FENCE] [-- COMMAND [ARG...]]\n"
         "       baton bench [-u URI] --workload W [options]\n"
         "       baton check [-u URI] [--clients N] [--seconds S] [--pause R] [--kill R] ... NAME\n"
+        "       baton engines [--json] [NAME]\n"
         "       baton version\n"
         "\n"
         "baton run is flock(1) across machines: it holds the lock NAME on the engine\n"
@@ -308,12 +309,13 @@ static void log_to_stderr(int level, const char *msg, void *p)
 int main(int argc, char **argv)
 {
     baton_log_set(log_to_stderr, NULL);
-    if (argc < 2) return cli_usage_error(NULL, "missing command (run, hold, release, elect, status, list, unlock, latch, sem, fence, bench, check, version)");
+    if (argc < 2) return cli_usage_error(NULL, "missing command (run, hold, release, elect, status, list, unlock, latch, sem, fence, bench, check, engines, version)");
     if (!strcmp(argv[1], "run")) return cli_run(argc - 1, argv + 1);
     if (!strcmp(argv[1], "elect")) return cli_elect(argc - 1, argv + 1);
     if (!strcmp(argv[1], "status")) return cmd_status(argc - 1, argv + 1);
     if (!strcmp(argv[1], "list")) return cli_list(argc - 1, argv + 1);
     if (!strcmp(argv[1], "unlock")) return cli_unlock(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "engines")) return cli_engines(argc - 1, argv + 1);
     if (!strcmp(argv[1], "fence")) return cli_fence(argc - 1, argv + 1);
     if (!strcmp(argv[1], "hold")) return cli_hold(argc - 1, argv + 1);
     if (!strcmp(argv[1], "release")) return cli_release(argc - 1, argv + 1);

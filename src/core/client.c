@@ -20,15 +20,15 @@ static void gate_unref(baton__gate *g)
 int baton_client_open(baton_client **out, const char *uri, const baton_client_options *opts)
 {
     baton_client_options o = BATON_CLIENT_OPTIONS_INIT;
+    static const size_t sizes[] = { sizeof(baton_client_options) };
+    baton_opts *uo = NULL;
     baton_client *c;
     int rc;
 
     if (!out) return baton_seterr(BATON_EINVAL, 0, "baton_client_open: NULL out");
     *out = NULL;
     if (opts) {
-        if (opts->version < 1 || opts->version > BATON_CLIENT_OPTIONS_VERSION)
-            return baton_seterr(BATON_EINVAL, 0, "client options: unknown version %u", opts->version);
-        o = *opts;
+        if ((rc = baton__opts_copy(&o, opts, sizes, BATON_CLIENT_OPTIONS_VERSION, "client options"))) return rc;
         if (o.connect_timeout_ms <= 0) o.connect_timeout_ms = 2000;
         if (o.io_timeout_ms <= 0) o.io_timeout_ms = 5000;
     }
@@ -45,7 +45,10 @@ int baton_client_open(baton_client **out, const char *uri, const baton_client_op
     c->gate->refs = 1;
     if ((rc = baton__uri_parse(uri, &c->uri))) goto fail;
     if ((rc = baton__registry_find(c->uri->scheme, &c->be))) goto fail;
-    if ((rc = c->be->open(&c->eng, c->uri, &c->opts))) goto fail;
+    if ((rc = baton__opts_parse(c->be->info, c->uri, &uo))) goto fail;
+    rc = c->be->open(&c->eng, c->uri, uo, &c->opts);
+    baton__opts_free(uo);
+    if (rc) goto fail;
     if ((rc = baton__keeper_start(&c->keeper))) {
         c->be->close(c->eng);
         goto fail;
@@ -53,12 +56,12 @@ int baton_client_open(baton_client **out, const char *uri, const baton_client_op
     pthread_mutex_init(&c->host.mu, NULL);
     c->host.c = c;
     snprintf(c->ident, sizeof c->ident, "%s", c->uri->redacted ? c->uri->redacted : uri);
-    if (c->be->identity) {
+    if (c->be->services->identity) {
         char id[sizeof c->ident];
-        if (c->be->identity(c->eng, id, sizeof id) == 0 && id[0])
+        if (c->be->services->identity(c->eng, id, sizeof id) == 0 && id[0])
             snprintf(c->ident, sizeof c->ident, "%s", id);
     }
-    if (c->be->attach) c->be->attach(c->eng, &c->host);
+    if (c->be->services->attach) c->be->services->attach(c->eng, &c->host);
     *out = c;
     return 0;
 fail:
@@ -198,7 +201,7 @@ void baton_client_close(baton_client *c)
 
 const char *baton_client_backend(const baton_client *c)
 {
-    return c ? c->be->name : NULL;
+    return c ? c->be->info->name : NULL;
 }
 
 const char *baton_client_uri(const baton_client *c)
@@ -210,14 +213,14 @@ int baton_client_describe(baton_client *c, char *buf, size_t n)
 {
     if (!c || !buf || !n) return baton_seterr(BATON_EINVAL, 0, "baton_client_describe: NULL argument");
     buf[0] = 0;
-    if (!c->be->describe) return baton_seterr(BATON_ENOTSUP, 0, "the %s backend has nothing to describe", c->be->name);
-    return c->be->describe(c->eng, buf, n);
+    if (!c->be->services->describe) return baton_seterr(BATON_ENOTSUP, 0, "the %s backend has nothing to describe", c->be->info->name);
+    return c->be->services->describe(c->eng, buf, n);
 }
 
 int baton_client_deadline(baton_client *c, int64_t *mono_ns)
 {
     if (!c || !mono_ns) return baton_seterr(BATON_EINVAL, 0, "baton_client_deadline: NULL argument");
-    *mono_ns = c->be->session_deadline ? c->be->session_deadline(c->eng) : INT64_MAX;
+    *mono_ns = c->be->services->session_deadline ? c->be->services->session_deadline(c->eng) : INT64_MAX;
     return 0;
 }
 
@@ -225,11 +228,11 @@ int baton_client_secret(baton_client *c, const char **var, char **secret)
 {
     const baton_uri *u;
     if (!c || !var || !secret) return baton_seterr(BATON_EINVAL, 0, "baton_client_secret: NULL argument");
-    *var = c->be->secret_env;
+    *var = c->be->services->secret_env;
     *secret = NULL;
     u = c->uri;
-    if (!c->be->secret_env || !u->password || !*u->password) return 0;
-    if (c->be->secret_userinfo) {
+    if (!c->be->services->secret_env || !u->password || !*u->password) return 0;
+    if (c->be->services->secret_userinfo) {
         size_t n = strlen(u->user ? u->user : "") + 1 + strlen(u->password) + 1;
         if ((*secret = malloc(n))) snprintf(*secret, n, "%s:%s", u->user ? u->user : "", u->password);
     } else {

@@ -41,19 +41,16 @@ int baton_election_open(baton_election **out, baton_client *c, const char *name,
     baton_election_options o = BATON_ELECTION_OPTIONS_INIT;
     baton_lock_options lo = BATON_LOCK_OPTIONS_INIT;
     baton_election *e;
+    static const size_t sizes[] = { sizeof(baton_election_options) };
     void *st = NULL;
     int rc;
 
     if (out) *out = NULL;
     if (!out || !c) return baton_seterr(BATON_EINVAL, 0, "baton_election_open: NULL argument");
     if ((rc = baton__name_check(name))) return rc;
-    if (opts) {
-        if (opts->version < 1 || opts->version > BATON_ELECTION_OPTIONS_VERSION)
-            return baton_seterr(BATON_EINVAL, 0, "election options: unknown version %u", opts->version);
-        o = *opts;
-    }
-    if (!(c->be->caps & BATON_CAP_ELECTION) || !c->be->election_new || !c->be->election_leader)
-        return baton_seterr(BATON_ENOTSUP, 0, "the %s backend has no leader election", c->be->name);
+    if ((rc = baton__opts_copy(&o, opts, sizes, BATON_ELECTION_OPTIONS_VERSION, "election options"))) return rc;
+    if (!c->be->election || !c->be->election->create || !c->be->election->leader)
+        return baton_seterr(BATON_ENOTSUP, 0, "the %s backend has no leader election", c->be->info->name);
     if (!(e = calloc(1, sizeof *e))) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
     e->c = c;
     e->opts = o;
@@ -65,9 +62,9 @@ int baton_election_open(baton_election **out, baton_client *c, const char *name,
         return baton_seterr(rc, 0, "out of memory");
     }
     pthread_mutex_init(&e->omu, NULL);
-    if ((rc = c->be->election_new(c->eng, name, &lo, &st))) goto fail;
+    if ((rc = c->be->election->create(c->eng, name, &lo, &st))) goto fail;
     if ((rc = baton__lock_create(&e->l, c, name, &lo, st))) {
-        c->be->lock_free(c->eng, st);
+        c->be->lock->destroy(c->eng, st);
         goto fail;
     }
     e->l->value = e->value;
@@ -124,13 +121,13 @@ int baton_election_proclaim(baton_election *e, const char *value)
     if (!baton_lock_held(l))
         return baton_seterr(BATON_ENOTHELD, 0, "election '%s': this candidate does not lead", l->name);
     if ((rc = baton__member_enter(&l->cm))) return rc;
-    if (!l->c->be->election_proclaim) {
-        rc = baton_seterr(BATON_ENOTSUP, 0, "the %s backend cannot change a leader's value", l->c->be->name);
+    if (!l->c->be->election->proclaim) {
+        rc = baton_seterr(BATON_ENOTSUP, 0, "the %s backend cannot change a leader's value", l->c->be->info->name);
         baton__member_leave(&l->cm);
         return rc;
     }
     pthread_mutex_lock(&l->io);
-    rc = l->c->be->election_proclaim(l->c->eng, l->st, &l->owner, value);
+    rc = l->c->be->election->proclaim(l->c->eng, l->st, &l->owner, value);
     pthread_mutex_unlock(&l->io);
     if (rc == 0) {
         pthread_mutex_lock(&l->smu);
@@ -153,7 +150,7 @@ int baton_election_leader(baton_election *e, char *value, size_t n, uint64_t *fe
     int rc;
     if (!e) return baton_seterr(BATON_EINVAL, 0, "baton_election_leader: NULL election");
     if ((rc = baton__member_enter(&e->l->cm))) return rc;
-    rc = e->c->be->election_leader(e->c->eng, e->l->name, 0, "", v, sizeof v, &f, 0, NULL);
+    rc = e->c->be->election->leader(e->c->eng, e->l->name, 0, "", v, sizeof v, &f, 0, NULL);
     baton__member_leave(&e->l->cm);
     if (rc) return rc;
     copy_out(value, n, v);
@@ -181,7 +178,7 @@ int baton_election_observe(baton_election *e, char *value, size_t n, uint64_t *f
     __atomic_store_n(&e->observing, 1, __ATOMIC_SEQ_CST);
     if (!e->observed) deadline = 0;
     else baton__wait_deadline_ns(wait_ms, &deadline);
-    rc = e->c->be->election_leader(e->c->eng, e->l->name, e->known_fence, e->known_value, v, sizeof v, &f,
+    rc = e->c->be->election->leader(e->c->eng, e->l->name, e->known_fence, e->known_value, v, sizeof v, &f,
                                    deadline, &e->ow);
     __atomic_store_n(&e->observing, 0, __ATOMIC_SEQ_CST);
     baton__waiter_reset(&e->ow);

@@ -30,8 +30,30 @@ int baton__owner_init(baton_owner *o);
 void baton__owner_set_thread(baton_owner *o);
 unsigned long baton__gettid(void);
 
+/* An engine as the registry lists it (src/include/baton/sys/engines.h): its description,
+ * always there, and its table, NULL when the engine is not built. Each
+ * engine's spec.c defines baton__engine_NAME. */
+typedef struct {
+    const baton_engine_info *info;
+    const baton_backend *table;
+} baton__engine;
+
 /* Registry: the backend for a scheme. BATON_EDISABLED when known but compiled
- * out, BATON_EINVAL when unknown. */
+ * out, BATON_EINVAL when unknown or when the table disagrees with the
+ * description. */
 int baton__registry_find(const char *scheme, const baton_backend **out);
+/* The primitives a table provides (BATON_PRIM_*), and the check the
+ * registry makes of a table against its description. */
+unsigned baton__backend_prims(const baton_backend *b);
+int baton__backend_check(const baton_backend *b, const baton_engine_info *e);
+
+/* URI options against an engine's spec (src/core/options.c). */
+int baton__opts_parse(const baton_engine_info *e, const baton_uri *u, baton_opts **out);
+void baton__opts_free(baton_opts *o);
+
+/* Versioned option structs: copies the part of SRC its version declares
+ * (SIZES[v - 1] bytes for version v, 1..NVERS) over DST, which holds the
+ * defaults. BATON_EINVAL naming WHAT on an unknown version. */
+int baton__opts_copy(void *dst, const void *src, const size_t *sizes, unsigned nvers, const char *what);
 
 #endif

@@ -57,6 +57,9 @@ int baton_lock_open(baton_lock **out, baton_client *c, const char *name, const b
 int baton__lock_create(baton_lock **out, baton_client *c, const char *name,
                        const baton_lock_options *opts, void *st)
 {
+    /* the size of each version of baton_lock_options (a program built
+     * against an older header passes a shorter struct) */
+    static const size_t lock_opts_sizes[] = { sizeof(baton_lock_options) };
     baton_lock_options def = BATON_LOCK_OPTIONS_INIT;
     baton_lock *l;
     int rc;
@@ -64,11 +67,7 @@ int baton__lock_create(baton_lock **out, baton_client *c, const char *name,
     if (out) *out = NULL; /* first: a caller that ignores the error never sees garbage */
     if (!out || !c) return baton_seterr(BATON_EINVAL, 0, "baton_lock_open: NULL argument");
     if ((rc = baton__name_check(name))) return rc;
-    if (opts) {
-        if (opts->version < 1 || opts->version > BATON_LOCK_OPTIONS_VERSION)
-            return baton_seterr(BATON_EINVAL, 0, "lock options: unknown version %u", opts->version);
-        def = *opts;
-    }
+    if ((rc = baton__opts_copy(&def, opts, lock_opts_sizes, BATON_LOCK_OPTIONS_VERSION, "lock options"))) return rc;
     if (def.lease_ms == 0) def.lease_ms = 30000;
     if (def.lease_ms < 10)
         return baton_seterr(BATON_EINVAL, 0, "lease of %u ms is too short (minimum 10 ms)", def.lease_ms);
@@ -77,7 +76,7 @@ int baton__lock_create(baton_lock **out, baton_client *c, const char *name,
         return baton_seterr(BATON_EINVAL, 0, "renew period %u ms must be shorter than the lease %u ms",
                             def.renew_ms, def.lease_ms);
     if (def.fair && !(c->be->caps & BATON_CAP_FAIR))
-        return baton_seterr(BATON_ENOTSUP, 0, "the %s backend has no fair lock", c->be->name);
+        return baton_seterr(BATON_ENOTSUP, 0, "the %s backend has no fair lock", c->be->info->name);
 
     l = calloc(1, sizeof *l);
     if (!l) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
@@ -90,7 +89,7 @@ int baton__lock_create(baton_lock **out, baton_client *c, const char *name,
     pthread_mutex_init(&l->io, NULL);
     pthread_mutex_init(&l->smu, NULL);
     if (st) l->st = st;
-    else if ((rc = c->be->lock_new(c->eng, l->name, &l->opts, &l->st))) goto fail_sync;
+    else if ((rc = c->be->lock->create(c->eng, l->name, &l->opts, &l->st))) goto fail_sync;
     l->kn.poll = lock_poll;
     l->kn.keep = lock_keep;
     l->kn.report = lock_report;
@@ -100,7 +99,7 @@ int baton__lock_create(baton_lock **out, baton_client *c, const char *name,
     l->cm.recheck = lock_recheck;
     l->cm.lost = lock_lost;
     if ((rc = baton__client_link(c, &l->cm))) {
-        c->be->lock_free(c->eng, l->st);
+        c->be->lock->destroy(c->eng, l->st);
         goto fail_sync;
     }
     *out = l;
@@ -224,7 +223,7 @@ int baton__lock_acquire(baton_lock *l, int64_t wait_ms)
     for (;;) {
         int dead;
         pthread_mutex_lock(&l->io);
-        rc = l->c->be->lock_acquire(l->c->eng, l->st, &req);
+        rc = l->c->be->lock->acquire(l->c->eng, l->st, &req);
         pthread_mutex_unlock(&l->io);
         if (rc) break;
         pthread_mutex_lock(&l->smu);
@@ -240,7 +239,7 @@ int baton__lock_acquire(baton_lock *l, int64_t wait_ms)
          * report that as held. Give the grant back (owner-checked) and try
          * again while time is left. */
         pthread_mutex_lock(&l->io);
-        l->c->be->lock_release(l->c->eng, l->st, &l->owner);
+        l->c->be->lock->release(l->c->eng, l->st, &l->owner);
         pthread_mutex_unlock(&l->io);
         if (req.deadline_ns != INT64_MAX && baton_now_ns() >= req.deadline_ns) {
             rc = dead ? baton_seterr(BATON_EUNAVAILABLE, 0, "lock '%s': the engine's session ended "
@@ -351,7 +350,7 @@ static int lock_keep(baton__kept *n, int64_t now)
 
     pthread_mutex_lock(&l->io);
     sent = baton_now_ns();
-    rc = l->c->be->lock_renew(l->c->eng, l->st, &l->owner, l->opts.lease_ms, deadline);
+    rc = l->c->be->lock->renew(l->c->eng, l->st, &l->owner, l->opts.lease_ms, deadline);
     pthread_mutex_unlock(&l->io);
 
     pthread_mutex_lock(&l->smu);
@@ -413,7 +412,7 @@ int baton__lock_release(baton_lock *l)
          * the command's tree exited), is what keeps the next holder from
          * overlapping it. Owner-checked, so it never touches a new holder. */
         pthread_mutex_lock(&l->io);
-        l->c->be->lock_release(l->c->eng, l->st, &l->owner);
+        l->c->be->lock->release(l->c->eng, l->st, &l->owner);
         pthread_mutex_unlock(&l->io);
         return baton_seterr(BATON_ELOST, 0, "lock '%s' was lost before this release", l->name);
     }
@@ -433,7 +432,7 @@ int baton__lock_release(baton_lock *l)
     baton__keeper_remove(l->c->keeper,&l->kn);
 
     pthread_mutex_lock(&l->io);
-    rc = l->c->be->lock_release(l->c->eng, l->st, &l->owner);
+    rc = l->c->be->lock->release(l->c->eng, l->st, &l->owner);
     pthread_mutex_unlock(&l->io);
     if (rc == BATON_ENOTOWNER)
         rc = baton_seterr(BATON_ELOST, 0, "lock '%s' was lost: the engine has another owner", l->name);
@@ -468,8 +467,8 @@ int baton_lock_held(const baton_lock *l)
      * whatever the engine's threads have had time to report. Asked with smu
      * released: the engine takes its own mutex, which it may hold while it
      * reports losses into the core. */
-    if (h && session && l->c->be->session_deadline)
-        h = baton_now_ns() < l->c->be->session_deadline(l->c->eng);
+    if (h && session && l->c->be->services->session_deadline)
+        h = baton_now_ns() < l->c->be->services->session_deadline(l->c->eng);
     baton__member_leave(&m->cm);
     return h;
 }
@@ -487,8 +486,8 @@ int baton_lock_deadline(const baton_lock *l, int64_t *mono_ns)
     pthread_mutex_unlock(&m->smu);
     /* As in held(): a grant without a lease of its own lives as long as the
      * engine's session, asked with smu released. */
-    if (held && d == INT64_MAX && l->c->be->session_deadline)
-        d = l->c->be->session_deadline(l->c->eng);
+    if (held && d == INT64_MAX && l->c->be->services->session_deadline)
+        d = l->c->be->services->session_deadline(l->c->eng);
     baton__member_leave(&m->cm);
     if (!held) return baton_seterr(BATON_ENOTHELD, 0, "lock '%s' is not held", l->name);
     *mono_ns = d;
@@ -569,7 +568,7 @@ static void lock_member_destroy(baton__member *m)
     if (held)
         baton__lock_release(l);
     baton__keeper_forget(l->c->keeper, &l->kn);
-    if (l->st) l->c->be->lock_free(l->c->eng, l->st);
+    if (l->st) l->c->be->lock->destroy(l->c->eng, l->st);
     l->st = NULL;
 }
 
@@ -600,9 +599,9 @@ int baton_lock_info(baton_client *c, const char *name, baton_lockinfo *out)
     out->remaining_ms = out->queue_length = out->readers = out->waiting_writers = -1;
     out->permits = BATON_PERMITS_UNKNOWN;   /* -1 is a real count: baton_semaphore_add can go below 0 */
     out->writer = -1;
-    if (!c->be->lock_info)
-        return baton_seterr(BATON_ENOTSUP, 0, "the %s backend cannot describe locks", c->be->name);
-    return c->be->lock_info(c->eng, name, out);
+    if (!c->be->lock->info)
+        return baton_seterr(BATON_ENOTSUP, 0, "the %s backend cannot describe locks", c->be->info->name);
+    return c->be->lock->info(c->eng, name, out);
 }
 
 int baton_lock_list(baton_client *c, const char *prefix, baton_name_cb fn, void *payload)
@@ -611,9 +610,9 @@ int baton_lock_list(baton_client *c, const char *prefix, baton_name_cb fn, void 
     if (!prefix) prefix = "";
     if (strlen(prefix) > BATON_MAX_NAME)
         return baton_seterr(BATON_EINVAL, 0, "prefix is %zu bytes; the limit is %d", strlen(prefix), BATON_MAX_NAME);
-    if (!c->be->lock_list)
-        return baton_seterr(BATON_ENOTSUP, 0, "the %s backend cannot list its locks", c->be->name);
-    return c->be->lock_list(c->eng, prefix, fn, payload);
+    if (!c->be->lock->list)
+        return baton_seterr(BATON_ENOTSUP, 0, "the %s backend cannot list its locks", c->be->info->name);
+    return c->be->lock->list(c->eng, prefix, fn, payload);
 }
 
 int baton_lock_break(baton_client *c, const char *name, uint64_t *fence)
@@ -622,9 +621,9 @@ int baton_lock_break(baton_client *c, const char *name, uint64_t *fence)
     int rc;
     if (!c) return baton_seterr(BATON_EINVAL, 0, "baton_lock_break: NULL client");
     if ((rc = baton__name_check(name))) return rc;
-    if (!c->be->lock_break)
-        return baton_seterr(BATON_ENOTSUP, 0, "the %s backend cannot break a lock", c->be->name);
-    rc = c->be->lock_break(c->eng, name, &f);
+    if (!c->be->lock->force_unlock)
+        return baton_seterr(BATON_ENOTSUP, 0, "the %s backend cannot break a lock", c->be->info->name);
+    rc = c->be->lock->force_unlock(c->eng, name, &f);
     if (fence) *fence = (rc == 0 || rc == BATON_ENOTHELD) ? f : 0;
     return rc;
 }

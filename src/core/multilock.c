@@ -16,7 +16,7 @@ struct baton_multilock {
 static int cmp_lock(const void *a, const void *b)
 {
     const baton_lock *x = *(baton_lock *const *)a, *y = *(baton_lock *const *)b;
-    int r = strcmp(x->c->be->name, y->c->be->name);
+    int r = strcmp(x->c->be->info->name, y->c->be->info->name);
     if (!r) r = strcmp(x->c->ident, y->c->ident);
     if (!r) r = strcmp(x->name, y->name);
     return r;

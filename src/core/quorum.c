@@ -60,8 +60,8 @@ int baton_client_open_quorum(baton_client **out, baton_client *const *members, s
     if (!out || !members || n == 0) return baton_seterr(BATON_EINVAL, 0, "baton_client_open_quorum: no members");
     for (size_t i = 0; i < n; i++)
         if (!members[i]) return baton_seterr(BATON_EINVAL, 0, "quorum member %zu is NULL", i);
-    if (!members[0]->be->quorum_scheme)
-        return baton_seterr(BATON_ENOTSUP, 0, "the %s backend has no quorum form", members[0]->be->name);
+    if (!members[0]->be->services->quorum_scheme)
+        return baton_seterr(BATON_ENOTSUP, 0, "the %s backend has no quorum form", members[0]->be->info->name);
     u0 = members[0]->uri;
     tls = !strcmp(u0->scheme, "rediss");
     for (size_t i = 1; i < n; i++) {
@@ -76,7 +76,7 @@ int baton_client_open_quorum(baton_client **out, baton_client *const *members, s
         if (u->nhosts != 1)
             return baton_seterr(BATON_ENOTSUP, 0, "quorum member %zu names several hosts", i);
     }
-    puts_(&b, members[0]->be->quorum_scheme);
+    puts_(&b, members[0]->be->services->quorum_scheme);
     puts_(&b, "://");
     if (u0->user || u0->password) {
         if (u0->user) put_enc(&b, u0->user);

@@ -17,20 +17,20 @@ int baton_rwlock_open(baton_rwlock **out, baton_client *c, const char *name, con
     if (out) *out = NULL;
     if (!out || !c) return baton_seterr(BATON_EINVAL, 0, "baton_rwlock_open: NULL argument");
     if ((rc = baton__name_check(name))) return rc;
-    if (!(c->be->caps & BATON_CAP_RWLOCK) || !c->be->rwlock_new)
-        return baton_seterr(BATON_ENOTSUP, 0, "the %s backend has no read-write lock", c->be->name);
+    if (!c->be->rw || !c->be->rw->create)
+        return baton_seterr(BATON_ENOTSUP, 0, "the %s backend has no read-write lock", c->be->info->name);
     if (opts) o = *opts;
     if (o.fair) return baton_seterr(BATON_ENOTSUP, 0, "fair read-write locks are not supported");
     if (!(rw = calloc(1, sizeof *rw))) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
-    if ((rc = c->be->rwlock_new(c->eng, name, &o, &rdst, &wrst))) { free(rw); return rc; }
+    if ((rc = c->be->rw->create(c->eng, name, &o, &rdst, &wrst))) { free(rw); return rc; }
     if ((rc = baton__lock_create(&rw->rd, c, name, &o, rdst))) {
-        c->be->lock_free(c->eng, rdst);
-        c->be->lock_free(c->eng, wrst);
+        c->be->lock->destroy(c->eng, rdst);
+        c->be->lock->destroy(c->eng, wrst);
         free(rw);
         return rc;
     }
     if ((rc = baton__lock_create(&rw->wr, c, name, &o, wrst))) {
-        c->be->lock_free(c->eng, wrst);
+        c->be->lock->destroy(c->eng, wrst);
         baton_lock_free(rw->rd);
         free(rw);
         return rc;

@@ -41,14 +41,14 @@ static void sync_cancel(baton__member *m)
     baton__waiter_cancel(&BATON__CONTAINER(m, sync_obj, cm)->w);
 }
 
-static int sync_open(sync_obj *o, baton_client *c, const char *name, unsigned cap, new_fn fn,
+static int sync_open(sync_obj *o, baton_client *c, const char *name, const void *tbl, new_fn fn,
                      void (*st_free)(void *, void *), const char *what)
 {
     int rc;
     if (!c) return baton_seterr(BATON_EINVAL, 0, "%s: NULL client", what);
     if ((rc = baton__name_check(name))) return rc;
-    if (!(c->be->caps & cap) || !fn)
-        return baton_seterr(BATON_ENOTSUP, 0, "the %s backend has no %s", c->be->name, what);
+    if (!tbl || !fn)
+        return baton_seterr(BATON_ENOTSUP, 0, "the %s backend has no %s", c->be->info->name, what);
     if ((rc = baton__waiter_init(&o->w))) return baton_seterr(rc, 0, "out of memory");
     if ((rc = fn(c->eng, name, &o->st))) {
         baton__waiter_destroy(&o->w);
@@ -100,7 +100,7 @@ static int ctl_u64(sync_obj *o, int kind, int op, uint64_t *out)
     int rc;
     ENTER(o);
     /* The backend is read only once inside: the client may be closed. */
-    ctl = kind == CTL_SEM ? o->c->be->sem_ctl : kind == CTL_PERMITS ? o->c->be->permits_ctl : o->c->be->latch_ctl;
+    ctl = kind == CTL_SEM ? o->c->be->sem->ctl : kind == CTL_PERMITS ? o->c->be->permits->ctl : o->c->be->latch->ctl;
     rc = ctl(o->c->eng, o->st, op, 0, &v);
     if (!rc && out) *out = v < 0 ? 0 : (uint64_t)v;
     LEAVE(o, rc);
@@ -117,7 +117,7 @@ int baton_semaphore_open(baton_semaphore **out, baton_client *c, const char *nam
     NEED(out, "baton_semaphore_open");
     *out = NULL;
     if (!(s = calloc(1, sizeof *s))) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
-    if ((rc = sync_open(&s->o, c, name, BATON_CAP_SEM, c ? c->be->sem_new : NULL, c ? c->be->sem_free : NULL,
+    if ((rc = sync_open(&s->o, c, name, c ? c->be->sem : NULL, c && c->be->sem ? c->be->sem->create : NULL, c && c->be->sem ? c->be->sem->destroy : NULL,
                         "semaphore"))) {
         free(s);
         return rc;
@@ -134,7 +134,7 @@ int baton_semaphore_acquire(baton_semaphore *s, uint32_t permits, int64_t wait_m
     if (permits == 0) return baton_seterr(BATON_EINVAL, 0, "acquire of 0 permits");
     ENTER(&s->o);
     if (!(rc = sync_begin(&s->o, wait_ms, &d))) {
-        rc = sync_end(&s->o, s->o.c->be->sem_acquire(s->o.c->eng, s->o.st, permits, d, &s->o.w));
+        rc = sync_end(&s->o, s->o.c->be->sem->acquire(s->o.c->eng, s->o.st, permits, d, &s->o.w));
         if (rc == BATON_ELOCKED && wait_ms != 0) rc = baton_seterr(BATON_ETIMEDOUT, 0, "semaphore wait timed out");
     }
     LEAVE(&s->o, rc);
@@ -145,7 +145,7 @@ int baton_semaphore_release(baton_semaphore *s, uint32_t permits)
     NEED(s, "baton_semaphore_release");
     if (permits == 0) return baton_seterr(BATON_EINVAL, 0, "release of 0 permits");
     ENTER(&s->o);
-    LEAVE(&s->o, s->o.c->be->sem_release(s->o.c->eng, s->o.st, permits));
+    LEAVE(&s->o, s->o.c->be->sem->release(s->o.c->eng, s->o.st, permits));
 }
 
 int baton_semaphore_try_set(baton_semaphore *s, uint32_t permits, int *was_set)
@@ -154,7 +154,7 @@ int baton_semaphore_try_set(baton_semaphore *s, uint32_t permits, int *was_set)
     int rc;
     NEED(s, "baton_semaphore_try_set");
     ENTER(&s->o);
-    rc = s->o.c->be->sem_ctl(s->o.c->eng, s->o.st, BATON_CTL_TRY_SET, permits, &v);
+    rc = s->o.c->be->sem->ctl(s->o.c->eng, s->o.st, BATON_CTL_TRY_SET, permits, &v);
     if (!rc && was_set) *was_set = v != 0;
     LEAVE(&s->o, rc);
 }
@@ -163,7 +163,7 @@ int baton_semaphore_add(baton_semaphore *s, int64_t delta)
 {
     NEED(s, "baton_semaphore_add");
     ENTER(&s->o);
-    LEAVE(&s->o, s->o.c->be->sem_ctl(s->o.c->eng, s->o.st, BATON_CTL_ADD, delta, NULL));
+    LEAVE(&s->o, s->o.c->be->sem->ctl(s->o.c->eng, s->o.st, BATON_CTL_ADD, delta, NULL));
 }
 
 int baton_semaphore_drain(baton_semaphore *s, uint64_t *drained)
@@ -199,8 +199,8 @@ int baton_permits_open(baton_permits **out, baton_client *c, const char *name)
     NEED(out, "baton_permits_open");
     *out = NULL;
     if (!(p = calloc(1, sizeof *p))) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
-    if ((rc = sync_open(&p->o, c, name, BATON_CAP_PERMITS, c ? c->be->permits_new : NULL,
-                        c ? c->be->permits_free : NULL, "permit-expirable semaphore"))) {
+    if ((rc = sync_open(&p->o, c, name, c ? c->be->permits : NULL, c && c->be->permits ? c->be->permits->create : NULL,
+                        c && c->be->permits ? c->be->permits->destroy : NULL, "permit-expirable semaphore"))) {
         free(p);
         return rc;
     }
@@ -217,7 +217,7 @@ int baton_permits_acquire(baton_permits *p, uint32_t lease_ms, int64_t wait_ms, 
     id[0] = 0;
     ENTER(&p->o);
     if (!(rc = sync_begin(&p->o, wait_ms, &d))) {
-        rc = sync_end(&p->o, p->o.c->be->permits_acquire(p->o.c->eng, p->o.st, lease_ms, d, &p->o.w, id));
+        rc = sync_end(&p->o, p->o.c->be->permits->acquire(p->o.c->eng, p->o.st, lease_ms, d, &p->o.w, id));
         if (rc == BATON_ELOCKED && wait_ms != 0) rc = baton_seterr(BATON_ETIMEDOUT, 0, "permit wait timed out");
     }
     LEAVE(&p->o, rc);
@@ -236,7 +236,7 @@ int baton_permits_release(baton_permits *p, const char *id)
     NEED(p, "baton_permits_release");
     if ((rc = check_id(id))) return rc;
     ENTER(&p->o);
-    LEAVE(&p->o, p->o.c->be->permits_release(p->o.c->eng, p->o.st, id));
+    LEAVE(&p->o, p->o.c->be->permits->release(p->o.c->eng, p->o.st, id));
 }
 
 int baton_permits_renew(baton_permits *p, const char *id, uint32_t lease_ms)
@@ -246,7 +246,7 @@ int baton_permits_renew(baton_permits *p, const char *id, uint32_t lease_ms)
     if ((rc = check_id(id))) return rc;
     if (lease_ms == 0) return baton_seterr(BATON_EINVAL, 0, "a permit needs a lease");
     ENTER(&p->o);
-    LEAVE(&p->o, p->o.c->be->permits_renew(p->o.c->eng, p->o.st, id, lease_ms));
+    LEAVE(&p->o, p->o.c->be->permits->renew(p->o.c->eng, p->o.st, id, lease_ms));
 }
 
 int baton_permits_try_set(baton_permits *p, uint32_t permits, int *was_set)
@@ -255,7 +255,7 @@ int baton_permits_try_set(baton_permits *p, uint32_t permits, int *was_set)
     int rc;
     NEED(p, "baton_permits_try_set");
     ENTER(&p->o);
-    rc = p->o.c->be->permits_ctl(p->o.c->eng, p->o.st, BATON_CTL_TRY_SET, permits, &v);
+    rc = p->o.c->be->permits->ctl(p->o.c->eng, p->o.st, BATON_CTL_TRY_SET, permits, &v);
     if (!rc && was_set) *was_set = v != 0;
     LEAVE(&p->o, rc);
 }
@@ -264,7 +264,7 @@ int baton_permits_add(baton_permits *p, int64_t delta)
 {
     NEED(p, "baton_permits_add");
     ENTER(&p->o);
-    LEAVE(&p->o, p->o.c->be->permits_ctl(p->o.c->eng, p->o.st, BATON_CTL_ADD, delta, NULL));
+    LEAVE(&p->o, p->o.c->be->permits->ctl(p->o.c->eng, p->o.st, BATON_CTL_ADD, delta, NULL));
 }
 
 int baton_permits_available(baton_permits *p, uint64_t *out)
@@ -294,7 +294,7 @@ int baton_latch_open(baton_latch **out, baton_client *c, const char *name)
     NEED(out, "baton_latch_open");
     *out = NULL;
     if (!(l = calloc(1, sizeof *l))) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
-    if ((rc = sync_open(&l->o, c, name, BATON_CAP_LATCH, c ? c->be->latch_new : NULL, c ? c->be->latch_free : NULL,
+    if ((rc = sync_open(&l->o, c, name, c ? c->be->latch : NULL, c && c->be->latch ? c->be->latch->create : NULL, c && c->be->latch ? c->be->latch->destroy : NULL,
                         "count-down latch"))) {
         free(l);
         return rc;
@@ -310,7 +310,7 @@ int baton_latch_try_set(baton_latch *l, uint64_t count, int *was_set)
     NEED(l, "baton_latch_try_set");
     if (count == 0 || count > INT64_MAX) return baton_seterr(BATON_EINVAL, 0, "latch count must be 1..2^63-1");
     ENTER(&l->o);
-    rc = l->o.c->be->latch_ctl(l->o.c->eng, l->o.st, BATON_CTL_TRY_SET, (int64_t)count, &v);
+    rc = l->o.c->be->latch->ctl(l->o.c->eng, l->o.st, BATON_CTL_TRY_SET, (int64_t)count, &v);
     if (!rc && was_set) *was_set = v != 0;
     LEAVE(&l->o, rc);
 }
@@ -319,7 +319,7 @@ int baton_latch_count_down(baton_latch *l)
 {
     NEED(l, "baton_latch_count_down");
     ENTER(&l->o);
-    LEAVE(&l->o, l->o.c->be->latch_ctl(l->o.c->eng, l->o.st, BATON_CTL_COUNT_DOWN, 0, NULL));
+    LEAVE(&l->o, l->o.c->be->latch->ctl(l->o.c->eng, l->o.st, BATON_CTL_COUNT_DOWN, 0, NULL));
 }
 
 int baton_latch_count(baton_latch *l, uint64_t *out)
@@ -335,7 +335,7 @@ int baton_latch_await(baton_latch *l, int64_t wait_ms)
     NEED(l, "baton_latch_await");
     ENTER(&l->o);
     if (!(rc = sync_begin(&l->o, wait_ms, &d)))
-        rc = sync_end(&l->o, l->o.c->be->latch_await(l->o.c->eng, l->o.st, d, &l->o.w));
+        rc = sync_end(&l->o, l->o.c->be->latch->await(l->o.c->eng, l->o.st, d, &l->o.w));
     LEAVE(&l->o, rc);
 }
 

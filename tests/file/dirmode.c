@@ -95,7 +95,7 @@ static void test_tmp(void) {
 static void test_shared_group(void) {
     char d[1200], path[1400];
     expect(mkdir_mode(d, sizeof d, "s2770", 02770), "?shared=group", 0, NULL, NULL);
-    expect(d, "?shared=world", BATON_EINVAL, "only value is 'group'", NULL);
+    expect(d, "?shared=world", BATON_EINVAL, "shared=world: want one of group", NULL);
     expect(mkdir_mode(d, sizeof d, "s0770", 0770), "?shared=group", BATON_EAUTH, "not setgid", "chmod g+s");
     expect(mkdir_mode(d, sizeof d, "s2777", 02777), "?shared=group", BATON_EAUTH, "writable by every user", NULL);
     expect(mkdir_mode(d, sizeof d, "s3777", 03777), "?shared=group", BATON_EAUTH, "writable by every user", NULL);

@@ -29,21 +29,8 @@
 
 #define DEFAULT_TTL_S 30
 
-static int parse_int(const char *k, const char *v, long lo, long hi, int *out)
+static int configure(eeng *e, const baton_uri *u, const baton_opts *uo, const baton_client_options *opts, egw_config *cfg)
 {
-    char *end;
-    long n;
-    errno = 0;
-    n = strtol(v, &end, 10);
-    if (errno || end == v || *end || n < lo || n > hi)
-        return baton_seterr(BATON_EINVAL, 0, "etcd: option %s=%s: not a number in [%ld, %ld]", k, v, lo, hi);
-    *out = (int)n;
-    return 0;
-}
-
-static int configure(eeng *e, const baton_uri *u, const baton_client_options *opts, egw_config *cfg)
-{
-    int rc = 0;
     size_t pl;
 
     memset(cfg, 0, sizeof *cfg);
@@ -54,27 +41,14 @@ static int configure(eeng *e, const baton_uri *u, const baton_client_options *op
     e->ttl_s = DEFAULT_TTL_S;
     e->connect_timeout_ms = opts && opts->connect_timeout_ms > 0 ? opts->connect_timeout_ms : 2000;
     cfg->io_timeout_ms = opts && opts->io_timeout_ms > 0 ? opts->io_timeout_ms : 5000;
-    for (size_t i = 0; i < u->nparams; i++) {
-        const char *k = u->params[i].key, *v = u->params[i].value ? u->params[i].value : "";
-        if (!strcmp(k, "ttl")) rc = parse_int(k, v, 1, 24 * 3600, &e->ttl_s);
-        else if (!strcmp(k, "connect_timeout_ms")) rc = parse_int(k, v, 1, 3600 * 1000, &e->connect_timeout_ms);
-        else if (!strcmp(k, "timeout_ms")) rc = parse_int(k, v, 1, 3600 * 1000, &cfg->io_timeout_ms);
-        else if (!strcmp(k, "transport")) {
-            if (!strcmp(v, "gateway")) cfg->transport = EGW_GATEWAY;
-            else if (!strcmp(v, "grpc")) cfg->transport = EGW_GRPC;
-            else rc = baton_seterr(BATON_EINVAL, 0, "etcd: option transport=%s: gateway or grpc", v);
-        }
-        else if (!strcmp(k, "cacert") || !strcmp(k, "cert") || !strcmp(k, "key")) {
-            if (!cfg->tls) rc = baton_seterr(BATON_EINVAL, 0, "etcd: option %s needs etcds://", k);
-            else if (!*v) rc = baton_seterr(BATON_EINVAL, 0, "etcd: option %s: empty path", k);
-            else if (!strcmp(k, "cacert")) cfg->cacert = v;
-            else if (!strcmp(k, "cert")) cfg->cert = v;
-            else cfg->key = v;
-        } else
-            rc = baton_seterr(BATON_EINVAL, 0, "etcd: unknown option '%s' (known: ttl, connect_timeout_ms, "
-                              "timeout_ms, cacert, cert, key, transport)", k);
-        if (rc) return rc;
-    }
+    if (baton_opts_given(uo, "ttl")) e->ttl_s = (int)baton_opts_int(uo, "ttl");
+    if (baton_opts_given(uo, "connect_timeout_ms")) e->connect_timeout_ms = (int)baton_opts_int(uo, "connect_timeout_ms");
+    if (baton_opts_given(uo, "timeout_ms")) cfg->io_timeout_ms = (int)baton_opts_int(uo, "timeout_ms");
+    if (baton_opts_given(uo, "transport")) /* spec order: gateway, grpc */
+        cfg->transport = baton_opts_enum(uo, "transport") == 1 ? EGW_GRPC : EGW_GATEWAY;
+    cfg->cacert = baton_opts_str(uo, "cacert");
+    cfg->cert = baton_opts_str(uo, "cert");
+    cfg->key = baton_opts_str(uo, "key");
     cfg->connect_timeout_ms = e->connect_timeout_ms;
     e->io_timeout_ms = cfg->io_timeout_ms;
     if (!u->nhosts || !u->hosts[0].host || !*u->hosts[0].host)
@@ -490,7 +464,7 @@ static void eng_free(eeng *e)
     free(e);
 }
 
-static int etcd_open(void **eng, const baton_uri *u, const baton_client_options *opts)
+static int etcd_open(void **eng, const baton_uri *u, const baton_opts *uo, const baton_client_options *opts)
 {
     pthread_condattr_t ca;
     egw_config cfg;
@@ -504,7 +478,7 @@ static int etcd_open(void **eng, const baton_uri *u, const baton_client_options 
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&e->cv, &ca);
     pthread_condattr_destroy(&ca);
-    if ((rc = configure(e, u, opts, &cfg))) goto fail;
+    if ((rc = configure(e, u, uo, opts, &cfg))) goto fail;
     if ((rc = make_ident(e, u))) goto fail;
     if ((rc = egw_new(&e->gw, u, &cfg))) goto fail;
     /* the lease now: a wrong address or password shows at open */
@@ -601,42 +575,62 @@ static int64_t etcd_session_deadline(void *eng)
     return d;
 }
 
-static const char *const etcd_schemes[] = { "etcd", "etcds", NULL };
+static const baton_lock_methods etcd_lock_methods = {
+    .create = etcd_lock_new,
+    .destroy = etcd_lock_free,
+    .acquire = etcd_lock_acquire,
+    .release = etcd_lock_release,
+    .renew = etcd_lock_renew,
+    .info = etcd_lock_info,
+    .list = etcd_lock_list,
+    .force_unlock = etcd_lock_break,
+};
 
-const baton_backend baton__backend_etcd = {
-    .version = BATON_BACKEND_VERSION,
-    .name = "etcd",
-    .schemes = etcd_schemes,
-    .caps = BATON_CAP_FAIR | BATON_CAP_NOTIFY | BATON_CAP_INFO | BATON_CAP_SESSION | BATON_CAP_ELECTION |
-            BATON_CAP_RWLOCK | BATON_CAP_SEM | BATON_CAP_PERMITS,
-    .open = etcd_open,
-    .close = etcd_close,
-    .lock_new = etcd_lock_new,
-    .lock_free = etcd_lock_free,
-    .lock_acquire = etcd_lock_acquire,
-    .lock_release = etcd_lock_release,
-    .lock_renew = etcd_lock_renew,
-    .lock_info = etcd_lock_info,
-    .lock_list = etcd_lock_list,
-    .lock_break = etcd_lock_break,
-    .rwlock_new = etcd_rwlock_new,
-    .sem_new = etcd_sem_new,
-    .sem_free = etcd_sem_free,
-    .sem_acquire = etcd_sem_acquire,
-    .sem_release = etcd_sem_release,
-    .sem_ctl = etcd_sem_ctl,
-    .permits_new = etcd_permits_new,
-    .permits_free = etcd_permits_free,
-    .permits_acquire = etcd_permits_acquire,
-    .permits_release = etcd_permits_release,
-    .permits_renew = etcd_permits_renew,
-    .permits_ctl = etcd_permits_ctl,
+static const baton_rw_methods etcd_rw_methods = {
+    .create = etcd_rwlock_new,
+};
+
+static const baton_sem_methods etcd_sem_methods = {
+    .create = etcd_sem_new,
+    .destroy = etcd_sem_free,
+    .acquire = etcd_sem_acquire,
+    .release = etcd_sem_release,
+    .ctl = etcd_sem_ctl,
+};
+
+static const baton_permits_methods etcd_permits_methods = {
+    .create = etcd_permits_new,
+    .destroy = etcd_permits_free,
+    .acquire = etcd_permits_acquire,
+    .release = etcd_permits_release,
+    .renew = etcd_permits_renew,
+    .ctl = etcd_permits_ctl,
+};
+
+static const baton_election_methods etcd_election_methods = {
+    .create = etcd_election_new,
+    .leader = etcd_election_leader,
+    .proclaim = etcd_election_proclaim,
+};
+
+static const baton_services etcd_services_methods = {
     .attach = etcd_attach,
     .identity = etcd_identity,
     .session_deadline = etcd_session_deadline,
     .engine_ops = etcd_engine_ops,
     .describe = etcd_describe,
-    .election_new = etcd_election_new,
-    .election_leader = etcd_election_leader,
-    .election_proclaim = etcd_election_proclaim,
+};
+
+const baton_backend baton__backend_etcd = {
+    .version = BATON_BACKEND_VERSION,
+    .info = &baton__info_etcd,
+    .caps = BATON_CAP_FAIR | BATON_CAP_NOTIFY | BATON_CAP_SESSION,
+    .open = etcd_open,
+    .close = etcd_close,
+    .lock = &etcd_lock_methods,
+    .rw = &etcd_rw_methods,
+    .sem = &etcd_sem_methods,
+    .permits = &etcd_permits_methods,
+    .election = &etcd_election_methods,
+    .services = &etcd_services_methods,
 };

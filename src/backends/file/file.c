@@ -88,20 +88,13 @@ typedef struct file_lock {
                       * (its gate byte holds new readers back), else -1 */
 } file_lock;
 
-static int resolve_dir(const baton_uri *u, char *out, size_t n, int *shared)
+static int resolve_dir(const baton_uri *u, const baton_opts *opts, char *out, size_t n, int *shared)
 {
     const char *env;
     *shared = 0;
     if (u->host && strcmp(u->host, "localhost"))
         return baton_seterr(BATON_EINVAL, 0, "file URI: host '%s' is not allowed; use file:///abs/dir", u->host);
-    for (size_t i = 0; i < u->nparams; i++) {
-        if (strcmp(u->params[i].key, "shared"))
-            return baton_seterr(BATON_EINVAL, 0, "file URI: unknown option '%s'", u->params[i].key);
-        if (strcmp(u->params[i].value, "group"))
-            return baton_seterr(BATON_EINVAL, 0, "file URI: shared=%s: the only value is 'group' "
-                                "(a lock directory an administrator shares with one group)", u->params[i].value);
-        *shared = 1;
-    }
+    *shared = baton_opts_given(opts, "shared"); /* its one value, group, checked by the core */
     if (u->path && *u->path) {
         if (u->path[0] != '/')
             return baton_seterr(BATON_EINVAL, 0, "file URI: the directory must be absolute");
@@ -231,7 +224,7 @@ static int open_dir(const char *dir, int *fdout)
     return baton_seterr(BATON_EUNAVAILABLE, errno, "lock dir %s: %s", dir, strerror(errno));
 }
 
-static int file_open(void **eng, const baton_uri *u, const baton_client_options *o)
+static int file_open(void **eng, const baton_uri *u, const baton_opts *opts, const baton_client_options *o)
 {
     char dir[4096];
     struct stat st;
@@ -239,7 +232,7 @@ static int file_open(void **eng, const baton_uri *u, const baton_client_options 
     int rc, fd = -1, shared;
     (void)o;
 
-    if ((rc = resolve_dir(u, dir, sizeof dir, &shared))) return rc;
+    if ((rc = resolve_dir(u, opts, dir, sizeof dir, &shared))) return rc;
     if (mkdir(dir, 0700) && errno != EEXIST)
         return baton_seterr(BATON_EUNAVAILABLE, errno, "lock dir %s: %s", dir, strerror(errno));
     if ((rc = open_dir(dir, &fd))) return rc;
@@ -2020,34 +2013,50 @@ static int file_break(void *eng, const char *name, uint64_t *fence)
                         name, who);
 }
 
-static const char *const file_schemes[] = { "file", NULL };
+static const baton_lock_methods file_lock_methods = {
+    .create = file_lock_new,
+    .destroy = file_lock_free,
+    .acquire = file_acquire,
+    .release = file_release,
+    .info = file_info,
+    .list = file_list,
+    .force_unlock = file_break,
+};
+
+static const baton_rw_methods file_rw_methods = {
+    .create = file_rwlock_new,
+};
+
+static const baton_sem_methods file_sem_methods = {
+    .create = file_sem_new,
+    .destroy = file_sem_free,
+    .acquire = file_sem_acquire,
+    .release = file_sem_release,
+    .ctl = file_sem_ctl,
+};
+
+static const baton_permits_methods file_permits_methods = {
+    .create = file_permits_new,
+    .destroy = file_permits_free,
+    .acquire = file_permits_acquire,
+    .release = file_permits_release,
+    .renew = file_permits_renew,
+    .ctl = file_permits_ctl,
+};
+
+static const baton_services file_services_methods = {
+    .identity = file_identity,
+};
 
 const baton_backend baton__backend_file = {
     .version = BATON_BACKEND_VERSION,
-    .name = "file",
-    .schemes = file_schemes,
-    .caps = BATON_CAP_NOTIFY | BATON_CAP_INFO | BATON_CAP_RWLOCK | BATON_CAP_SEM | BATON_CAP_PERMITS,
+    .info = &baton__info_file,
+    .caps = BATON_CAP_NOTIFY,
     .open = file_open,
     .close = file_close,
-    .lock_new = file_lock_new,
-    .lock_free = file_lock_free,
-    .lock_acquire = file_acquire,
-    .lock_release = file_release,
-    .lock_renew = NULL,
-    .lock_info = file_info,
-    .rwlock_new = file_rwlock_new,
-    .sem_new = file_sem_new,
-    .sem_free = file_sem_free,
-    .sem_acquire = file_sem_acquire,
-    .sem_release = file_sem_release,
-    .sem_ctl = file_sem_ctl,
-    .permits_new = file_permits_new,
-    .permits_free = file_permits_free,
-    .permits_acquire = file_permits_acquire,
-    .permits_release = file_permits_release,
-    .permits_renew = file_permits_renew,
-    .permits_ctl = file_permits_ctl,
-    .identity = file_identity,
-    .lock_list = file_list,
-    .lock_break = file_break,
+    .lock = &file_lock_methods,
+    .rw = &file_rw_methods,
+    .sem = &file_sem_methods,
+    .permits = &file_permits_methods,
+    .services = &file_services_methods,
 };

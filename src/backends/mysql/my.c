@@ -35,6 +35,7 @@
 #include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -733,24 +734,7 @@ static int set_str(char **dst, const char *v)
     return 0;
 }
 
-static int parse_ms(const char *k, const char *v, int lo, int hi, int *out)
-{
-    char *end;
-    long x = strtol(v, &end, 10);
-    if (!*v || *end || x < lo || x > hi)
-        return baton_seterr(BATON_EINVAL, 0, "mysql: %s must be a number of ms from %d to %d", k, lo, hi);
-    *out = (int)x;
-    return 0;
-}
-
 /* "ssl_ca" and "ssl-ca" are one option. */
-static int is_opt(const char *k, const char *want)
-{
-    for (; *k && *want; k++, want++)
-        if (*k != *want && !(*k == '_' && *want == '-')) return 0;
-    return !*k && !*want;
-}
-
 static void wipe(char *s)
 {
     if (s) memset(s, 0, strlen(s));
@@ -819,7 +803,7 @@ static char *quote_ident(const char *s)
     return out;
 }
 
-static int configure(myeng *e, const baton_uri *u, const baton_client_options *opts)
+static int configure(myeng *e, const baton_uri *u, const baton_opts *uo, const baton_client_options *opts)
 {
     const char *mode = "session", *passfile = NULL, *sslmode = NULL;
     int rc = 0;
@@ -827,31 +811,21 @@ static int configure(myeng *e, const baton_uri *u, const baton_client_options *o
     e->connect_timeout_ms = opts && opts->connect_timeout_ms > 0 ? opts->connect_timeout_ms : 2000;
     e->io_timeout_ms = opts && opts->io_timeout_ms > 0 ? opts->io_timeout_ms : 5000;
     e->ssl_verify = -1;
-    for (size_t i = 0; i < u->nparams; i++) {
-        const char *k = u->params[i].key, *v = u->params[i].value ? u->params[i].value : "";
-        rc = 0;
-        if (!strcmp(k, "mode")) mode = v;
-        else if (!strcmp(k, "table")) rc = set_str(&e->table, v);
-        else if (!strcmp(k, "connect_timeout_ms")) rc = parse_ms(k, v, 1, 3600 * 1000, &e->connect_timeout_ms);
-        else if (!strcmp(k, "passfile")) passfile = v;
-        else if (!strcmp(k, "socket")) rc = set_str(&e->unix_socket, v);
-        else if (is_opt(k, "ssl-ca")) rc = set_str(&e->ssl_ca, v);
-        else if (is_opt(k, "ssl-capath")) rc = set_str(&e->ssl_capath, v);
-        else if (is_opt(k, "ssl-cert")) rc = set_str(&e->ssl_cert, v);
-        else if (is_opt(k, "ssl-key")) rc = set_str(&e->ssl_key, v);
-        else if (is_opt(k, "ssl-cipher")) rc = set_str(&e->ssl_cipher, v);
-        else if (is_opt(k, "ssl-mode")) sslmode = v;
-        else if (is_opt(k, "ssl-verify-server-cert")) {
-            if (strcmp(v, "0") && strcmp(v, "1"))
-                return baton_seterr(BATON_EINVAL, 0, "mysql: ssl-verify-server-cert must be 0 or 1");
-            e->ssl_verify = *v == '1';
-        } else {
-            return baton_seterr(BATON_EINVAL, 0, "mysql: unknown option '%s' (known: mode, table, connect_timeout_ms, "
-                                "passfile, socket, ssl-ca, ssl-capath, ssl-cert, ssl-key, ssl-cipher, ssl-mode, "
-                                "ssl-verify-server-cert)", k);
-        }
-        if (rc) return rc;
-    }
+    static const struct { const char *opt; size_t off; } strs[] = {
+        { "table", offsetof(myeng, table) },         { "socket", offsetof(myeng, unix_socket) },
+        { "ssl-ca", offsetof(myeng, ssl_ca) },       { "ssl-capath", offsetof(myeng, ssl_capath) },
+        { "ssl-cert", offsetof(myeng, ssl_cert) },   { "ssl-key", offsetof(myeng, ssl_key) },
+        { "ssl-cipher", offsetof(myeng, ssl_cipher) },
+    };
+    mode = baton_opts_str(uo, "mode");
+    for (size_t i = 0; i < sizeof strs / sizeof strs[0]; i++)
+        if (baton_opts_given(uo, strs[i].opt) &&
+            (rc = set_str((char **)((char *)e + strs[i].off), baton_opts_str(uo, strs[i].opt))))
+            return rc;
+    if (baton_opts_given(uo, "connect_timeout_ms")) e->connect_timeout_ms = (int)baton_opts_int(uo, "connect_timeout_ms");
+    passfile = baton_opts_str(uo, "passfile");
+    if (baton_opts_given(uo, "ssl-mode")) sslmode = baton_opts_str(uo, "ssl-mode");
+    if (baton_opts_given(uo, "ssl-verify-server-cert")) e->ssl_verify = baton_opts_bool(uo, "ssl-verify-server-cert");
     if (!strcmp(mode, "session")) e->mode = MY_SESSION;
     else if (!strcmp(mode, "lease")) e->mode = MY_LEASE;
     else if (!strcmp(mode, "row")) e->mode = MY_ROW;
@@ -900,7 +874,7 @@ static int configure(myeng *e, const baton_uri *u, const baton_client_options *o
     return 0;
 }
 
-static int my_open(void **eng, const baton_uri *u, const baton_client_options *opts)
+static int my_open(void **eng, const baton_uri *u, const baton_opts *uo, const baton_client_options *opts)
 {
     myeng *e;
     pthread_condattr_t ca;
@@ -921,7 +895,7 @@ static int my_open(void **eng, const baton_uri *u, const baton_client_options *o
     pthread_cond_init(&e->wd_cv, &ca);
     pthread_cond_init(&e->kill_cv, NULL);
     pthread_condattr_destroy(&ca);
-    if ((rc = configure(e, u, opts))) goto fail;
+    if ((rc = configure(e, u, uo, opts))) goto fail;
     /* Connect now: a wrong password or an unreachable server is an open
      * error, not a surprise at the first lock. The connection is pooled. */
     if ((rc = my_conn_get(e, &c))) goto fail;
@@ -1126,26 +1100,31 @@ static int my_engine_ops(void *eng, void (*fn)(void *arg, const char *op, uint64
     return 0;
 }
 
-static const char *const my_schemes[] = { "mysql", "mariadb", NULL };
+static const baton_lock_methods my_lock_methods = {
+    .create = my_lock_new,
+    .destroy = my_lock_free,
+    .acquire = my_lock_acquire,
+    .release = my_lock_release,
+    .renew = my_lock_renew,
+    .info = my_lock_info,
+    .list = my_lock_list,
+    .force_unlock = my_lock_break,
+};
 
-const baton_backend baton__backend_mysql = {
-    .version = BATON_BACKEND_VERSION,
-    .name = "mysql",
-    .schemes = my_schemes,
-    .caps = BATON_CAP_LEASE | BATON_CAP_INFO,
-    .open = my_open,
-    .close = my_close,
-    .lock_new = my_lock_new,
-    .lock_free = my_lock_free,
-    .lock_acquire = my_lock_acquire,
-    .lock_release = my_lock_release,
-    .lock_renew = my_lock_renew,
-    .lock_info = my_lock_info,
+static const baton_services my_services_methods = {
     .identity = my_identity,
     .engine_ops = my_engine_ops,
     .describe = my_describe,
     .attach = my_watch_attach,
     .secret_env = "MYSQL_PWD",
-    .lock_list = my_lock_list,
-    .lock_break = my_lock_break,
+};
+
+const baton_backend baton__backend_mysql = {
+    .version = BATON_BACKEND_VERSION,
+    .info = &baton__info_mysql,
+    .caps = BATON_CAP_LEASE,
+    .open = my_open,
+    .close = my_close,
+    .lock = &my_lock_methods,
+    .services = &my_services_methods,
 };

@@ -816,16 +816,6 @@ static int add_kw(pgeng *e, const char *k, const char *v)
     return 0;
 }
 
-static int parse_ms(const char *k, const char *v, int lo, int hi, int *out)
-{
-    char *end;
-    long x = strtol(v, &end, 10);
-    if (!*v || *end || x < lo || x > hi)
-        return baton_seterr(BATON_EINVAL, 0, "postgres: %s must be a number of ms from %d to %d", k, lo, hi);
-    *out = (int)x;
-    return 0;
-}
-
 /* An identifier, double-quoted for SQL (a NUL-free string; quotes doubled). */
 static char *quote_ident(const char *s)
 {
@@ -874,10 +864,10 @@ static void eng_free(pgeng *e)
     free(e);
 }
 
-static int configure(pgeng *e, const baton_uri *u, const baton_client_options *opts)
+static int configure(pgeng *e, const baton_uri *u, const baton_opts *uo, const baton_client_options *opts)
 {
     char hosts[1024] = "", ports[512] = "";
-    const char *mode = "session", *app = NULL;
+    const char *mode, *app;
     int rc;
 
     e->connect_timeout_ms = opts && opts->connect_timeout_ms > 0 ? opts->connect_timeout_ms : 2000;
@@ -886,34 +876,17 @@ static int configure(pgeng *e, const baton_uri *u, const baton_client_options *o
     e->kw = calloc(u->nparams + 16, sizeof *e->kw);
     e->val = calloc(u->nparams + 16, sizeof *e->val);
     if (!e->kw || !e->val) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
-    for (size_t i = 0; i < u->nparams; i++) {
-        const char *k = u->params[i].key, *v = u->params[i].value ? u->params[i].value : "";
-        int pass = 0;
-        for (const char *const *p = passthrough; *p; p++) pass |= !strcmp(*p, k);
-        if (!strcmp(k, "mode")) mode = v;
-        else if (!strcmp(k, "schema")) {
-            free(e->schema);
-            if (!(e->schema = strdup(v))) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
-        } else if (!strcmp(k, "table")) {
-            free(e->table);
-            if (!(e->table = strdup(v))) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
-        } else if (!strcmp(k, "connect_timeout_ms")) {
-            if ((rc = parse_ms(k, v, 1, 3600 * 1000, &e->connect_timeout_ms))) return rc;
-        } else if (!strcmp(k, "prepare")) {
-            /* 0: statements as text every time (a pooler in transaction
-             * mode that cannot keep prepared statements) */
-            if (strcmp(v, "0") && strcmp(v, "1"))
-                return baton_seterr(BATON_EINVAL, 0, "postgres: prepare must be 0 or 1, not '%s'", v);
-            e->no_prepare = !strcmp(v, "0");
-        } else if (pass) {
-            if (!strcmp(k, "application_name")) app = v;
-            if ((rc = add_kw(e, k, v))) return rc;
-        } else {
-            return baton_seterr(BATON_EINVAL, 0, "postgres: unknown option '%s' (known: mode, schema, table, "
-                                "connect_timeout_ms, prepare, and libpq's sslmode, sslrootcert, sslcert, sslkey, "
-                                "passfile, application_name, ...)", k);
-        }
-    }
+    mode = baton_opts_str(uo, "mode");
+    if (baton_opts_given(uo, "schema") && !(e->schema = strdup(baton_opts_str(uo, "schema"))))
+        return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+    if (!(e->table = strdup(baton_opts_str(uo, "table")))) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+    if (baton_opts_given(uo, "connect_timeout_ms")) e->connect_timeout_ms = (int)baton_opts_int(uo, "connect_timeout_ms");
+    /* prepare=0: statements as text every time (a pooler in transaction
+     * mode that cannot keep prepared statements) */
+    e->no_prepare = !baton_opts_bool(uo, "prepare");
+    for (const char *const *p = passthrough; *p; p++)
+        if (baton_opts_given(uo, *p) && (rc = add_kw(e, *p, baton_opts_str(uo, *p)))) return rc;
+    app = baton_opts_str(uo, "application_name");
     if (!strcmp(mode, "session")) e->mode = PG_SESSION;
     else if (!strcmp(mode, "lease")) e->mode = PG_LEASE;
     else if (!strcmp(mode, "row")) e->mode = PG_ROW;
@@ -1000,7 +973,7 @@ static int configure(pgeng *e, const baton_uri *u, const baton_client_options *o
     return 0;
 }
 
-static int pg_open(void **eng, const baton_uri *u, const baton_client_options *opts)
+static int pg_open(void **eng, const baton_uri *u, const baton_opts *uo, const baton_client_options *opts)
 {
     pgeng *e;
     int rc;
@@ -1013,7 +986,7 @@ static int pg_open(void **eng, const baton_uri *u, const baton_client_options *o
     e->wake[0] = e->wake[1] = -1;
     e->wpipe[0] = e->wpipe[1] = -1;
     pthread_mutex_init(&e->mu, NULL);
-    if ((rc = configure(e, u, opts))) goto fail;
+    if ((rc = configure(e, u, uo, opts))) goto fail;
     if (pipe(e->wake) != 0) {
         rc = baton_seterr(BATON_EIO, errno, "postgres: pipe: %s", strerror(errno));
         goto fail;
@@ -1235,28 +1208,36 @@ static int pg_describe(void *eng, char *buf, size_t n)
     return 0;
 }
 
-static const char *const pg_schemes[] = { "postgres", "postgresql", NULL };
+static const baton_lock_methods pg_lock_methods = {
+    .create = pg_lock_new,
+    .destroy = pg_lock_free,
+    .acquire = pg_lock_acquire,
+    .release = pg_lock_release,
+    .renew = pg_lock_renew,
+    .info = pg_lock_info,
+    .list = pg_lock_list,
+    .force_unlock = pg_lock_break,
+};
 
-const baton_backend baton__backend_postgres = {
-    .version = BATON_BACKEND_VERSION,
-    .name = "postgres",
-    .schemes = pg_schemes,
-    /* RWLOCK: session mode only (lease mode answers BATON_ENOTSUP) */
-    .caps = BATON_CAP_LEASE | BATON_CAP_NOTIFY | BATON_CAP_INFO | BATON_CAP_RWLOCK,
-    .open = pg_open,
-    .close = pg_close,
-    .lock_new = pg_lock_new,
-    .lock_free = pg_lock_free,
-    .lock_acquire = pg_lock_acquire,
-    .lock_release = pg_lock_release,
-    .lock_renew = pg_lock_renew,
-    .lock_info = pg_lock_info,
-    .rwlock_new = pg_rwlock_new,
+static const baton_rw_methods pg_rw_methods = {
+    .create = pg_rwlock_new,
+};
+
+static const baton_services pg_services_methods = {
     .attach = pg_watch_attach,
     .identity = pg_identity,
     .describe = pg_describe,
     .engine_ops = pg_engine_ops,
-    .secret_env = "PGPASSWORD", /* libpq reads it */
-    .lock_list = pg_lock_list,
-    .lock_break = pg_lock_break,
+    .secret_env = "PGPASSWORD",
+};
+
+const baton_backend baton__backend_postgres = {
+    .version = BATON_BACKEND_VERSION,
+    .info = &baton__info_postgres,
+    .caps = BATON_CAP_LEASE | BATON_CAP_NOTIFY,
+    .open = pg_open,
+    .close = pg_close,
+    .lock = &pg_lock_methods,
+    .rw = &pg_rw_methods,
+    .services = &pg_services_methods,
 };

@@ -155,7 +155,7 @@ int baton__redis_lock_init(reng *e, const char *name, int kind, rlock *l);
 void baton__redis_lock_clear(rlock *l);
 
 /* redis.c: the engine and the plain lock (the table is in table.c) */
-int baton__redis_open(void **out, const baton_uri *u, const baton_client_options *o);
+int baton__redis_open(void **out, const baton_uri *u, const baton_opts *uo, const baton_client_options *o);
 void baton__redis_close(void *eng);
 void baton__redis_attach(void *eng, baton_host *host);
 int baton__redis_identity(void *eng, char *buf, size_t n);

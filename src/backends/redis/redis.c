@@ -455,7 +455,7 @@ static int einval(const char *fmt, const char *a, const char *b) {
     return baton_seterr(BATON_EINVAL, 0, fmt, a, b);
 }
 
-static int parse_config(reng *e, const baton_uri *u, const baton_client_options *o) {
+static int parse_config(reng *e, const baton_uri *u, const baton_opts *uo, const baton_client_options *o) {
     rcfg *cfg = &e->cfg;
     const char *scheme = u->scheme ? u->scheme : "";
     if (!strcmp(scheme, "rediss")) cfg->tls = 1;
@@ -486,43 +486,14 @@ static int parse_config(reng *e, const baton_uri *u, const baton_client_options 
     cfg->connect_timeout_ms = o && o->connect_timeout_ms > 0 ? o->connect_timeout_ms : 2000;
     cfg->io_timeout_ms = o && o->io_timeout_ms > 0 ? o->io_timeout_ms : 5000;
 
-    const char *cacert = NULL, *cert = NULL, *key = NULL;
-    const char *prefix = "";
-    e->layout = LAYOUT_REDISSON;
-    for (size_t i = 0; i < u->nparams; i++) {
-        const char *k = u->params[i].key ? u->params[i].key : "";
-        const char *v = u->params[i].value ? u->params[i].value : "";
-        long n;
-        if (!strcmp(k, "prefix")) {
-            prefix = v;
-        } else if (!strcmp(k, "layout")) {
-            if (!strcmp(v, "redisson")) e->layout = LAYOUT_REDISSON;
-            else if (!strcmp(v, "simple")) e->layout = LAYOUT_SIMPLE;
-            else return einval("redis: bad layout '%s'%s (want redisson or simple)", v, "");
-        } else if (!strcmp(k, "cacert") || !strcmp(k, "cert") || !strcmp(k, "key")) {
-            if (!cfg->tls) return einval("redis: option '%s' needs a rediss:// URI%s", k, "");
-            if (!*v) return einval("redis: option '%s' needs a file name%s", k, "");
-            if (!strcmp(k, "cacert")) cacert = v;
-            else if (!strcmp(k, "cert")) cert = v;
-            else key = v;
-        } else if (!strcmp(k, "insecure")) {
-            if (!cfg->tls) return einval("redis: option '%s' needs a rediss:// URI%s", k, "");
-            if (rparse_bool(v, &cfg->insecure)) return einval("redis: bad value '%s' for insecure%s (want 0 or 1)", v, "");
-        } else if (!strcmp(k, "wait_replicas")) {
-            if (rparse_int(v, 0, 1000, &n)) return einval("redis: bad value '%s' for %s (want 0..1000)", v, k);
-            e->wait_replicas = (int)n;
-        } else if (!strcmp(k, "wait_ms")) {
-            if (rparse_int(v, 1, 3600000, &n)) return einval("redis: bad value '%s' for %s (want 1..3600000)", v, k);
-            e->wait_ms = (int)n;
-        } else if (!strcmp(k, "connect_timeout_ms") || !strcmp(k, "io_timeout_ms")) {
-            if (rparse_int(v, 1, 3600000, &n)) return einval("redis: bad value '%s' for %s (want 1..3600000)", v, k);
-            if (k[0] == 'c') cfg->connect_timeout_ms = (int)n;
-            else cfg->io_timeout_ms = (int)n;
-        } else {
-            return einval("redis: unknown option '%s'%s (known: prefix, layout, cacert, cert, key, insecure, "
-                          "connect_timeout_ms, io_timeout_ms, wait_replicas, wait_ms)", k, "");
-        }
-    }
+    const char *cacert = baton_opts_str(uo, "cacert"), *cert = baton_opts_str(uo, "cert");
+    const char *key = baton_opts_str(uo, "key"), *prefix = baton_opts_str(uo, "prefix");
+    e->layout = baton_opts_enum(uo, "layout") == 1 ? LAYOUT_SIMPLE : LAYOUT_REDISSON; /* spec order */
+    cfg->insecure = baton_opts_bool(uo, "insecure");
+    e->wait_replicas = (int)baton_opts_int(uo, "wait_replicas");
+    e->wait_ms = (int)baton_opts_int(uo, "wait_ms");
+    if (baton_opts_given(uo, "connect_timeout_ms")) cfg->connect_timeout_ms = (int)baton_opts_int(uo, "connect_timeout_ms");
+    if (baton_opts_given(uo, "io_timeout_ms")) cfg->io_timeout_ms = (int)baton_opts_int(uo, "io_timeout_ms");
     if (key && !cert) return einval("redis: option 'key' needs 'cert'%s%s", "", "");
     if (!e->wait_ms) e->wait_ms = 1000;
     e->prefix = xstrdup(prefix);
@@ -568,13 +539,13 @@ int baton__redis_identity(void *eng, char *buf, size_t n) {
 
 void baton__redis_attach(void *eng, baton_host *host) { ((reng *)eng)->host = host; }
 
-int baton__redis_open(void **out, const baton_uri *u, const baton_client_options *o) {
+int baton__redis_open(void **out, const baton_uri *u, const baton_opts *uo, const baton_client_options *o) {
     *out = NULL;
     int lrc = baton__ossl_load(); /* script digests and TLS */
     if (lrc) return lrc;
     reng *e = calloc(1, sizeof *e);
     if (!e) return baton_seterr(BATON_ENOMEM, 0, "redis: out of memory");
-    int rc = parse_config(e, u, o);
+    int rc = parse_config(e, u, uo, o);
     if (rc) { eng_free(e); return rc; }
     for (int i = 0; i < S_COUNT; i++) sha1_hex(script_body[i], e->sha[i]);
     rc = rpool_init(&e->pool, &e->cfg);

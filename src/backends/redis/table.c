@@ -33,43 +33,63 @@ static int t_lock_renew(void *eng, void *st, const baton_owner *owner, uint32_t 
     return baton__redis_plain_renew(e, l, owner, lease_ms, deadline_ns); /* the fair lock renews like a plain one */
 }
 
-static const char *const redis_schemes[] = { "redis", "rediss", NULL };
+static const baton_lock_methods redis_lock_methods = {
+    .create = baton__redis_lock_new,
+    .destroy = baton__redis_lock_free,
+    .acquire = t_lock_acquire,
+    .release = t_lock_release,
+    .renew = t_lock_renew,
+    .info = baton__redis_lock_info,
+    .list = baton__redis_lock_list,
+    .force_unlock = baton__redis_lock_break,
+};
 
-const baton_backend baton__backend_redis = {
-    .version = BATON_BACKEND_VERSION,
-    .name = "redis",
-    .schemes = redis_schemes,
-    .caps = BATON_CAP_LEASE | BATON_CAP_NOTIFY | BATON_CAP_INFO | BATON_CAP_FAIR | BATON_CAP_RWLOCK |
-            BATON_CAP_SEM | BATON_CAP_PERMITS | BATON_CAP_LATCH,
-    .open = baton__redis_open,
-    .close = baton__redis_close,
-    .lock_new = baton__redis_lock_new,
-    .lock_free = baton__redis_lock_free,
-    .lock_acquire = t_lock_acquire,
-    .lock_release = t_lock_release,
-    .lock_renew = t_lock_renew,
-    .lock_info = baton__redis_lock_info,
+static const baton_rw_methods redis_rw_methods = {
+    .create = baton__redis_rwlock_new,
+};
+
+static const baton_sem_methods redis_sem_methods = {
+    .create = baton__redis_sem_new,
+    .destroy = baton__redis_sem_free,
+    .acquire = baton__redis_sem_acquire,
+    .release = baton__redis_sem_release,
+    .ctl = baton__redis_sem_ctl,
+};
+
+static const baton_permits_methods redis_permits_methods = {
+    .create = baton__redis_permits_new,
+    .destroy = baton__redis_permits_free,
+    .acquire = baton__redis_permits_acquire,
+    .release = baton__redis_permits_release,
+    .renew = baton__redis_permits_renew,
+    .ctl = baton__redis_permits_ctl,
+};
+
+static const baton_latch_methods redis_latch_methods = {
+    .create = baton__redis_latch_new,
+    .destroy = baton__redis_latch_free,
+    .ctl = baton__redis_latch_ctl,
+    .await = baton__redis_latch_await,
+};
+
+static const baton_services redis_services_methods = {
     .quorum_scheme = "redlock",
-    .rwlock_new = baton__redis_rwlock_new,
-    .sem_new = baton__redis_sem_new,
-    .sem_free = baton__redis_sem_free,
-    .sem_acquire = baton__redis_sem_acquire,
-    .sem_release = baton__redis_sem_release,
-    .sem_ctl = baton__redis_sem_ctl,
-    .permits_new = baton__redis_permits_new,
-    .permits_free = baton__redis_permits_free,
-    .permits_acquire = baton__redis_permits_acquire,
-    .permits_release = baton__redis_permits_release,
-    .permits_renew = baton__redis_permits_renew,
-    .permits_ctl = baton__redis_permits_ctl,
-    .latch_new = baton__redis_latch_new,
-    .latch_free = baton__redis_latch_free,
-    .latch_ctl = baton__redis_latch_ctl,
-    .latch_await = baton__redis_latch_await,
     .attach = baton__redis_attach,
     .identity = baton__redis_identity,
     .engine_ops = baton__redis_engine_ops,
     .secret_env = "BATON_REDIS_PASSWORD",
-    .lock_list = baton__redis_lock_list,
-    .lock_break = baton__redis_lock_break,
+};
+
+const baton_backend baton__backend_redis = {
+    .version = BATON_BACKEND_VERSION,
+    .info = &baton__info_redis,
+    .caps = BATON_CAP_LEASE | BATON_CAP_NOTIFY | BATON_CAP_FAIR,
+    .open = baton__redis_open,
+    .close = baton__redis_close,
+    .lock = &redis_lock_methods,
+    .rw = &redis_rw_methods,
+    .sem = &redis_sem_methods,
+    .permits = &redis_permits_methods,
+    .latch = &redis_latch_methods,
+    .services = &redis_services_methods,
 };

@@ -287,7 +287,7 @@ static int einval(const char *fmt, const char *a, const char *b) {
     return baton_seterr(BATON_EINVAL, 0, fmt, a, b);
 }
 
-static int parse_config(rl_eng *e, const baton_uri *u, const baton_client_options *o) {
+static int parse_config(rl_eng *e, const baton_uri *u, const baton_opts *uo, const baton_client_options *o) {
     const char *red = u->redacted ? u->redacted : "uri";
     if (!u->scheme || strcmp(u->scheme, "redlock") != 0)
         return einval("redlock: unsupported scheme '%s'%s", u->scheme ? u->scheme : "", "");
@@ -333,43 +333,13 @@ static int parse_config(rl_eng *e, const baton_uri *u, const baton_client_option
 
     int connect_ms = o && o->connect_timeout_ms > 0 && o->connect_timeout_ms < 250 ? o->connect_timeout_ms : 250;
     int io_ms = o && o->io_timeout_ms > 0 ? o->io_timeout_ms : 5000;
-    int tls = 0, insecure = 0;
-    const char *cacert = NULL, *cert = NULL, *key = NULL, *prefix = "";
-    e->node_timeout_ms = 50;
-    e->retry_delay_ms = 20;
-    for (size_t i = 0; i < u->nparams; i++) {
-        const char *k = u->params[i].key ? u->params[i].key : "";
-        const char *v = u->params[i].value ? u->params[i].value : "";
-        long x;
-        if (!strcmp(k, "prefix")) {
-            prefix = v;
-        } else if (!strcmp(k, "node_timeout_ms") || !strcmp(k, "retry_delay_ms")) {
-            if (rparse_int(v, 1, 60000, &x)) return einval("redlock: bad value '%s' for %s (want 1..60000)", v, k);
-            if (k[0] == 'n') e->node_timeout_ms = (int)x;
-            else e->retry_delay_ms = (int)x;
-        } else if (!strcmp(k, "connect_timeout_ms") || !strcmp(k, "io_timeout_ms")) {
-            if (rparse_int(v, 1, 3600000, &x)) return einval("redlock: bad value '%s' for %s (want 1..3600000)", v, k);
-            if (k[0] == 'c') connect_ms = (int)x;
-            else io_ms = (int)x;
-        } else if (!strcmp(k, "tls") || !strcmp(k, "insecure")) {
-            int b;
-            if (rparse_bool(v, &b)) return einval("redlock: bad value '%s' for %s (want 0 or 1)", v, k);
-            if (k[0] == 't') tls = b;
-            else insecure = b;
-        } else if (!strcmp(k, "cacert") || !strcmp(k, "cert") || !strcmp(k, "key")) {
-            if (!*v) return einval("redlock: option '%s' needs a file name%s", k, "");
-            if (!strcmp(k, "cacert")) cacert = v;
-            else if (!strcmp(k, "cert")) cert = v;
-            else key = v;
-        } else if (!strcmp(k, "layout")) {
-            if (strcmp(v, "simple") != 0)
-                return baton_seterr(BATON_ENOTSUP, 0, "redlock: layout '%s' is not supported: RedLock uses the "
-                                    "SET NX PX (simple) layout on every node", v);
-        } else {
-            return einval("redlock: unknown option '%s'%s (known: prefix, node_timeout_ms, connect_timeout_ms, "
-                          "io_timeout_ms, retry_delay_ms, tls, cacert, cert, key, insecure)", k, "");
-        }
-    }
+    int tls = baton_opts_bool(uo, "tls"), insecure = baton_opts_bool(uo, "insecure");
+    const char *cacert = baton_opts_str(uo, "cacert"), *cert = baton_opts_str(uo, "cert");
+    const char *key = baton_opts_str(uo, "key"), *prefix = baton_opts_str(uo, "prefix");
+    e->node_timeout_ms = (int)baton_opts_int(uo, "node_timeout_ms");
+    e->retry_delay_ms = (int)baton_opts_int(uo, "retry_delay_ms");
+    if (baton_opts_given(uo, "connect_timeout_ms")) connect_ms = (int)baton_opts_int(uo, "connect_timeout_ms");
+    if (baton_opts_given(uo, "io_timeout_ms")) io_ms = (int)baton_opts_int(uo, "io_timeout_ms");
     if (!tls && (cacert || cert || key || insecure))
         return einval("redlock: options cacert, cert, key and insecure need tls=1%s%s", "", "");
     if (key && !cert) return einval("redlock: option 'key' needs 'cert'%s%s", "", "");
@@ -407,14 +377,14 @@ static int parse_config(rl_eng *e, const baton_uri *u, const baton_client_option
     return 0;
 }
 
-static int rl_open(void **out, const baton_uri *u, const baton_client_options *o) {
+static int rl_open(void **out, const baton_uri *u, const baton_opts *uo, const baton_client_options *o) {
     *out = NULL;
     int lrc = baton__ossl_load(); /* script digests and TLS */
     if (lrc) return lrc;
     pthread_once(&sha_once, sha_init);
     rl_eng *e = calloc(1, sizeof *e);
     if (!e) return baton_seterr(BATON_ENOMEM, 0, "redlock: out of memory");
-    int rc = parse_config(e, u, o);
+    int rc = parse_config(e, u, uo, o);
     if (!rc) rc = rl_nodes_init(e);
     if (rc) {
         eng_free(e);
@@ -1158,23 +1128,28 @@ out:
     return rc;
 }
 
-static const char *const redlock_schemes[] = { "redlock", NULL };
+static const baton_lock_methods rl_lock_methods = {
+    .create = rl_lock_new,
+    .destroy = rl_lock_free,
+    .acquire = rl_lock_acquire,
+    .release = rl_lock_release,
+    .renew = rl_lock_renew,
+    .info = rl_lock_info,
+    .list = rl_lock_list,
+    .force_unlock = rl_lock_break,
+};
+
+static const baton_services rl_services_methods = {
+    .engine_ops = rl_engine_ops,
+    .secret_env = "BATON_REDIS_PASSWORD",
+};
 
 const baton_backend baton__backend_redlock = {
     .version = BATON_BACKEND_VERSION,
-    .name = "redlock",
-    .schemes = redlock_schemes,
-    .caps = BATON_CAP_LEASE | BATON_CAP_NOTIFY | BATON_CAP_INFO,
+    .info = &baton__info_redlock,
+    .caps = BATON_CAP_LEASE | BATON_CAP_NOTIFY,
     .open = rl_open,
     .close = rl_close,
-    .lock_new = rl_lock_new,
-    .lock_free = rl_lock_free,
-    .lock_acquire = rl_lock_acquire,
-    .lock_release = rl_lock_release,
-    .lock_renew = rl_lock_renew,
-    .lock_info = rl_lock_info,
-    .engine_ops = rl_engine_ops,
-    .secret_env = "BATON_REDIS_PASSWORD",
-    .lock_list = rl_lock_list,
-    .lock_break = rl_lock_break,
+    .lock = &rl_lock_methods,
+    .services = &rl_services_methods,
 };

@@ -360,19 +360,6 @@ out:
 
 /* ---- open / close ---------------------------------------------------------- */
 
-static int parse_ms(const char *k, const char *v, long lo, long hi, int *out)
-{
-    char *end;
-    long x;
-    errno = 0;
-    x = strtol(v, &end, 10);
-    if (!*v || *end || errno || x < lo || x > hi)
-        return baton_seterr(BATON_EINVAL, 0, "sqlite: %s must be a number of ms from %ld to %ld, not '%s'", k, lo,
-                            hi, v);
-    *out = (int)x;
-    return 0;
-}
-
 static int valid_ident(const char *s)
 {
     if (!*s || strlen(s) > 63 || !((*s >= 'A' && *s <= 'Z') || (*s >= 'a' && *s <= 'z') || *s == '_')) return 0;
@@ -382,13 +369,10 @@ static int valid_ident(const char *s)
     return 1;
 }
 
-static int configure(sqeng *e, const baton_uri *u)
+static int configure(sqeng *e, const baton_uri *u, const baton_opts *o)
 {
-    const char *mode = "lease", *table = DEFAULT_TABLE;
-    int rc;
+    const char *mode, *table;
 
-    e->busy_timeout_ms = 5000;
-    e->recheck_ms = 1000;
     if (u->user || u->password || u->port || u->nhosts > 1)
         return baton_seterr(BATON_EINVAL, 0, "sqlite: the URI names a file on this host: sqlite:///abs/path.db "
                             "(no user, password or port)");
@@ -398,19 +382,10 @@ static int configure(sqeng *e, const baton_uri *u)
                             u->host);
     if (!u->path || !*u->path)
         return baton_seterr(BATON_EINVAL, 0, "sqlite: no database file in the URI: sqlite:///abs/path.db");
-    for (size_t i = 0; i < u->nparams; i++) {
-        const char *k = u->params[i].key, *v = u->params[i].value ? u->params[i].value : "";
-        if (!strcmp(k, "mode")) mode = v;
-        else if (!strcmp(k, "table")) table = v;
-        else if (!strcmp(k, "busy_timeout_ms")) {
-            if ((rc = parse_ms(k, v, 0, 3600L * 1000, &e->busy_timeout_ms))) return rc;
-        } else if (!strcmp(k, "recheck_ms")) {
-            if ((rc = parse_ms(k, v, 1, 24L * 3600 * 1000, &e->recheck_ms))) return rc;
-        } else {
-            return baton_seterr(BATON_EINVAL, 0, "sqlite: unknown option '%s' (known: mode, table, busy_timeout_ms, "
-                                "recheck_ms)", k);
-        }
-    }
+    mode = baton_opts_str(o, "mode");
+    table = baton_opts_str(o, "table");
+    e->busy_timeout_ms = (int)baton_opts_int(o, "busy_timeout_ms");
+    e->recheck_ms = (int)baton_opts_int(o, "recheck_ms");
     if (!strcmp(mode, "session") || !strcmp(mode, "row"))
         return baton_seterr(BATON_ENOTSUP, 0, "sqlite: no %s mode: SQLite has no session or row locks that "
                             "outlive one short transaction; the engine has lease mode only (?mode=lease)", mode);
@@ -505,7 +480,7 @@ static void eng_free(sqeng *e)
     free(e);
 }
 
-static int sq_open(void **eng, const baton_uri *u, const baton_client_options *opts)
+static int sq_open(void **eng, const baton_uri *u, const baton_opts *uo, const baton_client_options *opts)
 {
     sqeng *e = calloc(1, sizeof *e);
     sqconn *c = NULL;
@@ -517,7 +492,7 @@ static int sq_open(void **eng, const baton_uri *u, const baton_client_options *o
     if (!e) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
     pthread_mutex_init(&e->mu, NULL);
     e->ino_fd = e->stop_pipe[0] = e->stop_pipe[1] = -1;
-    if ((rc = configure(e, u))) goto fail;
+    if ((rc = configure(e, u, uo))) goto fail;
     if ((rc = check_path(e))) goto fail;
     read_boot_id(e);
     /* open now: a file that is not a database, a table of another shape, are
@@ -660,38 +635,55 @@ static int sq_break(void *eng, const char *name, uint64_t *fence)
     return sq_lease_break(eng, name, fence);
 }
 
-static const char *const sq_schemes[] = { "sqlite", NULL };
+static const baton_lock_methods sq_lock_methods = {
+    .create = sq_lock_new,
+    .destroy = sq_lock_free,
+    .acquire = sq_lock_acquire,
+    .release = sq_lock_release,
+    .renew = sq_lock_renew,
+    .info = sq_lock_info,
+    .list = sq_list,
+    .force_unlock = sq_break,
+};
+
+static const baton_sem_methods sq_sem_methods = {
+    .create = sq_permits_new,
+    .destroy = sq_permits_free,
+    .acquire = sq_sem_acquire,
+    .release = sq_sem_release,
+    .ctl = sq_permits_ctl,
+};
+
+static const baton_permits_methods sq_permits_methods = {
+    .create = sq_permits_new,
+    .destroy = sq_permits_free,
+    .acquire = sq_permits_acquire,
+    .release = sq_permits_release,
+    .renew = sq_permits_renew,
+    .ctl = sq_permits_ctl,
+};
+
+static const baton_latch_methods sq_latch_methods = {
+    .create = sq_latch_new,
+    .destroy = sq_permits_free,
+    .ctl = sq_latch_ctl,
+    .await = sq_latch_await,
+};
+
+static const baton_services sq_services_methods = {
+    .identity = sq_identity,
+    .describe = sq_describe,
+};
 
 const baton_backend baton__backend_sqlite = {
     .version = BATON_BACKEND_VERSION,
-    .name = "sqlite",
-    .schemes = sq_schemes,
-    .caps = BATON_CAP_LEASE | BATON_CAP_NOTIFY | BATON_CAP_INFO | BATON_CAP_SEM | BATON_CAP_PERMITS | BATON_CAP_LATCH,
+    .info = &baton__info_sqlite,
+    .caps = BATON_CAP_LEASE | BATON_CAP_NOTIFY,
     .open = sq_open,
     .close = sq_close,
-    .lock_new = sq_lock_new,
-    .lock_free = sq_lock_free,
-    .lock_acquire = sq_lock_acquire,
-    .lock_release = sq_lock_release,
-    .lock_renew = sq_lock_renew,
-    .lock_info = sq_lock_info,
-    .sem_new = sq_permits_new,
-    .sem_free = sq_permits_free,
-    .sem_acquire = sq_sem_acquire,
-    .sem_release = sq_sem_release,
-    .sem_ctl = sq_permits_ctl,
-    .permits_new = sq_permits_new,
-    .permits_free = sq_permits_free,
-    .permits_acquire = sq_permits_acquire,
-    .permits_release = sq_permits_release,
-    .permits_renew = sq_permits_renew,
-    .permits_ctl = sq_permits_ctl,
-    .latch_new = sq_latch_new,
-    .latch_free = sq_permits_free,
-    .latch_ctl = sq_latch_ctl,
-    .latch_await = sq_latch_await,
-    .identity = sq_identity,
-    .describe = sq_describe,
-    .lock_list = sq_list,
-    .lock_break = sq_break,
+    .lock = &sq_lock_methods,
+    .sem = &sq_sem_methods,
+    .permits = &sq_permits_methods,
+    .latch = &sq_latch_methods,
+    .services = &sq_services_methods,
 };

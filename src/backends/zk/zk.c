@@ -36,8 +36,6 @@
 #include <unistd.h>
 
 #define DEFAULT_PORT 2181
-#define DEFAULT_SESSION_MS 10000
-#define DEFAULT_ROOT "/baton"
 #define CHECK_TICK_MS 100
 /* How long a loss is re-reported: a grant that was being confirmed while
  * its session died reaches the core a moment after the first report. */
@@ -791,18 +789,6 @@ int zk_mkdirs(zeng *e, zsess *s, const char *path, int64_t deadline)
 
 /* ---- open / close ------------------------------------------------------- */
 
-static int parse_ms(const char *key, const char *v, int lo, int hi, int *out)
-{
-    char *end;
-    long x;
-    errno = 0;
-    x = strtol(v, &end, 10);
-    if (errno || end == v || *end || x < lo || x > hi)
-        return baton_seterr(BATON_EINVAL, 0, "zk: option %s=%s: want an integer %d..%d", key, v, lo, hi);
-    *out = (int)x;
-    return 0;
-}
-
 /* "/a/b" with valid components, no trailing '/'; "" or "/" = the top. */
 static int norm_abs(const char *what, const char *in, char **out)
 {
@@ -889,27 +875,19 @@ static void eng_free(zeng *e)
     free(e);
 }
 
-static int configure(zeng *e, const baton_uri *u, const baton_client_options *opts)
+static int configure(zeng *e, const baton_uri *u, const baton_opts *uo, const baton_client_options *opts)
 {
-    const char *root = DEFAULT_ROOT, *env;
+    const char *root, *env;
     char *chroot = NULL, *rootn = NULL;
     size_t hl = 1;
     int rc;
 
-    e->session_timeout_ms = DEFAULT_SESSION_MS;
     e->connect_timeout_ms = opts && opts->connect_timeout_ms > 0 ? opts->connect_timeout_ms : 2000;
     e->io_timeout_ms = opts && opts->io_timeout_ms > 0 ? opts->io_timeout_ms : 5000;
-    for (size_t i = 0; i < u->nparams; i++) {
-        const char *k = u->params[i].key, *v = u->params[i].value ? u->params[i].value : "";
-        if (!strcmp(k, "session_timeout_ms")) rc = parse_ms(k, v, 100, 24 * 3600 * 1000, &e->session_timeout_ms);
-        else if (!strcmp(k, "connect_timeout_ms")) rc = parse_ms(k, v, 1, 24 * 3600 * 1000, &e->connect_timeout_ms);
-        else if (!strcmp(k, "lost_after_ms")) rc = parse_ms(k, v, 1, 24 * 3600 * 1000, &e->lost_after_ms);
-        else if (!strcmp(k, "root")) root = v, rc = 0;
-        else
-            rc = baton_seterr(BATON_EINVAL, 0, "zk: unknown option '%s' (known: session_timeout_ms, "
-                              "connect_timeout_ms, root, lost_after_ms)", k);
-        if (rc) return rc;
-    }
+    e->session_timeout_ms = (int)baton_opts_int(uo, "session_timeout_ms");
+    if (baton_opts_given(uo, "connect_timeout_ms")) e->connect_timeout_ms = (int)baton_opts_int(uo, "connect_timeout_ms");
+    e->lost_after_ms = (int)baton_opts_int(uo, "lost_after_ms"); /* 0 = a third of the session timeout */
+    root = baton_opts_str(uo, "root");
     if (!u->nhosts || !u->hosts[0].host || !*u->hosts[0].host)
         return baton_seterr(BATON_EINVAL, 0, "zk: the URI names no server (zk://host:port[,host:port...])");
 
@@ -972,7 +950,7 @@ static int configure(zeng *e, const baton_uri *u, const baton_client_options *op
     return 0;
 }
 
-static int zk_open(void **eng, const baton_uri *u, const baton_client_options *opts)
+static int zk_open(void **eng, const baton_uri *u, const baton_opts *uo, const baton_client_options *opts)
 {
     pthread_condattr_t ca;
     zsess *s = NULL;
@@ -986,7 +964,7 @@ static int zk_open(void **eng, const baton_uri *u, const baton_client_options *o
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&e->cv, &ca);
     pthread_condattr_destroy(&ca);
-    if ((rc = configure(e, u, opts))) goto fail;
+    if ((rc = configure(e, u, uo, opts))) goto fail;
     if ((rc = make_ident(e, u))) goto fail;
     /* connect now, so a wrong address or credentials show at open */
     if ((rc = zk_sess_get(e, zk_deadline_ms(e->connect_timeout_ms), &s))) goto fail_sess;
@@ -1207,39 +1185,55 @@ static int zk_lock_renew(void *eng, void *st, const baton_owner *owner, uint32_t
     return baton_seterr(BATON_ENOTSUP, 0, "zk: locks live as long as the session; there is no lease to renew");
 }
 
-static const char *const zk_schemes[] = { "zk", "zookeeper", NULL };
+static const baton_lock_methods zk_lock_methods = {
+    .create = zk_lock_new,
+    .destroy = zk_lock_free,
+    .acquire = zk_lock_acquire,
+    .release = zk_lock_release,
+    .renew = zk_lock_renew,
+    .info = zk_lock_info,
+    .list = zk_lock_list,
+    .force_unlock = zk_lock_break,
+};
 
-const baton_backend baton__backend_zk = {
-    .version = BATON_BACKEND_VERSION,
-    .name = "zk",
-    .schemes = zk_schemes,
-    .caps = BATON_CAP_FAIR | BATON_CAP_NOTIFY | BATON_CAP_INFO | BATON_CAP_SESSION | BATON_CAP_RWLOCK |
-            BATON_CAP_PERMITS | BATON_CAP_ELECTION,
-    .open = zk_open,
-    .close = zk_close,
-    .lock_new = zk_lock_new,
-    .lock_free = zk_lock_free,
-    .lock_acquire = zk_lock_acquire,
-    .lock_release = zk_lock_release,
-    .lock_renew = zk_lock_renew,
-    .lock_info = zk_lock_info,
-    .lock_list = zk_lock_list,
-    .lock_break = zk_lock_break,
-    .rwlock_new = zk_rwlock_new,
-    .permits_new = zk_permits_new,
-    .permits_free = zk_permits_free,
-    .permits_acquire = zk_permits_acquire,
-    .permits_release = zk_permits_release,
-    .permits_renew = zk_permits_renew,
-    .permits_ctl = zk_permits_ctl,
+static const baton_rw_methods zk_rw_methods = {
+    .create = zk_rwlock_new,
+};
+
+static const baton_permits_methods zk_permits_methods = {
+    .create = zk_permits_new,
+    .destroy = zk_permits_free,
+    .acquire = zk_permits_acquire,
+    .release = zk_permits_release,
+    .renew = zk_permits_renew,
+    .ctl = zk_permits_ctl,
+};
+
+static const baton_election_methods zk_election_methods = {
+    .create = zk_election_new,
+    .leader = zk_election_leader,
+    .proclaim = zk_election_proclaim,
+};
+
+static const baton_services zk_services_methods = {
     .attach = zk_attach,
     .identity = zk_identity,
     .session_deadline = zk_session_deadline,
     .engine_ops = zk_engine_ops,
     .describe = zk_describe,
-    .election_new = zk_election_new,
-    .election_leader = zk_election_leader,
-    .election_proclaim = zk_election_proclaim,
     .secret_env = "BATON_ZK_AUTH",
     .secret_userinfo = 1,
+};
+
+const baton_backend baton__backend_zk = {
+    .version = BATON_BACKEND_VERSION,
+    .info = &baton__info_zk,
+    .caps = BATON_CAP_FAIR | BATON_CAP_NOTIFY | BATON_CAP_SESSION,
+    .open = zk_open,
+    .close = zk_close,
+    .lock = &zk_lock_methods,
+    .rw = &zk_rw_methods,
+    .permits = &zk_permits_methods,
+    .election = &zk_election_methods,
+    .services = &zk_services_methods,
 };

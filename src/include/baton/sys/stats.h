@@ -6,7 +6,7 @@
 #ifndef BATON_SYS_STATS_H
 #define BATON_SYS_STATS_H
 
-#include "../../baton.h"
+#include "baton.h"
 
 #ifdef __cplusplus
 extern "C" {

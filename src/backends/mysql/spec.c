@@ -1,0 +1,59 @@
+/* The MySQL/MariaDB engine's description (see src/core/spec.h). */
+#include "core/spec.h"
+
+#ifdef BATON_WITH_MYSQL
+extern const baton_backend baton__backend_mysql;
+#define TABLE &baton__backend_mysql
+#define BUILT 1
+#define WHY NULL
+#else
+#define TABLE NULL
+#define BUILT 0
+#ifdef BATON_OFF_MYSQL
+#define WHY "switched off when baton was built (-DBATON_WITH_MYSQL=OFF)"
+#else
+#define WHY "libmariadb-dev was missing when baton was built (scripts/install-deps.sh installs it)"
+#endif
+#endif
+
+static const char *const schemes[] = { "mysql", "mariadb", NULL };
+static const char *const modes[] = { "session", "lease", "row", NULL };
+#define SSL(name, alias, help) { name, "path", NULL, help, 0, 0, NULL, NULL, alias }
+static const baton_engine_option options[] = {
+    BATON__ENUM("mode", "session", modes,
+                "session: GET_LOCK on a held connection; lease: rows with an expiry; row: a row lock held by an "
+                "open transaction"),
+    BATON__STR("table", "baton_locks", "baton's table (lease and row modes; 1 to 58 bytes)"),
+    BATON__CONNECT_TIMEOUT,
+    BATON__PATH("passfile", NULL, "a file holding the password"),
+    BATON__PATH("socket", NULL, "the server's unix socket instead of TCP"),
+    SSL("ssl-ca", "ssl_ca", "CA certificates (PEM)"),
+    SSL("ssl-capath", "ssl_capath", "a directory of CA certificates"),
+    SSL("ssl-cert", "ssl_cert", "client certificate (PEM)"),
+    SSL("ssl-key", "ssl_key", "client private key (PEM)"),
+    { "ssl-cipher", "string", NULL, "TLS cipher list", 0, 0, NULL, NULL, "ssl_cipher" },
+    { "ssl-mode", "string", "PREFERRED", "as the mysql client's --ssl-mode: DISABLED, PREFERRED, REQUIRED, "
+      "VERIFY_CA or VERIFY_IDENTITY (any case)", 0, 0, NULL, NULL, "ssl_mode" },
+    { "ssl-verify-server-cert", "bool", NULL, "1: verify the server's certificate and name", 0, 1, NULL, NULL,
+      "ssl_verify_server_cert" },
+    BATON__OPT_END,
+};
+static const char *const notes[] = {
+    "fair, rwlock, semaphore, permits, latch, election: not yet (issue #25)",
+    NULL,
+};
+
+const baton_engine_info baton__info_mysql = {
+    .name = "mysql",
+    .schemes = schemes,
+    .summary = "MySQL or MariaDB: GET_LOCK (session mode), lease rows or row locks",
+    .uri = "mysql://[user[:password]@]host[:port]/db[?options]",
+    .primitives = BATON_PRIM_LOCK | BATON_PRIM_LIST | BATON_PRIM_BREAK | BATON_PRIM_INFO,
+    .features = BATON_FEATURE_LEASE,
+    .notes = notes,
+    .options = options,
+    .built = BUILT,
+    .why_not = WHY,
+};
+
+const baton__engine baton__engine_mysql = { &baton__info_mysql, TABLE };

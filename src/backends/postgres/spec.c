@@ -1,0 +1,56 @@
+/* The PostgreSQL engine's description (see src/core/spec.h). */
+#include "core/spec.h"
+
+#ifdef BATON_WITH_POSTGRES
+extern const baton_backend baton__backend_postgres;
+#define TABLE &baton__backend_postgres
+#define BUILT 1
+#define WHY NULL
+#else
+#define TABLE NULL
+#define BUILT 0
+#ifdef BATON_OFF_POSTGRES
+#define WHY "switched off when baton was built (-DBATON_WITH_POSTGRES=OFF)"
+#else
+#define WHY "libpq-dev was missing when baton was built (scripts/install-deps.sh installs it)"
+#endif
+#endif
+
+static const char *const schemes[] = { "postgres", "postgresql", NULL };
+static const char *const modes[] = { "session", "lease", "row", NULL };
+/* libpq's own connection keywords, handed to it as they are */
+#define LIBPQ(name) { name, "string", NULL, "libpq's connection keyword of that name", 0, 0, NULL, NULL, NULL }
+static const baton_engine_option options[] = {
+    BATON__ENUM("mode", "session", modes,
+                "session: advisory locks on a held connection; lease: rows with an expiry; row: a row lock "
+                "held by an open transaction"),
+    BATON__STR("schema", NULL, "the schema of baton's table (default: the search path's)"),
+    BATON__STR("table", "baton_locks", "baton's table (lease and row modes; 1 to 57 bytes)"),
+    BATON__CONNECT_TIMEOUT,
+    BATON__BOOL("prepare", "1", NULL, "0: send statements as text each time (a pooler in transaction mode)"),
+    LIBPQ("sslmode"), LIBPQ("sslrootcert"), LIBPQ("sslcert"), LIBPQ("sslkey"), LIBPQ("sslcrl"),
+    LIBPQ("sslpassword"), LIBPQ("passfile"), LIBPQ("application_name"), LIBPQ("target_session_attrs"),
+    LIBPQ("channel_binding"), LIBPQ("gssencmode"), LIBPQ("keepalives"), LIBPQ("keepalives_idle"),
+    LIBPQ("keepalives_interval"), LIBPQ("keepalives_count"), LIBPQ("tcp_user_timeout"), LIBPQ("options"),
+    BATON__OPT_END,
+};
+static const char *const notes[] = {
+    "rwlock: mode=session only (advisory shared/exclusive locks)",
+    "fair, semaphore, permits, latch, election: not yet (issue #25)",
+    NULL,
+};
+
+const baton_engine_info baton__info_postgres = {
+    .name = "postgres",
+    .schemes = schemes,
+    .summary = "PostgreSQL: advisory locks (session mode), lease rows or row locks",
+    .uri = "postgres://[user[:password]@]host[:port][,host[:port]...]/db[?options]",
+    .primitives = BATON_PRIM_LOCK | BATON_PRIM_RWLOCK | BATON_PRIM_LIST | BATON_PRIM_BREAK | BATON_PRIM_INFO,
+    .features = BATON_FEATURE_LEASE | BATON_FEATURE_NOTIFY,
+    .notes = notes,
+    .options = options,
+    .built = BUILT,
+    .why_not = WHY,
+};
+
+const baton__engine baton__engine_postgres = { &baton__info_postgres, TABLE };

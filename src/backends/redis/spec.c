@@ -1,0 +1,56 @@
+/* The Redis engine's description (see src/core/spec.h). */
+#include "core/spec.h"
+
+#ifdef BATON_WITH_REDIS
+extern const baton_backend baton__backend_redis;
+#define TABLE &baton__backend_redis
+#define BUILT 1
+#define WHY NULL
+#else
+#define TABLE NULL
+#define BUILT 0
+#ifdef BATON_OFF_REDIS
+#define WHY "switched off when baton was built (-DBATON_WITH_REDIS=OFF)"
+#else
+#define WHY "libhiredis-dev was missing when baton was built (scripts/install-deps.sh installs it)"
+#endif
+#endif
+
+static const char *const schemes[] = { "redis", "rediss", NULL };
+static const char *const layouts[] = { "redisson", "simple", NULL };
+static const baton_engine_option options[] = {
+    BATON__STR("prefix", "", "a string put before every key baton makes"),
+    BATON__ENUM("layout", "redisson", layouts,
+                "redisson: Redisson's hashes and channels; simple: SET NX PX keys (redis-py, node-redlock, redsync)"),
+    BATON__PATH("cacert", "rediss", "CA certificates (PEM) to verify the server with"),
+    BATON__PATH("cert", "rediss", "client certificate (PEM)"),
+    BATON__PATH("key", "rediss", "client private key (PEM); needs cert"),
+    BATON__BOOL("insecure", "0", "rediss", "1: do not verify the server's certificate"),
+    BATON__INT("wait_replicas", "0", 0, 1000, "after a grant, WAIT for this many replicas to have it"),
+    BATON__MS("wait_ms", "1000", 1, 3600000, "how long WAIT waits for the replicas"),
+    BATON__CONNECT_TIMEOUT,
+    BATON__MS("io_timeout_ms", NULL, 1, 3600000, "per-request timeout (default: the client's, 5000 ms)"),
+    BATON__OPT_END,
+};
+static const char *const notes[] = {
+    "fair: Redisson's RFairLock layout",
+    "latch: Redisson's RCountDownLatch layout",
+    "election: not yet (issue #25)",
+    NULL,
+};
+
+const baton_engine_info baton__info_redis = {
+    .name = "redis",
+    .schemes = schemes,
+    .summary = "Redis, one node (rediss:// over TLS), Redisson's key layout by default",
+    .uri = "redis[s]://[user[:password]@]host[:port][/db][?options]",
+    .primitives = BATON_PRIM_LOCK | BATON_PRIM_FAIR | BATON_PRIM_RWLOCK | BATON_PRIM_SEM | BATON_PRIM_PERMITS |
+                  BATON_PRIM_LATCH | BATON_PRIM_LIST | BATON_PRIM_BREAK | BATON_PRIM_INFO,
+    .features = BATON_FEATURE_LEASE | BATON_FEATURE_NOTIFY | BATON_FEATURE_FAIR,
+    .notes = notes,
+    .options = options,
+    .built = BUILT,
+    .why_not = WHY,
+};
+
+const baton__engine baton__engine_redis = { &baton__info_redis, TABLE };

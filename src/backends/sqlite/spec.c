@@ -1,0 +1,48 @@
+/* The SQLite engine's description (see src/core/spec.h). */
+#include "core/spec.h"
+
+#ifdef BATON_WITH_SQLITE
+extern const baton_backend baton__backend_sqlite;
+#define TABLE &baton__backend_sqlite
+#define BUILT 1
+#define WHY NULL
+#else
+#define TABLE NULL
+#define BUILT 0
+#ifdef BATON_OFF_SQLITE
+#define WHY "switched off when baton was built (-DBATON_WITH_SQLITE=OFF)"
+#else
+#define WHY "libsqlite3-dev was missing when baton was built (scripts/install-deps.sh installs it)"
+#endif
+#endif
+
+static const char *const schemes[] = { "sqlite", NULL };
+static const baton_engine_option options[] = {
+    BATON__STR("mode", "lease", "lease (the only mode: SQLite has no lock that outlives a short transaction)"),
+    BATON__STR("table", "baton_locks", "baton's table (1 to 63 letters, digits or _)"),
+    BATON__MS("busy_timeout_ms", "5000", 0, 3600000, "how long one statement waits for SQLite's own write lock"),
+    BATON__MS("recheck_ms", "1000", 1, 86400000, "the longest a waiter sleeps between two looks when no "
+              "notice wakes it"),
+    BATON__OPT_END,
+};
+static const char *const notes[] = {
+    "one host: waiters on this host are woken by inotify",
+    "fair, rwlock, election: not yet (issue #25)",
+    NULL,
+};
+
+const baton_engine_info baton__info_sqlite = {
+    .name = "sqlite",
+    .schemes = schemes,
+    .summary = "SQLite: lease rows in a database file, one host",
+    .uri = "sqlite:///abs/path.db[?options]",
+    .primitives = BATON_PRIM_LOCK | BATON_PRIM_SEM | BATON_PRIM_PERMITS | BATON_PRIM_LATCH | BATON_PRIM_LIST |
+                  BATON_PRIM_BREAK | BATON_PRIM_INFO,
+    .features = BATON_FEATURE_LEASE | BATON_FEATURE_NOTIFY,
+    .notes = notes,
+    .options = options,
+    .built = BUILT,
+    .why_not = WHY,
+};
+
+const baton__engine baton__engine_sqlite = { &baton__info_sqlite, TABLE };

@@ -1,0 +1,50 @@
+/* The ZooKeeper engine's description (see src/core/spec.h). */
+#include "core/spec.h"
+
+#ifdef BATON_WITH_ZK
+extern const baton_backend baton__backend_zk;
+#define TABLE &baton__backend_zk
+#define BUILT 1
+#define WHY NULL
+#else
+#define TABLE NULL
+#define BUILT 0
+#ifdef BATON_OFF_ZK
+#define WHY "switched off when baton was built (-DBATON_WITH_ZK=OFF)"
+#else
+#define WHY "libzookeeper-mt-dev was missing when baton was built (scripts/install-deps.sh installs it)"
+#endif
+#endif
+
+static const char *const schemes[] = { "zk", "zookeeper", NULL };
+static const baton_engine_option options[] = {
+    BATON__MS("session_timeout_ms", "10000", 100, 86400000, "the session timeout asked of the server (it may "
+              "negotiate it into its own bounds)"),
+    BATON__CONNECT_TIMEOUT,
+    BATON__MS("lost_after_ms", NULL, 1, 86400000, "report the session's locks lost once the connection has been "
+              "down this long (default: a third of the negotiated session timeout)"),
+    BATON__STR("root", "/baton", "the node under which lock names live (below the URI's chroot)"),
+    BATON__OPT_END,
+};
+static const char *const notes[] = {
+    "lock: Curator's InterProcessMutex layout; a session instead of a lease (fixed_lease: ENOTSUP)",
+    "permits: a node per permit, freed when its holder's session ends; the lease is ignored",
+    "semaphore, latch: not yet (issue #25)",
+    NULL,
+};
+
+const baton_engine_info baton__info_zk = {
+    .name = "zk",
+    .schemes = schemes,
+    .summary = "ZooKeeper: sequential ephemeral nodes (Curator's layout), sessions",
+    .uri = "zk://[user:password@]h1[:2181][,h2[:2181]...][/chroot][?options]",
+    .primitives = BATON_PRIM_LOCK | BATON_PRIM_FAIR | BATON_PRIM_RWLOCK | BATON_PRIM_PERMITS | BATON_PRIM_ELECTION |
+                  BATON_PRIM_LIST | BATON_PRIM_BREAK | BATON_PRIM_INFO,
+    .features = BATON_FEATURE_FAIR | BATON_FEATURE_NOTIFY | BATON_FEATURE_SESSION,
+    .notes = notes,
+    .options = options,
+    .built = BUILT,
+    .why_not = WHY,
+};
+
+const baton__engine baton__engine_zk = { &baton__info_zk, TABLE };
