@@ -4,7 +4,7 @@
 set -u
 B=$1
 fail=0
-t() { if "$@"; then echo "ok: $*"; else echo "FAIL: $*"; fail=1; fi; }
+t() { if "$@"; then echo "ok: ${*:1:2}"; else echo "FAIL: ${*:1:3}" | cut -c1-200; fail=1; fi; }
 out=$("$B" engines) ; rc=$?
 t test "$rc" = 0
 for e in file sqlite postgres mysql redis redlock zk etcd; do
