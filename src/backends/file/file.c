@@ -22,7 +22,7 @@
  * file per permit (see sem.c and permits.c).
  */
 #include "file_int.h"
-#include "sha256.h"
+#include "util/sha256.h"
 
 static int resolve_dir(const baton_uri *u, char *out, size_t n, int *shared)
 {

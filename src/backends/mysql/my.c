@@ -26,7 +26,7 @@
  */
 #include "my_int.h"
 #include "core/internal.h"
-#include "backends/file/sha256.h"
+#include "util/sha256.h"
 
 #include <errno.h>
 #include <errmsg.h>
