@@ -10,7 +10,8 @@
  * other, and equal long names do.
  */
 #include "ft.h"
-#include "backends/file/sha256.h"
+#include "backends/file/file_int.h"
+#include "util/sha256.h"
 
 static void hex_of(const unsigned char *d, char *out) {
     for (int i = 0; i < BATON_SHA256_SIZE; i++) sprintf(out + 2 * i, "%02x", d[i]);

@@ -14,7 +14,7 @@
  * in the lock dir.
  */
 #include "ft.h"
-#include "backends/file/sha256.h"
+#include "backends/file/file_int.h"
 
 #include <sys/file.h>
 

@@ -20,6 +20,7 @@
 #define BATON_ETCD_INT_H
 
 #include "baton/sys/backend.h"
+#include "util/base64.h"
 
 #include <jansson.h>
 #include <pthread.h>
@@ -79,10 +80,10 @@ size_t egw_members(egw *g);
 int egw_get(egw *g, size_t member, const char *path, char **body, size_t *len);
 
 /* base64 of LEN bytes (malloc'd, NUL-terminated), NULL when out of memory. */
-char *egw_b64(const void *p, size_t len);
+static inline char *egw_b64(const void *p, size_t len) { return baton__base64(p, len); }
 /* Decodes S into a malloc'd buffer (NUL-terminated, *LEN bytes); -1 when S is
  * not base64. */
-int egw_unb64(const char *s, char **out, size_t *len);
+static inline int egw_unb64(const char *s, char **out, size_t *len) { return baton__unbase64(s, out, len); }
 /* An int64 field of O, sent as a string or a number (absent = 0). */
 int64_t egw_int(const json_t *o, const char *key);
 /* The range end that covers every key starting with P (LEN bytes): P with

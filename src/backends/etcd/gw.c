@@ -67,59 +67,7 @@ int egw_have_grpc_tls(void)
 #endif
 }
 
-/* ---- base64 and helpers ------------------------------------------------- */
-
-static const char b64c[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
-char *egw_b64(const void *p, size_t len)
-{
-    const unsigned char *s = p;
-    char *out = malloc((len + 2) / 3 * 4 + 1), *o = out;
-    if (!out) return NULL;
-    for (size_t i = 0; i < len; i += 3) {
-        unsigned v = (unsigned)s[i] << 16;
-        if (i + 1 < len) v |= (unsigned)s[i + 1] << 8;
-        if (i + 2 < len) v |= s[i + 2];
-        *o++ = b64c[(v >> 18) & 63];
-        *o++ = b64c[(v >> 12) & 63];
-        *o++ = i + 1 < len ? b64c[(v >> 6) & 63] : '=';
-        *o++ = i + 2 < len ? b64c[v & 63] : '=';
-    }
-    *o = 0;
-    return out;
-}
-
-static int b64v(int c)
-{
-    const char *p = c ? strchr(b64c, c) : NULL;
-    return p ? (int)(p - b64c) : -1;
-}
-
-int egw_unb64(const char *s, char **out, size_t *len)
-{
-    size_t n = strlen(s), k = 0;
-    char *buf;
-    *out = NULL;
-    if (n % 4) return -1;
-    if (!(buf = malloc(n / 4 * 3 + 1))) return -1;
-    for (size_t i = 0; i < n; i += 4) {
-        int a = b64v(s[i]), b = b64v(s[i + 1]), c = s[i + 2] == '=' ? 0 : b64v(s[i + 2]),
-            d = s[i + 3] == '=' ? 0 : b64v(s[i + 3]);
-        if (a < 0 || b < 0 || c < 0 || d < 0 || (s[i + 2] == '=' && s[i + 3] != '=') ||
-            (i + 4 < n && (s[i + 2] == '=' || s[i + 3] == '='))) {
-            free(buf);
-            return -1;
-        }
-        unsigned v = (unsigned)a << 18 | (unsigned)b << 12 | (unsigned)c << 6 | (unsigned)d;
-        buf[k++] = (char)(v >> 16);
-        if (s[i + 2] != '=') buf[k++] = (char)(v >> 8);
-        if (s[i + 3] != '=') buf[k++] = (char)v;
-    }
-    buf[k] = 0;
-    *out = buf;
-    *len = k;
-    return 0;
-}
+/* ---- helpers (base64: src/util/base64.c) ------------------------------ */
 
 int64_t egw_int(const json_t *o, const char *key)
 {

@@ -26,7 +26,8 @@
  */
 #include "my_int.h"
 #include "core/internal.h"
-#include "backends/file/sha256.h"
+#include "util/base64.h"
+#include "util/sha256.h"
 
 #include <errno.h>
 #include <errmsg.h>
@@ -947,25 +948,15 @@ static void my_close(void *eng)
  * two names are never one lock. */
 void my_name_key(const char *name, char key[72])
 {
-    static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-    unsigned char d[BATON_SHA256_SIZE + 1];
+    unsigned char d[BATON_SHA256_SIZE];
     size_t n = strlen(name);
-    char *o;
     if (n <= 64 && strncmp(name, "sha256:", 7)) {
         memcpy(key, name, n + 1);
         return;
     }
     baton__sha256(name, n, d);
-    d[BATON_SHA256_SIZE] = 0;
-    o = key + sprintf(key, "sha256:");
-    for (int i = 0; i < BATON_SHA256_SIZE; i += 3) {
-        uint32_t v = (uint32_t)d[i] << 16 | (uint32_t)d[i + 1] << 8 | (i + 2 < BATON_SHA256_SIZE ? d[i + 2] : 0);
-        *o++ = b64[v >> 18 & 63];
-        *o++ = b64[v >> 12 & 63];
-        *o++ = b64[v >> 6 & 63];
-        if (i + 2 < BATON_SHA256_SIZE) *o++ = b64[v & 63];
-    }
-    *o = 0;
+    memcpy(key, "sha256:", 7);
+    baton__base64_encode(key + 7, d, sizeof d, BATON_B64_URL | BATON_B64_NOPAD);
 }
 
 static int my_lock_new(void *eng, const char *name, const baton_lock_options *opts, void **st)

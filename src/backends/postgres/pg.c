@@ -30,7 +30,7 @@
  */
 #include "pg_int.h"
 #include "core/internal.h"
-#include "backends/file/sha256.h"
+#include "util/sha256.h"
 
 #include <errno.h>
 #include <inttypes.h>

@@ -1,11 +1,13 @@
 /*
- * SHA-256 (FIPS 180-4), for the file engine's long lock names: where
- * someone else can choose the names, two of them must not be craftable to
- * share one lock file, so the shortened name needs a collision-resistant
- * hash, and the bare build cannot lean on OpenSSL for one.
+ * SHA-256 (FIPS 180-4), wherever a lock name must be shortened or turned
+ * into a number: the file engine's long lock names, the PostgreSQL advisory
+ * lock key, the MySQL GET_LOCK name of a long name. Where someone else can
+ * choose the names, two of them must not be craftable to share one lock, so
+ * the hash must be collision-resistant, and the bare build cannot lean on
+ * OpenSSL for one.
  */
-#ifndef BATON_FILE_SHA256_H
-#define BATON_FILE_SHA256_H
+#ifndef BATON_UTIL_SHA256_H
+#define BATON_UTIL_SHA256_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -26,8 +28,5 @@ void baton__sha256_final(baton_sha256_ctx *c, unsigned char out[BATON_SHA256_SIZ
 void baton__sha256(const void *data, size_t n, unsigned char out[BATON_SHA256_SIZE]);
 /* The first nbytes of the digest of the string s, as 2*nbytes lowercase hex digits. */
 void baton__sha256_hex(const char *s, size_t nbytes, char *hex);
-
-/* The file (inside the lock dir) that lock NAME maps to; see file.c. */
-int baton__file_name(const char *name, char *out, size_t n);
 
 #endif

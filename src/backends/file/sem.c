@@ -1,0 +1,189 @@
+/* ---- semaphore ----------------------------------------------------------
+ * A counter in its own file ("sem.<name>"), changed under a short exclusive
+ * lock. Waiters are woken by inotify when the file changes, not by polling;
+ * like Redisson's RSemaphore, permits have no owner, so a crashed holder's
+ * permits are not returned by themselves. */
+#include "file_int.h"
+
+#define SEM_FMT "baton-sem 1\npermits %020" PRId64 "\nset %d\n"
+
+typedef struct {
+    char fname[256];
+    char path[4096 + 300];
+} file_sem;
+
+static void *watch_main(void *arg)
+{
+    file_engine *e = arg;
+    char buf[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
+    for (;;) {
+        struct pollfd p[2] = { { e->ino_fd, POLLIN, 0 }, { e->stop_pipe[0], POLLIN, 0 } };
+        if (poll(p, 2, -1) < 0) {
+            if (errno == EINTR) continue;
+            break;
+        }
+        if (p[1].revents) break;
+        ssize_t n = read(e->ino_fd, buf, sizeof buf);
+        if (n <= 0) continue;
+        pthread_mutex_lock(&e->wmu);
+        for (char *q = buf; q < buf + n;) {
+            const struct inotify_event *ev = (const struct inotify_event *)q;
+            for (watch_reg *r = e->regs; r; r = r->next)
+                if (r->wd == ev->wd || (ev->mask & IN_Q_OVERFLOW))
+                    baton_waiter_wake(r->w);
+            q += sizeof *ev + ev->len;
+        }
+        pthread_mutex_unlock(&e->wmu);
+    }
+    return NULL;
+}
+
+/* Registers w to be woken when the semaphore file changes. */
+static int watch_add(file_engine *e, file_sem *fs, watch_reg *reg, baton_waiter *w)
+{
+    int rc = 0;
+    pthread_mutex_lock(&e->wmu);
+    if (!e->wth_started) {
+        sigset_t all, old;
+        e->ino_fd = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
+        if (e->ino_fd < 0 || pipe2(e->stop_pipe, O_CLOEXEC)) {
+            rc = baton_seterr(BATON_EIO, errno, "inotify: %s", strerror(errno));
+            goto out;
+        }
+        sigfillset(&all);
+        pthread_sigmask(SIG_BLOCK, &all, &old);
+        if (pthread_create(&e->wth, NULL, watch_main, e)) rc = baton_seterr(BATON_ENOMEM, 0, "cannot start the watcher");
+        else e->wth_started = 1;
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        if (rc) goto out;
+    }
+    reg->wd = inotify_add_watch(e->ino_fd, fs->path, IN_MODIFY | IN_CLOSE_WRITE | IN_DONT_FOLLOW);
+    if (reg->wd < 0) {
+        rc = baton_seterr(BATON_EIO, errno, "inotify %s: %s", fs->path, strerror(errno));
+        goto out;
+    }
+    reg->w = w;
+    reg->next = e->regs;
+    e->regs = reg;
+out:
+    pthread_mutex_unlock(&e->wmu);
+    return rc;
+}
+
+static void watch_remove(file_engine *e, watch_reg *reg)
+{
+    pthread_mutex_lock(&e->wmu);
+    for (watch_reg **pp = &e->regs; *pp; pp = &(*pp)->next)
+        if (*pp == reg) { *pp = reg->next; break; }
+    pthread_mutex_unlock(&e->wmu);
+}
+
+int file__sem_new(void *eng, const char *name, void **st)
+{
+    file_engine *e = eng;
+    file_sem *fs = calloc(1, sizeof *fs);
+    int fd, rc;
+    if (!fs) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+    baton__file_name(name, fs->fname, sizeof fs->fname);
+    memcpy(fs->fname, "sem.", 4);   /* "lock." → "sem.." keeps the two name spaces apart */
+    snprintf(fs->path, sizeof fs->path, "%s/%s", e->dir, fs->fname);
+    if ((rc = file__dir_open(e, fs->fname, O_RDWR | O_CREAT, "semaphore file", &fd))) {
+        free(fs);
+        return rc;
+    }
+    close(fd);
+    *st = fs;
+    return 0;
+}
+
+void file__sem_free(void *eng, void *st)
+{
+    (void)eng;
+    free(st);
+}
+
+enum { SEM_TAKE = 100, SEM_GIVE };
+
+/* One read-modify-write of the counter under an exclusive lock. */
+static int sem_update(file_engine *e, file_sem *fs, int op, int64_t arg, int64_t *out)
+{
+    char buf[128];
+    int64_t permits = 0;
+    int set = 0, fd, rc = 0, changed = 0;
+    ssize_t n;
+    if ((rc = file__dir_open(e, fs->fname, O_RDWR, "semaphore file", &fd))) return rc;
+    if (fd < 0) return baton_seterr(BATON_EIO, ENOENT, "semaphore file %s/%s was removed", e->dir, fs->fname);
+    while (file__setlk(fd, F_OFD_SETLKW, F_WRLCK) < 0)
+        if (errno != EINTR) { rc = baton_seterr(BATON_EIO, errno, "semaphore lock: %s", strerror(errno)); goto out; }
+    n = pread(fd, buf, sizeof buf - 1, 0);
+    if (n > 0) {
+        char *p;
+        buf[n] = 0;
+        if (strncmp(buf, "baton-sem 1\n", 12)) { rc = baton_seterr(BATON_EPROTO, 0, "%s is not a baton semaphore", fs->fname); goto out; }
+        if ((p = strstr(buf, "\npermits "))) permits = strtoll(p + 9, NULL, 10);
+        if ((p = strstr(buf, "\nset "))) set = atoi(p + 5);
+    }
+    switch (op) {
+    case SEM_TAKE:
+        if (permits < arg) { rc = BATON_ELOCKED; break; }
+        permits -= arg; changed = 1; break;
+    case SEM_GIVE: permits += arg; set = 1; changed = 1; break;
+    case BATON_CTL_TRY_SET:
+        if (out) *out = !set;
+        if (!set) { permits = arg; set = 1; changed = 1; }
+        break;
+    case BATON_CTL_ADD: permits += arg; set = 1; changed = 1; break;
+    case BATON_CTL_DRAIN:
+        if (out) *out = permits > 0 ? permits : 0;
+        if (permits > 0) { permits = 0; changed = 1; }
+        break;
+    case BATON_CTL_AVAILABLE: if (out) *out = permits; break;
+    default: rc = baton_seterr(BATON_ENOTSUP, 0, "semaphore operation %d", op);
+    }
+    if (changed) {
+        int len = snprintf(buf, sizeof buf, SEM_FMT, permits, set);
+        if (pwrite(fd, buf, (size_t)len, 0) != len) rc = baton_seterr(BATON_EIO, errno, "semaphore write: %s", strerror(errno));
+    }
+out:
+    close(fd);   /* also drops the lock */
+    return rc;
+}
+
+int file__sem_acquire(void *eng, void *st, uint32_t permits, int64_t deadline_ns, baton_waiter *w)
+{
+    file_engine *e = eng;
+    watch_reg reg;
+    int rc, watching = 0;
+    for (;;) {
+        unsigned gen = baton_waiter_gen(w);
+        rc = sem_update(e, st, SEM_TAKE, permits, NULL);
+        if (rc != BATON_ELOCKED) break;
+        if (deadline_ns == 0) { rc = baton_seterr(BATON_ELOCKED, 0, "too few permits"); break; }
+        if (!watching) {
+            /* Watch before parking, then re-check: a release in between is seen. */
+            if ((rc = watch_add(e, st, &reg, w))) break;
+            watching = 1;
+            continue;
+        }
+        if (deadline_ns != INT64_MAX && baton_now_ns() >= deadline_ns) {
+            rc = baton_seterr(BATON_ETIMEDOUT, 0, "semaphore wait timed out");
+            break;
+        }
+        if ((rc = baton_waiter_park(w, gen, deadline_ns))) {
+            rc = baton_seterr(rc, 0, "semaphore wait canceled");
+            break;
+        }
+    }
+    if (watching) watch_remove(e, &reg);
+    return rc;
+}
+
+int file__sem_release(void *eng, void *st, uint32_t permits)
+{
+    return sem_update(eng, st, SEM_GIVE, permits, NULL);
+}
+
+int file__sem_ctl(void *eng, void *st, int op, int64_t arg, int64_t *out)
+{
+    return sem_update(eng, st, op, arg, out);
+}
