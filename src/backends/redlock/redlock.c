@@ -336,6 +336,9 @@ static int parse_config(rl_eng *e, const baton_uri *u, const baton_opts *uo, con
     int tls = baton_opts_bool(uo, "tls"), insecure = baton_opts_bool(uo, "insecure");
     const char *cacert = baton_opts_str(uo, "cacert"), *cert = baton_opts_str(uo, "cert");
     const char *key = baton_opts_str(uo, "key"), *prefix = baton_opts_str(uo, "prefix");
+    if (strcmp(baton_opts_str(uo, "layout"), "simple"))
+        return baton_seterr(BATON_ENOTSUP, 0, "redlock: layout '%s' is not supported: RedLock uses the "
+                            "SET NX PX (simple) layout on every node", baton_opts_str(uo, "layout"));
     e->node_timeout_ms = (int)baton_opts_int(uo, "node_timeout_ms");
     e->retry_delay_ms = (int)baton_opts_int(uo, "retry_delay_ms");
     if (baton_opts_given(uo, "connect_timeout_ms")) connect_ms = (int)baton_opts_int(uo, "connect_timeout_ms");

@@ -17,10 +17,10 @@ extern const baton_backend baton__backend_redlock;
 #endif
 
 static const char *const schemes[] = { "redlock", NULL };
-static const char *const layouts[] = { "simple", NULL };
 static const baton_engine_option options[] = {
     BATON__STR("prefix", "", "a string put before every key baton makes"),
-    BATON__ENUM("layout", "simple", layouts, "simple: SET NX PX on every node (the only layout of a quorum)"),
+    BATON__STR("layout", "simple", "simple: SET NX PX on every node; the only layout of a quorum (redisson: "
+               "BATON_ENOTSUP)"),
     BATON__MS("node_timeout_ms", "50", 1, 60000, "how long one node may take to answer one step"),
     BATON__MS("retry_delay_ms", "20", 1, 60000, "the base delay between two tries of a waiting acquire"),
     BATON__MS("connect_timeout_ms", NULL, 1, 3600000, "connect timeout per node (default: the client's, at most 250 ms)"),
