@@ -1,5 +1,6 @@
 /* Clients: URI → backend, the keeper thread, and the list of open locks. */
 #include "client.h"
+#include <stddef.h>
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
@@ -28,7 +29,10 @@ int baton_client_open(baton_client **out, const char *uri, const baton_client_op
     if (opts) {
         if (opts->version < 1 || opts->version > BATON_CLIENT_OPTIONS_VERSION)
             return baton_seterr(BATON_EINVAL, 0, "client options: unknown version %u", opts->version);
-        o = *opts;
+        /* only the fields of the caller's version (a version 1 struct ends
+         * before lease_ms); later fields keep their defaults */
+        memcpy(&o, opts, opts->version == 1 ? offsetof(baton_client_options, lease_ms) : sizeof o);
+        o.version = BATON_CLIENT_OPTIONS_VERSION;
         if (o.connect_timeout_ms <= 0) o.connect_timeout_ms = 2000;
         if (o.io_timeout_ms <= 0) o.io_timeout_ms = 5000;
     }
