@@ -505,6 +505,14 @@ static int etcd_open(void **eng, const baton_uri *u, const baton_client_options 
     pthread_cond_init(&e->cv, &ca);
     pthread_condattr_destroy(&ca);
     if ((rc = configure(e, u, opts, &cfg))) goto fail;
+    /* the client's lease: the URI's ttl= wins, else the lease the caller
+     * asked for (baton run -t), in whole seconds rounded up */
+    if (opts && opts->version >= 2 && opts->lease_ms) {
+        size_t i = 0;
+        while (i < u->nparams && strcmp(u->params[i].key, "ttl")) i++;
+        if (i == u->nparams)
+            e->ttl_s = opts->lease_ms > 24u * 3600 * 1000 ? 24 * 3600 : (int)((opts->lease_ms + 999) / 1000);
+    }
     if ((rc = make_ident(e, u))) goto fail;
     if ((rc = egw_new(&e->gw, u, &cfg))) goto fail;
     /* the lease now: a wrong address or password shows at open */
