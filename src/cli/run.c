@@ -619,7 +619,7 @@ void cli_usage_elect(FILE *f)
         "does for a lost lock.\n"
         "\n"
         "  -u, --uri URI        the engine (default $BATON_URI); elections need one that has\n"
-        "                       them (zk://); others answer 'not supported'\n"
+        "                       them (zk://, etcd://); others answer 'not supported'\n"
         "      --value VALUE    what this leader proclaims (default \"HOST PID\")\n"
         "  -n, --nonblock       do not wait: if someone else leads, exit 1 (or -E CODE)\n"
         "  -w, --timeout SECS   wait at most SECS to lead (default: forever)\n"
