@@ -81,10 +81,15 @@ typedef struct {
     int connect_timeout_ms;  /* default 2000 */
     int io_timeout_ms;       /* default 5000 */
     const char *password;    /* overrides the URI and the environment */
+    /* version 2: the lease of an engine whose leases are the client's, not
+     * each lock's (etcd: the client lease's TTL, rounded up to whole
+     * seconds), when the URI sets none (etcd's ttl= wins); 0 = the
+     * engine's default (30 s). `baton run -t` sets it. */
+    uint32_t lease_ms;
 } baton_client_options;
 
-#define BATON_CLIENT_OPTIONS_VERSION 1
-#define BATON_CLIENT_OPTIONS_INIT { BATON_CLIENT_OPTIONS_VERSION, 2000, 5000, NULL }
+#define BATON_CLIENT_OPTIONS_VERSION 2
+#define BATON_CLIENT_OPTIONS_INIT { BATON_CLIENT_OPTIONS_VERSION, 2000, 5000, NULL, 0 }
 
 /* uri NULL or "" = the embedded file backend in the default directory. */
 BATON_EXTERN(int) baton_client_open(baton_client **out, const char *uri,

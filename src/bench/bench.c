@@ -120,8 +120,9 @@ static void uri_scheme(const char *uri, char *out, size_t n)
 static void bench_usage(FILE *f)
 {
     fprintf(f,
-        "usage: baton bench [-u URI] --workload W [options]\n"
-        "  --workload uncontended  one client, N acquire+release pairs (--n N, default 10000)\n"
+        "usage: baton bench [-u URI] [--workload W] [options]\n"
+        "  --workload uncontended  one client, N acquire+release pairs (--n N, default 10000);\n"
+        "                          the default workload\n"
         "             contended    C processes on one lock for S seconds (--clients C, --seconds S)\n"
         "             handoff      release to the blocked waiter's grant (--rounds R, default 200)\n"
         "             herd         W waiters on one lock, a client each: chains of W handoffs (release to\n"

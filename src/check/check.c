@@ -87,9 +87,12 @@ static int preflight(const check_opts *o, char *backend, size_t n)
     baton_lockinfo info = BATON_LOCK_INFO_INIT;
     int rc, was = 0;
 
+    baton_client_options co = BATON_CLIENT_OPTIONS_INIT;
+
     lo.lease_ms = (uint32_t)(o->lease * 1000);
     lo.fair = o->fair;
-    if ((rc = baton_client_open(&c, o->uri, NULL))) { cli_report("open", rc); return bench_exit_for(rc); }
+    co.lease_ms = lo.lease_ms;   /* -t also for etcd's client lease (the URI's ttl= wins) */
+    if ((rc = baton_client_open(&c, o->uri, &co))) { cli_report("open", rc); return bench_exit_for(rc); }
     snprintf(backend, n, "%s", baton_client_backend(c));
     /* reach the engine itself: opening a client may be lazy */
     if ((rc = baton_lock_info(c, o->name, &info)) && rc != BATON_ENOTSUP) { cli_report("engine", rc); goto out; }

@@ -137,6 +137,7 @@ void check_client(const check_opts *o, int fd, int slot)
 {
     cclient k;
     baton_lock_options lo = BATON_LOCK_OPTIONS_INIT;
+    baton_client_options co = BATON_CLIENT_OPTIONS_INIT;
     int rc;
 
     memset(&k, 0, sizeof k);
@@ -149,7 +150,8 @@ void check_client(const check_opts *o, int fd, int slot)
     lo.fair = o->fair;
     lo.on_lost = on_lost;
     lo.on_lost_payload = &k;
-    if ((rc = baton_client_open(&k.c, o->uri, NULL))) goto fatal;
+    co.lease_ms = lo.lease_ms;   /* -t also for etcd's client lease (the URI's ttl= wins) */
+    if ((rc = baton_client_open(&k.c, o->uri, &co))) goto fatal;
     switch (o->prim) {
     case PRIM_LOCK:
         rc = baton_lock_open(&k.l, k.c, o->name, &lo);

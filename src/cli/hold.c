@@ -97,6 +97,7 @@ static _Noreturn void holder(int out, const char *uri, const char *name, uint32_
     baton_client *c = NULL;
     baton_lock *l = NULL;
     baton_lock_options lo = BATON_LOCK_OPTIONS_INIT;
+    baton_client_options co = BATON_CLIENT_OPTIONS_INIT;
     pid_t shell_pgid = getpgid(shell);
     char *lname = NULL;
     sigset_t sigs;
@@ -116,7 +117,8 @@ static _Noreturn void holder(int out, const char *uri, const char *name, uint32_
         reply(out, BATON_ENOMEM, EX_SOFTWARE, 0, strerror(errno));
         _exit(EX_SOFTWARE);
     }
-    if ((rc = baton_client_open(&c, uri, NULL))) {
+    co.lease_ms = lease_ms;   /* -t also for etcd's client lease (the URI's ttl= wins) */
+    if ((rc = baton_client_open(&c, uri, &co))) {
         reply(out, rc, cli_exit_for(rc), 0, baton_error_last()->message);
         _exit(0);
     }

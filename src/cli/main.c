@@ -22,7 +22,7 @@ static void usage(FILE *f)
         "       baton latch [-u URI] NAME set N | down | count | wait [-w SECS]\n"
         "       baton sem [-u URI] NAME set N | add N | available | drain\n"
         "       baton fence [-q] FILE [FENCE] [-- COMMAND [ARG...]]\n"
-        "       baton bench [-u URI] --workload W [options]\n"
+        "       baton bench [-u URI] [--workload W] [options]\n"
         "       baton check [-u URI] [--clients N] [--seconds S] [--pause R] [--kill R] ... NAME\n"
         "       baton engines [--json] [NAME]\n"
         "       baton version\n"
@@ -32,8 +32,9 @@ static void usage(FILE *f)
         "'baton COMMAND --help' tells each command's options.\n"
         "\n"
         "exit: the child's status when it ended on its own (128+signal if killed), 1\n"
-        "busy, 64 usage, 69 engine unreachable or authentication failed, 70 internal\n"
-        "failure, 74 the lock store refused (a planted file, an I/O error), 75 baton\n"
+        "busy, 64 usage, 69 engine unreachable, authentication failed or no such\n"
+        "database, 70 internal failure, 74 the lock store refused (a planted file, a\n"
+        "lock directory others may write, an I/O error), 75 baton\n"
         "stopped CMD because the lock was lost, 128+signal when INT/TERM/HUP canceled\n"
         "the wait. baton fence: 65 fenced off (a newer fence is stored).\n");
 }
@@ -323,7 +324,7 @@ int main(int argc, char **argv)
     if (!strcmp(argv[1], "check")) return baton__cli_check(argc - 1, argv + 1);
     if (!strcmp(argv[1], "latch")) return cmd_sync(argc - 1, argv + 1, 1);
     if (!strcmp(argv[1], "sem")) return cmd_sync(argc - 1, argv + 1, 0);
-    if (!strcmp(argv[1], "version") || !strcmp(argv[1], "--version")) {
+    if (!strcmp(argv[1], "version") || !strcmp(argv[1], "--version") || !strcmp(argv[1], "-V")) {
         printf("baton %s\n", baton_version());
         return 0;
     }

@@ -565,7 +565,8 @@ void cli_usage_run(FILE *f)
         "      --fair           first come, first served (engines with fair locks)\n"
         "      --permits N      take one of N permits of semaphore NAME (1-1000000)\n"
         "  -t, --lease SECS     the lease, renewed while COMMAND runs (default 30;\n"
-        "                       0.05 to 4294967.295: leases are 32-bit milliseconds)\n"
+        "                       0.05 to 4294967.295: leases are 32-bit milliseconds;\n"
+        "                       on etcd the client lease's TTL, unless the URI sets ttl=)\n"
         "      --kill-after S   SIGKILL S seconds after the SIGTERM of a lost lease or a\n"
         "                       forwarded signal, if anything of COMMAND is left (default 10)\n"
         "  -o, --close          release when COMMAND itself exits; what it leaves running\n"
@@ -618,7 +619,7 @@ void cli_usage_elect(FILE *f)
         "does for a lost lock.\n"
         "\n"
         "  -u, --uri URI        the engine (default $BATON_URI); elections need one that has\n"
-        "                       them (zk://); others answer 'not supported'\n"
+        "                       them (zk://, etcd://); others answer 'not supported'\n"
         "      --value VALUE    what this leader proclaims (default \"HOST PID\")\n"
         "  -n, --nonblock       do not wait: if someone else leads, exit 1 (or -E CODE)\n"
         "  -w, --timeout SECS   wait at most SECS to lead (default: forever)\n"
@@ -1026,7 +1027,13 @@ static int run_main(int argc, char **argv, int elect)
     }
 
     uri = cli_default_uri(uri);
-    if ((rc = baton_client_open(&c, uri, NULL))) { cli_report("open", rc); code = cli_exit_for(rc); goto out; }
+    {
+        /* -t also for engines whose lease is the client's (etcd's TTL,
+         * unless the URI sets ttl=) */
+        baton_client_options co = BATON_CLIENT_OPTIONS_INIT;
+        co.lease_ms = r.lease_ms;
+        if ((rc = baton_client_open(&c, uri, &co))) { cli_report("open", rc); code = cli_exit_for(rc); goto out; }
+    }
     if (!(name_owned = cli_lock_name(c, name))) { code = EX_SOFTWARE; goto out; }
     r.name = name = name_owned;
     lo_opts.lease_ms = r.lease_ms;

@@ -1,5 +1,6 @@
 /* Clients: URI → backend, the keeper thread, and the list of open locks. */
 #include "client.h"
+#include <stddef.h>
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
@@ -20,7 +21,8 @@ static void gate_unref(baton__gate *g)
 int baton_client_open(baton_client **out, const char *uri, const baton_client_options *opts)
 {
     baton_client_options o = BATON_CLIENT_OPTIONS_INIT;
-    static const size_t sizes[] = { sizeof(baton_client_options) };
+    /* the size of each version of the struct: version 1 ended before lease_ms */
+    static const size_t sizes[] = { offsetof(baton_client_options, lease_ms), sizeof(baton_client_options) };
     baton_opts *uo = NULL;
     baton_client *c;
     int rc;
@@ -29,6 +31,7 @@ int baton_client_open(baton_client **out, const char *uri, const baton_client_op
     *out = NULL;
     if (opts) {
         if ((rc = baton__opts_copy(&o, opts, sizes, BATON_CLIENT_OPTIONS_VERSION, "client options"))) return rc;
+        o.version = BATON_CLIENT_OPTIONS_VERSION; /* later fields keep their defaults */
         if (o.connect_timeout_ms <= 0) o.connect_timeout_ms = 2000;
         if (o.io_timeout_ms <= 0) o.io_timeout_ms = 5000;
     }

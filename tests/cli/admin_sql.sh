@@ -43,6 +43,15 @@ etcd) URIS=("etcd://127.0.0.1:$PORT?ttl=3"); RW_URI=${URIS[0]} ;;
 *)    echo "unknown engine $ENGINE" >&2; exit 2 ;;
 esac
 
+# A database that does not exist: exit 69 (EX_UNAVAILABLE) on both SQL engines
+# (issue #23: MySQL said 64).
+case "$ENGINE" in
+postgres) expect_rc 69 "postgres: a database that does not exist: exit 69" \
+              "$BATON" status -u "postgres://baton:baton-test@127.0.0.1:$PORT/nosuchdb$$" x ;;
+mysql)    expect_rc 69 "mysql: a database that does not exist: exit 69" \
+              "$BATON" status -u "mysql://baton:baton-test@127.0.0.1:$PORT/nosuchdb$$" x ;;
+esac
+
 # listed URI NAME [PREFIX]: 0 when `baton list` prints NAME on a line of its own
 listed() {
     local u=$1 n=$2; shift 2

@@ -100,6 +100,14 @@ if [ "$MODE" = file ]; then
     check "--help shows run and status" grep -q "run" "$TMP/out"
     check "--help shows status" grep -q "status" "$TMP/out"
     expect_rc 0 "baton run --help" b run --help
+    expect_rc 0 "baton -V" b -V
+    check "-V prints the version" grep -q "0\.1\.0" "$TMP/out"
+    expect_rc 0 "baton --version" b --version
+    # bench's usage and behaviour agree: --workload is optional, uncontended the default
+    check "bench --help: --workload is optional" grep -qF "[--workload W]" <("$BATON" bench --help 2>&1)
+    check "baton --help: --workload is optional" grep -qF "bench [-u URI] [--workload W]" <("$BATON" --help 2>&1)
+    expect_rc 0 "bench without --workload runs the default" b bench --n 10 --json
+    check "... uncontended" grep -q uncontended "$TMP/out"
     expect_rc 64 "no command" b
     expect_rc 64 "unknown command" b frobnicate
 fi
@@ -1091,6 +1099,13 @@ if [ "$MODE" = file ]; then
     expect_rc 74 "[file] a symlink planted at a lock file: exit 74" b run planted-x -- true
     check "[file] ...saying what it found" grep -q "symbolic link" "$TMP/err"
     rm -f "$BATON_DIR/lock.planted-x"
+    # an insecure lock directory: the lock store refused, 74 as for a planted
+    # file (issue #23: it was 69, "unreachable")
+    mkdir -p "$TMP/open"; chmod 777 "$TMP/open"
+    expect_rc 74 "[file] a world-writable lock dir: exit 74" b run -u "file://$TMP/open" ins -- true
+    check "[file] ...saying why" grep -q "writable by every user" "$TMP/err"
+    chmod 770 "$TMP/open"
+    expect_rc 74 "[file] a group-writable lock dir: exit 74" b run -u "file://$TMP/open" ins -- true
 fi
 
 echo "$PASS passed, $FAIL failed"

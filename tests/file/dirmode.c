@@ -5,8 +5,8 @@
  *
  * By default the directory must be ours and written by nobody else: a group-
  * or world-writable one (file:///tmp as root among them) is refused with
- * BATON_EAUTH and a message that says how to fix it, since another user
- * could pre-create or hold its lock files. With ?shared=group a directory
+ * BATON_EIO (baton exits 74, as for a planted file) and a message that says
+ * how to fix it, since another user could pre-create or hold its lock files. With ?shared=group a directory
  * shared with a group on purpose is accepted when it is setgid and not
  * world-writable, owned by root or us, and we are in its group; lock files
  * made there are 0660 whatever the umask, so members can lock each other's.
@@ -65,12 +65,12 @@ static void test_private_modes(void) {
     expect(mkdir_mode(d, sizeof d, "m0700", 0700), "", 0, NULL, NULL);
     expect(mkdir_mode(d, sizeof d, "m0750", 0750), "", 0, NULL, NULL);
     expect(mkdir_mode(d, sizeof d, "m0755", 0755), "", 0, NULL, NULL);
-    expect(mkdir_mode(d, sizeof d, "m0770", 0770), "", BATON_EAUTH, "writable by its group", "chmod 700");
-    expect(mkdir_mode(d, sizeof d, "m0720", 0720), "", BATON_EAUTH, "writable by its group", "?shared=group");
-    expect(mkdir_mode(d, sizeof d, "m2770", 02770), "", BATON_EAUTH, "writable by its group", NULL);
-    expect(mkdir_mode(d, sizeof d, "m0702", 0702), "", BATON_EAUTH, "writable by every user", "chmod 700");
-    expect(mkdir_mode(d, sizeof d, "m0777", 0777), "", BATON_EAUTH, "writable by every user", "private directory");
-    expect(mkdir_mode(d, sizeof d, "m1777", 01777), "", BATON_EAUTH, "writable by every user", "baton-");
+    expect(mkdir_mode(d, sizeof d, "m0770", 0770), "", BATON_EIO, "writable by its group", "chmod 700");
+    expect(mkdir_mode(d, sizeof d, "m0720", 0720), "", BATON_EIO, "writable by its group", "?shared=group");
+    expect(mkdir_mode(d, sizeof d, "m2770", 02770), "", BATON_EIO, "writable by its group", NULL);
+    expect(mkdir_mode(d, sizeof d, "m0702", 0702), "", BATON_EIO, "writable by every user", "chmod 700");
+    expect(mkdir_mode(d, sizeof d, "m0777", 0777), "", BATON_EIO, "writable by every user", "private directory");
+    expect(mkdir_mode(d, sizeof d, "m1777", 01777), "", BATON_EIO, "writable by every user", "baton-");
     /* a directory baton creates itself is private */
     snprintf(d, sizeof d, "%s/fresh", g_dir);
     expect(d, "", 0, NULL, NULL);
@@ -84,7 +84,7 @@ static void test_tmp(void) {
     char msg[1024];
     int rc = open_rc("/tmp", "", msg, sizeof msg);
     fprintf(stderr, "   file:///tmp: %d: %s\n", rc, msg);
-    CHECK_RC(rc, BATON_EAUTH);
+    CHECK_RC(rc, BATON_EIO);
     if (g_root) {
         CHECK(strstr(msg, "writable by every user") != NULL);
         CHECK(strstr(msg, "file:///tmp/baton-0") != NULL);
@@ -96,9 +96,9 @@ static void test_shared_group(void) {
     char d[1200], path[1400];
     expect(mkdir_mode(d, sizeof d, "s2770", 02770), "?shared=group", 0, NULL, NULL);
     expect(d, "?shared=world", BATON_EINVAL, "shared=world: want one of group", NULL);
-    expect(mkdir_mode(d, sizeof d, "s0770", 0770), "?shared=group", BATON_EAUTH, "not setgid", "chmod g+s");
-    expect(mkdir_mode(d, sizeof d, "s2777", 02777), "?shared=group", BATON_EAUTH, "writable by every user", NULL);
-    expect(mkdir_mode(d, sizeof d, "s3777", 03777), "?shared=group", BATON_EAUTH, "writable by every user", NULL);
+    expect(mkdir_mode(d, sizeof d, "s0770", 0770), "?shared=group", BATON_EIO, "not setgid", "chmod g+s");
+    expect(mkdir_mode(d, sizeof d, "s2777", 02777), "?shared=group", BATON_EIO, "writable by every user", NULL);
+    expect(mkdir_mode(d, sizeof d, "s3777", 03777), "?shared=group", BATON_EIO, "writable by every user", NULL);
     expect(mkdir_mode(d, sizeof d, "s2750", 02750), "?shared=group", 0, NULL, NULL);
     expect(mkdir_mode(d, sizeof d, "s0700", 0700), "?shared=group", 0, NULL, NULL);
 
@@ -233,7 +233,7 @@ static void test_other_user_cannot_plant(void) {
     /* ... and we, without ?shared=group, refuse the directory outright */
     int rc = open_rc(d, "", msg, sizeof msg);
     fprintf(stderr, "   group-writable dir with another user's lock file: %d: %s\n", rc, msg);
-    CHECK_RC(rc, BATON_EAUTH);
+    CHECK_RC(rc, BATON_EIO);
     if (holder > 0) {
         kill(holder, SIGKILL);
         waitpid(holder, NULL, 0);
@@ -286,7 +286,7 @@ static void test_shared_between_users(void) {
     mkdir_mode(d2, sizeof d2, "team-nobody", 02770);
     CHECK(chown(d2, NOBODY, GROUP_IN) == 0 && chmod(d2, 02770) == 0);
     int rc = open_rc(d2, "?shared=group", msg, sizeof msg);
-    CHECK_RC(rc, BATON_EAUTH);
+    CHECK_RC(rc, BATON_EIO);
     CHECK(strstr(msg, "must belong to root or to you") != NULL);
 }
 

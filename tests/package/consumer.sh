@@ -49,6 +49,10 @@ cmake --build "$work/b" >/dev/null
 LD_LIBRARY_PATH="$(dirname "$(find "$prefix" -name 'libbaton.so*' | head -1)")" "$work/b/consumer_shared" "$uri" >/dev/null \
     && echo "ok: find_package, shared" || { echo "FAIL: find_package, shared"; fail=1; }
 "$work/b/consumer_static" "$uri" >/dev/null && echo "ok: find_package, static" || { echo "FAIL: find_package, static"; fail=1; }
+# a private prefix is not on the loader's path: CMake's build RPATH finds it
+env -u LD_LIBRARY_PATH "$work/b/consumer_shared" "$uri" >/dev/null \
+    && echo "ok: find_package, shared, without LD_LIBRARY_PATH" \
+    || { echo "FAIL: find_package, shared, without LD_LIBRARY_PATH"; fail=1; }
 
 pcdir=$(dirname "$(find "$prefix" -name baton.pc | head -1)")
 export PKG_CONFIG_PATH="$pcdir"
@@ -56,6 +60,11 @@ if command -v pkg-config >/dev/null; then
     cc -o "$work/pc_shared" "$work/main.c" $(pkg-config --cflags --libs baton)
     LD_LIBRARY_PATH="$(pkg-config --variable=libdir baton)" "$work/pc_shared" "$uri" >/dev/null \
         && echo "ok: pkg-config, shared" || { echo "FAIL: pkg-config, shared"; fail=1; }
+    # ... nor without it (issue #23): the .pc of a prefix other than /usr and
+    # /usr/local gives the consumer an RPATH to its libdir
+    env -u LD_LIBRARY_PATH "$work/pc_shared" "$uri" >/dev/null 2>"$work/pc_shared.err" \
+        && echo "ok: pkg-config, shared, without LD_LIBRARY_PATH" \
+        || { echo "FAIL: pkg-config, shared, without LD_LIBRARY_PATH: $(head -c 200 "$work/pc_shared.err")"; fail=1; }
     cc -o "$work/pc_static" "$work/main.c" $(pkg-config --cflags baton) \
         "$(pkg-config --variable=libdir baton)/libbaton.a" $(pkg-config --libs --static baton | sed 's/-lbaton//')
     "$work/pc_static" "$uri" >/dev/null && echo "ok: pkg-config, static" || { echo "FAIL: pkg-config, static"; fail=1; }

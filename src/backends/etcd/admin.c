@@ -182,6 +182,11 @@ int etcd_lock_break(void *eng, const char *name, uint64_t *fence)
             size_t kl;
             int reader;
             if (!k || egw_unb64(k, &dk, &kl)) continue;
+            if (!etcd_own_key(dk, kl, pl + nl + 1)) {
+                /* a key of a name below this one ("<name>/x/..."): not ours to break */
+                free(dk);
+                continue;
+            }
             reader = kl > pl + nl + 1 && is_reader(dk + pl + nl + 1, kl - pl - nl - 1);
             free(dk);
             /* the first key holds; readers at the head hold together */

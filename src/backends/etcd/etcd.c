@@ -479,6 +479,12 @@ static int etcd_open(void **eng, const baton_uri *u, const baton_opts *uo, const
     pthread_cond_init(&e->cv, &ca);
     pthread_condattr_destroy(&ca);
     if ((rc = configure(e, u, uo, opts, &cfg))) goto fail;
+    /* the client's lease: the URI's ttl= wins, else the lease the caller
+     * asked for (baton run -t), in whole seconds rounded up */
+    if (opts && opts->version >= 2 && opts->lease_ms) {
+        if (!baton_opts_given(uo, "ttl"))
+            e->ttl_s = opts->lease_ms > 24u * 3600 * 1000 ? 24 * 3600 : (int)((opts->lease_ms + 999) / 1000);
+    }
     if ((rc = make_ident(e, u))) goto fail;
     if ((rc = egw_new(&e->gw, u, &cfg))) goto fail;
     /* the lease now: a wrong address or password shows at open */
@@ -614,6 +620,7 @@ static const baton_election_methods etcd_election_methods = {
 };
 
 static const baton_services etcd_services_methods = {
+    .secret_env = "BATON_ETCD_PASSWORD",
     .attach = etcd_attach,
     .identity = etcd_identity,
     .session_deadline = etcd_session_deadline,

@@ -278,6 +278,17 @@ json_t *etcd_txn_kv(json_t *resp, size_t i, int64_t *count);
  * as NAME's last fence. *DELETED = 1 when it was our key. */
 int etcd_delete_own(eeng *e, const char *name, const char *key, size_t klen, int64_t rev, int mark, int *deleted,
                     int timeout_ms);
+/* Whether KEY, under "<prefix><name>/" (PLEN bytes), is one of NAME's own
+ * keys (a contender or a read-write side), not one of a name below it. */
+int etcd_own_key(const char *key, size_t klen, size_t plen);
+/* etcd_own_key of the key of KV, a kv of a range answer. */
+int etcd_own_kv(json_t *kv, size_t plen);
+/* The nearest own key (etcd_own_key) of [FROM, TO) by create revision, from
+ * BOUND on (ASCEND: create revision >= BOUND; DESC: <= BOUND), read past the
+ * keys of names below it page by page. *KV is NULL when there is none; it
+ * lives in *RESP (the caller's to json_decref, also when NULL). */
+int etcd_own_next(eeng *e, const char *from, size_t flen, const char *to, size_t tlen, size_t plen, int desc,
+                  int64_t bound, int keys_only, json_t **resp, json_t **kv, int timeout_ms);
 /* 1 when the last error says the lease a request named is gone. */
 int etcd_is_lease_gone(void);
 

@@ -190,6 +190,93 @@ json_t *etcd_first_create(const char *p, size_t len)
     return j;
 }
 
+/* ---- one name's keys among its children's ------------------------------------ */
+
+/* Whether KEY (KLEN bytes), under "<prefix><name>/" (PLEN bytes), is one of
+ * NAME's own keys: a contender "<name>/<lease hex>" (the mutex, an election),
+ * or a side of the read-write lock "<name>/read/<id>", "<name>/write/<id>" —
+ * and not a key of a lock named "<name>/<more>" ("a/x/<lease>" is in the
+ * range of "a/" too: counting it made "a/x" block "a" and show as its
+ * holder). etcd's concurrency.Mutex has no such check (`etcdctl lock a`
+ * waits for `etcdctl lock a/x`); a name's own keys are the same either way,
+ * so both still exclude each other on one name. A lock named "<name>/read"
+ * or "<name>/write" shares keys with NAME's read-write lock, as in etcd's
+ * recipe. */
+int etcd_own_key(const char *key, size_t klen, size_t plen)
+{
+    const char *s = key + plen, *sl;
+    size_t n;
+    if (klen <= plen) return 0;
+    n = klen - plen;
+    if (!(sl = memchr(s, '/', n))) return 1;
+    if (((size_t)(sl - s) == 4 && !memcmp(s, "read", 4)) || ((size_t)(sl - s) == 5 && !memcmp(s, "write", 5)))
+        return sl + 1 < s + n && !memchr(sl + 1, '/', (size_t)(s + n - sl - 1));
+    return 0;
+}
+
+/* KV (a kv of a range answer) is one of the name's own keys (see above)? */
+int etcd_own_kv(json_t *kv, size_t plen)
+{
+    const char *k = json_string_value(json_object_get(kv, "key"));
+    char *dk = NULL;
+    size_t kl;
+    int own;
+    if (!k || egw_unb64(k, &dk, &kl)) return 0;
+    own = etcd_own_key(dk, kl, plen);
+    free(dk);
+    return own;
+}
+
+/* How many pages of foreign keys etcd_own_next reads before giving up: a
+ * name with more than 32768 keys of its children before its own. */
+#define OWN_PAGES 1024
+
+int etcd_own_next(eeng *e, const char *from, size_t flen, const char *to, size_t tlen, size_t plen, int desc,
+                  int64_t bound, int keys_only, json_t **resp, json_t **kv, int timeout_ms)
+{
+    char b[24], *f64 = egw_b64(from, flen), *t64 = egw_b64(to, tlen);
+    int rc = 0;
+
+    *resp = NULL;
+    *kv = NULL;
+    if (!f64 || !t64) {
+        free(f64), free(t64);
+        return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+    }
+    for (int page = 0; page < OWN_PAGES; page++) {
+        json_t *kvs, *last = NULL;
+        if (desc && bound <= 0) goto out;   /* max_create_revision 0 would mean "no bound" */
+        snprintf(b, sizeof b, "%lld", (long long)bound);
+        if ((rc = egw_call_idem(e->gw, "/v3/kv/range",
+                                json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:b}", "key", f64, "range_end", t64,
+                                          "sort_order", desc ? "DESCEND" : "ASCEND", "sort_target", "CREATE", "limit",
+                                          "32", desc ? "max_create_revision" : "min_create_revision", b, "keys_only",
+                                          keys_only),
+                                resp, timeout_ms)))
+            break;
+        kvs = json_object_get(*resp, "kvs");
+        for (size_t i = 0; i < json_array_size(kvs); i++) {
+            last = json_array_get(kvs, i);
+            if (etcd_own_kv(last, plen)) {
+                *kv = last;
+                goto out;
+            }
+        }
+        if (!last || !json_is_true(json_object_get(*resp, "more"))) goto out;   /* none of its own */
+        bound = egw_int(last, "create_revision") + (desc ? -1 : 1);
+        json_decref(*resp);
+        *resp = NULL;
+    }
+    if (!rc) rc = baton_seterr(BATON_EUNAVAILABLE, 0, "etcd: too many keys of names below '%.*s'", (int)plen, from);
+out:
+    free(f64), free(t64);
+    if (rc) {
+        json_decref(*resp);
+        *resp = NULL;
+    }
+    return rc;
+}
+
 /* The first kv of the i-th range response of a txn answer. */
 json_t *etcd_txn_kv(json_t *resp, size_t i, int64_t *count)
 {
@@ -366,6 +453,23 @@ static int create_key(eeng *e, elock *l, int64_t id, const char *value, int64_t 
     }
     kv = etcd_txn_kv(resp, 1, NULL);
     *ownrev = egw_int(kv, "create_revision");
+    if (kv && !etcd_own_kv(kv, l->plen)) {
+        /* the first key is a name's below ours ("<name>/x/..."): the first of
+         * our own, read after (a key before ours then was before it too) */
+        json_t *r2 = NULL, *own = NULL;
+        size_t el;
+        char *end = egw_prefix_end(l->pfx, l->plen, &el);
+        rc = end ? etcd_own_next(e, l->pfx, l->plen, end, el, l->plen, 0, *ownrev + 1, 1, &r2, &own, timeout_ms)
+                 : baton_seterr(BATON_ENOMEM, 0, "out of memory");
+        free(end);
+        /* none: our key is gone already (the wait loop finds out) */
+        *ownrev = own ? egw_int(own, "create_revision") : INT64_MAX;
+        json_decref(r2);
+        if (rc) {
+            json_decref(resp);
+            return rc;
+        }
+    }
     json_decref(resp);
     if (*myrev <= 0 || *ownrev <= 0)
         return baton_seterr(BATON_EPROTO, 0, "etcd: the lock txn on '%s' answered without revisions", l->n->name);
@@ -397,6 +501,20 @@ static int look(eeng *e, elock *l, int64_t myrev, char **key, size_t *klen, int6
     *hrev = egw_int(json_object_get(resp, "header"), "revision");
     *mine = egw_int(etcd_txn_kv(resp, 1, NULL), "create_revision");
     kv = etcd_txn_kv(resp, 0, NULL);
+    if (kv && !etcd_own_kv(kv, l->plen)) {
+        /* a key of a name below ours: the nearest of our own before it, read
+         * after (a watch from HREV still sees it go) */
+        json_t *r2 = NULL;
+        size_t el;
+        char *end2 = egw_prefix_end(l->pfx, l->plen, &el);
+        rc = end2 ? etcd_own_next(e, l->pfx, l->plen, end2, el, l->plen, 1, egw_int(kv, "create_revision") - 1, 1,
+                                  &r2, &kv, timeout_ms)
+                  : baton_seterr(BATON_ENOMEM, 0, "out of memory");
+        free(end2);
+        json_decref(resp);
+        resp = r2;
+        if (rc) return rc;
+    }
     if (kv) {
         k = json_string_value(json_object_get(kv, "key"));
         if (!k || egw_unb64(k, key, klen)) {
@@ -560,7 +678,7 @@ int etcd_lock_info(void *eng, const char *name, baton_lockinfo *out)
     size_t sl;
     char *pfx = malloc(pl + nl + 2), *fk = fence_key(e, name, &fl), *f64 = fk ? egw_b64(fk, fl) : NULL,
          *sk = etcd_sem_key(e, name, &sl), *s64 = sk ? egw_b64(sk, sl) : NULL;
-    json_t *req = NULL, *resp = NULL, *kv;
+    json_t *req = NULL, *resp = NULL, *r2 = NULL, *kv;
     int64_t count = 0;
     int rc;
 
@@ -573,12 +691,34 @@ int etcd_lock_info(void *eng, const char *name, baton_lockinfo *out)
     if (pfx && f64 && s64)
         req = json_pack("{s:[o, {s:{s:s}}, {s:{s:s}}]}", "success", etcd_first_create(pfx, pl + nl + 1),
                         "request_range", "key", f64, "request_range", "key", s64);
-    free(pfx), free(fk), free(f64), free(sk), free(s64);
-    if ((rc = egw_call_idem(e->gw, "/v3/kv/txn", req, &resp, 0))) return rc;
+    free(fk), free(f64), free(sk), free(s64);
+    if ((rc = egw_call_idem(e->gw, "/v3/kv/txn", req, &resp, 0))) {
+        free(pfx);
+        return rc;
+    }
     kv = etcd_txn_kv(resp, 0, &count);
+    out->queue_length = count > 1 ? count - 1 : 0;
+    if (kv && !etcd_own_kv(kv, pl + nl + 1)) {
+        /* the first key is a name's below this one ("<name>/x/..."): this
+         * name's first, read after; its queue is not counted then */
+        size_t el;
+        char *end = egw_prefix_end(pfx, pl + nl + 1, &el);
+        json_t *own = NULL;
+        rc = end ? etcd_own_next(e, pfx, pl + nl + 1, end, el, pl + nl + 1, 0, egw_int(kv, "create_revision") + 1, 0,
+                                 &r2, &own, 0)
+                 : baton_seterr(BATON_ENOMEM, 0, "out of memory");
+        free(end);
+        if (rc) {
+            free(pfx);
+            json_decref(resp);
+            return rc;
+        }
+        kv = own;
+        out->queue_length = -1;
+    }
+    free(pfx);
     out->held = kv != NULL;
     out->remaining_ms = -1;
-    out->queue_length = count > 1 ? count - 1 : 0;
     out->holder[0] = 0;
     if (kv) {
         const char *v = json_string_value(json_object_get(kv, "value")),
@@ -614,6 +754,7 @@ int etcd_lock_info(void *eng, const char *name, baton_lockinfo *out)
         if (v && !egw_unb64(v, &dv, &dl) && dv) out->permits = strtoll(dv, NULL, 10);
         free(dv);
     }
+    json_decref(r2);
     json_decref(resp);
     return 0;
 }
@@ -629,6 +770,18 @@ static int leader_now(eeng *e, const char *pfx, size_t plen, char *value, size_t
     if ((rc = egw_call_idem(e->gw, "/v3/kv/txn", req, &resp, 0))) return rc;
     *hrev = egw_int(json_object_get(resp, "header"), "revision");
     kv = etcd_txn_kv(resp, 0, NULL);
+    if (kv && !etcd_own_kv(kv, plen)) {
+        /* a candidate of a name below this one: this name's first, read after */
+        json_t *r2 = NULL;
+        size_t el;
+        char *end = egw_prefix_end(pfx, plen, &el);
+        rc = end ? etcd_own_next(e, pfx, plen, end, el, plen, 0, egw_int(kv, "create_revision") + 1, 0, &r2, &kv, 0)
+                 : baton_seterr(BATON_ENOMEM, 0, "out of memory");
+        free(end);
+        json_decref(resp);
+        resp = r2;
+        if (rc) return rc;
+    }
     *fence = 0;
     if (n) value[0] = 0;
     if (kv) {

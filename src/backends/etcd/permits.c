@@ -124,6 +124,21 @@ static int list_parse(eperm *p, json_t *resp, size_t first, plist *l)
     l->resp = resp;
     l->hrev = egw_int(json_object_get(resp, "header"), "revision");
     l->kvs = json_object_get(r, "kvs");
+    /* only this name's permit keys "<dir><32 hex>": not those of permits
+     * named "<name>/..." (their keys and count are in the range too) */
+    for (size_t i = json_array_size(l->kvs); i-- > 0;) {
+        const char *k = json_string_value(json_object_get(json_array_get(l->kvs, i), "key"));
+        char *dk = NULL;
+        size_t kl;
+        int own = 0;
+        if (k && !egw_unb64(k, &dk, &kl) && kl == p->dlen + BATON_PERMIT_ID_SIZE - 1) {
+            own = 1;
+            for (size_t j = p->dlen; j < kl && own; j++)
+                own = (dk[j] >= '0' && dk[j] <= '9') || (dk[j] >= 'a' && dk[j] <= 'f');
+        }
+        free(dk);
+        if (!own) json_array_remove(l->kvs, i);
+    }
     if (kv) {
         const char *v = json_string_value(json_object_get(kv, "value"));
         char *dv = NULL, *end;

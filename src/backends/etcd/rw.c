@@ -166,10 +166,10 @@ static json_t *last_before(const char *from, size_t flen, const char *to, size_t
 static int look(eeng *e, erw *s, int64_t bound, char **key, size_t *klen, int64_t *krev, int64_t *mine,
                 int64_t *hrev, int timeout_ms)
 {
-    size_t el, rl, nr = s->kind == ETCD_READ ? 2 : 1;
+    size_t el = 0, rl = 0, nr = s->kind == ETCD_READ ? 2 : 1;
     char *end = egw_prefix_end(s->pfx, s->plen, &el), *rd = side_prefix(s, ETCD_READ, &rl),
          *k64 = egw_b64(s->key, s->klen);
-    json_t *req = NULL, *resp = NULL, *best = NULL;
+    json_t *req = NULL, *resp = NULL, *best = NULL, *extra = NULL;
     const char *k;
     int rc;
 
@@ -186,25 +186,49 @@ static int look(eeng *e, erw *s, int64_t bound, char **key, size_t *klen, int64_
                             "request_range", "key", k64, "keys_only", 1);
         }
     }
-    free(end), free(rd), free(k64);
-    if ((rc = egw_call_idem(e->gw, "/v3/kv/txn", req, &resp, timeout_ms))) return rc;
+    free(k64);
+    if ((rc = egw_call_idem(e->gw, "/v3/kv/txn", req, &resp, timeout_ms))) {
+        free(end), free(rd);
+        return rc;
+    }
     *hrev = egw_int(json_object_get(resp, "header"), "revision");
     *mine = egw_int(etcd_txn_kv(resp, nr, NULL), "create_revision");
     for (size_t i = 0; i < nr; i++) {
         json_t *kv = etcd_txn_kv(resp, i, NULL);
+        if (kv && !etcd_own_kv(kv, s->plen)) {
+            /* a key of a name below ours ("<name>/x/..."): the nearest of
+             * our own before it in that range, read after (a watch from
+             * HREV still sees it go) */
+            json_t *r2 = NULL;
+            const char *from = s->pfx, *to = end;
+            size_t fl = s->plen, tl = el;
+            if (s->kind == ETCD_READ && i == 0) to = rd, tl = rl, rd[rl - 1] = '/'; /* ["<name>/", "<name>/read/") */
+            else if (s->kind == ETCD_READ) from = rd, fl = rl;
+            rc = etcd_own_next(e, from, fl, to, tl, s->plen, 1, egw_int(kv, "create_revision") - 1, 1, &r2, &kv,
+                               timeout_ms);
+            if (s->kind == ETCD_READ) rd[rl - 1] = '0';
+            if (rc) {
+                json_decref(resp), json_decref(extra);
+                free(end), free(rd);
+                return rc;
+            }
+            if (!extra) extra = json_array();
+            json_array_append_new(extra, r2 ? r2 : json_null());
+        }
         if (kv && egw_int(kv, "create_revision") > *krev) {
             best = kv;
             *krev = egw_int(kv, "create_revision");
         }
     }
+    free(end), free(rd);
     if (best) {
         k = json_string_value(json_object_get(best, "key"));
         if (!k || egw_unb64(k, key, klen)) {
-            json_decref(resp);
+            json_decref(resp), json_decref(extra);
             return baton_seterr(BATON_EPROTO, 0, "etcd: a key that is not base64 in a range answer");
         }
     }
-    json_decref(resp);
+    json_decref(resp), json_decref(extra);
     if (*hrev <= 0) {
         free(*key);
         *key = NULL;

@@ -93,7 +93,12 @@ static int in_group(gid_t g)
  * setgid (so lock files created by any member belong to the group, and
  * members can open each other's), never world-writable. World-writable
  * directories are refused always, sticky bit or not: the sticky bit stops
- * others from removing our files, not from creating theirs under our names. */
+ * others from removing our files, not from creating theirs under our names.
+ * A refused directory is BATON_EIO, as a planted file or a link at the
+ * directory is (the lock store refused: `baton` exits 74), not BATON_EAUTH:
+ * nobody lacks a permission here, the store is unsafe to use. Not being in
+ * a shared directory's group is a permission we lack: BATON_EAUTH, as
+ * EACCES on the directory is. */
 static int check_dir(const char *dir, const struct stat *st, int shared)
 {
     mode_t m = st->st_mode & 07777;
@@ -101,7 +106,7 @@ static int check_dir(const char *dir, const struct stat *st, int shared)
     if (m & S_IWOTH) {
         /* A sticky world-writable dir is a shared one like /tmp: never suggest closing it. */
         int mine = st->st_uid == me && !(m & S_ISVTX);
-        return baton_seterr(BATON_EAUTH, 0, "lock dir %s is writable by every user (mode %04o): anyone could "
+        return baton_seterr(BATON_EIO, 0, "lock dir %s is writable by every user (mode %04o): anyone could "
                             "create or hold its lock files; refusing it. Use a private directory instead (e.g. "
                             "file://%s/baton-%lu, which baton creates mode 0700)%s%s", dir, (unsigned)m,
                             strcmp(dir, "/") ? dir : "", (unsigned long)me,
@@ -109,22 +114,22 @@ static int check_dir(const char *dir, const struct stat *st, int shared)
     }
     if (!shared) {
         if (st->st_uid != me)
-            return baton_seterr(BATON_EAUTH, 0, "lock dir %s is owned by someone else (uid %lu); refusing it. "
+            return baton_seterr(BATON_EIO, 0, "lock dir %s is owned by someone else (uid %lu); refusing it. "
                                 "Use a directory of your own (for one an administrator shares with a group, "
                                 "add ?shared=group to the URI)", dir, (unsigned long)st->st_uid);
         if (m & S_IWGRP)
-            return baton_seterr(BATON_EAUTH, 0, "lock dir %s is writable by its group (mode %04o): another user "
+            return baton_seterr(BATON_EIO, 0, "lock dir %s is writable by its group (mode %04o): another user "
                                 "could create or hold its lock files; refusing it. Run chmod 700 %s (or use a "
                                 "private directory); for a directory shared with a group on purpose, add "
                                 "?shared=group to the URI and make it setgid (chmod 2770)", dir, (unsigned)m, dir);
         return 0;
     }
     if (st->st_uid != me && st->st_uid != 0)
-        return baton_seterr(BATON_EAUTH, 0, "lock dir %s (shared=group) is owned by uid %lu: a shared lock "
+        return baton_seterr(BATON_EIO, 0, "lock dir %s (shared=group) is owned by uid %lu: a shared lock "
                             "directory must belong to root or to you, since its owner can change its mode at will; "
                             "refusing it", dir, (unsigned long)st->st_uid);
     if ((m & S_IWGRP) && !(m & S_ISGID))
-        return baton_seterr(BATON_EAUTH, 0, "lock dir %s (shared=group) is not setgid (mode %04o): lock files "
+        return baton_seterr(BATON_EIO, 0, "lock dir %s (shared=group) is not setgid (mode %04o): lock files "
                             "its members create would not belong to its group, so other members could not "
                             "open them. Run chmod g+s %s (mode 2770)", dir, (unsigned)m, dir);
     if (me != 0 && st->st_uid != me && !in_group(st->st_gid))

@@ -249,7 +249,9 @@ static int connect_new(myeng *e, MYSQL **out, int64_t deadline)
     if (!connect_until(e, c, deadline)) {
         unsigned int n = mysql_errno(c);
         rc = code_of(n);
-        if (rc != BATON_EAUTH) rc = n == ER_BAD_DB_ERROR ? BATON_EINVAL : BATON_EUNAVAILABLE;
+        /* a database that does not exist is EUNAVAILABLE, as on PostgreSQL
+         * (the server refuses to serve what the URI names: baton exits 69) */
+        if (rc != BATON_EAUTH) rc = BATON_EUNAVAILABLE;
         rc = baton_seterr(rc, (long)n, "mysql: %s: %s (error %u)",
                           rc == BATON_EAUTH ? "authentication failed" : "cannot connect", mysql_error(c), n);
         mysql_close(c);
