@@ -102,16 +102,20 @@ static void test_options_refused(void)
         expect_msg(uri, BATON_EINVAL, "unknown option 'no_such_option'");
         for (size_t k = 0; e->options && e->options[k].name; k++) {
             const baton_engine_option *o = &e->options[k];
+            char sch[32];
+            /* value checks on a scheme the option applies to */
+            snprintf(sch, sizeof sch, "%s", o->schemes ? o->schemes : e->schemes[0]);
+            sch[strcspn(sch, " ")] = 0;
             if (!strcmp(o->type, "int") || !strcmp(o->type, "ms")) {
-                snprintf(uri, sizeof uri, "%s://%s%s?%s=%lld", e->schemes[0], auth, path, o->name, o->max + 1);
+                snprintf(uri, sizeof uri, "%s://%s%s?%s=%lld", sch, auth, path, o->name, o->max + 1);
                 expect_msg(uri, BATON_EINVAL, o->name);
-                snprintf(uri, sizeof uri, "%s://%s%s?%s=12x", e->schemes[0], auth, path, o->name);
+                snprintf(uri, sizeof uri, "%s://%s%s?%s=12x", sch, auth, path, o->name);
                 expect_msg(uri, BATON_EINVAL, "want a whole number");
             } else if (!strcmp(o->type, "enum")) {
-                snprintf(uri, sizeof uri, "%s://%s%s?%s=nonsense", e->schemes[0], auth, path, o->name);
+                snprintf(uri, sizeof uri, "%s://%s%s?%s=nonsense", sch, auth, path, o->name);
                 expect_msg(uri, BATON_EINVAL, "want one of");
             } else if (!strcmp(o->type, "bool")) {
-                snprintf(uri, sizeof uri, "%s://%s%s?%s=maybe", e->schemes[0], auth, path, o->name);
+                snprintf(uri, sizeof uri, "%s://%s%s?%s=maybe", sch, auth, path, o->name);
                 expect_msg(uri, BATON_EINVAL, "want 0 or 1");
             }
             if (o->schemes && !strstr(o->schemes, e->schemes[0])) {
