@@ -57,7 +57,7 @@ awk -v out="$TMP/blocks" '
 ENGINES="file sqlite redis redlock zookeeper postgres mysql etcd"
 # The blocks each engine's section must have, in the order they run.
 declare -A BLOCKS=(
-    [file]="file-run" [sqlite]="sqlite-run" [redis]="redis-acl redis-run" [redlock]="redlock-run"
+    [file]="file-run" [sqlite]="sqlite-run" [redis]="redis-acl redis-run redis-tls" [redlock]="redlock-run"
     [zookeeper]="zookeeper-acl zookeeper-run" [postgres]="postgres-grants postgres-run"
     [mysql]="mysql-grants mysql-run" [etcd]="etcd-grants etcd-run"
 )
@@ -138,8 +138,31 @@ redis|redlock)
     [ -x /usr/bin/redis-server ] || command -v redis-server >/dev/null || skip_or_fail "redis-server is not installed"
     nodes=1; [ "$MODE" = redlock ] && nodes=3
     ports=()
+    # the first node also serves TLS on a second port, with a CA and a
+    # certificate for 127.0.0.1 made here (for the redis-tls block)
+    tls_args=()
+    if [ "$MODE" = redis ] && command -v openssl >/dev/null; then
+        . "$SERVERS/lib.sh"
+        c="$SRV/tls"; mkdir -p "$c"
+        if openssl req -x509 -newkey rsa:2048 -nodes -keyout "$c/ca.key" -out "$c/ca.pem" -days 2 -subj /CN=baton-test-ca 2>/dev/null &&
+           openssl req -newkey rsa:2048 -nodes -keyout "$c/srv.key" -out "$c/srv.csr" -subj /CN=127.0.0.1 2>/dev/null &&
+           printf 'subjectAltName=IP:127.0.0.1\n' >"$c/ext" &&
+           openssl x509 -req -in "$c/srv.csr" -CA "$c/ca.pem" -CAkey "$c/ca.key" -CAcreateserial \
+               -out "$c/srv.pem" -days 2 -extfile "$c/ext" 2>/dev/null; then
+            chmod 644 "$c"/*
+            tls_port=$(free_port)
+            tls_args=(--tls-port "$tls_port" --tls-cert-file "$c/srv.pem" --tls-key-file "$c/srv.key"
+                      --tls-ca-cert-file "$c/ca.pem" --tls-auth-clients no)
+        else
+            bad "[$MODE] openssl could not make the test's certificates"
+        fi
+    fi
     for i in $(seq 1 $nodes); do
-        p=$(bash "$SERVERS/redis.sh" start "$SRV/r$i" 2>"$TMP/srv.err"); rc=$?
+        if [ $i = 1 ]; then
+            p=$(bash "$SERVERS/redis.sh" start "$SRV/r$i" "${tls_args[@]}" 2>"$TMP/srv.err"); rc=$?
+        else
+            p=$(bash "$SERVERS/redis.sh" start "$SRV/r$i" 2>"$TMP/srv.err"); rc=$?
+        fi
         [ $rc = 77 ] && skip_or_fail "redis-server is not installed"
         [ $rc = 0 ] || { bad "redis.sh start: $(cat "$TMP/srv.err")"; exit 1; }
         STOP+=("$SERVERS/redis.sh stop $SRV/r$i")
@@ -154,6 +177,14 @@ redis|redlock)
     if [ "$MODE" = redis ]; then
         VARS+=(REDIS_PORT="${ports[0]}")
         run_block redis-run; check_run_output redis-run
+        if [ ${#tls_args[@]} -gt 0 ]; then
+            VARS+=(REDIS_TLS_PORT="$tls_port" REDIS_CA="$c/ca.pem")
+            run_block redis-tls; check_run_output redis-tls
+            expect_app 69 "rediss:// with the system's CAs (not the test's) is refused" \
+                baton run -u "rediss://app@127.0.0.1:$tls_port/0?prefix=app/" nightly -- true
+        else
+            echo "   openssl is missing: the redis-tls block is not run" >&2
+        fi
         U="redis://app@127.0.0.1:${ports[0]}/0?prefix=app/"
         check_prims "$U"
         expect_app 0 "the doc's user: a semaphore" baton sem -u "$U" slots set 3
