@@ -265,6 +265,8 @@ if [ "$MODE" = file ]; then
     for n in "${!ENGINES[@]}"; do
         check "the test's recipe '$n' is in docs/recipes.md" [ -f "$TMP/blocks/$n" ]
     done
+    unmarked=$(awk '/^```(sh|ini|crontab)$/ { getline l; if (l !~ /^# recipe: /) n++ } END { print n + 0 }' "$DOC")
+    check "every sh block of the doc is marked '# recipe: NAME' (unmarked: $unmarked)" [ "$unmarked" = 0 ]
     check "the cron recipe is a crontab" grep -qx crontab "$TMP/blocks/cron.lang"
     check "the unit is an ini block" grep -qx ini "$TMP/blocks/scheduler.service.lang"
     for n in $found; do

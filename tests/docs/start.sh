@@ -121,6 +121,8 @@ if [ "$MODE" = file ]; then
         check "block '$n' belongs to an engine of this test" grep -qw -- "$n" <<<"${BLOCKS[*]}"
         check "block '$n' is valid sh (sh -n)" sh -n "$f"
     done
+    unmarked=$(awk '/^```(sh|ini|crontab)$/ { getline l; if (l !~ /^# start: /) n++ } END { print n + 0 }' "$DOC")
+    check "every sh block of the doc is marked '# start: NAME' (unmarked: $unmarked)" [ "$unmarked" = 0 ]
     check "the doc has a section per engine" [ "$(grep -cE '^## (file|SQLite|Redis|RedLock|ZooKeeper|PostgreSQL|MySQL / MariaDB|etcd)$' "$DOC")" = 8 ]
 fi
 
