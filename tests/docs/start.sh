@@ -198,6 +198,15 @@ redis|redlock)
         hp=$!; BG_PIDS+=("$hp"); sleep 0.4
         expect_app 0 "the doc's user: a waiter gets the lock when it is freed" baton run -u "$U" -w 20 busy -- true
         wait_pid "$hp" 20
+        # a fair waiter's pattern subscription is what the doc's ACL refuses:
+        # baton must say so (once), not degrade silently
+        as_app baton run -u "$U" busyfair -- sleep 1 >/dev/null 2>&1 &
+        hp=$!; BG_PIDS+=("$hp"); sleep 0.4
+        expect_app 0 "the doc's user: a fair waiter gets the lock" baton run -u "$U" --fair -w 20 busyfair -- true
+        check "[$MODE] ...and is told that the ACL refused its subscription ($(head -c 200 "$TMP/app.err"))" \
+            grep -q "ACL refused a subscription" "$TMP/app.err"
+        wait_pid "$hp" 20
+        redis-cli -p "${ports[0]}" ACL LOG RESET >/dev/null
         log=$(redis-cli -p "${ports[0]}" ACL LOG 50)
         check "[$MODE] nothing the doc's user did was refused (ACL LOG: $(tr '\n' ' ' <<<"$log" | head -c 300))" [ -z "$log" ]
         # least: another prefix, no prefix, another user's keys

@@ -107,6 +107,7 @@ typedef struct {
     const rcfg *cfg;
     void (*on_reconnect)(void *arg);   /* rsub_watch */
     void *on_reconnect_arg;
+    int said_noperm;         /* the ACL refusal was reported once */
 } rsub;
 
 int rsub_init(rsub *s, const rcfg *cfg);

@@ -135,6 +135,21 @@ static int is_str(const redisReply *r) {
 
 /* Handles one push reply. Returns 0, or <0 when the connection must go. */
 static int handle_reply(rsub *s, redisReply *r, int *pong) {
+    if (r->type == REDIS_REPLY_ERROR && r->str && !strncmp(r->str, "NOPERM", 6)) {
+        /* The server's ACL refuses a channel (a user restricted to &channel
+         * patterns cannot PSUBSCRIBE: the fair lock's queue notices). The
+         * connection is fine and waiters still re-check on their own, so
+         * keep it, but say so once instead of degrading silently. */
+        pthread_mutex_lock(&s->mu);
+        int first = !s->said_noperm;
+        s->said_noperm = 1;
+        pthread_mutex_unlock(&s->mu);
+        if (first)
+            baton_log(BATON_LOG_WARN, "redis: the server's ACL refused a subscription (%.200s): waiters are not "
+                      "woken by notices and re-check on their own (at least every 2 s); give the user the "
+                      "channels (allchannels, or &* patterns that cover them: docs/getting-started.md)", r->str);
+        return 0;
+    }
     if (r->type == REDIS_REPLY_ERROR) return rreply_error(r, "subscriber");
     if (r->type != REDIS_REPLY_ARRAY || r->elements < 2 || !is_str(r->element[0]))
         return baton_seterr(BATON_EPROTO, 0, "redis: unexpected reply on the subscriber connection");
