@@ -115,7 +115,7 @@ int w_memory(bench_opts *o)
         goto out;
     if ((rc = baton_client_open(&m.c, o->uri, NULL)) || (rc = baton_client_open(&holder, o->uri, NULL))) {
         fprintf(stderr, "baton bench: %s\n", baton_error_last()->message);
-        rc = bench_exit_for(rc);
+        rc = cli_exit_for(rc);
         goto out;
     }
     rc = EX_SOFTWARE;
@@ -128,7 +128,7 @@ int w_memory(bench_opts *o)
         snprintf(name, sizeof name, "%s-h%d", prefix, i);
         if ((lrc = baton_lock_open(&held[i], m.c, name, &lo)) || (lrc = baton_lock_acquire(held[i], 5000))) {
             fprintf(stderr, "baton bench: memory: lock %d: %s\n", i, baton_error_last()->message);
-            rc = bench_exit_for(lrc);
+            rc = cli_exit_for(lrc);
             goto out;
         }
         __atomic_add_fetch(&m.progress, 1, __ATOMIC_RELAXED);
@@ -142,7 +142,7 @@ int w_memory(bench_opts *o)
         snprintf(name, sizeof name, "%s-w%d", prefix, i);
         if ((lrc = baton_lock_open(&hw[i], holder, name, &lo)) || (lrc = baton_lock_acquire(hw[i], 5000))) {
             fprintf(stderr, "baton bench: memory: lock %d: %s\n", i, baton_error_last()->message);
-            rc = bench_exit_for(lrc);
+            rc = cli_exit_for(lrc);
             goto out;
         }
     }
@@ -202,7 +202,7 @@ stop:
     if (started < Kw) goto out;
     if (__atomic_load_n(&m.err, __ATOMIC_SEQ_CST)) {
         fprintf(stderr, "baton bench: memory: a waiter failed: %s\n", baton_strerror(m.err));
-        rc = bench_exit_for(m.err);
+        rc = cli_exit_for(m.err);
         goto out;
     }
     if (m.entered < Kw) {

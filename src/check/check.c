@@ -3,7 +3,6 @@
  * starts), the run (loop.c), the report and the exit code: 0 when every
  * safety property held, 1 when one failed (with the evidence). */
 #include "check.h"
-#include "../cli/cli.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -89,7 +88,7 @@ static int preflight(const check_opts *o, char *backend, size_t n)
 
     lo.lease_ms = (uint32_t)(o->lease * 1000);
     lo.fair = o->fair;
-    if ((rc = baton_client_open(&c, o->uri, NULL))) { cli_report("open", rc); return bench_exit_for(rc); }
+    if ((rc = baton_client_open(&c, o->uri, NULL))) { cli_report("open", rc); return cli_exit_for(rc); }
     snprintf(backend, n, "%s", baton_client_backend(c));
     /* reach the engine itself: opening a client may be lazy */
     if ((rc = baton_lock_info(c, o->name, &info)) && rc != BATON_ENOTSUP) { cli_report("engine", rc); goto out; }
@@ -109,7 +108,7 @@ out:
     baton_rwlock_free(rw);
     baton_permits_free(pm);
     baton_client_close(c);
-    return rc ? bench_exit_for(rc) : 0;
+    return rc ? cli_exit_for(rc) : 0;
 }
 
 static void json_str(FILE *f, const char *s)

@@ -699,7 +699,7 @@ static int on_msg(checker *k, int i, const check_msg *m)
     case M_FATAL:
         /* a usage error ends the run; an engine that is away (a server
          * fault) only this client, which is started again */
-        if (!k->fatal_rc && bench_exit_for(m->rc) == EX_USAGE) k->fatal_rc = EX_USAGE;
+        if (!k->fatal_rc && cli_exit_for(m->rc) == EX_USAGE) k->fatal_rc = EX_USAGE;
         hist_ev(h, m->t, i, s->cid, EV_ERROR, 0, m->rc, 1);
         break;
     default:

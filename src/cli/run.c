@@ -53,13 +53,6 @@ static void on_lost_lead(baton_election *e, void *p)
     if (write(ev_pipe[1], &c, 1) < 0) { /* nothing to do */ }
 }
 
-static int64_t mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);   /* cannot fail for this clock */
-    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
 /* Deadlines are int64 ns; INT64_MAX = none. Saturating, so a huge
  * --kill-after or lease never wraps. */
 static int64_t add_ns(int64_t a, int64_t b)
@@ -292,7 +285,7 @@ static int64_t permit_wd_deadline(const run_state *r, int64_t sent)
 
 static const char *permit_keep(run_state *r, int ask)
 {
-    int64_t now = mono_ns(), sent, lease = (int64_t)r->lease_ms * 1000000, retry;
+    int64_t now = now_ns(), sent, lease = (int64_t)r->lease_ms * 1000000, retry;
     int rc;
 
     if (!r->keep) return NULL;
@@ -300,7 +293,7 @@ static const char *permit_keep(run_state *r, int ask)
     if (now < r->renew_at && now < r->lease_end) return NULL;
     sent = now;
     rc = baton_permits_renew(r->pm, r->id, r->lease_ms);
-    now = mono_ns();
+    now = now_ns();
     if (rc == 0) {
         r->lease_end = sent + lease;
         r->renew_at = sent + permit_period(lease);
@@ -346,7 +339,7 @@ static void *permit_main(void *arg)
     pthread_mutex_lock(&r->pmu);
     while (!r->pstop && r->keep && !why) {
         struct timespec ts = { (time_t)(r->renew_at / 1000000000), (long)(r->renew_at % 1000000000) };
-        if (mono_ns() < r->renew_at) {
+        if (now_ns() < r->renew_at) {
             pthread_cond_timedwait(&r->pcv, &r->pmu, &ts);
             continue;
         }
@@ -455,14 +448,14 @@ static int shim_news(run_state *r, sup *S, int *done)
  * left it: the caller may give the lock back. */
 static int supervise(run_state *r, sup *S)
 {
-    int64_t next_push = S->wd_push ? mono_ns() : INT64_MAX;
+    int64_t next_push = S->wd_push ? now_ns() : INT64_MAX;
     int64_t lm = r->pm ? 2 * margin_ns((int64_t)r->lease_ms * 1000000) : 0;
     const char *failed = NULL;
     int fail_errno = 0, rep_open = 1, shim_done = 0;
 
     while (!shim_done) {
         struct pollfd p[3] = { { r->sfd, POLLIN, 0 }, { ev_pipe[0], POLLIN, 0 }, { S->rep, POLLIN, 0 } };
-        int64_t now = mono_ns(), due = INT64_MAX, lend;
+        int64_t now = now_ns(), due = INT64_MAX, lend;
 
         if (r->pm && r->keep && !S->lost_running && !S->lost_after) {
             lend = atomic_load(&r->lease_end);
@@ -667,9 +660,9 @@ static int elect_watch(const char *uri, const char *name, int listen, int64_t wa
         goto out;
     }
     /* -w SECS bounds the whole listen, not each wait between two changes */
-    deadline = wait_ms < 0 ? INT64_MAX : add_ns(mono_ns(), wait_ms * 1000000);
+    deadline = wait_ms < 0 ? INT64_MAX : add_ns(now_ns(), wait_ms * 1000000);
     for (;;) {
-        int64_t left = deadline == INT64_MAX ? -1 : (deadline - mono_ns()) / 1000000;
+        int64_t left = deadline == INT64_MAX ? -1 : (deadline - now_ns()) / 1000000;
         rc = baton_election_observe(e, v, sizeof v, &fence, left < 0 && deadline != INT64_MAX ? 0 : left);
         if (rc == BATON_ETIMEDOUT) break;
         if (rc) { cli_report("observe", rc); code = cli_exit_for(rc); goto out; }
@@ -713,7 +706,7 @@ static int grant_deadline(run_state *r, baton_client *c, int64_t *d)
  * timeout, an etcd client lease's TTL: whichever bounds this grant). */
 static void watchdog_setup(sup *S, run_state *r, baton_client *c, uint32_t lease_ms)
 {
-    int64_t now = mono_ns(), d, lease, push;
+    int64_t now = now_ns(), d, lease, push;
     if (grant_deadline(r, c, &d) != 0) return;
     if (d == INT64_MAX) {
         if (!r->pm) return;   /* a file lock: nothing to run out */
@@ -1064,7 +1057,7 @@ static int run_main(int argc, char **argv, int elect)
 
     /* Every attempt of the acquire is sent after this: a lower bound for
      * when the permit's lease started. */
-    acq_start = mono_ns();
+    acq_start = now_ns();
     if ((code = wait_grant(&r, &lost)) > 0) goto out;
     if (code < 0) {
         rc = r.rc;
@@ -1074,7 +1067,7 @@ static int run_main(int argc, char **argv, int elect)
                 fprintf(stderr, "%s: %s: busy\n", prog, name);
             else if (verbose)
                 fprintf(stderr, "%s: %s: still busy after %.3f s; gave up\n", prog, name,
-                        (double)(mono_ns() - acq_start) / 1e9);
+                        (double)(now_ns() - acq_start) / 1e9);
             code = busy_code;
         } else {
             fprintf(stderr, "%s: acquire: %s\n", prog, r.msg ? r.msg : baton_strerror(rc));
@@ -1116,11 +1109,11 @@ static int run_main(int argc, char **argv, int elect)
     }
     snprintf(buf, sizeof buf, "%" PRIu64, r.l ? baton_lock_fence(r.l) : r.el ? baton_election_fence(r.el) : 0);
     if (verbose && r.pm)
-        fprintf(stderr, "%s: %s: got a permit after %.3f s (%s)\n", prog, name, (double)(mono_ns() - acq_start) / 1e9, r.id);
+        fprintf(stderr, "%s: %s: got a permit after %.3f s (%s)\n", prog, name, (double)(now_ns() - acq_start) / 1e9, r.id);
     else if (verbose && r.el)
-        fprintf(stderr, "%s: %s: leading after %.3f s, term %s\n", prog, name, (double)(mono_ns() - acq_start) / 1e9, buf);
+        fprintf(stderr, "%s: %s: leading after %.3f s, term %s\n", prog, name, (double)(now_ns() - acq_start) / 1e9, buf);
     else if (verbose)
-        fprintf(stderr, "%s: %s: got the lock after %.3f s, fence %s\n", prog, name, (double)(mono_ns() - acq_start) / 1e9, buf);
+        fprintf(stderr, "%s: %s: got the lock after %.3f s, fence %s\n", prog, name, (double)(now_ns() - acq_start) / 1e9, buf);
     /* The command's BATON_URI names the engine so that a nested baton can
      * use it: with no password in it (that goes to the variable the engine
      * reads, baton_client_secret), with the file engine's directory. The
@@ -1157,7 +1150,7 @@ static int run_main(int argc, char **argv, int elect)
             /* The watchdog's first deadline travels with the go: sent after
              * it, a baton stopped in between would leave the command
              * running with no deadline at all. */
-            m.b = r.pm ? (r.keep ? r.shim_deadline : 0) : S.wd_push ? wd_deadline(&S, &r, mono_ns()) : 0;
+            m.b = r.pm ? (r.keep ? r.shim_deadline : 0) : S.wd_push ? wd_deadline(&S, &r, now_ns()) : 0;
             memcpy(blob, &m, sizeof m);
             blob_len = len;
         }
@@ -1185,7 +1178,7 @@ static int run_main(int argc, char **argv, int elect)
             pth_started = 1;
         }
     } else if (S.wd_push) {
-        shim_say(S.ctl, SHIM_DEADLINE, 0, wd_deadline(&S, &r, mono_ns()));
+        shim_say(S.ctl, SHIM_DEADLINE, 0, wd_deadline(&S, &r, now_ns()));
     }
 
     code = supervise(&r, &S);
