@@ -39,15 +39,6 @@ int bench_open_lock(const bench_opts *o, const char *name, baton_client **c, bat
     return 0;
 }
 
-int bench_exit_for(int rc)
-{
-    switch (rc) {
-    case BATON_EINVAL: case BATON_EDISABLED: case BATON_ENOTSUP: return EX_USAGE;
-    case BATON_EUNAVAILABLE: case BATON_EAUTH: case BATON_EPROTO: case BATON_EIO: return EX_UNAVAILABLE;
-    default: return EX_SOFTWARE;
-    }
-}
-
 void bench_emit(const bench_opts *o, const char *json)
 {
     if (o->json) {

@@ -9,12 +9,15 @@
  *   herd.c       herd: W waiters on one lock (latency and engine operations per handoff)
  *   memory.c     memory: client heap per held and per waiting lock
  *   procs.c      worker processes: the multi-process workloads re-execute this binary
- *   stats.c      clocks, percentiles, CPU/heap/RSS, the engine's operation counts
+ *   stats.c      CPU/heap/RSS, the engine's operation counts (clocks and
+ *                percentiles: src/tool)
  *   svg.c        --svg: the latency CDF of a run
  *   progress.c   the progress line on a terminal
  */
 #ifndef BATON_BENCH_H
 #define BATON_BENCH_H
+
+#include "tool/tool.h"   /* options, exit codes, clocks, percentiles: shared with the CLI and check */
 
 #include <baton.h>
 #include <stddef.h>
@@ -23,13 +26,6 @@
 #include <sys/types.h>
 #include <pthread.h>
 #include <time.h>
-
-/* The exit codes of baton(1): 64 for what the user asked wrong (a bad URI,
- * --fair where the engine has no fair lock), 69 when the engine cannot be
- * reached or refused us, 70 for the rest. */
-#define EX_USAGE 64
-#define EX_UNAVAILABLE 69
-#define EX_SOFTWARE 70
 
 #define HERD_MAX_WAITERS 4096
 #define MEM_MAX_WAITING 256          /* waiting locks need a thread each */
@@ -49,8 +45,6 @@ typedef struct {
 int baton__cli_bench(int argc, char **argv);
 /* A client on O's URI and a lock NAME on it (fair as asked); the message on stderr. */
 int bench_open_lock(const bench_opts *o, const char *name, baton_client **c, baton_lock **l);
-/* The exit code for a BATON_E* code. */
-int bench_exit_for(int rc);
 /* One result: JSON is the whole line; a table of its fields without --json. */
 void bench_emit(const bench_opts *o, const char *json);
 /* Many clients or parked locks hold a few descriptors each. */
@@ -70,20 +64,6 @@ int worker_handoff(const bench_opts *o, const char *dir, int idx);
 
 /* ---- stats.c ---- */
 
-static inline double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-static inline int64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 static inline double wall_s(void)
 {
     struct timespec ts;
@@ -91,10 +71,6 @@ static inline double wall_s(void)
     return (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-/* qsort order of doubles. */
-int cmp_d(const void *a, const void *b);
-/* The P quantile (0..1) of V[0..N), sorted; 0 when empty. */
-double pct(const double *v, size_t n, double p);
 void cpu_times(double *user, double *sys);
 /* Bytes the allocator has handed out and not taken back; -1 where it cannot say. */
 long long heap_bytes(void);
@@ -133,8 +109,6 @@ void opstats_fields(char *out, size_t n, const opstats *acc, long count, const c
 
 /* ---- svg.c ---- */
 
-/* S into an SVG document, its markup characters escaped (baton check's timeline too). */
-void svg_text(FILE *f, const char *s);
 /* V: latencies in seconds, sorted. Writes and closes o->svg (if any); 0 or 70. */
 int svg_cdf(bench_opts *o, const char *what, const double *v, size_t n);
 

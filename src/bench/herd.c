@@ -403,7 +403,7 @@ int w_herd(bench_opts *o)
             if ((native == EMFILE || native == ENFILE) && !getrlimit(RLIMIT_NOFILE, &rl))
                 fprintf(stderr, "baton bench: herd: %d clients need more than %lld open files\n", n,
                         (long long)rl.rlim_cur);
-            rc = bench_exit_for(orc);
+            rc = cli_exit_for(orc);
             goto out;
         }
     }
@@ -442,7 +442,7 @@ failed:
     progress_stop(&pr);
     if (h.err) {
         fprintf(stderr, "baton bench: herd: %s\n", h.errmsg);
-        rc = bench_exit_for(h.err);
+        rc = cli_exit_for(h.err);
         goto out;
     }
     /* the chains' samples, chain by chain (the warm-up chain is slot 0) */

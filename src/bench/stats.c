@@ -1,4 +1,4 @@
-/* baton bench: percentiles, CPU, heap and RSS, and the engine's operation
+/* baton bench: CPU, heap and RSS, and the engine's operation
  * counts (what a handoff costs the server). */
 #include "bench.h"
 #include <baton/sys/stats.h>
@@ -10,20 +10,6 @@
 #if defined(__GLIBC__)
 #include <malloc.h>
 #endif
-
-int cmp_d(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-double pct(const double *v, size_t n, double p)
-{
-    if (!n) return 0;
-    size_t i = (size_t)(n * p);
-    if (i >= n) i = n - 1;
-    return v[i];
-}
 
 void cpu_times(double *user, double *sys)
 {

@@ -5,19 +5,6 @@
 #include <math.h>
 #include <string.h>
 
-void svg_text(FILE *f, const char *s)
-{
-    for (; *s; s++) {
-        switch (*s) {
-        case '&': fputs("&amp;", f); break;
-        case '<': fputs("&lt;", f); break;
-        case '>': fputs("&gt;", f); break;
-        case '"': fputs("&quot;", f); break;
-        default: fputc(*s, f);
-        }
-    }
-}
-
 /* US in the unit that suits it, to 3 significant digits (ticks are round anyway). */
 static void fmt_us(char *buf, size_t n, double us)
 {

@@ -20,7 +20,7 @@ int w_uncontended(bench_opts *o)
     long done = 0;
     progress pr;
     snprintf(name, sizeof name, "bench-u%ld", (long)getpid());
-    if ((rc = bench_open_lock(o, name, &c, &l))) return bench_exit_for(rc);
+    if ((rc = bench_open_lock(o, name, &c, &l))) return cli_exit_for(rc);
     if (!(lat = malloc(sizeof *lat * (size_t)n))) { rc = EX_SOFTWARE; goto out; }
     for (int i = 0; i < warm; i++) { baton_lock_acquire(l, -1); baton_lock_release(l); }
     progress_start(&pr, "uncontended", "pairs", 0, 0, n, count_long, &done);
@@ -31,7 +31,7 @@ int w_uncontended(bench_opts *o)
         if ((rc = baton_lock_acquire(l, -1))) {
             progress_stop(&pr);
             fprintf(stderr, "baton bench: acquire: %s\n", baton_error_last()->message);
-            rc = bench_exit_for(rc);
+            rc = cli_exit_for(rc);
             goto out;
         }
         lat[i] = now_s() - a;
@@ -77,7 +77,7 @@ int worker_contended(const bench_opts *o, const char *dir, int idx)
     if (!waits || !s) goto out;
     start_at = s->start_at;
     snprintf(counter, sizeof counter, "%s/counter", dir);
-    if ((rc = bench_open_lock(o, "bench-contended", &c, &l))) { rc = bench_exit_for(rc); goto out; }
+    if ((rc = bench_open_lock(o, "bench-contended", &c, &l))) { rc = cli_exit_for(rc); goto out; }
     rc = EX_SOFTWARE;
     while (wall_s() < start_at) usleep(500);
     end = start_at + o->seconds;
@@ -182,7 +182,7 @@ int worker_handoff(const bench_opts *o, const char *dir, int me)
     handoff_shm *s = procs_worker_shm(dir, sizeof *s);
     double *lat = malloc(sizeof *lat * (size_t)R), dl;
     if (!s || !lat) goto out;
-    if ((rc = bench_open_lock(o, "bench-handoff", &c, &l))) { rc = bench_exit_for(rc); goto out; }
+    if ((rc = bench_open_lock(o, "bench-handoff", &c, &l))) { rc = cli_exit_for(rc); goto out; }
     rc = EX_SOFTWARE;
     __atomic_fetch_add(&s->ready, 1, __ATOMIC_SEQ_CST);
     /* the other one may have failed to open its lock */
@@ -316,7 +316,7 @@ int w_many(bench_opts *o)
     if (!th || !args) { rc = EX_SOFTWARE; goto out; }
     if ((rc = baton_client_open(&c, o->uri, NULL))) {
         fprintf(stderr, "baton bench: %s\n", baton_error_last()->message);
-        rc = bench_exit_for(rc);
+        rc = cli_exit_for(rc);
         goto out;
     }
     t0 = now_s();
@@ -329,7 +329,7 @@ int w_many(bench_opts *o)
     for (int i = 0; i < started; i++) {
         pthread_join(th[i], NULL);
         total += args[i].pairs;
-        if (args[i].err && !rc) rc = bench_exit_for(args[i].err);   /* no rate of a run that stopped short */
+        if (args[i].err && !rc) rc = cli_exit_for(args[i].err);   /* no rate of a run that stopped short */
     }
     progress_stop(&pr);
     if (rc) goto out;

@@ -3,7 +3,6 @@
  * starts), the run (loop.c), the report and the exit code: 0 when every
  * safety property held, 1 when one failed (with the evidence). */
 #include "check.h"
-#include "../cli/cli.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -92,7 +91,7 @@ static int preflight(const check_opts *o, char *backend, size_t n)
     lo.lease_ms = (uint32_t)(o->lease * 1000);
     lo.fair = o->fair;
     co.lease_ms = lo.lease_ms;   /* -t also for etcd's client lease (the URI's ttl= wins) */
-    if ((rc = baton_client_open(&c, o->uri, &co))) { cli_report("open", rc); return bench_exit_for(rc); }
+    if ((rc = baton_client_open(&c, o->uri, &co))) { cli_report("open", rc); return cli_exit_for(rc); }
     snprintf(backend, n, "%s", baton_client_backend(c));
     /* reach the engine itself: opening a client may be lazy */
     if ((rc = baton_lock_info(c, o->name, &info)) && rc != BATON_ENOTSUP) { cli_report("engine", rc); goto out; }
@@ -112,7 +111,7 @@ out:
     baton_rwlock_free(rw);
     baton_permits_free(pm);
     baton_client_close(c);
-    return rc ? bench_exit_for(rc) : 0;
+    return rc ? cli_exit_for(rc) : 0;
 }
 
 static void json_str(FILE *f, const char *s)
@@ -261,7 +260,9 @@ static void report_text(const check_opts *o, const char *backend, const check_hi
     }
 }
 
-int baton__cli_check(int argc, char **argv)
+/* The options into O (its defaults first) and --record's path into
+ * *RECORD: -1 to go on, else the exit code (0 after --help). */
+static int check_options(int argc, char **argv, check_opts *o, const char **record)
 {
     static const struct option lo[] = {
         { "uri", required_argument, NULL, CLI_LONG('u') },
@@ -294,124 +295,142 @@ int baton__cli_check(int argc, char **argv)
         { NULL, 0, NULL, 0 },
     };
     cli_opts co = { .argc = argc, .argv = argv, .cmd = CMD, .shorts = "u:t:w:sh", .lo = lo, .permute = 1 };
+    int opt, names = 0;
+    long long v;
+
+    memset(o, 0, sizeof *o);
+    o->wait = -1;
+    o->clients = 8;
+    o->seconds = 30;
+    o->lease = 2;
+    o->work = 0.005;
+    o->fault_every = 5;
+    o->fault_down = 1;
+    o->seed = (unsigned long)time(NULL) ^ ((unsigned long)getpid() << 16);
+    while ((opt = cli_next(&co)) != CLI_END) {
+        switch (opt) {
+        case CLI_BAD: return EX_USAGE;
+        case CLI_OPERAND: o->name = co.arg; names++; break;
+        case 'u': o->uri = co.arg; break;
+        case 'h': usage(stdout); return 0;
+        case O_CLIENTS:
+            if (cli_int(co.arg, 1, CHECK_MAX_CLIENTS, &v))
+                return cli_usage_error(CMD, "%s: bad count '%s' (want 1 to %d)", co.name, co.arg, CHECK_MAX_CLIENTS);
+            o->clients = (int)v;
+            break;
+        case O_GRANTS:
+            if (cli_int(co.arg, 1, 1000000000, &v))
+                return cli_usage_error(CMD, "%s: bad count '%s' (want 1 to 1000000000)", co.name, co.arg);
+            o->grants = (long)v;
+            break;
+        case O_SECONDS: if (cli_secs(CMD, co.name, co.arg, 0.1, 1e7, NULL, &o->seconds)) return EX_USAGE; break;
+        case 't':
+            if (cli_secs(CMD, co.name, co.arg, 0.05, 4294967.295, "leases are 32-bit milliseconds", &o->lease))
+                return EX_USAGE;
+            break;
+        case O_WORK: if (cli_secs(CMD, co.name, co.arg, 0, 3600, NULL, &o->work)) return EX_USAGE; break;
+        case O_FAIR: o->fair = 1; break;
+        case 's':
+            if (o->prim == PRIM_PERMITS) return cli_usage_error(CMD, "--shared and --permits exclude each other");
+            o->prim = PRIM_RWLOCK;
+            break;
+        case O_PERMITS:
+            if (o->prim == PRIM_RWLOCK) return cli_usage_error(CMD, "--shared and --permits exclude each other");
+            if (cli_int(co.arg, 1, CHECK_MAX_PERMITS, &v))
+                return cli_usage_error(CMD, "%s: bad count '%s' (want 1 to %d)", co.name, co.arg, CHECK_MAX_PERMITS);
+            o->prim = PRIM_PERMITS;
+            o->permits = (int)v;
+            break;
+        case O_PAUSE: if (rate(co.name, co.arg, &o->pause)) return EX_USAGE; break;
+        case O_KILL: if (rate(co.name, co.arg, &o->kill)) return EX_USAGE; break;
+        case O_PAUSE_W: if (rate(co.name, co.arg, &o->pause_waiting)) return EX_USAGE; break;
+        case O_KILL_W: if (rate(co.name, co.arg, &o->kill_waiting)) return EX_USAGE; break;
+        case O_LFREEZE: if (rate(co.name, co.arg, &o->link_freeze)) return EX_USAGE; break;
+        case O_LCUT: if (rate(co.name, co.arg, &o->link_cut)) return EX_USAGE; break;
+        case O_RUN: o->run = 1; break;
+        case O_STUBBORN: o->run_stubborn = 1; break;
+        case 'w': if (cli_secs(CMD, co.name, co.arg, 0, 1e6, NULL, &o->wait)) return EX_USAGE; break;
+        case O_FAULT:
+            if (!strncmp(co.arg, "stop=", 5) && co.arg[5]) o->fault_stop = co.arg + 5;
+            else if (!strncmp(co.arg, "start=", 6) && co.arg[6]) o->fault_start = co.arg + 6;
+            else return cli_usage_error(CMD, "%s: want stop=CMD or start=CMD, not '%s'", co.name, co.arg);
+            break;
+        case O_EVERY: if (cli_secs(CMD, co.name, co.arg, 0.01, 1e6, NULL, &o->fault_every)) return EX_USAGE; break;
+        case O_DOWN: if (cli_secs(CMD, co.name, co.arg, 0, 1e6, NULL, &o->fault_down)) return EX_USAGE; break;
+        case O_UNFENCED: o->unfenced = 1; break;
+        case O_SEED:
+            if (cli_int(co.arg, 1, (long long)1 << 62, &v))
+                return cli_usage_error(CMD, "%s: bad seed '%s' (want a positive whole number)", co.name, co.arg);
+            o->seed = (unsigned long)v;
+            break;
+        case O_JSON: o->json = 1; break;
+        case O_SVG: o->svg_path = co.arg; break;
+        case O_RECORD: *record = co.arg; break;
+        default: return cli_usage_error(CMD, "option '%s' is not handled", co.name);
+        }
+    }
+    if (names != 1) return cli_usage_error(CMD, names ? "expected one NAME" : "missing NAME");
+    if (!*o->name) return cli_usage_error(CMD, "empty NAME");
+    return -1;
+}
+
+/* Whether the options agree with each other, and what follows from them:
+ * --run's binary (its path into SELF, SELFN bytes), the URI, a link that
+ * can be made. -1 to go on, else the exit code. */
+static int check_agree(check_opts *o, char *self, size_t selfn)
+{
+    ssize_t sl;
+
+    if (o->fair && o->prim != PRIM_LOCK) return cli_usage_error(CMD, "--fair is for locks, not with --shared or --permits");
+    if (o->pause + o->kill + o->link_freeze + o->link_cut > 1)
+        return cli_usage_error(CMD, "--pause + --kill + --link-freeze + --link-cut must not exceed 1");
+    if (o->pause_waiting + o->kill_waiting + o->link_freeze + o->link_cut > 1)
+        return cli_usage_error(CMD, "--pause-waiting + --kill-waiting + --link-freeze + --link-cut must not exceed 1");
+    if (o->run_stubborn && !o->run) return cli_usage_error(CMD, "--run-stubborn is for --run");
+    if (o->wait >= 0 && !o->run) return cli_usage_error(CMD, "-w is for --run (the clients of the API wait forever)");
+    if (o->run && o->prim != PRIM_LOCK)
+        return cli_usage_error(CMD, "--run checks locks (--fair allowed), not --shared or --permits yet");
+    if (o->run) {
+        /* the clients exec this binary: it must be the same one */
+        if ((sl = readlink("/proc/self/exe", self, selfn - 1)) <= 0) {
+            fprintf(stderr, "baton check: --run: cannot find this binary: %s\n", strerror(errno));
+            return EX_SOFTWARE;
+        }
+        self[sl] = 0;
+        o->self = self;
+    }
+    if (!o->fault_stop != !o->fault_start)
+        return cli_usage_error(CMD, "--fault-cmd needs both stop=CMD and start=CMD");
+    if (o->work >= o->lease) return cli_usage_error(CMD, "--work must be shorter than the lease");
+    o->uri = cli_default_uri(o->uri);
+    if (o->seed == 0) o->seed = 1;
+    if (o->link_freeze > 0 || o->link_cut > 0) {
+        /* refused before anything runs: an engine with no link, a bad address */
+        check_link *l = NULL;
+        char err[256];
+        if (link_open(&l, o->uri ? o->uri : "file://", 1, err, sizeof err))
+            return cli_usage_error(CMD, "--link-freeze/--link-cut: %s", err);
+        link_close(l);
+    }
+    return -1;
+}
+
+int baton__cli_check(int argc, char **argv)
+{
     check_opts o;
     check_hist h;
     check_result r;
     char backend[64] = "";
     const char *record = NULL;
     FILE *rec = NULL;
-    int opt, names = 0, rc;
-    long long v;
+    int rc;
     char self[4096];
-    ssize_t sl;
 
     /* --run's command: this binary again (not for users) */
     if (argc > 1 && !strcmp(argv[1], "--tick-child")) return check_tick_main(argc - 1, argv + 1);
-    memset(&o, 0, sizeof o);
-    o.wait = -1;
     memset(&h, 0, sizeof h);
-    o.clients = 8;
-    o.seconds = 30;
-    o.lease = 2;
-    o.work = 0.005;
-    o.fault_every = 5;
-    o.fault_down = 1;
-    o.seed = (unsigned long)time(NULL) ^ ((unsigned long)getpid() << 16);
-    while ((opt = cli_next(&co)) != CLI_END) {
-        switch (opt) {
-        case CLI_BAD: return EX_USAGE;
-        case CLI_OPERAND: o.name = co.arg; names++; break;
-        case 'u': o.uri = co.arg; break;
-        case 'h': usage(stdout); return 0;
-        case O_CLIENTS:
-            if (cli_int(co.arg, 1, CHECK_MAX_CLIENTS, &v))
-                return cli_usage_error(CMD, "%s: bad count '%s' (want 1 to %d)", co.name, co.arg, CHECK_MAX_CLIENTS);
-            o.clients = (int)v;
-            break;
-        case O_GRANTS:
-            if (cli_int(co.arg, 1, 1000000000, &v))
-                return cli_usage_error(CMD, "%s: bad count '%s' (want 1 to 1000000000)", co.name, co.arg);
-            o.grants = (long)v;
-            break;
-        case O_SECONDS: if (cli_secs(CMD, co.name, co.arg, 0.1, 1e7, NULL, &o.seconds)) return EX_USAGE; break;
-        case 't':
-            if (cli_secs(CMD, co.name, co.arg, 0.05, 4294967.295, "leases are 32-bit milliseconds", &o.lease))
-                return EX_USAGE;
-            break;
-        case O_WORK: if (cli_secs(CMD, co.name, co.arg, 0, 3600, NULL, &o.work)) return EX_USAGE; break;
-        case O_FAIR: o.fair = 1; break;
-        case 's':
-            if (o.prim == PRIM_PERMITS) return cli_usage_error(CMD, "--shared and --permits exclude each other");
-            o.prim = PRIM_RWLOCK;
-            break;
-        case O_PERMITS:
-            if (o.prim == PRIM_RWLOCK) return cli_usage_error(CMD, "--shared and --permits exclude each other");
-            if (cli_int(co.arg, 1, CHECK_MAX_PERMITS, &v))
-                return cli_usage_error(CMD, "%s: bad count '%s' (want 1 to %d)", co.name, co.arg, CHECK_MAX_PERMITS);
-            o.prim = PRIM_PERMITS;
-            o.permits = (int)v;
-            break;
-        case O_PAUSE: if (rate(co.name, co.arg, &o.pause)) return EX_USAGE; break;
-        case O_KILL: if (rate(co.name, co.arg, &o.kill)) return EX_USAGE; break;
-        case O_PAUSE_W: if (rate(co.name, co.arg, &o.pause_waiting)) return EX_USAGE; break;
-        case O_KILL_W: if (rate(co.name, co.arg, &o.kill_waiting)) return EX_USAGE; break;
-        case O_LFREEZE: if (rate(co.name, co.arg, &o.link_freeze)) return EX_USAGE; break;
-        case O_LCUT: if (rate(co.name, co.arg, &o.link_cut)) return EX_USAGE; break;
-        case O_RUN: o.run = 1; break;
-        case O_STUBBORN: o.run_stubborn = 1; break;
-        case 'w': if (cli_secs(CMD, co.name, co.arg, 0, 1e6, NULL, &o.wait)) return EX_USAGE; break;
-        case O_FAULT:
-            if (!strncmp(co.arg, "stop=", 5) && co.arg[5]) o.fault_stop = co.arg + 5;
-            else if (!strncmp(co.arg, "start=", 6) && co.arg[6]) o.fault_start = co.arg + 6;
-            else return cli_usage_error(CMD, "%s: want stop=CMD or start=CMD, not '%s'", co.name, co.arg);
-            break;
-        case O_EVERY: if (cli_secs(CMD, co.name, co.arg, 0.01, 1e6, NULL, &o.fault_every)) return EX_USAGE; break;
-        case O_DOWN: if (cli_secs(CMD, co.name, co.arg, 0, 1e6, NULL, &o.fault_down)) return EX_USAGE; break;
-        case O_UNFENCED: o.unfenced = 1; break;
-        case O_SEED:
-            if (cli_int(co.arg, 1, (long long)1 << 62, &v))
-                return cli_usage_error(CMD, "%s: bad seed '%s' (want a positive whole number)", co.name, co.arg);
-            o.seed = (unsigned long)v;
-            break;
-        case O_JSON: o.json = 1; break;
-        case O_SVG: o.svg_path = co.arg; break;
-        case O_RECORD: record = co.arg; break;
-        default: return cli_usage_error(CMD, "option '%s' is not handled", co.name);
-        }
-    }
-    if (names != 1) return cli_usage_error(CMD, names ? "expected one NAME" : "missing NAME");
-    if (!*o.name) return cli_usage_error(CMD, "empty NAME");
-    if (o.fair && o.prim != PRIM_LOCK) return cli_usage_error(CMD, "--fair is for locks, not with --shared or --permits");
-    if (o.pause + o.kill + o.link_freeze + o.link_cut > 1)
-        return cli_usage_error(CMD, "--pause + --kill + --link-freeze + --link-cut must not exceed 1");
-    if (o.pause_waiting + o.kill_waiting + o.link_freeze + o.link_cut > 1)
-        return cli_usage_error(CMD, "--pause-waiting + --kill-waiting + --link-freeze + --link-cut must not exceed 1");
-    if (o.run_stubborn && !o.run) return cli_usage_error(CMD, "--run-stubborn is for --run");
-    if (o.wait >= 0 && !o.run) return cli_usage_error(CMD, "-w is for --run (the clients of the API wait forever)");
-    if (o.run && o.prim != PRIM_LOCK)
-        return cli_usage_error(CMD, "--run checks locks (--fair allowed), not --shared or --permits yet");
-    if (o.run) {
-        /* the clients exec this binary: it must be the same one */
-        if ((sl = readlink("/proc/self/exe", self, sizeof self - 1)) <= 0) {
-            fprintf(stderr, "baton check: --run: cannot find this binary: %s\n", strerror(errno));
-            return EX_SOFTWARE;
-        }
-        self[sl] = 0;
-        o.self = self;
-    }
-    if (!o.fault_stop != !o.fault_start)
-        return cli_usage_error(CMD, "--fault-cmd needs both stop=CMD and start=CMD");
-    if (o.work >= o.lease) return cli_usage_error(CMD, "--work must be shorter than the lease");
-    o.uri = cli_default_uri(o.uri);
-    if (o.seed == 0) o.seed = 1;
-    if (o.link_freeze > 0 || o.link_cut > 0) {
-        /* refused before anything runs: an engine with no link, a bad address */
-        check_link *l = NULL;
-        char err[256];
-        if (link_open(&l, o.uri ? o.uri : "file://", 1, err, sizeof err))
-            return cli_usage_error(CMD, "--link-freeze/--link-cut: %s", err);
-        link_close(l);
-    }
+    if ((rc = check_options(argc, argv, &o, &record)) >= 0 || (rc = check_agree(&o, self, sizeof self)) >= 0)
+        return rc;
     if (o.svg_path && !(o.svg = fopen(o.svg_path, "w"))) {
         fprintf(stderr, "baton check: cannot write --svg %s: %s\n", o.svg_path, strerror(errno));
         return EX_USAGE;

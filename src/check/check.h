@@ -19,7 +19,7 @@
 #ifndef BATON_CHECK_H
 #define BATON_CHECK_H
 
-#include "../bench/bench.h"   /* now_ns, pct, cmp_d, EX_*, bench_exit_for */
+#include "tool/tool.h"   /* options, exit codes, reports, clocks, percentiles, svg_text */
 
 #include <baton.h>
 #include <stdint.h>

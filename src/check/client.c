@@ -222,5 +222,5 @@ void check_client(const check_opts *o, int fd, int slot)
 fatal:
     fprintf(stderr, "baton check: client %d: %s\n", slot, baton_error_last()->message);
     tell(fd, M_FATAL, rc, now_ns(), 0, 0, 0);
-    finish(&k, bench_exit_for(rc));
+    finish(&k, cli_exit_for(rc));
 }

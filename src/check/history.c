@@ -228,10 +228,141 @@ static void overlaps_permits(const check_opts *o, check_hist *h, const size_t *o
     free(act);
 }
 
+/* 3b. --run: a command's writes after another client's grant. Another
+ * grant is one with a higher fence (the engine's order; a grant's time
+ * here is its command's start, and a command started late on an old
+ * grant must not make the newer holder look stale): if one of them had
+ * started by the time of A's tick, A's command was writing while
+ * another held the lock. Allowed only to a command whose whole process
+ * group was stopped across that grant (a paused host: nothing on it can
+ * act), within 0.5 s of its SIGCONT; that write is the fence's to refuse.
+ * -1 when out of memory. */
+static int ticks_after_grant(const check_opts *o, check_hist *h, check_result *r)
+{
+    size_t *pos = malloc(h->ng * sizeof *pos), *byf = malloc(h->ng * sizeof *byf);
+    size_t *first = malloc((h->ng + 1) * sizeof *first);   /* the earliest start among byf[x..] */
+    unsigned char *told = calloc(h->ng, 1);
+    long nth = 0;
+    if (!pos || !byf || !first || !told) {
+        free(pos);
+        free(byf);
+        free(first);
+        free(told);
+        return -1;
+    }
+    for (size_t x = 0; x < h->ng; x++) byf[x] = x;
+    sort_h = h;
+    qsort(byf, h->ng, sizeof *byf, by_fence);
+    for (size_t x = 0; x < h->ng; x++) pos[byf[x]] = x;
+    first[h->ng] = SIZE_MAX;
+    for (size_t x = h->ng; x-- > 0;)
+        first[x] = first[x + 1] != SIZE_MAX && h->g[first[x + 1]].t_grant <= h->g[byf[x]].t_grant ? first[x + 1] : byf[x];
+    for (size_t i = 0; i < h->nev; i++) {
+        const check_ev *e = &h->ev[i];
+        const check_grant *a, *b;
+        size_t p, q;
+        if (e->type != EV_TICK || e->a < 0 || (size_t)e->a >= h->ng) continue;
+        a = &h->g[e->a];
+        /* the first grant of a higher fence (ties: the same grant again, none) */
+        for (p = pos[e->a] + 1; p < h->ng && h->g[byf[p]].fence <= a->fence; p++) {}
+        if (p >= h->ng || (q = first[p]) == SIZE_MAX) continue;
+        b = &h->g[q];
+        if (b->t_grant > e->t) continue;
+        if (a->t_stop && a->t_stop <= b->t_grant && a->t_cont && e->t <= a->t_cont + 500000000) {
+            r->ticks_after_pause++;
+            continue;
+        }
+        r->ticks_after_grant++;
+        if ((double)(e->t - b->t_grant) / 1e9 > r->tick_late_max) r->tick_late_max = (double)(e->t - b->t_grant) / 1e9;
+        /* one line per grant that wrote late: its first late write */
+        if (told[e->a]) continue;
+        told[e->a] = 1;
+        evidence(r, ++nth, "write after another grant: client %d (#%d, fence %" PRIu64 ")'s command wrote at %.3f s; "
+                 "client %d (#%d, fence %" PRIu64 ")'s command had started at %.3f s%s", a->slot, a->cid, a->fence,
+                 rel(h, e->t), b->slot, b->cid, b->fence, rel(h, b->t_grant),
+                 o->run_stubborn ? " (--run-stubborn: its work runs outside its process tree)" : "");
+    }
+    free(pos);
+    free(byf);
+    free(first);
+    free(told);
+    return 0;
+}
+
+/* 4. fences strictly increasing, in grant order ORD (exclusive grants) */
+static void fences_in_order(const check_opts *o, const check_hist *h, const size_t *ord, check_result *r)
+{
+    uint64_t last = 0;
+    const check_grant *lg = NULL;
+    for (size_t x = 0; x < h->ng; x++) {
+        const check_grant *g = &h->g[ord[x]];
+        if (!g->writer || !g->fence) continue;
+        if (lg && g->fence <= last) {
+            r->fence_backs++;
+            r->fences_ok = 0;
+            evidence(r, r->fence_backs, "fence went back: client %d (#%d) got fence %" PRIu64 " at %.3f s after client %d "
+                     "(#%d) got %" PRIu64 " at %.3f s%s", g->slot, g->cid, g->fence, rel(h, g->t_grant),
+                     lg->slot, lg->cid, last, rel(h, lg->t_grant),
+                     o->run ? " (--run: the times are the commands' starts: a command started on a grant older than "
+                              "one whose command was running)" : "");
+        }
+        last = g->fence;
+        lg = g;
+    }
+}
+
+/* 5. recovery: a holder killed to the next grant (ORD: grant order). -1
+ * when out of memory. */
+static int recovery(const check_hist *h, const size_t *ord, check_result *r)
+{
+    double *rec = malloc((h->kills ? (size_t)h->kills : 1) * sizeof *rec);
+
+    if (!rec) return -1;
+    for (size_t i = 0; i < h->nev; i++) {
+        const check_ev *e = &h->ev[i];
+        size_t lo = 0, hi = h->ng;
+        if (e->type != EV_KILL || !e->a) continue;
+        while (lo < hi) {
+            size_t mid = (lo + hi) / 2;
+            if (h->g[ord[mid]].t_grant <= e->t) lo = mid + 1;
+            else hi = mid;
+        }
+        if (lo < h->ng && r->recoveries < h->kills) rec[r->recoveries++] = (double)(h->g[ord[lo]].t_grant - e->t) / 1e9;
+        else r->kills_unrecovered++;
+    }
+    qsort(rec, (size_t)r->recoveries, sizeof *rec, cmp_d);
+    r->rec_p50 = pct(rec, (size_t)r->recoveries, 0.5);
+    r->rec_max = r->recoveries ? rec[r->recoveries - 1] : 0;
+    free(rec);
+    return 0;
+}
+
+/* 6. fair: nobody granted before a waiter that came 0.1 s earlier (the WAIT
+ * is told before acquire queues it: a tie is no inversion). Waiters paused
+ * or killed, and server faults (FAULTS), reorder legitimately: not checked
+ * then. ORD: grant order. */
+static void fair_order(const check_hist *h, const size_t *ord, int faults, check_result *r)
+{
+    int64_t latest = INT64_MIN;
+    r->fair_checked = !faults;
+    for (size_t x = 0; x < h->ng; x++) {
+        const check_grant *g = &h->g[ord[x]];
+        if (g->waited_paused) continue;
+        if (g->t_wait + 100000000 < latest) {
+            r->fair_inversions++;
+            if (r->fair_checked)
+                evidence(r, r->fair_inversions, "fair order: client %d (#%d) waited from %.3f s, granted at %.3f s after one "
+                         "that came at %.3f s", g->slot, g->cid, rel(h, g->t_wait), rel(h, g->t_grant),
+                         rel(h, latest));
+        }
+        if (g->t_wait > latest) latest = g->t_wait;
+    }
+    r->fair_ok = !r->fair_checked || !r->fair_inversions;
+}
+
 void hist_analyze(const check_opts *o, check_hist *h, check_result *r)
 {
     size_t *ord = NULL;
-    double *rec = NULL;
     int faults = o->pause > 0 || o->pause_waiting > 0 || o->kill_waiting > 0 || o->kill > 0 || o->fault_stop ||
                  o->link_freeze > 0 || o->link_cut > 0;
 
@@ -289,126 +420,14 @@ void hist_analyze(const check_opts *o, check_hist *h, check_result *r)
         }
     }
 
-    /* 3b. --run: a command's writes after another client's grant. Another
-     * grant is one with a higher fence (the engine's order; a grant's time
-     * here is its command's start, and a command started late on an old
-     * grant must not make the newer holder look stale): if one of them had
-     * started by the time of A's tick, A's command was writing while
-     * another held the lock. Allowed only to a command whose whole process
-     * group was stopped across that grant (a paused host: nothing on it can
-     * act), within 0.5 s of its SIGCONT; that write is the fence's to refuse. */
-    if (o->run && h->ng) {
-        size_t *pos = malloc(h->ng * sizeof *pos), *byf = malloc(h->ng * sizeof *byf);
-        size_t *first = malloc((h->ng + 1) * sizeof *first);   /* the earliest start among byf[x..] */
-        unsigned char *told = calloc(h->ng, 1);
-        long nth = 0;
-        if (!pos || !byf || !first || !told) {
-            free(pos);
-            free(byf);
-            free(first);
-            free(told);
-            goto out;
-        }
-        for (size_t x = 0; x < h->ng; x++) byf[x] = x;
-        sort_h = h;
-        qsort(byf, h->ng, sizeof *byf, by_fence);
-        for (size_t x = 0; x < h->ng; x++) pos[byf[x]] = x;
-        first[h->ng] = SIZE_MAX;
-        for (size_t x = h->ng; x-- > 0;)
-            first[x] = first[x + 1] != SIZE_MAX && h->g[first[x + 1]].t_grant <= h->g[byf[x]].t_grant ? first[x + 1] : byf[x];
-        for (size_t i = 0; i < h->nev; i++) {
-            const check_ev *e = &h->ev[i];
-            const check_grant *a, *b;
-            size_t p, q;
-            if (e->type != EV_TICK || e->a < 0 || (size_t)e->a >= h->ng) continue;
-            a = &h->g[e->a];
-            /* the first grant of a higher fence (ties: the same grant again, none) */
-            for (p = pos[e->a] + 1; p < h->ng && h->g[byf[p]].fence <= a->fence; p++) {}
-            if (p >= h->ng || (q = first[p]) == SIZE_MAX) continue;
-            b = &h->g[q];
-            if (b->t_grant > e->t) continue;
-            if (a->t_stop && a->t_stop <= b->t_grant && a->t_cont && e->t <= a->t_cont + 500000000) {
-                r->ticks_after_pause++;
-                continue;
-            }
-            r->ticks_after_grant++;
-            if ((double)(e->t - b->t_grant) / 1e9 > r->tick_late_max) r->tick_late_max = (double)(e->t - b->t_grant) / 1e9;
-            /* one line per grant that wrote late: its first late write */
-            if (told[e->a]) continue;
-            told[e->a] = 1;
-            evidence(r, ++nth, "write after another grant: client %d (#%d, fence %" PRIu64 ")'s command wrote at %.3f s; "
-                     "client %d (#%d, fence %" PRIu64 ")'s command had started at %.3f s%s", a->slot, a->cid, a->fence,
-                     rel(h, e->t), b->slot, b->cid, b->fence, rel(h, b->t_grant),
-                     o->run_stubborn ? " (--run-stubborn: its work runs outside its process tree)" : "");
-        }
-        free(pos);
-        free(byf);
-        free(first);
-        free(told);
-    }
+    /* 3b. --run: a command's writes after another client's grant */
+    if (o->run && h->ng && ticks_after_grant(o, h, r)) goto out;
 
-    /* 4. fences strictly increasing, in grant order (exclusive grants) */
-    if (o->prim != PRIM_PERMITS) {
-        uint64_t last = 0;
-        const check_grant *lg = NULL;
-        for (size_t x = 0; x < h->ng; x++) {
-            const check_grant *g = &h->g[ord[x]];
-            if (!g->writer || !g->fence) continue;
-            if (lg && g->fence <= last) {
-                r->fence_backs++;
-                r->fences_ok = 0;
-                evidence(r, r->fence_backs, "fence went back: client %d (#%d) got fence %" PRIu64 " at %.3f s after client %d "
-                         "(#%d) got %" PRIu64 " at %.3f s%s", g->slot, g->cid, g->fence, rel(h, g->t_grant),
-                         lg->slot, lg->cid, last, rel(h, lg->t_grant),
-                         o->run ? " (--run: the times are the commands' starts: a command started on a grant older than "
-                                  "one whose command was running)" : "");
-            }
-            last = g->fence;
-            lg = g;
-        }
-    }
-
-    /* 5. recovery: a holder killed to the next grant */
-    if (!(rec = malloc((h->kills ? (size_t)h->kills : 1) * sizeof *rec))) goto out;
-    for (size_t i = 0; i < h->nev; i++) {
-        const check_ev *e = &h->ev[i];
-        size_t lo = 0, hi = h->ng;
-        if (e->type != EV_KILL || !e->a) continue;
-        while (lo < hi) {
-            size_t mid = (lo + hi) / 2;
-            if (h->g[ord[mid]].t_grant <= e->t) lo = mid + 1;
-            else hi = mid;
-        }
-        if (lo < h->ng && r->recoveries < h->kills) rec[r->recoveries++] = (double)(h->g[ord[lo]].t_grant - e->t) / 1e9;
-        else r->kills_unrecovered++;
-    }
-    qsort(rec, (size_t)r->recoveries, sizeof *rec, cmp_d);
-    r->rec_p50 = pct(rec, (size_t)r->recoveries, 0.5);
-    r->rec_max = r->recoveries ? rec[r->recoveries - 1] : 0;
-
-    /* 6. fair: nobody granted before a waiter that came 0.1 s earlier (the
-     * WAIT is told before acquire queues it: a tie is no inversion). Waiters
-     * paused or killed, and server faults, reorder legitimately: not checked then. */
-    if (o->fair) {
-        int64_t latest = INT64_MIN;
-        r->fair_checked = !faults;
-        for (size_t x = 0; x < h->ng; x++) {
-            const check_grant *g = &h->g[ord[x]];
-            if (g->waited_paused) continue;
-            if (g->t_wait + 100000000 < latest) {
-                r->fair_inversions++;
-                if (r->fair_checked)
-                    evidence(r, r->fair_inversions, "fair order: client %d (#%d) waited from %.3f s, granted at %.3f s after one "
-                             "that came at %.3f s", g->slot, g->cid, rel(h, g->t_wait), rel(h, g->t_grant),
-                             rel(h, latest));
-            }
-            if (g->t_wait > latest) latest = g->t_wait;
-        }
-        r->fair_ok = !r->fair_checked || !r->fair_inversions;
-    }
+    if (o->prim != PRIM_PERMITS) fences_in_order(o, h, ord, r);
+    if (recovery(h, ord, r)) goto out;
+    if (o->fair) fair_order(h, ord, faults, r);
 out:
     r->ok = !r->overlaps_unexplained && !h->stale_accepted && !r->lost_unreported && r->fences_ok && r->fair_ok &&
             !r->ticks_after_grant;
     free(ord);
-    free(rec);
 }

@@ -494,6 +494,153 @@ static void watch_cmd(checker *k, int i, const check_msg *m)
     k->h->no_pidfd = 1;
 }
 
+/* on_msg's GRANT: the grant's record, the replies held for a link that is
+ * down, and this cycle's fault. */
+static int on_grant(checker *k, int i, const check_msg *m, int64_t now)
+{
+    slot *s = &k->s[i];
+    check_hist *h = k->h;
+    const check_opts *o = k->o;
+    long gi = hist_grant(h, i, s->cid, m->rc, s->t_wait, m->t, m->fence);
+    if (gi < 0) return EX_SOFTWARE;
+    s->grant = gi;
+    s->state = S_HOLDING;
+    s->wfault_at = 0;
+    h->g[gi].waited_paused = s->paused_in_wait;
+    hist_ev(h, m->t, i, s->cid, EV_GRANT, m->fence, m->rc, 0);
+    if (o->run) {
+        watch_cmd(k, i, m);
+    }
+    /* granted just before we killed it: the hold ended with it (--run:
+     * when its command ends, which the pidfd says) */
+    if (s->killed && (!o->run || h->no_pidfd)) end_grant(&h->g[gi], s->t_killed, END_KILLED);
+    /* a holder whose link is down has lost its lease by now (the engine
+     * granted another): it checks held() at once, while the link is
+     * still down, so that only its own clock can tell it */
+    for (int j = 0; j < o->clients; j++) {
+        slot *t = &k->s[j];
+        if (j == i || !t->reply_pending || t->state == S_GONE) continue;
+        t->reply_pending = 0;
+        say(t->fd, M_READ_REPLY, t->reply_rc, t->reply_a, t->reply_b);
+    }
+    s->pause_point = PAUSE_NONE;
+    s->kill_at_read = 0;
+    s->link_point = F_NONE;
+    if (o->run) {
+        /* the command has started: its cycle's fault, now */
+        if (k->stopping || s->killed) return 0;
+        switch (s->run_fault) {
+        case F_KILL: kill_client(k, i, now); h->kills_holding++; break;
+        case F_PAUSE: stop_client(k, i, now); h->pauses_holding++; break;
+        case F_FREEZE:
+        case F_CUT: link_fault(k, i, now, s->run_fault); break;
+        default: break;
+        }
+        return 0;
+    }
+    switch (pick_fault(k, 0)) {
+    case F_KILL: s->kill_at_read = 1; break;
+    case F_PAUSE:
+        /* half during the work (its check must see the loss), half
+         * after its check (its write is stale: the fence must refuse it) */
+        s->pause_point = m->rc && rnd(k) < 0.5 ? PAUSE_WRITING : PAUSE_WORK;
+        break;
+    case F_FREEZE: s->link_point = F_FREEZE; break;
+    case F_CUT: s->link_point = F_CUT; break;
+    default: break;
+    }
+    return 0;
+}
+
+/* on_msg's READ of grant G: the registers as they are (or refused below the
+ * highest fence), maybe held back behind a link fault. */
+static int on_read(checker *k, int i, const check_msg *m, check_grant *g, int64_t now)
+{
+    slot *s = &k->s[i];
+    check_hist *h = k->h;
+    const check_opts *o = k->o;
+    int fenced = o->prim != PRIM_PERMITS;
+    int refused = 0;
+    if (s->kill_at_read) {
+        kill_client(k, i, now);
+        h->kills_holding++;
+        return 0;
+    }
+    if (!g) return EX_SOFTWARE;
+    if (k->stopping) {
+        /* the run is over: no new cycle touches the registers (a QUIT
+         * already sent may have made this client let go since it asked) */
+        say(s->fd, M_QUIT, 0, 0, 0);
+        return 0;
+    }
+    if (fenced && g->writer) {
+        /* the fenced register refuses a read below the highest fence it saw */
+        if (!o->unfenced && m->fence < k->fmax) refused = 1;
+        else if (m->fence > k->fmax) k->fmax = m->fence;
+    }
+    if (refused) {
+        h->reads_refused++;
+        mark_lost(g, now);
+        hist_ev(h, now, i, s->cid, EV_READ_REFUSED, m->fence, (int64_t)k->fmax, 0);
+    } else {
+        hist_ev(h, now, i, s->cid, EV_READ, m->fence, k->fv, k->pv);
+    }
+    if (s->link_point != F_NONE && !refused) {
+        /* its link goes down while it works, past its lease: the reply
+         * (what it read now) is held until another client is granted
+         * (or the link is back), then it checks held() as ever. The
+         * keeper could not renew meanwhile. */
+        s->reply_pending = 1;
+        s->reply_rc = refused;
+        s->reply_a = k->fv;
+        s->reply_b = k->pv;
+        link_fault(k, i, now, s->link_point);
+        return 0;
+    }
+    say(s->fd, M_READ_REPLY, refused, k->fv, k->pv);
+    if (s->pause_point == PAUSE_WORK && !refused) {
+        stop_client(k, i, now);
+        h->pauses_holding++;
+    }
+    return 0;
+}
+
+/* on_msg's WRITE of grant G: the fenced register checks and writes in one
+ * step; the plain one takes everything. */
+static void on_write(checker *k, int i, const check_msg *m, check_grant *g, int64_t now)
+{
+    slot *s = &k->s[i];
+    check_hist *h = k->h;
+    const check_opts *o = k->o;
+
+    /* the fenced register: check and write in one step (nothing else runs here) */
+    if (!o->unfenced && m->fence < k->fmax) {
+        h->writes_refused++;
+        g->wrote = 2;
+        hist_ev(h, now, i, s->cid, EV_WRITE_REFUSED, m->fence, (int64_t)k->fmax, 0);
+    } else {
+        if (m->fence > k->fmax) k->fmax = m->fence;
+        if (m->a != k->fv) {
+            /* a lost update: what it read is no longer there */
+            h->stale_accepted++;
+            g->wrote = 3;
+            hist_ev(h, now, i, s->cid, EV_WRITE_STALE, m->fence, m->a, k->fv);
+        } else {
+            h->writes_ok++;
+            g->wrote = 1;
+            hist_ev(h, now, i, s->cid, EV_WRITE_OK, m->fence, m->a, 0);
+        }
+        k->fv = m->a + 1;
+    }
+    /* the plain register takes everything */
+    if (m->b != k->pv) {
+        h->plain_stale++;
+        hist_ev(h, now, i, s->cid, EV_PLAIN_STALE, m->fence, m->b, k->pv);
+    }
+    k->pv = m->b + 1;
+    say(s->fd, M_GO, 0, 0, 0);
+}
+
 /* One message from client I. */
 static int on_msg(checker *k, int i, const check_msg *m)
 {
@@ -502,7 +649,6 @@ static int on_msg(checker *k, int i, const check_msg *m)
     const check_opts *o = k->o;
     check_grant *g = cur(k, s);
     int64_t now = now_ns();
-    int fenced = o->prim != PRIM_PERMITS;
 
     switch (m->type) {
     case M_WAIT:
@@ -515,102 +661,10 @@ static int on_msg(checker *k, int i, const check_msg *m)
         if ((s->wfault = pick_fault(k, 1)) != F_NONE)
             s->wfault_at = now + (int64_t)(rnd(k) * o->lease * 0.5e9) + 1000000;
         break;
-    case M_GRANT: {
-        long gi = hist_grant(h, i, s->cid, m->rc, s->t_wait, m->t, m->fence);
-        if (gi < 0) return EX_SOFTWARE;
-        s->grant = gi;
-        s->state = S_HOLDING;
-        s->wfault_at = 0;
-        h->g[gi].waited_paused = s->paused_in_wait;
-        hist_ev(h, m->t, i, s->cid, EV_GRANT, m->fence, m->rc, 0);
-        if (o->run) {
-            watch_cmd(k, i, m);
-        }
-        /* granted just before we killed it: the hold ended with it (--run:
-         * when its command ends, which the pidfd says) */
-        if (s->killed && (!o->run || h->no_pidfd)) end_grant(&h->g[gi], s->t_killed, END_KILLED);
-        /* a holder whose link is down has lost its lease by now (the engine
-         * granted another): it checks held() at once, while the link is
-         * still down, so that only its own clock can tell it */
-        for (int j = 0; j < o->clients; j++) {
-            slot *t = &k->s[j];
-            if (j == i || !t->reply_pending || t->state == S_GONE) continue;
-            t->reply_pending = 0;
-            say(t->fd, M_READ_REPLY, t->reply_rc, t->reply_a, t->reply_b);
-        }
-        s->pause_point = PAUSE_NONE;
-        s->kill_at_read = 0;
-        s->link_point = F_NONE;
-        if (o->run) {
-            /* the command has started: its cycle's fault, now */
-            if (k->stopping || s->killed) break;
-            switch (s->run_fault) {
-            case F_KILL: kill_client(k, i, now); h->kills_holding++; break;
-            case F_PAUSE: stop_client(k, i, now); h->pauses_holding++; break;
-            case F_FREEZE:
-            case F_CUT: link_fault(k, i, now, s->run_fault); break;
-            default: break;
-            }
-            break;
-        }
-        switch (pick_fault(k, 0)) {
-        case F_KILL: s->kill_at_read = 1; break;
-        case F_PAUSE:
-            /* half during the work (its check must see the loss), half
-             * after its check (its write is stale: the fence must refuse it) */
-            s->pause_point = m->rc && rnd(k) < 0.5 ? PAUSE_WRITING : PAUSE_WORK;
-            break;
-        case F_FREEZE: s->link_point = F_FREEZE; break;
-        case F_CUT: s->link_point = F_CUT; break;
-        default: break;
-        }
-        break;
-    }
-    case M_READ: {
-        int refused = 0;
-        if (s->kill_at_read) {
-            kill_client(k, i, now);
-            h->kills_holding++;
-            break;
-        }
-        if (!g) return EX_SOFTWARE;
-        if (k->stopping) {
-            /* the run is over: no new cycle touches the registers (a QUIT
-             * already sent may have made this client let go since it asked) */
-            say(s->fd, M_QUIT, 0, 0, 0);
-            break;
-        }
-        if (fenced && g->writer) {
-            /* the fenced register refuses a read below the highest fence it saw */
-            if (!o->unfenced && m->fence < k->fmax) refused = 1;
-            else if (m->fence > k->fmax) k->fmax = m->fence;
-        }
-        if (refused) {
-            h->reads_refused++;
-            mark_lost(g, now);
-            hist_ev(h, now, i, s->cid, EV_READ_REFUSED, m->fence, (int64_t)k->fmax, 0);
-        } else {
-            hist_ev(h, now, i, s->cid, EV_READ, m->fence, k->fv, k->pv);
-        }
-        if (s->link_point != F_NONE && !refused) {
-            /* its link goes down while it works, past its lease: the reply
-             * (what it read now) is held until another client is granted
-             * (or the link is back), then it checks held() as ever. The
-             * keeper could not renew meanwhile. */
-            s->reply_pending = 1;
-            s->reply_rc = refused;
-            s->reply_a = k->fv;
-            s->reply_b = k->pv;
-            link_fault(k, i, now, s->link_point);
-            break;
-        }
-        say(s->fd, M_READ_REPLY, refused, k->fv, k->pv);
-        if (s->pause_point == PAUSE_WORK && !refused) {
-            stop_client(k, i, now);
-            h->pauses_holding++;
-        }
-        break;
-    }
+    case M_GRANT:
+        return on_grant(k, i, m, now);
+    case M_READ:
+        return on_read(k, i, m, g, now);
     case M_CHECKLOST:
         if (!g) return EX_SOFTWARE;
         mark_lost(g, m->t);
@@ -630,32 +684,7 @@ static int on_msg(checker *k, int i, const check_msg *m)
         break;
     case M_WRITE:
         if (!g) return EX_SOFTWARE;
-        /* the fenced register: check and write in one step (nothing else runs here) */
-        if (!o->unfenced && m->fence < k->fmax) {
-            h->writes_refused++;
-            g->wrote = 2;
-            hist_ev(h, now, i, s->cid, EV_WRITE_REFUSED, m->fence, (int64_t)k->fmax, 0);
-        } else {
-            if (m->fence > k->fmax) k->fmax = m->fence;
-            if (m->a != k->fv) {
-                /* a lost update: what it read is no longer there */
-                h->stale_accepted++;
-                g->wrote = 3;
-                hist_ev(h, now, i, s->cid, EV_WRITE_STALE, m->fence, m->a, k->fv);
-            } else {
-                h->writes_ok++;
-                g->wrote = 1;
-                hist_ev(h, now, i, s->cid, EV_WRITE_OK, m->fence, m->a, 0);
-            }
-            k->fv = m->a + 1;
-        }
-        /* the plain register takes everything */
-        if (m->b != k->pv) {
-            h->plain_stale++;
-            hist_ev(h, now, i, s->cid, EV_PLAIN_STALE, m->fence, m->b, k->pv);
-        }
-        k->pv = m->b + 1;
-        say(s->fd, M_GO, 0, 0, 0);
+        on_write(k, i, m, g, now);
         break;
     case M_RELEASE:
         if (g) end_grant(g, m->t, END_RELEASE);
@@ -699,7 +728,7 @@ static int on_msg(checker *k, int i, const check_msg *m)
     case M_FATAL:
         /* a usage error ends the run; an engine that is away (a server
          * fault) only this client, which is started again */
-        if (!k->fatal_rc && bench_exit_for(m->rc) == EX_USAGE) k->fatal_rc = EX_USAGE;
+        if (!k->fatal_rc && cli_exit_for(m->rc) == EX_USAGE) k->fatal_rc = EX_USAGE;
         hist_ev(h, m->t, i, s->cid, EV_ERROR, 0, m->rc, 1);
         break;
     default:

@@ -1,72 +1,12 @@
-/* baton(1): what the CLI's files share. The CLI uses the public API only. */
+/* baton(1): what the CLI's files share. The CLI uses the public API, and the
+ * commands' tool library (src/tool) it shares with bench and check. */
 #ifndef BATON_CLI_H
 #define BATON_CLI_H
 
+#include "tool/tool.h"   /* options, exit codes, reports: shared with bench and check */
+
 #include <baton.h>
-#include <getopt.h>
 #include <stdio.h>
-
-#define EX_BUSY_DEFAULT 1
-#define EX_USAGE 64
-#define EX_UNAVAILABLE 69
-#define EX_IOERR 74        /* the lock store is in a state baton refuses (a planted file, an I/O error) */
-#define EX_SOFTWARE 70
-#define EX_LOST 75
-#define EX_FENCED 65       /* baton fence: a newer fence was seen (BATON_ESTALE) */
-
-extern const char *const cli_prog;   /* "baton" */
-
-/* ---- options (opts.c) ---------------------------------------------------
- *
- * A long option that is another spelling of a short one has the value
- * CLI_LONG(c); cli_next() returns c for both, and names the option as it was
- * typed ("-w" or "--timeout") in messages. Long-only options use values from
- * CLI_LONG_ONLY up. */
-#define CLI_LONG(c) (0x100 | (c))
-#define CLI_LONG_ONLY 0x200
-#define CLI_OPERAND (-2)
-#define CLI_END (-1)
-#define CLI_BAD (-3)
-
-typedef struct {
-    int argc;
-    char **argv;
-    const char *cmd;            /* "run", "status", ...: for messages */
-    const char *shorts;         /* getopt's short options, without a leading "+:" */
-    const struct option *lo;
-    /* 0: options end at the first operand (baton run: what follows NAME is
-     * the command's). 1: options may come between operands; "--" ends
-     * them, and a negative number ("-2") is an operand, not an option. */
-    int permute;
-    /* out: */
-    const char *arg;            /* the option's argument, or the operand */
-    char name[64];              /* the option as typed: "-w" or "--timeout" */
-    /* private */
-    int started, mid, only_ops;
-    char shorts_buf[64];
-} cli_opts;
-
-/* The next option (its short letter, or its CLI_LONG_ONLY value), an
- * operand (CLI_OPERAND, in permute mode), CLI_END, or CLI_BAD after an
- * unknown option or a missing argument, which it has reported (with the
- * "Try 'baton CMD --help'" line). In non-permute mode, optind is the first
- * operand after CLI_END. */
-int cli_next(cli_opts *o);
-
-/* Reports a usage error of "baton CMD" in one line, then the Try line;
- * returns EX_USAGE. */
-int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-/* Seconds in [lo, hi] (fractions allowed): 0, or a usage error reported for
- * option NAME (as typed), with the limits and WHY (may be NULL), and EX_USAGE. */
-int cli_secs(const char *cmd, const char *name, const char *s, double lo, double hi, const char *why, double *out);
-/* A whole number in [lo, hi]: 0, or -1 (the caller reports). */
-int cli_int(const char *s, long long lo, long long hi, long long *out);
-
-/* ---- common (main.c) ----------------------------------------------------- */
-int cli_exit_for(int rc);
-void cli_report(const char *what, int rc);
-const char *cli_default_uri(const char *u);
 
 /* ---- secrets (secret.c) --------------------------------------------------- */
 

@@ -77,29 +77,6 @@ static void usage_sync(FILE *f, int latch)
         latch ? "  -w, --timeout SECS  wait at most SECS (also --wait; default: forever)\n" : "");
 }
 
-int cli_exit_for(int rc)
-{
-    switch (rc) {
-    case BATON_EINVAL: case BATON_EDISABLED: case BATON_ENOTSUP: return EX_USAGE;
-    case BATON_EUNAVAILABLE: case BATON_EAUTH: case BATON_EPROTO: return EX_UNAVAILABLE;
-    case BATON_EIO: return EX_IOERR;
-    default: return EX_SOFTWARE;
-    }
-}
-
-void cli_report(const char *what, int rc)
-{
-    const baton_error *e = baton_error_last();
-    fprintf(stderr, "%s: %s: %s\n", prog, what, e->code == rc && e->message && *e->message ? e->message : baton_strerror(rc));
-}
-
-const char *cli_default_uri(const char *u)
-{
-    if (u) return u;
-    u = getenv("BATON_URI");
-    return u && *u ? u : NULL;
-}
-
 /* S as a JSON string: quotes, backslashes and control bytes escaped; other
  * bytes as they are (names are bytes; valid UTF-8 stays valid). */
 static void json_str(const char *s)

@@ -53,13 +53,6 @@ static void on_lost_lead(baton_election *e, void *p)
     if (write(ev_pipe[1], &c, 1) < 0) { /* nothing to do */ }
 }
 
-static int64_t mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);   /* cannot fail for this clock */
-    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
 /* Deadlines are int64 ns; INT64_MAX = none. Saturating, so a huge
  * --kill-after or lease never wraps. */
 static int64_t add_ns(int64_t a, int64_t b)
@@ -292,7 +285,7 @@ static int64_t permit_wd_deadline(const run_state *r, int64_t sent)
 
 static const char *permit_keep(run_state *r, int ask)
 {
-    int64_t now = mono_ns(), sent, lease = (int64_t)r->lease_ms * 1000000, retry;
+    int64_t now = now_ns(), sent, lease = (int64_t)r->lease_ms * 1000000, retry;
     int rc;
 
     if (!r->keep) return NULL;
@@ -300,7 +293,7 @@ static const char *permit_keep(run_state *r, int ask)
     if (now < r->renew_at && now < r->lease_end) return NULL;
     sent = now;
     rc = baton_permits_renew(r->pm, r->id, r->lease_ms);
-    now = mono_ns();
+    now = now_ns();
     if (rc == 0) {
         r->lease_end = sent + lease;
         r->renew_at = sent + permit_period(lease);
@@ -346,7 +339,7 @@ static void *permit_main(void *arg)
     pthread_mutex_lock(&r->pmu);
     while (!r->pstop && r->keep && !why) {
         struct timespec ts = { (time_t)(r->renew_at / 1000000000), (long)(r->renew_at % 1000000000) };
-        if (mono_ns() < r->renew_at) {
+        if (now_ns() < r->renew_at) {
             pthread_cond_timedwait(&r->pcv, &r->pmu, &ts);
             continue;
         }
@@ -455,14 +448,14 @@ static int shim_news(run_state *r, sup *S, int *done)
  * left it: the caller may give the lock back. */
 static int supervise(run_state *r, sup *S)
 {
-    int64_t next_push = S->wd_push ? mono_ns() : INT64_MAX;
+    int64_t next_push = S->wd_push ? now_ns() : INT64_MAX;
     int64_t lm = r->pm ? 2 * margin_ns((int64_t)r->lease_ms * 1000000) : 0;
     const char *failed = NULL;
     int fail_errno = 0, rep_open = 1, shim_done = 0;
 
     while (!shim_done) {
         struct pollfd p[3] = { { r->sfd, POLLIN, 0 }, { ev_pipe[0], POLLIN, 0 }, { S->rep, POLLIN, 0 } };
-        int64_t now = mono_ns(), due = INT64_MAX, lend;
+        int64_t now = now_ns(), due = INT64_MAX, lend;
 
         if (r->pm && r->keep && !S->lost_running && !S->lost_after) {
             lend = atomic_load(&r->lease_end);
@@ -668,9 +661,9 @@ static int elect_watch(const char *uri, const char *name, int listen, int64_t wa
         goto out;
     }
     /* -w SECS bounds the whole listen, not each wait between two changes */
-    deadline = wait_ms < 0 ? INT64_MAX : add_ns(mono_ns(), wait_ms * 1000000);
+    deadline = wait_ms < 0 ? INT64_MAX : add_ns(now_ns(), wait_ms * 1000000);
     for (;;) {
-        int64_t left = deadline == INT64_MAX ? -1 : (deadline - mono_ns()) / 1000000;
+        int64_t left = deadline == INT64_MAX ? -1 : (deadline - now_ns()) / 1000000;
         rc = baton_election_observe(e, v, sizeof v, &fence, left < 0 && deadline != INT64_MAX ? 0 : left);
         if (rc == BATON_ETIMEDOUT) break;
         if (rc) { cli_report("observe", rc); code = cli_exit_for(rc); goto out; }
@@ -714,7 +707,7 @@ static int grant_deadline(run_state *r, baton_client *c, int64_t *d)
  * timeout, an etcd client lease's TTL: whichever bounds this grant). */
 static void watchdog_setup(sup *S, run_state *r, baton_client *c, uint32_t lease_ms)
 {
-    int64_t now = mono_ns(), d, lease, push;
+    int64_t now = now_ns(), d, lease, push;
     if (grant_deadline(r, c, &d) != 0) return;
     if (d == INT64_MAX) {
         if (!r->pm) return;   /* a file lock: nothing to run out */
@@ -737,8 +730,44 @@ static void watchdog_setup(sup *S, run_state *r, baton_client *c, uint32_t lease
  * whichever way run_main returns. */
 static char *uri_owned;
 
-/* baton run and baton elect: one supervisor, two ways of holding. */
-static int run_main(int argc, char **argv, int elect)
+/* One `baton run` or `baton elect`: its options, then what it holds and
+ * owns on the way, released at run_main's end whichever way it goes. */
+typedef struct {
+    int elect;
+    const char *cmdn;               /* "run" or "elect", for messages */
+    int argc;
+    char **argv;                    /* argv[optind...]: COMMAND ARG... once the options are read */
+    /* the options */
+    const char *uri, *name, *cmdstr, *value, *cmdname;
+    char value_buf[300];
+    char n_name[64], w_name[64], c_name[64], mode_name[64];   /* the options as typed */
+    double wait_s, lease_s, kill_after;
+    int mode, verbose, nowait, busy_code, child_only, lost_code, listen_mode, leader_mode;
+    long long permits;
+    /* the run */
+    baton_client *c;
+    baton_rwlock *rw;
+    baton_lock_options lo_opts;
+    sigset_t old;                   /* the signal mask we started with: the command's */
+    struct sigaction chld_old, chld_dfl;
+    char buf[32];                   /* the fence, as text */
+    char **shv, *child_uri, *child_pw;
+    char *sh_argv[4];
+    char *blob, *name_owned;
+    size_t blob_len;
+    pthread_t pth;
+    int pth_started, lost;
+    int64_t acq_start;
+    run_state r;
+    cli_shim_cfg cfg;
+    sup S;
+} run_ctx;
+
+/* run_ctx's steps: RUN_GO to go on, else the exit code */
+#define RUN_GO (-1)
+
+/* The options, up to NAME. */
+static int run_options(run_ctx *x)
 {
     static const struct option lo[] = {
         { "uri", required_argument, NULL, CLI_LONG('u') },
@@ -767,79 +796,53 @@ static int run_main(int argc, char **argv, int elect)
         { "uri-file", required_argument, NULL, O_URI_FILE },
         { NULL, 0, NULL, 0 },
     };
-    const char *cmdn = elect ? "elect" : "run";
-    cli_opts o = { .argc = argc, .argv = argv, .cmd = cmdn, .shorts = elect ? "u:nw:E:c:t:loFhV" : "u:nw:E:c:sxet:oFhV",
-                   .lo = lo, .permute = 0 };
-    const char *value = NULL;
-    char value_buf[300];
-    int listen_mode = 0, leader_mode = 0;
-    const char *uri = NULL, *name, *why, *cmdstr = NULL, *cmdname;
-    char n_name[64] = "", w_name[64] = "", c_name[64] = "", mode_name[64] = "";
-    double wait_s = -1, lease_s = 30, kill_after = 10;
-    int mode = M_PLAIN, verbose = 0;
-    long long permits = 0, v;
-    baton_rwlock *rw = NULL;
-    int nowait = 0, busy_code = EX_BUSY_DEFAULT, opt, rc, err, lost = 0, code;
-    int child_only = 0, lost_code = -1, pth_started = 0;
-    baton_client *c = NULL;
-    baton_lock_options lo_opts = BATON_LOCK_OPTIONS_INIT;
-    sigset_t fwd, old, all;
-    struct sigaction chld_old, chld_dfl;
-    char buf[32];
-    char **shv = NULL, *child_uri = NULL, *child_pw = NULL;
-    char *sh_argv[4] = { "sh", "-c", NULL, NULL };
-    char *blob = NULL, *name_owned = NULL;
-    size_t blob_len = 0;
-    pthread_t pth;
-    int64_t acq_start;
-    run_state r;
-    cli_shim_cfg cfg;
-    sup S = { .shim = -1, .ctl = -1, .rep = -1 };
+    const char *cmdn = x->cmdn;
+    cli_opts o = { .argc = x->argc, .argv = x->argv, .cmd = cmdn,
+                   .shorts = x->elect ? "u:nw:E:c:t:loFhV" : "u:nw:E:c:sxet:oFhV", .lo = lo, .permute = 0 };
+    long long v;
+    int opt;
 
-    memset(&r, 0, sizeof r);
-    r.sfd = -1;
-    r.shim_ctl = -1;
     while ((opt = cli_next(&o)) != CLI_END) {
         int m = M_PLAIN;
         switch (opt) {
         case CLI_BAD: return EX_USAGE;
         case 'u':
             free(uri_owned);
-            if (!(uri = uri_owned = cli_uri_arg(o.arg))) return EX_SOFTWARE;
+            if (!(x->uri = uri_owned = cli_uri_arg(o.arg))) return EX_SOFTWARE;
             break;
-        case 'n': nowait = 1; snprintf(n_name, sizeof n_name, "%s", o.name); break;
+        case 'n': x->nowait = 1; snprintf(x->n_name, sizeof x->n_name, "%s", o.name); break;
         case 'w':
-            if (cli_secs(cmdn, o.name, o.arg, 0, 1e9, NULL, &wait_s)) return EX_USAGE;
-            snprintf(w_name, sizeof w_name, "%s", o.name);
+            if (cli_secs(cmdn, o.name, o.arg, 0, 1e9, NULL, &x->wait_s)) return EX_USAGE;
+            snprintf(x->w_name, sizeof x->w_name, "%s", o.name);
             break;
         case 't':
-            if (cli_secs(cmdn, o.name, o.arg, LEASE_MIN_S, LEASE_MAX_S, "leases are 32-bit milliseconds", &lease_s))
+            if (cli_secs(cmdn, o.name, o.arg, LEASE_MIN_S, LEASE_MAX_S, "leases are 32-bit milliseconds", &x->lease_s))
                 return EX_USAGE;
             break;
         case O_KILL_AFTER:
-            if (cli_secs(cmdn, o.name, o.arg, 0, 1e9, NULL, &kill_after)) return EX_USAGE;
+            if (cli_secs(cmdn, o.name, o.arg, 0, 1e9, NULL, &x->kill_after)) return EX_USAGE;
             break;
         case 'E':
             if (cli_int(o.arg, 0, 255, &v))
                 return cli_usage_error(cmdn, "%s: bad exit code '%s' (want 0 to 255)", o.name, o.arg);
-            busy_code = (int)v;
+            x->busy_code = (int)v;
             break;
         case 'c':
-            if (cmdstr) return cli_usage_error(cmdn, "%s given twice", o.name);
-            cmdstr = o.arg;
-            snprintf(c_name, sizeof c_name, "%s", o.name);
+            if (x->cmdstr) return cli_usage_error(cmdn, "%s given twice", o.name);
+            x->cmdstr = o.arg;
+            snprintf(x->c_name, sizeof x->c_name, "%s", o.name);
             break;
         case 's': m = M_SHARED; break;
         case 'x': case 'e': m = M_WRITE; break;
         case O_FAIR: m = M_FAIR; break;
         case O_PERMITS:
-            if (cli_int(o.arg, 1, 1000000, &permits))
+            if (cli_int(o.arg, 1, 1000000, &x->permits))
                 return cli_usage_error(cmdn, "%s: bad number of permits '%s' (want 1 to 1000000)", o.name, o.arg);
             m = M_PERMITS;
             break;
-        case O_VERBOSE: verbose = 1; break;
+        case O_VERBOSE: x->verbose = 1; break;
         case O_VALUE: case O_LISTEN: case O_LEADER: case 'l':
-            if (!elect) return cli_usage_error(cmdn, "%s is an option of baton elect", o.name);
+            if (!x->elect) return cli_usage_error(cmdn, "%s is an option of baton elect", o.name);
             if (opt == O_VALUE) {
                 /* --listen and --leader print it on one line */
                 if (strchr(o.arg, '\n'))
@@ -847,96 +850,111 @@ static int run_main(int argc, char **argv, int elect)
                 if (strlen(o.arg) > BATON_ELECTION_VALUE_MAX)
                     return cli_usage_error(cmdn, "%s: the value is %zu bytes; the limit is %d", o.name,
                                            strlen(o.arg), BATON_ELECTION_VALUE_MAX);
-                value = o.arg;
+                x->value = o.arg;
             }
-            else if (opt == O_LEADER) leader_mode = 1;
-            else listen_mode = 1;
+            else if (opt == O_LEADER) x->leader_mode = 1;
+            else x->listen_mode = 1;
             break;
-        case 'o': child_only = 1; break;   /* flock's --close: the lock is COMMAND's, not its children's */
+        case 'o': x->child_only = 1; break;   /* flock's --close: the lock is COMMAND's, not its children's */
         case O_LOST_CODE:
             if (cli_int(o.arg, 0, 255, &v))
                 return cli_usage_error(cmdn, "%s: bad exit code '%s' (want 0 to 255)", o.name, o.arg);
-            lost_code = (int)v;
+            x->lost_code = (int)v;
             break;
         case O_URI_FILE:
             free(uri_owned);
             if (!(uri_owned = cli_read_uri_file(cmdn, o.arg))) return EX_USAGE;
-            uri = uri_owned;
+            x->uri = uri_owned;
             break;
         case 'F':
             return cli_usage_error(cmdn, "%s is not supported: baton stays to renew the lease and release the lock",
                                    o.name);
-        case 'h': if (elect) cli_usage_elect(stdout); else cli_usage_run(stdout); return 0;
+        case 'h': if (x->elect) cli_usage_elect(stdout); else cli_usage_run(stdout); return 0;
         case 'V': printf("baton %s\n", baton_version()); return 0;
         default: return cli_usage_error(cmdn, "option '%s' is not handled", o.name);   /* a bug of ours */
         }
         if (m != M_PLAIN) {
-            if (elect)
+            if (x->elect)
                 return cli_usage_error(cmdn, "%s is an option of baton run: an election has one leader", o.name);
-            if (mode != M_PLAIN && mode != m)
+            if (x->mode != M_PLAIN && x->mode != m)
                 return cli_usage_error(cmdn, "%s and %s exclude each other (choose one of --shared, --write, "
-                                       "--permits, --fair)", mode_name, o.name);
-            mode = m;
-            snprintf(mode_name, sizeof mode_name, "%s", o.name);
+                                       "--permits, --fair)", x->mode_name, o.name);
+            x->mode = m;
+            snprintf(x->mode_name, sizeof x->mode_name, "%s", o.name);
         }
     }
-    if (nowait && w_name[0]) return cli_usage_error(cmdn, "%s and %s exclude each other", n_name, w_name);
+    return RUN_GO;
+}
+
+/* NAME and COMMAND (or -c COMMAND_STRING) after the options; baton elect
+ * --listen / --leader end here. */
+static int run_operands(run_ctx *x)
+{
+    const char *cmdn = x->cmdn;
+    int argc = x->argc;
+    char **argv = x->argv;
+
+    if (x->nowait && x->w_name[0]) return cli_usage_error(cmdn, "%s and %s exclude each other", x->n_name, x->w_name);
     if (optind >= argc) return cli_usage_error(cmdn, "missing NAME");
-    name = argv[optind++];
-    if (listen_mode || leader_mode) {
-        if (listen_mode && leader_mode) return cli_usage_error(cmdn, "--listen and --leader exclude each other");
+    x->name = argv[optind++];
+    if (x->listen_mode || x->leader_mode) {
+        if (x->listen_mode && x->leader_mode) return cli_usage_error(cmdn, "--listen and --leader exclude each other");
         if (optind < argc && !strcmp(argv[optind], "--")) optind++;
-        if (optind < argc || cmdstr)
-            return cli_usage_error(cmdn, "%s takes no COMMAND", listen_mode ? "--listen" : "--leader");
-        return elect_watch(cli_default_uri(uri), name, listen_mode, nowait ? 0 : wait_s < 0 ? -1 : (int64_t)(wait_s * 1000));
+        if (optind < argc || x->cmdstr)
+            return cli_usage_error(cmdn, "%s takes no COMMAND", x->listen_mode ? "--listen" : "--leader");
+        return elect_watch(cli_default_uri(x->uri), x->name, x->listen_mode,
+                           x->nowait ? 0 : x->wait_s < 0 ? -1 : (int64_t)(x->wait_s * 1000));
     }
-    if (elect && !value) {
+    if (x->elect && !x->value) {
         /* what etcdctl elect calls the proposal: by default who we are */
         char host[256] = "?";
         gethostname(host, sizeof host - 1);
-        snprintf(value_buf, sizeof value_buf, "%s %ld", host, (long)getpid());
-        value = value_buf;
+        snprintf(x->value_buf, sizeof x->value_buf, "%s %ld", host, (long)getpid());
+        x->value = x->value_buf;
     }
     if (optind < argc && (!strcmp(argv[optind], "-c") || !strcmp(argv[optind], "--command") ||
                           !strncmp(argv[optind], "--command=", 10))) {
         /* flock's form: NAME -c COMMAND_STRING */
         const char *f = argv[optind];
-        if (cmdstr) return cli_usage_error(cmdn, "%.*s given twice", (int)strcspn(f, "="), f);
+        if (x->cmdstr) return cli_usage_error(cmdn, "%.*s given twice", (int)strcspn(f, "="), f);
         if (!strncmp(f, "--command=", 10)) {
-            cmdstr = f + 10;
+            x->cmdstr = f + 10;
             optind++;
         } else if (optind + 1 < argc) {
-            cmdstr = argv[optind + 1];
+            x->cmdstr = argv[optind + 1];
             optind += 2;
         } else {
             return cli_usage_error(cmdn, "option '%s' requires an argument", f);
         }
-        snprintf(c_name, sizeof c_name, "%.*s", (int)strcspn(f, "="), f);
+        snprintf(x->c_name, sizeof x->c_name, "%.*s", (int)strcspn(f, "="), f);
         if (optind < argc)
             return cli_usage_error(cmdn, "%s takes one command string, and no COMMAND ARG... after it "
-                                   "(quote the whole command)", c_name);
+                                   "(quote the whole command)", x->c_name);
     } else if (optind < argc && !strcmp(argv[optind], "--")) {
         optind++;
     }
-    if (cmdstr && optind < argc)
-        return cli_usage_error(cmdn, "%s CMD and COMMAND ARG... exclude each other", c_name);
-    if (!cmdstr && optind >= argc) return cli_usage_error(cmdn, "missing COMMAND (or -c COMMAND_STRING)");
-    r.name = name;
-    /* within [50, UINT32_MAX] by cli_secs */
-    r.lease_ms = (uint32_t)fmin(llround(lease_s * 1000), (double)UINT32_MAX);
-    /* at most 1e12 ms: no overflow here, and the core saturates its deadlines */
-    r.wait_ms = nowait || wait_s == 0 ? 0 : wait_s < 0 ? -1 : (int64_t)(wait_s * 1000);
+    if (x->cmdstr && optind < argc)
+        return cli_usage_error(cmdn, "%s CMD and COMMAND ARG... exclude each other", x->c_name);
+    if (!x->cmdstr && optind >= argc) return cli_usage_error(cmdn, "missing COMMAND (or -c COMMAND_STRING)");
+    return RUN_GO;
+}
+
+/* Signals as signalfd reads, before any thread exists. */
+static int run_signals(run_ctx *x)
+{
+    sigset_t fwd, all;
+    int err;
 
     /* An inherited SIG_IGN for SIGCHLD would have the kernel reap the command
      * itself and waitpid fail: we take the default; the command gets it back. */
-    memset(&cfg, 0, sizeof cfg);
-    if (sigaction(SIGCHLD, NULL, &chld_old)) { perror("baton: sigaction"); return EX_SOFTWARE; }
-    if (!(chld_old.sa_flags & SA_SIGINFO) && chld_old.sa_handler == SIG_IGN) {
-        memset(&chld_dfl, 0, sizeof chld_dfl);
-        chld_dfl.sa_handler = SIG_DFL;
-        sigemptyset(&chld_dfl.sa_mask);
-        if (sigaction(SIGCHLD, &chld_dfl, NULL)) { perror("baton: sigaction"); return EX_SOFTWARE; }
-        cfg.chld = &chld_old;
+    memset(&x->cfg, 0, sizeof x->cfg);
+    if (sigaction(SIGCHLD, NULL, &x->chld_old)) { perror("baton: sigaction"); return EX_SOFTWARE; }
+    if (!(x->chld_old.sa_flags & SA_SIGINFO) && x->chld_old.sa_handler == SIG_IGN) {
+        memset(&x->chld_dfl, 0, sizeof x->chld_dfl);
+        x->chld_dfl.sa_handler = SIG_DFL;
+        sigemptyset(&x->chld_dfl.sa_mask);
+        if (sigaction(SIGCHLD, &x->chld_dfl, NULL)) { perror("baton: sigaction"); return EX_SOFTWARE; }
+        x->cfg.chld = &x->chld_old;
     }
     /* From the start, signals come to this thread only as signalfd reads (the
      * library's threads and the acquire helper block them): a Ctrl-C during
@@ -947,326 +965,406 @@ static int run_main(int argc, char **argv, int elect)
     sigaddset(&fwd, SIGINT); sigaddset(&fwd, SIGTERM); sigaddset(&fwd, SIGHUP); sigaddset(&fwd, SIGCHLD);
     all = fwd;
     sigaddset(&all, SIGPIPE);
-    if ((err = pthread_sigmask(SIG_BLOCK, &all, &old))) {
+    if ((err = pthread_sigmask(SIG_BLOCK, &all, &x->old))) {
         fprintf(stderr, "%s: sigprocmask: %s\n", prog, strerror(err));
         return EX_SOFTWARE;
     }
-    if ((r.sfd = signalfd(-1, &fwd, SFD_CLOEXEC | SFD_NONBLOCK)) < 0) {
+    if ((x->r.sfd = signalfd(-1, &fwd, SFD_CLOEXEC | SFD_NONBLOCK)) < 0) {
         fprintf(stderr, "%s: signalfd: %s\n", prog, strerror(errno));
-        code = EX_SOFTWARE;
-        goto out;
+        return EX_SOFTWARE;
     }
     if (pipe2(ev_pipe, O_CLOEXEC)) {
         fprintf(stderr, "%s: pipe: %s\n", prog, strerror(errno));
-        code = EX_SOFTWARE;
-        goto out;
+        return EX_SOFTWARE;
     }
+    return RUN_GO;
+}
 
-    /* The shim (shim.c), forked now while we have no thread: it will start
-     * the command once we hold the lock, and keep its whole tree. */
-    if (cmdstr) {
-        sh_argv[2] = (char *)cmdstr;
-    } else if (!(shv = calloc((size_t)(argc - optind) + 2, sizeof *shv))) {
+/* The shim (shim.c), forked now while we have no thread: it will start
+ * the command once we hold the lock, and keep its whole tree. */
+static int run_fork_shim(run_ctx *x)
+{
+    int argc = x->argc;
+    char **argv = x->argv;
+    int ctl[2], rep[2], err;
+
+    if (x->cmdstr) {
+        x->sh_argv[2] = (char *)x->cmdstr;
+    } else if (!(x->shv = calloc((size_t)(argc - optind) + 2, sizeof *x->shv))) {
         fprintf(stderr, "%s: out of memory\n", prog);
-        code = EX_SOFTWARE;
-        goto out;
+        return EX_SOFTWARE;
     } else {
-        shv[0] = "sh";
-        for (int i = optind; i < argc; i++) shv[i - optind + 1] = argv[i];
+        x->shv[0] = "sh";
+        for (int i = optind; i < argc; i++) x->shv[i - optind + 1] = argv[i];
     }
     /* -c: /bin/sh -c CMD, as flock -c (which runs $SHELL; baton runs sh
      * whatever the caller's login shell is) */
-    cfg.file = cmdstr ? "/bin/sh" : argv[optind];
-    cfg.argv = cmdstr ? sh_argv : argv + optind;
-    cfg.shv = cmdstr ? sh_argv : shv;
-    cfg.mask = &old;
-    cfg.group = group_mode();
-    cfg.child_only = child_only;
-    cmdname = cmdstr ? "sh" : argv[optind];
-    S.group = cfg.group;
-    S.child_only = child_only;
-    S.kill_after = secs_ns(kill_after);
-    {
-        int ctl[2], rep[2];
-        if (pipe2(ctl, O_CLOEXEC)) {
-            fprintf(stderr, "%s: pipe: %s\n", prog, strerror(errno));
-            code = EX_SOFTWARE;
-            goto out;
-        }
-        if (pipe2(rep, O_CLOEXEC)) {
-            fprintf(stderr, "%s: pipe: %s\n", prog, strerror(errno));
-            close(ctl[0]);
-            close(ctl[1]);
-            code = EX_SOFTWARE;
-            goto out;
-        }
-        /* orphans of the command come back to us should the shim die */
-        prctl(PR_SET_CHILD_SUBREAPER, 1);
-        S.shim = fork();
-        if (S.shim == 0) {
-            close(ctl[1]);
-            close(rep[0]);
-            close(r.sfd);
-            close(ev_pipe[0]);
-            close(ev_pipe[1]);
-            cfg.ctl = ctl[0];
-            cfg.rep = rep[1];
-            cli_shim_main(&cfg);
-        }
-        err = errno;
-        close(ctl[0]);
-        close(rep[1]);
-        S.ctl = ctl[1];
-        S.rep = rep[0];
-        if (S.shim < 0) {
-            fprintf(stderr, "%s: fork: %s\n", prog, strerror(err));
-            code = EX_SOFTWARE;
-            goto out;
-        }
-        fcntl(S.rep, F_SETFL, O_NONBLOCK);
+    x->cfg.file = x->cmdstr ? "/bin/sh" : argv[optind];
+    x->cfg.argv = x->cmdstr ? x->sh_argv : argv + optind;
+    x->cfg.shv = x->cmdstr ? x->sh_argv : x->shv;
+    x->cfg.mask = &x->old;
+    x->cfg.group = group_mode();
+    x->cfg.child_only = x->child_only;
+    x->cmdname = x->cmdstr ? "sh" : argv[optind];
+    x->S.group = x->cfg.group;
+    x->S.child_only = x->child_only;
+    x->S.kill_after = secs_ns(x->kill_after);
+    if (pipe2(ctl, O_CLOEXEC)) {
+        fprintf(stderr, "%s: pipe: %s\n", prog, strerror(errno));
+        return EX_SOFTWARE;
     }
+    if (pipe2(rep, O_CLOEXEC)) {
+        fprintf(stderr, "%s: pipe: %s\n", prog, strerror(errno));
+        close(ctl[0]);
+        close(ctl[1]);
+        return EX_SOFTWARE;
+    }
+    /* orphans of the command come back to us should the shim die */
+    prctl(PR_SET_CHILD_SUBREAPER, 1);
+    x->S.shim = fork();
+    if (x->S.shim == 0) {
+        close(ctl[1]);
+        close(rep[0]);
+        close(x->r.sfd);
+        close(ev_pipe[0]);
+        close(ev_pipe[1]);
+        x->cfg.ctl = ctl[0];
+        x->cfg.rep = rep[1];
+        cli_shim_main(&x->cfg);
+    }
+    err = errno;
+    close(ctl[0]);
+    close(rep[1]);
+    x->S.ctl = ctl[1];
+    x->S.rep = rep[0];
+    if (x->S.shim < 0) {
+        fprintf(stderr, "%s: fork: %s\n", prog, strerror(err));
+        return EX_SOFTWARE;
+    }
+    fcntl(x->S.rep, F_SETFL, O_NONBLOCK);
+    return RUN_GO;
+}
 
-    uri = cli_default_uri(uri);
+/* The client, and the lock, permits or election on it. */
+static int run_open(run_ctx *x)
+{
+    run_state *r = &x->r;
+    int rc;
+
+    x->uri = cli_default_uri(x->uri);
     {
         /* -t also for engines whose lease is the client's (etcd's TTL,
          * unless the URI sets ttl=) */
         baton_client_options co = BATON_CLIENT_OPTIONS_INIT;
-        co.lease_ms = r.lease_ms;
-        if ((rc = baton_client_open(&c, uri, &co))) { cli_report("open", rc); code = cli_exit_for(rc); goto out; }
+        co.lease_ms = r->lease_ms;
+        if ((rc = baton_client_open(&x->c, x->uri, &co))) { cli_report("open", rc); return cli_exit_for(rc); }
     }
-    if (!(name_owned = cli_lock_name(c, name))) { code = EX_SOFTWARE; goto out; }
-    r.name = name = name_owned;
-    lo_opts.lease_ms = r.lease_ms;
-    lo_opts.on_lost = on_lost;
-    lo_opts.fair = mode == M_FAIR;
-    if (elect) {
+    if (!(x->name_owned = cli_lock_name(x->c, x->name))) return EX_SOFTWARE;
+    r->name = x->name = x->name_owned;
+    x->lo_opts.lease_ms = r->lease_ms;
+    x->lo_opts.on_lost = on_lost;
+    x->lo_opts.fair = x->mode == M_FAIR;
+    if (x->elect) {
         baton_election_options eo = BATON_ELECTION_OPTIONS_INIT;
-        eo.lease_ms = r.lease_ms;
+        eo.lease_ms = r->lease_ms;
         eo.on_lost = on_lost_lead;
-        r.value = value;
-        if ((rc = election_open(&r.el, c, name, &eo))) {
-            code = cli_exit_for(rc);
-            goto out;
-        }
-    } else if (mode == M_PERMITS) {
+        r->value = x->value;
+        if ((rc = election_open(&r->el, x->c, x->name, &eo))) return cli_exit_for(rc);
+    } else if (x->mode == M_PERMITS) {
         /* One of N permits, each with its own lease: a killed holder's slot
          * comes back when its lease runs out (or, on engines without leases,
          * when it dies). The first user sets N; later users join it. */
-        if ((rc = baton_permits_open(&r.pm, c, name)) || (rc = baton_permits_try_set(r.pm, (uint32_t)permits, NULL))) {
+        if ((rc = baton_permits_open(&r->pm, x->c, x->name)) ||
+            (rc = baton_permits_try_set(r->pm, (uint32_t)x->permits, NULL))) {
             if (rc == BATON_ENOTSUP)
-                fprintf(stderr, "%s: %s is not supported by the %s engine\n", prog, mode_name, baton_client_backend(c));
+                fprintf(stderr, "%s: %s is not supported by the %s engine\n", prog, x->mode_name,
+                        baton_client_backend(x->c));
             else
                 cli_report("permits", rc);
-            code = cli_exit_for(rc);
-            goto out;
+            return cli_exit_for(rc);
         }
-    } else if (mode == M_SHARED || mode == M_WRITE) {
-        if ((rc = baton_rwlock_open(&rw, c, name, &lo_opts))) { cli_report("rwlock", rc); code = cli_exit_for(rc); goto out; }
-        r.l = mode == M_SHARED ? baton_rwlock_read(rw) : baton_rwlock_write(rw);
-    } else if ((rc = baton_lock_open(&r.l, c, name, &lo_opts))) {
+    } else if (x->mode == M_SHARED || x->mode == M_WRITE) {
+        if ((rc = baton_rwlock_open(&x->rw, x->c, x->name, &x->lo_opts))) {
+            cli_report("rwlock", rc);
+            return cli_exit_for(rc);
+        }
+        r->l = x->mode == M_SHARED ? baton_rwlock_read(x->rw) : baton_rwlock_write(x->rw);
+    } else if ((rc = baton_lock_open(&r->l, x->c, x->name, &x->lo_opts))) {
         cli_report("lock", rc);
-        code = cli_exit_for(rc);
-        goto out;
+        return cli_exit_for(rc);
     }
+    return RUN_GO;
+}
+
+/* Waits for the grant; then the watchdog, and a permit's first renewal. */
+static int run_acquire(run_ctx *x)
+{
+    run_state *r = &x->r;
+    const char *why;
+    int code, rc;
 
     /* Every attempt of the acquire is sent after this: a lower bound for
      * when the permit's lease started. */
-    acq_start = mono_ns();
-    if ((code = wait_grant(&r, &lost)) > 0) goto out;
+    x->acq_start = now_ns();
+    if ((code = wait_grant(r, &x->lost)) > 0) return code;
     if (code < 0) {
-        rc = r.rc;
+        rc = r->rc;
         if (rc == BATON_ELOCKED || rc == BATON_ETIMEDOUT) {
             /* quiet, as flock -n: a cron job's skipped run mails nothing */
-            if (verbose && r.wait_ms == 0)
-                fprintf(stderr, "%s: %s: busy\n", prog, name);
-            else if (verbose)
-                fprintf(stderr, "%s: %s: still busy after %.3f s; gave up\n", prog, name,
-                        (double)(mono_ns() - acq_start) / 1e9);
-            code = busy_code;
-        } else {
-            fprintf(stderr, "%s: acquire: %s\n", prog, r.msg ? r.msg : baton_strerror(rc));
-            code = cli_exit_for(rc);
+            if (x->verbose && r->wait_ms == 0)
+                fprintf(stderr, "%s: %s: busy\n", prog, x->name);
+            else if (x->verbose)
+                fprintf(stderr, "%s: %s: still busy after %.3f s; gave up\n", prog, x->name,
+                        (double)(now_ns() - x->acq_start) / 1e9);
+            return x->busy_code;
         }
-        goto out;
+        fprintf(stderr, "%s: acquire: %s\n", prog, r->msg ? r->msg : baton_strerror(rc));
+        return cli_exit_for(rc);
     }
 
     /* Granted. Anything that fails from here until the command runs gives
      * the lock back first. The watchdog's lease is known now (an etcd
      * client's lease exists once something was granted on it). */
-    r.c = c;
-    watchdog_setup(&S, &r, c, r.lease_ms);
-    if (mode == M_PERMITS) {
+    r->c = x->c;
+    watchdog_setup(&x->S, r, x->c, r->lease_ms);
+    if (x->mode == M_PERMITS) {
         /* a permit's renewals feed the watchdog themselves, with their send times */
-        r.wd_lease = S.wd_lease;
-        S.wd_push = 0;
+        r->wd_lease = x->S.wd_lease;
+        x->S.wd_push = 0;
     }
-    if (r.pm) {
-        int64_t lease = (int64_t)r.lease_ms * 1000000;
-        r.keep = 1;
-        r.lease_end = add_ns(acq_start, lease);
-        r.renew_at = add_ns(acq_start, permit_period(lease));
-        r.shim_deadline = permit_wd_deadline(&r, acq_start);
+    if (r->pm) {
+        int64_t lease = (int64_t)r->lease_ms * 1000000;
+        r->keep = 1;
+        r->lease_end = add_ns(x->acq_start, lease);
+        r->renew_at = add_ns(x->acq_start, permit_period(lease));
+        r->shim_deadline = permit_wd_deadline(r, x->acq_start);
         /* after a long wait the first renewal is due (or late) already:
          * acq_start is only a lower bound for when the lease began */
-        if ((why = permit_keep(&r, 1))) {
-            fprintf(stderr, "%s: %s: %s before the command started\n", prog, name, why);
-            give_back(&r);
-            code = EX_LOST;
-            goto out;
+        if ((why = permit_keep(r, 1))) {
+            fprintf(stderr, "%s: %s: %s before the command started\n", prog, x->name, why);
+            give_back(r);
+            return EX_LOST;
         }
     }
-    if (lost) {
-        fprintf(stderr, "%s: %s: %s lost before the command started\n", prog, name, r.el ? "leadership" : "lease");
-        give_back(&r);
-        code = EX_LOST;
-        goto out;
+    if (x->lost) {
+        fprintf(stderr, "%s: %s: %s lost before the command started\n", prog, x->name, r->el ? "leadership" : "lease");
+        give_back(r);
+        return EX_LOST;
     }
-    snprintf(buf, sizeof buf, "%" PRIu64, r.l ? baton_lock_fence(r.l) : r.el ? baton_election_fence(r.el) : 0);
-    if (verbose && r.pm)
-        fprintf(stderr, "%s: %s: got a permit after %.3f s (%s)\n", prog, name, (double)(mono_ns() - acq_start) / 1e9, r.id);
-    else if (verbose && r.el)
-        fprintf(stderr, "%s: %s: leading after %.3f s, term %s\n", prog, name, (double)(mono_ns() - acq_start) / 1e9, buf);
-    else if (verbose)
-        fprintf(stderr, "%s: %s: got the lock after %.3f s, fence %s\n", prog, name, (double)(mono_ns() - acq_start) / 1e9, buf);
+    return RUN_GO;
+}
+
+/* The go to the shim: the command's environment and the watchdog's first
+ * deadline. */
+static int run_go(run_ctx *x)
+{
+    run_state *r = &x->r;
+    const char *pw_var = NULL;
+    char *nb;
+    size_t len;
+    cli_shim_msg m;
+
+    snprintf(x->buf, sizeof x->buf, "%" PRIu64, r->l ? baton_lock_fence(r->l) : r->el ? baton_election_fence(r->el) : 0);
+    if (x->verbose && r->pm)
+        fprintf(stderr, "%s: %s: got a permit after %.3f s (%s)\n", prog, x->name,
+                (double)(now_ns() - x->acq_start) / 1e9, r->id);
+    else if (x->verbose && r->el)
+        fprintf(stderr, "%s: %s: leading after %.3f s, term %s\n", prog, x->name,
+                (double)(now_ns() - x->acq_start) / 1e9, x->buf);
+    else if (x->verbose)
+        fprintf(stderr, "%s: %s: got the lock after %.3f s, fence %s\n", prog, x->name,
+                (double)(now_ns() - x->acq_start) / 1e9, x->buf);
     /* The command's BATON_URI names the engine so that a nested baton can
      * use it: with no password in it (that goes to the variable the engine
      * reads, baton_client_secret), with the file engine's directory. The
      * shim puts these into the command's environment: "KEY=VAL" sets,
      * a bare "KEY" removes. */
-    {
-        const char *pw_var = NULL;
-        size_t len;
-        if (cli_child_uri(c, uri, &child_uri, &child_pw, &pw_var) ||
-            !(blob = cli_env_blob(&blob_len, "BATON_LOCK", name, "BATON_FENCE", r.l || r.el ? buf : NULL,
-                                  "BATON_URI", child_uri, child_pw && pw_var ? pw_var : NULL, child_pw,
-                                  (const char *)NULL))) {
-            fprintf(stderr, "%s: out of memory\n", prog);
-            give_back(&r);
-            code = EX_SOFTWARE;
-            goto out;
-        }
-        /* the header and the blob in one write: one wake-up of the shim */
-        len = blob_len + sizeof(cli_shim_msg);
-        {
-            cli_shim_msg m;
-            char *nb = realloc(blob, len);
-            if (!nb) {
-                fprintf(stderr, "%s: out of memory\n", prog);
-                give_back(&r);
-                code = EX_SOFTWARE;
-                goto out;
-            }
-            blob = nb;
-            memmove(blob + sizeof m, blob, blob_len);
-            memset(&m, 0, sizeof m);
-            m.type = SHIM_GO;
-            m.a = (int32_t)blob_len;
-            /* The watchdog's first deadline travels with the go: sent after
-             * it, a baton stopped in between would leave the command
-             * running with no deadline at all. */
-            m.b = r.pm ? (r.keep ? r.shim_deadline : 0) : S.wd_push ? wd_deadline(&S, &r, mono_ns()) : 0;
-            memcpy(blob, &m, sizeof m);
-            blob_len = len;
-        }
-        for (size_t off = 0; off < len;) {
-            ssize_t k = write(S.ctl, blob + off, len - off);
-            if (k < 0 && errno == EINTR) continue;
-            if (k <= 0) break;   /* the shim died: supervise sees it */
-            off += (size_t)k;
-        }
+    if (cli_child_uri(x->c, x->uri, &x->child_uri, &x->child_pw, &pw_var) ||
+        !(x->blob = cli_env_blob(&x->blob_len, "BATON_LOCK", x->name, "BATON_FENCE", r->l || r->el ? x->buf : NULL,
+                                 "BATON_URI", x->child_uri, x->child_pw && pw_var ? pw_var : NULL, x->child_pw,
+                                 (const char *)NULL))) {
+        fprintf(stderr, "%s: out of memory\n", prog);
+        give_back(r);
+        return EX_SOFTWARE;
     }
-    if (r.pm) {
-        /* from here the renewals run on their own thread */
+    /* the header and the blob in one write: one wake-up of the shim */
+    len = x->blob_len + sizeof(cli_shim_msg);
+    if (!(nb = realloc(x->blob, len))) {
+        fprintf(stderr, "%s: out of memory\n", prog);
+        give_back(r);
+        return EX_SOFTWARE;
+    }
+    x->blob = nb;
+    memmove(x->blob + sizeof m, x->blob, x->blob_len);
+    memset(&m, 0, sizeof m);
+    m.type = SHIM_GO;
+    m.a = (int32_t)x->blob_len;
+    /* The watchdog's first deadline travels with the go: sent after
+     * it, a baton stopped in between would leave the command
+     * running with no deadline at all. */
+    m.b = r->pm ? (r->keep ? r->shim_deadline : 0) : x->S.wd_push ? wd_deadline(&x->S, r, now_ns()) : 0;
+    memcpy(x->blob, &m, sizeof m);
+    x->blob_len = len;
+    for (size_t off = 0; off < len;) {
+        ssize_t k = write(x->S.ctl, x->blob + off, len - off);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) break;   /* the shim died: supervise sees it */
+        off += (size_t)k;
+    }
+    return RUN_GO;
+}
+
+/* A permit's renewals, on their own thread from here; a lock's watchdog
+ * deadline. */
+static void run_keep(run_ctx *x)
+{
+    run_state *r = &x->r;
+    int err;
+
+    if (r->pm) {
         pthread_condattr_t ca;
-        r.shim_ctl = S.ctl;
+        r->shim_ctl = x->S.ctl;
         pthread_condattr_init(&ca);
         pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-        pthread_cond_init(&r.pcv, &ca);
+        pthread_cond_init(&r->pcv, &ca);
         pthread_condattr_destroy(&ca);
-        pthread_mutex_init(&r.pmu, NULL);
-        if (r.keep) shim_say(S.ctl, SHIM_DEADLINE, 0, r.shim_deadline);
-        if ((err = pthread_create(&pth, NULL, permit_main, &r))) {
+        pthread_mutex_init(&r->pmu, NULL);
+        if (r->keep) shim_say(x->S.ctl, SHIM_DEADLINE, 0, r->shim_deadline);
+        if ((err = pthread_create(&x->pth, NULL, permit_main, r))) {
             fprintf(stderr, "%s: cannot start the renewal thread: %s\n", prog, strerror(err));
-            shim_say(S.ctl, SHIM_SIGNAL, SIGKILL, -1);
+            shim_say(x->S.ctl, SHIM_SIGNAL, SIGKILL, -1);
         } else {
-            pth_started = 1;
+            x->pth_started = 1;
         }
-    } else if (S.wd_push) {
-        shim_say(S.ctl, SHIM_DEADLINE, 0, wd_deadline(&S, &r, mono_ns()));
+    } else if (x->S.wd_push) {
+        shim_say(x->S.ctl, SHIM_DEADLINE, 0, wd_deadline(&x->S, r, now_ns()));
     }
+}
 
-    code = supervise(&r, &S);
-    S.shim = -1;   /* done (and exiting), or reaped */
-    if (pth_started) {
-        pthread_mutex_lock(&r.pmu);
-        r.pstop = 1;
-        pthread_cond_signal(&r.pcv);
-        pthread_mutex_unlock(&r.pmu);
+/* The exit code once the command is gone (supervise said CODE), the lock
+ * given back. */
+static int run_result(run_ctx *x, int code)
+{
+    run_state *r = &x->r;
+    sup *S = &x->S;
+    int rc;
+
+    if (x->pth_started) {
+        pthread_mutex_lock(&r->pmu);
+        r->pstop = 1;
+        pthread_cond_signal(&r->pcv);
+        pthread_mutex_unlock(&r->pmu);
         /* at most one renewal's I/O timeout: the command is gone already */
-        pthread_join(pth, NULL);
+        pthread_join(x->pth, NULL);
     }
-    rc = give_back(&r);
-    if (code) {
-        /* supervise's failure, reported; the command is gone */
-    } else if (S.exec_err) {
-        if (S.exec_step == 0) {
-            fprintf(stderr, "%s: prctl(PR_SET_PDEATHSIG): %s\n", prog, strerror(S.exec_err));
-            code = EX_SOFTWARE;
-        } else {
-            fprintf(stderr, "%s: %s: %s%s\n", prog, cmdname, S.exec_step == 2 ? "cannot start it: " : "", strerror(S.exec_err));
-            /* 127: not found; 126: found but not runnable; the exec itself failing is ours */
-            code = S.exec_err == ENOENT ? 127 : (S.exec_err == EAGAIN || S.exec_err == ENOMEM || S.exec_step == 2) ? EX_SOFTWARE : 126;
+    rc = give_back(r);
+    if (code) return code;   /* supervise's failure, reported; the command is gone */
+    if (S->exec_err) {
+        if (S->exec_step == 0) {
+            fprintf(stderr, "%s: prctl(PR_SET_PDEATHSIG): %s\n", prog, strerror(S->exec_err));
+            return EX_SOFTWARE;
         }
-    } else if (S.lost_running || S.watchdog) {
+        fprintf(stderr, "%s: %s: %s%s\n", prog, x->cmdname, S->exec_step == 2 ? "cannot start it: " : "",
+                strerror(S->exec_err));
+        /* 127: not found; 126: found but not runnable; the exec itself failing is ours */
+        return S->exec_err == ENOENT ? 127
+               : (S->exec_err == EAGAIN || S->exec_err == ENOMEM || S->exec_step == 2) ? EX_SOFTWARE : 126;
+    }
+    if (S->lost_running || S->watchdog) {
         /* 75 means this only: baton stopped the command because the lock
          * was lost (or could not be confirmed in time) */
-        code = EX_LOST;
-    } else if (!S.exited) {
-        fprintf(stderr, "%s: %s: the command's exit status was not reported\n", prog, name);
-        code = EX_SOFTWARE;
-    } else {
-        int lost_late = S.lost_after || rc == BATON_ELOST || (r.pm && rc == BATON_ENOTOWNER) ||
-                        (r.el && rc == BATON_ENOTHELD);
-        code = WIFSIGNALED(S.status) ? 128 + WTERMSIG(S.status) : WEXITSTATUS(S.status);
-        if (lost_late) {
-            /* It ended on its own: its status is the truth about its work.
-             * The loss is worth knowing (what it wrote may have raced a
-             * newer holder), and --lost-exit-code makes it a failure. */
-            fprintf(stderr, "%s: warning: %s: the %s was found lost after the command ended; "
-                    "keeping its exit status %d\n", prog, name, r.el ? "leadership" : "lock", code);
-            if (lost_code >= 0 && code == 0) code = lost_code;
-        } else if (rc) {
-            cli_report("release", rc);
-        }
+        return EX_LOST;
     }
-out:
-    if (S.shim > 0) {
+    if (!S->exited) {
+        fprintf(stderr, "%s: %s: the command's exit status was not reported\n", prog, x->name);
+        return EX_SOFTWARE;
+    }
+    int lost_late = S->lost_after || rc == BATON_ELOST || (r->pm && rc == BATON_ENOTOWNER) ||
+                    (r->el && rc == BATON_ENOTHELD);
+    code = WIFSIGNALED(S->status) ? 128 + WTERMSIG(S->status) : WEXITSTATUS(S->status);
+    if (lost_late) {
+        /* It ended on its own: its status is the truth about its work.
+         * The loss is worth knowing (what it wrote may have raced a
+         * newer holder), and --lost-exit-code makes it a failure. */
+        fprintf(stderr, "%s: warning: %s: the %s was found lost after the command ended; "
+                "keeping its exit status %d\n", prog, x->name, r->el ? "leadership" : "lock", code);
+        if (x->lost_code >= 0 && code == 0) code = x->lost_code;
+    } else if (rc) {
+        cli_report("release", rc);
+    }
+    return code;
+}
+
+/* Whatever run_main's steps left: the shim (if the command never started),
+ * descriptors, memory, the engine's objects. */
+static void run_free(run_ctx *x)
+{
+    sup *S = &x->S;
+
+    if (S->shim > 0) {
         /* never started the command: closing our end sends the shim away */
-        if (S.ctl >= 0) close(S.ctl);
-        S.ctl = -1;
-        while (waitpid(S.shim, NULL, 0) < 0 && errno == EINTR) {}
+        if (S->ctl >= 0) close(S->ctl);
+        S->ctl = -1;
+        while (waitpid(S->shim, NULL, 0) < 0 && errno == EINTR) {}
     }
-    if (S.ctl >= 0) close(S.ctl);
-    if (S.rep >= 0) close(S.rep);
-    if (pth_started || r.pm) {
-        /* initialised only for a permit that was granted */
-    }
-    free(shv);
-    cli_blob_free(blob, blob_len);
-    free(child_uri);
-    cli_secret_free(child_pw);
-    free(name_owned);
-    free(r.msg);
-    if (rw) baton_rwlock_free(rw);
-    else baton_lock_free(r.l);
-    baton_permits_free(r.pm);
-    baton_election_free(r.el);
-    baton_client_close(c);
-    if (r.sfd >= 0) close(r.sfd);
+    if (S->ctl >= 0) close(S->ctl);
+    if (S->rep >= 0) close(S->rep);
+    free(x->shv);
+    cli_blob_free(x->blob, x->blob_len);
+    free(x->child_uri);
+    cli_secret_free(x->child_pw);
+    free(x->name_owned);
+    free(x->r.msg);
+    if (x->rw) baton_rwlock_free(x->rw);
+    else baton_lock_free(x->r.l);
+    baton_permits_free(x->r.pm);
+    baton_election_free(x->r.el);
+    baton_client_close(x->c);
+    if (x->r.sfd >= 0) close(x->r.sfd);
     for (int i = 0; i < 2; i++) {
         if (ev_pipe[i] >= 0) close(ev_pipe[i]);
         ev_pipe[i] = -1;
     }
+}
+
+/* baton run and baton elect: one supervisor, two ways of holding. */
+static int run_main(int argc, char **argv, int elect)
+{
+    run_ctx ctx, *x = &ctx;
+    int code;
+
+    memset(x, 0, sizeof *x);
+    x->elect = elect;
+    x->cmdn = elect ? "elect" : "run";
+    x->argc = argc;
+    x->argv = argv;
+    x->wait_s = -1;
+    x->lease_s = 30;
+    x->kill_after = 10;
+    x->mode = M_PLAIN;
+    x->busy_code = EX_BUSY_DEFAULT;
+    x->lost_code = -1;
+    x->lo_opts = (baton_lock_options)BATON_LOCK_OPTIONS_INIT;
+    x->sh_argv[0] = "sh";
+    x->sh_argv[1] = "-c";
+    x->S.shim = x->S.ctl = x->S.rep = -1;
+    x->r.sfd = -1;
+    x->r.shim_ctl = -1;
+    if ((code = run_options(x)) != RUN_GO || (code = run_operands(x)) != RUN_GO) return code;
+    x->r.name = x->name;
+    /* within [50, UINT32_MAX] by cli_secs */
+    x->r.lease_ms = (uint32_t)fmin(llround(x->lease_s * 1000), (double)UINT32_MAX);
+    /* at most 1e12 ms: no overflow here, and the core saturates its deadlines */
+    x->r.wait_ms = x->nowait || x->wait_s == 0 ? 0 : x->wait_s < 0 ? -1 : (int64_t)(x->wait_s * 1000);
+
+    if ((code = run_signals(x)) == RUN_GO && (code = run_fork_shim(x)) == RUN_GO && (code = run_open(x)) == RUN_GO &&
+        (code = run_acquire(x)) == RUN_GO && (code = run_go(x)) == RUN_GO) {
+        run_keep(x);
+        code = supervise(&x->r, &x->S);
+        x->S.shim = -1;   /* done (and exiting), or reaped */
+        code = run_result(x, code);
+    }
+    run_free(x);
     return code;
 }
 

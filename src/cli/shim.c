@@ -41,13 +41,6 @@
 #include <time.h>
 #include <unistd.h>
 
-int64_t cli_mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);   /* cannot fail for this clock */
-    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
 /* ---- the process tree ----------------------------------------------------- */
 
 /* The parent of PID from /proc/PID/stat, or -1. comm may hold ')' and
@@ -243,7 +236,7 @@ _Noreturn void cli_shim_main(cli_shim_cfg *s)
 
     for (;;) {
         struct pollfd p[2] = { { sfd, POLLIN, 0 }, { s->ctl, POLLIN, 0 } };
-        int64_t now = cli_mono_ns(), due;
+        int64_t now = now_ns(), due;
         int status;
 
         /* reap whatever ended; the tree is empty when we have no child */

@@ -50,6 +50,4 @@ _Noreturn void cli_shim_main(cli_shim_cfg *s);
  * group PGID when > 1. Returns how many were signalled. */
 int cli_tree_kill(pid_t root, pid_t pgid, int sig);
 
-int64_t cli_mono_ns(void);
-
 #endif

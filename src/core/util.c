@@ -1,4 +1,5 @@
-/* Clocks, owner ids and the waiter (a parking spot for one blocked call). */
+/* Owner ids and the waiter (a parking spot for one blocked call). The clock,
+ * baton_now_ns, is src/util/clock.c. */
 #include "internal.h"
 #include <errno.h>
 #include <stdio.h>
@@ -7,13 +8,6 @@
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
-
-int64_t baton_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
 
 /* The thread id and the holder description's host and pid are asked for on
  * every acquire; they are cached (the pid is refreshed in a forked child). */

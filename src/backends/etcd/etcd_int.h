@@ -5,7 +5,7 @@
  *           auth tokens, error mapping, base64, and the watch stream; with
  *           transport=grpc the same calls go to h2.c instead
  *   h2.c    gRPC over HTTP/2 (nghttp2; h2c, or TLS with ALPN h2 through
- *           etls.c's dlopen'd OpenSSL): connections, streams, framing
+ *           src/util/ossl.c's dlopen'd OpenSSL): connections, streams, framing
  *   pb.c    the gateway's JSON <-> etcd's protobuf messages
  *   etcd.c  URI/options, the client's lease and its keep-alive thread,
  *           identity/describe and the backend table

@@ -15,7 +15,7 @@
  * retried once on a new connection, as curl does.
  *
  * etcds:// (BATON_ETCD_GRPC_TLS): the same over TLS with OpenSSL (loaded
- * with dlopen on the first etcds:// open, etls.c), ALPN "h2", the server's
+ * with dlopen on the first etcds:// open, src/util/ossl.c), ALPN "h2", the server's
  * certificate checked against `cacert` (or the system's CAs) and the member's
  * name or IP, the client's certificate from `cert`/`key`. The handshake is
  * non-blocking, within the connect timeout; reads and writes go through SSL
@@ -47,7 +47,7 @@
 #include <unistd.h>
 
 #ifdef BATON_ETCD_GRPC_TLS
-#include "etls.h"
+#include "util/ossl.h"
 #endif
 
 #define POOL_MAX 16
@@ -315,7 +315,7 @@ static int tls_ctx_new(eh2 *h, const egw_config *cfg)
     SSL_CTX *ctx;
     int rc;
 
-    if ((rc = etls_load())) return rc;
+    if ((rc = baton__ossl_load())) return rc;
     pthread_once(&sock_once, sock_method_init);
     if (!sock_method) return baton_seterr(BATON_ENOMEM, 0, "etcd: TLS: cannot make a BIO method");
     if (cfg->key && !cfg->cert)

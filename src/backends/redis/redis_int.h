@@ -10,7 +10,7 @@
 #include "baton/sys/backend.h"
 
 #include <hiredis/hiredis.h>
-#include "ossl.h"
+#include "util/ossl.h"
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>

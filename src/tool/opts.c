@@ -2,7 +2,7 @@
  * messages of flock(1) and the GNU tools ("unrecognized option '--frob'",
  * then "Try 'baton run --help' for more information."), options named as
  * the user typed them. */
-#include "cli.h"
+#include "tool.h"
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
