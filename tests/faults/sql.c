@@ -341,7 +341,19 @@ static const engine eng_postgres = {
     .seq_sql = { "CREATE SEQUENCE priv_{tag}_fence; GRANT USAGE ON SEQUENCE priv_{tag}_fence TO {user}" },
     .held_short_sql = PG_HELD_SQL,
     .held_long_sql = PG_HELD_SQL,
-    .cases = "session_kill session_kill_watched row_kill row_fence_after_wait lease_survives_kill "
+    /* pg_advisory_lock, or the row's FOR UPDATE, waiting in the server */
+    .waiting_sql = { "SELECT count(*)::int FROM pg_stat_activity WHERE state = 'active' AND "
+                     "wait_event_type = 'Lock' AND wait_event = 'advisory' AND pid <> pg_backend_pid()",
+                     "SELECT count(*)::int FROM pg_stat_activity WHERE state = 'active' AND "
+                     "wait_event_type = 'Lock' AND pid <> pg_backend_pid()" },
+    /* not row_restart: a row-mode waiter's acquire ends with BATON_EUNAVAILABLE
+     * when the server restarts under it, where session mode and MySQL's row mode
+     * wait on over a new connection (reported, not decided here); not
+     * server_dies_mid_wait: postgres.sh cannot kill the server; not malformed:
+     * its URIs are MySQL's; not the *_frozen_* cases: frozen links are
+     * postgres_deadlines' (tests/postgres/deadlines.c), with its own bounds */
+    .cases = "session_kill session_kill_watched row_kill row_kill_watched session_kill_at_once row_kill_at_once "
+             "row_fence_after_wait lease_survives_kill lease_kill_fresh lease_stopped_holder session_cancel row_cancel "
              "lease_restart session_restart lease_notify_wakes wrong_password unreachable bad_shape "
              "privileges long_names documented_key",
 };
@@ -469,7 +481,7 @@ static const engine eng_mysql = {
                      "AND ID <> CONNECTION_ID()",
                      "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE '%innodb_lock_wait%' "
                      "AND ID <> CONNECTION_ID()" },
-    .cases = "session_kill row_kill session_kill_at_once row_kill_at_once lease_survives_kill lease_kill_fresh "
+    .cases = "session_kill row_kill session_kill_watched row_kill_watched session_kill_at_once row_kill_at_once lease_survives_kill lease_kill_fresh "
              "lease_stopped_holder session_frozen_holder row_frozen_holder lease_frozen_holder "
              "session_frozen_waiter row_frozen_waiter lease_frozen_waiter session_frozen_cancel "
              "row_frozen_cancel session_cancel row_cancel wrong_password unreachable bad_shape privileges "
@@ -1340,6 +1352,7 @@ static const fault_case g_cases[] = {
     { "session_kill", c_kill, 0 },
     { "row_kill", c_kill, 1 },
     { "session_kill_watched", c_kill_watched, 0 },
+    { "row_kill_watched", c_kill_watched, 1 },
     { "session_kill_at_once", c_kill_at_once, 0 },
     { "row_kill_at_once", c_kill_at_once, 1 },
     { "lease_survives_kill", c_lease_survives_kill, 0 },
