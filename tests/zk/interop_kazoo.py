@@ -2,7 +2,7 @@
 """Interop: kazoo (python3-kazoo 2.8) and baton on the same ZooKeeper lock
 and election.
 
-    interop_kazoo.py PATH/TO/baton PATH/TO/test_zk_election
+    interop_kazoo.py PATH/TO/baton PATH/TO/test_election
 
 (Not named kazoo.py: the script's directory comes first on sys.path, and a
 kazoo.py there would shadow the kazoo package.)
@@ -26,7 +26,7 @@ Cases:
     names the foreign holder by kazoo's identifier; `baton run -n` is busy;
   - baton holds; kazoo's non-blocking acquire fails; kazoo queues, then a
     second `baton run` queues behind kazoo: order baton, kazoo, baton;
-  - two baton candidates (test_zk_election --candidate): kazoo's
+  - two baton candidates (test_election --candidate, tests/election): kazoo's
     Election.contenders() lists their values, the leader first; after the
     leader resigns, only the second;
   - a `baton elect --value V` leader: kazoo's stock Election.contenders()
