@@ -86,6 +86,7 @@ class Case:
         self.foreign = {"sections": 0, "excl": 0, "errors": 0, "msgs": []}
         self.baton = {"sections": 0, "excl": 0, "errors": 0, "msgs": []}
         self.lock = threading.Lock()
+        self.wait = 20          # a foreign acquire's timeout (s)
 
     def note(self, side, kind, ok, msg=None):
         with self.lock:
@@ -205,6 +206,14 @@ def report(case, label, expect, extra_ok=True):
         check("%s: no failed acquire" % label, f["errors"] == 0 and b["errors"] == 0,
               "%d foreign, %d baton" % (f["errors"], b["errors"]))
         check("%s: %s" % (label, "the case's own checks"), extra_ok)
+    elif expect == "compatible-stalls":
+        # kazoo 2.8's own read-write deadlock (python-zk/kazoo#649): a ReadLock
+        # also waits for writers queued after it; one such writer (kazoo's or
+        # baton's) then waits for the reader: both stall until their timeouts.
+        check("%s: both sides ran" % label, f["sections"] > 0 and b["sections"] > 0)
+        check("%s: 0 overlaps" % label, case.overlaps == 0, case.overlaps)
+        check("%s: no lost increment" % label, lost == 0, "counter %d of %d" % (case.counter, case.excl))
+        log("   (%d + %d acquires stalled to their timeout: kazoo#649, see docs/interop.md)" % (f["errors"], b["errors"]))
     else:
         check("%s: the documented incompatibility shows (overlaps or failed acquires)" % label,
               case.overlaps > 0 or f["errors"] > 0 or b["errors"] > 0)
@@ -224,7 +233,7 @@ def kazoo_env():
 
 
 def kazoo_case(tmp, label, expect, kind_f, make, baton_opts, n_baton=100, threads=1, baton_loops=1,
-               permits=0, kind_b=None):
+               permits=0, kind_b=None, wait=20):
     env, why = kazoo_env()
     if env is None:
         return skip(label, why)
@@ -239,6 +248,7 @@ def kazoo_case(tmp, label, expect, kind_f, make, baton_opts, n_baton=100, thread
         zk = KazooClient(hosts="127.0.0.1:%d" % port, timeout=10.0)
         zk.start(timeout=15)
         clients.append(zk)
+        c.wait = wait
         fts.append((c.foreign_loop, ("kazoo-%d" % i, k, make(zk, path, "kazoo-%d" % i, k, c), permits)))
     uri = "zk://127.0.0.1:%d?session_timeout_ms=10000" % port
     opts_list = baton_opts if isinstance(baton_opts[0], list) else [baton_opts]
@@ -246,7 +256,7 @@ def kazoo_case(tmp, label, expect, kind_f, make, baton_opts, n_baton=100, thread
     bls = []
     for i in range(baton_loops):
         opts, kb = opts_list[i % len(opts_list)], bk_list[i % len(bk_list)]
-        bls.append((n_baton, kb, [BATON, opts[0], "-u", uri, "-w", "20"] + opts[1:] + [name], None, permits))
+        bls.append((n_baton, kb, [BATON, opts[0], "-u", uri, "-w", str(wait)] + opts[1:] + [name], None, permits))
     c.run(fts, bls)
     for zk in clients:
         try:
@@ -257,12 +267,12 @@ def kazoo_case(tmp, label, expect, kind_f, make, baton_opts, n_baton=100, thread
     report(c, label, expect)
 
 
-def with_lock(lk):
+def with_lock(lk, wait=20):
     from kazoo.exceptions import LockTimeout
 
     def once(section):
         try:
-            if not lk.acquire(timeout=20):
+            if not lk.acquire(timeout=wait):
                 return False
         except LockTimeout:
             return False
@@ -290,19 +300,19 @@ def rw_make(configured):
             lk = zk.ReadLock(p, i, extra_lock_patterns=("__WRIT__",)) if configured else zk.ReadLock(p, i)
         else:
             lk = zk.WriteLock(p, i, extra_lock_patterns=("__WRIT__", "__READ__")) if configured else zk.WriteLock(p, i)
-        return with_lock(lk)
+        return with_lock(lk, 5)
     return make
 
 
 def case_kazoo_rw_stock(tmp):
     kazoo_case(tmp, "kazoo ReadLock/WriteLock stock", "incompatible", ["shared", "exclusive"], rw_make(False),
-               [["run", "-s"], ["run", "-x"]], n_baton=100, baton_loops=2, kind_b=["shared", "exclusive"])
+               [["run", "-s"], ["run", "-x"]], n_baton=100, baton_loops=2, kind_b=["shared", "exclusive"], wait=5)
 
 
 def case_kazoo_rw(tmp):
-    kazoo_case(tmp, "kazoo ReadLock/WriteLock extra_lock_patterns", "compatible", ["shared", "exclusive"],
+    kazoo_case(tmp, "kazoo ReadLock/WriteLock extra_lock_patterns", "compatible-stalls", ["shared", "exclusive"],
                rw_make(True), [["run", "-s"], ["run", "-x"]], n_baton=100, baton_loops=2,
-               kind_b=["shared", "exclusive"])
+               kind_b=["shared", "exclusive"], wait=5)
 
 
 def election_make(configured):
@@ -386,7 +396,7 @@ def case_redispy(tmp):
 
 
 def case_redispy_default(tmp):
-    redispy_case(tmp, "redis-py Lock, baton default layout", "incompatible", "")
+    redispy_case(tmp, "redis-py Lock, baton default layout", "compatible", "")
 
 
 # ---- etcd: etcdctl -------------------------------------------------------------------
