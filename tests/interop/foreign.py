@@ -217,8 +217,9 @@ def report(case, label, expect, extra_ok=True):
     elif expect == "compatible-stalls":
         # kazoo 2.8's own read-write deadlock (python-zk/kazoo#649): a ReadLock
         # also waits for writers queued after it; one such writer (kazoo's or
-        # baton's) then waits for the reader: both stall until their timeouts.
-        check("%s: both sides ran" % label, f["sections"] > 0 and b["sections"] > 0)
+        # baton's) then waits for the reader: both stall until their timeouts
+        # (kazoo may even get no section in: it contended all the same).
+        check("%s: both sides contended" % label, f["sections"] + f["errors"] > 0 and b["sections"] > 0)
         check("%s: 0 overlaps" % label, case.overlaps == 0, case.overlaps)
         check("%s: no lost increment" % label, lost == 0, "counter %d of %d" % (case.counter, case.excl))
         log("   (%d + %d acquires stalled to their timeout: kazoo#649, see docs/interop.md)" % (f["errors"], b["errors"]))
