@@ -39,6 +39,8 @@ pkgs=(
   zookeeper                                 # test servers (tests/servers/zk.sh); Depends: default-jre,
                                             # which brings default-jre-headless (java)
   python3-kazoo                             # ZooKeeper interop tests (kazoo)
+  default-jdk-headless libcurator-recipes-java  # interop_curator: javac and the real Apache Curator
+  libslf4j-java                             # (slf4j-nop keeps Curator's log quiet in that test)
   libpq-dev                                 # PostgreSQL backend (libpq)
   postgresql                                # test servers (tests/servers/postgres.sh: initdb, postgres)
   libsqlite3-dev                            # SQLite backend (libsqlite3)
