@@ -190,6 +190,9 @@ BATON_EXTERN(int) baton_lock_held(const baton_lock *l);
  * stopped: `baton run`'s watchdog does. 0 with *mono_ns set (it may be in
  * the past: the loss is being reported), BATON_ENOTHELD when not held. */
 BATON_EXTERN(int) baton_lock_deadline(const baton_lock *l, int64_t *mono_ns);
+/* The clock of the deadlines above: CLOCK_MONOTONIC in ns (the one clock
+ * baton times leases with, for callers that compare against it). */
+BATON_EXTERN(int64_t) baton_now_ns(void);
 /* Cancels an acquire of this handle, from any thread; it returns
  * BATON_ECANCELED. A cancel is consumed by exactly one acquire: the one in
  * flight when it arrives (which may still have been granted, if the grant

@@ -1,4 +1,5 @@
 /* The one monotonic clock (see clock.h). */
+#include "baton.h"       /* the public declaration (exported from libbaton.so) */
 #include "clock.h"
 #include "baton/sys/backend.h"   /* the engines' declaration: the compiler checks both agree */
 

@@ -1,9 +1,8 @@
 /*
  * The one monotonic clock of baton: the library's lease deadlines and
  * timers, and the commands' (run's watchdog, bench's and check's timings).
- * backend.h declares the same function for engines; this header is for the
- * code that does not include backend.h (src/tool, src/cli, src/bench,
- * src/check, which link libbaton statically).
+ * It is public (baton.h: the clock of baton_lock_deadline), so the commands
+ * stay clients of the public API; backend.h declares it for engines too.
  */
 #ifndef BATON_UTIL_CLOCK_H
 #define BATON_UTIL_CLOCK_H
