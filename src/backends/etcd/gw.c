@@ -35,8 +35,9 @@
 #define WATCH_SLICE_MS 50
 /* etcd confirms a watch ("created") as soon as it is set up; a stream that
  * shows nothing for this long is held back on the way (nginx's proxy_pass
- * with its defaults buffers it: HTTP/1.0 to etcd, proxy_buffering on), so
- * the waiter looks again instead of sleeping to its deadline through the
+ * with its defaults buffers it, headers and all: HTTP/1.0 to etcd,
+ * proxy_buffering on) or its member is not answering, so the waiter looks
+ * again (through failover) instead of sleeping to its deadline through the
  * release (docs/etcd-engine.md, "Why two transports") */
 #define WATCH_CONFIRM_MS 2000
 
@@ -860,9 +861,9 @@ static int wait_event(egw *g, const char *key, size_t klen, int prefix, int64_t 
             first = !g->held_back++;
             pthread_mutex_unlock(&g->mu);
             if (first)
-                baton_log(BATON_LOG_WARN, "etcd: %s: no watch confirmed within %d ms: a proxy holds the stream "
-                          "back (nginx: proxy_buffering off or proxy_http_version 1.1); waiters look again every "
-                          "%d ms instead", url, WATCH_CONFIRM_MS, WATCH_CONFIRM_MS);
+                baton_log(BATON_LOG_WARN, "etcd: %s: no answer to the watch within %d ms (a proxy holding the "
+                          "stream back? nginx: proxy_buffering off or proxy_http_version 1.1); waiters look again "
+                          "every %d ms instead", url, WATCH_CONFIRM_MS, WATCH_CONFIRM_MS);
             ws.ended = 1;
             break;
         }
