@@ -52,6 +52,7 @@ pkgs=(
   libssl-dev                                # etcd backend, optional: etcds:// over gRPC (OpenSSL headers)
   python3-h2                                # etcd_badinput_grpc: a fake gRPC server answering garbage
   etcd-server etcd-client                   # test servers (tests/servers/etcd.sh) and etcdctl (interop)
+  nginx haproxy                             # etcd_proxy: which etcd transport passes which reverse proxy
   procps iproute2 strace                    # ps/pkill/ss used by the test scripts; strace checks poll timeouts
   socat                                     # tests/servers/link.sh: a loopback link tests freeze and cut
 )

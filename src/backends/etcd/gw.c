@@ -33,6 +33,13 @@
 
 #define POOL_MAX 16
 #define WATCH_SLICE_MS 50
+/* etcd confirms a watch ("created") as soon as it is set up; a stream that
+ * shows nothing for this long is held back on the way (nginx's proxy_pass
+ * with its defaults buffers it, headers and all: HTTP/1.0 to etcd,
+ * proxy_buffering on) or its member is not answering, so the waiter looks
+ * again (through failover) instead of sleeping to its deadline through the
+ * release (docs/etcd-engine.md, "Why two transports") */
+#define WATCH_CONFIRM_MS 2000
 
 struct egw {
     char **base;             /* "http://host:port" per member */
@@ -46,6 +53,7 @@ struct egw {
     uint64_t token_gen;      /* bumped on each new token */
     CURL *pool[POOL_MAX];
     int npool;
+    unsigned held_back;      /* watches a proxy held back (warned once) */
     eh2 *h2;                 /* transport=grpc */
 };
 
@@ -795,6 +803,18 @@ static int wait_event(egw *g, const char *key, size_t klen, int prefix, int64_t 
         if (deadline_ns != INT64_MAX && (deadline_ns - now) / 1000000 < slice) slice = (deadline_ns - now) / 1000000 + 1;
         if (curl_multi_perform(m, &running) != CURLM_OK) break;
         if (!running || ws.deleted || ws.ended) break;
+        if (!ws.created && now - t0 >= WATCH_CONFIRM_MS * 1000000LL) {
+            int first;
+            pthread_mutex_lock(&g->mu);
+            first = !g->held_back++;
+            pthread_mutex_unlock(&g->mu);
+            if (first)
+                baton_log(BATON_LOG_WARN, "etcd: %s: no answer to the watch within %d ms (a proxy holding the "
+                          "stream back? nginx: proxy_buffering off or proxy_http_version 1.1); waiters look again "
+                          "every %d ms instead", url, WATCH_CONFIRM_MS, WATCH_CONFIRM_MS);
+            ws.ended = 1;
+            break;
+        }
         curl_multi_poll(m, NULL, 0, (int)slice, NULL);
     }
 #ifdef BATON_ETCD_GRPC

@@ -92,6 +92,13 @@ struct eh2 {
     int npool;
 };
 
+/* What a user behind an HTTP/1.1 reverse proxy or TLS terminator is told:
+ * such a proxy passes the JSON gateway and never gRPC (measured with nginx
+ * and haproxy: docs/etcd-engine.md, "Why two transports"). */
+#define H1_PROXY_HINT                                                                              \
+    "a proxy that speaks HTTP/1.1 to etcd passes only transport=gateway (nginx: grpc_pass passes " \
+    "gRPC; haproxy: proto h2)"
+
 /* ---- nghttp2 callbacks --------------------------------------------------- */
 
 static int pct_val(int c)
@@ -412,6 +419,11 @@ static int tls_handshake(eh2 *h, h2c *c, int64_t deadline_ns)
         if (e == SSL_ERROR_SYSCALL && !ERR_peek_last_error())
             return baton_seterr(BATON_EUNAVAILABLE, errno, "etcd: %s: TLS handshake: %s", who,
                                 errno ? strerror(errno) : "the connection was closed");
+        /* a TLS terminator that speaks only HTTP/1.1 refuses our ALPN h2
+         * outright (nginx without http2): not a matter of credentials */
+        if (ERR_GET_REASON(ERR_peek_last_error()) == SSL_R_TLSV1_ALERT_NO_APPLICATION_PROTOCOL)
+            return baton_seterr(BATON_EPROTO, e, "etcd: %s: TLS: the server refused HTTP/2 (ALPN h2): " H1_PROXY_HINT,
+                                who);
         /* the server refused us (no or a wrong client certificate under TLS
          * 1.2, no common version or cipher) or does not speak TLS */
         return baton_seterr(BATON_EAUTH, e, "etcd: %s: TLS handshake failed: %s", who, tls_errstr(eb, sizeof eb));
@@ -714,7 +726,7 @@ static int flush(eh2 *h, h2c *c, int64_t deadline_ns)
 
 static int not_h2(eh2 *h, h2c *c)
 {
-    return baton_seterr(BATON_EPROTO, 0, "etcd: %s: not an HTTP/2 server (is it etcd's client port?)",
+    return baton_seterr(BATON_EPROTO, 0, "etcd: %s: not an HTTP/2 server (is it etcd's client port? " H1_PROXY_HINT ")",
                         h->authority[c->member]);
 }
 
@@ -928,6 +940,14 @@ static int call_once(eh2 *h, h2c *c, const char *path, const char *token, const 
         int64_t now, slice = WATCH_SLICE_MS;
         struct pollfd p = { .fd = c->fd, .events = POLLIN };
         if ((rc = flush(h, c, deadline_ns))) break;
+        /* a body that is not gRPC (a proxy that took our HTTP/2 and asked
+         * etcd in HTTP/1.1 gets its 404 page) is not read as messages */
+        if (c->inlen && !st->is_grpc) {
+            c->unusable = 1;
+            rc = baton_seterr(BATON_EPROTO, st->http, "etcd: %s%s: not a gRPC answer (HTTP %d): " H1_PROXY_HINT,
+                              h->authority[c->member], path, st->http);
+            break;
+        }
         if ((rc = deliver(c, cb, arg))) break;
         if (c->oom) {
             rc = c->oom == 2 ? baton_seterr(BATON_EPROTO, 0, "etcd: grpc: an answer too large")
