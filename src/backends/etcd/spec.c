@@ -23,7 +23,7 @@ static const baton_engine_option options[] = {
                "when set, else 30)"),
     BATON__CONNECT_TIMEOUT,
     BATON__MS("timeout_ms", NULL, 1, 3600000, "per-request timeout (default: the client's, 5000 ms)"),
-    BATON__ENUM("transport", NULL, transports, "grpc (the default where built) or the v3 JSON gateway"),
+    BATON__ENUM("transport", NULL, transports, "grpc (the default where built), or gateway: the v3 JSON gateway over HTTP/1.1, which passes an HTTP/1.1 reverse proxy that gRPC cannot"),
     BATON__PATH("cacert", "etcds", "CA certificates (PEM) to verify the members with"),
     BATON__PATH("cert", "etcds", "client certificate (PEM)"),
     BATON__PATH("key", "etcds", "client private key (PEM)"),
