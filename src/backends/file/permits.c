@@ -63,12 +63,18 @@ static void pcount_read(int fd, pcount *pc)
     if (memcmp(buf, PCNT_HEAD, hl)) return;
     errno = 0;
     pc->n = strtoll(buf + hl, &end, 10);
-    if (errno || *end != '\n' || strncmp(end, "\nslots ", 7)) return;
+    if (errno || *end != '\n' || strncmp(end, "\nslots ", 7)) goto unset;
     p = end + 7;
     pc->slots = strtoll(p, &end, 10);
-    if (errno || *end != '\n' || p == end) return;
-    if (pc->n < -PERMITS_MAX || pc->n > PERMITS_MAX || pc->slots < 0 || pc->slots > PERMITS_MAX) return;
+    if (errno || *end != '\n' || p == end) goto unset;
+    if (pc->n < -PERMITS_MAX || pc->n > PERMITS_MAX || pc->slots < 0 || pc->slots > PERMITS_MAX) goto unset;
     pc->set = 1;
+    return;
+unset:
+    /* nothing of a record that is not one: its count and slots would be
+     * used all the same (a slot scan up to a corrupt count: found by
+     * fuzz_file) */
+    memset(pc, 0, sizeof *pc);
 }
 
 static int pcount_write(int fd, const pcount *pc)

@@ -127,12 +127,20 @@ static int sem_update(file_engine *e, file_sem *fs, int op, int64_t arg, int64_t
     case SEM_TAKE:
         if (permits < arg) { rc = BATON_ELOCKED; break; }
         permits -= arg; changed = 1; break;
-    case SEM_GIVE: permits += arg; set = 1; changed = 1; break;
+    case SEM_GIVE:
+    case BATON_CTL_ADD:
+        /* a count past int64 (a huge add, or a count file that says
+         * INT64_MAX) is refused, the count unchanged: never a wrap */
+        if ((arg > 0 && permits > INT64_MAX - arg) || (arg < 0 && permits < INT64_MIN - arg)) {
+            rc = baton_seterr(BATON_EINVAL, 0, "semaphore %s: %" PRId64 " %+" PRId64 " is out of range", fs->fname,
+                              permits, arg);
+            break;
+        }
+        permits += arg; set = 1; changed = 1; break;
     case BATON_CTL_TRY_SET:
         if (out) *out = !set;
         if (!set) { permits = arg; set = 1; changed = 1; }
         break;
-    case BATON_CTL_ADD: permits += arg; set = 1; changed = 1; break;
     case BATON_CTL_DRAIN:
         if (out) *out = permits > 0 ? permits : 0;
         if (permits > 0) { permits = 0; changed = 1; }

@@ -403,7 +403,15 @@ int zk_permits_ctl(void *eng, void *st, int op, int64_t arg, int64_t *out)
             }
             if (zrc != ZOK) break;
             buf[len < 0 ? 0 : len] = 0;
-            snprintf(buf, sizeof buf, "%" PRId64, (int64_t)strtoll(buf, NULL, 10) + arg);
+            int64_t cur = (int64_t)strtoll(buf, NULL, 10);
+            /* past int64 is refused, the count unchanged: never a wrap */
+            if ((arg > 0 && cur > INT64_MAX - arg) || (arg < 0 && cur < INT64_MIN - arg)) {
+                rc = baton_seterr(BATON_EINVAL, 0, "zk: permits of %s: %" PRId64 " %+" PRId64 " is out of range",
+                                  p->count, cur, arg);
+                zk_sess_put(e, s);
+                return rc;
+            }
+            snprintf(buf, sizeof buf, "%" PRId64, cur + arg);
             zrc = zk_set(s, p->count, buf, (int)strlen(buf), nst.version, end);
             if (zrc != ZBADVERSION) break;
         }
