@@ -99,6 +99,29 @@ static uint64_t record_fence(const uint8_t *p, size_t n)
     return v;
 }
 
+/* 1 for a permit count the engine accepts (its layout, counts within
+ * 1,000,000) that is above 1000: the engine scans every slot file up to the
+ * highest count, by design, so such a count is slow (seconds under ASan),
+ * not wrong; skipped. A count the engine rejects is not skipped: nothing of
+ * it may be used. */
+static int big_count(const uint8_t *d, size_t n)
+{
+    static const char head[] = "baton-permits 1\npermits ";
+    char buf[128], *end, *p;
+    long long c, slots;
+    if (n > sizeof buf - 1) n = sizeof buf - 1;   /* what the engine reads */
+    memcpy(buf, d, n);
+    buf[n] = 0;
+    if (n < sizeof head - 1 || memcmp(buf, head, sizeof head - 1)) return 0;
+    errno = 0;
+    c = strtoll(buf + sizeof head - 1, &end, 10);
+    if (errno || *end != '\n' || strncmp(end, "\nslots ", 7)) return 0;
+    p = end + 7;
+    slots = strtoll(p, &end, 10);
+    if (errno || *end != '\n' || p == end || c < -1000000 || c > 1000000 || slots < 0 || slots > 1000000) return 0;
+    return c > 1000 || slots > 1000;
+}
+
 static void lock_calls(uint64_t before)
 {
     baton_lock *l = NULL;
@@ -188,6 +211,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     char path[4200];
     int fd, rc;
     if (size < 1) return 0;
+    if ((data[0] & 3) == 2 && big_count(data + 1, size - 1)) return 0;
     if (!g_c) setup();
     empty_dir();
     snprintf(path, sizeof path, "%s/%s", g_dir, files[data[0] & 3]);

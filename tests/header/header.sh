@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The installed public headers on their own (include/baton.h and
-# include/baton/sys/backend.h), as a user's compiler sees them:
+# The public headers on their own (every .h under include/, where the
+# installed ones live: baton.h, and baton/sys/ where there is one), as a
+# user's compiler sees them:
 #   - C:   -std=c99 -pedantic -Werror -Wall -Wextra (and -Wstrict-prototypes:
 #          an empty parameter list in C is no prototype);
 #   - C++: -std=c++11 -pedantic -Werror -Wall -Wextra, and the functions keep
@@ -15,7 +16,9 @@ inc=$1 cc=$2 cxx=${3:-}
 tmp=$(mktemp -d "${BATON_TEST_TMP:-/tmp}/header.XXXXXX") || exit 1
 trap 'rm -rf "$tmp"' EXIT
 fail=0
-for h in baton.h baton/sys/backend.h; do
+hdrs=$(cd "$inc" && find . -name '*.h' | sed 's|^\./||' | sort)
+[ -n "$hdrs" ] || { echo "FAIL: no header under $inc"; exit 1; }
+for h in $hdrs; do
   printf '#include <%s>\n#include <%s>\nint main(void) { return baton_version() == 0; }\n' "$h" "$h" > "$tmp/t.c"
   if "$cc" -std=c99 -pedantic -Werror -Wall -Wextra -Wstrict-prototypes -I"$inc" -c "$tmp/t.c" -o "$tmp/c.o"; then
     echo "ok: $h as C99"
