@@ -2,7 +2,8 @@
 # Fuzzes baton's parsers with libFuzzer (tests/fuzz): configures a clang
 # build of its own in build-fuzz/ (-DBATON_FUZZ=ON: the library instrumented,
 # ASan + UBSan), builds the targets and runs each for FUZZ_SECS seconds,
-# FUZZ_JOBS at a time, starting from its corpus in tests/fuzz/corpus/<target>.
+# FUZZ_JOBS at a time, starting from its corpus in tests/fuzz/corpus/<target>
+# (with the dictionary tests/fuzz/<target>.dict where there is one).
 #
 #   scripts/fuzz.sh [TARGET...]      every target this build has, or those named
 #
@@ -67,12 +68,14 @@ mkdir -p "$out/fuzz-tmp"
 run_one() {
   local t=$1 bin=$out/tests/fuzz/fuzz_$1
   [ -x "$bin" ] || { echo "fuzz: no target $t (built: ${all[*]})" >&2; return 1; }
+  local dict=
+  [ -f "tests/fuzz/$t.dict" ] && dict=-dict=tests/fuzz/$t.dict
   mkdir -p "$out/fuzz-corpus/$t" "$out/fuzz-artifacts/$t" "$out/fuzz-logs"
   # -timeout: one input may take 10 s (the network targets end at the end of
   # the stream, in ms); leaks are checked (ASan's LeakSanitizer)
   TMPDIR=$PWD/$out/fuzz-tmp BATON_TEST_TMP= \
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-    "$bin" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -max_len=4096 -print_final_stats=1 \
+    "$bin" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -max_len=4096 -print_final_stats=1 $dict \
       -artifact_prefix="$out/fuzz-artifacts/$t/" "$out/fuzz-corpus/$t" "tests/fuzz/corpus/$t" \
       >"$out/fuzz-logs/$t.log" 2>&1
 }
