@@ -8,9 +8,10 @@
  *                a try-acquire of the lock, then of a read-write lock's
  *                write and read sides, list, break
  *   1 sem..fz    a semaphore's count: info, available, try-acquire, release,
- *                try_set, add, drain
+ *                try_set, add (also INT64_MAX and INT64_MIN), drain
  *   2 perm.fz    a permit-expirable semaphore's count and slots: info,
- *                available, try_set, try-acquire, renew, release, add
+ *                available, try_set, try-acquire, renew, release, add (also
+ *                INT64_MAX and INT64_MIN)
  *   3 perm.fz+0  a permit slot file: the same calls
  * Whatever the file holds, every call must return 0 or an error code with
  * its message, never crash, hang or hand out a fence of 0, and a granted
@@ -178,6 +179,9 @@ static void sem_calls(void)
     RC_OK(baton_semaphore_try_set(s, 2, &was));
     RC_OK(baton_semaphore_add(s, 1));
     RC_OK(baton_semaphore_add(s, -1));
+    /* the ends of the delta's range: refused or done, never wrapped */
+    RC_OK(baton_semaphore_add(s, INT64_MAX));
+    RC_OK(baton_semaphore_add(s, INT64_MIN));
     RC_OK(baton_semaphore_drain(s, &v));
     RC_OK(baton_semaphore_available(s, &v));
     baton_semaphore_free(s);
@@ -203,6 +207,8 @@ static void permit_calls(void)
     if (!rc) RC_OK(baton_permits_release(p, id));
     RC_OK(baton_permits_add(p, 1));
     RC_OK(baton_permits_add(p, -1));
+    RC_OK(baton_permits_add(p, INT64_MAX));
+    RC_OK(baton_permits_add(p, INT64_MIN));
     RC_OK(baton_permits_available(p, &v));
     baton_permits_free(p);
 }
