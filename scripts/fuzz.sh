@@ -62,7 +62,7 @@ cmake --build "$out" -j"$jobs" --target fuzzers >"$out/fuzz-build.log" 2>&1 ||
 read -r -a all < "$out/tests/fuzz/targets.txt"
 all=(${all[@]//;/ })
 targets=("${@:-${all[@]}}")
-mkdir -p "$out/fuzz-tmp"
+rm -rf "$out/fuzz-tmp" && mkdir -p "$out/fuzz-tmp"   # the targets' lock dirs and databases
 
 # One target: its log in $out/fuzz-logs/<t>.log, 0 when it found nothing.
 run_one() {
