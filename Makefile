@@ -5,7 +5,7 @@ ifeq ($(CI),true)
 export BATON_REQUIRE_ALL := 1
 endif
 
-.PHONY: all build demo bare deps test test-plain test-asan asan clean install bench bench-docs check-faults
+.PHONY: all build demo bare deps test test-plain test-asan test-fuzz fuzz asan clean install bench bench-docs check-faults
 
 all: build
 
@@ -45,16 +45,30 @@ test-asan: asan
 	cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 		ctest --output-on-failure -j$(JOBS)
 
-# install-deps, build every backend, run the suite, then again under ASan+UBSan.
-# Both phases run even when the first fails; each reports at the end.
+# The parsers fuzzed with libFuzzer (scripts/fuzz.sh: a clang build in
+# build-fuzz/, tests/fuzz's targets from their corpora): FUZZ_SECS per target,
+# a few seconds in `make test`, minutes in `make fuzz`. Without clang and
+# libFuzzer a skip (exit 77), a failure when BATON_REQUIRE_ALL=1 (CI).
+FUZZ_TEST_SECS ?= 15
+FUZZ_SECS ?= 300
+test-fuzz:
+	FUZZ_SECS=$(FUZZ_TEST_SECS) bash scripts/fuzz.sh
+
+fuzz:
+	FUZZ_SECS=$(FUZZ_SECS) bash scripts/fuzz.sh
+
+# install-deps, build every backend, run the suite, then again under ASan+UBSan,
+# then a short fuzzing run. Every phase runs even when one fails; each reports at the end.
 test: deps
-	@plain=0; asan=0; \
+	@plain=0; asan=0; fuzz=0; \
 	$(MAKE) test-plain || plain=$$?; \
 	$(MAKE) test-asan || asan=$$?; \
+	FUZZ_SECS=$(FUZZ_TEST_SECS) bash scripts/fuzz.sh || fuzz=$$?; \
 	echo; echo "make test:"; \
 	if [ $$plain = 0 ]; then echo "  plain build           passed"; else echo "  plain build           FAILED"; fi; \
 	if [ $$asan = 0 ]; then echo "  ASan + UBSan build    passed"; else echo "  ASan + UBSan build    FAILED"; fi; \
-	[ $$plain = 0 ] && [ $$asan = 0 ]
+	if [ $$fuzz = 0 ]; then echo "  fuzzing (libFuzzer)   passed"; elif [ $$fuzz = 77 ]; then echo "  fuzzing (libFuzzer)   skipped (no clang/libFuzzer: see above)"; else echo "  fuzzing (libFuzzer)   FAILED"; fi; \
+	[ $$plain = 0 ] && [ $$asan = 0 ] && { [ $$fuzz = 0 ] || [ $$fuzz = 77 ]; }
 
 # Baton's workloads and the peers', side by side in one run; see docs/PERFORMANCE.md.
 # The peers (etcd, node) are installed best effort; baton is a Release build of its own in
@@ -91,4 +105,4 @@ install:
 	DESTDIR=$(DESTDIR) cmake --install build
 
 clean:
-	rm -rf build build-asan build-bare
+	rm -rf build build-asan build-bare build-fuzz

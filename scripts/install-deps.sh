@@ -55,6 +55,7 @@ pkgs=(
   nginx haproxy                             # etcd_proxy: which etcd transport passes which reverse proxy
   procps iproute2 strace                    # ps/pkill/ss used by the test scripts; strace checks poll timeouts
   socat                                     # tests/servers/link.sh: a loopback link tests freeze and cut
+  clang libclang-rt-dev                     # scripts/fuzz.sh (make test, make fuzz): libFuzzer, ASan, UBSan
 )
 fi
 installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
