@@ -347,15 +347,12 @@ static const engine eng_postgres = {
                      "wait_event_type = 'Lock' AND wait_event = 'advisory' AND pid <> pg_backend_pid()",
                      "SELECT count(*)::int FROM pg_stat_activity WHERE state = 'active' AND "
                      "wait_event_type = 'Lock' AND pid <> pg_backend_pid()" },
-    /* not row_restart: a row-mode waiter's acquire ends with BATON_EUNAVAILABLE
-     * when the server restarts under it, where session mode and MySQL's row mode
-     * wait on over a new connection (reported, not decided here); not
-     * server_dies_mid_wait: postgres.sh cannot kill the server; not malformed:
+    /* not server_dies_mid_wait: postgres.sh cannot kill the server; not malformed:
      * its URIs are MySQL's; not the *_frozen_* cases: frozen links are
      * postgres_deadlines' (tests/postgres/deadlines.c), with its own bounds */
     .cases = "session_kill session_kill_watched row_kill row_kill_watched session_kill_at_once row_kill_at_once "
              "row_fence_after_wait lease_survives_kill lease_kill_fresh lease_stopped_holder session_cancel row_cancel "
-             "lease_restart session_restart lease_notify_wakes wrong_password unreachable bad_shape "
+             "lease_restart session_restart row_restart lease_notify_wakes wrong_password unreachable bad_shape "
              "privileges long_names documented_key",
 };
 #endif

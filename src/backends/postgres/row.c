@@ -64,6 +64,8 @@ static void app_suffix(const baton_owner *o, char *out, size_t n)
     snprintf(out, n, " %.*s %s %.*s", (int)(sp2 - sp1 - 1), sp1 + 1, sp2 + 1, (int)(sp1 - o->desc), o->desc);
 }
 
+#define PG_ROW_RETRY_MS 200      /* a waiter whose server is away tries again this often */
+
 static int simple(pgeng *e, PGconn *c, const char *sql)
 {
     PGresult *r = NULL;
@@ -72,7 +74,7 @@ static int simple(pgeng *e, PGconn *c, const char *sql)
     return rc;
 }
 
-int pg_row_acquire(pgeng *e, pglock *l, baton_acquire_req *req)
+static int row_once(pgeng *e, pglock *l, baton_acquire_req *req)
 {
     char suffix[160];
     const char *p[6] = { l->name, l->key, req->owner->hex, req->owner->desc, e->qseq, suffix };
@@ -154,6 +156,33 @@ out:
     pg_conn_put(e, c);   /* only ever an idle, healthy connection (pg_conn_put checks) */
     free(ensure);
     free(sql);
+    return rc;
+}
+
+int pg_row_acquire(pgeng *e, pglock *l, baton_acquire_req *req)
+{
+    int rc, wait = req->deadline_ns != 0;
+
+    for (;;) {
+        unsigned gen = req->waiter ? baton_waiter_gen(req->waiter) : 0;
+        int64_t until;
+        rc = row_once(e, l, req);
+        if (rc != BATON_EUNAVAILABLE || !wait || !req->waiter) break;
+        /* The server went away under a waiter (a restart, a terminated
+         * backend): its transaction held nothing, so the wait goes on, on
+         * a new connection, until its deadline, as in session mode. */
+        until = baton_now_ns() + PG_ROW_RETRY_MS * 1000000LL;
+        if (req->deadline_ns != INT64_MAX && baton_now_ns() >= req->deadline_ns) {
+            rc = baton_seterr(BATON_ETIMEDOUT, 0, "postgres: lock '%s': wait timed out (the server is "
+                              "unavailable)", l->name);
+            break;
+        }
+        if (until > req->deadline_ns) until = req->deadline_ns;
+        if (baton_waiter_park(req->waiter, gen, until) == BATON_ECANCELED) {
+            rc = baton_seterr(BATON_ECANCELED, 0, "postgres: lock '%s': acquire canceled", l->name);
+            break;
+        }
+    }
     return rc;
 }
 
