@@ -310,6 +310,7 @@ static const engine eng_postgres = {
     .tls_disable = "sslmode=disable",
     .tls_says = "SSL",
     .no_db_rc = BATON_EUNAVAILABLE, /* the same as MariaDB (#23) */
+    .no_passfile_rc = BATON_EINVAL, /* the same as MariaDB: baton checks it before libpq skips it */
     .su = pg_su,
     .kill_holder = pg_kill_holder,
     .kill_clients = pg_kill_clients,

@@ -887,6 +887,12 @@ static int configure(pgeng *e, const baton_uri *u, const baton_opts *uo, const b
     for (const char *const *p = passthrough; *p; p++)
         if (baton_opts_given(uo, *p) && (rc = add_kw(e, *p, baton_opts_str(uo, *p)))) return rc;
     app = baton_opts_str(uo, "application_name");
+    /* libpq skips a passfile it cannot read and the login then fails as
+     * if the password were wrong: say what is wrong instead, as MariaDB's
+     * engine does */
+    if (baton_opts_given(uo, "passfile") && access(baton_opts_str(uo, "passfile"), R_OK))
+        return baton_seterr(BATON_EINVAL, errno, "postgres: passfile %s: %s", baton_opts_str(uo, "passfile"),
+                            strerror(errno));
     if (!strcmp(mode, "session")) e->mode = PG_SESSION;
     else if (!strcmp(mode, "lease")) e->mode = PG_LEASE;
     else if (!strcmp(mode, "row")) e->mode = PG_ROW;
