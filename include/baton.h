@@ -428,6 +428,9 @@ typedef struct {
     const char *schemes;     /* NULL = every scheme of the engine; else the ones it applies to,
                                 space-separated ("etcds") */
     const char *alias;       /* another accepted spelling, or NULL */
+    const char *needs;       /* NULL, or when the option is used at all: space-separated
+                                "other=value" or "other" (given); given without any of them,
+                                it has no effect and opening the client warns */
 } baton_engine_option;
 
 typedef struct {

@@ -85,6 +85,8 @@ def md_details(es):
                     m += " (%s only)" % ", ".join("`%s://`" % s for s in o["schemes"].split())
                 if o["alias"]:
                     m += " (also `%s`)" % o["alias"]
+                if o.get("needs"):
+                    m += " (used only with %s; a warning otherwise)" % " or ".join("`%s`" % c for c in o["needs"].split())
                 rows.append("| `%s` | %s | %s | %s |" % (o["name"], t, d, m))
             rows.append("")
     return rows[:-1] if rows and rows[-1] == "" else rows

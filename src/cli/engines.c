@@ -84,6 +84,8 @@ static void json_engine(FILE *f, const baton_engine_info *e)
         json_str(f, o->schemes);
         fputs(", \"alias\": ", f);
         json_str(f, o->alias);
+        fputs(", \"needs\": ", f);
+        json_str(f, o->needs);
         fputs(", \"help\": ", f);
         json_str(f, o->help);
         fputc('}', f);
@@ -116,6 +118,7 @@ static void text_engine(FILE *f, const baton_engine_info *e)
         if (!strcmp(o->type, "int") || !strcmp(o->type, "ms")) fprintf(f, " [%lld..%lld]", o->min, o->max);
         if (o->def) fprintf(f, " default %s", *o->def ? o->def : "\"\"");
         if (o->schemes) fprintf(f, " (%s:// only)", o->schemes);
+        if (o->needs) fprintf(f, " (used only with %s)", o->needs);
         fprintf(f, "\n      %s\n", o->help);
     }
 }

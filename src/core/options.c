@@ -96,6 +96,44 @@ static int check_value(const baton_engine_info *e, const baton_engine_option *o,
     return 0;
 }
 
+/* Is COND ("name=value" or "name") true of the URI's options? */
+static int cond_holds(const baton_opts *o, const baton_uri *u, const char *cond, size_t n)
+{
+    const char *eq = memchr(cond, '=', n);
+    size_t kl = eq ? (size_t)(eq - cond) : n;
+    for (size_t i = 0; i < u->nparams; i++) {
+        const char *k = u->params[i].key ? u->params[i].key : "", *v = u->params[i].value ? u->params[i].value : "";
+        const baton_engine_option *s = spec_find(o->e, k, NULL);
+        /* match the option by its name or alias, as the URI spelled it */
+        if (!s || !((strlen(s->name) == kl && !strncmp(s->name, cond, kl)) ||
+                    (s->alias && strlen(s->alias) == kl && !strncmp(s->alias, cond, kl))))
+            continue;
+        if (!eq) return 1;
+        if (strlen(v) == n - kl - 1 && !strncmp(v, eq + 1, n - kl - 1)) return 1;
+    }
+    return 0;
+}
+
+/* An option given where it has no effect (its spec's needs hold for none
+ * of its conditions) is said, not ignored in silence. */
+static void warn_unused(const baton_opts *o, const baton_uri *u)
+{
+    for (size_t i = 0; i < o->n; i++) {
+        const char *needs = o->e->options[i].needs, *p;
+        int ok = 0;
+        if (!o->given[i] || !needs) continue;
+        for (p = needs; *p && !ok;) {
+            size_t n = strcspn(p, " ");
+            if (n) ok = cond_holds(o, u, p, n);
+            p += n;
+            while (*p == ' ') p++;
+        }
+        if (!ok)
+            baton_log(BATON_LOG_WARN, "%s: option '%s' has no effect here: it is used only with %s", o->e->name,
+                      o->e->options[i].name, needs);
+    }
+}
+
 int baton__opts_parse(const baton_engine_info *e, const baton_uri *u, baton_opts **out)
 {
     baton_opts *o;
@@ -135,6 +173,7 @@ int baton__opts_parse(const baton_engine_info *e, const baton_uri *u, baton_opts
         }
         o->given[idx] = v;
     }
+    warn_unused(o, u);
     *out = o;
     return 0;
 }

@@ -132,6 +132,53 @@ static void test_options_refused(void)
     }
 }
 
+static char g_log[2048];
+static void capture(int level, const char *msg, void *p)
+{
+    (void)p;
+    if (level == BATON_LOG_WARN) snprintf(g_log + strlen(g_log), sizeof g_log - strlen(g_log), "%s\n", msg);
+}
+
+/* An option given where its spec says it has no effect warns (never
+ * silence); given where it is used, it does not. Every built engine's
+ * options with needs, on an unreachable address (the warning comes first). */
+static void test_unused_option_warns(void)
+{
+    size_t n;
+    const baton_engine_info *const *es = baton_engines(&n);
+    char uri[512], want[256];
+    int seen = 0;
+    baton_log_set(capture, NULL);
+    for (size_t i = 0; i < n; i++) {
+        const baton_engine_info *e = es[i];
+        if (!e->built) continue;
+        for (size_t k = 0; e->options && e->options[k].name; k++) {
+            const baton_engine_option *o = &e->options[k];
+            baton_client *c = NULL;
+            char first[64];
+            if (!o->needs) continue;
+            seen++;
+            snprintf(want, sizeof want, "option '%s' has no effect here", o->name);
+            g_log[0] = 0;
+            snprintf(uri, sizeof uri, "%s://127.0.0.1:1/0?%s=%s", e->schemes[0], o->name, o->def ? o->def : "1");
+            if (!baton_client_open(&c, uri, NULL)) baton_client_close(c);
+            if (!strstr(g_log, want)) fprintf(stderr, "   %s: logged '%s'\n", uri, g_log);
+            CHECK(strstr(g_log, want) != NULL);
+            /* with its first condition met: no warning */
+            snprintf(first, sizeof first, "%.*s", (int)strcspn(o->needs, " "), o->needs);
+            g_log[0] = 0;
+            snprintf(uri, sizeof uri, "%s://127.0.0.1:1/0?%s=%s&%s%s", e->schemes[0], o->name, o->def ? o->def : "1",
+                     first, strchr(first, '=') ? "" : "=1");
+            c = NULL;
+            if (!baton_client_open(&c, uri, NULL)) baton_client_close(c);
+            if (strstr(g_log, want)) fprintf(stderr, "   %s: logged '%s'\n", uri, g_log);
+            CHECK(strstr(g_log, want) == NULL);
+        }
+    }
+    baton_log_set(NULL, NULL);
+    if (es && baton_engine_find("redis") && baton_engine_find("redis")->built) CHECK(seen > 0);
+}
+
 /* A version 1 options struct is read at version 1's size. */
 static void test_versioned_copy(void)
 {
@@ -151,6 +198,7 @@ int main(void)
     RUN(test_tables_match_descriptions);
     RUN(test_disagreeing_table_refused);
     RUN(test_options_refused);
+    RUN(test_unused_option_warns);
     RUN(test_versioned_copy);
     return th_finish();
 }

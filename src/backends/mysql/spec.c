@@ -18,12 +18,13 @@ extern const baton_backend baton__backend_mysql;
 
 static const char *const schemes[] = { "mysql", "mariadb", NULL };
 static const char *const modes[] = { "session", "lease", "row", NULL };
-#define SSL(name, alias, help) { name, "path", NULL, help, 0, 0, NULL, NULL, alias }
+#define SSL(name, alias, help) { name, "path", NULL, help, 0, 0, NULL, NULL, alias, NULL }
 static const baton_engine_option options[] = {
     BATON__ENUM("mode", "session", modes,
                 "session: GET_LOCK on a held connection; lease: rows with an expiry; row: a row lock held by an "
                 "open transaction"),
-    BATON__STR("table", "baton_locks", "baton's table (lease and row modes; 1 to 58 bytes)"),
+    BATON__STR("table", "baton_locks", "baton's table, every mode: fences and holders (lease and row modes "
+               "also hold the lock in it); 1 to 58 bytes"),
     BATON__CONNECT_TIMEOUT,
     BATON__PATH("passfile", NULL, "a file holding the password"),
     BATON__PATH("socket", NULL, "the server's unix socket instead of TCP"),
@@ -31,11 +32,11 @@ static const baton_engine_option options[] = {
     SSL("ssl-capath", "ssl_capath", "a directory of CA certificates"),
     SSL("ssl-cert", "ssl_cert", "client certificate (PEM)"),
     SSL("ssl-key", "ssl_key", "client private key (PEM)"),
-    { "ssl-cipher", "string", NULL, "TLS cipher list", 0, 0, NULL, NULL, "ssl_cipher" },
+    { "ssl-cipher", "string", NULL, "TLS cipher list", 0, 0, NULL, NULL, "ssl_cipher", NULL },
     { "ssl-mode", "string", "PREFERRED", "as the mysql client's --ssl-mode: DISABLED, PREFERRED, REQUIRED, "
-      "VERIFY_CA or VERIFY_IDENTITY (any case)", 0, 0, NULL, NULL, "ssl_mode" },
+      "VERIFY_CA or VERIFY_IDENTITY (any case)", 0, 0, NULL, NULL, "ssl_mode", NULL },
     { "ssl-verify-server-cert", "bool", NULL, "1: verify the server's certificate and name", 0, 1, NULL, NULL,
-      "ssl_verify_server_cert" },
+      "ssl_verify_server_cert", NULL },
     BATON__OPT_END,
 };
 static const char *const notes[] = {

@@ -19,13 +19,14 @@ extern const baton_backend baton__backend_postgres;
 static const char *const schemes[] = { "postgres", "postgresql", NULL };
 static const char *const modes[] = { "session", "lease", "row", NULL };
 /* libpq's own connection keywords, handed to it as they are */
-#define LIBPQ(name) { name, "string", NULL, "libpq's connection keyword of that name", 0, 0, NULL, NULL, NULL }
+#define LIBPQ(name) { name, "string", NULL, "libpq's connection keyword of that name", 0, 0, NULL, NULL, NULL, NULL }
 static const baton_engine_option options[] = {
     BATON__ENUM("mode", "session", modes,
                 "session: advisory locks on a held connection; lease: rows with an expiry; row: a row lock "
                 "held by an open transaction"),
     BATON__STR("schema", NULL, "the schema of baton's table (default: the search path's)"),
-    BATON__STR("table", "baton_locks", "baton's table (lease and row modes; 1 to 57 bytes)"),
+    BATON__STR("table", "baton_locks", "baton's table, every mode: fences and holders (lease and row modes "
+               "also hold the lock in it); 1 to 57 bytes"),
     BATON__CONNECT_TIMEOUT,
     BATON__BOOL("prepare", "1", NULL, "0: send statements as text each time (a pooler in transaction mode)"),
     LIBPQ("sslmode"), LIBPQ("sslrootcert"), LIBPQ("sslcert"), LIBPQ("sslkey"), LIBPQ("sslcrl"),

@@ -27,7 +27,7 @@ static const baton_engine_option options[] = {
     BATON__PATH("key", "rediss", "client private key (PEM); needs cert"),
     BATON__BOOL("insecure", "0", "rediss", "1: do not verify the server's certificate"),
     BATON__INT("wait_replicas", "0", 0, 1000, "after a grant, WAIT for this many replicas to have it"),
-    BATON__MS("wait_ms", "1000", 1, 3600000, "how long WAIT waits for the replicas"),
+    { "wait_ms", "ms", "1000", "how long WAIT waits for the replicas", 1, 3600000, NULL, NULL, NULL, "wait_replicas" },
     BATON__CONNECT_TIMEOUT,
     BATON__MS("io_timeout_ms", NULL, 1, 3600000, "per-request timeout (default: the client's, 5000 ms)"),
     BATON__OPT_END,
