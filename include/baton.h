@@ -44,7 +44,9 @@ extern "C" {
     X(EDEADLK, -13, "would deadlock")                                          \
     X(EIO, -14, "i/o error")                                                   \
     X(ENOTHELD, -15, "not held")                                            \
-    X(ESTALE, -16, "fenced off: a newer fence was seen")
+    X(ESTALE, -16, "fenced off: a newer fence was seen")                        \
+    X(ENOENT, -17, "not found")                                                \
+    X(ECONFLICT, -18, "changed since the version given")
 
 typedef enum {
 #define BATON__ERR_ENUM(name, value, msg) BATON_##name = value,
@@ -380,6 +382,217 @@ BATON_EXTERN(int) baton_election_cancel(baton_election *e);
 /* Resigns if leading, then frees. */
 BATON_EXTERN(void) baton_election_free(baton_election *e);
 
+/* ---- values ----------------------------------------------------------------
+ * A small named datum every client can read, set and watch: configuration,
+ * a service's address, progress published by a worker (ZooKeeper's data
+ * publish/subscribe, etcd's keys, Redisson's RBucket). Each change gives the
+ * value a new version, larger than every version NAME had before (deletion
+ * and re-creation included); version 0 means "absent". A watcher is told of
+ * the value after a change, not of every change: after a burst of sets it
+ * may skip intermediate values but always ends on the last one. Values are
+ * their own namespace: a value NAME and a lock NAME do not meet. */
+typedef struct baton_value baton_value;
+
+#define BATON_VALUE_MAX (512 * 1024) /* bytes of a value */
+#define BATON_VALUE_ANY UINT64_MAX  /* expect: set or delete whatever version is there */
+
+typedef struct {
+    char *data;        /* malloc'd and NUL-terminated (len excludes the NUL); NULL when absent */
+    size_t len;
+    uint64_t version;  /* 0 = absent */
+} baton_value_data;
+
+/* Frees data and zeroes *d; safe on a zeroed or cleared one. */
+BATON_EXTERN(void) baton_value_data_clear(baton_value_data *d);
+
+BATON_EXTERN(int) baton_value_open(baton_value **out, baton_client *c, const char *name);
+/* The value now (*out is cleared first). BATON_ENOENT when absent (out
+ * zeroed). */
+BATON_EXTERN(int) baton_value_get(baton_value *v, baton_value_data *out);
+/* Sets the value to LEN bytes of DATA (any bytes; at most BATON_VALUE_MAX).
+ * EXPECT: BATON_VALUE_ANY = unconditionally; 0 = only if absent (create);
+ * else only if the version is EXPECT now (compare-and-set). BATON_ECONFLICT
+ * when the condition fails, nothing changed. *version (may be NULL)
+ * receives the new version. */
+BATON_EXTERN(int) baton_value_set(baton_value *v, const void *data, size_t len, uint64_t expect,
+                                  uint64_t *version);
+/* Deletes the value; EXPECT as for set. BATON_ENOENT when absent. */
+BATON_EXTERN(int) baton_value_delete(baton_value *v, uint64_t expect);
+/* Waits until the version differs from KNOWN (0 = absent), then gives the
+ * value now in *out (version 0 and data NULL when it was deleted): 0,
+ * BATON_ETIMEDOUT, BATON_ECANCELED. wait_ms as for locks. Woken by the
+ * engine where it notifies; engines that cannot re-read at a bound their
+ * docs state. */
+BATON_EXTERN(int) baton_value_watch(baton_value *v, uint64_t known, baton_value_data *out, int64_t wait_ms);
+/* The callback form: from a thread of its own, CB is called once with the
+ * value now (version 0 when absent) and again after every change (possibly
+ * skipping intermediate values, never the last), until
+ * baton_value_unsubscribe() or baton_value_free(). D is valid during the
+ * call only. A watch that fails (the engine unreachable) is retried every
+ * second; the callback is not called for failures. One subscription per
+ * handle: BATON_EINVAL for a second. CB must not free V. */
+typedef void (*baton_value_cb)(baton_value *v, const baton_value_data *d, void *payload);
+BATON_EXTERN(int) baton_value_subscribe(baton_value *v, baton_value_cb cb, void *payload);
+/* Stops the subscription and waits for a callback in flight; never from
+ * the callback. BATON_ENOTHELD without one. */
+BATON_EXTERN(int) baton_value_unsubscribe(baton_value *v);
+/* Wakes a blocked watch (see baton_lock_cancel). */
+BATON_EXTERN(int) baton_value_cancel(baton_value *v);
+BATON_EXTERN(const char *) baton_value_name(const baton_value *v);
+BATON_EXTERN(void) baton_value_free(baton_value *v);
+
+/* ---- shared counter --------------------------------------------------------
+ * A signed 64-bit counter kept in the value NAME as decimal text (kazoo's
+ * Counter layout on ZooKeeper; any engine with values). Absent reads as 0. */
+typedef struct baton_counter baton_counter;
+
+BATON_EXTERN(int) baton_counter_open(baton_counter **out, baton_client *c, const char *name);
+/* The count and its version (either may be NULL). BATON_EPROTO when the
+ * value is not a decimal integer. */
+BATON_EXTERN(int) baton_counter_get(baton_counter *k, int64_t *count, uint64_t *version);
+/* Adds DELTA atomically (compare-and-set, retried); *after may be NULL.
+ * BATON_EINVAL on overflow. */
+BATON_EXTERN(int) baton_counter_add(baton_counter *k, int64_t delta, int64_t *after);
+/* Sets the count if its version is EXPECT (Curator's trySetCount; see
+ * baton_value_set for EXPECT): BATON_ECONFLICT otherwise. */
+BATON_EXTERN(int) baton_counter_set(baton_counter *k, int64_t count, uint64_t expect, uint64_t *version);
+/* Waits until the version differs from KNOWN (baton_value_watch). */
+BATON_EXTERN(int) baton_counter_watch(baton_counter *k, uint64_t known, int64_t *count, uint64_t *version,
+                                      int64_t wait_ms);
+BATON_EXTERN(int) baton_counter_cancel(baton_counter *k);
+BATON_EXTERN(void) baton_counter_free(baton_counter *k);
+
+/* ---- group membership ------------------------------------------------------
+ * Members of a group (the machines of a cluster, the instances of a
+ * service) join with an id and a value (an address); a member is
+ * ephemeral: it leaves when it says so, and is gone within its session
+ * or lease when it dies (ZooKeeper's ephemeral nodes, etcd's leases, a
+ * renewed lease elsewhere). Anyone can list the members and watch the list.
+ * Membership is held like a lock: it is renewed, and its loss is reported
+ * once through on_lost. */
+typedef struct baton_group baton_group;
+
+#define BATON_MEMBER_ID_MAX 128      /* bytes of a member id: [A-Za-z0-9._-] */
+#define BATON_MEMBER_VALUE_MAX 1024  /* bytes of a member's value */
+
+typedef void (*baton_group_lost_cb)(baton_group *g, void *payload);
+
+typedef struct {
+    unsigned int version;
+    uint32_t lease_ms;       /* engines with leases: as for locks (default 30000) */
+    baton_group_lost_cb on_lost;
+    void *on_lost_payload;
+} baton_group_options;
+
+#define BATON_GROUP_OPTIONS_VERSION 1
+#define BATON_GROUP_OPTIONS_INIT { BATON_GROUP_OPTIONS_VERSION, 30000, NULL, NULL }
+
+typedef struct {
+    char *id;
+    char *value;
+} baton_member;
+
+typedef struct {
+    baton_member *members;   /* sorted by id */
+    size_t n;
+} baton_members;
+
+BATON_EXTERN(void) baton_members_clear(baton_members *m);
+
+BATON_EXTERN(int) baton_group_open(baton_group **out, baton_client *c, const char *name,
+                                   const baton_group_options *opts);
+/* Joins with ID (NULL = a random one: see baton_group_id) and VALUE ("" allowed).
+ * BATON_ELOCKED when a live member already has ID. BATON_EDEADLK when this
+ * handle is a member already. */
+BATON_EXTERN(int) baton_group_join(baton_group *g, const char *id, const char *value);
+/* BATON_ENOTHELD when not a member, BATON_ELOST when membership was lost. */
+BATON_EXTERN(int) baton_group_leave(baton_group *g);
+/* 1 while this handle is a member and has not lost it. */
+BATON_EXTERN(int) baton_group_is_member(const baton_group *g);
+/* This handle's member id (after a join; NULL before). */
+BATON_EXTERN(const char *) baton_group_id(const baton_group *g);
+/* baton_lock_deadline for the membership. */
+BATON_EXTERN(int) baton_group_deadline(const baton_group *g, int64_t *mono_ns);
+/* The live members now (*out cleared first). */
+BATON_EXTERN(int) baton_group_members(baton_group *g, baton_members *out);
+/* Waits until the members differ from the ones this handle reported last
+ * (the first call answers at once), then gives them: 0, BATON_ETIMEDOUT,
+ * BATON_ECANCELED. */
+BATON_EXTERN(int) baton_group_watch(baton_group *g, baton_members *out, int64_t wait_ms);
+BATON_EXTERN(int) baton_group_cancel(baton_group *g);
+/* Leaves if a member, then frees. */
+BATON_EXTERN(void) baton_group_free(baton_group *g);
+
+/* ---- double barrier ----------------------------------------------------------
+ * N members enter, and all proceed once N have entered; each leaves, and
+ * all proceed once every one has left (Curator's and kazoo's
+ * DoubleBarrier). Built on the group NAME plus the value NAME (a "ready"
+ * mark), so any engine with both carries it. A member that dies leaves. */
+typedef struct baton_barrier baton_barrier;
+
+BATON_EXTERN(int) baton_barrier_open(baton_barrier **out, baton_client *c, const char *name, uint32_t count,
+                                     const baton_group_options *opts);
+/* Joins and waits until COUNT members have entered: 0, BATON_ETIMEDOUT (the
+ * entry is withdrawn), BATON_ECANCELED. */
+BATON_EXTERN(int) baton_barrier_enter(baton_barrier *b, int64_t wait_ms);
+/* Leaves and waits until every member has left. */
+BATON_EXTERN(int) baton_barrier_leave(baton_barrier *b, int64_t wait_ms);
+BATON_EXTERN(int) baton_barrier_cancel(baton_barrier *b);
+BATON_EXTERN(void) baton_barrier_free(baton_barrier *b);
+
+/* ---- work queue ----------------------------------------------------------------
+ * FIFO with at-least-once take: a taken item is locked to its taker (renewed
+ * like a lock) until done, and goes back to the queue when the taker gives
+ * it back, dies, or loses it (then on_lost is called once). Two live takers
+ * never hold one item at once. */
+typedef struct baton_queue baton_queue;
+typedef struct baton_queue_item baton_queue_item;
+
+#define BATON_QUEUE_ITEM_MAX (512 * 1024)
+
+typedef void (*baton_item_lost_cb)(baton_queue_item *it, void *payload);
+
+typedef struct {
+    unsigned int version;
+    uint32_t lease_ms;       /* of a taken item, on engines with leases (default 30000) */
+    baton_item_lost_cb on_lost;
+    void *on_lost_payload;
+} baton_queue_options;
+
+#define BATON_QUEUE_OPTIONS_VERSION 1
+#define BATON_QUEUE_OPTIONS_INIT { BATON_QUEUE_OPTIONS_VERSION, 30000, NULL, NULL }
+
+BATON_EXTERN(int) baton_queue_open(baton_queue **out, baton_client *c, const char *name,
+                                   const baton_queue_options *opts);
+/* Appends LEN bytes of DATA (1..BATON_QUEUE_ITEM_MAX). */
+BATON_EXTERN(int) baton_queue_put(baton_queue *q, const void *data, size_t len);
+/* Takes the oldest item nobody holds and locks it to this taker: 0 with
+ * *item, BATON_ENOENT (wait_ms 0 and none there), BATON_ETIMEDOUT,
+ * BATON_ECANCELED. wait_ms as for locks. */
+BATON_EXTERN(int) baton_queue_take(baton_queue *q, baton_queue_item **item, int64_t wait_ms);
+/* Items waiting (not taken). */
+BATON_EXTERN(int) baton_queue_size(baton_queue *q, uint64_t *waiting);
+BATON_EXTERN(int) baton_queue_cancel(baton_queue *q);
+/* Frees the queue; free its items first (or after: they still work). */
+BATON_EXTERN(void) baton_queue_free(baton_queue *q);
+
+/* The item's bytes (NUL-terminated; *len may be NULL), valid until the item is freed. */
+BATON_EXTERN(const char *) baton_queue_item_data(const baton_queue_item *it, size_t *len);
+/* 1 while the item is still locked to this taker. */
+BATON_EXTERN(int) baton_queue_item_held(const baton_queue_item *it);
+/* A number that identifies this take: larger than any earlier take's from the queue (a fence). */
+BATON_EXTERN(uint64_t) baton_queue_item_fence(const baton_queue_item *it);
+/* baton_lock_deadline for the item's lock. */
+BATON_EXTERN(int) baton_queue_item_deadline(const baton_queue_item *it, int64_t *mono_ns);
+/* Removes the item for good and frees IT: 0, or BATON_ELOST when it was no
+ * longer ours (it went back to the queue; IT is freed all the same). */
+BATON_EXTERN(int) baton_queue_done(baton_queue_item *it);
+/* Gives the item back (it can be taken again at once; where it stands in
+ * line is the engine's: docs/engines.md) and frees IT. */
+BATON_EXTERN(int) baton_queue_return(baton_queue_item *it);
+/* Frees IT; an item neither done nor returned is returned. */
+BATON_EXTERN(void) baton_queue_item_free(baton_queue_item *it);
+
 /* ---- multilock --------------------------------------------------------------
  * All-or-nothing over baton locks of any engines and clients. Members are
  * taken in one global order (engine, URI, name), so two multilocks over
@@ -412,6 +625,9 @@ BATON_EXTERN(void) baton_multilock_free(baton_multilock *m);
 #define BATON_PRIM_LIST     (1u << 7) /* baton_lock_list */
 #define BATON_PRIM_BREAK    (1u << 8) /* baton_lock_break */
 #define BATON_PRIM_INFO     (1u << 9) /* baton_lock_info */
+#define BATON_PRIM_VALUE    (1u << 10) /* baton_value_* (and baton_counter_*, built on it) */
+#define BATON_PRIM_GROUP    (1u << 11) /* baton_group_* (and baton_barrier_*, with values) */
+#define BATON_PRIM_QUEUE    (1u << 12) /* baton_queue_* */
 
 #define BATON_FEATURE_LEASE   (1u << 0) /* grants expire unless renewed (the client renews them) */
 #define BATON_FEATURE_NOTIFY  (1u << 1) /* waiters are woken by the engine, not by polling */

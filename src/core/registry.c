@@ -68,8 +68,12 @@ unsigned baton__backend_prims(const baton_backend *b)
     if (b->rw && b->rw->create) p |= BATON_PRIM_RWLOCK;
     if (b->sem) p |= BATON_PRIM_SEM;
     if (b->permits) p |= BATON_PRIM_PERMITS;
-    if (b->latch) p |= BATON_PRIM_LATCH;
+    /* The core builds latches on values where an engine has no latch table. */
+    if (b->latch || b->value) p |= BATON_PRIM_LATCH;
     if (b->election) p |= BATON_PRIM_ELECTION;
+    if (b->value) p |= BATON_PRIM_VALUE;
+    if (b->group) p |= BATON_PRIM_GROUP;
+    if (b->queue) p |= BATON_PRIM_QUEUE;
     return p;
 }
 

@@ -42,7 +42,7 @@
 extern "C" {
 #endif
 
-#define BATON_BACKEND_VERSION 8
+#define BATON_BACKEND_VERSION 9
 
 /* Behaviour bits (baton_backend.caps); which primitives an engine has is
  * said by its method tables, not by bits. */
@@ -317,6 +317,81 @@ typedef struct {
     int (*proclaim)(void *eng, void *st, const baton_owner *owner, const char *value);
 } baton_election_methods;
 
+/* Values (baton_value_*; the core builds counters, and latches where the
+ * engine has no latch table, on them). A value's versions strictly increase
+ * over its whole life (deletion and re-creation included) and are never 0;
+ * 0 means absent. Values are a namespace of their own. */
+typedef struct {
+    int (*create)(void *eng, const char *name, void **st);      /* must: no I/O needed */
+    void (*destroy)(void *eng, void *st);                        /* must */
+    /* must: the value now: out->data malloc'd (NUL-terminated, len without
+     * it), out->version. BATON_ENOENT when absent (out left zeroed). */
+    int (*get)(void *eng, void *st, baton_value_data *out);
+    /* must: set to DATA/LEN if EXPECT holds (BATON_VALUE_ANY: always; 0:
+     * absent; else the version now), atomically at the engine: two clients
+     * that both expect version V never both succeed. BATON_ECONFLICT when
+     * it does not hold. *version = the new version. */
+    int (*set)(void *eng, void *st, const void *data, size_t len, uint64_t expect, uint64_t *version);
+    /* must: delete if EXPECT holds (as for set); BATON_ENOENT when absent. */
+    int (*del)(void *eng, void *st, uint64_t expect);
+    /* must: park on W until the version may differ from KNOWN, the deadline
+     * (0 = answer at once) passes or W is cancelled: 0 (the core re-reads:
+     * spurious returns are allowed, a missed change is not: it must be
+     * seen within the bound the engine's docs state), BATON_ETIMEDOUT,
+     * BATON_ECANCELED. Where the engine notifies, never polls; where a
+     * notification can be lost (pub/sub), re-reads at a documented bound. */
+    int (*watch)(void *eng, void *st, uint64_t known, int64_t deadline_ns, baton_waiter *w);
+} baton_value_methods;
+
+/* Group membership (baton_group_*). */
+typedef struct {
+    /* must: a member state for member ID of group NAME, as a lock state
+     * driven by the lock methods: acquire = join (req->value is the
+     * member's value; never waits for other members: BATON_ELOCKED when
+     * a live member has ID), release = leave, renew (with BATON_CAP_LEASE)
+     * and destroy; loss reported as for locks. Fences are not used (0 is
+     * fine). A member whose holder dies is gone within its session/lease.
+     * ID is [A-Za-z0-9._-]{1,BATON_MEMBER_ID_MAX}, checked by the core. */
+    int (*create)(void *eng, const char *name, const char *id, const baton_lock_options *opts, void **st);
+    /* must: FN(ARG, ID, VALUE) once per live member of NAME (any order;
+     * strings valid during the call only). *TOKEN: anything the engine's
+     * watch needs to know what this listing saw (a revision, a child
+     * version), opaque to the core. */
+    int (*list)(void *eng, const char *name, void (*fn)(void *arg, const char *id, const char *value), void *arg,
+                uint64_t *token);
+    /* must: park on W until the members of NAME may differ from what the
+     * list that gave TOKEN saw (as value watch: spurious returns allowed,
+     * misses not; a member whose lease ran out counts as a change within
+     * the engine's documented bound), the deadline, or a cancel. */
+    int (*watch)(void *eng, const char *name, uint64_t token, int64_t deadline_ns, baton_waiter *w);
+} baton_group_methods;
+
+/* Work queues (baton_queue_*). */
+typedef struct {
+    int (*create)(void *eng, const char *name, void **st);      /* must: no I/O needed */
+    void (*destroy)(void *eng, void *st);                        /* must */
+    /* must: append an item (1..BATON_QUEUE_ITEM_MAX bytes) at the tail. */
+    int (*put)(void *eng, void *st, const void *data, size_t len);
+    /* must: a taker state on queue ST, a lock state driven by the lock
+     * methods: acquire = take the oldest item that nobody holds and lock it
+     * to req->owner (wait as for locks: BATON_ELOCKED for a try on an empty
+     * queue, parked on req->waiter otherwise, woken by the engine where it
+     * notifies); req->fence = a number larger than every earlier take's
+     * from this queue; release = give the item back (owner-checked; it can
+     * be taken again at once); renew = extend its lease (BATON_CAP_LEASE);
+     * a taker that dies loses its item within its session/lease, and the
+     * item goes back. The same state may take again after release or done. */
+    int (*taker)(void *eng, void *st, const baton_lock_options *opts, void **tst);
+    /* must: the bytes of the item TST holds (valid until its next acquire,
+     * release, done or destroy). */
+    int (*item)(void *eng, void *tst, const char **data, size_t *len);
+    /* must: remove the item TST holds for good, owner-checked: BATON_ELOST
+     * when it is no longer this taker's. TST then holds nothing. */
+    int (*done)(void *eng, void *tst, const baton_owner *owner);
+    /* may: the number of items waiting (not taken). NULL = BATON_ENOTSUP. */
+    int (*size)(void *eng, void *st, uint64_t *waiting);
+} baton_queue_methods;
+
 /* Engine services: everything besides primitives. All may. */
 typedef struct {
     /* called once, right after open, with the core's side of the client
@@ -397,6 +472,9 @@ typedef struct baton_backend {
     const baton_permits_methods *permits;   /* may */
     const baton_latch_methods *latch;       /* may */
     const baton_election_methods *election; /* may */
+    const baton_value_methods *value;       /* may */
+    const baton_group_methods *group;       /* may */
+    const baton_queue_methods *queue;       /* may */
     const baton_services *services;         /* must (its members may all be NULL) */
 } baton_backend;
 
