@@ -32,7 +32,17 @@ char g_uri[1024];
 char g_prefix[128];
 const char *g_backend = "";
 unsigned g_prims;
+static int64_t g_t0;
 int g_leases, g_session_ms, g_conn_session;
+
+/* The summary line, this file's CHECKs and families.c's together. */
+static int co_finish(void) {
+    int fp = 0, ff = 0;
+    families_totals(&fp, &ff);
+    th_passed += fp;
+    th_failed += ff;
+    return th_finish();
+}
 
 /* ---- threads ------------------------------------------------------------- */
 
@@ -63,7 +73,8 @@ void co_join(co_thread *t, int timeout_ms, int (*cancel)(void *), void *carg) {
         if (cancel) cancel(carg);
         if (!co_wait(t, 5000)) {
             fprintf(stderr, "FATAL: a blocked call ignores cancel; giving up\n");
-            exit(th_finish() ? 1 : 1);
+            co_finish();
+            exit(1);
         }
     }
     pthread_join(t->th, NULL);
@@ -736,6 +747,16 @@ static void test_latch(void) {
 
 /* ---- main ----------------------------------------------------------------- */
 
+/* COORD_ONLY=word runs only the cases whose name has it (debugging). */
+#define CRUN(fn) do { \
+    const char *only_ = getenv("COORD_ONLY"); \
+    if (!only_ || strstr(#fn, only_)) { \
+        families_enter(#fn); \
+        RUN(fn); \
+        fprintf(stderr, "   (%.1f s in all)\n", (double)(tl_now_ms() - g_t0) / 1000); \
+    } \
+} while (0)
+
 static void classify(const char *backend) {
     g_leases = strcmp(backend, "file") != 0;   /* the kernel frees a dead holder's file lock */
     if (!strcmp(backend, "zk")) {
@@ -768,6 +789,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     signal(SIGPIPE, SIG_IGN);
+    g_t0 = tl_now_ms();
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (tl_uri_with_port(g_uri, sizeof g_uri, argv[1], NULL) != 0) {
         char why[256];
@@ -802,35 +824,35 @@ int main(int argc, char **argv) {
             g_prims & BATON_PRIM_VALUE ? "yes" : "no", g_prims & BATON_PRIM_GROUP ? "yes" : "no",
             g_prims & BATON_PRIM_QUEUE ? "yes" : "no", g_prims & BATON_PRIM_LATCH ? "yes" : "no", g_prefix);
 
-    RUN(test_enotsup);
+    CRUN(test_enotsup);
     if (g_prims & BATON_PRIM_VALUE) {
-        RUN(test_value_basic);
-        RUN(test_value_cas);
-        RUN(test_value_cas_race);
-        RUN(test_value_watch);
-        RUN(test_value_burst);
-        RUN(test_value_subscribe);
-        RUN(test_value_limits);
-        RUN(test_counter);
+        CRUN(test_value_basic);
+        CRUN(test_value_cas);
+        CRUN(test_value_cas_race);
+        CRUN(test_value_watch);
+        CRUN(test_value_burst);
+        CRUN(test_value_subscribe);
+        CRUN(test_value_limits);
+        CRUN(test_counter);
     }
-    if (g_prims & BATON_PRIM_LATCH) RUN(test_latch);
+    if (g_prims & BATON_PRIM_LATCH) CRUN(test_latch);
     if (g_prims & BATON_PRIM_GROUP) {
-        RUN(test_group_basic);
-        RUN(test_group_two_clients);
-        RUN(test_group_watch);
-        RUN(test_group_closed_client);
-        RUN(test_group_killed_member);
-        RUN(test_group_bad_ids);
-        if (g_prims & BATON_PRIM_VALUE) RUN(test_barrier);
+        CRUN(test_group_basic);
+        CRUN(test_group_two_clients);
+        CRUN(test_group_watch);
+        CRUN(test_group_closed_client);
+        CRUN(test_group_killed_member);
+        CRUN(test_group_bad_ids);
+        if (g_prims & BATON_PRIM_VALUE) CRUN(test_barrier);
     }
     if (g_prims & BATON_PRIM_QUEUE) {
-        RUN(test_queue_fifo);
-        RUN(test_queue_wait_put);
-        RUN(test_queue_return_done);
-        RUN(test_queue_concurrent);
-        RUN(test_queue_killed_taker);
-        RUN(test_queue_item_lost);
-        RUN(test_queue_bad);
+        CRUN(test_queue_fifo);
+        CRUN(test_queue_wait_put);
+        CRUN(test_queue_return_done);
+        CRUN(test_queue_concurrent);
+        CRUN(test_queue_killed_taker);
+        CRUN(test_queue_item_lost);
+        CRUN(test_queue_bad);
     }
-    return th_finish();
+    return co_finish();
 }
