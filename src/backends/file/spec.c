@@ -23,7 +23,8 @@ const baton_engine_info baton__info_file = {
     .summary = "embedded: lock files in a local directory (flock), no server",
     .uri = "file:///abs/dir (or no URI: $BATON_DIR, $XDG_RUNTIME_DIR/baton, /tmp/baton-<uid>)",
     .primitives = BATON_PRIM_LOCK | BATON_PRIM_RWLOCK | BATON_PRIM_SEM | BATON_PRIM_PERMITS | BATON_PRIM_LIST |
-                  BATON_PRIM_BREAK | BATON_PRIM_INFO,
+                  BATON_PRIM_BREAK | BATON_PRIM_INFO | BATON_PRIM_LATCH | BATON_PRIM_VALUE | BATON_PRIM_GROUP |
+                  BATON_PRIM_QUEUE,
     .features = BATON_FEATURE_NOTIFY,
     .notes = notes,
     .options = options,
