@@ -1,7 +1,10 @@
 /*
- * Values, groups and queues on the file engine, through the public API:
+ * Values, groups and queues on the embedded engines (file, SQLite), through
+ * the public API:
  *
- *   test_file_coord
+ *   test_file_coord              the file engine, in a fresh lock dir
+ *   test_sqlite_coord URI        another engine (sqlite:///tmp/x.db): the same
+ *                                checks but the file engine's own files
  *
  * values: absent reads BATON_ENOENT; create-only (expect 0), compare-and-set
  * and delete answer BATON_ECONFLICT on a stale version; versions strictly
@@ -19,11 +22,16 @@
  * each exactly once.
  *
  * Workers are this binary re-executed (never a fork of a threaded process).
+ * Their members and takers have 1 s leases, so on a lease engine a killed
+ * one is gone within about a second too.
  */
 #include "ft.h"
 
 #include <signal.h>
 #include <sys/wait.h>
+
+static int g_file = 1;      /* the file engine: its files may be damaged on purpose */
+static char g_marks[1100];  /* where drain workers leave their marker files */
 
 static baton_value *value_on(baton_client *c, const char *name) {
     baton_value *v = NULL;
@@ -68,7 +76,7 @@ static void test_value_versions(void) {
     CHECK(d.len == 0 && d.data && !d.data[0]);
     baton_value_data_clear(&d);
     /* a damaged file (a power loss): get says so, a set restarts above every version */
-    {
+    if (g_file) {
         char p[1200];
         put_bytes(dir_file(p, sizeof p, "values/v.cfg%2Fapp"), "junk", 4);
         CHECK_RC(baton_value_get(v, &d), BATON_EPROTO);
@@ -302,7 +310,7 @@ static void test_queue_no_double_take(void) {
         CHECK_RC(baton_queue_put(q, buf, strlen(buf)), 0);
     }
     for (int i = 0; i < DRAIN_WORKERS; i++)
-        spawn(&w[i], (char *[]){ "test_file_coord", "drain", g_uri, "drain", NULL });
+        spawn(&w[i], (char *[]){ "test_file_coord", "drain", g_uri, "drain", g_marks, NULL });
     for (int i = 0; i < DRAIN_WORKERS; i++) {
         while (line(&w[i], buf, sizeof buf) > 0 && strcmp(buf, "end")) {
             int k;
@@ -351,14 +359,18 @@ static int worker(int argc, char **argv) {
         baton_counter_free(k);
     } else if (!strcmp(role, "member") && argc > 4) {
         baton_group *g = NULL;
-        if (baton_group_open(&g, c, name, NULL) || baton_group_join(g, argv[4], "pid-value")) return 3;
+        baton_group_options go = BATON_GROUP_OPTIONS_INIT;
+        go.lease_ms = 1000;
+        if (baton_group_open(&g, c, name, &go) || baton_group_join(g, argv[4], "pid-value")) return 3;
         printf("joined\n");
         while (read(0, buf, sizeof buf) > 0) {}
         baton_group_free(g);
     } else if (!strcmp(role, "taker")) {
         baton_queue *q = NULL;
         baton_queue_item *it = NULL;
-        if (baton_queue_open(&q, c, name, NULL) || baton_queue_take(q, &it, 10000)) return 3;
+        baton_queue_options qo = BATON_QUEUE_OPTIONS_INIT;
+        qo.lease_ms = 1000;
+        if (baton_queue_open(&q, c, name, &qo) || baton_queue_take(q, &it, 10000)) return 3;
         printf("took %s\n", baton_queue_item_data(it, NULL));
         while (read(0, buf, sizeof buf) > 0) {}
         baton_queue_item_free(it);
@@ -369,7 +381,7 @@ static int worker(int argc, char **argv) {
         tl_sleep_ms(200);
         if (baton_queue_put(q, argv[4], strlen(argv[4]))) return 3;
         baton_queue_free(q);
-    } else if (!strcmp(role, "drain")) {
+    } else if (!strcmp(role, "drain") && argc > 4) {
         /* take and do until the queue stays empty; while an item is held, a
          * marker file only its holder may create proves nobody else has it */
         baton_queue *q = NULL;
@@ -377,7 +389,7 @@ static int worker(int argc, char **argv) {
         if (baton_queue_open(&q, c, name, NULL)) return 2;
         while (baton_queue_take(q, &it, 500) == 0) {
             char mark[1200], data[64];
-            const char *dir = strstr(uri, "://") + 3;
+            const char *dir = argv[4];
             snprintf(data, sizeof data, "%s", baton_queue_item_data(it, NULL));
             snprintf(mark, sizeof mark, "%s/held.%s", dir, data);
             int fd = open(mark, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0600);
@@ -399,7 +411,24 @@ static int worker(int argc, char **argv) {
 
 int main(int argc, char **argv) {
     if (argc > 3) return worker(argc, argv);
-    ft_setup("file_coord");
+    if (argc == 2) {
+        const char *tt = getenv("BATON_TEST_TMP");
+        snprintf(g_uri, sizeof g_uri, "%s", argv[1]);
+        g_file = !strncmp(g_uri, "file:", 5);
+        snprintf(g_dir, sizeof g_dir, "%s/coord-%ld", tt && *tt ? tt : "/tmp", (long)getpid());
+        tl_mkdirs(g_dir);
+        /* a fresh database: nothing left by an earlier run */
+        if (!strncmp(g_uri, "sqlite://", 9)) {
+            char *q = strchr(g_uri + 9, '?');
+            if (q) *q = 0;
+            unlink(g_uri + 9);
+            if (q) *q = '?';
+        }
+        fprintf(stderr, "coord: %s\n", g_uri);
+    } else {
+        ft_setup("file_coord");
+    }
+    snprintf(g_marks, sizeof g_marks, "%s", g_dir);
     RUN(test_value_versions);
     RUN(test_value_watch);
     RUN(test_counter_two_processes);
