@@ -186,21 +186,25 @@ static void test_group(void) {
     MUST(baton_group_open(&g, c, "cluster", NULL));
     MUST(baton_group_open(&dup, c, "cluster", NULL));
     MUST(baton_group_open(&watcher, c, "cluster", NULL));
+    baton_members_clear(&m);
     CHECK_RC(baton_group_members(g, &m), 0);
     CHECK(m.n == 0);
     CHECK_RC(baton_group_join(g, "node-1", "10.0.0.1:80"), 0);
     CHECK(baton_group_is_member(g));
     CHECK_RC(baton_group_join(dup, "node-1", "other"), BATON_ELOCKED);
+    baton_members_clear(&m);
     CHECK_RC(baton_group_watch(watcher, &m, 0), 0);   /* the first answers at once */
     CHECK(m.n == 1 && has_member(&m, "node-1", "10.0.0.1:80"));
     /* a member in another process joins, then is SIGKILLed */
     spawn(&w, (char *[]){ "test_file_coord", "member", g_uri, "cluster", "node-2", NULL });
     CHECK(line(&w, buf, sizeof buf) > 0 && !strcmp(buf, "joined"));
+    baton_members_clear(&m);
     CHECK_RC(baton_group_watch(watcher, &m, 10000), 0);
     CHECK(m.n == 2 && has_member(&m, "node-2", "pid-value"));
     kill(w.pid, SIGKILL);
     {
         int64_t t0 = tl_now_ms();
+        baton_members_clear(&m);
         CHECK_RC(baton_group_watch(watcher, &m, 10000), 0);
         fprintf(stderr, "   killed member left the watcher's list after %lld ms\n", (long long)(tl_now_ms() - t0));
     }
@@ -208,10 +212,12 @@ static void test_group(void) {
     reap(&w);
     /* the dead member's id is free again */
     CHECK_RC(baton_group_join(dup, "node-2", "reborn"), 0);
+    baton_members_clear(&m);
     CHECK_RC(baton_group_members(g, &m), 0);
     CHECK(m.n == 2 && has_member(&m, "node-2", "reborn"));
     CHECK_RC(baton_group_leave(g), 0);
     CHECK_RC(baton_group_leave(g), BATON_ENOTHELD);
+    baton_members_clear(&m);
     CHECK_RC(baton_group_watch(watcher, &m, 10000), 0);
     CHECK(m.n == 1 && has_member(&m, "node-2", NULL));
     /* a group and a queue of one name do not meet */
@@ -219,7 +225,8 @@ static void test_group(void) {
         baton_queue *q = NULL;
         MUST(baton_queue_open(&q, c, "cluster", NULL));
         CHECK_RC(baton_queue_put(q, "x", 1), 0);
-        CHECK_RC(baton_group_members(g, &m), 0);
+        baton_members_clear(&m);
+    CHECK_RC(baton_group_members(g, &m), 0);
         CHECK(m.n == 1);
         baton_queue_free(q);
     }
