@@ -350,7 +350,7 @@ int zk_group_watch(void *eng, const char *name, uint64_t token, int64_t deadline
             /* the watch died with the session; members may have changed */
             zk_sess_put(e, s);
             s = NULL;
-            if ((rc = session(e, 0, &s))) break;
+            if ((rc = zk_resession(e, &s, deadline_ns, w, dir))) break;
         }
     }
 out:
@@ -696,7 +696,10 @@ int zk_queue_done(void *eng, void *tst, const baton_owner *owner)
         goto out;
     }
     if (zrc == ZOK) {
-        zcall *d1 = zk_start_delete(s, ep, -1, &zrc), *d2 = NULL;
+        zcall *d1, *d2 = NULL;
+        /* forgotten first: our own delete is no loss to report */
+        free(zk_take_node(e, l, NULL, NULL));
+        d1 = zk_start_delete(s, ep, -1, &zrc);
         int trc = ZOK;
         if (d1) {
             d2 = zk_start_delete(s, node, st.version, &trc);
@@ -709,12 +712,20 @@ int zk_queue_done(void *eng, void *tst, const baton_owner *owner)
         if (zrc == ZOK && trc != ZOK && trc != ZNONODE && zk_retryable(trc)) zk_orphan_add(e, node, l->gen);
     }
     if (zrc != ZOK) {
-        rc = zk_sess_dead(e, s) ? baton_seterr(BATON_ELOST, zrc, "zk: the item taken from %s was lost with its "
-                                               "session", l->dir)
-                                : zk_err(zrc, "done", ep);
+        if (zk_sess_dead(e, s)) {
+            rc = baton_seterr(BATON_ELOST, zrc, "zk: the item taken from %s was lost with its session", l->dir);
+        } else {
+            /* still ours (the entry may be gone or not): done may be tried again */
+            rc = zk_err(zrc, "done", ep);
+            pthread_mutex_lock(&e->mu);
+            if (!l->node) {
+                l->node = node;
+                node = NULL;
+            }
+            pthread_mutex_unlock(&e->mu);
+        }
         goto out;
     }
-    free(zk_take_node(e, l, NULL, NULL));
     free(l->item);
     l->item = NULL;
     l->item_len = 0;

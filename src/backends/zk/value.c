@@ -50,6 +50,21 @@ int zk_park(zeng *e, baton_waiter *w, unsigned gen, int64_t deadline, const char
     return 0;
 }
 
+int zk_resession(zeng *e, zsess **s, int64_t deadline, baton_waiter *w, const char *what)
+{
+    /* a watcher waits out an unreachable server until its own deadline,
+     * as a waiting acquire does */
+    for (;;) {
+        int ms = e->connect_timeout_ms;
+        int64_t now = baton_now_ns(), end = now + (int64_t)ms * 1000000LL;
+        int rc;
+        if (deadline != INT64_MAX && end > deadline) end = deadline > now ? deadline : now;
+        if ((rc = zk_sess_get(e, end, s)) == 0) return 0;
+        if (w && baton_waiter_canceled(w)) return baton_seterr(BATON_ECANCELED, 0, "zk: wait on %s canceled", what);
+        if (deadline == 0 || (deadline != INT64_MAX && baton_now_ns() >= deadline)) return rc;
+    }
+}
+
 int zk_value_new(void *eng, const char *name, void **st)
 {
     zeng *e = eng;
@@ -354,7 +369,7 @@ int zk_value_watch(void *eng, void *st, uint64_t known, int64_t deadline_ns, bat
              * meanwhile is seen by the next look */
             zk_sess_put(e, s);
             s = NULL;
-            if ((rc = session(e, &s))) break;
+            if ((rc = zk_resession(e, &s, deadline_ns, w, v->path))) break;
         }
     }
     zk_slot_arm(e, v->slot, NULL);

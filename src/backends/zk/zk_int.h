@@ -299,6 +299,9 @@ int zk_value_watch(void *eng, void *st, uint64_t known, int64_t deadline_ns, bat
 /* Parks on W (armed on SLOT) until woken, DEADLINE or at most RECHECK_MS:
  * BATON_ETIMEDOUT past the deadline, BATON_ECANCELED, else 0. */
 int zk_park(zeng *e, baton_waiter *w, unsigned gen, int64_t deadline, const char *what);
+/* A new session for a watcher whose session died: tries until DEADLINE
+ * (0 = once) or a cancel of W. */
+int zk_resession(zeng *e, zsess **s, int64_t deadline, baton_waiter *w, const char *what);
 
 /* ---- group.c ------------------------------------------------------------- */
 
@@ -336,6 +339,9 @@ int zk_value_watch(void *eng, void *st, uint64_t known, int64_t deadline_ns, bat
 /* Parks on W (armed on SLOT) until woken, DEADLINE or at most RECHECK_MS:
  * BATON_ETIMEDOUT past the deadline, BATON_ECANCELED, else 0. */
 int zk_park(zeng *e, baton_waiter *w, unsigned gen, int64_t deadline, const char *what);
+/* A new session for a watcher whose session died: tries until DEADLINE
+ * (0 = once) or a cancel of W. */
+int zk_resession(zeng *e, zsess **s, int64_t deadline, baton_waiter *w, const char *what);
 
 /* ---- group.c ------------------------------------------------------------- */
 
