@@ -27,6 +27,8 @@ Cases:
     given to kazoo (kazoo's get times out while it is the only one) until
     baton gives it back; an item kazoo holds is not given to baton until
     kazoo releases it; done on either side removes it for both;
+  - two kazoo LockingQueue consumers and two baton takers drain 60 items at
+    once: no item held by two at once, each consumed exactly once;
   - kazoo's plain Queue keeps its items directly under the path (no
     entries/): baton does not see them (the documented difference).
 """
@@ -379,11 +381,77 @@ def case_queue(c, zk):
     zk.delete("/baton-queues/" + pname, recursive=True)
 
 
+def case_queue_drain(c, zk):
+    """Two kazoo LockingQueue consumers and two baton takers drain 60 items
+    put by both sides, at once; each holds its item a moment and records it.
+    No item may be held by two at once, and each is consumed exactly once."""
+    name = PREFIX + "drain"
+    path = "/baton-queues/" + name
+    q = opened(B.baton_queue_open, c, name.encode(), None)
+    kq = zk.LockingQueue(path)
+    items = []
+    for i in range(30):
+        kq.put(b"k%d" % i)
+        items.append(b"k%d" % i)
+        B.baton_queue_put(q, b"b%d" % i, len(b"b%d" % i))
+        items.append(b"b%d" % i)
+    lock = threading.Lock()
+    holding = set()
+    consumed = []
+    overlaps = [0]
+
+    by_baton = [0]
+
+    def section(data):
+        with lock:
+            if data in holding:
+                overlaps[0] += 1
+            holding.add(data)
+        time.sleep(0.005)
+        with lock:
+            holding.discard(data)
+            consumed.append(data)
+
+    def kazoo_side():
+        z = kazoo_client()
+        k = z.LockingQueue(path)
+        while True:
+            d = k.get(2)
+            if d is None:
+                break
+            section(d)
+            k.consume()
+        z.stop()
+        z.close()
+
+    def baton_side():
+        while True:
+            rc, it, d = take(q, 2000)
+            if rc:
+                break
+            section(d)
+            with lock:
+                by_baton[0] += 1
+            B.baton_queue_done(it)
+
+    ts = [threading.Thread(target=f) for f in (kazoo_side, kazoo_side, baton_side, baton_side)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    log("   measure: %d items consumed, %d by baton's takers" % (len(consumed), by_baton[0]))
+    check("queue drain: no item held by two takers at once (2 kazoo + 2 baton)", overlaps[0] == 0, overlaps[0])
+    check("queue drain: every item consumed exactly once", sorted(consumed) == sorted(items),
+          (len(consumed), len(set(consumed))))
+    B.baton_queue_free(q)
+    zk.delete(path, recursive=True)
+
+
 def main():
     zk = kazoo_client()
     c = open_client()
     try:
-        for case in (case_counter, case_value, case_group, case_queue):
+        for case in (case_counter, case_value, case_group, case_queue, case_queue_drain):
             log("-- " + case.__name__)
             try:
                 case(c, zk)
