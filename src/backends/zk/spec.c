@@ -35,14 +35,14 @@ static const char *const notes[] = {
     "permits: a node per permit, freed when its holder's session ends; the lease is ignored",
     "semaphore: not yet (issue #25); latch: built by the core on a value",
     "value: the data of the persistent node <value_root>/NAME, version = its mzxid (kazoo Counter's layout for "
-    "counters); get 1 request, set/delete with a version 2 (read, then a versioned write), unconditional set 1; "
-    "watch: one exists watch per watcher, every watcher of NAME woken by each change",
-    "group: members are ephemeral nodes <group_root>/NAME/<id>__party__ holding the value (kazoo Party's marker): "
-    "join 1 request, leave 2, list 1 + 1 per member (pipelined: 2 round trips); a watcher watches the children "
-    "and every member's data and is woken by every join/leave; a dead member goes at its session's expiry",
+    "counters); get 1 request, create 1, unconditional set 1 (2 when absent), compare-and-set 2 (a stat, then a "
+    "versioned write), delete 2; watch: one exists watch per watcher, every watcher of NAME woken by each change",
+    "group: members are ephemeral nodes <group_root>/NAME/<id>__party__ holding the value (kazoo Party's nodes): "
+    "join 1 request, leave 2, list 1 + 1 per member (2 round trips); watchers watch the children, all woken by "
+    "each join or leave; a dead member goes when the server expires its session",
     "queue: kazoo LockingQueue's layout (<queue_root>/NAME/entries/entry-100-<seq>, taken/<entry> ephemeral): put 1 "
-    "request, take 3 (two listings pipelined, a create, a read), done 3, give back 2; waiting takers watch "
-    "entries/ and taken/ and all wake on each change (a herd); fence = the taken node's czxid",
+    "request, take 4 (3 round trips), done 3 (2), give back 2; waiting takers watch entries/ and taken/ and all "
+    "wake on each change (a herd, as kazoo's); fence = the taken node's czxid",
     NULL,
 };
 
