@@ -18,7 +18,13 @@
  *       the list (and a watcher is woken) within the session timeout; a
  *       second join with a live member's id is BATON_ELOCKED;
  *   (f) a taker killed mid-item: the item comes back and is taken again,
- *       with a larger fence; FIFO order; two takers never hold one item.
+ *       with a larger fence; FIFO order; two takers never hold one item;
+ *   (d2) a member and a taker behind a frozen link: on_lost once each, the
+ *       member is gone and the item taken again (larger fence) once the
+ *       server expires the session; leave and done then answer BATON_ELOST;
+ *   (g) roots that are equal are refused; a nested value name's parent is
+ *       an empty value that outlives its child; a lock, value, group and
+ *       queue of one NAME do not meet.
  *
  * Worker mode (the suite re-executes itself):
  *   --worker member URI GROUP ID VALUE   joins, says "JOINED", waits for EOF
@@ -269,6 +275,135 @@ static void test_value_watch_expired(void)
     baton_client_close(b);
 }
 
+/* ---- (d2) a member and a taker whose session is lost ---------------------------- */
+
+static atomic_int g_member_lost, g_item_lost;
+static void member_lost_cb(baton_group *g, void *p) { (void)g, (void)p; atomic_fetch_add(&g_member_lost, 1); }
+static void item_lost_cb(baton_queue_item *it, void *p) { (void)it, (void)p; atomic_fetch_add(&g_item_lost, 1); }
+
+static void test_session_lost(void)
+{
+    char uri[256];
+    baton_client *a = NULL, *b = client(T_MS);
+    baton_group *ga = NULL, *gb = NULL;
+    baton_queue *qa = NULL, *qb = NULL;
+    baton_queue_item *ia = NULL, *ib = NULL;
+    baton_members m = { 0 };
+    baton_group_options go = BATON_GROUP_OPTIONS_INIT;
+    baton_queue_options qo = BATON_QUEUE_OPTIONS_INIT;
+    const char *gn = name("lostgroup"), *qn = name("lostqueue");
+
+    go.on_lost = member_lost_cb;
+    qo.on_lost = item_lost_cb;
+    snprintf(uri, sizeof uri, "zk://127.0.0.1:%d?session_timeout_ms=%d", g_link, T_MS);
+    MUST(baton_client_open(&a, uri, NULL));
+    MUST(baton_group_open(&ga, a, gn, &go));
+    MUST(baton_group_open(&gb, b, gn, NULL));
+    MUST(baton_queue_open(&qa, a, qn, &qo));
+    MUST(baton_queue_open(&qb, b, qn, NULL));
+    CHECK_RC(baton_group_join(ga, "cut-off", "v"), 0);
+    CHECK_RC(baton_queue_put(qb, "item", 4), 0);
+    CHECK_RC(baton_queue_take(qa, &ia, 5000), 0);
+    uint64_t fa = ia ? baton_queue_item_fence(ia) : 0;
+    CHECK(link_cmd("freeze") == 0);
+    int64_t t0 = tl_now_ms();
+    while ((atomic_load(&g_member_lost) == 0 || atomic_load(&g_item_lost) == 0) && tl_now_ms() - t0 < T_MS + MARGIN_MS)
+        tl_sleep_ms(20);
+    CHECK(atomic_load(&g_member_lost) == 1);
+    CHECK(atomic_load(&g_item_lost) == 1);
+    CHECK(!baton_group_is_member(ga));
+    CHECK(ia && !baton_queue_item_held(ia));
+    /* the server expires the session: the member leaves, the item comes back */
+    CHECK_RC(baton_queue_take(qb, &ib, T_MS + MARGIN_MS), 0);
+    CHECK(ib && !strcmp(baton_queue_item_data(ib, NULL), "item"));
+    CHECK(ib && baton_queue_item_fence(ib) > fa);
+    CHECK_RC(baton_group_members(gb, &m), 0);
+    CHECK(m.n == 0);
+    CHECK(link_cmd("thaw") == 0);
+    CHECK_RC(baton_queue_done(ia), BATON_ELOST);
+    CHECK_RC(baton_group_leave(ga), BATON_ELOST);
+    CHECK(atomic_load(&g_member_lost) == 1 && atomic_load(&g_item_lost) == 1);
+    CHECK_RC(baton_queue_done(ib), 0);
+    baton_members_clear(&m);
+    baton_group_free(ga);
+    baton_group_free(gb);
+    baton_queue_free(qa);
+    baton_queue_free(qb);
+    baton_client_close(a);
+    baton_client_close(b);
+}
+
+/* ---- (g) layout: roots, nesting, one NAME of four kinds ------------------------ */
+
+static void test_layout(void)
+{
+    char uri[256];
+    baton_client *c = client(T_MS), *x = NULL;
+    baton_value *ab = NULL, *a = NULL;
+    baton_lock *l = NULL;
+    baton_group *g = NULL;
+    baton_queue *q = NULL;
+    baton_value_data d = { 0 };
+    const char *n = name("nest"), *one = name("one");
+    char abn[160];
+
+    snprintf(uri, sizeof uri, "zk://%s?value_root=/baton", g_hosts);
+    CHECK_RC(baton_client_open(&x, uri, NULL), BATON_EINVAL);
+    snprintf(uri, sizeof uri, "zk://%s?group_root=/q&queue_root=/q", g_hosts);
+    CHECK_RC(baton_client_open(&x, uri, NULL), BATON_EINVAL);
+
+    /* a nested name: ZooKeeper needs its parent, an empty value (kazoo's
+     * ensure_path makes the same), which stays when the child goes */
+    snprintf(abn, sizeof abn, "%s/b", n);
+    MUST(baton_value_open(&ab, c, abn));
+    MUST(baton_value_open(&a, c, n));
+    CHECK_RC(baton_value_set(ab, "b", 1, BATON_VALUE_ANY, NULL), 0);
+    CHECK_RC(baton_value_get(a, &d), 0);
+    CHECK(d.len == 0 && d.version > 0);
+    baton_value_data_clear(&d);
+    CHECK_RC(baton_value_set(a, "a", 1, BATON_VALUE_ANY, NULL), 0);
+    CHECK_RC(baton_value_delete(a, BATON_VALUE_ANY), BATON_EINVAL); /* values below it */
+    CHECK_RC(baton_value_delete(ab, BATON_VALUE_ANY), 0);
+    tl_sleep_ms(200);
+    CHECK_RC(baton_value_get(a, &d), 0);
+    CHECK(d.data && !strcmp(d.data, "a"));
+    baton_value_data_clear(&d);
+    CHECK_RC(baton_value_delete(a, BATON_VALUE_ANY), 0);
+
+    /* a lock, a value, a group and a queue of one NAME do not meet */
+    MUST(baton_lock_open(&l, c, one, NULL));
+    MUST(baton_group_open(&g, c, one, NULL));
+    MUST(baton_queue_open(&q, c, one, NULL));
+    baton_value_free(a);
+    MUST(baton_value_open(&a, c, one));
+    CHECK_RC(baton_lock_acquire(l, 5000), 0);
+    CHECK_RC(baton_value_set(a, "v", 1, 0, NULL), 0);
+    CHECK_RC(baton_group_join(g, "m", "x"), 0);
+    CHECK_RC(baton_queue_put(q, "i", 1), 0);
+    CHECK_RC(baton_lock_release(l), 0); /* it writes its fence into the lock's node */
+    CHECK_RC(baton_value_get(a, &d), 0);
+    CHECK(d.data && !strcmp(d.data, "v"));
+    baton_value_data_clear(&d);
+    baton_members m = { 0 };
+    CHECK_RC(baton_group_members(g, &m), 0);
+    CHECK(m.n == 1);
+    baton_members_clear(&m);
+    uint64_t waiting = 0;
+    CHECK_RC(baton_queue_size(q, &waiting), 0);
+    CHECK(waiting == 1);
+    baton_queue_item *it = NULL;
+    CHECK_RC(baton_queue_take(q, &it, 0), 0);
+    CHECK_RC(baton_queue_done(it), 0);
+    CHECK_RC(baton_group_leave(g), 0);
+    CHECK_RC(baton_value_delete(a, BATON_VALUE_ANY), 0);
+    baton_lock_free(l);
+    baton_group_free(g);
+    baton_queue_free(q);
+    baton_value_free(a);
+    baton_value_free(ab);
+    baton_client_close(c);
+}
+
 /* ---- (e) a member killed ------------------------------------------------------ */
 
 static int worker_member(const char *uri, const char *group, const char *id, const char *value)
@@ -462,12 +597,17 @@ int main(int argc, char **argv)
     }
     fprintf(stderr, "zk coord: server on %s, link on %d\n", g_hosts, g_link);
 
+    RUN(test_layout);
     RUN(test_value_versions);
     RUN(test_value_burst);
     RUN(test_member_killed);
     RUN(test_taker_killed);
-    if (g_link > 0) RUN(test_value_watch_expired);
-    else CHECK(!"link.sh start (socat)");
+    if (g_link > 0) {
+        RUN(test_value_watch_expired);
+        RUN(test_session_lost);
+    } else {
+        CHECK(!"link.sh start (socat)");
+    }
     RUN(test_value_watch_restart);
 
     link_cmd("stop");

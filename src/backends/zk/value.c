@@ -16,9 +16,10 @@
  * exactly as many sets between our read and our write (one round trip) would
  * let a write through on a node whose mzxid is no longer the expected one.
  *
- * A container at the value's path (made by ZooKeeper for a nested name,
- * "a" when only "a/b" exists) is no value: it reads as absent, and a set
- * there is BATON_EINVAL (a container cannot become a persistent node).
+ * A nested name needs its parents: setting "a/b" makes "a" an empty value
+ * (persistent, as kazoo's ensure_path makes it; a container would vanish
+ * with its last child, and with it a value set there meanwhile: the server
+ * does not tell a container from a persistent node in its stat).
  */
 #include "zk_int.h"
 
@@ -95,7 +96,7 @@ void zk_value_free(void *eng, void *st)
     free(v);
 }
 
-static uint64_t version_of(const struct Stat *st) { return ZK_IS_CONTAINER(st) ? 0 : (uint64_t)st->mzxid; }
+static uint64_t version_of(const struct Stat *st) { return (uint64_t)st->mzxid; }
 
 static int session(zeng *e, zsess **s)
 {
@@ -124,7 +125,7 @@ int zk_value_get(void *eng, void *st, baton_value_data *out)
         zcall *c = zk_start_get(s, v->path, NULL, NULL, &zrc);
         if (c) {
             zrc = zk_call_wait(c, end);
-            if (zrc == ZOK && !ZK_IS_CONTAINER(zk_call_stat(c))) {
+            if (zrc == ZOK) {
                 int len = 0;
                 if ((rc = zk_call_data_take(c, &out->data, &len)) == 0) {
                     out->len = (size_t)len;
@@ -133,7 +134,6 @@ int zk_value_get(void *eng, void *st, baton_value_data *out)
                 zk_call_put(c);
                 break;
             }
-            if (zrc == ZOK) zrc = ZNONODE; /* a container: no value */
             zk_call_put(c);
         }
         if (zrc == ZNONODE) {
@@ -149,7 +149,7 @@ int zk_value_get(void *eng, void *st, baton_value_data *out)
     return rc;
 }
 
-/* Creates the value's node with DATA (its parents as containers): a
+/* Creates the value's node with DATA (and its parents): a
  * ZooKeeper code; *ST its stat on ZOK. */
 static int create_node(zeng *e, zsess *s, const char *path, const char *data, int len, struct Stat *st, int64_t end)
 {
@@ -162,14 +162,24 @@ static int create_node(zeng *e, zsess *s, const char *path, const char *data, in
         zk_call_put(c);
         if (zrc != ZNONODE) return zrc;
         {
-            /* the parent is missing (first use, or a container the server
-             * just removed) */
-            char *p = strdup(path), *sl;
+            /* the parents are missing (first use, or the value root, a
+             * container, went with its last value): the root as a
+             * container, the parents below it persistent */
+            size_t root = strlen(e->vbase);
+            char *p = strdup(path);
             int mrc = 0;
             if (!p) return ZSYSTEMERROR;
-            if ((sl = strrchr(p, '/')) && sl != p) {
-                *sl = 0;
+            if (root) {
+                p[root] = 0;
                 mrc = zk_mkdirs(e, s, p, end);
+                p[root] = '/';
+            }
+            for (char *sl = strchr(p + root + 1, '/'); !mrc && sl; sl = strchr(sl + 1, '/')) {
+                int crc;
+                *sl = 0;
+                crc = zk_create(s, p, NULL, -1, zk_acl(e), ZOO_PERSISTENT, NULL, 0, NULL, end);
+                if (crc != ZOK && crc != ZNODEEXISTS) mrc = -1;
+                *sl = '/';
             }
             free(p);
             if (mrc) return ZNONODE;
@@ -196,12 +206,6 @@ static int conflict(const char *path, uint64_t expect)
                                       (unsigned long long)expect);
 }
 
-static int container_in_way(const char *path)
-{
-    return baton_seterr(BATON_EINVAL, 0, "zk: %s is a container holding values below it; it cannot hold a value",
-                        path);
-}
-
 /* One attempt at a set: 0, a baton error, or 1 with a ZooKeeper code to
  * look at (a lost connection) in *ZRC. */
 static int set_once(zeng *e, zsess *s, zvalue *v, const char *data, int len, uint64_t expect, struct Stat *out,
@@ -211,17 +215,11 @@ static int set_once(zeng *e, zsess *s, zvalue *v, const char *data, int len, uin
     *zrc = ZOK;
     if (expect == 0) {
         *zrc = create_node(e, s, v->path, data, len, out, end);
-        if (*zrc == ZNODEEXISTS) {
-            /* a container there is no value, but it cannot become one */
-            if (zk_exists(s, v->path, NULL, NULL, &st, end) == ZOK && ZK_IS_CONTAINER(&st))
-                return container_in_way(v->path);
-            return conflict(v->path, 0);
-        }
+        if (*zrc == ZNODEEXISTS) return conflict(v->path, 0);
         return *zrc == ZOK ? 0 : 1;
     }
     if (expect == BATON_VALUE_ANY) {
         *zrc = write_node(s, v->path, data, len, -1, out, end);
-        if (*zrc == ZOK && ZK_IS_CONTAINER(out)) return container_in_way(v->path);
         if (*zrc == ZNONODE) *zrc = create_node(e, s, v->path, data, len, out, end);
         return *zrc == ZOK ? 0 : 1;
     }
@@ -283,7 +281,7 @@ int zk_value_del(void *eng, void *st, uint64_t expect)
     for (int tries = 0;; tries++) {
         struct Stat cur;
         zrc = zk_exists(s, v->path, NULL, NULL, &cur, end);
-        if (zrc == ZNONODE || (zrc == ZOK && ZK_IS_CONTAINER(&cur))) {
+        if (zrc == ZNONODE) {
             rc = baton_seterr(BATON_ENOENT, 0, "zk: value %s does not exist", v->path);
             break;
         }

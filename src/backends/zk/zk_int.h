@@ -292,10 +292,9 @@ int zk_value_get(void *eng, void *st, baton_value_data *out);
 int zk_value_set(void *eng, void *st, const void *data, size_t len, uint64_t expect, uint64_t *version);
 int zk_value_del(void *eng, void *st, uint64_t expect);
 int zk_value_watch(void *eng, void *st, uint64_t known, int64_t deadline_ns, baton_waiter *w);
-/* A stat's owner says the node is ephemeral (a session's): containers and
- * TTL nodes carry negative markers there, persistent nodes 0. */
-#define ZK_IS_EPHEMERAL(st) ((st)->ephemeralOwner > 0)
-#define ZK_IS_CONTAINER(st) ((st)->ephemeralOwner == INT64_MIN)
+/* A stat's owner says the node is ephemeral (a session's); persistent
+ * nodes and containers show 0 there. */
+#define ZK_IS_EPHEMERAL(st) ((st)->ephemeralOwner != 0)
 /* Parks on W (armed on SLOT) until woken, DEADLINE or at most RECHECK_MS:
  * BATON_ETIMEDOUT past the deadline, BATON_ECANCELED, else 0. */
 int zk_park(zeng *e, baton_waiter *w, unsigned gen, int64_t deadline, const char *what);
@@ -332,10 +331,9 @@ int zk_value_get(void *eng, void *st, baton_value_data *out);
 int zk_value_set(void *eng, void *st, const void *data, size_t len, uint64_t expect, uint64_t *version);
 int zk_value_del(void *eng, void *st, uint64_t expect);
 int zk_value_watch(void *eng, void *st, uint64_t known, int64_t deadline_ns, baton_waiter *w);
-/* A stat's owner says the node is ephemeral (a session's): containers and
- * TTL nodes carry negative markers there, persistent nodes 0. */
-#define ZK_IS_EPHEMERAL(st) ((st)->ephemeralOwner > 0)
-#define ZK_IS_CONTAINER(st) ((st)->ephemeralOwner == INT64_MIN)
+/* A stat's owner says the node is ephemeral (a session's); persistent
+ * nodes and containers show 0 there. */
+#define ZK_IS_EPHEMERAL(st) ((st)->ephemeralOwner != 0)
 /* Parks on W (armed on SLOT) until woken, DEADLINE or at most RECHECK_MS:
  * BATON_ETIMEDOUT past the deadline, BATON_ECANCELED, else 0. */
 int zk_park(zeng *e, baton_waiter *w, unsigned gen, int64_t deadline, const char *what);
