@@ -225,6 +225,8 @@ static int group_watch(void *eng, const char *name, uint64_t token, int64_t dead
     if (deadline_ns == 0) deadline_ns = baton_now_ns() + ETCD_GRACE_MS * 1000000LL;
     rc = egw_wait_prefix(e->gw, pfx, pl, (int64_t)token + 1, deadline_ns, w);
     free(pfx);
+    /* gRPC ends the stream at its deadline as if it had broken: a timeout */
+    if (rc == 0 && deadline_ns != INT64_MAX && baton_now_ns() >= deadline_ns) rc = BATON_ETIMEDOUT;
     if (rc == BATON_ETIMEDOUT) return baton_seterr(BATON_ETIMEDOUT, 0, "etcd: group '%s' unchanged", name);
     if (rc == BATON_ECANCELED) return baton_seterr(BATON_ECANCELED, 0, "etcd: watch of group '%s' canceled", name);
     return rc;
