@@ -15,13 +15,15 @@
  *           compares as 0)
  *   delete  any: one delete range; expect V: one txn (compare, delete, and
  *           a range to tell "absent" from "changed" when the compare fails)
- *   watch   one range (the header revision H and the version now), then a
- *           watch stream on the key from H+1: any event ends it. A change
- *           between the caller's read and the watch has a revision above
- *           the caller's version, so it shows in the range (version !=
- *           known: at once) or replays on the stream. Watching from H+1,
- *           never from an old revision, means compaction cannot cut the
- *           stream short (a compacted stream ends it: we read again).
+ *   watch   a watch stream on the key from the known version + 1: any
+ *           event ends it. A change after the caller's read has a
+ *           revision above the version it read, so it replays on the
+ *           stream, however late the stream starts. When that revision is
+ *           compacted (etcd ends the stream), the stream breaks, or the
+ *           value was absent (version 0: no revision to start from), one
+ *           range gives the version now and the revision H of the read,
+ *           and the stream starts from H+1, which compaction cannot have
+ *           reached. The core reads the value before and after.
  *
  * A value NAME shares the key space of locks: its key "<name>" is not in
  * any lock's range ("<lock>/"), except a value named "<lock>/<x>" (no more
@@ -212,11 +214,18 @@ static int value_watch(void *eng, void *st, uint64_t known, int64_t deadline_ns,
     eeng *e = eng;
     evalue *v = st;
 
+    /* the caller has just read version KNOWN: every change since has a
+     * revision above it, so a stream from KNOWN+1 replays it (no read
+     * first). Absent (0), or once that stream has ended: read, then watch
+     * from the read's revision (a compacted KNOWN+1 costs one stream). */
+    int64_t from = known > 0 && known < (uint64_t)INT64_MAX && deadline_ns != 0 ? (int64_t)known + 1 : 0;
+
     for (int first = 1;; first = 0) {
         unsigned seen = baton_waiter_gen(w);
-        uint64_t ver = 0;
-        int64_t hrev = 0;
-        int rc = value_read(e, v, NULL, &ver, &hrev, etcd_call_ms(e, deadline_ns));
+        uint64_t ver = known;
+        int64_t hrev = from - 1;
+        int rc = from ? 0 : value_read(e, v, NULL, &ver, &hrev, etcd_call_ms(e, deadline_ns));
+        from = 0;
         if (rc && (first || rc == BATON_ENOMEM || rc == BATON_EAUTH)) return rc;
         if (rc) {
             /* after a wait: the stream broke with the member (a cut link, a
