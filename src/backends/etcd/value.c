@@ -222,6 +222,7 @@ static int value_watch(void *eng, void *st, uint64_t known, int64_t deadline_ns,
 
     for (int first = 1;; first = 0) {
         unsigned seen = baton_waiter_gen(w);
+        int fired = 0;
         uint64_t ver = known;
         int64_t hrev = from - 1;
         int rc = from ? 0 : value_read(e, v, NULL, &ver, &hrev, etcd_call_ms(e, deadline_ns));
@@ -243,9 +244,11 @@ static int value_watch(void *eng, void *st, uint64_t known, int64_t deadline_ns,
         if (ver != known) return 0;
         if (deadline_ns == 0 || (deadline_ns != INT64_MAX && baton_now_ns() >= deadline_ns))
             return baton_seterr(BATON_ETIMEDOUT, 0, "etcd: value '%s' unchanged at the deadline", v->name);
-        /* every event on the key after the read; 0 = an event, or the stream
-         * ended (compacted, the member gone): read again either way */
-        rc = egw_wait_key(e->gw, v->key, v->klen, hrev + 1, deadline_ns, w);
+        /* every event on the key after the read: the core reads the value
+         * then; a stream that ended without one (compacted, the member
+         * gone) makes us read again here */
+        rc = egw_wait_key(e->gw, v->key, v->klen, hrev + 1, deadline_ns, w, &fired);
+        if (rc == 0 && fired) return 0;
         if (rc == BATON_ETIMEDOUT)
             return baton_seterr(BATON_ETIMEDOUT, 0, "etcd: value '%s' unchanged at the deadline", v->name);
         if (rc == BATON_ECANCELED) return baton_seterr(BATON_ECANCELED, 0, "etcd: watch of '%s' canceled", v->name);
