@@ -19,7 +19,10 @@
  *   - join, list (values), a second live member with the same id is
  *     BATON_ELOCKED, leave; a watcher wakes on a join by another client;
  *   - a member process killed (SIGKILL, ttl=2) is gone from the list within
- *     its lease, seen by a group watch.
+ *     its lease, seen by a group watch;
+ *   - a member whose key someone else deletes (through the JSON gateway:
+ *     the key starts with a NUL) is told (on_lost) at a keep-alive, and
+ *     its leave is BATON_ELOST.
  * Queues:
  *   - FIFO order, increasing fences, a returned item first in line again,
  *     size, a try on an empty queue is BATON_ENOENT;
@@ -27,7 +30,9 @@
  *   - 4 takers (each its own client) drain 40 items: each item taken and
  *     done exactly once;
  *   - a taker process killed mid-item (ttl=2): the item comes back and is
- *     taken again with a larger fence.
+ *     taken again with a larger fence;
+ *   - a taker whose claim someone else deletes is told (on_lost), its done
+ *     is BATON_ELOST and the item is still there.
  * Bounds are generous (a missed wake-up would show as a 20 s wait); the
  * killed-process cases allow 15 s for a 2 s lease.
  */
@@ -345,6 +350,33 @@ static void value_watch_cut(void)
     baton_client_close(c);
 }
 
+/* ---- keys with a NUL, deleted through the JSON gateway -------------------------- */
+
+static void b64(const unsigned char *p, size_t n, char *out)
+{
+    static const char t[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    size_t o = 0;
+    for (size_t i = 0; i < n; i += 3) {
+        unsigned v = (unsigned)p[i] << 16 | (i + 1 < n ? (unsigned)p[i + 1] << 8 : 0) | (i + 2 < n ? p[i + 2] : 0);
+        out[o++] = t[v >> 18 & 63];
+        out[o++] = t[v >> 12 & 63];
+        out[o++] = i + 1 < n ? t[v >> 6 & 63] : '=';
+        out[o++] = i + 2 < n ? t[v & 63] : '=';
+    }
+    out[o] = 0;
+}
+
+/* Deletes [KEY, END) (END NULL: KEY alone) through the fixture's gateway;
+ * 0 when curl got an answer. */
+static int gw_delete(const unsigned char *key, size_t kl, const unsigned char *end, size_t el)
+{
+    char k64[512], e64[512];
+    b64(key, kl, k64);
+    if (end) b64(end, el, e64);
+    return tl_sh("curl -sf -X POST http://127.0.0.1:%d/v3/kv/deleterange -d '{\"key\":\"%s\"%s%s%s}' >/dev/null",
+                 g_port, k64, end ? ",\"range_end\":\"" : "", end ? e64 : "", end ? "\"" : "");
+}
+
 /* ---- groups ------------------------------------------------------------------ */
 
 static int has_member(const baton_members *m, const char *id, const char *value)
@@ -451,6 +483,41 @@ static void group_killed(void)
     }
     CHECK(gone);
     fprintf(stderr, "   killed member gone after %lld ms (lease 2 s)\n", (long long)(tl_now_ms() - t0));
+    baton_group_free(g);
+    baton_client_close(c);
+}
+
+static void group_lost_cb(baton_group *g, void *payload)
+{
+    (void)g;
+    atomic_fetch_add((atomic_int *)payload, 1);
+}
+
+static void group_key_deleted(void)
+{
+    char name[128], kuri[1100];
+    unsigned char key[256];
+    atomic_int lost;
+    baton_group_options o = BATON_GROUP_OPTIONS_INIT;
+    baton_group *g;
+    nm(name, sizeof name, "gdel");
+    atomic_init(&lost, 0);
+    o.on_lost = group_lost_cb;
+    o.on_lost_payload = &lost;
+    /* keep-alives every second: the check comes with them */
+    snprintf(kuri, sizeof kuri, "%s%sttl=3", g_uri, strchr(g_uri, '?') ? "&" : "?");
+    baton_client *c = tl_client_open(kuri);
+    MUST(baton_group_open(&g, c, name, &o));
+    CHECK_RC(baton_group_join(g, "m1", "v"), 0);
+    int kl = snprintf((char *)key + 1, sizeof key - 1, "group/%s/m1", name) + 1;
+    key[0] = 0;
+    CHECK(gw_delete(key, (size_t)kl, NULL, 0) == 0);
+    int64_t t0 = tl_now_ms();
+    while (!atomic_load(&lost) && tl_now_ms() - t0 < 15000) tl_sleep_ms(20);
+    CHECK(atomic_load(&lost) == 1);
+    CHECK(!baton_group_is_member(g));
+    fprintf(stderr, "   a deleted member key reported lost after %lld ms (ttl 3 s)\n", (long long)(tl_now_ms() - t0));
+    CHECK_RC(baton_group_leave(g), BATON_ELOST);
     baton_group_free(g);
     baton_client_close(c);
 }
@@ -625,6 +692,50 @@ static void queue_taker_killed(void)
     baton_client_close(c);
 }
 
+static void item_lost_cb(baton_queue_item *it, void *payload)
+{
+    (void)it;
+    atomic_fetch_add((atomic_int *)payload, 1);
+}
+
+static void queue_claim_deleted(void)
+{
+    char name[128], kuri[1100];
+    unsigned char key[256], end[256];
+    atomic_int lost;
+    baton_queue_options o = BATON_QUEUE_OPTIONS_INIT;
+    baton_queue *q;
+    baton_queue_item *it = NULL;
+    uint64_t n = 0;
+    nm(name, sizeof name, "qdel");
+    atomic_init(&lost, 0);
+    o.on_lost = item_lost_cb;
+    o.on_lost_payload = &lost;
+    snprintf(kuri, sizeof kuri, "%s%sttl=3", g_uri, strchr(g_uri, '?') ? "&" : "?");
+    baton_client *c = tl_client_open(kuri);
+    MUST(baton_queue_open(&q, c, name, &o));
+    MUST(baton_queue_put(q, "x", 1));
+    CHECK_RC(baton_queue_take(q, &it, 0), 0);
+    /* every claim of the queue: [\0queue/<name>\0t/, \0queue/<name>\0t0) */
+    int kl = snprintf((char *)key + 1, sizeof key - 1, "queue/%s", name) + 1;
+    key[0] = 0;
+    memcpy(key + kl, "\0t/", 3);
+    memcpy(end, key, (size_t)kl + 3);
+    end[kl + 2] = '0';
+    CHECK(gw_delete(key, (size_t)kl + 3, end, (size_t)kl + 3) == 0);
+    int64_t t0 = tl_now_ms();
+    while (!atomic_load(&lost) && tl_now_ms() - t0 < 15000) tl_sleep_ms(20);
+    CHECK(atomic_load(&lost) == 1);
+    CHECK(it && !baton_queue_item_held(it));
+    if (it) CHECK_RC(baton_queue_done(it), BATON_ELOST);
+    CHECK_RC(baton_queue_size(q, &n), 0);
+    CHECK(n == 1);                           /* not done: still there, for the next taker */
+    CHECK_RC(baton_queue_take(q, &it, 0), 0);
+    if (it) CHECK_RC(baton_queue_done(it), 0);
+    baton_queue_free(q);
+    baton_client_close(c);
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && !strcmp(argv[1], "worker")) return worker_main(argc, argv);
@@ -643,8 +754,10 @@ int main(int argc, char **argv)
     RUN(value_watch_cut);
     RUN(group_basics);
     RUN(group_killed);
+    RUN(group_key_deleted);
     RUN(queue_basics);
     RUN(queue_drain);
     RUN(queue_taker_killed);
+    RUN(queue_claim_deleted);
     return th_finish();
 }

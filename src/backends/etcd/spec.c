@@ -33,14 +33,14 @@ static const char *const notes[] = {
     "lock: etcdctl lock's layout (a key per waiter on the client's lease, lowest revision holds); fixed_lease: ENOTSUP",
     "rwlock: recipe.RWMutex's layout; election: etcdctl elect's layout",
     "permits: a key per permit on the holder's lease, freed when that lease ends; the lease is ignored",
-    "latch: built by the core on a value (no latch table of its own)",
-    "value: the plain key NAME under the URI's prefix (etcdctl put/get/watch NAME); version = its mod_revision; "
-    "get 1 request, set 1 (compare-and-set: a txn on mod_revision), watch: 1 range + a watch stream from its "
-    "revision (never misses a change; a compacted or broken stream reads again)",
-    "group: a key per member on the client's lease (\\0group/NAME/ID), gone with it (TTL); join and leave 1 txn, "
-    "list 1 range, watch a stream from the listing's revision; lease_ms unused (the URI's ttl)",
-    "queue: items as keys in create-revision order, a claim key per taken item on the taker's lease; put 1 request, "
-    "take 2 (read, claim txn), done 1 txn; every waiting taker wakes on each change of the queue (herd); a "
+    "latch, counter: the core's, on the value NAME (decimal text)",
+    "value: the plain key NAME under the URI's prefix (etcdctl put/get/watch NAME), version = its mod_revision; "
+    "get 1 range, set 1 put (compare-and-set: 1 txn on mod_revision), watch: 1 stream from the known version + 1 "
+    "per change (never misses one; compacted or broken: 1 range and again), each watcher its own stream",
+    "group: a key per member on the client's lease (\\0group/NAME/ID), gone when a killed client's lease ends; "
+    "join, leave 1 txn, list 1 range, watch 1 stream from the listing's revision; lease_ms unused (the URI's ttl)",
+    "queue: items as keys taken in create-revision order, a claim key per taken item on the taker's lease; put 1, "
+    "take 2 txns, done 1 txn; each change wakes every waiting taker (herd: ~2 requests per waiter per item); a "
     "returned or expired item is first in line again; lease_ms unused (the URI's ttl)",
     NULL,
 };
