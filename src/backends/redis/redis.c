@@ -11,6 +11,7 @@
  */
 #include "rb.h"
 #include "scripts.h"
+#include "scripts_coord.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -56,6 +57,15 @@ static const char *const script_body[S_COUNT] = {
     [S_LATCH_CTL] = BATON_LUA_LATCH_CTL,
     [S_LIST] = BATON_LUA_LIST,
     [S_BREAK] = BATON_LUA_BREAK,
+    [S_VALUE] = BATON_LUA_VALUE,
+    [S_GROUP_JOIN] = BATON_LUA_GROUP_JOIN,
+    [S_GROUP_LEAVE] = BATON_LUA_GROUP_LEAVE,
+    [S_GROUP_RENEW] = BATON_LUA_GROUP_RENEW,
+    [S_GROUP_LIST] = BATON_LUA_GROUP_LIST,
+    [S_QUEUE_PUT] = BATON_LUA_QUEUE_PUT,
+    [S_QUEUE_TAKE] = BATON_LUA_QUEUE_TAKE,
+    [S_QUEUE_ITEM] = BATON_LUA_QUEUE_ITEM,
+    [S_QUEUE_SIZE] = BATON_LUA_QUEUE_SIZE,
 };
 
 /* Waiting in the simple layout: foreign clients (redis-py, redlock, redsync)
