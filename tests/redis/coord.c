@@ -111,10 +111,22 @@ static void value_versions(void) {
     CHECK_RC(baton_value_get(v, &d), 0);
     CHECK(d.len == 3 && !memcmp(d.data, "a\0b", 3));
     baton_value_data_clear(&d);
+    /* A watch that sees no change ends with ETIMEDOUT, not an error */
+    CHECK_RC(baton_value_watch(v, v4, &d, 0), BATON_ETIMEDOUT);
+    CHECK_RC(baton_value_watch(v, v4, &d, 2500), BATON_ETIMEDOUT);
+    CHECK(d.data == NULL);
     /* A value and a lock of one name do not meet. */
     baton_lock *l = NULL;
     CHECK_RC(baton_lock_open(&l, c, n, NULL), 0);
     CHECK_RC(baton_lock_acquire(l, 0), 0);
+    /* A wait longer than the io timeout (2000 ms here) that runs out is
+     * ETIMEDOUT (it was EUNAVAILABLE: the last attempt had no time left). */
+    baton_client *c2 = open_client();
+    baton_lock *l2 = NULL;
+    CHECK_RC(baton_lock_open(&l2, c2, n, NULL), 0);
+    CHECK_RC(baton_lock_acquire(l2, 2500), BATON_ETIMEDOUT);
+    baton_lock_free(l2);
+    baton_client_close(c2);
     CHECK_RC(baton_value_get(v, &d), 0);
     CHECK(d.version == v4);
     baton_value_data_clear(&d);
@@ -380,6 +392,7 @@ static void group_basic(void) {
     CHECK_RC(baton_group_watch(w, &m, 5000), 0);
     CHECK(m.n == 2 && has_member(&m, "node-b", ""));
     baton_members_clear(&m);
+    CHECK_RC(baton_group_watch(w, &m, 2500), BATON_ETIMEDOUT);
     /* renewals keep them past their lease */
     tl_sleep_ms(4000);
     CHECK_RC(baton_group_members(w, &m), 0);
@@ -515,6 +528,7 @@ static void queue_basic(void) {
     int64_t t0 = tl_now_ms();
     CHECK_RC(baton_queue_take(q, &it, 300), BATON_ETIMEDOUT);
     CHECK(tl_now_ms() - t0 >= 250);
+    CHECK_RC(baton_queue_take(q, &it, 2500), BATON_ETIMEDOUT); /* longer than the io timeout */
     /* a waiting take (another client) is woken by a put */
     pthread_t th;
     take_arg ta;

@@ -395,7 +395,7 @@ int baton__redis_wait_loop_msg(reng *e, const char *channel, baton_waiter *w, in
         }
     }
 
-    int backoff = BACKOFF_START_MS, rc;
+    int backoff = BACKOFF_START_MS, rc = 0;
     for (;;) {
         if (baton_waiter_canceled(w)) {
             rc = baton_seterr(BATON_ECANCELED, 0, "redis: %s canceled", what);
@@ -419,6 +419,13 @@ int baton__redis_wait_loop_msg(reng *e, const char *channel, baton_waiter *w, in
             pre = NULL;
             rc = 0;
             hint = pre_hint;
+        } else if (baton_now_ns() >= deadline && baton__redis_io_deadline(e) <= baton_now_ns()) {
+            /* The wait ran out, and with it the call's bound (a wait longer
+             * than the io timeout): an attempt now could not even be sent,
+             * so this is the end of the wait, not a failure of the engine
+             * (unless the last attempt failed: then that stands). */
+            if (!rc) rc = baton_seterr(BATON_ETIMEDOUT, 0, "redis: %s: the wait ran out", what);
+            break;
         } else {
             int64_t ab = baton__redis_attempt_enter(e);
             rc = attempt(ctx, &done, &hint);
