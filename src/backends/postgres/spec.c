@@ -41,11 +41,13 @@ static const char *const notes[] = {
     "value, group, queue: tables <table>_value, <table>_group, <table>_queue beside the lock table, "
     "lease rows on the server's clock in EVERY mode (members and taken items do not live on a connection)",
     "value: get, set, CAS, delete = 1 statement each (CAS: UPDATE ... WHERE version = $expect; "
-    "delete keeps a tombstone so versions go on); a change NOTIFYs <channel>_value with the name",
+    "delete keeps a tombstone so versions go on); a change NOTIFYs channel baton:<schema>.<table>_value with "
+    "the name (a foreign client's UPDATE without it is seen at the 5 s re-read)",
     "value watch: LISTEN on the client's one listener connection, no polling; woken watchers (all in the "
     "client) read 1 row each; notifications lost while the listener reconnects wake every waiter; "
     "re-read every 5 s regardless (a silently dead listener link)",
-    "latch: the core's, on a value (1 statement per count_down, await = a value watch)",
+    "latch, counter: the core's, on a value: count_down, add = a read + a CAS (2 statements a try, tried "
+    "again on a conflict); await = a value watch",
     "group: join, leave = 1 statement (an upsert, a delete; both NOTIFY); renewal 1 UPDATE per lease/3; "
     "list = 1 SELECT; a killed member is gone when its lease ends; a watch wakes on NOTIFY and at the "
     "earliest member's lease end",
