@@ -9,7 +9,11 @@
  *
  * Waiting: a release NOTIFYs the table's channel with the name (in the
  * releasing statement, delivered at its commit). One listener thread per
- * client LISTENs on its own connection and wakes the waiters of that name;
+ * client LISTENs on its own connection and wakes the waiters of that name
+ * (it also LISTENs on the channels of values, groups and queues, coord.c,
+ * and wakes their waiters, in every mode; when it listens again after its
+ * connection ended it wakes every waiter, since what was sent meanwhile is
+ * lost);
  * a waiter also wakes when the holder's lease is due to end (a crashed
  * holder never notifies), and re-checks at least every second in case a
  * notification was missed while the listener reconnected.
