@@ -124,11 +124,9 @@ typedef struct mylock {
     MYSQL *conn;             /* session and row modes: the connection holding the lock */
     uint64_t fence;          /* of the current grant, 0 when none */
     int kind;                /* MY_KIND_* */
-    /* members: name is the group's, esc its escape */
-    char *eid;               /* the member id, escaped */
-    /* takers */
-    struct myqueue *q;       /* the queue */
-    uint64_t item_id;        /* the item held, 0 when none */
+    /* members: name and esc are the group's; takers: the queue's */
+    char *eid;               /* members: the member id, escaped; takers: the queue's fence row's name */
+    uint64_t item_id;        /* takers: the item held, 0 when none */
     char *item;              /* its bytes (NUL-terminated) */
     size_t item_len;
 } mylock;

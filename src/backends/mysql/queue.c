@@ -118,8 +118,10 @@ static int queue_taker(void *eng, void *st, const baton_lock_options *opts, void
     if (!l) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
     l->e = eng;
     l->kind = MY_KIND_TAKER;
-    l->q = q;
-    if (!(l->name = strdup(q->name))) {
+    /* copies: an item may outlive its queue handle */
+    if (!(l->name = strdup(q->name)) || !(l->esc = strdup(q->esc)) || !(l->eid = strdup(q->efence))) {
+        free(l->name);
+        free(l->esc);
         free(l);
         return baton_seterr(BATON_ENOMEM, 0, "out of memory");
     }
@@ -157,7 +159,6 @@ static int queue_item(void *eng, void *tst, const char **data, size_t *len)
  * L, or BATON_ELOCKED for an empty queue. */
 static int take_on(myeng *e, MYSQL *c, mylock *l, baton_acquire_req *req, int64_t dl)
 {
-    myqueue *q = l->q;
     MYSQL_RES *r = NULL;
     MYSQL_ROW row;
     char *owner = my_escape(req->owner->hex), *holder = my_escape(req->owner->desc), *sql = NULL;
@@ -170,12 +171,12 @@ static int take_on(myeng *e, MYSQL *c, mylock *l, baton_acquire_req *req, int64_
     }
     if ((rc = my_exec_dl(e, c, "START TRANSACTION", NULL, dl))) goto out;
     if (!(sql = my_sql(e, "SELECT id, data FROM @Q WHERE q = %s AND (taken_by IS NULL OR lease_until <= "
-                          "UTC_TIMESTAMP(6)) ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED", q->esc)))
+                          "UTC_TIMESTAMP(6)) ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED", l->esc)))
         goto oom;
     if ((rc = my_exec_dl(e, c, sql, &r, dl))) goto out;
     if (!(row = mysql_fetch_row(r))) {
         rc = my_exec_dl(e, c, "ROLLBACK", NULL, dl);
-        if (!rc) rc = baton_seterr(BATON_ELOCKED, 0, "mysql: queue '%s' is empty", q->name);
+        if (!rc) rc = baton_seterr(BATON_ELOCKED, 0, "mysql: queue '%s' is empty", l->name);
         goto out;
     }
     id = strtoull(row[0], NULL, 10);
@@ -190,7 +191,7 @@ static int take_on(myeng *e, MYSQL *c, mylock *l, baton_acquire_req *req, int64_
     free(sql);
     /* the counter row stays locked until COMMIT: fences follow commit order */
     if (!(sql = my_sql(e, "INSERT INTO @V (name, data, version) VALUES (%s, NULL, LAST_INSERT_ID(1)) "
-                          "ON DUPLICATE KEY UPDATE version = LAST_INSERT_ID(version + 1)", q->efence)))
+                          "ON DUPLICATE KEY UPDATE version = LAST_INSERT_ID(version + 1)", l->eid)))
         goto oom;
     if ((rc = my_exec_dl(e, c, sql, NULL, dl))) goto out;
     fence = mysql_insert_id(c);
