@@ -206,15 +206,16 @@ static int group_watch(void *eng, const char *name, uint64_t token, int64_t dead
         uint64_t now_token = 0;
         int64_t next_ms = INT64_MAX, until;
         int rc = read_group(e, name, NULL, NULL, &now_token, &next_ms, my_step_deadline(e, deadline_ns));
-        if (rc && deadline_ns != 0 && baton_now_ns() >= deadline_ns) rc = BATON_ETIMEDOUT;
-        if (rc == BATON_ETIMEDOUT) return baton_seterr(BATON_ETIMEDOUT, 0, "mysql: group '%s': no change", name);
-        if (rc) return rc;
-        if (now_token != token) return 0;
+        /* a watcher outlives a server that is away (a restart): it reads
+         * again at the poll bound until its deadline */
+        if (rc && (rc != BATON_EUNAVAILABLE || deadline_ns == 0)) return rc;
+        if (!rc && now_token != token) return 0;
         if (deadline_ns == 0 || baton_now_ns() >= deadline_ns)
-            return baton_seterr(BATON_ETIMEDOUT, 0, "mysql: group '%s': no change", name);
-        /* the next look: the poll bound, or just after a lease ends */
+            return baton_seterr(BATON_ETIMEDOUT, 0, "mysql: group '%s': no change%s", name,
+                                rc ? " (the server is unavailable)" : "");
+        /* the next look: the poll bound, or just after the earliest lease ends */
         until = baton_now_ns() + (int64_t)MY_POLL_MS * 1000000LL;
-        if (next_ms != INT64_MAX && baton_now_ns() + (next_ms + 1) * 1000000LL < until)
+        if (!rc && next_ms != INT64_MAX && baton_now_ns() + (next_ms + 1) * 1000000LL < until)
             until = baton_now_ns() + (next_ms + 1) * 1000000LL;
         if (until > deadline_ns) until = deadline_ns;
         if (my_park(e, w, gen, until) == BATON_ECANCELED)

@@ -189,12 +189,14 @@ static int value_watch(void *eng, void *st, uint64_t known, int64_t deadline_ns,
         int present = 0, rc;
         int64_t until;
         rc = read_value(v, NULL, &present, &version, my_step_deadline(e, deadline_ns));
-        if (rc && deadline_ns != 0 && baton_now_ns() >= deadline_ns) rc = BATON_ETIMEDOUT;
-        if (rc && rc != BATON_ETIMEDOUT) return rc;
+        /* a watcher outlives a server that is away (a restart): it reads
+         * again at the poll bound until its deadline */
+        if (rc && (rc != BATON_EUNAVAILABLE || deadline_ns == 0)) return rc;
         /* an absent value (a tombstone) is version 0 to the caller */
         if (!rc && (present ? version : 0) != known) return 0;
-        if (rc || deadline_ns == 0 || baton_now_ns() >= deadline_ns)
-            return baton_seterr(BATON_ETIMEDOUT, 0, "mysql: value '%s': no change", v->name);
+        if (deadline_ns == 0 || baton_now_ns() >= deadline_ns)
+            return baton_seterr(BATON_ETIMEDOUT, 0, "mysql: value '%s': no change%s", v->name,
+                                rc ? " (the server is unavailable)" : "");
         until = baton_now_ns() + (int64_t)MY_POLL_MS * 1000000LL;
         if (until > deadline_ns) until = deadline_ns;
         if (my_park(e, w, gen, until) == BATON_ECANCELED)
