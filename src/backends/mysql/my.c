@@ -1115,7 +1115,7 @@ static int my_engine_ops(void *eng, void (*fn)(void *arg, const char *op, uint64
     MYSQL_RES *r = NULL;
     MYSQL_ROW row;
     int rc = my_run(e, "SHOW GLOBAL STATUS WHERE Variable_name IN ('Com_select', 'Com_insert', 'Com_insert_select', "
-                       "'Com_update', 'Com_commit', 'Com_begin', 'Com_rollback', 'Com_kill', 'Com_do')",
+                       "'Com_update', 'Com_delete', 'Com_commit', 'Com_begin', 'Com_rollback', 'Com_kill', 'Com_do')",
                     1, &r, NULL, NULL);
     if (rc) return rc;
     while ((row = mysql_fetch_row(r))) {
