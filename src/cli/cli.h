@@ -53,9 +53,35 @@ void cli_blob_free(char *b, size_t len);
 
 /* ---- commands ------------------------------------------------------------- */
 int cli_run(int argc, char **argv);
+
+/* What baton member and baton queue take hold while their COMMAND runs,
+ * under baton run's supervisor (run.c): the process tree, signals, the
+ * watchdog, and the command stopped (exit 75) when the hold is lost. */
+enum { CLI_HOLD_MEMBER, CLI_HOLD_TAKE };
+typedef struct {
+    int kind;                /* CLI_HOLD_* */
+    const char *cmdn;        /* "member", "queue take": for messages */
+    const char *uri;         /* -u (NULL: $BATON_URI, else the file engine) */
+    const char *name;        /* the group, or the queue */
+    const char *id, *value;  /* member: its id (NULL: a random one) and value */
+    double wait_s;           /* take: how long to wait for an item (-1: forever) */
+    double lease_s, kill_after;
+    int verbose, busy_code;
+    int argc;                /* COMMAND ARG... (argv[argc] is NULL) */
+    char **argv;
+} cli_hold_spec;
+/* Runs the command while holding what SPEC says; the exit code. take: the
+ * command gets the item on its standard input; the item is done when it
+ * exits 0 and goes back to the queue otherwise. */
+int cli_run_hold(const cli_hold_spec *spec);
+
 void cli_usage_run(FILE *f);
 int cli_elect(int argc, char **argv);
 void cli_usage_elect(FILE *f);
+/* baton_election_open, its failure reported (elect.c). */
+int cli_election_open(baton_election **e, baton_client *c, const char *name, const baton_election_options *o);
+/* baton elect --listen (LISTEN) or --leader: the exit code (elect.c). */
+int cli_elect_watch(const char *uri, const char *name, int listen, int64_t wait_ms);
 int baton__cli_bench(int argc, char **argv);
 int baton__cli_check(int argc, char **argv);
 int cli_fence(int argc, char **argv);
