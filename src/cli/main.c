@@ -22,6 +22,14 @@ static void usage(FILE *f)
         "       baton latch [-u URI] NAME set N | down | count | wait [-w SECS]\n"
         "       baton sem [-u URI] NAME set N | add N | available | drain\n"
         "       baton fence [-q] FILE [FENCE] [-- COMMAND [ARG...]]\n"
+        "       baton value [-u URI] set NAME VALUE | get NAME | delete NAME\n"
+        "       baton value [-u URI] watch [-w SECS] NAME [-- COMMAND [ARG...]]\n"
+        "       baton counter [-u URI] get NAME | add NAME N | set NAME N\n"
+        "       baton member [-u URI] [--id ID] [--value V] GROUP [--] COMMAND [ARG...]\n"
+        "       baton members [-u URI] [--watch] GROUP\n"
+        "       baton queue [-u URI] put NAME DATA | size NAME\n"
+        "       baton queue [-u URI] take [-w SECS] NAME [[--] COMMAND [ARG...]]\n"
+        "       baton barrier [-u URI] -n N NAME [--] COMMAND [ARG...]\n"
         "       baton bench [-u URI] [--workload W] [options]\n"
         "       baton check [-u URI] [--clients N] [--seconds S] [--pause R] [--kill R] ... NAME\n"
         "       baton engines [--json] [NAME]\n"
@@ -287,7 +295,7 @@ static void log_to_stderr(int level, const char *msg, void *p)
 int main(int argc, char **argv)
 {
     baton_log_set(log_to_stderr, NULL);
-    if (argc < 2) return cli_usage_error(NULL, "missing command (run, hold, release, elect, status, list, unlock, latch, sem, fence, bench, check, engines, version)");
+    if (argc < 2) return cli_usage_error(NULL, "missing command (run, hold, release, elect, status, list, unlock, latch, sem, value, counter, member, members, queue, barrier, fence, bench, check, engines, version)");
     if (!strcmp(argv[1], "run")) return cli_run(argc - 1, argv + 1);
     if (!strcmp(argv[1], "elect")) return cli_elect(argc - 1, argv + 1);
     if (!strcmp(argv[1], "status")) return cmd_status(argc - 1, argv + 1);
@@ -301,6 +309,12 @@ int main(int argc, char **argv)
     if (!strcmp(argv[1], "check")) return baton__cli_check(argc - 1, argv + 1);
     if (!strcmp(argv[1], "latch")) return cmd_sync(argc - 1, argv + 1, 1);
     if (!strcmp(argv[1], "sem")) return cmd_sync(argc - 1, argv + 1, 0);
+    if (!strcmp(argv[1], "value")) return cli_value(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "counter")) return cli_counter(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "member")) return cli_member(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "members")) return cli_members(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "queue")) return cli_queue(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "barrier")) return cli_barrier(argc - 1, argv + 1);
     if (!strcmp(argv[1], "version") || !strcmp(argv[1], "--version") || !strcmp(argv[1], "-V")) {
         printf("baton %s\n", baton_version());
         return 0;
