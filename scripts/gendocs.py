@@ -19,6 +19,11 @@ PRIMS = [  # (primitive name in the JSON, row label, API)
     ("permits", "permit-expirable semaphore", "`baton_permits_*`, `baton run --permits`"),
     ("latch", "count-down latch", "`baton_latch_*`, `baton latch`"),
     ("election", "leader election", "`baton_election_*`, `baton elect`"),
+    ("value", "value with watch", "`baton_value_*`, `baton value`"),
+    ("counter", "shared counter (on values)", "`baton_counter_*`, `baton counter`"),
+    ("group", "group membership", "`baton_group_*`, `baton member`/`members`"),
+    ("barrier", "double barrier (on groups + values)", "`baton_barrier_*`, `baton barrier`"),
+    ("queue", "work queue (at-least-once)", "`baton_queue_*`, `baton queue`"),
     ("status", "lock status", "`baton_lock_info`, `baton status`"),
     ("list", "list held locks", "`baton_lock_list`, `baton list`"),
     ("force-unlock", "force unlock (fence bumped)", "`baton_lock_break`, `baton unlock --force`"),
@@ -34,11 +39,19 @@ def engines(baton):
     return json.loads(out)
 
 
+# built by the core on other primitives
+DERIVED = {"counter": ("value",), "barrier": ("group", "value")}
+
+
+def has(e, key):
+    return all(k in e["primitives"] for k in DERIVED.get(key, (key,)))
+
+
 def md_matrix(es):
     rows = ["| primitive | API | " + " | ".join(e["name"] for e in es) + " |",
             "|---|---|" + "---|" * len(es)]
     for key, label, api in PRIMS:
-        cells = ["✓" if key in e["primitives"] else "`ENOTSUP`" for e in es]
+        cells = ["✓" if has(e, key) else "`ENOTSUP`" for e in es]
         rows.append("| %s | %s | %s |" % (label, api, " | ".join(cells)))
     rows.append("")
     rows.append("Behaviour: " + "; ".join("%s: %s" % (e["name"], ", ".join(e["features"]) or "none") for e in es) +

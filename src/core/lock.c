@@ -384,7 +384,9 @@ int baton_lock_release(baton_lock *l)
     return rc;
 }
 
-int baton__lock_release(baton_lock *l)
+int baton__lock_release(baton_lock *l) { return baton__lock_release_with(l, NULL); }
+
+int baton__lock_release_with(baton_lock *l, int (*fn)(void *eng, void *st, const baton_owner *owner))
 {
     int rc;
     pthread_mutex_lock(&l->smu);
@@ -432,11 +434,11 @@ int baton__lock_release(baton_lock *l)
     baton__keeper_remove(l->c->keeper,&l->kn);
 
     pthread_mutex_lock(&l->io);
-    rc = l->c->be->lock->release(l->c->eng, l->st, &l->owner);
+    rc = (fn ? fn : l->c->be->lock->release)(l->c->eng, l->st, &l->owner);
     pthread_mutex_unlock(&l->io);
     if (rc == BATON_ENOTOWNER)
         rc = baton_seterr(BATON_ELOST, 0, "lock '%s' was lost: the engine has another owner", l->name);
-    if (!rc && over)
+    if (!rc && over && !fn)
         rc = baton_seterr(BATON_ELOST, 0, "lock '%s': the lease ran out before this release", l->name);
     return rc;
 }

@@ -41,6 +41,9 @@ int baton__lock_create(baton_lock **out, struct baton_client *c, const char *nam
 /* The public calls minus the client gate (for callers inside one). */
 int baton__lock_acquire(baton_lock *l, int64_t wait_ms);
 int baton__lock_release(baton_lock *l);
+/* Release with FN in place of the engine's release for a held grant (a
+ * queue item's done); a lost grant is given back with the release. */
+int baton__lock_release_with(baton_lock *l, int (*fn)(void *eng, void *st, const baton_owner *owner));
 /* Drops a cancel kept for the next acquire (multilock). */
 void baton__lock_uncancel(baton_lock *l);
 

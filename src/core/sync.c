@@ -1,23 +1,14 @@
 /* Front-ends of the ownerless synchronizers: semaphore, permit-expirable
- * semaphore and count-down latch. Each is a backend state plus a waiter so a
+ * semaphore and count-down latch (on the engine's latch table, or on its
+ * values: value.c). Each is a backend state plus a waiter so a
  * blocked call can be cancelled from another thread. */
-#include "lock.h"
+#include "sync.h"
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct sync_obj {
-    baton_client *c;
-    void *st;
-    baton_waiter w;
-    baton__member cm;
-    void (*st_free)(void *eng, void *st);
-} sync_obj;
-
 struct baton_semaphore { sync_obj o; };
 struct baton_permits { sync_obj o; };
-struct baton_latch { sync_obj o; };
-
-typedef int (*new_fn)(void *eng, const char *name, void **st);
+struct baton_latch { sync_obj o; int on_values; };
 
 /* Client membership: close frees the engine state and leaves the handle
  * (every call then answers BATON_ECANCELED) for its owner to free. */
@@ -32,16 +23,20 @@ static void sync_destroy(baton__member *m)
 static void sync_free_handle(baton__member *m)
 {
     sync_obj *o = BATON__CONTAINER(m, sync_obj, cm);
+    if (o->on_free) o->on_free(o);
     baton__waiter_destroy(&o->w);
+    free(o->name);
     free(o);
 }
 
 static void sync_cancel(baton__member *m)
 {
-    baton__waiter_cancel(&BATON__CONTAINER(m, sync_obj, cm)->w);
+    sync_obj *o = BATON__CONTAINER(m, sync_obj, cm);
+    baton__waiter_cancel(&o->w);
+    if (o->on_cancel) o->on_cancel(o);
 }
 
-static int sync_open(sync_obj *o, baton_client *c, const char *name, const void *tbl, new_fn fn,
+int baton__sync_open(sync_obj *o, baton_client *c, const char *name, const void *tbl, sync_new_fn fn,
                      void (*st_free)(void *, void *), const char *what)
 {
     int rc;
@@ -49,9 +44,14 @@ static int sync_open(sync_obj *o, baton_client *c, const char *name, const void 
     if ((rc = baton__name_check(name))) return rc;
     if (!tbl || !fn)
         return baton_seterr(BATON_ENOTSUP, 0, "the %s backend has no %s", c->be->info->name, what);
-    if ((rc = baton__waiter_init(&o->w))) return baton_seterr(rc, 0, "out of memory");
+    if (!(o->name = strdup(name))) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+    if ((rc = baton__waiter_init(&o->w))) {
+        free(o->name);
+        return baton_seterr(rc, 0, "out of memory");
+    }
     if ((rc = fn(c->eng, name, &o->st))) {
         baton__waiter_destroy(&o->w);
+        free(o->name);
         return rc;
     }
     o->c = c;
@@ -62,19 +62,17 @@ static int sync_open(sync_obj *o, baton_client *c, const char *name, const void 
     if ((rc = baton__client_link(c, &o->cm))) {
         st_free(c->eng, o->st);
         baton__waiter_destroy(&o->w);
+        free(o->name);
         return rc;
     }
     return 0;
 }
 
-/* Every call enters the client's gate (see client.h). */
-#define ENTER(o) do { int rc_ = baton__member_enter(&(o)->cm); if (rc_) return rc_; } while (0)
-#define LEAVE(o, rc) do { int r_ = (rc); baton__member_leave(&(o)->cm); return r_; } while (0)
 
 /* A blocking call's start: a cancel kept since the last call (it came
  * before or between waits) ends this one at once; one that comes while it
  * waits is consumed by it (sync_end). */
-static int sync_begin(sync_obj *o, int64_t wait_ms, int64_t *d)
+int baton__sync_begin(sync_obj *o, int64_t wait_ms, int64_t *d)
 {
     if (baton_waiter_canceled(&o->w)) {
         baton__waiter_reset(&o->w);
@@ -84,7 +82,7 @@ static int sync_begin(sync_obj *o, int64_t wait_ms, int64_t *d)
     return 0;
 }
 
-static int sync_end(sync_obj *o, int rc)
+int baton__sync_end(sync_obj *o, int rc)
 {
     baton__waiter_reset(&o->w);
     return rc;
@@ -106,7 +104,6 @@ static int ctl_u64(sync_obj *o, int kind, int op, uint64_t *out)
     LEAVE(o, rc);
 }
 
-#define NEED(x, what) do { if (!(x)) return baton_seterr(BATON_EINVAL, 0, "%s: NULL argument", what); } while (0)
 
 /* ---- semaphore ---- */
 
@@ -117,7 +114,7 @@ int baton_semaphore_open(baton_semaphore **out, baton_client *c, const char *nam
     NEED(out, "baton_semaphore_open");
     *out = NULL;
     if (!(s = calloc(1, sizeof *s))) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
-    if ((rc = sync_open(&s->o, c, name, c ? c->be->sem : NULL, c && c->be->sem ? c->be->sem->create : NULL, c && c->be->sem ? c->be->sem->destroy : NULL,
+    if ((rc = baton__sync_open(&s->o, c, name, c ? c->be->sem : NULL, c && c->be->sem ? c->be->sem->create : NULL, c && c->be->sem ? c->be->sem->destroy : NULL,
                         "semaphore"))) {
         free(s);
         return rc;
@@ -133,8 +130,8 @@ int baton_semaphore_acquire(baton_semaphore *s, uint32_t permits, int64_t wait_m
     NEED(s, "baton_semaphore_acquire");
     if (permits == 0) return baton_seterr(BATON_EINVAL, 0, "acquire of 0 permits");
     ENTER(&s->o);
-    if (!(rc = sync_begin(&s->o, wait_ms, &d))) {
-        rc = sync_end(&s->o, s->o.c->be->sem->acquire(s->o.c->eng, s->o.st, permits, d, &s->o.w));
+    if (!(rc = baton__sync_begin(&s->o, wait_ms, &d))) {
+        rc = baton__sync_end(&s->o, s->o.c->be->sem->acquire(s->o.c->eng, s->o.st, permits, d, &s->o.w));
         if (rc == BATON_ELOCKED && wait_ms != 0) rc = baton_seterr(BATON_ETIMEDOUT, 0, "semaphore wait timed out");
     }
     LEAVE(&s->o, rc);
@@ -199,7 +196,7 @@ int baton_permits_open(baton_permits **out, baton_client *c, const char *name)
     NEED(out, "baton_permits_open");
     *out = NULL;
     if (!(p = calloc(1, sizeof *p))) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
-    if ((rc = sync_open(&p->o, c, name, c ? c->be->permits : NULL, c && c->be->permits ? c->be->permits->create : NULL,
+    if ((rc = baton__sync_open(&p->o, c, name, c ? c->be->permits : NULL, c && c->be->permits ? c->be->permits->create : NULL,
                         c && c->be->permits ? c->be->permits->destroy : NULL, "permit-expirable semaphore"))) {
         free(p);
         return rc;
@@ -216,8 +213,8 @@ int baton_permits_acquire(baton_permits *p, uint32_t lease_ms, int64_t wait_ms, 
     if (lease_ms == 0) return baton_seterr(BATON_EINVAL, 0, "a permit needs a lease");
     id[0] = 0;
     ENTER(&p->o);
-    if (!(rc = sync_begin(&p->o, wait_ms, &d))) {
-        rc = sync_end(&p->o, p->o.c->be->permits->acquire(p->o.c->eng, p->o.st, lease_ms, d, &p->o.w, id));
+    if (!(rc = baton__sync_begin(&p->o, wait_ms, &d))) {
+        rc = baton__sync_end(&p->o, p->o.c->be->permits->acquire(p->o.c->eng, p->o.st, lease_ms, d, &p->o.w, id));
         if (rc == BATON_ELOCKED && wait_ms != 0) rc = baton_seterr(BATON_ETIMEDOUT, 0, "permit wait timed out");
     }
     LEAVE(&p->o, rc);
@@ -294,8 +291,16 @@ int baton_latch_open(baton_latch **out, baton_client *c, const char *name)
     NEED(out, "baton_latch_open");
     *out = NULL;
     if (!(l = calloc(1, sizeof *l))) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
-    if ((rc = sync_open(&l->o, c, name, c ? c->be->latch : NULL, c && c->be->latch ? c->be->latch->create : NULL, c && c->be->latch ? c->be->latch->destroy : NULL,
-                        "count-down latch"))) {
+    if (c && !c->be->latch && c->be->value) {
+        /* The engine has no latch of its own: the count lives in the value NAME. */
+        l->on_values = 1;
+        rc = baton__sync_open(&l->o, c, name, c->be->value, c->be->value->create, c->be->value->destroy,
+                              "count-down latch");
+    } else {
+        rc = baton__sync_open(&l->o, c, name, c ? c->be->latch : NULL, c && c->be->latch ? c->be->latch->create : NULL,
+                              c && c->be->latch ? c->be->latch->destroy : NULL, "count-down latch");
+    }
+    if (rc) {
         free(l);
         return rc;
     }
@@ -310,6 +315,7 @@ int baton_latch_try_set(baton_latch *l, uint64_t count, int *was_set)
     NEED(l, "baton_latch_try_set");
     if (count == 0 || count > INT64_MAX) return baton_seterr(BATON_EINVAL, 0, "latch count must be 1..2^63-1");
     ENTER(&l->o);
+    if (l->on_values) LEAVE(&l->o, baton__vlatch_try_set(&l->o, count, was_set));
     rc = l->o.c->be->latch->ctl(l->o.c->eng, l->o.st, BATON_CTL_TRY_SET, (int64_t)count, &v);
     if (!rc && was_set) *was_set = v != 0;
     LEAVE(&l->o, rc);
@@ -319,12 +325,17 @@ int baton_latch_count_down(baton_latch *l)
 {
     NEED(l, "baton_latch_count_down");
     ENTER(&l->o);
+    if (l->on_values) LEAVE(&l->o, baton__vlatch_count_down(&l->o));
     LEAVE(&l->o, l->o.c->be->latch->ctl(l->o.c->eng, l->o.st, BATON_CTL_COUNT_DOWN, 0, NULL));
 }
 
 int baton_latch_count(baton_latch *l, uint64_t *out)
 {
     NEED(l, "baton_latch_count");
+    if (l->on_values) {
+        ENTER(&l->o);
+        LEAVE(&l->o, baton__vlatch_count(&l->o, out));
+    }
     return ctl_u64(&l->o, CTL_LATCH, BATON_CTL_AVAILABLE, out);
 }
 
@@ -334,8 +345,9 @@ int baton_latch_await(baton_latch *l, int64_t wait_ms)
     int rc;
     NEED(l, "baton_latch_await");
     ENTER(&l->o);
-    if (!(rc = sync_begin(&l->o, wait_ms, &d)))
-        rc = sync_end(&l->o, l->o.c->be->latch->await(l->o.c->eng, l->o.st, d, &l->o.w));
+    if (!(rc = baton__sync_begin(&l->o, wait_ms, &d)))
+        rc = baton__sync_end(&l->o, l->on_values ? baton__vlatch_await(&l->o, d)
+                                                 : l->o.c->be->latch->await(l->o.c->eng, l->o.st, d, &l->o.w));
     LEAVE(&l->o, rc);
 }
 
