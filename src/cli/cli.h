@@ -66,7 +66,8 @@ enum {
     CO_ID = 1 << 10,      /* --id ID */
     CO_WATCH = 1 << 11,   /* --watch */
     CO_VERBOSE = 1 << 12, /* --verbose */
-    CO_CMD = 1 << 13      /* COMMAND after "--" or after the operands */
+    CO_CMD = 1 << 13,     /* COMMAND after "--" or after the operands */
+    CO_BUSY = 1 << 14     /* -E CODE: the exit code for "none" (default 1) */
 };
 typedef struct {
     const char *cmd;              /* "value set": for messages */
@@ -78,7 +79,7 @@ typedef struct {
     const char *ops[4];
     int nops;
     double wait_s, lease_s, kill_after;   /* -1 (forever), 30, 10 unless given */
-    int nowait, create, version, null, raw, watch, verbose, have_if;
+    int nowait, create, version, null, raw, watch, verbose, have_if, busy_code;
     uint64_t if_version;
     long long count;              /* -n N (0 unless given) */
     const char *value, *id;

@@ -35,6 +35,7 @@ static int allowed(const cli_co *o, int opt)
     switch (opt) {
     case 'u': case 'h': case O_URI_FILE: return 1;
     case 'w': return !!(o->allow & CO_WAIT);
+    case 'E': return !!(o->allow & CO_BUSY);
     case 'n': return !!(o->allow & (CO_NOWAIT | CO_COUNT));
     case 't': return !!(o->allow & CO_LEASE);
     case O_KILL: return !!(o->allow & CO_LEASE);
@@ -67,6 +68,11 @@ static int one_option(cli_co *o, cli_opts *g, int opt, void (*usage)(FILE *))
         return -1;
     case 'h': usage(stdout); return 0;
     case 'w': return cli_secs(o->cmd, g->name, g->arg, 0, 1e9, NULL, &o->wait_s) ? EX_USAGE : -1;
+    case 'E':
+        if (cli_int(g->arg, 0, 255, &v))
+            return cli_usage_error(o->cmd, "%s: bad exit code '%s' (want 0 to 255)", g->name, g->arg);
+        o->busy_code = (int)v;
+        return -1;
     case 't':
         return cli_secs(o->cmd, g->name, g->arg, 0.05, 4294967.295, "leases are 32-bit milliseconds", &o->lease_s)
                    ? EX_USAGE : -1;
@@ -116,6 +122,7 @@ int cli_co_parse(cli_co *o, int argc, char **argv, void (*usage)(FILE *))
         { "timeout", required_argument, NULL, CLI_LONG('w') },
         { "wait", required_argument, NULL, CLI_LONG('w') },
         { "nonblock", no_argument, NULL, CLI_LONG('n') },
+        { "conflict-exit-code", required_argument, NULL, CLI_LONG('E') },
         { "count", required_argument, NULL, CLI_LONG('n') },
         { "lease", required_argument, NULL, CLI_LONG('t') },
         { "kill-after", required_argument, NULL, O_KILL },
@@ -132,12 +139,13 @@ int cli_co_parse(cli_co *o, int argc, char **argv, void (*usage)(FILE *))
     };
     /* -n is --nonblock (no argument) or --count N, by the command */
     cli_opts g = { .argc = argc, .argv = argv, .cmd = o->cmd, .lo = lo, .permute = 1,
-                   .shorts = (o->allow & CO_COUNT) ? "u:hw:n:t:z" : "u:hw:nt:z" };
+                   .shorts = (o->allow & CO_COUNT) ? "u:hw:n:t:zE:" : "u:hw:nt:zE:" };
     int opt, code;
 
     o->wait_s = -1;
     o->lease_s = 30;
     o->kill_after = 10;
+    o->busy_code = EX_BUSY_DEFAULT;
     optind = 1;
     for (;;) {
         /* "--": what follows is COMMAND (or, for a command without one,

@@ -15,7 +15,7 @@ static void usage_queue(FILE *f)
 {
     fprintf(f,
         "usage: baton queue put NAME DATA\n"
-        "       baton queue take [-n | -w SECS] [-t SECS] NAME [[--] COMMAND [ARG...]]\n"
+        "       baton queue take [-n | -w SECS] [-E CODE] [-t SECS] NAME [[--] COMMAND...]\n"
         "       baton queue size NAME\n"
         "A FIFO work queue with at-least-once take: a taken item is locked to its\n"
         "taker until done, and goes back to the queue if the taker gives it back,\n"
@@ -35,15 +35,19 @@ static void usage_queue(FILE *f)
         "      --uri-file FILE  the URI on FILE's first line\n"
         "  -n, --nonblock       take: do not wait; exit 1 when no item is there\n"
         "  -w, --timeout SECS   take: wait at most SECS (exit 1 when none came)\n"
+        "  -E, --conflict-exit-code CODE\n"
+        "                       take: the exit code when no item came (0-255, default 1):\n"
+        "                       tells an empty queue from COMMAND's own exit 1\n"
         "  -t, --lease SECS     take: the item's lease on engines with leases (default 30)\n"
         "      --kill-after S   take: SIGKILL S seconds after the SIGTERM of a lost item\n"
         "                       or a forwarded signal (default 10)\n"
         "      --verbose        take: say on stderr when and which item was taken\n"
         "  -h, --help           this help\n"
         "\n"
-        "exit: put, size: 0. take: COMMAND's status (0 without COMMAND); 1 no item\n"
-        "within the wait; 75 the item's lock lost while COMMAND ran; 126/127 COMMAND\n"
-        "not executable/not found. All: 64 usage; 69 engine unreachable.\n");
+        "exit: put, size: 0. take: COMMAND's status (0 without COMMAND); 1 (or -E\n"
+        "CODE) no item within the wait; 75 the item's lock lost while COMMAND ran;\n"
+        "126/127 COMMAND not executable/not found. All: 64 usage; 69 engine\n"
+        "unreachable.\n");
 }
 
 static int open_queue(cli_co *o, baton_client **c, baton_queue **q, const baton_queue_options *qo)
@@ -121,7 +125,7 @@ static int take_print(cli_co *o)
     rc = baton_queue_take(q, &it, o->nowait || o->wait_s == 0 ? 0 : o->wait_s < 0 ? -1 : (int64_t)(o->wait_s * 1000));
     if (rc == BATON_ENOENT || rc == BATON_ETIMEDOUT) {
         if (o->verbose) fprintf(stderr, "%s: %s: no item\n", prog, o->ops[0]);
-        code = 1;
+        code = o->busy_code;
         goto out;
     }
     if (rc) { cli_report(o->cmd, rc); code = cli_exit_for(rc); goto out; }
@@ -161,7 +165,7 @@ static int queue_take(cli_co *o)
     h.lease_s = o->lease_s;
     h.kill_after = o->kill_after;
     h.verbose = o->verbose;
-    h.busy_code = EX_BUSY_DEFAULT;
+    h.busy_code = o->busy_code;
     h.argc = o->cmdc;
     h.argv = o->cmdv;
     return cli_run_hold(&h);
@@ -172,7 +176,7 @@ int cli_queue(int argc, char **argv)
 {
     static const struct { const char *op; unsigned allow; int maxops; int (*fn)(cli_co *); } ops[] = {
         { "put", 0, 2, queue_put },
-        { "take", CO_WAIT | CO_NOWAIT | CO_LEASE | CO_VERBOSE | CO_CMD, 1, queue_take },
+        { "take", CO_WAIT | CO_NOWAIT | CO_LEASE | CO_VERBOSE | CO_CMD | CO_BUSY, 1, queue_take },
         { "size", 0, 2, queue_size },
     };
     char cmd[32];
