@@ -12,7 +12,7 @@
 static void usage_member(FILE *f)
 {
     fprintf(f,
-        "usage: baton member [options] [--id ID] [--value VALUE] GROUP [--] COMMAND [ARG...]\n"
+        "usage: baton member [options] [--id ID] [--value V] GROUP [--] COMMAND [ARG...]\n"
         "Be a member of GROUP while COMMAND runs: join with ID (default: a random one)\n"
         "and VALUE (an address, say; default empty), run COMMAND, leave when it ends.\n"
         "A member that dies is gone within its session or lease. Should the\n"
@@ -23,7 +23,7 @@ static void usage_member(FILE *f)
         "      --uri-file FILE  the URI on FILE's first line\n"
         "      --id ID          the member id: 1 to 128 of A-Z a-z 0-9 . _ -\n"
         "      --value VALUE    what the member shows others (at most 1024 bytes)\n"
-        "  -t, --lease SECS     the membership's lease on engines with leases (default 30)\n"
+        "  -t, --lease SECS     the membership's lease, on engines with leases (30)\n"
         "      --kill-after S   SIGKILL S seconds after the SIGTERM of a lost membership\n"
         "                       or a forwarded signal (default 10)\n"
         "      --verbose        say on stderr when the membership begins\n"
@@ -57,7 +57,7 @@ static void usage_members(FILE *f)
 static void usage_barrier(FILE *f)
 {
     fprintf(f,
-        "usage: baton barrier -n N [-u URI] [-w SECS] [-t SECS] NAME [--] COMMAND [ARG...]\n"
+        "usage: baton barrier -n N [-u URI] [-w SECS] [-t SECS] NAME [--] COMMAND...\n"
         "A double barrier: enter NAME and wait until N members have entered, run\n"
         "COMMAND, then leave and wait until every member has left (Curator's and\n"
         "kazoo's DoubleBarrier). A member that dies leaves.\n"

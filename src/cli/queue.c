@@ -15,7 +15,7 @@ static void usage_queue(FILE *f)
 {
     fprintf(f,
         "usage: baton queue put NAME DATA\n"
-        "       baton queue take [-n | -w SECS] [-E CODE] [-t SECS] NAME [[--] COMMAND...]\n"
+        "       baton queue take [-n | -w SECS] [-E CODE] [-t SECS] NAME [[--] CMD...]\n"
         "       baton queue size NAME\n"
         "A FIFO work queue with at-least-once take: a taken item is locked to its\n"
         "taker until done, and goes back to the queue if the taker gives it back,\n"
@@ -38,7 +38,7 @@ static void usage_queue(FILE *f)
         "  -E, --conflict-exit-code CODE\n"
         "                       take: the exit code when no item came (0-255, default 1):\n"
         "                       tells an empty queue from COMMAND's own exit 1\n"
-        "  -t, --lease SECS     take: the item's lease on engines with leases (default 30)\n"
+        "  -t, --lease SECS     take: the item's lease, on engines with leases (30)\n"
         "      --kill-after S   take: SIGKILL S seconds after the SIGTERM of a lost item\n"
         "                       or a forwarded signal (default 10)\n"
         "      --verbose        take: say on stderr when and which item was taken\n"
