@@ -31,7 +31,9 @@ static void sync_free_handle(baton__member *m)
 
 static void sync_cancel(baton__member *m)
 {
-    baton__waiter_cancel(&BATON__CONTAINER(m, sync_obj, cm)->w);
+    sync_obj *o = BATON__CONTAINER(m, sync_obj, cm);
+    baton__waiter_cancel(&o->w);
+    if (o->on_cancel) o->on_cancel(o);
 }
 
 int baton__sync_open(sync_obj *o, baton_client *c, const char *name, const void *tbl, sync_new_fn fn,

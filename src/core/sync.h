@@ -14,6 +14,7 @@ typedef struct sync_obj {
     void (*st_free)(void *eng, void *st);
     char *name;
     void (*on_free)(struct sync_obj *o);  /* the handle's own extras; may be NULL */
+    void (*on_cancel)(struct sync_obj *o); /* wake the handle's other waiters (close); may be NULL */
 } sync_obj;
 
 typedef int (*sync_new_fn)(void *eng, const char *name, void **st);

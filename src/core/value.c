@@ -38,6 +38,12 @@ static void value_on_free(sync_obj *o)
     baton__waiter_destroy(&v->sw);
 }
 
+/* The client closes: a subscription parked in the engine must let go too. */
+static void value_on_cancel(sync_obj *o)
+{
+    baton__waiter_cancel(&((baton_value *)o)->sw);
+}
+
 int baton_value_open(baton_value **out, baton_client *c, const char *name)
 {
     baton_value *v;
@@ -57,6 +63,7 @@ int baton_value_open(baton_value **out, baton_client *c, const char *name)
         return rc;
     }
     v->o.on_free = value_on_free;
+    v->o.on_cancel = value_on_cancel;
     *out = v;
     return 0;
 }
@@ -243,7 +250,8 @@ static int parse_count(const sync_obj *o, const baton_value_data *d, int64_t *ou
 {
     char *end;
     long long n;
-    if (d->version == 0) {
+    if (d->version == 0 || d->len == 0) {
+        /* absent, or empty: kazoo's Counter makes its node empty at first use */
         *out = 0;
         return 0;
     }
