@@ -388,11 +388,15 @@ void test_group_bad_ids(void) {
 
 #define BAR_N 3
 
+#define BAR_WAIT_MS 20000
+
 typedef struct {
     const char *name;
     int idx;
     atomic_int *entering, *leaving;
     int enter_rc, leave_rc, entered_seen, left_seen;
+    int64_t enter_ms, leave_ms;      /* how long each call took */
+    _Atomic(baton_barrier *) b;      /* for a cancel from the test's thread */
 } bar_arg;
 
 static void *bar_main(void *p) {
@@ -403,18 +407,45 @@ static void *bar_main(void *p) {
     baton_barrier *b = NULL;
     x->enter_rc = x->leave_rc = -100;
     if (baton_barrier_open(&b, c, x->name, BAR_N, &o) != 0) goto out;
+    atomic_store(&x->b, b);
     tl_sleep_ms(300 * x->idx);   /* arrive one by one */
     atomic_fetch_add(x->entering, 1);
-    x->enter_rc = baton_barrier_enter(b, 30000);
+    int64_t t0 = tl_now_ms();
+    x->enter_rc = baton_barrier_enter(b, BAR_WAIT_MS);
+    x->enter_ms = tl_now_ms() - t0;
     x->entered_seen = atomic_load(x->entering);
     tl_sleep_ms(200 * x->idx);   /* leave one by one */
     atomic_fetch_add(x->leaving, 1);
-    x->leave_rc = baton_barrier_leave(b, 30000);
+    t0 = tl_now_ms();
+    x->leave_rc = baton_barrier_leave(b, BAR_WAIT_MS);
+    x->leave_ms = tl_now_ms() - t0;
     x->left_seen = atomic_load(x->leaving);
+    atomic_store(&x->b, NULL);
     baton_barrier_free(b);
 out:
     baton_client_close(c);
     return NULL;
+}
+
+typedef struct {
+    baton_barrier *b;
+    int rc;
+    int64_t ms;
+} short_arg;
+
+static void *short_main(void *p) {
+    short_arg *x = p;
+    int64_t t0 = tl_now_ms();
+    x->rc = baton_barrier_enter(x->b, 500);
+    x->ms = tl_now_ms() - t0;
+    return NULL;
+}
+
+static int short_cancel(void *b) { return baton_barrier_cancel(b); }
+
+static int bar_cancel(void *p) {
+    baton_barrier *b = atomic_load(&((bar_arg *)p)->b);
+    return b ? baton_barrier_cancel(b) : 0;
 }
 
 void test_barrier(void) {
@@ -426,15 +457,22 @@ void test_barrier(void) {
     bar_arg a[BAR_N];
     co_thread t[BAR_N];
     for (int i = 0; i < BAR_N; i++) {
-        a[i] = (bar_arg){ n, i, &entering, &leaving, 0, 0, 0, 0 };
+        memset(&a[i], 0, sizeof a[i]);
+        a[i] = (bar_arg){ .name = n, .idx = i, .entering = &entering, .leaving = &leaving };
+        atomic_init(&a[i].b, NULL);
         co_start(&t[i], bar_main, &a[i]);
     }
-    for (int i = 0; i < BAR_N; i++) co_join(&t[i], 70000, NULL, NULL);
+    for (int i = 0; i < BAR_N; i++) co_join(&t[i], 2 * BAR_WAIT_MS + 10000, bar_cancel, &a[i]);
     for (int i = 0; i < BAR_N; i++) {
         CHECK_RC(a[i].enter_rc, 0);
         CHECK(a[i].entered_seen == BAR_N);   /* nobody proceeded before the last came */
         CHECK_RC(a[i].leave_rc, 0);
         CHECK(a[i].left_seen == BAR_N);      /* nobody left before the last went */
+        /* woken when the last came or went, not at the end of the wait */
+        CHECK(a[i].enter_ms < BAR_WAIT_MS && a[i].leave_ms < BAR_WAIT_MS);
+        if (a[i].enter_ms >= BAR_WAIT_MS || a[i].leave_ms >= BAR_WAIT_MS)
+            fprintf(stderr, "   member %d: enter %d after %lld ms, leave %d after %lld ms\n", i, a[i].enter_rc,
+                    (long long)a[i].enter_ms, a[i].leave_rc, (long long)a[i].leave_ms);
     }
     /* too few: the wait runs out and the entry is withdrawn */
     char n2[256];
@@ -444,7 +482,13 @@ void test_barrier(void) {
     baton_group_options o = BATON_GROUP_OPTIONS_INIT;
     o.lease_ms = CO_LEASE_MS;
     MUST(baton_barrier_open(&b, c, n2, 2, &o));
-    CHECK_RC(baton_barrier_enter(b, 500), BATON_ETIMEDOUT);
+    short_arg sa = { b, -100, 0 };
+    co_thread st;
+    co_start(&st, short_main, &sa);
+    if (!co_wait(&st, 500 + 5000)) fprintf(stderr, "   a barrier's enter(500) is still waiting after 5.5 s\n");
+    co_join(&st, 0, short_cancel, b);
+    CHECK_RC(sa.rc, BATON_ETIMEDOUT);
+    CHECK(sa.ms < 500 + 5000);   /* the wait is bounded */
     baton_barrier_free(b);
     baton_client_close(c);
 }
