@@ -15,6 +15,15 @@
                               paused: no write after another's grant, exit 0; with
                               --run-stubborn (the command ignores SIGTERM) the checker
                               must catch the writes after the grant and exit 1
+    check.py BATON file_coord --queue and --group on the file engine with kills: exit 0,
+                              every item done, no member listed late
+    check.py BATON queue      Redis, --queue with pauses and kills: items taken again after
+                              a lost take (told), none held twice unexplained, every item
+                              put done (by a taker or the drain), exit 0
+    check.py BATON group      Redis, --group with pauses and kills: no member listed late
+    check.py BATON group_late ZooKeeper (4 s sessions) checked with -t 0.5: a killed member
+                              stays listed for its session, past -t + --bound: the checker
+                              must fail (exit 1) with members listed late (a control)
 
 Redis runs use the suite's server ($BATON_TEST_SRV/redis/port); without it
 they exit 77 (skip), unless BATON_REQUIRE_ALL=1.
@@ -272,6 +281,62 @@ elif MODE in ("zk_pause", "etcd_pause"):
     check("no stale write accepted", d.get("stale_writes_accepted") == 0, show(d))
     check("no overlap without a lost grant", d.get("overlaps_unexplained") == 0, show(d))
     no_crash(d)
+
+elif MODE in ("file_coord", "queue", "group", "group_late"):
+    # issue 24's workloads: a work queue (each client puts an item and takes
+    # the oldest) and a group (client 0 lists, the others join and leave)
+    def coord(prim, uri, *extra):
+        rc, d, out, err = run_json("-u", uri, "--" + prim, *extra, "check-%s-%s-%d" % (MODE, prim, os.getpid()))
+        keys = [k for k in d if k not in ("engine", "name", "evidence")]
+        return rc, d, json.dumps({k: d.get(k) for k in keys + ["evidence"]}), err[-1500:]
+
+    def queue_ok(d, info):
+        check("takes were made", d.get("takes", 0) > 0 and d.get("items_put", 0) > 0, info)
+        check("no item held by two live takers", d.get("items_double_held_unexplained") == 0, info)
+        check("every item put was done (by a taker or the drain)", d.get("items_lost") == 0
+              and d.get("drain_short") is False, info)
+        check("no stale done, no take after a done", d.get("stale_dones") == 0 and d.get("takes_after_done") == 0, info)
+        check("later takes have larger fences", d.get("fence_backs") == 0, info)
+        check("no client exited by itself", d.get("client_exits") == 0, info)
+
+    if MODE == "file_coord":
+        uri = "file://" + os.path.join(TMP, "check_file_coord")
+        rc, d, info, err = coord("queue", uri, "--clients", "4", "--seconds", "3", "--kill", "0.2", "--seed", "3")
+        check("file queue with kills: exit 0", rc == 0, "rc %d %s %s" % (rc, info, err))
+        queue_ok(d, info)
+        check("takers were killed and their items taken again", d.get("kills", 0) > 0
+              and d.get("item_back_p50_s") is not None, info)
+        rc, d, info, err = coord("group", uri, "--clients", "4", "--seconds", "3", "--work", "0.1", "--kill", "0.3",
+                                 "--seed", "3")
+        check("file group with kills: exit 0", rc == 0, "rc %d %s %s" % (rc, info, err))
+        check("members listed", d.get("memberships", 0) > 0 and d.get("listings", 0) > 0, info)
+        check("no member listed late", d.get("listed_late") == 0, info)
+    elif MODE == "queue":
+        rc, d, info, err = coord("queue", redis_uri(), "--clients", "5", "--seconds", "5", "-t", "0.5", "--pause",
+                                 "0.1", "--kill", "0.1", "--seed", "7")
+        check("Redis queue with pauses and kills: exit 0", rc == 0, "rc %d %s %s" % (rc, info, err))
+        queue_ok(d, info)
+        check("paused takers lost their items and were told", d.get("items_lost_by_takers", 0) > 0
+              and d.get("losses_told", 0) > 0, info)
+        # a killed taker's item waits for its lease (0.5 s) before it is taken again
+        check("a killed taker's item comes back after its lease", (d.get("item_back_p50_s") or 0) >= 0.25, info)
+    elif MODE == "group":
+        rc, d, info, err = coord("group", redis_uri(), "--clients", "5", "--seconds", "5", "-t", "0.5", "--work",
+                                 "0.1", "--pause", "0.15", "--kill", "0.15", "--seed", "7")
+        check("Redis group with pauses and kills: exit 0", rc == 0, "rc %d %s %s" % (rc, info, err))
+        check("members listed", d.get("memberships", 0) > 0 and d.get("listings", 0) > 0, info)
+        check("no member listed late", d.get("listed_late") == 0, info)
+        check("memberships were lost and told", d.get("memberships_lost", 0) > 0 and d.get("losses_told", 0) > 0, info)
+        check("no client exited by itself", d.get("client_exits") == 0, info)
+    else:
+        # the control: ZooKeeper keeps a dead member for its 4 s session; a
+        # check told the lease is 0.5 s must see it listed late and fail
+        uri = "zk://127.0.0.1:%s?session_timeout_ms=4000" % fixture_port("zk")
+        rc, d, info, err = coord("group", uri, "--clients", "4", "--seconds", "6", "-t", "0.5", "--work", "0.2",
+                                 "--kill", "0.3", "--bound", "0.5", "--seed", "9")
+        check("a bound shorter than the session: exit 1", rc == 1, "rc %d %s %s" % (rc, info, err))
+        check("members listed late", d.get("listed_late", 0) > 0 and d.get("ok") is False, info)
+        check("the evidence names one", any("listed late" in e for e in d.get("evidence", [])), info)
 
 else:
     print("unknown mode " + MODE, file=sys.stderr)
