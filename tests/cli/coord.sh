@@ -154,7 +154,7 @@ bt value set "${U[@]}" conf "a=1"
     'printf "%s|%s|%s\n" "$BATON_VERSION" "$BATON_VALUE" "$(cat)" >>"$1"' sh "$TMP/handler.log" \
     >"$TMP/wcmd.out" 2>"$TMP/wcmd.err" &
 WP=$!; BG_PIDS+=("$WP")
-wait_for "value watch -- CMD: runs CMD for the value now" 10 grep -q '|a=1|a=1$' "$TMP/handler.log"
+wait_for "value watch -- CMD: runs CMD for the value now" 10 grep -qs '|a=1|a=1$' "$TMP/handler.log"
 for i in 2 3 4 5; do bt value set "${U[@]}" conf "a=$i"; done
 wait_for "...and ends on the last value of a burst (env and stdin)" 10 sh -c '[ "$(tail -1 "$1" | cut -d"|" -f2-)" = "a=5|a=5" ]' sh "$TMP/handler.log"
 bt value delete "${U[@]}" conf
@@ -207,7 +207,7 @@ expect_rc 1 "member with a live member's id: 1" b member "${U[@]}" --id node-a s
 check "...says so" grep -q "node-a" "$TMP/err"
 "${B[@]}" members --watch -w 30 "${U[@]}" svc >"$TMP/mw.out" 2>"$TMP/mw.err" &
 MW=$!; BG_PIDS+=("$MW")
-wait_for "members --watch: the list now, then an empty line" 10 grep -qx '' "$TMP/mw.out"
+wait_for "members --watch: the list now, then an empty line" 10 grep -qsx '' "$TMP/mw.out"
 echo 3 >"$TMP/m2.go"
 wait_pid "$P2" 15
 check "member: COMMAND's status is baton's (exit $RC)" [ "$RC" = 3 ]
@@ -215,13 +215,13 @@ wait_for "...it left when COMMAND ended" 10 members_are svc "node-b|10.0.0.2:80 
 wait_for "members --watch: the list again after the change" 10 sh -c '[ "$(grep -c "^$" "$1")" -ge 2 ] && [ "$(awk "BEGIN{RS=\"\"} END{print}" "$1" | tr "\t\n" "| ")" = "node-b|10.0.0.2:80 " ]' sh "$TMP/mw.out"
 mem m3 node-c "x"; P3=$MP
 wait_for "a third member joins" 10 members_are svc "node-b|10.0.0.2:80 node-c|x "
-kill -KILL "$P3"
+{ kill -KILL "$P3"; wait "$P3"; } 2>/dev/null
 wait_for "a killed baton member disappears (its lease: 2 s)" 20 members_are svc "node-b|10.0.0.2:80 "
 expect_rc 0 "status svc" b status "${U[@]}" svc
 check "...shows the members" grep -qx 'members: 1' "$TMP/out"
 echo 0 >"$TMP/m1.go"; wait_pid "$P1" 15
 check "the last member exits 0 ($RC)" [ "$RC" = 0 ]
-wait_for "members --watch ends on the empty list" 10 sh -c 'tail -2 "$1" | tr "\n" "|" | grep -qx "node-b	10.0.0.2:80||"' sh "$TMP/mw.out"
+wait_for "members --watch ends on the empty list (an empty line alone)" 10 sh -c 'tail -3 "$1" | tr "\n" "|" | grep -qx "node-b	10.0.0.2:80|||"' sh "$TMP/mw.out"
 kill -TERM "$MW"; wait_pid "$MW" 10
 
 # ---- queue --------------------------------------------------------------------------
