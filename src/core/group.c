@@ -378,8 +378,18 @@ static int barrier_wait(baton_barrier *b, int entering, int64_t wait_ms)
         int ready = 0;
         if (!first && deadline != INT64_MAX && left <= 0) return baton_seterr(BATON_ETIMEDOUT, 0, "barrier wait timed out");
         if (deadline != 0 && deadline != INT64_MAX && left <= 0) left = 1;
+        /* The list can change and change back between two watches (a fast
+         * member enters, passes and leaves): its watch sees no difference.
+         * An entering member reads the ready mark again at least every
+         * 250 ms, so it passes all the same. */
+        if (entering && (left < 0 || left > 250)) left = 250;
         rc = baton_group_watch(b->g, &m, first ? 0 : left);
         first = 0;
+        if (rc == BATON_ETIMEDOUT && entering) {
+            if ((rc = ready_now(b, &ready))) return rc;
+            if (ready) return 0;
+            continue;
+        }
         if (rc == BATON_ETIMEDOUT) continue;
         if (rc) return rc;
         if (entering) {
