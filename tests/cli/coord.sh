@@ -22,7 +22,10 @@
 #    empty queue is 1, two concurrent takers never get one item;
 #  - baton barrier -n 2: both run their command once both entered; alone
 #    with -w it gives up (1) without running it;
-#  - baton status NAME shows the value, members and waiting items.
+#  - baton status NAME shows the value, members and waiting items;
+#  - sqlite (leases): a baton member or queue take stopped past its lease
+#    has its command killed by the watchdog (75); the member is gone, the
+#    item back.
 #
 #   coord.sh file|sqlite PATH/TO/baton
 set -u
@@ -279,6 +282,29 @@ done
 for p in "${tp[@]}"; do wait_pid "$p" 30; done
 check "two concurrent takers: 6 items, each taken once ($(sort "$TMP/par.log" | tr '\n' ' '))" \
     [ "$(sort "$TMP/par.log" | tr '\n' ' ')" = "p1 p2 p3 p4 p5 p6 " ]
+
+# ---- a stopped member or taker (engines with leases) ---------------------------
+# baton stopped past its lease: run.c's watchdog kills the command before the
+# lease can run out (75), the member is gone, the item back in the queue
+if [ "$MODE" = sqlite ]; then
+    "${B[@]}" member -t 1 --id stopped "${U[@]}" lossy -- sleep 60 >/dev/null 2>"$TMP/stop.err" &
+    SP=$!; BG_PIDS+=("$SP")
+    wait_for "a member joins (lease 1 s)" 10 members_are lossy "stopped| "
+    kill -STOP "$SP"; sleep 3; kill -CONT "$SP"
+    wait_pid "$SP" 20
+    check "baton member stopped past its lease: 75 ($RC)" [ "$RC" = 75 ]
+    check "...the watchdog says so" grep -q "watchdog killed the command" "$TMP/stop.err"
+    wait_for "...and the member is gone" 10 members_are lossy ""
+    bt queue put "${U[@]}" lossy "held item"
+    "${B[@]}" queue take -t 1 "${U[@]}" lossy -- sh -c 'cat >/dev/null; sleep 60' >/dev/null 2>"$TMP/stop.err" &
+    SP=$!; BG_PIDS+=("$SP")
+    wait_for "a taker holds the item" 10 sh -c '[ "$("$1" queue size -u "$2" lossy)" = 0 ]' sh "$BATON" "$URI"
+    kill -STOP "$SP"; sleep 3; kill -CONT "$SP"
+    wait_pid "$SP" 20
+    check "baton queue take stopped past the item's lease: 75 ($RC)" [ "$RC" = 75 ]
+    expect_rc 0 "...the item is back" b queue take -w 10 "${U[@]}" lossy
+    check "...held item" [ "$(cat "$TMP/out")" = "held item" ]
+fi
 
 # ---- barrier ------------------------------------------------------------------------
 expect_rc 1 "barrier -n 2 alone, -w 1: gives up" b barrier -n 2 -w 1 "${U[@]}" gate -- touch "$TMP/gate.alone"
