@@ -27,8 +27,8 @@
 #    has its command killed by the watchdog (75); the member is gone, the
 #    item back.
 #
-#   coord.sh file|sqlite|redis|etcd|postgres PATH/TO/baton
-#   (redis, etcd, postgres: the test servers, $BATON_TEST_SRV/ENGINE/port;
+#   coord.sh file|sqlite|redis|etcd|postgres|mysql|zk PATH/TO/baton
+#   (the servers: the test fixtures, $BATON_TEST_SRV/ENGINE/port;
 #   every name of a run starts with c<pid>-)
 set -u
 
@@ -60,7 +60,16 @@ postgres)
     PORT=$(port_of postgres) || skip_or_fail "no test postgres server"
     URI="postgres://baton:baton-test@127.0.0.1:$PORT/postgres"
     ;;
-*) echo "usage: $0 file|sqlite|redis|etcd|postgres BATON" >&2; exit 2 ;;
+mysql)
+    PORT=$(port_of mysql) || skip_or_fail "no test mysql server"
+    URI="mysql://baton:baton-test@127.0.0.1:$PORT/baton"
+    ;;
+zk)
+    PORT=$(port_of zk) || skip_or_fail "no test zk server"
+    # sessions of 2 s: a killed member is gone within them
+    URI="zk://127.0.0.1:$PORT?session_timeout_ms=2000"
+    ;;
+*) echo "usage: $0 file|sqlite|redis|etcd|postgres|mysql|zk BATON" >&2; exit 2 ;;
 esac
 U=(-u "$URI")
 # every name of this run starts with P: a shared server keeps other runs' names
@@ -316,11 +325,14 @@ check "two concurrent takers: 6 items, each taken once ($(sort "$TMP/par.log" | 
 # ---- a stopped member or taker (engines with leases) ---------------------------
 # baton stopped past its lease: run.c's watchdog kills the command before the
 # lease can run out (75), the member is gone, the item back in the queue
+# stopped past the lease (zk: past the 2 s session)
+STOP_S=3
+[ "$MODE" = zk ] && STOP_S=4
 if [ "$MODE" != file ]; then
     "${B[@]}" member -t 1 --id stopped "${U[@]}" "${P}lossy" -- sleep 60 >/dev/null 2>"$TMP/stop.err" &
     SP=$!; BG_PIDS+=("$SP")
     wait_for "a member joins (lease 1 s)" 10 members_are "${P}lossy" "stopped| "
-    kill -STOP "$SP"; sleep 3; kill -CONT "$SP"
+    kill -STOP "$SP"; sleep "$STOP_S"; kill -CONT "$SP"
     wait_pid "$SP" 20
     check "baton member stopped past its lease: 75 ($RC)" [ "$RC" = 75 ]
     check "...the watchdog says so" grep -q "watchdog killed the command" "$TMP/stop.err"
@@ -329,7 +341,7 @@ if [ "$MODE" != file ]; then
     "${B[@]}" queue take -t 1 "${U[@]}" "${P}lossy" -- sh -c 'cat >/dev/null; sleep 60' >/dev/null 2>"$TMP/stop.err" &
     SP=$!; BG_PIDS+=("$SP")
     wait_for "a taker holds the item" 10 sh -c '[ "$("$1" queue size -u "$2" "$3")" = 0 ]' sh "$BATON" "$URI" "${P}lossy"
-    kill -STOP "$SP"; sleep 3; kill -CONT "$SP"
+    kill -STOP "$SP"; sleep "$STOP_S"; kill -CONT "$SP"
     wait_pid "$SP" 20
     check "baton queue take stopped past the item's lease: 75 ($RC)" [ "$RC" = 75 ]
     expect_rc 0 "...the item is back" b queue take -w 10 "${U[@]}" "${P}lossy"
