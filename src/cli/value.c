@@ -83,6 +83,8 @@ static int not_met(const cli_co *o, const char *name, int rc)
 {
     if (rc == BATON_ENOENT) fprintf(stderr, "%s: %s: %s is absent\n", prog, o->cmd, name);
     else if (o->create) fprintf(stderr, "%s: %s: %s exists already\n", prog, o->cmd, name);
+    else if (!o->have_if) fprintf(stderr, "%s: %s: %s changed meanwhile (the engine said: %s)\n", prog, o->cmd, name,
+                                  baton_error_last()->message ? baton_error_last()->message : baton_strerror(rc));
     else fprintf(stderr, "%s: %s: %s is not at version %" PRIu64 "\n", prog, o->cmd, name, o->if_version);
     return 1;
 }
