@@ -149,6 +149,8 @@ expect_rc 0 "value get --version cfg (options after NAME too: -u last)" b value 
 V1=$(head -1 "$TMP/out")
 check "...the version, then the value ($(tr '\n' '|' <"$TMP/out"))" [ "$(sed -n 2p "$TMP/out")" = v1 -a "$(lines_of "$TMP/out")" = 2 ]
 check "...a version above 0 ($V1)" gt "$V1" 0
+expect_rc 0 "value -u URI get NAME: options before the operation too" b value "${U[@]}" get "${P}cfg"
+check "...v1" [ "$(cat "$TMP/out")" = v1 ]
 expect_rc 1 "value set --create on a set value: 1" b value set --create "${U[@]}" "${P}cfg" other
 check "...says it exists" grep -q "exists" "$TMP/err"
 expect_rc 1 "value set --if-version (wrong): 1" b value set --if-version $((V1 + 7)) "${U[@]}" "${P}cfg" other
@@ -277,7 +279,7 @@ check "...0" [ "$(cat "$TMP/out")" = 0 ]
 expect_rc 1 "queue take -n of an empty queue: 1" b queue take -n "${U[@]}" "${P}jobs"
 expect_rc 1 "queue take -w 0.5 of an empty queue: 1" b queue take -w 0.5 "${U[@]}" "${P}jobs"
 for j in a b c; do bt queue put "${U[@]}" "${P}jobs" "job $j"; done
-expect_rc 0 "queue size after 3 puts" b queue size "${U[@]}" "${P}jobs"
+expect_rc 0 "queue size after 3 puts (-u before the operation)" b queue "${U[@]}" size "${P}jobs"
 check "...3" [ "$(cat "$TMP/out")" = 3 ]
 expect_rc 0 "status jobs" b status "${U[@]}" "${P}jobs"
 check "...items_waiting: 3" grep -qx 'items_waiting: 3' "$TMP/out"
