@@ -216,13 +216,11 @@ out:
     return rc;
 }
 
-int my_taker_acquire(myeng *e, mylock *l, baton_acquire_req *req)
+static int take_loop(myeng *e, mylock *l, baton_acquire_req *req)
 {
     int64_t backoff = BACKOFF_MIN_MS;
     int rc;
 
-    if ((rc = my_aux_ready(e, MY_AUX_QUEUE)) || (rc = my_aux_ready(e, MY_AUX_VALUE))) return rc;
-    drop_item(l);
     for (;;) {
         unsigned gen = req->waiter ? baton_waiter_gen(req->waiter) : 0;
         int64_t sent = baton_now_ns(), ms, until;
@@ -258,11 +256,25 @@ int my_taker_acquire(myeng *e, mylock *l, baton_acquire_req *req)
         }
         until = baton_now_ns() + ms * 1000000LL;
         if (until > req->deadline_ns) until = req->deadline_ns;
-        if (my_park(e, req->waiter, gen, until) == BATON_ECANCELED) {
+        if (baton_waiter_park(req->waiter, gen, until) == BATON_ECANCELED) {
             rc = baton_seterr(BATON_ECANCELED, 0, "mysql: queue '%s': take canceled", l->name);
             break;
         }
     }
+    return rc;
+}
+
+int my_taker_acquire(myeng *e, mylock *l, baton_acquire_req *req)
+{
+    mypark p;
+    int rc;
+    if ((rc = my_aux_ready(e, MY_AUX_QUEUE)) || (rc = my_aux_ready(e, MY_AUX_VALUE))) return rc;
+    drop_item(l);
+    /* a put through this client wakes a waiting take at once */
+    if (!req->waiter || req->deadline_ns == 0) return take_loop(e, l, req);
+    my_park_enter(e, &p, req->waiter);
+    rc = take_loop(e, l, req);
+    my_park_leave(e, &p);
     return rc;
 }
 
