@@ -20,7 +20,7 @@
  *     done exactly once, never held by two at once;
  *   - (test_mysql_coord restart, a server of its own) a value watcher and a
  *     group watcher outlive a server crash (down 1 s) and restart and see the change made after
- *     it; a member with a 20 s lease stays one;
+ *     it; so does a waiting take; a member and a taken item with 20 s leases stay ours;
  *   - what the core builds on them: a count-down latch (values), a double
  *     barrier of 3 (groups + values).
  *
@@ -547,10 +547,28 @@ static void queue_takers_race(void)
 typedef struct {
     const char *name;
     atomic_int ready;
-    int vrc, grc;
-    char value[32];
+    int vrc, grc, qrc;
+    char value[32], item[32];
     size_t members;
 } restart_arg;
+
+static void *queue_waiter(void *arg)
+{
+    restart_arg *a = arg;
+    baton_client *c = tl_client_open(g_uri);
+    baton_queue *q = NULL;
+    baton_queue_item *it = NULL;
+    MUST(baton_queue_open(&q, c, a->name, NULL));
+    atomic_fetch_add(&a->ready, 1);
+    a->qrc = baton_queue_take(q, &it, 60000);
+    if (!a->qrc) {
+        snprintf(a->item, sizeof a->item, "%s", baton_queue_item_data(it, NULL));
+        a->qrc = baton_queue_done(it);
+    }
+    baton_queue_free(q);
+    baton_client_close(c);
+    return NULL;
+}
 
 static void *value_waiter(void *arg)
 {
@@ -596,7 +614,10 @@ static int restart_case(void)
     char dir[1024], name[128];
     const char *tmp = getenv("BATON_TEST_TMP");
     restart_arg a = { 0 };
-    pthread_t tv, tg;
+    pthread_t tv, tg, tq;
+    baton_queue *q = NULL;
+    baton_queue_item *held = NULL;
+    baton_queue_options qo = BATON_QUEUE_OPTIONS_INIT;
     baton_client *c, *c2;
     baton_value *v = NULL;
     baton_group *member = NULL, *other = NULL;
@@ -614,11 +635,16 @@ static int restart_case(void)
     MUST(baton_value_open(&v, c, name));
     MUST(baton_value_set(v, "before", 6, BATON_VALUE_ANY, NULL));
     o.lease_ms = 20000;
+    qo.lease_ms = 20000;
     MUST(baton_group_open(&member, c, name, &o));
     MUST(baton_group_join(member, "steady", "x"));
+    MUST(baton_queue_open(&q, c, name, &qo));
+    MUST(baton_queue_put(q, "held", 4));
+    MUST(baton_queue_take(q, &held, 0));
     pthread_create(&tv, NULL, value_waiter, &a);
     pthread_create(&tg, NULL, group_waiter, &a);
-    while (atomic_load(&a.ready) < 2) tl_sleep_ms(10);
+    pthread_create(&tq, NULL, queue_waiter, &a);
+    while (atomic_load(&a.ready) < 3) tl_sleep_ms(10);
     /* the fixture flushes its redo log once a second: what a kill may lose */
     tl_sleep_ms(2000);
     /* a crash, and the server away for a second (many polls) before it is back */
@@ -630,8 +656,16 @@ static int restart_case(void)
     MUST(baton_group_open(&other, c2, name, NULL));
     MUST(baton_group_join(other, "newcomer", "y"));
     MUST(baton_value_set(v, "after", 5, BATON_VALUE_ANY, NULL));
+    MUST(baton_queue_put(q, "new", 3));
     pthread_join(tv, NULL);
     pthread_join(tg, NULL);
+    pthread_join(tq, NULL);
+    /* the waiting take outlived the restart; the item taken before it is still ours */
+    CHECK_RC(a.qrc, 0);
+    CHECK(!strcmp(a.item, "new"));
+    CHECK(baton_queue_item_held(held));
+    CHECK_RC(baton_queue_done(held), 0);
+    baton_queue_free(q);
     CHECK_RC(a.vrc, 0);
     CHECK(!strcmp(a.value, "after"));
     CHECK_RC(a.grc, 0);
