@@ -424,6 +424,19 @@ static void queue_basics(void)
     CHECK_RC(baton_queue_take(q, &it, 0), BATON_ENOENT);
     CHECK_RC(baton_queue_take(q, &it, 200), BATON_ETIMEDOUT);
     baton_queue_free(q);
+    /* the longest name (1024 bytes): its take counter's row still fits the value table */
+    {
+        char longname[1025];
+        name_of(longname, sizeof longname, "qlong-");
+        size_t n = strlen(longname);
+        memset(longname + n, 'z', 1024 - n);
+        longname[1024] = 0;
+        MUST(baton_queue_open(&q, c, longname, NULL));
+        CHECK_RC(baton_queue_put(q, "x", 1), 0);
+        CHECK_RC(baton_queue_take(q, &it, 0), 0);
+        if (it) CHECK_RC(baton_queue_done(it), 0);
+        baton_queue_free(q);
+    }
     baton_client_close(c);
 }
 
