@@ -87,10 +87,23 @@ static void values_basics(void)
     CHECK_RC(baton_value_get(v, &d), 0);
     CHECK(d.len == 0 && d.data && d.data[0] == 0 && d.version == v4);
     baton_value_data_clear(&d);
+    /* the largest value */
+    {
+        char *big = malloc(BATON_VALUE_MAX);
+        for (size_t i = 0; big && i < BATON_VALUE_MAX; i++) big[i] = (char)(i * 7 + 3);
+        CHECK(big != NULL);
+        if (big) {
+            CHECK_RC(baton_value_set(v, big, BATON_VALUE_MAX, v4, &v4), 0);
+            CHECK_RC(baton_value_get(v, &d), 0);
+            CHECK(d.len == BATON_VALUE_MAX && d.data && !memcmp(d.data, big, BATON_VALUE_MAX) && d.version == v4);
+            baton_value_data_clear(&d);
+        }
+        free(big);
+    }
     /* a watch that is told of nothing times out; one that knows an old version answers at once */
     CHECK_RC(baton_value_watch(v, v4, &d, 300), BATON_ETIMEDOUT);
     CHECK_RC(baton_value_watch(v, v3, &d, 0), 0);
-    CHECK(d.version == v4);
+    CHECK(d.version == v4 && d.len == BATON_VALUE_MAX);
     baton_value_data_clear(&d);
     baton_value_free(v);
     baton_client_close(c);
@@ -424,6 +437,22 @@ static void queue_basics(void)
     CHECK_RC(baton_queue_take(q, &it, 0), BATON_ENOENT);
     CHECK_RC(baton_queue_take(q, &it, 200), BATON_ETIMEDOUT);
     baton_queue_free(q);
+    /* the largest item, bytes with NULs */
+    {
+        char *big = malloc(BATON_QUEUE_ITEM_MAX);
+        size_t len = 0;
+        for (size_t i = 0; big && i < BATON_QUEUE_ITEM_MAX; i++) big[i] = (char)(i * 5);
+        MUST(baton_queue_open(&q, c, name, NULL));
+        if (big && baton_queue_put(q, big, BATON_QUEUE_ITEM_MAX) == 0 && baton_queue_take(q, &it, 0) == 0) {
+            const char *got = baton_queue_item_data(it, &len);
+            CHECK(len == BATON_QUEUE_ITEM_MAX && !memcmp(got, big, len));
+            CHECK_RC(baton_queue_done(it), 0);
+        } else {
+            CHECK(!"the largest item");
+        }
+        free(big);
+        baton_queue_free(q);
+    }
     /* the longest name (1024 bytes): its take counter's row still fits the value table */
     {
         char longname[1025];
