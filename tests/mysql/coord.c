@@ -12,7 +12,8 @@
  *     another client ends on the last value of a burst;
  *   - groups: members of two clients listed with their values; a second
  *     live member with one id is ELOCKED; leave; a member process SIGKILLed
- *     is gone within its lease (+ the poll bound), and a watcher is told;
+ *     is gone within its lease (+ the poll bound), and a watcher is told; one
+ *     SIGSTOPped past its lease is not listed, and told it lost when resumed;
  *   - queues: FIFO, fences increasing per take, a try on an empty queue is
  *     ENOENT, a returned item is taken again, done removes it; a taker
  *     process SIGKILLed mid-item gives the item back within its lease (with
@@ -315,16 +316,60 @@ static void groups_member_killed(void)
     baton_client_close(c);
 }
 
+static void member_lost(baton_group *g, void *payload)
+{
+    (void)g;
+    (void)payload;
+    tl_out_line("lost\n");
+}
+
 static int member_worker(const char *uri, const char *group, const char *id, int lease)
 {
     baton_client *c = tl_client_open(uri);
     baton_group_options o = BATON_GROUP_OPTIONS_INIT;
     baton_group *g = NULL;
     o.lease_ms = (uint32_t)lease;
+    o.on_lost = member_lost;
     MUST(baton_group_open(&g, c, group, &o));
     MUST(baton_group_join(g, id, "alive"));
     tl_out_line("joined\n");
     for (;;) pause();
+}
+
+/* A member process stopped (SIGSTOP) past its lease: no longer listed; resumed,
+ * it is told it lost its membership (on_lost) and is not listed again. */
+static void groups_member_stopped(void)
+{
+    const int lease = 1500;
+    baton_client *c = tl_client_open(g_uri);
+    baton_group *obs = NULL;
+    baton_members m = { 0 };
+    tl_worker w;
+    char name[128], lease_s[16], line[256];
+
+    name_of(name, sizeof name, "stopped");
+    snprintf(lease_s, sizeof lease_s, "%d", lease);
+    char *argv[] = { "test_mysql_coord", "member", g_uri, name, "sleeper", lease_s, NULL };
+    MUST(baton_group_open(&obs, c, name, NULL));
+    if (tl_worker_spawn(&w, argv)) {
+        CHECK(!"spawn");
+        return;
+    }
+    CHECK(tl_expect_line(&w, "joined", line, sizeof line, 10000) == 0);
+    kill(w.pid, SIGSTOP);
+    tl_sleep_ms(lease + 500);
+    CHECK_RC(baton_group_members(obs, &m), 0);
+    CHECK(m.n == 0);
+    baton_members_clear(&m);
+    kill(w.pid, SIGCONT);
+    CHECK(tl_expect_line(&w, "lost", line, sizeof line, 10000) == 0);
+    CHECK_RC(baton_group_members(obs, &m), 0);
+    CHECK(m.n == 0);
+    baton_members_clear(&m);
+    kill(w.pid, SIGKILL);
+    tl_worker_reap(&w, 5000);
+    baton_group_free(obs);
+    baton_client_close(c);
 }
 
 /* ---- built by the core on values and groups ---------------------------------- */
@@ -755,6 +800,7 @@ int main(int argc, char **argv)
     RUN(values_watch_burst);
     RUN(groups_basics);
     RUN(groups_member_killed);
+    RUN(groups_member_stopped);
     RUN(latch_on_values);
     RUN(barrier_on_groups);
     RUN(queue_basics);
