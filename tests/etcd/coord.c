@@ -18,6 +18,8 @@
  * Groups:
  *   - join, list (values), a second live member with the same id is
  *     BATON_ELOCKED, leave; a watcher wakes on a join by another client;
+ *   - a group watcher whose link is cut while another client joins sees the
+ *     join once the link is back, within its wait;
  *   - a member process killed (SIGKILL, ttl=2) is gone from the list within
  *     its lease, seen by a group watch;
  *   - a member whose key someone else deletes (through the JSON gateway:
@@ -423,6 +425,57 @@ static void group_basics(void)
     baton_client_close(c2);
 }
 
+typedef struct {
+    baton_group *g;
+    int rc;
+    baton_members m;
+} gwatcher;
+
+static void *gwatch_main(void *a)
+{
+    gwatcher *w = a;
+    w->rc = baton_group_watch(w->g, &w->m, 20000);
+    return NULL;
+}
+
+static void group_watch_cut(void)
+{
+    char name[128], luri[1100];
+    const char *base = getenv("BATON_TEST_TMP");
+    snprintf(g_link_dir, sizeof g_link_dir, "%s/etcd_coord_glink_%d", base ? base : "/tmp", (int)getpid());
+    int lport = link_start(g_port);
+    if (!lport) {
+        fprintf(stderr, "   no link (socat missing?): case skipped\n");
+        return;
+    }
+    uri_on(luri, sizeof luri, lport);
+    baton_client *c = tl_client_open(g_uri), *cw = tl_client_open(luri);
+    baton_group *g, *gw;
+    nm(name, sizeof name, "gcut");
+    MUST(baton_group_open(&g, c, name, NULL));
+    MUST(baton_group_open(&gw, cw, name, NULL));
+    gwatcher w = { .g = gw };
+    CHECK_RC(baton_group_watch(gw, &w.m, 0), 0);      /* the first answers at once: nobody */
+    CHECK(w.m.n == 0);
+    baton_members_clear(&w.m);
+    pthread_t th;
+    pthread_create(&th, NULL, gwatch_main, &w);
+    tl_sleep_ms(500);
+    CHECK(link_cmd("cut") == 0);
+    CHECK_RC(baton_group_join(g, "late", "x"), 0);
+    tl_sleep_ms(1000);
+    CHECK(link_start(g_port) == lport);
+    pthread_join(th, NULL);
+    CHECK_RC(w.rc, 0);
+    CHECK(has_member(&w.m, "late", "x"));
+    baton_members_clear(&w.m);
+    link_cmd("stop");
+    baton_group_free(g);
+    baton_group_free(gw);
+    baton_client_close(cw);
+    baton_client_close(c);
+}
+
 static char g_self[1024];
 
 /* A worker: joins GROUP as ID (or takes from QUEUE), says so, then sleeps
@@ -753,6 +806,7 @@ int main(int argc, char **argv)
     RUN(value_compacted);
     RUN(value_watch_cut);
     RUN(group_basics);
+    RUN(group_watch_cut);
     RUN(group_killed);
     RUN(group_key_deleted);
     RUN(queue_basics);
