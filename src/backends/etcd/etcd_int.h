@@ -13,6 +13,9 @@
  *   rw.c    the read-write lock in the layout of etcd's recipe.RWMutex
  *   sem.c   the semaphore: one counter key, changed by compare-and-swap
  *   permits.c permits with ids, one key each on the taker's lease
+ *   value.c values: the plain key NAME, version = its mod_revision
+ *   group.c group members: a key each on the member's client lease
+ *   queue.c work queues: items by create revision, claims on the taker's lease
  *
  * Layout and rules: docs/etcd-engine.md.
  */
