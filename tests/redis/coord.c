@@ -687,6 +687,39 @@ static void queue_concurrent(void) {
     baton_client_close(c);
 }
 
+/* wait_replicas=1 on a server without replicas: a join and a take are
+ * undone (the member leaves, the item goes back) and fail. */
+static void replicas_undo(void) {
+    char uri[300], gname[128], qname[128];
+    snprintf(uri, sizeof uri, "redis://127.0.0.1:%d/0?wait_replicas=1&wait_ms=100", g_port);
+    baton_client *c = NULL, *plain = open_client();
+    CHECK_RC(baton_client_open(&c, uri, NULL), 0);
+    if (!c) return;
+    baton_group *g = NULL, *w = NULL;
+    nm(gname, sizeof gname, "replicas-g");
+    CHECK_RC(baton_group_open(&g, c, gname, NULL), 0);
+    CHECK_RC(baton_group_join(g, "m", ""), BATON_EUNAVAILABLE);
+    CHECK_RC(baton_group_open(&w, plain, gname, NULL), 0);
+    baton_members m = { 0 };
+    CHECK_RC(baton_group_members(w, &m), 0);
+    CHECK(m.n == 0);
+    baton_members_clear(&m);
+    baton_queue *q = NULL;
+    baton_queue_item *it = NULL;
+    uint64_t waiting = 0;
+    nm(qname, sizeof qname, "replicas-q");
+    CHECK_RC(baton_queue_open(&q, c, qname, NULL), 0);
+    CHECK_RC(baton_queue_put(q, "job", 3), 0);
+    CHECK_RC(baton_queue_take(q, &it, 0), BATON_EUNAVAILABLE);
+    CHECK_RC(baton_queue_size(q, &waiting), 0);
+    CHECK(waiting == 1);
+    baton_group_free(g);
+    baton_group_free(w);
+    baton_queue_free(q);
+    baton_client_close(c);
+    baton_client_close(plain);
+}
+
 int main(int argc, char **argv) {
     if (argc == 4 && !strcmp(argv[1], "member")) return worker_member(argv[2], argv[3]);
     if (argc == 4 && !strcmp(argv[1], "taker")) return worker_taker(argv[2], argv[3]);
@@ -706,6 +739,7 @@ int main(int argc, char **argv) {
     RUN(queue_basic);
     RUN(queue_taker_killed);
     RUN(queue_concurrent);
+    RUN(replicas_undo);
     RUN(value_watch_faults); /* last: it restarts the server */
     tl_server_stop("redis", g_dir);
     return th_finish();
