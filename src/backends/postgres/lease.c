@@ -9,7 +9,11 @@
  *
  * Waiting: a release NOTIFYs the table's channel with the name (in the
  * releasing statement, delivered at its commit). One listener thread per
- * client LISTENs on its own connection and wakes the waiters of that name;
+ * client LISTENs on its own connection and wakes the waiters of that name
+ * (it also LISTENs on the channels of values, groups and queues, coord.c,
+ * and wakes their waiters, in every mode; when it listens again after its
+ * connection ended it wakes every waiter, since what was sent meanwhile is
+ * lost);
  * a waiter also wakes when the holder's lease is due to end (a crashed
  * holder never notifies), and re-checks at least every second in case a
  * notification was missed while the listener reconnected.
@@ -53,12 +57,38 @@ char *pg_lease_stmt(pgeng *e, int id)
 
 /* ---- the listener --------------------------------------------------------- */
 
-static void wake_name(pgeng *e, const char *name)
+/* Wakes the waiters of NAME whose kind's channel is CHANNEL (NULL: every
+ * waiter). Channel names are cut at 63 bytes, so two kinds may share one:
+ * both are woken (a spurious wake is harmless). */
+static void wake_name(pgeng *e, const char *channel, const char *name)
 {
+    int hit[PG_CH_N] = { 0 };
+    for (int k = 0; channel && k < PG_CH_N; k++)
+        hit[k] = !strcmp(k == PG_CH_LOCK ? e->channel : e->cchannel[k], channel);
     pthread_mutex_lock(&e->mu);
     for (pgwait *w = e->waits; w; w = w->next)
-        if (!name || !strcmp(w->name, name)) baton_waiter_wake(w->w);
+        if (!channel || (hit[w->kind] && !strcmp(w->name, name))) baton_waiter_wake(w->w);
     pthread_mutex_unlock(&e->mu);
+}
+
+/* LISTEN on every channel of the client (the lock table's and coord.c's). */
+static int listen_all(pgeng *e, PGconn *c)
+{
+    for (int k = 0; k < PG_CH_N; k++) {
+        const char *ch = k == PG_CH_LOCK ? e->channel : e->cchannel[k];
+        char *q = NULL, *chan = PQescapeIdentifier(c, ch, strlen(ch));
+        PGresult *r = NULL;
+        int rc = BATON_ENOMEM;
+        if (chan && (q = malloc(strlen(chan) + 8))) {
+            sprintf(q, "LISTEN %s", chan);
+            rc = pg_exec(e, c, q, 0, NULL, pg_deadline_ms(e->io_timeout_ms), NULL, &r);
+        }
+        PQclear(r);
+        PQfreemem(chan);
+        free(q);
+        if (rc) return rc;
+    }
+    return 0;
 }
 
 static int stopping(pgeng *e)
@@ -82,29 +112,20 @@ static void *listener(void *arg)
     pgeng *e = arg;
     while (!stopping(e)) {
         PGconn *c = NULL;
-        PGresult *r = NULL;
-        char *q = NULL, *chan = NULL;
         if (pg_conn_get(e, &c)) {
             nap(e, 200);
             continue;
         }
-        chan = PQescapeIdentifier(c, e->channel, strlen(e->channel));
-        if (chan && (q = malloc(strlen(chan) + 8))) sprintf(q, "LISTEN %s", chan);
-        if (!q || pg_exec(e, c, q, 0, NULL, pg_deadline_ms(e->io_timeout_ms), NULL, &r)) {
+        if (listen_all(e, c)) {
             PQfinish(c);
-            PQfreemem(chan);
-            free(q);
             nap(e, 200);
             continue;
         }
-        PQclear(r);
-        PQfreemem(chan);
-        free(q);
         pthread_mutex_lock(&e->mu);
         e->listening = 1;
         pthread_mutex_unlock(&e->mu);
         /* notifications sent while nobody listened are gone: everyone looks again */
-        wake_name(e, NULL);
+        wake_name(e, NULL, NULL);
         while (!stopping(e)) {
             struct pollfd pfd[2] = { { PQsocket(c), POLLIN, 0 }, { e->wake[0], POLLIN, 0 } };
             PGnotify *n;
@@ -112,7 +133,7 @@ static void *listener(void *arg)
             if (pfd[1].revents) break;
             if (pfd[0].revents && !PQconsumeInput(c)) break;
             while ((n = PQnotifies(c))) {
-                wake_name(e, n->extra);
+                wake_name(e, n->relname, n->extra);
                 PQfreemem(n);
             }
             if (PQstatus(c) != CONNECTION_OK) break;
@@ -135,6 +156,37 @@ static int listener_start(pgeng *e)
     }
     pthread_mutex_unlock(&e->mu);
     return rc;
+}
+
+int pg_wait_link(pgeng *e, pgwait *w)
+{
+    int rc = listener_start(e);
+    if (rc) return rc;
+    pthread_mutex_lock(&e->mu);
+    w->next = e->waits;
+    e->waits = w;
+    pthread_mutex_unlock(&e->mu);
+    return 0;
+}
+
+void pg_wait_unlink(pgeng *e, pgwait *w)
+{
+    pthread_mutex_lock(&e->mu);
+    for (pgwait **pp = &e->waits; *pp; pp = &(*pp)->next)
+        if (*pp == w) {
+            *pp = w->next;
+            break;
+        }
+    pthread_mutex_unlock(&e->mu);
+}
+
+int pg_listening(pgeng *e)
+{
+    int l;
+    pthread_mutex_lock(&e->mu);
+    l = e->listening;
+    pthread_mutex_unlock(&e->mu);
+    return l;
 }
 
 void pg_listener_stop(pgeng *e)
@@ -176,7 +228,7 @@ static int claim(pgeng *e, pglock *l, const baton_owner *o, uint32_t lease_ms, i
 
 int pg_lease_acquire(pgeng *e, pglock *l, baton_acquire_req *req)
 {
-    pgwait me = { l->name, req->waiter, NULL };
+    pgwait me = { PG_CH_LOCK, l->name, req->waiter, NULL };
     int rc, linked = 0;
 
     for (;;) {
@@ -202,11 +254,7 @@ int pg_lease_acquire(pgeng *e, pglock *l, baton_acquire_req *req)
         if (!linked) {
             /* listen before the next claim, so a release between that claim
              * and the park still wakes us (it bumps the generation) */
-            if ((rc = listener_start(e))) break;
-            pthread_mutex_lock(&e->mu);
-            me.next = e->waits;
-            e->waits = &me;
-            pthread_mutex_unlock(&e->mu);
+            if ((rc = pg_wait_link(e, &me))) break;
             linked = 1;
             continue;
         }
@@ -215,9 +263,7 @@ int pg_lease_acquire(pgeng *e, pglock *l, baton_acquire_req *req)
                               down ? " (the server is unavailable)" : "");
             break;
         }
-        pthread_mutex_lock(&e->mu);
-        listening = e->listening;
-        pthread_mutex_unlock(&e->mu);
+        listening = pg_listening(e);
         until = baton_now_ns() + (int64_t)(listening && !down ? RECHECK_MS : RECHECK_DOWN_MS) * 1000000LL;
         if (left >= 0 && baton_now_ns() + (left + 1) * 1000000LL < until)
             until = baton_now_ns() + (left + 1) * 1000000LL;   /* the holder's lease ends */
@@ -227,15 +273,7 @@ int pg_lease_acquire(pgeng *e, pglock *l, baton_acquire_req *req)
             break;
         }
     }
-    if (linked) {
-        pthread_mutex_lock(&e->mu);
-        for (pgwait **pp = &e->waits; *pp; pp = &(*pp)->next)
-            if (*pp == &me) {
-                *pp = me.next;
-                break;
-            }
-        pthread_mutex_unlock(&e->mu);
-    }
+    if (linked) pg_wait_unlink(e, &me);
     return rc;
 }
 

@@ -563,6 +563,13 @@ int pg_run(pgeng *e, const char *sql, int n, const char *const *params, int retr
     return run_pooled(e, retry, INT64_MAX, res, run_text, &a);
 }
 
+int pg_run_by(pgeng *e, const char *sql, int n, const char *const *params, int retry, int64_t by, PGresult **res)
+{
+    run_args a = { sql, 0, n, params, by };
+    /* a retry only when there is time left for it */
+    return run_pooled(e, retry && by == INT64_MAX, by, res, run_text, &a);
+}
+
 int pg_run_ps(pgeng *e, int id, int n, const char *const *params, int retry, PGresult **res)
 {
     return pg_run_ps_by(e, id, n, params, retry, INT64_MAX, res);
@@ -677,10 +684,7 @@ static int simple_exec(pgeng *e, PGconn *c, const char *sql, int n, const char *
     return rc;
 }
 
-/* The advisory key that serialises our DDL in a database (an xact lock:
- * held until the COMMIT), whatever the table's name: the first 8 bytes of
- * SHA-256("baton:ddl"), as session mode derives its keys. */
-#define DDL_KEY "6914268082749482822"
+#define DDL_KEY PG_DDL_KEY
 
 /* Creates what is missing of the table and (row mode) its fence sequence,
  * in one transaction that first takes the DDL lock: "CREATE ... IF NOT
@@ -817,7 +821,7 @@ static int add_kw(pgeng *e, const char *k, const char *v)
 }
 
 /* An identifier, double-quoted for SQL (a NUL-free string; quotes doubled). */
-static char *quote_ident(const char *s)
+char *pg_quote_ident(const char *s)
 {
     size_t n = 3;
     char *out, *o;
@@ -858,6 +862,7 @@ static void eng_free(pgeng *e)
     free(e->channel);
     free(e->ident);
     for (int i = 0; i < PG_PS_N; i++) free(e->ps_sql[i]);
+    pg_coord_free(e);
     if (e->wake[0] >= 0) close(e->wake[0]);
     if (e->wake[1] >= 0) close(e->wake[1]);
     pthread_mutex_destroy(&e->mu);
@@ -945,7 +950,7 @@ static int configure(pgeng *e, const baton_uri *u, const baton_opts *uo, const b
 
     /* "schema"."table", and the NOTIFY channel named after it */
     {
-        char *qs = e->schema ? quote_ident(e->schema) : NULL, *qt = quote_ident(e->table);
+        char *qs = e->schema ? pg_quote_ident(e->schema) : NULL, *qt = pg_quote_ident(e->table);
         size_t n = (qs ? strlen(qs) + 1 : 0) + (qt ? strlen(qt) : 0) + 1;
         if ((e->schema && !qs) || !qt || !(e->qtable = malloc(n))) {
             free(qs);
@@ -957,7 +962,7 @@ static int configure(pgeng *e, const baton_uri *u, const baton_opts *uo, const b
         {
             char seq[80];
             snprintf(seq, sizeof seq, "%s_fence", e->table);
-            qt = quote_ident(seq);
+            qt = pg_quote_ident(seq);
             n = (qs ? strlen(qs) + 1 : 0) + (qt ? strlen(qt) : 0) + 1;
             if (!qt || !(e->qseq = malloc(n))) {
                 free(qs);
@@ -976,7 +981,7 @@ static int configure(pgeng *e, const baton_uri *u, const baton_opts *uo, const b
         e->ps_sql[i] = i <= PG_PS_UNLOCK ? pg_session_stmt(e, i) : pg_lease_stmt(e, i);
         if (!e->ps_sql[i]) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
     }
-    return 0;
+    return pg_coord_configure(e);
 }
 
 static int pg_open(void **eng, const baton_uri *u, const baton_opts *uo, const baton_client_options *opts)
@@ -1063,6 +1068,8 @@ static int pg_lock_new(void *eng, const char *name, const baton_lock_options *op
 static void pg_lock_free(void *eng, void *st)
 {
     pglock *l = st;
+    free(l->mid);       /* members and takers (group.c, queue.c) */
+    free(l->data);
     /* first: the watcher must not look at this state or its socket again */
     pg_watch_del(eng, l);
     /* a connection still here belongs to a grant that was lost: closing it
@@ -1115,7 +1122,10 @@ fail:
 static int pg_lock_acquire(void *eng, void *st, baton_acquire_req *req)
 {
     pgeng *e = eng;
-    int rc;
+    int rc, kind = ((pglock *)st)->kind;
+    /* members and takers are lease rows of their own tables, in every mode */
+    if (kind == PG_MEMBER) return pg_member_acquire(e, st, req);
+    if (kind == PG_TAKER) return pg_taker_acquire(e, st, req);
     if ((rc = pg_table_ready(e))) return rc;
     if (((pglock *)st)->rw) return pg_rw_acquire(e, st, req);
     if (e->mode == PG_ROW) return pg_row_acquire(e, st, req);
@@ -1125,6 +1135,8 @@ static int pg_lock_acquire(void *eng, void *st, baton_acquire_req *req)
 static int pg_lock_release(void *eng, void *st, const baton_owner *owner)
 {
     pgeng *e = eng;
+    if (((pglock *)st)->kind == PG_MEMBER) return pg_member_release(e, st, owner);
+    if (((pglock *)st)->kind == PG_TAKER) return pg_taker_release(e, st, owner);
     if (((pglock *)st)->rw) return pg_rw_release(e, st);
     if (e->mode == PG_ROW) return pg_row_release(e, st);
     return e->mode == PG_SESSION ? pg_session_release(e, st) : pg_lease_release(e, st, owner);
@@ -1133,6 +1145,8 @@ static int pg_lock_release(void *eng, void *st, const baton_owner *owner)
 static int pg_lock_renew(void *eng, void *st, const baton_owner *owner, uint32_t lease_ms, int64_t deadline_ns)
 {
     pgeng *e = eng;
+    if (((pglock *)st)->kind == PG_MEMBER) return pg_member_renew(e, st, owner, lease_ms, deadline_ns);
+    if (((pglock *)st)->kind == PG_TAKER) return pg_taker_renew(e, st, owner, lease_ms, deadline_ns);
     if (((pglock *)st)->rw) return pg_rw_renew(e, st, deadline_ns);
     if (e->mode == PG_ROW) return pg_row_renew(e, st, deadline_ns);
     return e->mode == PG_SESSION ? pg_session_renew(e, st, deadline_ns)
@@ -1245,5 +1259,8 @@ const baton_backend baton__backend_postgres = {
     .close = pg_close,
     .lock = &pg_lock_methods,
     .rw = &pg_rw_methods,
+    .value = &pg_value_methods,
+    .group = &pg_group_methods,
+    .queue = &pg_queue_methods,
     .services = &pg_services_methods,
 };

@@ -12,6 +12,11 @@
  *   watch.c    the watcher of held connections (session, row, read-write):
  *              a terminated session, or one not confirmed alive within the
  *              lease, is reported lost (baton_host_lost)
+ *   coord.c    the tables of values, groups and queues, their channels and
+ *              their waiters (shared by value.c, group.c, queue.c)
+ *   value.c    values: a row per name with a version, CAS, LISTEN watches
+ *   group.c    group members: lease rows, in every mode
+ *   queue.c    work queues: items taken FOR UPDATE SKIP LOCKED, lease rows
  *   dns.c      host names resolved by the connect deadline
  *   ops.c      engine_ops: the server's statement counts (baton bench)
  *   pqdl.c     libpq, loaded with dlopen on the first open (pqdl.h)
@@ -34,11 +39,22 @@ enum { PG_PS_GRANT_WAIT, PG_PS_GRANT_TRY, PG_PS_UNLOCK,   /* session mode */
        PG_PS_CLAIM, PG_PS_RELEASE, PG_PS_RENEW,           /* lease mode */
        PG_PS_N };
 
+/* The advisory key that serialises our DDL in a database (an xact lock:
+ * held until the COMMIT), whatever the table's name: the first 8 bytes of
+ * SHA-256("baton:ddl"), as session mode derives its keys. */
+#define PG_DDL_KEY "6914268082749482822"
+
 #define PG_POOL_IDLE 4
 #define PG_WAIT_GRACE_NS 500000000LL /* = CANCEL_GRACE_MS: a lock wait may end this long after its deadline */       /* idle connections a client keeps for reuse */
 
-/* A blocked lease-mode acquire, woken by a NOTIFY for its name. */
+/* What a NOTIFY is about: the channel of the lock table, or of one of the
+ * tables of coord.c. */
+enum { PG_CH_LOCK, PG_CH_VALUE, PG_CH_GROUP, PG_CH_QUEUE, PG_CH_N };
+
+/* A blocked call (a lease-mode acquire, a watch, a take), woken by a NOTIFY
+ * for its name on the channel of its kind. */
 typedef struct pgwait {
+    int kind;                /* PG_CH_* */
     const char *name;
     baton_waiter *w;
     struct pgwait *next;
@@ -59,12 +75,17 @@ typedef struct pgeng {
     char *qtable;            /* quoted, qualified: "schema"."table" */
     char *qseq;              /* row mode's fence sequence: "schema"."table_fence" */
     char *channel;           /* NOTIFY channel of this table (lease mode) */
+    /* coord.c: [PG_CH_VALUE..PG_CH_QUEUE] the tables "<table>_value",
+     * "_group", "_queue" (quoted, qualified) and their channels */
+    char *ctable[PG_CH_N], *cchannel[PG_CH_N];
+    char *qitemseq;          /* the queue table's id sequence (fences too), once known */
     char *ident;             /* identity() */
     char *ps_sql[PG_PS_N];   /* the text of each prepared statement */
     /* guarded by mu */
     PGconn *idle[PG_POOL_IDLE];
     int nidle;
     int table_ok;            /* the table exists and has our shape */
+    int ctable_ok[PG_CH_N];  /* coord.c's tables likewise */
     int ops_src;             /* engine_ops' source, once known (ops.c) */
     pgwait *waits;
     int listening;           /* the listener's LISTEN is in effect */
@@ -81,7 +102,7 @@ typedef struct pgeng {
     int wthr_started;
 } pgeng;
 
-enum { PG_LOCK, PG_READ, PG_WRITE };
+enum { PG_LOCK, PG_READ, PG_WRITE, PG_MEMBER, PG_TAKER };
 
 /* The two sides of a read-write lock share one connection (one session):
  * the holder of the write side takes the read side on the same session
@@ -105,6 +126,12 @@ typedef struct pglock {
     PGconn *conn;            /* session and row modes: the connection holding the lock */
     uint32_t lease_ms;       /* the lock's lease: a held connection is confirmed alive this often */
     uint64_t fence;          /* of the current grant, 0 when none */
+    /* PG_MEMBER: name is the group, mid the member id. PG_TAKER: name is
+     * the queue; item, data and dlen the item held (item 0: none). */
+    char *mid;
+    long long item;
+    char *data;
+    size_t dlen;
 } pglock;
 
 /* ---- pg.c ---------------------------------------------------------------- */
@@ -149,6 +176,9 @@ int pg_run_ps_by(pgeng *e, int id, int n, const char *const *params, int retry, 
  * statement may run twice (tried again once on a fresh connection when a
  * pooled one turns out to be dead). */
 int pg_run(pgeng *e, const char *sql, int n, const char *const *params, int retry, PGresult **res);
+/* pg_run that also ends by BY (monotonic ns; INT64_MAX = the I/O timeout
+ * alone), connecting included; not retried unless BY is INT64_MAX. */
+int pg_run_by(pgeng *e, const char *sql, int n, const char *const *params, int retry, int64_t by, PGresult **res);
 /* The table exists (created when missing) and has the columns we use:
  * BATON_EPROTO naming a wrong column, BATON_EAUTH with the DDL to run when
  * we may not create it. Checked once per client. */
@@ -196,6 +226,12 @@ int pg_lease_release(pgeng *e, pglock *l, const baton_owner *owner);
 int pg_lease_renew(pgeng *e, pglock *l, const baton_owner *owner, uint32_t lease_ms, int64_t deadline_ns);
 /* Stops the listener thread (close). */
 void pg_listener_stop(pgeng *e);
+/* W joins the waiters the listener wakes (the listener started first when
+ * it is not running); unlink takes it out again. */
+int pg_wait_link(pgeng *e, pgwait *w);
+void pg_wait_unlink(pgeng *e, pgwait *w);
+/* 1 while the listener's LISTEN is in effect. */
+int pg_listening(pgeng *e);
 
 /* ---- watch.c: held connections (session, row, read-write) --------------- */
 
@@ -216,6 +252,37 @@ void pg_watch_stop(pgeng *e);
 
 /* The advisory key of NAME into L's key, classid and objid (pg.c). */
 void pg_name_key(const char *name, pglock *l);
+
+/* ---- coord.c, value.c, group.c, queue.c ----------------------------------- */
+
+/* Names the tables and channels of coord.c (configure, at open). */
+int pg_coord_configure(pgeng *e);
+/* An identifier, double-quoted for SQL (malloc'd; NULL when out of memory). */
+char *pg_quote_ident(const char *s);
+/* The table of kind K (PG_CH_VALUE...) exists (created under the DDL lock
+ * when missing) and has the columns we use; checked once per client. */
+int pg_coord_ready(pgeng *e, int k);
+/* A coord.c statement's text: "@V", "@G", "@Q" replaced by the tables
+ * (malloc'd; NULL when out of memory). */
+char *pg_coord_sql(pgeng *e, const char *tmpl);
+/* pg_run of a coord.c statement template. */
+int pg_coord_run(pgeng *e, const char *tmpl, int n, const char *const *p, int retry, int64_t by, PGresult **res);
+/* LEN bytes as bytea's hex input ("\x..."), malloc'd; and hex text (as
+ * encode(x, 'hex') gives it) back into malloc'd, NUL-terminated bytes. */
+char *pg_hex_encode(const void *data, size_t len);
+int pg_hex_decode(const char *hex, char **out, size_t *len);
+void pg_coord_free(pgeng *e);
+
+extern const baton_value_methods pg_value_methods;
+extern const baton_group_methods pg_group_methods;
+extern const baton_queue_methods pg_queue_methods;
+/* The lock methods for member and taker states (group.c, queue.c). */
+int pg_member_acquire(pgeng *e, pglock *l, baton_acquire_req *req);
+int pg_member_release(pgeng *e, pglock *l, const baton_owner *owner);
+int pg_member_renew(pgeng *e, pglock *l, const baton_owner *owner, uint32_t lease_ms, int64_t deadline_ns);
+int pg_taker_acquire(pgeng *e, pglock *l, baton_acquire_req *req);
+int pg_taker_release(pgeng *e, pglock *l, const baton_owner *owner);
+int pg_taker_renew(pgeng *e, pglock *l, const baton_owner *owner, uint32_t lease_ms, int64_t deadline_ns);
 
 /* ---- admin.c: baton list, baton unlock --force ---------------------------- */
 

@@ -37,7 +37,24 @@ static const baton_engine_option options[] = {
 };
 static const char *const notes[] = {
     "rwlock: mode=session only (advisory shared/exclusive locks)",
-    "fair, semaphore, permits, latch, election: not yet (issue #25)",
+    "fair, semaphore, permits, election: not yet (issue #25)",
+    "value, group, queue: tables <table>_value, <table>_group, <table>_queue beside the lock table, "
+    "lease rows on the server's clock in EVERY mode (members and taken items do not live on a connection)",
+    "value: get, set, CAS, delete = 1 statement each (CAS: UPDATE ... WHERE version = $expect; "
+    "delete keeps a tombstone so versions go on); a change NOTIFYs channel baton:<schema>.<table>_value with "
+    "the name (a foreign client's UPDATE without it is seen at the 5 s re-read)",
+    "value watch: LISTEN on the client's one listener connection, no polling; woken watchers (all in the "
+    "client) read 1 row each; notifications lost while the listener reconnects wake every waiter; "
+    "re-read every 5 s regardless (a silently dead listener link)",
+    "latch, counter: the core's, on a value: count_down, add = a read + a CAS (2 statements a try, tried "
+    "again on a conflict); await = a value watch",
+    "group: join, leave = 1 statement (an upsert, a delete; both NOTIFY); renewal 1 UPDATE per lease/3; "
+    "list = 1 SELECT; a killed member is gone when its lease ends; a watch wakes on NOTIFY and at the "
+    "earliest member's lease end",
+    "queue: put = 1 INSERT (+NOTIFY); take = 1 UPDATE ... FOR UPDATE SKIP LOCKED (takers skip each "
+    "other's rows), fence from the id sequence; done, give-back, renewal = 1 statement each, owner- and "
+    "fence-checked; a put wakes every waiting taker of the queue in a client (a herd: 1 statement each, "
+    "one wins); a dead taker's item is back when its lease ends",
     NULL,
 };
 
@@ -46,7 +63,8 @@ const baton_engine_info baton__info_postgres = {
     .schemes = schemes,
     .summary = "PostgreSQL: advisory locks (session mode), lease rows or row locks",
     .uri = "postgres://[user[:password]@]host[:port][,host[:port]...]/db[?options]",
-    .primitives = BATON_PRIM_LOCK | BATON_PRIM_RWLOCK | BATON_PRIM_LIST | BATON_PRIM_BREAK | BATON_PRIM_INFO,
+    .primitives = BATON_PRIM_LOCK | BATON_PRIM_RWLOCK | BATON_PRIM_LIST | BATON_PRIM_BREAK | BATON_PRIM_INFO |
+                  BATON_PRIM_VALUE | BATON_PRIM_GROUP | BATON_PRIM_QUEUE | BATON_PRIM_LATCH,
     .features = BATON_FEATURE_LEASE | BATON_FEATURE_NOTIFY,
     .notes = notes,
     .options = options,
