@@ -31,6 +31,13 @@ static void usage(FILE *f)
         "      --fair             FIFO locks; the report says whether grants kept the order\n"
         "  -s, --shared           read-write lock NAME: even clients write, odd ones read\n"
         "      --permits N        N permits of NAME (baton_permits, 1-%d): at most N holders\n"
+        "      --queue            work queue NAME: each client puts an item, takes the\n"
+        "                         oldest, works, and calls done; no item held by two live\n"
+        "                         takers at once, every item put done (use a queue of its own)\n"
+        "      --group            group NAME: client 0 lists the members, the others join\n"
+        "                         and leave; no member listed after its end + --bound\n"
+        "      --bound SECS       --group: the engine's notice time past a leave, or past\n"
+        "                         a lease after a kill or pause (default 1)\n"
         "      --pause R          SIGSTOP this fraction of holders (0-1) past the lease, then\n"
         "                         SIGCONT: half during their work, half after their check\n"
         "      --kill R           SIGKILL this fraction of holders (replaced at once)\n"
@@ -67,12 +74,19 @@ static void usage(FILE *f)
 
 enum {
     O_CLIENTS = CLI_LONG_ONLY, O_SECONDS, O_GRANTS, O_WORK, O_FAIR, O_PERMITS, O_PAUSE, O_KILL, O_PAUSE_W, O_KILL_W,
-    O_FAULT, O_EVERY, O_DOWN, O_UNFENCED, O_SEED, O_JSON, O_SVG, O_RECORD, O_LFREEZE, O_LCUT, O_RUN, O_STUBBORN
+    O_FAULT, O_EVERY, O_DOWN, O_UNFENCED, O_SEED, O_JSON, O_SVG, O_RECORD, O_LFREEZE, O_LCUT, O_RUN, O_STUBBORN,
+    O_QUEUE, O_GROUP, O_BOUND
 };
 
 static int rate(const char *name, const char *s, double *out)
 {
     return cli_secs(CMD, name, s, 0, 1, "a fraction", out);
+}
+
+static const char *prim_name(const check_opts *o)
+{
+    static const char *const names[] = { "lock", "rwlock", "permits", "queue", "group" };
+    return o->prim == PRIM_LOCK && o->fair ? "fair lock" : names[o->prim];
 }
 
 /* The engine answers, and has the primitive: before any client starts. */
@@ -82,6 +96,8 @@ static int preflight(const check_opts *o, char *backend, size_t n)
     baton_lock *l = NULL;
     baton_rwlock *rw = NULL;
     baton_permits *pm = NULL;
+    baton_queue *q = NULL;
+    baton_group *g = NULL;
     baton_lock_options lo = BATON_LOCK_OPTIONS_INIT;
     baton_lockinfo info = BATON_LOCK_INFO_INIT;
     int rc, was = 0;
@@ -98,6 +114,8 @@ static int preflight(const check_opts *o, char *backend, size_t n)
     switch (o->prim) {
     case PRIM_LOCK: rc = baton_lock_open(&l, c, o->name, &lo); break;
     case PRIM_RWLOCK: rc = baton_rwlock_open(&rw, c, o->name, &lo); break;
+    case PRIM_QUEUE: rc = baton_queue_open(&q, c, o->name, NULL); break;
+    case PRIM_GROUP: rc = baton_group_open(&g, c, o->name, NULL); break;
     default:
         if (!(rc = baton_permits_open(&pm, c, o->name)) && !(rc = baton_permits_try_set(pm, (uint32_t)o->permits, &was))
             && !was)
@@ -105,8 +123,10 @@ static int preflight(const check_opts *o, char *backend, size_t n)
                     o->permits);
         break;
     }
-    if (rc) cli_report(o->prim == PRIM_LOCK ? "lock" : o->prim == PRIM_RWLOCK ? "read-write lock" : "permits", rc);
+    if (rc) cli_report(prim_name(o), rc);
 out:
+    baton_queue_free(q);
+    baton_group_free(g);
     baton_lock_free(l);
     baton_rwlock_free(rw);
     baton_permits_free(pm);
@@ -126,10 +146,6 @@ static void json_str(FILE *f, const char *s)
     fputc('"', f);
 }
 
-static const char *prim_name(const check_opts *o)
-{
-    return o->prim == PRIM_PERMITS ? "permits" : o->prim == PRIM_RWLOCK ? "rwlock" : o->fair ? "fair lock" : "lock";
-}
 
 static const char *fair_word(const check_opts *o, const check_result *r)
 {
@@ -138,6 +154,8 @@ static const char *fair_word(const check_opts *o, const check_result *r)
     return r->fair_inversions ? "broken" : "kept";
 }
 
+static void json_evidence(const check_result *r);
+
 static void report_json(const check_opts *o, const char *backend, const check_hist *h, const check_result *r)
 {
     const char *fw = fair_word(o, r);
@@ -145,6 +163,15 @@ static void report_json(const check_opts *o, const char *backend, const check_hi
     json_str(stdout, backend);
     printf(",\"name\":");
     json_str(stdout, o->name);
+    if (o->prim == PRIM_QUEUE || o->prim == PRIM_GROUP) {
+        printf(",\"primitive\":\"%s\",\"clients\":%d,\"seconds\":%g,\"lease_s\":%g,\"seed\":%lu,", prim_name(o),
+               o->clients, o->seconds, o->lease, o->seed);
+        coord_report_json(o, h, r);
+        printf("\"ok\":%s,\"evidence_count\":%ld,\"evidence\":[", r->ok ? "true" : "false", r->evidence_n);
+        json_evidence(r);
+        printf("]}\n");
+        return;
+    }
     printf(",\"primitive\":\"%s\",\"clients\":%d,\"seconds\":%g,\"lease_s\":%g,\"seed\":%lu,\"unfenced\":%s,"
            "\"grants\":%ld,\"overlaps\":%ld,\"overlaps_after_loss\":%ld,\"overlaps_unexplained\":%ld,"
            "\"plain_lost_updates\":%ld,\"stale_reads_refused\":%ld,\"stale_writes_refused\":%ld,"
@@ -183,6 +210,12 @@ static void report_json(const check_opts *o, const char *backend, const check_hi
     else if (o->run)
         printf("null,\"wait_overruns\":null,\"wait_overrun_max_s\":null,");
     printf("\"ok\":%s,\"evidence_count\":%ld,\"evidence\":[", r->ok ? "true" : "false", r->evidence_n);
+    json_evidence(r);
+    printf("]}\n");
+}
+
+static void json_evidence(const check_result *r)
+{
     {
         const char *p = r->evidence;
         int first = 1;
@@ -196,12 +229,15 @@ static void report_json(const check_opts *o, const char *backend, const check_hi
             p += n + (p[n] == '\n');
         }
     }
-    printf("]}\n");
 }
 
 static void report_text(const check_opts *o, const char *backend, const check_hist *h, const check_result *r)
 {
     const char *fw = fair_word(o, r);
+    if (o->prim == PRIM_QUEUE || o->prim == PRIM_GROUP) {
+        coord_report_text(o, backend, h, r);
+        return;
+    }
     printf("baton check: %s %s \"%s\", %d clients%s, %g s, lease %g s, seed %lu%s\n", backend, prim_name(o), o->name,
            o->clients, o->run ? o->run_stubborn ? " (baton run, a command that ignores SIGTERM)" : " (baton run)" : "",
            o->seconds, o->lease, o->seed, o->unfenced ? ", UNFENCED register" : "");
@@ -260,6 +296,8 @@ static void report_text(const check_opts *o, const char *backend, const check_hi
     }
 }
 
+#define PRIMS_EXCLUDE "--shared, --permits, --queue and --group exclude each other"
+
 /* The options into O (its defaults first) and --record's path into
  * *RECORD: -1 to go on, else the exit code (0 after --help). */
 static int check_options(int argc, char **argv, check_opts *o, const char **record)
@@ -274,6 +312,9 @@ static int check_options(int argc, char **argv, check_opts *o, const char **reco
         { "fair", no_argument, NULL, O_FAIR },
         { "shared", no_argument, NULL, CLI_LONG('s') },
         { "permits", required_argument, NULL, O_PERMITS },
+        { "queue", no_argument, NULL, O_QUEUE },
+        { "group", no_argument, NULL, O_GROUP },
+        { "bound", required_argument, NULL, O_BOUND },
         { "pause", required_argument, NULL, O_PAUSE },
         { "kill", required_argument, NULL, O_KILL },
         { "pause-waiting", required_argument, NULL, O_PAUSE_W },
@@ -306,6 +347,7 @@ static int check_options(int argc, char **argv, check_opts *o, const char **reco
     o->work = 0.005;
     o->fault_every = 5;
     o->fault_down = 1;
+    o->bound = 1;
     o->seed = (unsigned long)time(NULL) ^ ((unsigned long)getpid() << 16);
     while ((opt = cli_next(&co)) != CLI_END) {
         switch (opt) {
@@ -331,11 +373,18 @@ static int check_options(int argc, char **argv, check_opts *o, const char **reco
         case O_WORK: if (cli_secs(CMD, co.name, co.arg, 0, 3600, NULL, &o->work)) return EX_USAGE; break;
         case O_FAIR: o->fair = 1; break;
         case 's':
-            if (o->prim == PRIM_PERMITS) return cli_usage_error(CMD, "--shared and --permits exclude each other");
+            if (o->prim != PRIM_LOCK && o->prim != PRIM_RWLOCK) return cli_usage_error(CMD, PRIMS_EXCLUDE);
             o->prim = PRIM_RWLOCK;
             break;
+        case O_QUEUE:
+        case O_GROUP:
+            if (o->prim != PRIM_LOCK && o->prim != (opt == O_QUEUE ? PRIM_QUEUE : PRIM_GROUP))
+                return cli_usage_error(CMD, PRIMS_EXCLUDE);
+            o->prim = opt == O_QUEUE ? PRIM_QUEUE : PRIM_GROUP;
+            break;
+        case O_BOUND: if (cli_secs(CMD, co.name, co.arg, 0, 1e6, NULL, &o->bound)) return EX_USAGE; break;
         case O_PERMITS:
-            if (o->prim == PRIM_RWLOCK) return cli_usage_error(CMD, "--shared and --permits exclude each other");
+            if (o->prim != PRIM_LOCK && o->prim != PRIM_PERMITS) return cli_usage_error(CMD, PRIMS_EXCLUDE);
             if (cli_int(co.arg, 1, CHECK_MAX_PERMITS, &v))
                 return cli_usage_error(CMD, "%s: bad count '%s' (want 1 to %d)", co.name, co.arg, CHECK_MAX_PERMITS);
             o->prim = PRIM_PERMITS;
@@ -381,7 +430,7 @@ static int check_agree(check_opts *o, char *self, size_t selfn)
 {
     ssize_t sl;
 
-    if (o->fair && o->prim != PRIM_LOCK) return cli_usage_error(CMD, "--fair is for locks, not with --shared or --permits");
+    if (o->fair && o->prim != PRIM_LOCK) return cli_usage_error(CMD, "--fair is for locks, not with --shared, --permits, --queue or --group");
     if (o->pause + o->kill + o->link_freeze + o->link_cut > 1)
         return cli_usage_error(CMD, "--pause + --kill + --link-freeze + --link-cut must not exceed 1");
     if (o->pause_waiting + o->kill_waiting + o->link_freeze + o->link_cut > 1)
@@ -389,7 +438,11 @@ static int check_agree(check_opts *o, char *self, size_t selfn)
     if (o->run_stubborn && !o->run) return cli_usage_error(CMD, "--run-stubborn is for --run");
     if (o->wait >= 0 && !o->run) return cli_usage_error(CMD, "-w is for --run (the clients of the API wait forever)");
     if (o->run && o->prim != PRIM_LOCK)
-        return cli_usage_error(CMD, "--run checks locks (--fair allowed), not --shared or --permits yet");
+        return cli_usage_error(CMD, "--run checks locks (--fair allowed), not --shared, --permits, --queue or --group yet");
+    if (o->unfenced && (o->prim == PRIM_QUEUE || o->prim == PRIM_GROUP))
+        return cli_usage_error(CMD, "--unfenced is for the registers of locks, not --queue or --group");
+    if (o->prim == PRIM_GROUP && o->clients < 2)
+        return cli_usage_error(CMD, "--group needs 2 clients at least (client 0 lists, the others join)");
     if (o->run) {
         /* the clients exec this binary: it must be the same one */
         if ((sl = readlink("/proc/self/exe", self, selfn - 1)) <= 0) {
@@ -446,6 +499,8 @@ int baton__cli_check(int argc, char **argv)
         else fprintf(stderr, "baton check: the run failed (internal error)\n");
         goto out;
     }
+    /* --queue: what is left is taken at the end (the items of dead takers come back) */
+    if (o.prim == PRIM_QUEUE && (rc = coord_drain(&o, &h))) goto out;
     hist_analyze(&o, &h, &r);
     if (rec) {
         hist_write(&h, rec);

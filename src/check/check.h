@@ -11,6 +11,8 @@
  *   timeline.c  --svg: one lane per client
  *   link.c      --link-freeze/--link-cut: a loopback forwarder per lane
  *   tick.c      --run: the command each `baton run` client runs (ticks)
+ *   coord.c     --queue and --group: the queue's drain at the end, what the
+ *               record proves about items and members, their report
  *
  * The checker (the parent) keeps the registers in its own memory and talks
  * to each client over a SOCK_SEQPACKET socketpair (a message is one packet).
@@ -29,7 +31,7 @@
 #define CHECK_MAX_CLIENTS 256
 #define CHECK_MAX_PERMITS 1000
 
-enum { PRIM_LOCK, PRIM_RWLOCK, PRIM_PERMITS };
+enum { PRIM_LOCK, PRIM_RWLOCK, PRIM_PERMITS, PRIM_QUEUE, PRIM_GROUP };
 
 typedef struct {
     const char *uri;             /* NULL: the default (file engine or $BATON_URI) */
@@ -42,6 +44,7 @@ typedef struct {
     int prim;                    /* PRIM_* */
     int fair;
     int permits;                 /* --permits N */
+    double bound;                /* --group: the engine's notice time past a lease (seconds) */
     double pause, pause_waiting, kill, kill_waiting;   /* rates, 0..1 */
     double link_freeze, link_cut;   /* rates, 0..1: of grants and of waits */
     int run;                     /* --run: each client is a `baton run` whose command ticks */
@@ -72,6 +75,11 @@ enum {
     M_ERROR,        /* rc: acquire failed (engine down?) */
     M_FATAL,        /* rc: the client cannot go on (open failed) */
     M_TICK,         /* --run: the command wrote a tick (t, fence) */
+    M_PUT,          /* --queue: an item was put (t = put returned; a, b = its key) */
+    M_LISTED,       /* --group: a member in a listing (t = the listing's start; a, b = its key) */
+    M_LISTEND,      /* --group: a listing ended (t = its start, a = its end) */
+    /* --queue / --group: M_GRANT carries the item's / the member's key in
+     * a, b (the putter's pid and its count; the joiner's pid and count) */
     /* --run: M_GRANT from the command also carries a = its pid | its process
      * group << 32, b = its parent (baton run's shim): the checker watches the
      * pid (a pidfd) to end the grant when the command dies, and stops the
@@ -96,7 +104,8 @@ enum {
     EV_WAIT = 1, EV_GRANT, EV_READ, EV_READ_REFUSED, EV_CHECKLOST, EV_WRITING, EV_WRITE_OK,
     EV_WRITE_REFUSED, EV_WRITE_STALE, EV_PLAIN_STALE, EV_RELEASE, EV_LOST, EV_PAUSE, EV_CONT,
     EV_KILL, EV_ERROR, EV_EXIT, EV_SRV_STOP, EV_SRV_START,
-    EV_LINK_FREEZE, EV_LINK_THAW, EV_LINK_CUT, EV_TICK, EV_RUN_EXIT, EV_WAIT_OVERRUN, EV_CMD_KILLED
+    EV_LINK_FREEZE, EV_LINK_THAW, EV_LINK_CUT, EV_TICK, EV_RUN_EXIT, EV_WAIT_OVERRUN, EV_CMD_KILLED,
+    EV_PUT, EV_LISTED, EV_LISTEND, EV_DRAINED
 };
 
 typedef struct {
@@ -122,6 +131,9 @@ typedef struct {
     int64_t t_bstop;             /* --run: baton alone stopped (its command ran on: the watchdog's case); 0 */
     int cmd_end;                 /* --run: how its command ended (CMD_*) */
     int linked;                  /* a link fault during this grant */
+    int64_t ka, kb;              /* --queue: the item's key; --group: the member's */
+    int released;                /* the release (done, leave) answered: 1 ok, 2 refused */
+    int64_t t_released;          /* ... at this time */
 } check_grant;
 
 enum { END_OPEN, END_RELEASE, END_LOST, END_KILLED };
@@ -153,6 +165,9 @@ typedef struct {
     long run_ok, run_lost, run_busy, run_other;   /* --run: baton run's exits 0, 75, 1, other */
     long wait_overruns;          /* --run -w: waits that ended later than -w + 0.25 s */
     double wait_overrun_max;     /* the longest such wait, seconds */
+    long puts, listings;         /* --queue: items put; --group: listings made */
+    long drained, foreign;       /* --queue: items the drain took at the end; of them not put by the run */
+    int drain_short;             /* --queue: the drain ended at its deadline with items missing */
 } check_hist;
 
 /* What the record proves. */
@@ -171,6 +186,12 @@ typedef struct {
     double tick_late_max;        /* the latest of them, seconds after the other's grant */
     long wd_cases, wd_dead;      /* --run: holders whose baton alone was stopped; those whose command was
                                   * dead before any other grant (the watchdog's promise) */
+    /* --queue */
+    long items_done, items_lost, items_uncertain, stale_dones, takes_after_done, item_fence_backs;
+    double back_p50, back_max;   /* a killed taker's item taken again: seconds after the kill */
+    long backs;
+    /* --group */
+    long members, listed_late, live_missing;
     int ok;                      /* every safety property held */
     char evidence[6400];         /* the first 12 pieces of evidence, a line each */
     long evidence_n;             /* how many there were */
@@ -185,6 +206,20 @@ void hist_free(check_hist *h);
 /* The record as text, an event a line: seconds from the start, lane, client #, what, fence, a, b. */
 void hist_write(const check_hist *h, FILE *f);
 void hist_analyze(const check_opts *o, check_hist *h, check_result *r);
+/* One piece of evidence, the NTH of its kind (only a few are kept). */
+void hist_evidence(check_result *r, long nth, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* ---- coord.c: --queue and --group ---- */
+/* --queue: after the run, takes what is left (items of takers that died
+ * come back within their lease) until every item put is accounted for or
+ * 3 leases + 10 s pass; records EV_DRAINED. 0, or an exit code. */
+int coord_drain(const check_opts *o, check_hist *h);
+/* The queue's and the group's properties (after hist_analyze's overlaps). */
+void coord_analyze(const check_opts *o, check_hist *h, check_result *r);
+void coord_report_text(const check_opts *o, const char *backend, const check_hist *h, const check_result *r);
+void coord_report_json(const check_opts *o, const check_hist *h, const check_result *r);
+/* An item's data / a member's id for key A, B, and back: 0, or -1 when S is not ours. */
+int coord_key_parse(const char *s, int member, int64_t *a, int64_t *b);
 
 int baton__cli_check(int argc, char **argv);
 

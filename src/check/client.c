@@ -7,7 +7,12 @@
  * reporting each step to the checker on FD. A careful user checks
  * baton_lock_held() before writing: a holder that finds it lost writes
  * nothing (CHECKLOST). The checker may stop this process at any point
- * (SIGSTOP, SIGKILL); that is the test. */
+ * (SIGSTOP, SIGKILL); that is the test.
+ *
+ * --queue: the acquire is a put of an item of its own, then a take of the
+ * oldest item (anyone's); the release is its done. --group: the acquire is
+ * a join under an id of its own, the release a leave; lane 0 joins nothing
+ * and lists the members over and over instead (lister()). */
 #include "check.h"
 
 #include <errno.h>
@@ -25,6 +30,11 @@ typedef struct {
     baton_lock *l;               /* PRIM_LOCK, or the side of the rwlock this client takes */
     baton_rwlock *rw;
     baton_permits *pm;
+    baton_queue *q;              /* --queue */
+    baton_queue_item *it;        /* the item this client holds */
+    baton_group *g;              /* --group */
+    long seq;                    /* items put / joins made: a key is (pid, seq) */
+    int64_t ka, kb;              /* the key of the item held / of this membership */
     char id[BATON_PERMIT_ID_SIZE];
     int writer;
     int64_t permit_until;        /* a permit's lease as this client counts it */
@@ -65,6 +75,9 @@ static void finish(cclient *k, int code)
     baton_rwlock_free(k->rw);
     if (!k->rw) baton_lock_free(k->l);
     baton_permits_free(k->pm);
+    baton_queue_item_free(k->it);   /* gives it back */
+    baton_queue_free(k->q);
+    baton_group_free(k->g);
     baton_client_close(k->c);
     close(k->fd);
     _exit(code);
@@ -93,15 +106,59 @@ static void on_lost(baton_lock *l, void *payload)
     tell(k->fd, M_LOST, 0, now_ns(), 0, 0, 0);
 }
 
+static void item_lost(baton_queue_item *it, void *payload)
+{
+    cclient *k = payload;
+    (void)it;
+    tell(k->fd, M_LOST, 0, now_ns(), 0, 0, 0);
+}
+
+static void member_lost(baton_group *g, void *payload)
+{
+    cclient *k = payload;
+    (void)g;
+    tell(k->fd, M_LOST, 0, now_ns(), 0, 0, 0);
+}
+
 static void sleep_s(double s)
 {
     struct timespec ts = { (time_t)s, (long)((s - (double)(time_t)s) * 1e9) };
     while (nanosleep(&ts, &ts) < 0 && errno == EINTR) {}
 }
 
+/* --queue: an item of ours at the tail, then the oldest item (whoever's). */
+static int take(cclient *k)
+{
+    char data[64];
+    int n, rc;
+    k->seq++;
+    n = snprintf(data, sizeof data, "baton-check %ld %ld", (long)getpid(), k->seq);
+    if ((rc = baton_queue_put(k->q, data, (size_t)n))) return rc;
+    tell(k->fd, M_PUT, 0, now_ns(), 0, (int64_t)getpid(), k->seq);
+    if ((rc = baton_queue_take(k->q, &k->it, -1))) return rc;
+    /* an item not ours (left by someone else): key 0 0 */
+    if (coord_key_parse(baton_queue_item_data(k->it, NULL), 0, &k->ka, &k->kb)) {
+        k->ka = 0;   /* an item not put by this run: keyed by its take's fence */
+        k->kb = (int64_t)baton_queue_item_fence(k->it);
+    }
+    return 0;
+}
+
+static int join(cclient *k)
+{
+    char id[64];
+    k->seq++;
+    snprintf(id, sizeof id, "p%lds%ld", (long)getpid(), k->seq);
+    k->ka = (int64_t)getpid();
+    k->kb = k->seq;
+    return baton_group_join(k->g, id, "");
+}
+
 static int acquire(cclient *k)
 {
     uint32_t lease_ms = (uint32_t)(k->o->lease * 1000);
+    if (k->q) return take(k);
+    if (k->g) return join(k);
     if (k->pm) {
         int64_t sent = now_ns();
         int rc = baton_permits_acquire(k->pm, lease_ms, -1, k->id);
@@ -115,22 +172,63 @@ static int acquire(cclient *k)
 
 static uint64_t fence_of(cclient *k)
 {
+    if (k->q) return baton_queue_item_fence(k->it);
+    if (k->g) return 0;
     return k->pm ? 0 : baton_lock_fence(k->l);
 }
 
 static int held(cclient *k)
 {
+    if (k->q) return baton_queue_item_held(k->it);
+    if (k->g) return baton_group_is_member(k->g);
     return k->pm ? now_ns() < k->permit_until : baton_lock_held(k->l);
 }
 
 static int release(cclient *k)
 {
+    if (k->q) {
+        int rc = baton_queue_done(k->it);   /* frees it, done or not */
+        k->it = NULL;
+        return rc;
+    }
+    if (k->g) return baton_group_leave(k->g);
     if (k->pm) {
         int rc = baton_permits_release(k->pm, k->id);
         k->id[0] = 0;
         return rc;
     }
     return baton_lock_release(k->l);
+}
+
+/* --group, lane 0: lists the members over and over, each listing told as
+ * its members (M_LISTED) and its end (M_LISTEND), with its start time. */
+static void lister(cclient *k) __attribute__((noreturn));
+static void lister(cclient *k)
+{
+    baton_members m = { 0 };
+    for (;;) {
+        int64_t t0, t1;
+        int rc;
+        quit_if_asked(k);
+        t0 = now_ns();
+        rc = baton_group_members(k->g, &m);
+        t1 = now_ns();
+        if (rc) {
+            if (rc == BATON_EINVAL || rc == BATON_ENOTSUP) {
+                baton_members_clear(&m);
+                tell(k->fd, M_FATAL, rc, now_ns(), 0, 0, 0);
+                finish(k, cli_exit_for(rc));
+            }
+            tell(k->fd, M_ERROR, rc, t1, 0, 0, 0);
+        } else {
+            for (size_t i = 0; i < m.n; i++) {
+                int64_t a = 0, b = 0;
+                if (!coord_key_parse(m.members[i].id, 1, &a, &b)) tell(k->fd, M_LISTED, 0, t0, 0, a, b);
+            }
+            tell(k->fd, M_LISTEND, (int)m.n, t0, 0, t1, 0);
+        }
+        sleep_s(0.01);
+    }
 }
 
 void check_client(const check_opts *o, int fd, int slot)
@@ -164,11 +262,28 @@ void check_client(const check_opts *o, int fd, int slot)
             k.l = k.writer ? baton_rwlock_write(k.rw) : baton_rwlock_read(k.rw);
         }
         break;
+    case PRIM_QUEUE: {
+        baton_queue_options qo = BATON_QUEUE_OPTIONS_INIT;
+        qo.lease_ms = lo.lease_ms;
+        qo.on_lost = item_lost;
+        qo.on_lost_payload = &k;
+        rc = baton_queue_open(&k.q, k.c, o->name, &qo);
+        break;
+    }
+    case PRIM_GROUP: {
+        baton_group_options go = BATON_GROUP_OPTIONS_INIT;
+        go.lease_ms = lo.lease_ms;
+        go.on_lost = member_lost;
+        go.on_lost_payload = &k;
+        rc = baton_group_open(&k.g, k.c, o->name, &go);
+        break;
+    }
     default:
         rc = baton_permits_open(&k.pm, k.c, o->name);
         break;
     }
     if (rc) goto fatal;
+    if (o->prim == PRIM_GROUP && slot == 0) lister(&k);
 
     for (;;) {
         check_msg m;
@@ -188,7 +303,7 @@ void check_client(const check_opts *o, int fd, int slot)
         fence = fence_of(&k);
         k.holding = 1;
         k.fence = fence;
-        tell(fd, M_GRANT, k.writer, t, fence, 0, 0);
+        tell(fd, M_GRANT, k.writer, t, fence, k.ka, k.kb);
         tell(fd, M_READ, 0, now_ns(), fence, 0, 0);
         hear(&k, &m);
         if (m.type == M_READ_REPLY && !m.rc && k.writer) {

@@ -65,7 +65,7 @@ void hist_write(const check_hist *h, FILE *f)
         "?", "wait", "grant", "read", "read-refused", "check-lost", "writing", "write", "write-refused",
         "write-stale-accepted", "plain-lost-update", "release", "lost", "pause", "cont", "kill", "acquire-error",
         "exit", "server-stop", "server-start", "link-freeze", "link-thaw", "link-cut", "tick", "run-exit", "wait-overrun",
-        "command-killed",
+        "command-killed", "put", "listed", "list-end", "drained",
     };
     for (size_t i = 0; i < h->nev; i++) {
         const check_ev *e = &h->ev[i];
@@ -78,8 +78,7 @@ void hist_write(const check_hist *h, FILE *f)
 /* A piece of evidence; the Nth of its kind. Only the first 4 of a kind and
  * 12 in all are kept (the count says the rest), so that one kind of
  * failure does not hide another. */
-static void evidence(check_result *r, long nth, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void evidence(check_result *r, long nth, const char *fmt, ...)
+void hist_evidence(check_result *r, long nth, const char *fmt, ...)
 {
     char line[512];
     size_t n = strlen(r->evidence), m;
@@ -120,6 +119,9 @@ static double rel(const check_hist *h, int64_t t)
 static int conflict(const check_opts *o, const check_grant *a, const check_grant *b)
 {
     if (o->prim == PRIM_RWLOCK) return a->writer || b->writer;
+    /* a queue's takers exclude each other item by item; members never do */
+    if (o->prim == PRIM_QUEUE) return a->ka == b->ka && a->kb == b->kb;
+    if (o->prim == PRIM_GROUP) return 0;
     return 1;
 }
 
@@ -169,7 +171,7 @@ static void overlaps_pairwise(const check_opts *o, check_hist *h, const size_t *
                 if (run_explained(a, b)) continue;
                 if (seen[y] != 2) {
                     r->overlaps_unexplained++;
-                    evidence(r, r->overlaps_unexplained, "overlap: client %d (#%d, fence %" PRIu64 ")'s command ran "
+                    hist_evidence(r, r->overlaps_unexplained, "overlap: client %d (#%d, fence %" PRIu64 ")'s command ran "
                              "%.4f..%.4f s (%s%s) and client %d (#%d, fence %" PRIu64 ")'s command started at %.4f s",
                              a->slot, a->cid, a->fence, rel(h, a->t_grant), rel(h, a->t_end), cmd_end_name(a->cmd_end),
                              a->t_bstop ? "; its baton had been stopped alone" : a->t_stop ? "; its tree had been stopped" : "",
@@ -180,7 +182,7 @@ static void overlaps_pairwise(const check_opts *o, check_hist *h, const size_t *
             }
             if (a->lost || b->lost) continue;
             if (seen[y] != 2)
-                evidence(r, r->overlaps_unexplained + 1, "overlap: client %d (#%d, fence %" PRIu64 ") held %.3f..%.3f s "
+                hist_evidence(r, r->overlaps_unexplained + 1, "overlap: client %d (#%d, fence %" PRIu64 ") held %.3f..%.3f s "
                          "and client %d (#%d, fence %" PRIu64 ") was granted at %.3f s; neither was told of a loss",
                          a->slot, a->cid, a->fence, rel(h, a->t_grant), rel(h, a->t_end), b->slot, b->cid, b->fence,
                          rel(h, b->t_grant));
@@ -219,7 +221,7 @@ static void overlaps_permits(const check_opts *o, check_hist *h, const size_t *o
                 r->overlaps_lost++;
             } else {
                 r->overlaps_unexplained++;
-                evidence(r, r->overlaps_unexplained, "overlap: client %d (#%d) was granted a permit at %.3f s while %zu of %d were held, "
+                hist_evidence(r, r->overlaps_unexplained, "overlap: client %d (#%d) was granted a permit at %.3f s while %zu of %d were held, "
                          "none of them lost", b->slot, b->cid, rel(h, b->t_grant), na, o->permits);
             }
         }
@@ -277,7 +279,7 @@ static int ticks_after_grant(const check_opts *o, check_hist *h, check_result *r
         /* one line per grant that wrote late: its first late write */
         if (told[e->a]) continue;
         told[e->a] = 1;
-        evidence(r, ++nth, "write after another grant: client %d (#%d, fence %" PRIu64 ")'s command wrote at %.3f s; "
+        hist_evidence(r, ++nth, "write after another grant: client %d (#%d, fence %" PRIu64 ")'s command wrote at %.3f s; "
                  "client %d (#%d, fence %" PRIu64 ")'s command had started at %.3f s%s", a->slot, a->cid, a->fence,
                  rel(h, e->t), b->slot, b->cid, b->fence, rel(h, b->t_grant),
                  o->run_stubborn ? " (--run-stubborn: its work runs outside its process tree)" : "");
@@ -300,7 +302,7 @@ static void fences_in_order(const check_opts *o, const check_hist *h, const size
         if (lg && g->fence <= last) {
             r->fence_backs++;
             r->fences_ok = 0;
-            evidence(r, r->fence_backs, "fence went back: client %d (#%d) got fence %" PRIu64 " at %.3f s after client %d "
+            hist_evidence(r, r->fence_backs, "fence went back: client %d (#%d) got fence %" PRIu64 " at %.3f s after client %d "
                      "(#%d) got %" PRIu64 " at %.3f s%s", g->slot, g->cid, g->fence, rel(h, g->t_grant),
                      lg->slot, lg->cid, last, rel(h, lg->t_grant),
                      o->run ? " (--run: the times are the commands' starts: a command started on a grant older than "
@@ -351,7 +353,7 @@ static void fair_order(const check_hist *h, const size_t *ord, int faults, check
         if (g->t_wait + 100000000 < latest) {
             r->fair_inversions++;
             if (r->fair_checked)
-                evidence(r, r->fair_inversions, "fair order: client %d (#%d) waited from %.3f s, granted at %.3f s after one "
+                hist_evidence(r, r->fair_inversions, "fair order: client %d (#%d) waited from %.3f s, granted at %.3f s after one "
                          "that came at %.3f s", g->slot, g->cid, rel(h, g->t_wait), rel(h, g->t_grant),
                          rel(h, latest));
         }
@@ -397,7 +399,7 @@ void hist_analyze(const check_opts *o, check_hist *h, check_result *r)
     for (size_t i = 0, nth = 0; i < h->nev; i++) {
         const check_ev *e = &h->ev[i];
         if (e->type != EV_WRITE_STALE) continue;
-        evidence(r, (long)++nth, "stale write accepted: client %d (#%d, fence %" PRIu64 ") wrote %" PRId64 " + 1 at %.3f s "
+        hist_evidence(r, (long)++nth, "stale write accepted: client %d (#%d, fence %" PRIu64 ") wrote %" PRId64 " + 1 at %.3f s "
                  "over %" PRId64 "%s", e->slot, e->cid, e->fence, e->a, rel(h, e->t), e->b,
                  o->unfenced ? " (--unfenced: the register ignores fences)" : "");
     }
@@ -410,7 +412,7 @@ void hist_analyze(const check_opts *o, check_hist *h, check_result *r)
         r->lost++;
         if (g->t_check && g->t_check >= t) {
             r->lost_unreported++;
-            evidence(r, r->lost_unreported, "loss not reported: client %d (#%d, fence %" PRIu64 ") lost its grant by %.3f s, yet "
+            hist_evidence(r, r->lost_unreported, "loss not reported: client %d (#%d, fence %" PRIu64 ") lost its grant by %.3f s, yet "
                      "baton_lock_held() said 1 at %.3f s and it wrote", g->slot, g->cid, g->fence, rel(h, t),
                      rel(h, g->t_check));
         } else if (g->t_check) {
@@ -426,8 +428,10 @@ void hist_analyze(const check_opts *o, check_hist *h, check_result *r)
     if (o->prim != PRIM_PERMITS) fences_in_order(o, h, ord, r);
     if (recovery(h, ord, r)) goto out;
     if (o->fair) fair_order(h, ord, faults, r);
+    if (o->prim == PRIM_QUEUE || o->prim == PRIM_GROUP) coord_analyze(o, h, r);
 out:
     r->ok = !r->overlaps_unexplained && !h->stale_accepted && !r->lost_unreported && r->fences_ok && r->fair_ok &&
-            !r->ticks_after_grant;
+            !r->ticks_after_grant && !r->items_lost && !r->stale_dones && !r->takes_after_done &&
+            !r->item_fence_backs && !r->listed_late;
     free(ord);
 }

@@ -507,6 +507,10 @@ static int on_grant(checker *k, int i, const check_msg *m, int64_t now)
     s->state = S_HOLDING;
     s->wfault_at = 0;
     h->g[gi].waited_paused = s->paused_in_wait;
+    if (o->prim == PRIM_QUEUE || o->prim == PRIM_GROUP) {
+        h->g[gi].ka = m->a;
+        h->g[gi].kb = m->b;
+    }
     hist_ev(h, m->t, i, s->cid, EV_GRANT, m->fence, m->rc, 0);
     if (o->run) {
         watch_cmd(k, i, m);
@@ -698,6 +702,21 @@ static int on_msg(checker *k, int i, const check_msg *m)
     case M_RELEASED:
         /* a release the engine refused: the grant was gone before */
         if (g && m->rc) mark_lost(g, m->t);
+        if (g && !g->released) {
+            g->released = m->rc ? 2 : 1;
+            g->t_released = m->t;
+        }
+        break;
+    case M_PUT:
+        h->puts++;
+        hist_ev(h, m->t, i, s->cid, EV_PUT, 0, m->a, m->b);
+        break;
+    case M_LISTED:
+        hist_ev(h, m->t, i, s->cid, EV_LISTED, 0, m->a, m->b);
+        break;
+    case M_LISTEND:
+        h->listings++;
+        hist_ev(h, m->t, i, s->cid, EV_LISTEND, 0, m->a, m->rc);
         break;
     case M_LOST:
         if (o->run && g && g->cid == s->cid) {

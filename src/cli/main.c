@@ -22,6 +22,14 @@ static void usage(FILE *f)
         "       baton latch [-u URI] NAME set N | down | count | wait [-w SECS]\n"
         "       baton sem [-u URI] NAME set N | add N | available | drain\n"
         "       baton fence [-q] FILE [FENCE] [-- COMMAND [ARG...]]\n"
+        "       baton value [-u URI] set NAME VALUE | get NAME | delete NAME\n"
+        "       baton value [-u URI] watch [-w SECS] NAME [-- COMMAND [ARG...]]\n"
+        "       baton counter [-u URI] get NAME | add NAME N | set NAME N\n"
+        "       baton member [-u URI] [--id ID] [--value V] GROUP [--] COMMAND [ARG...]\n"
+        "       baton members [-u URI] [--watch] GROUP\n"
+        "       baton queue [-u URI] put NAME DATA | size NAME\n"
+        "       baton queue [-u URI] take [-w SECS] NAME [[--] COMMAND [ARG...]]\n"
+        "       baton barrier [-u URI] -n N NAME [--] COMMAND [ARG...]\n"
         "       baton bench [-u URI] [--workload W] [options]\n"
         "       baton check [-u URI] [--clients N] [--seconds S] [--pause R] [--kill R] ... NAME\n"
         "       baton engines [--json] [NAME]\n"
@@ -44,7 +52,11 @@ static void usage_status(FILE *f)
     fprintf(f,
         "usage: baton status [-u URI] [--json] NAME\n"
         "Print what the engine knows about lock NAME (held, holder, fence, lease left,\n"
-        "readers, writer, queue, permits), one 'key: value' line each.\n"
+        "readers, writer, queue, permits), one 'key: value' line each; then, on\n"
+        "engines that have them, of the value NAME (value_version, value_bytes: when\n"
+        "it is set), the group NAME (members: when it has any) and the work queue\n"
+        "NAME (items_waiting: when it has any). --json has these keys always (0 when\n"
+        "absent or empty, null when the engine has none).\n"
         "\n"
         "  -u, --uri URI   the engine (default $BATON_URI, else the file engine)\n"
         "      --json      one JSON object instead, every key present (null: unknown)\n"
@@ -90,6 +102,45 @@ static void json_str(const char *s)
     putchar('"');
 }
 
+/* What status shows of the value, group and queue NAME (issue 24): each
+ * -1 when the engine has none of that kind or did not answer. */
+typedef struct {
+    int64_t value_version, value_bytes, members, items;
+} coord_info;
+
+static void coord_status(baton_client *c, const char *name, coord_info *ci)
+{
+    baton_value *v = NULL;
+    baton_group *g = NULL;
+    baton_queue *q = NULL;
+    baton_value_data d = { 0 };
+    baton_members m = { 0 };
+    uint64_t n;
+    int rc;
+
+    ci->value_version = ci->value_bytes = ci->members = ci->items = -1;
+    if (!baton_value_open(&v, c, name)) {
+        rc = baton_value_get(v, &d);
+        if (rc == 0 || rc == BATON_ENOENT) {
+            ci->value_version = (int64_t)d.version;
+            ci->value_bytes = (int64_t)d.len;
+        }
+        baton_value_data_clear(&d);
+        baton_value_free(v);
+    }
+    if (!baton_group_open(&g, c, name, NULL)) {
+        if (!baton_group_members(g, &m)) ci->members = (int64_t)m.n;
+        baton_members_clear(&m);
+        baton_group_free(g);
+    }
+    if (!baton_queue_open(&q, c, name, NULL)) {
+        if (!baton_queue_size(q, &n)) ci->items = (int64_t)n;
+        baton_queue_free(q);
+    }
+    /* what failed here is not status's failure: the lock's answer stands */
+    baton_error_clear();
+}
+
 static int cmd_status(int argc, char **argv)
 {
     enum { O_URI_FILE = CLI_LONG_ONLY, O_JSON };
@@ -105,6 +156,7 @@ static int cmd_status(int argc, char **argv)
     char *uri_owned = NULL, *name_owned;
     baton_client *c = NULL;
     baton_lockinfo info;
+    coord_info ci;
     int opt, rc, names = 0, json = 0;
 
     while ((opt = cli_next(&o)) != CLI_END) {
@@ -141,6 +193,7 @@ static int cmd_status(int argc, char **argv)
         baton_client_close(c);
         return cli_exit_for(rc);
     }
+    coord_status(c, name, &ci);
     if (json) {
         char d[1024] = "";
         int have_d = baton_client_describe(c, d, sizeof d) == 0 && d[0];
@@ -163,6 +216,14 @@ static int cmd_status(int argc, char **argv)
         if (info.queue_length >= 0) printf("%" PRId64, info.queue_length); else printf("null");
         printf(",\"permits\":");
         if (info.permits != BATON_PERMITS_UNKNOWN) printf("%" PRId64, info.permits); else printf("null");
+        printf(",\"value_version\":");
+        if (ci.value_version >= 0) printf("%" PRId64, ci.value_version); else printf("null");
+        printf(",\"value_bytes\":");
+        if (ci.value_bytes >= 0) printf("%" PRId64, ci.value_bytes); else printf("null");
+        printf(",\"members\":");
+        if (ci.members >= 0) printf("%" PRId64, ci.members); else printf("null");
+        printf(",\"items_waiting\":");
+        if (ci.items >= 0) printf("%" PRId64, ci.items); else printf("null");
         printf("}\n");
         baton_client_close(c);
         return 0;
@@ -183,6 +244,12 @@ static int cmd_status(int argc, char **argv)
     if (info.queue_length >= 0) printf("queue: %" PRId64 "\n", info.queue_length);
     /* signed: a semaphore taken below 0 by `baton sem NAME add -N` shows as negative */
     if (info.permits != BATON_PERMITS_UNKNOWN) printf("permits: %" PRId64 "\n", info.permits);
+    if (ci.value_version > 0) {
+        printf("value_version: %" PRId64 "\n", ci.value_version);
+        printf("value_bytes: %" PRId64 "\n", ci.value_bytes);
+    }
+    if (ci.members > 0) printf("members: %" PRId64 "\n", ci.members);
+    if (ci.items > 0) printf("items_waiting: %" PRId64 "\n", ci.items);
     baton_client_close(c);
     return 0;
 }
@@ -287,7 +354,7 @@ static void log_to_stderr(int level, const char *msg, void *p)
 int main(int argc, char **argv)
 {
     baton_log_set(log_to_stderr, NULL);
-    if (argc < 2) return cli_usage_error(NULL, "missing command (run, hold, release, elect, status, list, unlock, latch, sem, fence, bench, check, engines, version)");
+    if (argc < 2) return cli_usage_error(NULL, "missing command (run, hold, release, elect, status, list, unlock, latch, sem, value, counter, member, members, queue, barrier, fence, bench, check, engines, version)");
     if (!strcmp(argv[1], "run")) return cli_run(argc - 1, argv + 1);
     if (!strcmp(argv[1], "elect")) return cli_elect(argc - 1, argv + 1);
     if (!strcmp(argv[1], "status")) return cmd_status(argc - 1, argv + 1);
@@ -301,6 +368,12 @@ int main(int argc, char **argv)
     if (!strcmp(argv[1], "check")) return baton__cli_check(argc - 1, argv + 1);
     if (!strcmp(argv[1], "latch")) return cmd_sync(argc - 1, argv + 1, 1);
     if (!strcmp(argv[1], "sem")) return cmd_sync(argc - 1, argv + 1, 0);
+    if (!strcmp(argv[1], "value")) return cli_value(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "counter")) return cli_counter(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "member")) return cli_member(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "members")) return cli_members(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "queue")) return cli_queue(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "barrier")) return cli_barrier(argc - 1, argv + 1);
     if (!strcmp(argv[1], "version") || !strcmp(argv[1], "--version") || !strcmp(argv[1], "-V")) {
         printf("baton %s\n", baton_version());
         return 0;

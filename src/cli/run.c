@@ -13,6 +13,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/wait.h>
@@ -51,6 +52,22 @@ static void on_lost_lead(baton_election *e, void *p)
     (void)e; (void)p;
     /* A blocking pipe only we read: the write cannot fail, at worst it waits. */
     if (write(ev_pipe[1], &c, 1) < 0) { /* nothing to do */ }
+}
+
+/* The same for a lost membership (baton member) and a taken item's lock
+ * lost (baton queue take). */
+static void on_lost_member(baton_group *g, void *p)
+{
+    char c = EV_LOST;
+    (void)g; (void)p;
+    if (write(ev_pipe[1], &c, 1) < 0) { /* see on_lost */ }
+}
+
+static void on_lost_item(baton_queue_item *it, void *p)
+{
+    char c = EV_LOST;
+    (void)it; (void)p;
+    if (write(ev_pipe[1], &c, 1) < 0) { /* see on_lost */ }
 }
 
 /* Deadlines are int64 ns; INT64_MAX = none. Saturating, so a huge
@@ -102,8 +119,12 @@ typedef struct {
     baton_lock *l;                  /* a plain lock or a side of a rwlock */
     baton_permits *pm;              /* --permits instead */
     baton_election *el;             /* baton elect instead */
+    baton_group *g;                 /* baton member instead: joined as member_id (NULL: random) */
+    const char *member_id;
+    baton_queue *q;                 /* baton queue take instead: the item once taken */
+    baton_queue_item *it;
     baton_client *c;                /* their client (the watchdog asks it for a session's bound) */
-    const char *value;              /* what el proclaims while it leads */
+    const char *value;              /* what el proclaims while it leads; g's member value */
     char id[BATON_PERMIT_ID_SIZE];  /* the permit we hold ("" when none) */
     uint32_t lease_ms;
     int64_t wait_ms;
@@ -149,6 +170,8 @@ static void *acquire_main(void *arg)
 
     r->rc = r->pm ? baton_permits_acquire(r->pm, r->lease_ms, r->wait_ms, r->id)
           : r->el ? baton_election_campaign(r->el, r->value, r->wait_ms)
+          : r->g  ? baton_group_join(r->g, r->member_id, r->value)
+          : r->q  ? baton_queue_take(r->q, &r->it, r->wait_ms)
                   : baton_lock_acquire(r->l, r->wait_ms);
     e = baton_error_last();
     if (r->rc && e->code == r->rc && e->message) set_msg(r, "%s", e->message);
@@ -161,14 +184,23 @@ static void cancel_wait(run_state *r)
 {
     if (r->pm) baton_permits_cancel(r->pm);
     else if (r->el) baton_election_cancel(r->el);
+    else if (r->g) baton_group_cancel(r->g);
+    else if (r->q) baton_queue_cancel(r->q);
     else baton_lock_cancel(r->l);
 }
 
-/* Gives back what we hold: the lock, or the permit. */
+/* Gives back what we hold: the lock, the permit, the membership, or the
+ * item (back to the queue: done is run_result's). */
 static int give_back(run_state *r)
 {
     if (r->pm) return r->id[0] ? baton_permits_release(r->pm, r->id) : 0;
     if (r->el) return baton_election_resign(r->el);
+    if (r->g) return baton_group_leave(r->g);
+    if (r->q) {
+        baton_queue_item *it = r->it;
+        r->it = NULL;
+        return it ? baton_queue_return(it) : 0;
+    }
     return baton_lock_release(r->l);
 }
 
@@ -368,9 +400,16 @@ typedef struct {
     int lost_running, lost_after, watchdog, shim_died;
 } sup;
 
+/* What a loss is called in messages. */
+static const char *lost_what(const run_state *r)
+{
+    return r->el ? "leadership lost" : r->g ? "membership lost" : r->q ? "the item's lock lost" : "lease lost";
+}
+
 static int confirmed(run_state *r)
 {
-    return r->el ? baton_election_is_leader(r->el) : r->l ? baton_lock_held(r->l) : 1;
+    return r->el ? baton_election_is_leader(r->el) : r->l ? baton_lock_held(r->l)
+         : r->g ? baton_group_is_member(r->g) : r->it ? baton_queue_item_held(r->it) : 1;
 }
 
 static int grant_deadline(run_state *r, baton_client *c, int64_t *d);
@@ -479,7 +518,7 @@ static int supervise(run_state *r, sup *S)
         if (p[1].revents & POLLIN) {
             char c;
             ssize_t k = read(ev_pipe[0], &c, 1);
-            if (k == 1 && c == EV_LOST) lose(r, S, r->el ? "leadership lost" : "lease lost");
+            if (k == 1 && c == EV_LOST) lose(r, S, lost_what(r));
             else if (k == 1 && c == EV_PLOST) lose(r, S, r->msg ? r->msg : "permit lost");
             else if (k < 0 && errno != EINTR) { failed = "read(pipe)"; fail_errno = errno; break; }
         }
@@ -538,145 +577,6 @@ enum { O_KILL_AFTER = CLI_LONG_ONLY, O_FAIR, O_PERMITS, O_VERBOSE, O_VALUE, O_LI
 #define LEASE_MAX_S 4294967.295
 #define LEASE_MIN_S 0.05
 
-void cli_usage_run(FILE *f)
-{
-    fprintf(f,
-        "usage: baton run [options] NAME [--] COMMAND [ARG...]\n"
-        "       baton run [options] NAME -c COMMAND_STRING\n"
-        "Run COMMAND while holding the lock NAME: flock(1) across machines.\n"
-        "\n"
-        "  -u, --uri URI        the engine (default $BATON_URI, else the file engine); a\n"
-        "                       password in it is masked in ps at once: prefer --uri-file\n"
-        "      --uri-file FILE  the URI on FILE's first line (keeps a password out of argv)\n"
-        "  -n, --nonblock       do not wait: if the lock is busy, exit 1 (or -E CODE) at once\n"
-        "  -w, --timeout SECS   wait at most SECS (also --wait; default: forever; 0 = -n)\n"
-        "  -E, --conflict-exit-code CODE\n"
-        "                       exit code when busy or the wait ran out (0-255, default 1)\n"
-        "  -c, --command CMD    run sh -c CMD instead of COMMAND ARG...\n"
-        "  -s, --shared         take the read side of read-write lock NAME\n"
-        "  -x, --exclusive      take its write side (also -e, --write)\n"
-        "      --fair           first come, first served (engines with fair locks)\n"
-        "      --permits N      take one of N permits of semaphore NAME (1-1000000)\n"
-        "  -t, --lease SECS     the lease, renewed while COMMAND runs (default 30;\n"
-        "                       0.05 to 4294967.295: leases are 32-bit milliseconds;\n"
-        "                       on etcd the client lease's TTL, unless the URI sets ttl=)\n"
-        "      --kill-after S   SIGKILL S seconds after the SIGTERM of a lost lease or a\n"
-        "                       forwarded signal, if anything of COMMAND is left (default 10)\n"
-        "  -o, --close          release when COMMAND itself exits; what it leaves running\n"
-        "                       is not waited for (flock's -o: its children do not hold it)\n"
-        "      --lost-exit-code CODE\n"
-        "                       exit CODE when COMMAND exited 0 but the lock turned out lost\n"
-        "                       after it ended (default: keep 0, warn on stderr)\n"
-        "      --verbose        on stderr: how long the wait took and the fence, or that\n"
-        "                       the lock was busy (otherwise busy and timeouts are quiet)\n"
-        "  -h, --help           this help\n"
-        "  -V, --version        the version\n"
-        "\n"
-        "flock(1) options mean the same here, but: -u is the URI (there is no --unlock),\n"
-        "-F (--no-fork) is refused (baton stays to renew and release the lock), and\n"
-        "-c runs /bin/sh, not $SHELL. COMMAND gets BATON_LOCK, BATON_FENCE and\n"
-        "BATON_URI (the engine, for a nested baton; a password goes in\n"
-        "BATON_REDIS_PASSWORD, or BATON_ZK_AUTH for zk://, never in the URI).\n"
-        "On the file engine a NAME starting with /, ./ or ../ is that file, flock(2)ed.\n"
-        "\n"
-        "The process tree: COMMAND runs in a process group of its own (and a session\n"
-        "of its own without a controlling terminal; in a terminal's foreground it keeps\n"
-        "baton's group), under a baton process that is a child subreaper, so every\n"
-        "process it starts, daemons that call setsid included, stays in its tree. The\n"
-        "lock is held until all of them have exited (unless -o). A lost lease, a\n"
-        "signal (INT, TERM, HUP) and baton's own death (kill -9 too) reach the whole\n"
-        "tree. If baton cannot confirm the lease in time (stopped, hung), that process\n"
-        "kills the tree before the lease can run out (not on the file engine, whose\n"
-        "lock cannot run out). Only what COMMAND has another service start (at,\n"
-        "systemd-run, ssh, a container daemon) escapes.\n"
-        "\n"
-        "exit: COMMAND's status, when it ended on its own (128+N if signal N killed\n"
-        "it; a lock found lost after it ended is a warning, see --lost-exit-code);\n"
-        "1 (or -E CODE) busy or the wait ran out; 64 usage; 69 engine unreachable or\n"
-        "authentication failed; 70 internal failure; 74 the lock store refused (a link\n"
-        "or FIFO planted where a lock file belongs, an I/O error); 75 baton stopped\n"
-        "COMMAND because the lock was lost (or could not be confirmed in time);\n"
-        "126/127 COMMAND not executable/not found; 128+N when signal N (INT, TERM,\n"
-        "HUP) canceled the wait.\n");
-}
-
-void cli_usage_elect(FILE *f)
-{
-    fprintf(f,
-        "usage: baton elect [options] [--value VALUE] NAME [--] COMMAND [ARG...]\n"
-        "       baton elect [options] [--value VALUE] NAME -c COMMAND_STRING\n"
-        "       baton elect [-u URI] [-w SECS] --listen NAME\n"
-        "       baton elect [-u URI] --leader NAME\n"
-        "Campaign in the election NAME and run COMMAND only while this process leads\n"
-        "(etcdctl elect). Leadership lost while COMMAND runs stops it, as baton run\n"
-        "does for a lost lock.\n"
-        "\n"
-        "  -u, --uri URI        the engine (default $BATON_URI); elections need one that has\n"
-        "                       them (zk://, etcd://); others answer 'not supported'\n"
-        "      --value VALUE    what this leader proclaims (default \"HOST PID\")\n"
-        "  -n, --nonblock       do not wait: if someone else leads, exit 1 (or -E CODE)\n"
-        "  -w, --timeout SECS   wait at most SECS to lead (default: forever)\n"
-        "  -E, --conflict-exit-code CODE, -c, --command CMD, -t, --lease SECS,\n"
-        "      --kill-after S, --verbose: as for baton run\n"
-        "  -l, --listen         print the leader (\"TERM VALUE\", or \"0\" when none) and\n"
-        "                       every change, one line each, until -w SECS pass or a signal\n"
-        "      --leader         print the current leader once (exit 1 when none)\n"
-        "\n"
-        "COMMAND gets BATON_LOCK (NAME), BATON_FENCE (the term: it grows from leader to\n"
-        "leader) and BATON_URI. exit: as baton run (75: leadership lost while COMMAND ran).\n");
-}
-
-/* baton_election_open, its failure reported (an engine without elections
- * in words of its own). */
-static int election_open(baton_election **e, baton_client *c, const char *name, const baton_election_options *o)
-{
-    int rc = baton_election_open(e, c, name, o);
-    if (rc == BATON_ENOTSUP)
-        fprintf(stderr, "%s: elections are not supported by the %s engine\n", prog, baton_client_backend(c));
-    else if (rc)
-        cli_report("election", rc);
-    return rc;
-}
-
-/* --listen and --leader: observe the election without campaigning. */
-static int elect_watch(const char *uri, const char *name, int listen, int64_t wait_ms)
-{
-    baton_client *c = NULL;
-    baton_election *e = NULL;
-    char v[BATON_ELECTION_VALUE_MAX + 1];
-    uint64_t fence = 0;
-    int64_t deadline;
-    int rc, code = 0;
-
-    if ((rc = baton_client_open(&c, uri, NULL))) { cli_report("open", rc); return cli_exit_for(rc); }
-    if ((rc = election_open(&e, c, name, NULL))) {
-        code = cli_exit_for(rc);
-        goto out;
-    }
-    if (!listen) {
-        rc = baton_election_leader(e, v, sizeof v, &fence);
-        if (rc == BATON_ENOTHELD) { code = 1; goto out; }
-        if (rc) { cli_report("leader", rc); code = cli_exit_for(rc); goto out; }
-        printf("%" PRIu64 " %s\n", fence, v);
-        goto out;
-    }
-    /* -w SECS bounds the whole listen, not each wait between two changes */
-    deadline = wait_ms < 0 ? INT64_MAX : add_ns(now_ns(), wait_ms * 1000000);
-    for (;;) {
-        int64_t left = deadline == INT64_MAX ? -1 : (deadline - now_ns()) / 1000000;
-        rc = baton_election_observe(e, v, sizeof v, &fence, left < 0 && deadline != INT64_MAX ? 0 : left);
-        if (rc == BATON_ETIMEDOUT) break;
-        if (rc) { cli_report("observe", rc); code = cli_exit_for(rc); goto out; }
-        if (fence) printf("%" PRIu64 " %s\n", fence, v);
-        else printf("0\n");
-        fflush(stdout);
-    }
-out:
-    baton_election_free(e);
-    baton_client_close(c);
-    return code;
-}
-
 /* Where the command's process group goes (shim.h). With a controlling
  * terminal whose foreground is our group, the command stays in it: the
  * terminal's Ctrl-C and Ctrl-Z reach it and it may read the terminal (a
@@ -697,6 +597,8 @@ static int grant_deadline(run_state *r, baton_client *c, int64_t *d)
 {
     if (r->el) return baton_election_deadline(r->el, d);
     if (r->l) return baton_lock_deadline(r->l, d);
+    if (r->g) return baton_group_deadline(r->g, d);
+    if (r->it) return baton_queue_item_deadline(r->it, d);
     /* a permit: its own lease is counted by us (permit_wd_deadline); the
      * session it may hang on, by the client */
     return baton_client_deadline(c, d);
@@ -734,6 +636,8 @@ static char *uri_owned;
  * owns on the way, released at run_main's end whichever way it goes. */
 typedef struct {
     int elect;
+    const cli_hold_spec *hold;      /* baton member / baton queue take instead (cli_run_hold) */
+    int item_fd;                    /* take: the item, the command's standard input (a memfd) */
     const char *cmdn;               /* "run" or "elect", for messages */
     int argc;
     char **argv;                    /* argv[optind...]: COMMAND ARG... once the options are read */
@@ -902,7 +806,7 @@ static int run_operands(run_ctx *x)
         if (optind < argc && !strcmp(argv[optind], "--")) optind++;
         if (optind < argc || x->cmdstr)
             return cli_usage_error(cmdn, "%s takes no COMMAND", x->listen_mode ? "--listen" : "--leader");
-        return elect_watch(cli_default_uri(x->uri), x->name, x->listen_mode,
+        return cli_elect_watch(cli_default_uri(x->uri), x->name, x->listen_mode,
                            x->nowait ? 0 : x->wait_s < 0 ? -1 : (int64_t)(x->wait_s * 1000));
     }
     if (x->elect && !x->value) {
@@ -1005,6 +909,15 @@ static int run_fork_shim(run_ctx *x)
     x->cfg.mask = &x->old;
     x->cfg.group = group_mode();
     x->cfg.child_only = x->child_only;
+    x->cfg.stdin_fd = -1;
+    if (x->hold && x->hold->kind == CLI_HOLD_TAKE) {
+        /* the item, once taken, is written here: the command's standard input */
+        if ((x->item_fd = memfd_create("baton-item", MFD_CLOEXEC)) < 0) {
+            fprintf(stderr, "%s: memfd_create: %s\n", prog, strerror(errno));
+            return EX_SOFTWARE;
+        }
+        x->cfg.stdin_fd = x->item_fd;
+    }
     x->cmdname = x->cmdstr ? "sh" : argv[optind];
     x->S.group = x->cfg.group;
     x->S.child_only = x->child_only;
@@ -1045,6 +958,36 @@ static int run_fork_shim(run_ctx *x)
     return RUN_GO;
 }
 
+/* The group or the queue of cli_run_hold. NAME is theirs as typed: a
+ * file-engine path (cli_lock_name) names a lock file, not these. */
+static int hold_open(run_ctx *x)
+{
+    run_state *r = &x->r;
+    const char *what;
+    int rc;
+
+    if (x->hold->kind == CLI_HOLD_MEMBER) {
+        baton_group_options go = BATON_GROUP_OPTIONS_INIT;
+        go.lease_ms = r->lease_ms;
+        go.on_lost = on_lost_member;
+        r->member_id = x->hold->id;
+        r->value = x->hold->value ? x->hold->value : "";
+        what = "groups";
+        rc = baton_group_open(&r->g, x->c, x->name, &go);
+    } else {
+        baton_queue_options qo = BATON_QUEUE_OPTIONS_INIT;
+        qo.lease_ms = r->lease_ms;
+        qo.on_lost = on_lost_item;
+        what = "queues";
+        rc = baton_queue_open(&r->q, x->c, x->name, &qo);
+    }
+    if (rc == BATON_ENOTSUP)
+        fprintf(stderr, "%s: %s are not supported by the %s engine\n", prog, what, baton_client_backend(x->c));
+    else if (rc)
+        cli_report(x->cmdn, rc);
+    return rc ? cli_exit_for(rc) : RUN_GO;
+}
+
 /* The client, and the lock, permits or election on it. */
 static int run_open(run_ctx *x)
 {
@@ -1059,6 +1002,7 @@ static int run_open(run_ctx *x)
         co.lease_ms = r->lease_ms;
         if ((rc = baton_client_open(&x->c, x->uri, &co))) { cli_report("open", rc); return cli_exit_for(rc); }
     }
+    if (x->hold) return hold_open(x);
     if (!(x->name_owned = cli_lock_name(x->c, x->name))) return EX_SOFTWARE;
     r->name = x->name = x->name_owned;
     x->lo_opts.lease_ms = r->lease_ms;
@@ -1069,7 +1013,7 @@ static int run_open(run_ctx *x)
         eo.lease_ms = r->lease_ms;
         eo.on_lost = on_lost_lead;
         r->value = x->value;
-        if ((rc = election_open(&r->el, x->c, x->name, &eo))) return cli_exit_for(rc);
+        if ((rc = cli_election_open(&r->el, x->c, x->name, &eo))) return cli_exit_for(rc);
     } else if (x->mode == M_PERMITS) {
         /* One of N permits, each with its own lease: a killed holder's slot
          * comes back when its lease runs out (or, on engines without leases,
@@ -1109,6 +1053,15 @@ static int run_acquire(run_ctx *x)
     if ((code = wait_grant(r, &x->lost)) > 0) return code;
     if (code < 0) {
         rc = r->rc;
+        if (r->g && rc == BATON_ELOCKED) {
+            fprintf(stderr, "%s: %s: a live member has the id %s\n", prog, x->name, r->member_id ? r->member_id : "?");
+            return x->busy_code;
+        }
+        if (r->q && (rc == BATON_ENOENT || rc == BATON_ETIMEDOUT)) {
+            if (x->verbose) fprintf(stderr, "%s: %s: no item after %.3f s\n", prog, x->name,
+                                    (double)(now_ns() - x->acq_start) / 1e9);
+            return x->busy_code;
+        }
         if (rc == BATON_ELOCKED || rc == BATON_ETIMEDOUT) {
             /* quiet, as flock -n: a cron job's skipped run mails nothing */
             if (x->verbose && r->wait_ms == 0)
@@ -1147,11 +1100,35 @@ static int run_acquire(run_ctx *x)
         }
     }
     if (x->lost) {
-        fprintf(stderr, "%s: %s: %s lost before the command started\n", prog, x->name, r->el ? "leadership" : "lease");
+        fprintf(stderr, "%s: %s: %s before the command started\n", prog, x->name, lost_what(r));
         give_back(r);
         return EX_LOST;
     }
     return RUN_GO;
+}
+
+/* take: the item into the memfd that is the command's standard input,
+ * read from its start. 0, or -1 reported. */
+static int item_to_stdin(run_ctx *x)
+{
+    size_t len, off = 0;
+    const char *d = baton_queue_item_data(x->r.it, &len);
+
+    while (off < len) {
+        ssize_t k = write(x->item_fd, d + off, len - off);
+        if (k < 0 && errno == EINTR) continue;
+        if (k < 0) {
+            fprintf(stderr, "%s: %s: the item for the command's input: %s\n", prog, x->name, strerror(errno));
+            return -1;
+        }
+        off += (size_t)k;
+    }
+    /* one open file shared with the shim: the command reads from here */
+    if (lseek(x->item_fd, 0, SEEK_SET) < 0) {
+        fprintf(stderr, "%s: lseek: %s\n", prog, strerror(errno));
+        return -1;
+    }
+    return 0;
 }
 
 /* The go to the shim: the command's environment and the watchdog's first
@@ -1164,8 +1141,23 @@ static int run_go(run_ctx *x)
     size_t len;
     cli_shim_msg m;
 
-    snprintf(x->buf, sizeof x->buf, "%" PRIu64, r->l ? baton_lock_fence(r->l) : r->el ? baton_election_fence(r->el) : 0);
-    if (x->verbose && r->pm)
+    const char *ka = "BATON_FENCE", *va = NULL, *kb = "BATON_MEMBER_ID", *vb = NULL;
+
+    snprintf(x->buf, sizeof x->buf, "%" PRIu64, r->l ? baton_lock_fence(r->l) : r->el ? baton_election_fence(r->el)
+                                                : r->it ? baton_queue_item_fence(r->it) : 0);
+    if (r->l || r->el) va = x->buf;
+    if (r->g) {
+        ka = "BATON_GROUP", va = x->name, vb = baton_group_id(r->g);
+        if (x->verbose) fprintf(stderr, "%s: %s: a member, id %s\n", prog, x->name, vb ? vb : "?");
+    } else if (r->it) {
+        ka = "BATON_QUEUE", va = x->name, kb = "BATON_FENCE", vb = x->buf;
+        if (x->verbose) fprintf(stderr, "%s: %s: took an item after %.3f s, fence %s\n", prog, x->name,
+                                (double)(now_ns() - x->acq_start) / 1e9, x->buf);
+        if (item_to_stdin(x)) {
+            give_back(r);
+            return EX_SOFTWARE;
+        }
+    } else if (x->verbose && r->pm)
         fprintf(stderr, "%s: %s: got a permit after %.3f s (%s)\n", prog, x->name,
                 (double)(now_ns() - x->acq_start) / 1e9, r->id);
     else if (x->verbose && r->el)
@@ -1180,7 +1172,7 @@ static int run_go(run_ctx *x)
      * shim puts these into the command's environment: "KEY=VAL" sets,
      * a bare "KEY" removes. */
     if (cli_child_uri(x->c, x->uri, &x->child_uri, &x->child_pw, &pw_var) ||
-        !(x->blob = cli_env_blob(&x->blob_len, "BATON_LOCK", x->name, "BATON_FENCE", r->l || r->el ? x->buf : NULL,
+        !(x->blob = cli_env_blob(&x->blob_len, "BATON_LOCK", x->hold ? NULL : x->name, ka, va, kb, vb,
                                  "BATON_URI", x->child_uri, x->child_pw && pw_var ? pw_var : NULL, x->child_pw,
                                  (const char *)NULL))) {
         fprintf(stderr, "%s: out of memory\n", prog);
@@ -1257,7 +1249,15 @@ static int run_result(run_ctx *x, int code)
         /* at most one renewal's I/O timeout: the command is gone already */
         pthread_join(x->pth, NULL);
     }
-    rc = give_back(r);
+    if (r->it && !code && !S->exec_err && !S->lost_running && !S->watchdog && S->exited &&
+        WIFEXITED(S->status) && WEXITSTATUS(S->status) == 0) {
+        /* take: the command did the item's work */
+        baton_queue_item *it = r->it;
+        r->it = NULL;
+        rc = baton_queue_done(it);
+    } else {
+        rc = give_back(r);
+    }
     if (code) return code;   /* supervise's failure, reported; the command is gone */
     if (S->exec_err) {
         if (S->exec_step == 0) {
@@ -1280,14 +1280,16 @@ static int run_result(run_ctx *x, int code)
         return EX_SOFTWARE;
     }
     int lost_late = S->lost_after || rc == BATON_ELOST || (r->pm && rc == BATON_ENOTOWNER) ||
-                    (r->el && rc == BATON_ENOTHELD);
+                    (r->el && rc == BATON_ENOTHELD) || (r->g && rc == BATON_ENOTHELD);
     code = WIFSIGNALED(S->status) ? 128 + WTERMSIG(S->status) : WEXITSTATUS(S->status);
     if (lost_late) {
         /* It ended on its own: its status is the truth about its work.
          * The loss is worth knowing (what it wrote may have raced a
          * newer holder), and --lost-exit-code makes it a failure. */
         fprintf(stderr, "%s: warning: %s: the %s was found lost after the command ended; "
-                "keeping its exit status %d\n", prog, x->name, r->el ? "leadership" : "lock", code);
+                "keeping its exit status %d%s\n", prog, x->name,
+                r->el ? "leadership" : r->g ? "membership" : r->q ? "item's lock" : "lock", code,
+                r->q ? " (the item went back to the queue)" : "");
         if (x->lost_code >= 0 && code == 0) code = x->lost_code;
     } else if (rc) {
         cli_report("release", rc);
@@ -1319,6 +1321,10 @@ static void run_free(run_ctx *x)
     else baton_lock_free(x->r.l);
     baton_permits_free(x->r.pm);
     baton_election_free(x->r.el);
+    baton_group_free(x->r.g);
+    baton_queue_item_free(x->r.it);
+    baton_queue_free(x->r.q);
+    if (x->item_fd >= 0) close(x->item_fd);
     baton_client_close(x->c);
     if (x->r.sfd >= 0) close(x->r.sfd);
     for (int i = 0; i < 2; i++) {
@@ -1328,16 +1334,10 @@ static void run_free(run_ctx *x)
 }
 
 /* baton run and baton elect: one supervisor, two ways of holding. */
-static int run_main(int argc, char **argv, int elect)
+/* run_ctx's defaults */
+static void run_init(run_ctx *x)
 {
-    run_ctx ctx, *x = &ctx;
-    int code;
-
     memset(x, 0, sizeof *x);
-    x->elect = elect;
-    x->cmdn = elect ? "elect" : "run";
-    x->argc = argc;
-    x->argv = argv;
     x->wait_s = -1;
     x->lease_s = 30;
     x->kill_after = 10;
@@ -1350,7 +1350,14 @@ static int run_main(int argc, char **argv, int elect)
     x->S.shim = x->S.ctl = x->S.rep = -1;
     x->r.sfd = -1;
     x->r.shim_ctl = -1;
-    if ((code = run_options(x)) != RUN_GO || (code = run_operands(x)) != RUN_GO) return code;
+    x->item_fd = -1;
+}
+
+/* From the options read to the command's end: the exit code. */
+static int run_steps(run_ctx *x)
+{
+    int code;
+
     x->r.name = x->name;
     /* within [50, UINT32_MAX] by cli_secs */
     x->r.lease_ms = (uint32_t)fmin(llround(x->lease_s * 1000), (double)UINT32_MAX);
@@ -1366,6 +1373,41 @@ static int run_main(int argc, char **argv, int elect)
     }
     run_free(x);
     return code;
+}
+
+static int run_main(int argc, char **argv, int elect)
+{
+    run_ctx ctx, *x = &ctx;
+    int code;
+
+    run_init(x);
+    x->elect = elect;
+    x->cmdn = elect ? "elect" : "run";
+    x->argc = argc;
+    x->argv = argv;
+    if ((code = run_options(x)) != RUN_GO || (code = run_operands(x)) != RUN_GO) return code;
+    return run_steps(x);
+}
+
+int cli_run_hold(const cli_hold_spec *h)
+{
+    run_ctx ctx, *x = &ctx;
+
+    run_init(x);
+    x->hold = h;
+    x->cmdn = h->cmdn;
+    x->uri = h->uri;
+    x->name = h->name;
+    x->wait_s = h->kind == CLI_HOLD_TAKE ? h->wait_s : 0;
+    x->lease_s = h->lease_s;
+    x->kill_after = h->kill_after;
+    x->verbose = h->verbose;
+    x->busy_code = h->busy_code;
+    /* COMMAND ARG... from argv[0] (run_fork_shim reads them from optind) */
+    x->argc = h->argc;
+    x->argv = h->argv;
+    optind = 0;
+    return run_steps(x);
 }
 
 

@@ -140,6 +140,13 @@ static _Noreturn void exec_side(cli_shim_cfg *s, volatile int *err, volatile int
         _exit(EX_SOFTWARE);
     }
     if (s->chld) sigaction(SIGCHLD, s->chld, NULL);
+    /* the item of baton queue take (a close-on-exec memfd: the copy on 0
+     * stays open) */
+    if (s->stdin_fd > 0 && dup2(s->stdin_fd, 0) < 0) {
+        *err = errno;
+        _exit(EX_SOFTWARE);
+    }
+    if (s->stdin_fd == 0) fcntl(0, F_SETFD, 0);
     sigprocmask(SIG_SETMASK, s->mask, NULL);
     *step = 1;
     execvpe(s->file, s->argv, envp);

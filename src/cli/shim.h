@@ -37,6 +37,7 @@ typedef struct {
     int ctl, rep;                  /* our ends: read baton's orders, write reports */
     int group;                     /* CLI_GROUP_* */
     int child_only;                /* -o: done when the command itself exits */
+    int stdin_fd;                  /* >= 0: the command's standard input (baton queue take's item) */
     const char *file;              /* what to execute: searched in PATH unless it has a '/' */
     char *const *argv;
     char *const *shv;              /* "sh" + argv, for a script without #! */

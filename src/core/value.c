@@ -250,7 +250,8 @@ static int parse_count(const sync_obj *o, const baton_value_data *d, int64_t *ou
 {
     char *end;
     long long n;
-    if (d->version == 0) {
+    if (d->version == 0 || d->len == 0) {
+        /* absent, or empty: kazoo's Counter makes its node empty at first use */
         *out = 0;
         return 0;
     }

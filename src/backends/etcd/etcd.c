@@ -639,5 +639,8 @@ const baton_backend baton__backend_etcd = {
     .sem = &etcd_sem_methods,
     .permits = &etcd_permits_methods,
     .election = &etcd_election_methods,
+    .value = &etcd_value_methods,
+    .group = &etcd_group_methods,
+    .queue = &etcd_queue_methods,
     .services = &etcd_services_methods,
 };

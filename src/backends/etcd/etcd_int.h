@@ -67,6 +67,10 @@ int egw_call_idem_resent(egw *g, const char *path, json_t *req, json_t **resp, i
  * again), BATON_ETIMEDOUT at DEADLINE_NS, BATON_ECANCELED when W is
  * cancelled. */
 int egw_wait_delete(egw *g, const char *key, size_t klen, int64_t rev, int64_t deadline_ns, baton_waiter *w);
+/* The same for any event (put or delete) on KEY alone; *FIRED = 1 when an
+ * event came (0: the stream ended without one). */
+int egw_wait_key(egw *g, const char *key, size_t klen, int64_t rev, int64_t deadline_ns, baton_waiter *w,
+                 int *fired);
 /* The same for any event (put or delete) on the keys starting with PREFIX. */
 int egw_wait_prefix(egw *g, const char *prefix, size_t plen, int64_t rev, int64_t deadline_ns, baton_waiter *w);
 /* "http://127.0.0.1:2379" of the member the last call reached. */
@@ -253,8 +257,9 @@ int etcd_metrics_parse(const char *text, void (*fn)(void *arg, const char *op, u
 
 /* Every lock state starts with an int saying what it is, so the table's
  * lock_acquire/release/free serve mutexes, candidates and the two sides of
- * a read-write lock (lock.c hands ETCD_READ/ETCD_WRITE states to rw.c). */
-enum { ETCD_MUTEX = 1, ETCD_CANDIDATE, ETCD_READ, ETCD_WRITE };
+ * a read-write lock (lock.c hands ETCD_READ/ETCD_WRITE states to rw.c),
+ * group members (group.c) and queue takers (queue.c). */
+enum { ETCD_MUTEX = 1, ETCD_CANDIDATE, ETCD_READ, ETCD_WRITE, ETCD_MEMBER, ETCD_TAKER };
 
 int etcd_lock_new(void *eng, const char *name, const baton_lock_options *opts, void **st);
 void etcd_lock_free(void *eng, void *st);
@@ -318,5 +323,18 @@ int etcd_permits_acquire(void *eng, void *st, uint32_t lease_ms, int64_t deadlin
 int etcd_permits_release(void *eng, void *st, const char *id);
 int etcd_permits_renew(void *eng, void *st, const char *id, uint32_t lease_ms);
 int etcd_permits_ctl(void *eng, void *st, int op, int64_t arg, int64_t *out);
+
+/* ---- value.c, group.c, queue.c ------------------------------------------- */
+
+extern const baton_value_methods etcd_value_methods;
+extern const baton_group_methods etcd_group_methods;
+extern const baton_queue_methods etcd_queue_methods;
+/* The lock methods of member and taker states (lock.c dispatches to them). */
+int etcd_member_acquire(eeng *e, void *st, baton_acquire_req *req);
+int etcd_member_release(eeng *e, void *st);
+void etcd_member_free(eeng *e, void *st);
+int etcd_taker_acquire(eeng *e, void *st, baton_acquire_req *req);
+int etcd_taker_release(eeng *e, void *st);
+void etcd_taker_free(eeng *e, void *st);
 
 #endif

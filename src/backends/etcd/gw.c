@@ -746,8 +746,8 @@ static int watch_grpc(egw *g, json_t *req, int64_t deadline_ns, baton_waiter *w,
 }
 #endif
 
-static int wait_event(egw *g, const char *key, size_t klen, int prefix, int64_t rev, int64_t deadline_ns,
-                      baton_waiter *w)
+static int wait_event(egw *g, const char *key, size_t klen, int prefix, int any, int64_t rev, int64_t deadline_ns,
+                      baton_waiter *w, int *fired)
 {
     char *k64 = egw_b64(key, klen), *body = NULL, url[512], revs[24], *end = NULL, *e64 = NULL;
     size_t el;
@@ -761,7 +761,7 @@ static int wait_event(egw *g, const char *key, size_t klen, int prefix, int64_t 
     int64_t t0 = baton_now_ns();
 
     snprintf(revs, sizeof revs, "%lld", (long long)rev);
-    ws.any = prefix;
+    ws.any = any;
     if (prefix && (!(end = egw_prefix_end(key, klen, &el)) || !(e64 = egw_b64(end, el)))) {
         rc = baton_seterr(BATON_ENOMEM, 0, "out of memory");
         goto out;
@@ -820,6 +820,7 @@ static int wait_event(egw *g, const char *key, size_t klen, int prefix, int64_t 
 #ifdef BATON_ETCD_GRPC
 ended:
 #endif
+    if (fired) *fired = ws.deleted;
     if (!rc && !ws.deleted) {
         /* the stream ended without the event (the member went away, an
          * error): the caller looks again; not in a tight loop */
@@ -844,12 +845,18 @@ out:
 
 int egw_wait_delete(egw *g, const char *key, size_t klen, int64_t rev, int64_t deadline_ns, baton_waiter *w)
 {
-    return wait_event(g, key, klen, 0, rev, deadline_ns, w);
+    return wait_event(g, key, klen, 0, 0, rev, deadline_ns, w, NULL);
+}
+
+int egw_wait_key(egw *g, const char *key, size_t klen, int64_t rev, int64_t deadline_ns, baton_waiter *w,
+                 int *fired)
+{
+    return wait_event(g, key, klen, 0, 1, rev, deadline_ns, w, fired);
 }
 
 int egw_wait_prefix(egw *g, const char *prefix, size_t plen, int64_t rev, int64_t deadline_ns, baton_waiter *w)
 {
-    return wait_event(g, prefix, plen, 1, rev, deadline_ns, w);
+    return wait_event(g, prefix, plen, 1, 1, rev, deadline_ns, w, NULL);
 }
 
 /* ---- plain GETs (/metrics) ---------------------------------------------- */

@@ -158,6 +158,14 @@ void etcd_lock_free(void *eng, void *st)
         etcd_rw_free(e, st);
         return;
     }
+    if (l->kind == ETCD_MEMBER) {
+        etcd_member_free(e, st);
+        return;
+    }
+    if (l->kind == ETCD_TAKER) {
+        etcd_taker_free(e, st);
+        return;
+    }
     etcd_held_del(e, l);
     unclaim(e, l);
     pthread_mutex_lock(&e->mu);
@@ -548,6 +556,8 @@ int etcd_lock_acquire(void *eng, void *st, baton_acquire_req *req)
     int rc, existed = 0, tries = 0;
 
     if (l->kind == ETCD_READ || l->kind == ETCD_WRITE) return etcd_rw_acquire(e, st, req);
+    if (l->kind == ETCD_MEMBER) return etcd_member_acquire(e, st, req);
+    if (l->kind == ETCD_TAKER) return etcd_taker_acquire(e, st, req);
     if ((rc = claim(e, l, req->deadline_ns, req->waiter))) return rc;
 again:
     if (++tries > 5) {
@@ -644,6 +654,8 @@ int etcd_lock_release(void *eng, void *st, const baton_owner *owner)
     (void)owner;
 
     if (l->kind == ETCD_READ || l->kind == ETCD_WRITE) return etcd_rw_release(e, st);
+    if (l->kind == ETCD_MEMBER) return etcd_member_release(e, st);
+    if (l->kind == ETCD_TAKER) return etcd_taker_release(e, st);
     if (!l->key) return baton_seterr(BATON_ENOTHELD, 0, "etcd: '%s' is not held", l->n->name);
     etcd_held_del(e, l);
     live = etcd_lease_live(e, l->gen);

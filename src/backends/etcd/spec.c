@@ -33,7 +33,15 @@ static const char *const notes[] = {
     "lock: etcdctl lock's layout (a key per waiter on the client's lease, lowest revision holds); fixed_lease: ENOTSUP",
     "rwlock: recipe.RWMutex's layout; election: etcdctl elect's layout",
     "permits: a key per permit on the holder's lease, freed when that lease ends; the lease is ignored",
-    "latch: not yet (issue #25)",
+    "latch, counter: the core's, on the value NAME (decimal text)",
+    "value: the plain key NAME under the URI's prefix (etcdctl put/get/watch NAME), version = its mod_revision; "
+    "get 1 range, set 1 put (compare-and-set: 1 txn on mod_revision), watch: 1 stream from the known version + 1 "
+    "per change (never misses one; compacted or broken: 1 range and again), each watcher its own stream",
+    "group: a key per member on the client's lease (\\0group/NAME/ID), gone when a killed client's lease ends; "
+    "join, leave 1 txn, list 1 range, watch 1 stream from the listing's revision; lease_ms unused (the URI's ttl)",
+    "queue: items as keys taken in create-revision order, a claim key per taken item on the taker's lease; put 1, "
+    "take 2 txns, done 1 txn; each change wakes every waiting taker (herd: ~2 requests per waiter per item); a "
+    "returned or expired item is first in line again; lease_ms unused (the URI's ttl)",
     NULL,
 };
 
@@ -43,7 +51,8 @@ const baton_engine_info baton__info_etcd = {
     .summary = "etcd v3: keys on a client lease, woken by watches (gRPC or the JSON gateway)",
     .uri = "etcd[s]://[user:password@]h1[:2379][,h2[:2379]...][/prefix][?options]",
     .primitives = BATON_PRIM_LOCK | BATON_PRIM_FAIR | BATON_PRIM_RWLOCK | BATON_PRIM_SEM | BATON_PRIM_PERMITS |
-                  BATON_PRIM_ELECTION | BATON_PRIM_LIST | BATON_PRIM_BREAK | BATON_PRIM_INFO,
+                  BATON_PRIM_ELECTION | BATON_PRIM_LIST | BATON_PRIM_BREAK | BATON_PRIM_INFO | BATON_PRIM_LATCH |
+                  BATON_PRIM_VALUE | BATON_PRIM_GROUP | BATON_PRIM_QUEUE,
     .features = BATON_FEATURE_FAIR | BATON_FEATURE_NOTIFY | BATON_FEATURE_SESSION,
     .notes = notes,
     .options = options,

@@ -203,16 +203,16 @@ static int file_open(void **eng, const baton_uri *u, const baton_opts *opts, con
  * a mistake), or a file with more than one name (possibly a hard link to a
  * file elsewhere, which we would write our record into). It is reported for
  * what it is, as a lock store we refuse, not as an engine we cannot reach. */
-static int planted(file_engine *e, const char *what, const char *fname, const struct stat *found)
+static int planted(file_engine *e, int dfd, const char *what, const char *fname, const struct stat *found)
 {
     struct stat st;
     char to[1100] = "";
     if (!found) {
-        if (fstatat(e->dirfd, fname, &st, AT_SYMLINK_NOFOLLOW))
+        if (fstatat(dfd, fname, &st, AT_SYMLINK_NOFOLLOW))
             return baton_seterr(BATON_EIO, errno, "%s %s/%s: %s", what, e->dir, fname, strerror(errno));
         found = &st;
     }
-    if (S_ISLNK(found->st_mode)) link_target(e->dirfd, fname, to, sizeof to);
+    if (S_ISLNK(found->st_mode)) link_target(dfd, fname, to, sizeof to);
     if (S_ISREG(found->st_mode))
         return baton_seterr(BATON_EIO, 0, "%s %s/%s has %lu hard links (baton's own files have one; another may "
                             "be a file elsewhere linked in); refusing it. Remove it if nothing should be there",
@@ -234,22 +234,29 @@ static int planted(file_engine *e, const char *what, const char *fname, const st
  * short retry rides that out. */
 int file__dir_open(file_engine *e, const char *fname, int flags, const char *what, int *fdout)
 {
+    return file__sub_open(e, e->dirfd, fname, flags, what, fdout);
+}
+
+/* file__dir_open in the folder DFD (the lock dir, or one of its folders of
+ * values, groups and queues). */
+int file__sub_open(file_engine *e, int dfd, const char *fname, int flags, const char *what, int *fdout)
+{
     struct stat st;
     int fd, err;
     *fdout = -1;
     for (int tries = 0;; tries++) {
-        fd = openat(e->dirfd, fname, flags | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC, e->fmode);
+        fd = openat(dfd, fname, flags | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC, e->fmode);
         if (fd >= 0) break;
         err = errno;
         if (err == ENOENT && !(flags & O_CREAT)) return 0;
         if (err == ELOOP || err == EISDIR || err == ENXIO || err == ENODEV || err == ETXTBSY)
-            return planted(e, what, fname, NULL);
+            return planted(e, dfd, what, fname, NULL);
         if (err == EACCES && e->shared && tries < 50) {
             struct timespec ts = { 0, 2000000 };
             nanosleep(&ts, NULL);
             continue;
         }
-        if (err == EACCES && fstatat(e->dirfd, fname, &st, AT_SYMLINK_NOFOLLOW) == 0)
+        if (err == EACCES && fstatat(dfd, fname, &st, AT_SYMLINK_NOFOLLOW) == 0)
             return baton_seterr(BATON_EIO, err, "%s %s/%s: %s (mode %04o, owner uid %lu, group %lu%s)", what, e->dir,
                                 fname, strerror(err), (unsigned)(st.st_mode & 07777), (unsigned long)st.st_uid,
                                 (unsigned long)st.st_gid, e->shared ? "; in a shared dir lock files must be "
@@ -264,7 +271,7 @@ int file__dir_open(file_engine *e, const char *fname, int flags, const char *wha
     /* nlink 0 is a file removed under us: the callers check for that and retry */
     if (!S_ISREG(st.st_mode) || st.st_nlink > 1) {
         close(fd);
-        return planted(e, what, fname, &st);
+        return planted(e, dfd, what, fname, &st);
     }
     /* Undo the umask on a file we made; should it fail, the other members'
      * EACCES message shows the mode. */
@@ -391,5 +398,8 @@ const baton_backend baton__backend_file = {
     .rw = &file_rw_methods,
     .sem = &file_sem_methods,
     .permits = &file_permits_methods,
+    .value = &file__value_methods,
+    .group = &file__group_methods,
+    .queue = &file__queue_methods,
     .services = &file_services_methods,
 };

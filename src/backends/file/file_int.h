@@ -31,6 +31,7 @@
 /* One waiter on a semaphore file, woken by the inotify watcher. */
 typedef struct watch_reg {
     int wd;
+    char name[256];      /* wake only for events on this entry of a watched folder; "" = any */
     baton_waiter *w;
     struct watch_reg *next;
 } watch_reg;
@@ -48,7 +49,7 @@ typedef struct {
     watch_reg *regs;
 } file_engine;
 
-enum { K_PLAIN, K_READ, K_WRITE };
+enum { K_PLAIN, K_READ, K_WRITE, K_MEMBER, K_TAKER };
 
 struct file_lock;
 
@@ -124,6 +125,44 @@ int file__replaced_err(file_engine *e, const char *fname);
 /* ---- wait.c: waiting in the kernel ---- */
 int file__take_lock(int fd, file_wait *fw, baton_acquire_req *req, const char *what);
 int file__take_range(int fd, short type, off_t start, off_t len, baton_acquire_req *req, const char *fname);
+
+/* the inotify watcher (wait.c): wake W on events at PATH (a file, or a
+ * folder's entry NAME; NULL = any) */
+int file__watch_add(file_engine *e, const char *path, uint32_t mask, const char *name, watch_reg *reg,
+                    baton_waiter *w);
+void file__watch_remove(file_engine *e, watch_reg *reg);
+
+/* ---- kv.c: the folders of values, groups and queues ---- */
+/* Opens (with create: making it, and any folder above it, mode 0700 or
+ * 02770 when shared) the folder REL ("values", "groups/<g>") under the lock
+ * dir, refusing a link there. 0 with the fd; 0 with -1 when absent and not
+ * create; or an error. */
+int file__subdir(file_engine *e, const char *rel, int create, int *fdout);
+/* The escaped form of NAME (baton__file_name without its "lock." prefix). */
+void file__esc_name(const char *name, char *out, size_t n);
+/* Takes an exclusive OFD lock on fd, waiting a short bounded time (a
+ * holder keeps it for one read-modify-write): a lock held for seconds is a
+ * stopped process's, BATON_EUNAVAILABLE naming WHAT. */
+int file__lock_short(file_engine *e, int fd, const char *what);
+/* Opens FNAME in the folder DFD as file__dir_open does in the lock dir. */
+int file__sub_open(file_engine *e, int dfd, const char *fname, int flags, const char *what, int *fdout);
+/* 1 when another open file description holds a lock on fd, 0 when not, or an error. */
+int file__locked_by_other(int fd);
+/* The time-based floor of a counter that lost its file (see lock.c). */
+uint64_t file__wall_us(void);
+/* Reads the whole file on fd (at most max bytes): malloc'd, NUL-terminated. */
+int file__slurp(int fd, size_t max, char **out, size_t *len, const char *what);
+
+/* value.c, group.c, queue.c */
+int file__member_join(file_engine *e, file_lock *fl, baton_acquire_req *req);
+int file__member_leave(file_lock *fl);
+void file__member_free(file_lock *fl);
+int file__taker_take(file_engine *e, file_lock *fl, baton_acquire_req *req);
+int file__taker_release(file_lock *fl);
+void file__taker_free(file_lock *fl);
+extern const baton_value_methods file__value_methods;
+extern const baton_group_methods file__group_methods;
+extern const baton_queue_methods file__queue_methods;
 
 /* ---- rw.c, path.c ---- */
 int file__rw_acquire_write(file_engine *e, file_lock *fl, baton_acquire_req *req);

@@ -71,7 +71,7 @@ int file__write_rec(int fd, uint64_t fence, int held, const char *holder)
 }
 
 /* The wall clock in microseconds. */
-static uint64_t wall_us(void)
+uint64_t file__wall_us(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -88,7 +88,7 @@ static uint64_t wall_us(void)
  * from 0. */
 static uint64_t next_fence(uint64_t stored, int intact)
 {
-    uint64_t floor = wall_us();
+    uint64_t floor = file__wall_us();
     if (intact && stored < UINT64_MAX && stored + 1 > floor) return stored + 1;
     return floor;
 }
@@ -164,6 +164,11 @@ void file__lock_free(void *eng, void *st)
 {
     file_lock *fl = st;
     (void)eng;
+    if (fl->kind == K_MEMBER || fl->kind == K_TAKER) {
+        if (fl->kind == K_MEMBER) file__member_free(fl);
+        else file__taker_free(fl);
+        return;
+    }
     if (fl->fd >= 0) close(fl->fd);
     if (fl->gfd >= 0) close(fl->gfd);
     if (fl->rw) {
@@ -187,6 +192,8 @@ int file__acquire(void *eng, void *st, baton_acquire_req *req)
     file_lock *fl = st;
     int fd, rc;
 
+    if (fl->kind == K_MEMBER) return file__member_join(e, fl, req);
+    if (fl->kind == K_TAKER) return file__taker_take(e, fl, req);
     if (fl->path) return file__path_acquire(e, fl, req);
     if (fl->kind == K_WRITE) return file__rw_acquire_write(e, fl, req);
     if (fl->kind == K_READ) return file__rw_acquire_read(e, fl, req);
@@ -210,6 +217,8 @@ int file__release(void *eng, void *st, const baton_owner *o)
 {
     file_lock *fl = st;
     (void)eng; (void)o;
+    if (fl->kind == K_MEMBER) return file__member_leave(fl);
+    if (fl->kind == K_TAKER) return file__taker_release(fl);
     if (fl->path) return file__path_release(fl);
     if (fl->rw) return file__rw_release(fl);
     if (fl->fd < 0) return baton_seterr(BATON_ENOTHELD, 0, "not held");

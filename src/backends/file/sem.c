@@ -12,72 +12,6 @@ typedef struct {
     char path[4096 + 300];
 } file_sem;
 
-static void *watch_main(void *arg)
-{
-    file_engine *e = arg;
-    char buf[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
-    for (;;) {
-        struct pollfd p[2] = { { e->ino_fd, POLLIN, 0 }, { e->stop_pipe[0], POLLIN, 0 } };
-        if (poll(p, 2, -1) < 0) {
-            if (errno == EINTR) continue;
-            break;
-        }
-        if (p[1].revents) break;
-        ssize_t n = read(e->ino_fd, buf, sizeof buf);
-        if (n <= 0) continue;
-        pthread_mutex_lock(&e->wmu);
-        for (char *q = buf; q < buf + n;) {
-            const struct inotify_event *ev = (const struct inotify_event *)q;
-            for (watch_reg *r = e->regs; r; r = r->next)
-                if (r->wd == ev->wd || (ev->mask & IN_Q_OVERFLOW))
-                    baton_waiter_wake(r->w);
-            q += sizeof *ev + ev->len;
-        }
-        pthread_mutex_unlock(&e->wmu);
-    }
-    return NULL;
-}
-
-/* Registers w to be woken when the semaphore file changes. */
-static int watch_add(file_engine *e, file_sem *fs, watch_reg *reg, baton_waiter *w)
-{
-    int rc = 0;
-    pthread_mutex_lock(&e->wmu);
-    if (!e->wth_started) {
-        sigset_t all, old;
-        e->ino_fd = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
-        if (e->ino_fd < 0 || pipe2(e->stop_pipe, O_CLOEXEC)) {
-            rc = baton_seterr(BATON_EIO, errno, "inotify: %s", strerror(errno));
-            goto out;
-        }
-        sigfillset(&all);
-        pthread_sigmask(SIG_BLOCK, &all, &old);
-        if (pthread_create(&e->wth, NULL, watch_main, e)) rc = baton_seterr(BATON_ENOMEM, 0, "cannot start the watcher");
-        else e->wth_started = 1;
-        pthread_sigmask(SIG_SETMASK, &old, NULL);
-        if (rc) goto out;
-    }
-    reg->wd = inotify_add_watch(e->ino_fd, fs->path, IN_MODIFY | IN_CLOSE_WRITE | IN_DONT_FOLLOW);
-    if (reg->wd < 0) {
-        rc = baton_seterr(BATON_EIO, errno, "inotify %s: %s", fs->path, strerror(errno));
-        goto out;
-    }
-    reg->w = w;
-    reg->next = e->regs;
-    e->regs = reg;
-out:
-    pthread_mutex_unlock(&e->wmu);
-    return rc;
-}
-
-static void watch_remove(file_engine *e, watch_reg *reg)
-{
-    pthread_mutex_lock(&e->wmu);
-    for (watch_reg **pp = &e->regs; *pp; pp = &(*pp)->next)
-        if (*pp == reg) { *pp = reg->next; break; }
-    pthread_mutex_unlock(&e->wmu);
-}
-
 int file__sem_new(void *eng, const char *name, void **st)
 {
     file_engine *e = eng;
@@ -169,7 +103,7 @@ int file__sem_acquire(void *eng, void *st, uint32_t permits, int64_t deadline_ns
         if (deadline_ns == 0) { rc = baton_seterr(BATON_ELOCKED, 0, "too few permits"); break; }
         if (!watching) {
             /* Watch before parking, then re-check: a release in between is seen. */
-            if ((rc = watch_add(e, st, &reg, w))) break;
+            if ((rc = file__watch_add(e, ((file_sem *)st)->path, IN_MODIFY | IN_CLOSE_WRITE, NULL, &reg, w))) break;
             watching = 1;
             continue;
         }
@@ -182,7 +116,7 @@ int file__sem_acquire(void *eng, void *st, uint32_t permits, int64_t deadline_ns
             break;
         }
     }
-    if (watching) watch_remove(e, &reg);
+    if (watching) file__watch_remove(e, &reg);
     return rc;
 }
 

@@ -12,7 +12,16 @@ static const char *const notes[] = {
     "lock: flock(2) on a file per name; released by the kernel when the holder dies, so no lease",
     "fair: no (the kernel's flock queue is not FIFO)",
     "permits: a lock file per permit, freed when its holder dies; the lease is ignored",
-    "latch, election: not yet (issue #25)",
+    "value: a file per value in values/, replaced by rename (a get: 1 read; a set or delete: a lock, a read, a "
+    "write, a rename); compare-and-set under an OFD lock; deletes keep a tombstone so versions keep rising; watch: "
+    "inotify on the folder, woken only by that value's changes, never polls",
+    "group: a member is its file in groups/<group>/, kept locked by its process: a killed member is gone at once; "
+    "a listing opens and asks the lock of every member file; watchers wake by inotify and re-list every 1 s "
+    "(a killed member's close can come just before its lock goes)",
+    "queue: an item file per number in queues/<queue>/, taken by a non-blocking lock on it: a killed taker's "
+    "item is back at once, at the head; a take asks the lock of each item before the first free one; waiting "
+    "takers all wake on each put or give-back (a herd), and look again every 1 s",
+    "latch: built on values by the core; election: not yet (issue #25)",
     "force unlock: refused (the kernel's lock of a live process cannot be taken away)",
     NULL,
 };
@@ -23,7 +32,8 @@ const baton_engine_info baton__info_file = {
     .summary = "embedded: lock files in a local directory (flock), no server",
     .uri = "file:///abs/dir (or no URI: $BATON_DIR, $XDG_RUNTIME_DIR/baton, /tmp/baton-<uid>)",
     .primitives = BATON_PRIM_LOCK | BATON_PRIM_RWLOCK | BATON_PRIM_SEM | BATON_PRIM_PERMITS | BATON_PRIM_LIST |
-                  BATON_PRIM_BREAK | BATON_PRIM_INFO,
+                  BATON_PRIM_BREAK | BATON_PRIM_INFO | BATON_PRIM_LATCH | BATON_PRIM_VALUE | BATON_PRIM_GROUP |
+                  BATON_PRIM_QUEUE,
     .features = BATON_FEATURE_NOTIFY,
     .notes = notes,
     .options = options,

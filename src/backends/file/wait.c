@@ -173,3 +173,81 @@ int file__take_range(int fd, short type, off_t start, off_t len, baton_acquire_r
     snprintf(what, sizeof what, "lock file %s", fname);
     return file__take_lock(fd, &fw, req, what);
 }
+
+/* ---- the inotify watcher ----------------------------------------------------
+ * One thread per engine reads one inotify fd and wakes the waiters whose
+ * watch an event names: semaphore waiters (their counter file), value
+ * watchers (the values folder, filtered by the value's file name), group
+ * watchers and queue takers (their folder). Watches are added with
+ * IN_MASK_ADD, so two kinds of waiter on one path never narrow each other's
+ * mask, and are never removed (they go with the engine; one per path). A
+ * queue overflow wakes everyone: they re-read, so nothing is missed. */
+static void *watch_main(void *arg)
+{
+    file_engine *e = arg;
+    char buf[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
+    for (;;) {
+        struct pollfd p[2] = { { e->ino_fd, POLLIN, 0 }, { e->stop_pipe[0], POLLIN, 0 } };
+        if (poll(p, 2, -1) < 0) {
+            if (errno == EINTR) continue;
+            break;
+        }
+        if (p[1].revents) break;
+        ssize_t n = read(e->ino_fd, buf, sizeof buf);
+        if (n <= 0) continue;
+        pthread_mutex_lock(&e->wmu);
+        for (char *q = buf; q < buf + n;) {
+            const struct inotify_event *ev = (const struct inotify_event *)q;
+            for (watch_reg *r = e->regs; r; r = r->next) {
+                if (ev->mask & IN_Q_OVERFLOW) baton_waiter_wake(r->w);
+                else if (r->wd != ev->wd) continue;
+                else if (!r->name[0] || !ev->len || (ev->mask & IN_IGNORED) || !strcmp(ev->name, r->name))
+                    baton_waiter_wake(r->w);
+            }
+            q += sizeof *ev + ev->len;
+        }
+        pthread_mutex_unlock(&e->wmu);
+    }
+    return NULL;
+}
+
+int file__watch_add(file_engine *e, const char *path, uint32_t mask, const char *name, watch_reg *reg,
+                    baton_waiter *w)
+{
+    int rc = 0;
+    pthread_mutex_lock(&e->wmu);
+    if (!e->wth_started) {
+        sigset_t all, old;
+        if (e->ino_fd < 0) e->ino_fd = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
+        if (e->ino_fd < 0 || (e->stop_pipe[0] < 0 && pipe2(e->stop_pipe, O_CLOEXEC))) {
+            rc = baton_seterr(BATON_EIO, errno, "inotify: %s", strerror(errno));
+            goto out;
+        }
+        sigfillset(&all);
+        pthread_sigmask(SIG_BLOCK, &all, &old);
+        if (pthread_create(&e->wth, NULL, watch_main, e)) rc = baton_seterr(BATON_ENOMEM, 0, "cannot start the watcher");
+        else e->wth_started = 1;
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        if (rc) goto out;
+    }
+    reg->wd = inotify_add_watch(e->ino_fd, path, mask | IN_MASK_ADD | IN_DONT_FOLLOW);
+    if (reg->wd < 0) {
+        rc = baton_seterr(BATON_EIO, errno, "inotify %s: %s", path, strerror(errno));
+        goto out;
+    }
+    snprintf(reg->name, sizeof reg->name, "%s", name ? name : "");
+    reg->w = w;
+    reg->next = e->regs;
+    e->regs = reg;
+out:
+    pthread_mutex_unlock(&e->wmu);
+    return rc;
+}
+
+void file__watch_remove(file_engine *e, watch_reg *reg)
+{
+    pthread_mutex_lock(&e->wmu);
+    for (watch_reg **pp = &e->regs; *pp; pp = &(*pp)->next)
+        if (*pp == reg) { *pp = reg->next; break; }
+    pthread_mutex_unlock(&e->wmu);
+}

@@ -85,45 +85,61 @@ int my_err(MYSQL *c, const char *what)
 
 /* ---- strings -------------------------------------------------------------- */
 
-char *my_escape(const char *s)
+char *my_escape_n(const void *p, size_t n)
 {
     static const char hex[] = "0123456789abcdef";
-    size_t n = strlen(s);
+    const unsigned char *s = p;
     char *out = malloc(2 * n + 4), *o = out;
     if (!out) return NULL;
     *o++ = 'X';
     *o++ = '\'';
     for (size_t i = 0; i < n; i++) {
-        *o++ = hex[(unsigned char)s[i] >> 4];
-        *o++ = hex[(unsigned char)s[i] & 15];
+        *o++ = hex[s[i] >> 4];
+        *o++ = hex[s[i] & 15];
     }
     *o++ = '\'';
     *o = 0;
     return out;
 }
 
+char *my_escape(const char *s) { return my_escape_n(s, strlen(s)); }
+
+/* The quoted identifier "@X" stands for in my_sql, NULL for none. */
+static const char *subst(myeng *e, char c)
+{
+    switch (c) {
+    case 'T': return e->qtable;
+    case 'S': return e->qseq;
+    case 'V': return e->qaux[MY_AUX_VALUE];
+    case 'G': return e->qaux[MY_AUX_GROUP];
+    case 'Q': return e->qaux[MY_AUX_QUEUE];
+    default: return NULL;
+    }
+}
+
 char *my_sql(myeng *e, const char *fmt, ...)
 {
     va_list ap;
     char *body = NULL, *out, *o;
-    size_t n = 1, tl = strlen(e->qtable), sl = strlen(e->qseq);
+    const char *q;
+    size_t n = 1;
     int len;
 
     va_start(ap, fmt);
     len = vasprintf(&body, fmt, ap);
     va_end(ap);
     if (len < 0) return NULL;
+    /* hex literals and numbers never hold '@'; @baton_ok is no table */
     for (const char *p = body; *p; p++)
-        n += (p[0] == '@' && p[1] == 'T') ? tl : (p[0] == '@' && p[1] == 'S') ? sl : 1;
+        n += (p[0] == '@' && (q = subst(e, p[1]))) ? strlen(q) : 1;
     if (!(out = malloc(n))) {
         free(body);
         return NULL;
     }
     o = out;
     for (const char *p = body; *p; p++) {
-        if (p[0] == '@' && (p[1] == 'T' || p[1] == 'S')) {
-            const char *q = p[1] == 'T' ? e->qtable : e->qseq;
-            size_t ql = p[1] == 'T' ? tl : sl;
+        if (p[0] == '@' && (q = subst(e, p[1]))) {
+            size_t ql = strlen(q);
             memcpy(o, q, ql);
             o += ql;
             p++;
@@ -764,6 +780,7 @@ static void eng_free(myeng *e)
     free(e->qtable);
     free(e->seq);
     free(e->qseq);
+    for (int i = 0; i < MY_AUX_N; i++) free(e->qaux[i]);
     free(e->ident);
     pthread_cond_destroy(&e->wd_cv);
     pthread_cond_destroy(&e->kill_cv);
@@ -874,6 +891,15 @@ static int configure(myeng *e, const baton_uri *u, const baton_opts *uo, const b
     sprintf(e->seq, "%s_fence", e->table);
     e->qseq = quote_ident(e->seq);
     if (!e->qtable || !e->qseq) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+    /* 58 + 6 bytes: within MariaDB's 64 */
+    {
+        static const char *const suffix[MY_AUX_N] = { "_value", "_group", "_queue" };
+        char name[80];
+        for (int i = 0; i < MY_AUX_N; i++) {
+            snprintf(name, sizeof name, "%s%s", e->table, suffix[i]);
+            if (!(e->qaux[i] = quote_ident(name))) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+        }
+    }
     return 0;
 }
 
@@ -990,6 +1016,7 @@ static void my_lock_free(void *eng, void *st)
     /* a connection still here belongs to a grant that was lost: closing it
      * makes sure the server holds nothing for it */
     if (l->conn) mysql_close(l->conn);
+    my_coord_free(l);
     free(l->name);
     free(l->esc);
     free(l->ekey);
@@ -999,7 +1026,11 @@ static void my_lock_free(void *eng, void *st)
 static int my_lock_acquire(void *eng, void *st, baton_acquire_req *req)
 {
     myeng *e = eng;
+    mylock *l = st;
     int rc;
+    /* members and takers are lease rows in every mode */
+    if (l->kind == MY_KIND_MEMBER) return my_member_acquire(e, l, req);
+    if (l->kind == MY_KIND_TAKER) return my_taker_acquire(e, l, req);
     if ((rc = my_table_ready(e))) return rc;
     if (e->mode == MY_ROW) return my_row_acquire(e, st, req);
     return e->mode == MY_SESSION ? my_session_acquire(e, st, req) : my_lease_acquire(e, st, req);
@@ -1008,6 +1039,9 @@ static int my_lock_acquire(void *eng, void *st, baton_acquire_req *req)
 static int my_lock_release(void *eng, void *st, const baton_owner *owner)
 {
     myeng *e = eng;
+    mylock *l = st;
+    if (l->kind == MY_KIND_MEMBER) return my_member_release(e, l, owner);
+    if (l->kind == MY_KIND_TAKER) return my_taker_release(e, l, owner);
     if (e->mode == MY_ROW) return my_row_release(e, st);
     return e->mode == MY_SESSION ? my_session_release(e, st) : my_lease_release(e, st, owner);
 }
@@ -1015,6 +1049,9 @@ static int my_lock_release(void *eng, void *st, const baton_owner *owner)
 static int my_lock_renew(void *eng, void *st, const baton_owner *owner, uint32_t lease_ms, int64_t deadline_ns)
 {
     myeng *e = eng;
+    mylock *l = st;
+    if (l->kind == MY_KIND_MEMBER) return my_member_renew(e, l, owner, lease_ms, deadline_ns);
+    if (l->kind == MY_KIND_TAKER) return my_taker_renew(e, l, owner, lease_ms, deadline_ns);
     if (e->mode == MY_ROW) return my_row_renew(e, st, deadline_ns);
     return e->mode == MY_SESSION ? my_session_renew(e, st, deadline_ns)
                                  : my_lease_renew(e, st, owner, lease_ms, deadline_ns);
@@ -1078,7 +1115,7 @@ static int my_engine_ops(void *eng, void (*fn)(void *arg, const char *op, uint64
     MYSQL_RES *r = NULL;
     MYSQL_ROW row;
     int rc = my_run(e, "SHOW GLOBAL STATUS WHERE Variable_name IN ('Com_select', 'Com_insert', 'Com_insert_select', "
-                       "'Com_update', 'Com_commit', 'Com_begin', 'Com_rollback', 'Com_kill', 'Com_do')",
+                       "'Com_update', 'Com_delete', 'Com_commit', 'Com_begin', 'Com_rollback', 'Com_kill', 'Com_do')",
                     1, &r, NULL, NULL);
     if (rc) return rc;
     while ((row = mysql_fetch_row(r))) {
@@ -1119,5 +1156,8 @@ const baton_backend baton__backend_mysql = {
     .open = my_open,
     .close = my_close,
     .lock = &my_lock_methods,
+    .value = &my_value_methods,
+    .group = &my_group_methods,
+    .queue = &my_queue_methods,
     .services = &my_services_methods,
 };

@@ -7,6 +7,10 @@
  *   session.c  session mode: GET_LOCK on the lock's own connection
  *   row.c      row mode: the name's row locked by a transaction kept open
  *   lease.c    lease mode: a conditional upsert on the server's clock
+ *   group.c    group members: rows with a lease on the server's clock (every mode)
+ *   value.c    values: a row with a version and a tombstone (every mode)
+ *   queue.c    work queues: item rows taken with FOR UPDATE SKIP LOCKED (every mode)
+ *   aux.c      the tables of values, groups and queues; local wake-ups of watchers
  *   watch.c    the watcher thread: held connections the server ends (KILL,
  *              shutdown) are reported lost at once; statements past their
  *              deadline have their socket shut down
@@ -24,6 +28,21 @@
 #include <stdint.h>
 
 enum { MY_SESSION, MY_LEASE, MY_ROW };
+
+/* What a lock state is (the lock methods drive all three). */
+enum { MY_KIND_LOCK, MY_KIND_MEMBER, MY_KIND_TAKER };
+
+/* The tables beside the lock table: <table>_value, _group, _queue. */
+enum { MY_AUX_VALUE, MY_AUX_GROUP, MY_AUX_QUEUE, MY_AUX_N };
+
+#define MY_POLL_MS 250       /* a value or group watch re-reads at least this often */
+
+/* A watcher or queue waiter parked in this client: a change made by this
+ * client wakes it at once (others' changes are seen by polling). */
+typedef struct mypark {
+    baton_waiter *w;
+    struct mypark *next;
+} mypark;
 
 #define MY_POOL_IDLE 4       /* idle connections a client keeps for reuse */
 #define MY_FRESH_MS 100      /* my_run trusts a connection pooled this recently (no liveness poll) */
@@ -64,6 +83,7 @@ typedef struct myeng {
     char *qtable;            /* quoted: `table` (in the URI's database) */
     char *seq;               /* row mode's fence sequence, unquoted: <table>_fence */
     char *qseq;              /* quoted */
+    char *qaux[MY_AUX_N];    /* quoted `<table>_value`, `<table>_group`, `<table>_queue` */
     char *ident;             /* identity() */
     char server[96];         /* "10.11.19-MariaDB at host:port" (describe) */
     /* guarded by mu */
@@ -71,6 +91,8 @@ typedef struct myeng {
     int64_t idle_at[MY_POOL_IDLE]; /* when each went back to the pool */
     int nidle;
     int table_ok;            /* the table exists and has our shape */
+    int aux_ok[MY_AUX_N];    /* ... and each of the others, once used */
+    mypark *parked;          /* watchers and queue waiters of this client */
     myrun *runs;             /* waits under watch */
     int stop;
     int wd_started;
@@ -101,7 +123,21 @@ typedef struct mylock {
     char *ekey;              /* key, escaped */
     MYSQL *conn;             /* session and row modes: the connection holding the lock */
     uint64_t fence;          /* of the current grant, 0 when none */
+    int kind;                /* MY_KIND_* */
+    /* members: name and esc are the group's; takers: the queue's */
+    char *eid;               /* members: the member id, escaped; takers: the queue's fence row's name */
+    uint64_t item_id;        /* takers: the item held, 0 when none */
+    char *item;              /* its bytes (NUL-terminated) */
+    size_t item_len;
 } mylock;
+
+/* A queue handle. */
+typedef struct myqueue {
+    myeng *e;
+    char *name;
+    char *esc;               /* name, escaped */
+    char *efence;            /* the value row that counts its takes, escaped */
+} myqueue;
 
 /* ---- my.c ----------------------------------------------------------------- */
 
@@ -141,6 +177,8 @@ char *my_sql(myeng *e, const char *fmt, ...)
     ;
 /* S escaped for a string literal in quotes (malloc'd). */
 char *my_escape(const char *s);
+/* N bytes of P as a hex literal (malloc'd). */
+char *my_escape_n(const void *p, size_t n);
 /* The first column of the first row, as text (NULL when SQL NULL or no row). */
 const char *my_cell(MYSQL_RES *r, int col);
 
@@ -160,6 +198,33 @@ void my_name_key(const char *name, char key[72]);
 int my_admin_list(myeng *e, const char *prefix, int (*fn)(void *arg, const char *name), void *arg);
 /* L: a lock state of the name (not held by this client). */
 int my_admin_break(myeng *e, mylock *l, uint64_t *fence);
+
+/* ---- aux.c: the tables of values, groups and queues ------------------------ */
+
+/* The table WHICH (MY_AUX_*) exists (created when missing) and has the columns we use. */
+int my_aux_ready(myeng *e, int which);
+/* Park W (generation GEN) until DEADLINE, woken early by this client's own
+ * changes (my_wake_local): as baton_waiter_park. */
+int my_park(myeng *e, baton_waiter *w, unsigned gen, int64_t deadline);
+/* After a change this client made: every parked watcher and waiter looks again. */
+void my_wake_local(myeng *e);
+/* The statement deadline of one step of a wait that ends at DEADLINE (0 = a try). */
+int64_t my_step_deadline(myeng *e, int64_t deadline);
+
+/* ---- group.c, queue.c: members and takers, driven by the lock methods --------- */
+
+int my_member_acquire(myeng *e, mylock *l, baton_acquire_req *req);
+int my_member_release(myeng *e, mylock *l, const baton_owner *owner);
+int my_member_renew(myeng *e, mylock *l, const baton_owner *owner, uint32_t lease_ms, int64_t deadline_ns);
+int my_taker_acquire(myeng *e, mylock *l, baton_acquire_req *req);
+int my_taker_release(myeng *e, mylock *l, const baton_owner *owner);
+int my_taker_renew(myeng *e, mylock *l, const baton_owner *owner, uint32_t lease_ms, int64_t deadline_ns);
+/* Frees what a member or taker state has beyond a lock's. */
+void my_coord_free(mylock *l);
+
+extern const baton_group_methods my_group_methods;
+extern const baton_value_methods my_value_methods;
+extern const baton_queue_methods my_queue_methods;
 
 /* ---- watch.c ---------------------------------------------------------------- */
 

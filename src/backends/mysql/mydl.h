@@ -24,6 +24,7 @@
     X(void, mysql_data_seek, (MYSQL_RES *, unsigned long long))                                        \
     X(unsigned int, mysql_errno, (MYSQL *))                                                            \
     X(const char *, mysql_error, (MYSQL *))                                                            \
+    X(unsigned long *, mysql_fetch_lengths, (MYSQL_RES *))                                             \
     X(MYSQL_ROW, mysql_fetch_row, (MYSQL_RES *))                                                       \
     X(unsigned int, mysql_field_count, (MYSQL *))                                                      \
     X(void, mysql_free_result, (MYSQL_RES *))                                                          \
@@ -64,6 +65,7 @@ int baton__my_load(void);
 #define mysql_data_seek (*baton__my.mysql_data_seek)
 #define mysql_errno (*baton__my.mysql_errno)
 #define mysql_error (*baton__my.mysql_error)
+#define mysql_fetch_lengths (*baton__my.mysql_fetch_lengths)
 #define mysql_fetch_row (*baton__my.mysql_fetch_row)
 #define mysql_field_count (*baton__my.mysql_field_count)
 #define mysql_free_result (*baton__my.mysql_free_result)

@@ -24,7 +24,7 @@ static const baton_engine_option options[] = {
                 "session: GET_LOCK on a held connection; lease: rows with an expiry; row: a row lock held by an "
                 "open transaction"),
     BATON__STR("table", "baton_locks", "baton's table, every mode: fences and holders (lease and row modes "
-               "also hold the lock in it); 1 to 58 bytes"),
+               "also hold the lock in it); values, groups and queues use <table>_value, _group and _queue; 1 to 58 bytes"),
     BATON__CONNECT_TIMEOUT,
     BATON__PATH("passfile", NULL, "a file holding the password"),
     BATON__PATH("socket", NULL, "the server's unix socket instead of TCP"),
@@ -40,7 +40,18 @@ static const baton_engine_option options[] = {
     BATON__OPT_END,
 };
 static const char *const notes[] = {
-    "fair, rwlock, semaphore, permits, latch, election: not yet (issue #25)",
+    "fair, rwlock, semaphore, permits, election: not yet (issue #25)",
+    "value, group, queue: tables beside the lock table (<table>_value, _group, _queue), the same in every mode; "
+    "MariaDB cannot notify, so watches re-read every 250 ms (the client's own changes wake its watchers at once)",
+    "value: a row per name, its version bumped by every change (a tombstone at delete, so versions never repeat); "
+    "get 1 SELECT, set and delete 1 statement (compare-and-set in it; +1 SELECT when the condition fails); latch and "
+    "counter on values",
+    "group: a lease row per member (server clock): join 1 upsert, leave 1 DELETE, renewal 1 UPDATE per lease/3; "
+    "list 1 SELECT (+1 DELETE of rows past their lease); watch also re-reads when the earliest lease ends, so a "
+    "killed member is gone within its lease",
+    "queue: an item row taken with FOR UPDATE SKIP LOCKED (MariaDB 10.6+, MySQL 8.0+): put 1 INSERT, take 5 "
+    "statements in one transaction, done/return 1; waiters take again after a jittered 20-500 ms backoff; a returned "
+    "item, or one whose taker's lease ran out, keeps its place at the head",
     NULL,
 };
 
@@ -49,7 +60,8 @@ const baton_engine_info baton__info_mysql = {
     .schemes = schemes,
     .summary = "MySQL or MariaDB: GET_LOCK (session mode), lease rows or row locks",
     .uri = "mysql://[user[:password]@]host[:port]/db[?options]",
-    .primitives = BATON_PRIM_LOCK | BATON_PRIM_LIST | BATON_PRIM_BREAK | BATON_PRIM_INFO,
+    .primitives = BATON_PRIM_LOCK | BATON_PRIM_LIST | BATON_PRIM_BREAK | BATON_PRIM_INFO | BATON_PRIM_LATCH |
+                  BATON_PRIM_VALUE | BATON_PRIM_GROUP | BATON_PRIM_QUEUE,
     .features = BATON_FEATURE_LEASE,
     .notes = notes,
     .options = options,

@@ -30,6 +30,10 @@ int baton__redis_side_key(const char *key) {
     static const char *const side[] = {
         "redisson_lock_token:", "baton_holder:", "baton_fence:",
         "redisson_lock_queue:", "redisson_lock_timeout:", "baton_rwlock_writers:",
+        /* values, groups and queues (values.c, coord.c): never locks */
+        "baton_value:", "baton_value_ver:", "baton_group:", "baton_group_values:", "baton_group_owners:",
+        "baton_group_ver:", "baton_queue:", "baton_queue_items:", "baton_queue_taken:", "baton_queue_owners:",
+        "baton_queue_seq:",
     };
     for (size_t i = 0; i < sizeof side / sizeof side[0]; i++)
         if (!strncmp(key, side[i], strlen(side[i]))) return 1;

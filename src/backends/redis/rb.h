@@ -5,6 +5,8 @@
  *   table.c   the backend table (dispatches on the lock kind)
  *   locks.c   fair lock, read-write lock
  *   prims.c   semaphore, permit-expirable semaphore, count-down latch
+ *   values.c  values (plain string keys with a version beside them)
+ *   coord.c   group membership and work queues
  * The connection layer (conn.c, sub.c, redis_int.h) knows nothing of these.
  */
 #ifndef BATON_REDIS_RB_H
@@ -26,6 +28,8 @@ enum {
     S_PERMITS_ACQ, S_PERMITS_REL, S_PERMITS_RENEW, S_PERMITS_CTL,
     S_LATCH_CTL,
     S_LIST, S_BREAK,
+    S_VALUE, S_GROUP_JOIN, S_GROUP_LEAVE, S_GROUP_RENEW, S_GROUP_LIST,
+    S_QUEUE_PUT, S_QUEUE_TAKE, S_QUEUE_ITEM, S_QUEUE_SIZE,
     S_COUNT
 };
 
@@ -135,8 +139,10 @@ int baton__redis_wait_loop_msg(reng *e, const char *channel, baton_waiter *w, in
 rsub_entry *baton__redis_presub(reng *e, const char *channel, int pattern, baton_waiter *w);
 void baton__redis_presub_drop(reng *e, rsub_entry *pre);
 
-/* Lock states (redis.c owns the plain kind; locks.c fair and read/write). */
-enum { RK_PLAIN, RK_FAIR, RK_READ, RK_WRITE };
+/* Lock states (redis.c owns the plain kind; locks.c fair and read/write;
+ * coord.c group members and queue takers). Every lock state starts with its
+ * kind, so table.c can dispatch on it. */
+enum { RK_PLAIN, RK_FAIR, RK_READ, RK_WRITE, RK_MEMBER, RK_TAKER };
 
 typedef struct {
     int kind;
@@ -196,5 +202,33 @@ int baton__redis_latch_new(void *eng, const char *name, void **st);
 void baton__redis_latch_free(void *eng, void *st);
 int baton__redis_latch_ctl(void *eng, void *st, int op, int64_t arg, int64_t *out);
 int baton__redis_latch_await(void *eng, void *st, int64_t deadline_ns, baton_waiter *w);
+
+
+/* values.c */
+int baton__redis_value_new(void *eng, const char *name, void **st);
+void baton__redis_value_free(void *eng, void *st);
+int baton__redis_value_get(void *eng, void *st, baton_value_data *out);
+int baton__redis_value_set(void *eng, void *st, const void *data, size_t len, uint64_t expect, uint64_t *version);
+int baton__redis_value_del(void *eng, void *st, uint64_t expect);
+int baton__redis_value_watch(void *eng, void *st, uint64_t known, int64_t deadline_ns, baton_waiter *w);
+
+/* coord.c: groups and queues; members and takers are lock states (RK_MEMBER,
+ * RK_TAKER) that table.c hands to the functions below. */
+int baton__redis_member_new(void *eng, const char *name, const char *id, const baton_lock_options *opts, void **st);
+int baton__redis_group_list(void *eng, const char *name, void (*fn)(void *arg, const char *id, const char *value),
+                            void *arg, uint64_t *token);
+int baton__redis_group_watch(void *eng, const char *name, uint64_t token, int64_t deadline_ns, baton_waiter *w);
+int baton__redis_queue_new(void *eng, const char *name, void **st);
+void baton__redis_queue_free(void *eng, void *st);
+int baton__redis_queue_put(void *eng, void *st, const void *data, size_t len);
+int baton__redis_queue_taker(void *eng, void *st, const baton_lock_options *opts, void **tst);
+int baton__redis_queue_item(void *eng, void *tst, const char **data, size_t *len);
+int baton__redis_queue_done(void *eng, void *tst, const baton_owner *owner);
+int baton__redis_queue_size(void *eng, void *st, uint64_t *waiting);
+/* The lock methods of the two kinds. */
+void baton__redis_coord_free(void *eng, void *st);
+int baton__redis_coord_acquire(reng *e, void *st, baton_acquire_req *req);
+int baton__redis_coord_release(reng *e, void *st, const baton_owner *owner);
+int baton__redis_coord_renew(reng *e, void *st, const baton_owner *owner, uint32_t lease_ms, int64_t deadline_ns);
 
 #endif

@@ -11,6 +11,7 @@
  */
 #include "rb.h"
 #include "scripts.h"
+#include "scripts_coord.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -56,6 +57,15 @@ static const char *const script_body[S_COUNT] = {
     [S_LATCH_CTL] = BATON_LUA_LATCH_CTL,
     [S_LIST] = BATON_LUA_LIST,
     [S_BREAK] = BATON_LUA_BREAK,
+    [S_VALUE] = BATON_LUA_VALUE,
+    [S_GROUP_JOIN] = BATON_LUA_GROUP_JOIN,
+    [S_GROUP_LEAVE] = BATON_LUA_GROUP_LEAVE,
+    [S_GROUP_RENEW] = BATON_LUA_GROUP_RENEW,
+    [S_GROUP_LIST] = BATON_LUA_GROUP_LIST,
+    [S_QUEUE_PUT] = BATON_LUA_QUEUE_PUT,
+    [S_QUEUE_TAKE] = BATON_LUA_QUEUE_TAKE,
+    [S_QUEUE_ITEM] = BATON_LUA_QUEUE_ITEM,
+    [S_QUEUE_SIZE] = BATON_LUA_QUEUE_SIZE,
 };
 
 /* Waiting in the simple layout: foreign clients (redis-py, redlock, redsync)
@@ -385,7 +395,7 @@ int baton__redis_wait_loop_msg(reng *e, const char *channel, baton_waiter *w, in
         }
     }
 
-    int backoff = BACKOFF_START_MS, rc;
+    int backoff = BACKOFF_START_MS, rc = 0;
     for (;;) {
         if (baton_waiter_canceled(w)) {
             rc = baton_seterr(BATON_ECANCELED, 0, "redis: %s canceled", what);
@@ -409,6 +419,13 @@ int baton__redis_wait_loop_msg(reng *e, const char *channel, baton_waiter *w, in
             pre = NULL;
             rc = 0;
             hint = pre_hint;
+        } else if (baton_now_ns() >= deadline && baton__redis_io_deadline(e) <= baton_now_ns()) {
+            /* The wait ran out, and with it the call's bound (a wait longer
+             * than the io timeout): an attempt now could not even be sent,
+             * so this is the end of the wait, not a failure of the engine
+             * (unless the last attempt failed: then that stands). */
+            if (!rc) rc = baton_seterr(BATON_ETIMEDOUT, 0, "redis: %s: the wait ran out", what);
+            break;
         } else {
             int64_t ab = baton__redis_attempt_enter(e);
             rc = attempt(ctx, &done, &hint);

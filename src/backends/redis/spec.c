@@ -36,6 +36,16 @@ static const char *const notes[] = {
     "fair: Redisson's RFairLock layout",
     "latch: Redisson's RCountDownLatch layout",
     "election: not yet (issue #25)",
+    "value: the plain string baton_value:{K} (redis-cli GET/SET work on it) + version hash baton_value_ver:{K}; "
+    "get/set/delete = 1 EVALSHA; a foreign write gets a new version at the next script; "
+    "watch: PUBLISH + keyspace events (if the server has them on), re-read at least every 2 s; "
+    "every watcher of a value wakes on each change (1 EVALSHA each)",
+    "group: zset baton_group:{K} (id -> lease deadline, server ms) + hashes; join/leave/renew = 1 EVALSHA; "
+    "a dead member is gone within its lease; watchers wake on join/leave (1 EVALSHA each) "
+    "and re-check at the next member deadline and every 2 s",
+    "queue: list baton_queue:{K} of waiting ids + hash of items + zset of taken ids (lease deadlines); "
+    "put/take/done/return/renew = 1 EVALSHA; a taken item whose lease ran out goes back to the head; "
+    "a returned item goes back to the head; a put wakes every waiting taker (herd: 1 EVALSHA each, one wins)",
     NULL,
 };
 
@@ -45,7 +55,8 @@ const baton_engine_info baton__info_redis = {
     .summary = "Redis, one node (rediss:// over TLS), Redisson's key layout by default",
     .uri = "redis[s]://[user[:password]@]host[:port][/db][?options]",
     .primitives = BATON_PRIM_LOCK | BATON_PRIM_FAIR | BATON_PRIM_RWLOCK | BATON_PRIM_SEM | BATON_PRIM_PERMITS |
-                  BATON_PRIM_LATCH | BATON_PRIM_LIST | BATON_PRIM_BREAK | BATON_PRIM_INFO,
+                  BATON_PRIM_LATCH | BATON_PRIM_LIST | BATON_PRIM_BREAK | BATON_PRIM_INFO | BATON_PRIM_VALUE |
+                  BATON_PRIM_GROUP | BATON_PRIM_QUEUE,
     .features = BATON_FEATURE_LEASE | BATON_FEATURE_NOTIFY | BATON_FEATURE_FAIR,
     .notes = notes,
     .options = options,

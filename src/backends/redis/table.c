@@ -1,7 +1,8 @@
 /*
  * The Redis backend's table: the only module that knows every lock kind and
  * primitive (plain locks in redis.c, fair and read-write in locks.c, the
- * synchronizers in prims.c), so those modules depend on redis.c's engine
+ * synchronizers in prims.c, values in values.c, group members and queue
+ * takers in coord.c), so those modules depend on redis.c's engine
  * layer and never on each other.
  */
 #include "rb.h"
@@ -9,9 +10,11 @@
 static int t_lock_acquire(void *eng, void *st, baton_acquire_req *req) {
     reng *e = eng;
     rlock *l = st;
+    int kind = *(const int *)st; /* every lock state starts with its kind */
     int64_t prev = baton__redis_bound_enter(e, req->deadline_ns);
-    int rc = l->kind == RK_PLAIN  ? baton__redis_plain_acquire(e, l, req)
-           : l->kind == RK_FAIR   ? baton__redis_fair_acquire(e, l, req)
+    int rc = kind == RK_PLAIN  ? baton__redis_plain_acquire(e, l, req)
+           : kind == RK_FAIR   ? baton__redis_fair_acquire(e, l, req)
+           : kind == RK_MEMBER || kind == RK_TAKER ? baton__redis_coord_acquire(e, st, req)
                                   : baton__redis_rw_acquire(e, l, req);
     baton__redis_bound_leave(prev);
     if (!rc) baton__redis_watch(e); /* a holder learns of a restart when its client reconnects */
@@ -21,6 +24,7 @@ static int t_lock_acquire(void *eng, void *st, baton_acquire_req *req) {
 static int t_lock_release(void *eng, void *st, const baton_owner *owner) {
     reng *e = eng;
     rlock *l = st;
+    if (*(const int *)st == RK_MEMBER || *(const int *)st == RK_TAKER) return baton__redis_coord_release(e, st, owner);
     if (l->kind == RK_FAIR) return baton__redis_fair_release(e, l, owner);
     if (l->kind != RK_PLAIN) return baton__redis_rw_release(e, l, owner);
     return baton__redis_plain_release(e, l, owner);
@@ -29,13 +33,21 @@ static int t_lock_release(void *eng, void *st, const baton_owner *owner) {
 static int t_lock_renew(void *eng, void *st, const baton_owner *owner, uint32_t lease_ms, int64_t deadline_ns) {
     reng *e = eng;
     rlock *l = st;
+    if (*(const int *)st == RK_MEMBER || *(const int *)st == RK_TAKER)
+        return baton__redis_coord_renew(e, st, owner, lease_ms, deadline_ns);
     if (l->kind == RK_READ || l->kind == RK_WRITE) return baton__redis_rw_renew(e, l, owner, lease_ms, deadline_ns);
     return baton__redis_plain_renew(e, l, owner, lease_ms, deadline_ns); /* the fair lock renews like a plain one */
 }
 
+/* Every lock state starts with its kind (rb.h). */
+static void t_lock_destroy(void *eng, void *st) {
+    if (st && (*(int *)st == RK_MEMBER || *(int *)st == RK_TAKER)) baton__redis_coord_free(eng, st);
+    else baton__redis_lock_free(eng, st);
+}
+
 static const baton_lock_methods redis_lock_methods = {
     .create = baton__redis_lock_new,
-    .destroy = baton__redis_lock_free,
+    .destroy = t_lock_destroy,
     .acquire = t_lock_acquire,
     .release = t_lock_release,
     .renew = t_lock_renew,
@@ -72,6 +84,31 @@ static const baton_latch_methods redis_latch_methods = {
     .await = baton__redis_latch_await,
 };
 
+static const baton_value_methods redis_value_methods = {
+    .create = baton__redis_value_new,
+    .destroy = baton__redis_value_free,
+    .get = baton__redis_value_get,
+    .set = baton__redis_value_set,
+    .del = baton__redis_value_del,
+    .watch = baton__redis_value_watch,
+};
+
+static const baton_group_methods redis_group_methods = {
+    .create = baton__redis_member_new,
+    .list = baton__redis_group_list,
+    .watch = baton__redis_group_watch,
+};
+
+static const baton_queue_methods redis_queue_methods = {
+    .create = baton__redis_queue_new,
+    .destroy = baton__redis_queue_free,
+    .put = baton__redis_queue_put,
+    .taker = baton__redis_queue_taker,
+    .item = baton__redis_queue_item,
+    .done = baton__redis_queue_done,
+    .size = baton__redis_queue_size,
+};
+
 static const baton_services redis_services_methods = {
     .quorum_scheme = "redlock",
     .attach = baton__redis_attach,
@@ -91,5 +128,8 @@ const baton_backend baton__backend_redis = {
     .sem = &redis_sem_methods,
     .permits = &redis_permits_methods,
     .latch = &redis_latch_methods,
+    .value = &redis_value_methods,
+    .group = &redis_group_methods,
+    .queue = &redis_queue_methods,
     .services = &redis_services_methods,
 };

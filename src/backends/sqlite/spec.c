@@ -28,6 +28,15 @@ static const baton_engine_option options[] = {
 static const char *const notes[] = {
     "one host: waiters on this host are woken by inotify",
     "fair, rwlock, election: not yet (issue #25)",
+    "value: a row per value in <table>_value with a tombstone on delete (versions keep rising); get: 1 read; "
+    "set or delete: 1 BEGIN IMMEDIATE transaction (read, compare, write); watch: woken by the sidecar after every "
+    "commit of any value, group or queue on the host (a herd: each watcher re-reads once), and at least every "
+    "recheck_ms",
+    "group: a lease row per member in <table>_member (renewed by the client; a killed member is gone when its "
+    "lease ends); list: 1 read; watchers re-list on every wake-up and when a listed lease ends",
+    "queue: a row per item in <table>_queue (taken_by + lease_until; a killed taker's item comes back when its "
+    "lease ends, at the head); take: 1 transaction (oldest free row, fence from <table>_qfence); done, give "
+    "back, renew: 1 statement each",
     NULL,
 };
 
@@ -37,7 +46,7 @@ const baton_engine_info baton__info_sqlite = {
     .summary = "SQLite: lease rows in a database file, one host",
     .uri = "sqlite:///abs/path.db[?options]",
     .primitives = BATON_PRIM_LOCK | BATON_PRIM_SEM | BATON_PRIM_PERMITS | BATON_PRIM_LATCH | BATON_PRIM_LIST |
-                  BATON_PRIM_BREAK | BATON_PRIM_INFO,
+                  BATON_PRIM_BREAK | BATON_PRIM_INFO | BATON_PRIM_VALUE | BATON_PRIM_GROUP | BATON_PRIM_QUEUE,
     .features = BATON_FEATURE_LEASE | BATON_FEATURE_NOTIFY,
     .notes = notes,
     .options = options,

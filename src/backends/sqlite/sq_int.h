@@ -6,6 +6,7 @@
  *   lease.c   the lease: claim, renew and release, each one short write
  *             transaction; the waiting loop
  *   permits.c semaphores (permit-expirable and plain) and count-down latches
+ *   coord.c   values, group membership and work queues
  *   wake.c    the same-host wake-up: a sidecar file written after every
  *             release, watched with inotify by waiters of other processes
  *
@@ -53,6 +54,7 @@ typedef struct sqeng {
     int nidle;
     int permits_ok;          /* the _sem and _permit tables exist (permits.c) */
     int latch_ok;            /* the _latch table exists */
+    int coord_ok;            /* the _value, _member, _queue and _qfence tables exist (coord.c) */
     sqwait *waits;
     /* the watcher (wake.c) */
     int ino_fd;              /* -1 until started; also -1 when inotify is unavailable */
@@ -64,10 +66,18 @@ typedef struct sqeng {
     int thr_started;
 } sqeng;
 
-/* One lock state. */
+enum { SQ_LOCK, SQ_MEMBER, SQ_TAKER };
+
+/* One lock state: a lock, a group member (coord.c: name = the group) or a
+ * queue taker (name = the queue). */
 typedef struct sqlock {
     char *name;
     uint64_t fence;          /* of the current grant, 0 when none */
+    int kind;                /* SQ_* */
+    char *id;                /* a member's id */
+    int64_t seq;             /* a taker's item, 0 when none */
+    char *data;              /* ... and its bytes */
+    size_t len;
 } sqlock;
 
 /* ---- sqlite.c ------------------------------------------------------------ */
@@ -135,6 +145,18 @@ int sq_latch_ctl(void *eng, void *st, int op, int64_t arg, int64_t *out);
 int sq_latch_await(void *eng, void *st, int64_t deadline_ns, baton_waiter *w);
 /* Available permits of NAME for lock_info; BATON_PERMITS_UNKNOWN when none. */
 int sq_permits_info(sqeng *e, sqconn *c, const char *name, int64_t *out);
+
+/* ---- coord.c: values, groups, queues --------------------------------------- */
+
+extern const baton_value_methods sq__value_methods;
+extern const baton_group_methods sq__group_methods;
+extern const baton_queue_methods sq__queue_methods;
+int sq_member_join(sqeng *e, sqlock *l, baton_acquire_req *req);
+int sq_member_leave(sqeng *e, sqlock *l, const baton_owner *owner);
+int sq_member_renew(sqeng *e, sqlock *l, const baton_owner *owner, uint32_t lease_ms, int64_t deadline_ns);
+int sq_taker_take(sqeng *e, sqlock *l, baton_acquire_req *req);
+int sq_taker_release(sqeng *e, sqlock *l, const baton_owner *owner);
+int sq_taker_renew(sqeng *e, sqlock *l, const baton_owner *owner, uint32_t lease_ms, int64_t deadline_ns);
 
 /* ---- wake.c -------------------------------------------------------------- */
 

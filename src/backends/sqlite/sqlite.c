@@ -148,10 +148,23 @@ int64_t sq_busy_deadline(sqeng *e, int64_t deadline)
 }
 
 /* "@T" the lock table, "@S" the semaphores' counts (<table>_sem), "@P" the
- * permits (<table>_permit), "@L" the latches (<table>_latch). */
+ * permits (<table>_permit), "@L" the latches (<table>_latch), "@V" the
+ * values, "@G" the members, "@Q" the queues' items, "@F" their fences and
+ * "@I" the items' index (coord.c). At most 7 bytes each (sq_sql). */
 static const char *sql_suffix(char c)
 {
-    return c == 'T' ? "" : c == 'S' ? "_sem" : c == 'P' ? "_permit" : c == 'L' ? "_latch" : NULL;
+    switch (c) {
+    case 'T': return "";
+    case 'S': return "_sem";
+    case 'P': return "_permit";
+    case 'L': return "_latch";
+    case 'V': return "_value";
+    case 'G': return "_member";
+    case 'Q': return "_queue";
+    case 'F': return "_qfence";
+    case 'I': return "_qseq";
+    default: return NULL;
+    }
 }
 
 char *sq_sql(sqeng *e, const char *tmpl)
@@ -541,21 +554,33 @@ static void sq_lock_free(void *eng, void *st)
     sqlock *l = st;
     (void)eng;
     free(l->name);
+    free(l->id);
+    free(l->data);
     free(l);
 }
 
+/* Locks, group members and queue takers (coord.c) are all lock states. */
 static int sq_lock_acquire(void *eng, void *st, baton_acquire_req *req)
 {
+    sqlock *l = st;
+    if (l->kind == SQ_MEMBER) return sq_member_join(eng, l, req);
+    if (l->kind == SQ_TAKER) return sq_taker_take(eng, l, req);
     return sq_lease_acquire(eng, st, req);
 }
 
 static int sq_lock_release(void *eng, void *st, const baton_owner *owner)
 {
+    sqlock *l = st;
+    if (l->kind == SQ_MEMBER) return sq_member_leave(eng, l, owner);
+    if (l->kind == SQ_TAKER) return sq_taker_release(eng, l, owner);
     return sq_lease_release(eng, st, owner);
 }
 
 static int sq_lock_renew(void *eng, void *st, const baton_owner *owner, uint32_t lease_ms, int64_t deadline_ns)
 {
+    sqlock *l = st;
+    if (l->kind == SQ_MEMBER) return sq_member_renew(eng, l, owner, lease_ms, deadline_ns);
+    if (l->kind == SQ_TAKER) return sq_taker_renew(eng, l, owner, lease_ms, deadline_ns);
     return sq_lease_renew(eng, st, owner, lease_ms, deadline_ns);
 }
 
@@ -685,5 +710,8 @@ const baton_backend baton__backend_sqlite = {
     .sem = &sq_sem_methods,
     .permits = &sq_permits_methods,
     .latch = &sq_latch_methods,
+    .value = &sq__value_methods,
+    .group = &sq__group_methods,
+    .queue = &sq__queue_methods,
     .services = &sq_services_methods,
 };

@@ -166,6 +166,15 @@ static void on_strings(int rc, const struct String_vector *sv, const void *data)
     finish(c, rc);
 }
 
+static void on_strings_stat(int rc, const struct String_vector *sv, const struct Stat *st, const void *data)
+{
+    zcall *c = (zcall *)data;
+    pthread_mutex_lock(&c->mu);
+    if (rc == ZOK && st) c->st = *st;
+    pthread_mutex_unlock(&c->mu);
+    on_strings(rc, sv, data);
+}
+
 static void on_data(int rc, const char *value, int len, const struct Stat *st, const void *data)
 {
     zcall *c = (zcall *)data;
@@ -225,6 +234,13 @@ zcall *zk_start_children(zsess *s, const char *path, watcher_fn w, void *ctx, in
 {
     START(s, C_STRINGS, out);
     zrc_ = zoo_awget_children(s->zh, path, w, ctx, on_strings, c);
+    return sent(c, zrc_, out);
+}
+
+zcall *zk_start_children2(zsess *s, const char *path, watcher_fn w, void *ctx, int *out)
+{
+    START(s, C_STRINGS, out);
+    zrc_ = zoo_awget_children2(s->zh, path, w, ctx, on_strings_stat, c);
     return sent(c, zrc_, out);
 }
 
@@ -302,6 +318,17 @@ void zk_call_data(zcall *c, char *buf, int *len)
     int n = c->len < *len ? c->len : *len;
     if (n > 0) memcpy(buf, c->data, (size_t)n);
     *len = n;
+}
+
+int zk_call_data_take(zcall *c, char **data, int *len)
+{
+    char *d = malloc((size_t)c->len + 1);
+    if (!d) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+    if (c->len) memcpy(d, c->data, (size_t)c->len);
+    d[c->len] = 0;
+    *data = d;
+    *len = c->len;
+    return 0;
 }
 
 /* ---- the synchronous calls, with a deadline ------------------------------- */

@@ -168,6 +168,8 @@ void zk_lock_free(void *eng, void *st)
         if (!l->lost) zk_orphan_add(e, l->node, l->gen);
         free(l->node);
     }
+    free(l->id);
+    free(l->item);
     free(l->dir);
     free(l);
 }
@@ -175,7 +177,7 @@ void zk_lock_free(void *eng, void *st)
 /* ---- the node ----------------------------------------------------------- */
 
 /* Forgets our node (e->mu not held); returns it for the caller to delete or free. */
-static char *take_node(zeng *e, zlock *l, uint64_t *gen, int *lost)
+char *zk_take_node(zeng *e, zlock *l, uint64_t *gen, int *lost)
 {
     char *node;
     pthread_mutex_lock(&e->mu);
@@ -195,7 +197,7 @@ static void drop_node(zeng *e, zsess *s, zlock *l, int64_t deadline)
 {
     uint64_t gen;
     int lost, zrc;
-    char *node = take_node(e, l, &gen, &lost);
+    char *node = zk_take_node(e, l, &gen, &lost);
     if (!node) return;
     if (!lost && gen == s->gen) {
         zrc = zk_delete(s, node, -1, deadline);
@@ -406,6 +408,16 @@ static void arm_held(zeng *e, zhandle_t *zh, uint64_t slot, const char *node)
     if (zoo_awexists(zh, node, held_watcher, ZK_SLOT_CTX(slot), held_armed, h) != ZOK) free(h);
 }
 
+void zk_arm_held(zeng *e, zsess *s, zlock *l)
+{
+    char *node = NULL;
+    pthread_mutex_lock(&e->mu);
+    if (l->node) node = strdup(l->node);
+    pthread_mutex_unlock(&e->mu);
+    if (node) arm_held(e, s->zh, l->slot, node);
+    free(node);
+}
+
 static void held_watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx)
 {
     zsess *s = (zsess *)zoo_get_context(zh);
@@ -604,10 +616,12 @@ int zk_lock_acquire(void *eng, void *st, baton_acquire_req *req)
     int lost, rc;
 
     /* a node left from a grant lost with its session */
-    if ((stale = take_node(e, l, &gen, &lost))) {
+    if ((stale = zk_take_node(e, l, &gen, &lost))) {
         if (!lost && gen == zk_live_gen(e)) zk_orphan_add(e, stale, gen);
         free(stale);
     }
+    if (l->kind == ZK_MEMBER) return zk_member_acquire(e, l, req);
+    if (l->kind == ZK_TAKER) return zk_taker_acquire(e, l, req);
     for (;;) {
         zsess *s;
         int64_t cd = zk_deadline_ms(e->connect_timeout_ms), dd = zk_call_deadline(e, req->deadline_ns);
@@ -621,7 +635,7 @@ int zk_lock_acquire(void *eng, void *st, baton_acquire_req *req)
         if (rc != ZK_AGAIN) return rc;
         /* The session died while we waited; our place in line went with it.
          * Queue again on a new session while time is left. */
-        free(take_node(e, l, NULL, NULL));
+        free(zk_take_node(e, l, NULL, NULL));
         if (req->waiter && baton_waiter_canceled(req->waiter))
             return baton_seterr(BATON_ECANCELED, 0, "zk: acquire of %s canceled", l->dir);
         if (req->deadline_ns != INT64_MAX && baton_now_ns() >= req->deadline_ns)
@@ -662,6 +676,8 @@ int zk_lock_release(void *eng, void *st, const baton_owner *owner)
     int64_t end = zk_deadline_ms(e->io_timeout_ms); /* the whole release's */
     (void)owner; /* our node carries the owner's uuid: it is ours by construction */
 
+    if (l->kind == ZK_MEMBER || l->kind == ZK_TAKER) return zk_owned_release(e, l);
+
     pthread_mutex_lock(&e->mu);
     fence = l->fence;
     if (e->cur && !e->cur->dead && e->cur->gen == l->gen && l->node && !l->lost) {
@@ -669,7 +685,7 @@ int zk_lock_release(void *eng, void *st, const baton_owner *owner)
         s->refs++;
     }
     pthread_mutex_unlock(&e->mu);
-    node = take_node(e, l, &gen, &lost);
+    node = zk_take_node(e, l, &gen, &lost);
     if (!node) return baton_seterr(BATON_ELOST, 0, "zk: %s: no contender node to release", l->dir);
     if (lost || !s) {
         /* the session that held it is gone; never touch the new session's nodes */

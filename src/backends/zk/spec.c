@@ -24,12 +24,25 @@ static const baton_engine_option options[] = {
     BATON__MS("lost_after_ms", NULL, 1, 86400000, "report the session's locks lost once the connection has been "
               "down this long (default: a third of the negotiated session timeout)"),
     BATON__STR("root", "/baton", "the node under which lock names live (below the URI's chroot)"),
+    BATON__STR("value_root", "/baton-values", "the node under which value (and counter) names live (below the "
+               "chroot): value NAME is the node <value_root>/NAME"),
+    BATON__STR("group_root", "/baton-groups", "the node under which group names live (below the chroot)"),
+    BATON__STR("queue_root", "/baton-queues", "the node under which queue names live (below the chroot)"),
     BATON__OPT_END,
 };
 static const char *const notes[] = {
     "lock: Curator's InterProcessMutex layout; a session instead of a lease (fixed_lease: ENOTSUP)",
     "permits: a node per permit, freed when its holder's session ends; the lease is ignored",
-    "semaphore, latch: not yet (issue #25)",
+    "semaphore: not yet (issue #25); latch: built by the core on a value",
+    "value: the data of the persistent node <value_root>/NAME, version = its mzxid (kazoo Counter's layout for "
+    "counters); get 1 request, create 1, unconditional set 1 (2 when absent), compare-and-set 2 (a stat, then a "
+    "versioned write), delete 2; watch: one exists watch per watcher, every watcher of NAME woken by each change",
+    "group: members are ephemeral nodes <group_root>/NAME/<id>__party__ holding the value (kazoo Party's nodes): "
+    "join 1 request, leave 2, list 1 + 1 per member (2 round trips); watchers watch the children, all woken by "
+    "each join or leave; a dead member goes when the server expires its session",
+    "queue: kazoo LockingQueue's layout (<queue_root>/NAME/entries/entry-100-<seq>, taken/<entry> ephemeral): put 1 "
+    "request, take 4 (3 round trips), done 3 (2), give back 2; waiting takers watch entries/ and taken/ and all "
+    "wake on each change (a herd, as kazoo's); fence = the taken node's czxid",
     NULL,
 };
 
@@ -39,7 +52,7 @@ const baton_engine_info baton__info_zk = {
     .summary = "ZooKeeper: sequential ephemeral nodes (Curator's layout), sessions",
     .uri = "zk://[user:password@]h1[:2181][,h2[:2181]...][/chroot][?options]",
     .primitives = BATON_PRIM_LOCK | BATON_PRIM_FAIR | BATON_PRIM_RWLOCK | BATON_PRIM_PERMITS | BATON_PRIM_ELECTION |
-                  BATON_PRIM_LIST | BATON_PRIM_BREAK | BATON_PRIM_INFO,
+                  BATON_PRIM_VALUE | BATON_PRIM_GROUP | BATON_PRIM_QUEUE | BATON_PRIM_LATCH | BATON_PRIM_LIST | BATON_PRIM_BREAK | BATON_PRIM_INFO,
     .features = BATON_FEATURE_FAIR | BATON_FEATURE_NOTIFY | BATON_FEATURE_SESSION,
     .notes = notes,
     .options = options,

@@ -196,6 +196,35 @@ void zk_orphan_add(zeng *e, const char *path, uint64_t gen)
     pthread_mutex_unlock(&e->mu);
 }
 
+static void timedwait(zeng *e, int64_t deadline);
+
+int zk_orphan_claim(zeng *e, const char *path)
+{
+    int found = 0;
+    int64_t until = zk_deadline_ms(e->io_timeout_ms);
+    pthread_mutex_lock(&e->mu);
+    /* a delete of PATH in flight ends before we make PATH again */
+    for (int busy = 1; busy && baton_now_ns() < until;) {
+        busy = 0;
+        for (zorphan *o = e->cur ? e->cur->deleting : NULL; o; o = o->next)
+            if (!strcmp(o->path, path)) busy = 1;
+        if (busy) timedwait(e, until);
+    }
+    for (zorphan **p = &e->orphans; *p;) {
+        zorphan *o = *p;
+        if (!strcmp(o->path, path)) {
+            *p = o->next;
+            free(o->path);
+            free(o);
+            found = 1;
+        } else {
+            p = &o->next;
+        }
+    }
+    pthread_mutex_unlock(&e->mu);
+    return found;
+}
+
 /* ---- sessions ----------------------------------------------------------- */
 
 static void session_watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx)
@@ -600,7 +629,8 @@ static void *check_main(void *arg)
         zsess *s = e->cur, *old = NULL, *live = NULL;
         lost_rec *recs = NULL;
         size_t nrec = 0, cap = 0;
-        zorphan *todo = NULL;
+        zorphan **todo = NULL;
+        size_t ntodo = 0;
         zsess *probe = NULL;
 
         /* A gap in our own ticks: this process (or the machine) was stopped. */
@@ -650,19 +680,28 @@ static void *check_main(void *arg)
             recs[nrec++].fence = l->fence;
         }
         /* Orphans on the live session get deleted; the others died with
-         * their session. */
+         * their session. They are listed in flight (live->deleting) here,
+         * under the same lock that takes them off the list, so that
+         * zk_orphan_claim always finds a name it must wait for. */
         if (e->orphans && e->cur && !e->cur->dead && e->cur->state == ZOO_CONNECTED_STATE) {
-            live = e->cur;
-            live->refs++;
-            for (zorphan **p = &e->orphans; *p;) {
-                zorphan *o = *p;
-                *p = o->next;
-                if (o->gen == live->gen) {
-                    o->next = todo;
-                    todo = o;
-                } else {
-                    free(o->path);
-                    free(o);
+            size_t n = 0;
+            for (zorphan *o = e->orphans; o; o = o->next) n++;
+            if ((todo = malloc(n * sizeof *todo))) {
+                live = e->cur;
+                live->refs++;
+                while (e->orphans) {
+                    zorphan *o = e->orphans;
+                    e->orphans = o->next;
+                    if (o->gen == live->gen) {
+                        o->e = e;
+                        o->s = live;
+                        o->next = live->deleting;
+                        live->deleting = o;
+                        todo[ntodo++] = o;
+                    } else {
+                        free(o->path);
+                        free(o);
+                    }
                 }
             }
         }
@@ -680,19 +719,13 @@ static void *check_main(void *arg)
         for (size_t i = 0; i < nrec; i++) baton_host_lost(e->host, recs[i].st, recs[i].fence);
         free(recs);
         if (old) zk_sess_put(e, old);
-        while (todo) {
+        for (size_t i = 0; i < ntodo; i++) {
             /* sent, not waited for: this thread decides losses on time and
              * must never sit in a request to a silent server */
-            zorphan *o = todo;
-            todo = o->next;
-            o->e = e;
-            o->s = live;
-            pthread_mutex_lock(&e->mu);
-            o->next = live->deleting;
-            live->deleting = o;
-            pthread_mutex_unlock(&e->mu);
+            zorphan *o = todo[i];
             if (zoo_adelete(live->zh, o->path, -1, orphan_deleted, o) != ZOK) orphan_deleted(ZCONNECTIONLOSS, o);
         }
+        free(todo);
         if (live) zk_sess_put(e, live);
 
         pthread_mutex_lock(&e->mu);
@@ -733,7 +766,7 @@ static int rel_path_ok(const char *p)
     return 1;
 }
 
-int zk_path(zeng *e, const char *name, const char *suffix, char **out)
+int zk_path_in(zeng *e, const char *base, const char *name, const char *suffix, char **out)
 {
     size_t n;
     char *p;
@@ -741,13 +774,19 @@ int zk_path(zeng *e, const char *name, const char *suffix, char **out)
     if (!name || !*name || !rel_path_ok(name))
         return baton_seterr(BATON_EINVAL, 0, "zk: name '%s' cannot be a ZooKeeper path (names are '/'-separated "
                             "components, none empty, '.' or '..', without control characters)", name ? name : "");
-    if (!*e->base && (!strcmp(name, "zookeeper") || !strncmp(name, "zookeeper/", 10)))
+    if (!*base && (!strcmp(name, "zookeeper") || !strncmp(name, "zookeeper/", 10)))
         return baton_seterr(BATON_EINVAL, 0, "zk: name '%s' is in ZooKeeper's reserved /zookeeper tree", name);
-    n = strlen(e->base) + strlen(name) + (suffix ? strlen(suffix) + 1 : 0) + 2;
+    (void)e;
+    n = strlen(base) + strlen(name) + (suffix ? strlen(suffix) + 1 : 0) + 2;
     if (!(p = malloc(n))) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
-    snprintf(p, n, "%s/%s%s%s", e->base, name, suffix ? "/" : "", suffix ? suffix : "");
+    snprintf(p, n, "%s/%s%s%s", base, name, suffix ? "/" : "", suffix ? suffix : "");
     *out = p;
     return 0;
+}
+
+int zk_path(zeng *e, const char *name, const char *suffix, char **out)
+{
+    return zk_path_in(e, e->base, name, suffix, out);
 }
 
 const struct ACL_vector *zk_acl(zeng *e) { return e->auth ? &ZOO_CREATOR_ALL_ACL : &ZOO_OPEN_ACL_UNSAFE; }
@@ -785,6 +824,23 @@ int zk_mkdirs(zeng *e, zsess *s, const char *path, int64_t deadline)
     zrc = mkdirs_at(e, s, p, strlen(p), 0, deadline ? deadline : zk_deadline_ms(e->io_timeout_ms));
     free(p);
     return zrc == ZOK ? 0 : zk_err(zrc, "create", path);
+}
+
+int zk_mkpath(zeng *e, zsess *s, const char *path, int mode, int64_t deadline)
+{
+    int zrc = zk_create(s, path, NULL, -1, zk_acl(e), mode, NULL, 0, NULL, deadline);
+    if (zrc == ZNONODE) {
+        /* the parents first (containers), then PATH again */
+        char *p = strdup(path), *sl;
+        if (!p) return ZSYSTEMERROR;
+        sl = strrchr(p, '/');
+        if (sl && sl != p) {
+            zrc = mkdirs_at(e, s, p, (size_t)(sl - p), 0, deadline);
+            if (zrc == ZOK) zrc = zk_create(s, path, NULL, -1, zk_acl(e), mode, NULL, 0, NULL, deadline);
+        }
+        free(p);
+    }
+    return zrc == ZNODEEXISTS ? ZOK : zrc;
 }
 
 /* ---- open / close ------------------------------------------------------- */
@@ -865,6 +921,9 @@ static void eng_free(zeng *e)
 {
     free(e->hosts);
     free(e->base);
+    free(e->vbase);
+    free(e->gbase);
+    free(e->qbase);
     free(e->ident);
     if (e->auth) {
         memset(e->auth, 0, strlen(e->auth));
@@ -875,10 +934,28 @@ static void eng_free(zeng *e)
     free(e);
 }
 
+/* *OUT = CHROOT + the normalised ROOT (option WHAT), outside /zookeeper. */
+static int base_of(zeng *e, const char *chroot, const char *what, const char *root, char **out)
+{
+    char *rootn = NULL;
+    int rc;
+    (void)e;
+    if ((rc = norm_abs(what, root ? root : "", &rootn))) return rc;
+    if (!(*out = malloc(strlen(chroot) + strlen(rootn) + 1))) {
+        free(rootn);
+        return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+    }
+    sprintf(*out, "%s%s", chroot, rootn);
+    free(rootn);
+    if (!strcmp(*out, "/zookeeper") || !strncmp(*out, "/zookeeper/", 11))
+        return baton_seterr(BATON_EINVAL, 0, "zk: %s is ZooKeeper's reserved tree", *out);
+    return 0;
+}
+
 static int configure(zeng *e, const baton_uri *u, const baton_opts *uo, const baton_client_options *opts)
 {
     const char *root, *env;
-    char *chroot = NULL, *rootn = NULL;
+    char *chroot = NULL;
     size_t hl = 1;
     int rc;
 
@@ -906,23 +983,25 @@ static int configure(zeng *e, const baton_uri *u, const baton_opts *uo, const ba
         strcat(e->hosts, one);
     }
 
-    /* base = /<chroot><root> */
+    /* base = /<chroot><root>, and the roots of values, groups and queues */
     if ((rc = norm_abs("chroot", u->path ? u->path : "", &chroot))) return rc;
-    if ((rc = norm_abs("root", root, &rootn))) {
-        free(chroot);
-        return rc;
-    }
     e->chroot_len = strlen(chroot);
-    if (!(e->base = malloc(strlen(chroot) + strlen(rootn) + 1))) {
-        free(chroot);
-        free(rootn);
-        return baton_seterr(BATON_ENOMEM, 0, "out of memory");
-    }
-    sprintf(e->base, "%s%s", chroot, rootn);
+    rc = base_of(e, chroot, "root", root, &e->base);
+    if (!rc) rc = base_of(e, chroot, "value_root", baton_opts_str(uo, "value_root"), &e->vbase);
+    if (!rc) rc = base_of(e, chroot, "group_root", baton_opts_str(uo, "group_root"), &e->gbase);
+    if (!rc) rc = base_of(e, chroot, "queue_root", baton_opts_str(uo, "queue_root"), &e->qbase);
     free(chroot);
-    free(rootn);
-    if (!strcmp(e->base, "/zookeeper") || !strncmp(e->base, "/zookeeper/", 11))
-        return baton_seterr(BATON_EINVAL, 0, "zk: %s is ZooKeeper's reserved tree", e->base);
+    if (rc) return rc;
+    {
+        /* one NAME of two kinds must never be one node */
+        const char *b[4] = { e->base, e->vbase, e->gbase, e->qbase };
+        static const char *const opt[4] = { "root", "value_root", "group_root", "queue_root" };
+        for (int i = 0; i < 4; i++)
+            for (int j = i + 1; j < 4; j++)
+                if (!strcmp(b[i], b[j]))
+                    return baton_seterr(BATON_EINVAL, 0, "zk: %s and %s are both %s: locks, values, groups and "
+                                        "queues need roots of their own", opt[i], opt[j], *b[i] ? b[i] : "/");
+    }
 
     /* digest credentials: the client option's password with the URI's user,
      * else the URI's user:password, else $BATON_ZK_AUTH */
@@ -1215,6 +1294,31 @@ static const baton_election_methods zk_election_methods = {
     .proclaim = zk_election_proclaim,
 };
 
+static const baton_value_methods zk_value_methods = {
+    .create = zk_value_new,
+    .destroy = zk_value_free,
+    .get = zk_value_get,
+    .set = zk_value_set,
+    .del = zk_value_del,
+    .watch = zk_value_watch,
+};
+
+static const baton_group_methods zk_group_methods = {
+    .create = zk_member_new,
+    .list = zk_group_list,
+    .watch = zk_group_watch,
+};
+
+static const baton_queue_methods zk_queue_methods = {
+    .create = zk_queue_new,
+    .destroy = zk_queue_free,
+    .put = zk_queue_put,
+    .taker = zk_queue_taker,
+    .item = zk_queue_item,
+    .done = zk_queue_done,
+    .size = zk_queue_size,
+};
+
 static const baton_services zk_services_methods = {
     .attach = zk_attach,
     .identity = zk_identity,
@@ -1235,5 +1339,8 @@ const baton_backend baton__backend_zk = {
     .rw = &zk_rw_methods,
     .permits = &zk_permits_methods,
     .election = &zk_election_methods,
+    .value = &zk_value_methods,
+    .group = &zk_group_methods,
+    .queue = &zk_queue_methods,
     .services = &zk_services_methods,
 };

@@ -5,6 +5,9 @@
  *           identity, engine_ops and the backend table
  *   lock.c  contender nodes: the FIFO lock, the read-write lock, election
  *   sem.c   permits (Curator's InterProcessSemaphoreV2 layout)
+ *   value.c values (node data, kazoo Counter's layout)
+ *   group.c group members (kazoo Party's nodes) and queue takers (kazoo
+ *           LockingQueue's layout): lock states of their own kinds
  *
  * Layout and rules: docs/zk-engine.md.
  */
@@ -64,7 +67,7 @@ typedef struct zorphan {
     struct zorphan *next;
 } zorphan;
 
-enum { ZK_LOCK, ZK_READ, ZK_WRITE, ZK_LATCH };
+enum { ZK_LOCK, ZK_READ, ZK_WRITE, ZK_LATCH, ZK_MEMBER, ZK_TAKER };
 
 /* One lock state (lock, read side, write side, election candidate). */
 typedef struct zlock {
@@ -78,6 +81,11 @@ typedef struct zlock {
     uint64_t fence;          /* its czxid */
     int lost;                /* that session died while the node existed */
     int64_t report_until;    /* re-report the loss until then (see zk.c) */
+    /* ZK_MEMBER: the member's node name ("<id>__party__"); ZK_TAKER: the
+     * queue (dir) and the item this taker holds (its entry's name, bytes) */
+    char *id;
+    char *item;
+    int item_len;
     struct zlock *next, *prev;
 } zlock;
 
@@ -85,7 +93,8 @@ typedef struct zeng {
     pthread_mutex_t mu;
     pthread_cond_t cv;       /* session state changed (CLOCK_MONOTONIC) */
     char *hosts;             /* "h1:p1,h2:p2" as zookeeper_init wants it */
-    char *base;              /* "/<chroot><root>": every node lives below it ("" = "/") */
+    char *base;              /* "/<chroot><root>": every lock lives below it ("" = "/") */
+    char *vbase, *gbase, *qbase; /* the same for values, groups, queues */
     size_t chroot_len;       /* the "/<chroot>" part of base */
     char *ident;             /* identity(): resolved hosts + base */
     char *auth;              /* "user:password" for digest auth, or NULL */
@@ -140,6 +149,12 @@ void zk_lock_link(zeng *e, zlock *l);
 void zk_lock_unlink(zeng *e, zlock *l);
 /* Queues PATH (on session GEN) for deletion by the check thread. */
 void zk_orphan_add(zeng *e, const char *path, uint64_t gen);
+/* Takes PATH back from the orphans not sent yet: 1 when it was there (the
+ * caller deletes it itself, before making a node of that name again, so
+ * that a late delete never removes the new one). */
+int zk_orphan_claim(zeng *e, const char *path);
+/* Forgets L's node (the caller deletes or frees the path it returns). */
+char *zk_take_node(zeng *e, zlock *l, uint64_t *gen, int *lost);
 
 /* A ZooKeeper return code as a baton error (sets the thread's error). */
 int zk_err(int zrc, const char *what, const char *path);
@@ -148,6 +163,12 @@ int zk_retryable(int zrc);
 /* NAME → "<base>/<name>" (malloc'd), or BATON_EINVAL for names ZooKeeper
  * cannot hold. SUFFIX (may be NULL) is appended as "/<suffix>". */
 int zk_path(zeng *e, const char *name, const char *suffix, char **out);
+/* The same below BASE (e->vbase, e->gbase, e->qbase). */
+int zk_path_in(zeng *e, const char *base, const char *name, const char *suffix, char **out);
+/* Creates PATH's missing ancestors as containers (below the chroot) and
+ * PATH itself with MODE (ZOO_PERSISTENT where a foreign client caches that
+ * it made the node); 0 or a ZooKeeper code (ZNODEEXISTS is 0). */
+int zk_mkpath(zeng *e, zsess *s, const char *path, int mode, int64_t deadline);
 /* Creates PATH's missing ancestors (containers below the base) and PATH,
  * by DEADLINE (0 = the io timeout). */
 int zk_mkdirs(zeng *e, zsess *s, const char *path, int64_t deadline);
@@ -184,6 +205,8 @@ int zk_create(zsess *s, const char *path, const char *data, int len, const struc
  * call, zk_call_put lets it go (also unanswered). */
 typedef struct zcall zcall;
 zcall *zk_start_children(zsess *s, const char *path, watcher_fn w, void *ctx, int *zrc);
+/* The listing with the parent's stat (zk_call_stat). */
+zcall *zk_start_children2(zsess *s, const char *path, watcher_fn w, void *ctx, int *zrc);
 zcall *zk_start_exists(zsess *s, const char *path, watcher_fn w, void *ctx, int *zrc);
 zcall *zk_start_get(zsess *s, const char *path, watcher_fn w, void *ctx, int *zrc);
 zcall *zk_start_set(zsess *s, const char *path, const char *buf, int len, int version, int *zrc);
@@ -197,6 +220,8 @@ void zk_call_strings(zcall *c, struct String_vector *out); /* moves the listing 
 const struct Stat *zk_call_stat(zcall *c);
 const char *zk_call_value(zcall *c);                      /* the path a create made */
 void zk_call_data(zcall *c, char *buf, int *len);
+/* A copy of the node's data (malloc'd, NUL-terminated; *len bytes). */
+int zk_call_data_take(zcall *c, char **data, int *len);
 void zk_call_put(zcall *c);
 
 /* ---- lock.c -------------------------------------------------------------- */
@@ -258,5 +283,84 @@ int zk_permits_acquire(void *eng, void *st, uint32_t lease_ms, int64_t deadline_
 int zk_permits_release(void *eng, void *st, const char *id);
 int zk_permits_renew(void *eng, void *st, const char *id, uint32_t lease_ms);
 int zk_permits_ctl(void *eng, void *st, int op, int64_t arg, int64_t *out);
+
+/* ---- value.c ------------------------------------------------------------- */
+
+int zk_value_new(void *eng, const char *name, void **st);
+void zk_value_free(void *eng, void *st);
+int zk_value_get(void *eng, void *st, baton_value_data *out);
+int zk_value_set(void *eng, void *st, const void *data, size_t len, uint64_t expect, uint64_t *version);
+int zk_value_del(void *eng, void *st, uint64_t expect);
+int zk_value_watch(void *eng, void *st, uint64_t known, int64_t deadline_ns, baton_waiter *w);
+/* A stat's owner says the node is ephemeral (a session's); persistent
+ * nodes and containers show 0 there. */
+#define ZK_IS_EPHEMERAL(st) ((st)->ephemeralOwner != 0)
+/* Parks on W (armed on SLOT) until woken, DEADLINE or at most RECHECK_MS:
+ * BATON_ETIMEDOUT past the deadline, BATON_ECANCELED, else 0. */
+int zk_park(zeng *e, baton_waiter *w, unsigned gen, int64_t deadline, const char *what);
+/* A new session for a watcher whose session died: tries until DEADLINE
+ * (0 = once) or a cancel of W. */
+int zk_resession(zeng *e, zsess **s, int64_t deadline, baton_waiter *w, const char *what);
+
+/* ---- group.c ------------------------------------------------------------- */
+
+int zk_member_new(void *eng, const char *name, const char *id, const baton_lock_options *opts, void **st);
+int zk_group_list(void *eng, const char *name, void (*fn)(void *arg, const char *id, const char *value), void *arg,
+                  uint64_t *token);
+int zk_group_watch(void *eng, const char *name, uint64_t token, int64_t deadline_ns, baton_waiter *w);
+int zk_member_acquire(zeng *e, zlock *l, baton_acquire_req *req);
+/* Release of a member or a taker: deletes its node if it is still ours. */
+int zk_owned_release(zeng *e, zlock *l);
+/* lock.c: arms the watch that reports our held node deleted by another. */
+void zk_arm_held(zeng *e, zsess *s, zlock *l);
+
+int zk_queue_new(void *eng, const char *name, void **st);
+void zk_queue_free(void *eng, void *st);
+int zk_queue_put(void *eng, void *st, const void *data, size_t len);
+int zk_queue_taker(void *eng, void *st, const baton_lock_options *opts, void **tst);
+int zk_queue_item(void *eng, void *tst, const char **data, size_t *len);
+int zk_queue_done(void *eng, void *tst, const baton_owner *owner);
+int zk_queue_size(void *eng, void *st, uint64_t *waiting);
+int zk_taker_acquire(zeng *e, zlock *l, baton_acquire_req *req);
+
+/* ---- value.c ------------------------------------------------------------- */
+
+int zk_value_new(void *eng, const char *name, void **st);
+void zk_value_free(void *eng, void *st);
+int zk_value_get(void *eng, void *st, baton_value_data *out);
+int zk_value_set(void *eng, void *st, const void *data, size_t len, uint64_t expect, uint64_t *version);
+int zk_value_del(void *eng, void *st, uint64_t expect);
+int zk_value_watch(void *eng, void *st, uint64_t known, int64_t deadline_ns, baton_waiter *w);
+/* A stat's owner says the node is ephemeral (a session's); persistent
+ * nodes and containers show 0 there. */
+#define ZK_IS_EPHEMERAL(st) ((st)->ephemeralOwner != 0)
+/* Parks on W (armed on SLOT) until woken, DEADLINE or at most RECHECK_MS:
+ * BATON_ETIMEDOUT past the deadline, BATON_ECANCELED, else 0. */
+int zk_park(zeng *e, baton_waiter *w, unsigned gen, int64_t deadline, const char *what);
+/* A new session for a watcher whose session died: tries until DEADLINE
+ * (0 = once) or a cancel of W. */
+int zk_resession(zeng *e, zsess **s, int64_t deadline, baton_waiter *w, const char *what);
+
+/* ---- group.c ------------------------------------------------------------- */
+
+int zk_member_new(void *eng, const char *name, const char *id, const baton_lock_options *opts, void **st);
+int zk_group_list(void *eng, const char *name, void (*fn)(void *arg, const char *id, const char *value), void *arg,
+                  uint64_t *token);
+int zk_group_watch(void *eng, const char *name, uint64_t token, int64_t deadline_ns, baton_waiter *w);
+int zk_member_acquire(zeng *e, zlock *l, baton_acquire_req *req);
+/* Release of a member or a taker: deletes its node if it is still ours. */
+int zk_owned_release(zeng *e, zlock *l);
+/* lock.c: arms the watch that reports our held node deleted by another. */
+void zk_arm_held(zeng *e, zsess *s, zlock *l);
+
+int zk_queue_new(void *eng, const char *name, void **st);
+void zk_queue_free(void *eng, void *st);
+int zk_queue_put(void *eng, void *st, const void *data, size_t len);
+int zk_queue_taker(void *eng, void *st, const baton_lock_options *opts, void **tst);
+int zk_queue_item(void *eng, void *tst, const char **data, size_t *len);
+int zk_queue_done(void *eng, void *tst, const baton_owner *owner);
+int zk_queue_size(void *eng, void *st, uint64_t *waiting);
+int zk_taker_acquire(zeng *e, zlock *l, baton_acquire_req *req);
+
 
 #endif

@@ -1,0 +1,130 @@
+/*
+ * The tables of values, groups and queues (beside the lock table, one each,
+ * named after it: <table>_value, <table>_group, <table>_queue), created on
+ * first use of their family, and the local wake-ups of this client's
+ * watchers.
+ *
+ * MariaDB cannot notify another connection of a change (no LISTEN/NOTIFY),
+ * so watches and queue waits re-read at a bound (MY_POLL_MS, the queue's
+ * backoff). Changes made through this client wake its own parked watchers
+ * and waiters at once (my_wake_local): a process that both sets and watches
+ * does not wait for the poll.
+ *
+ * Layout and rules: docs/mysql-engine.md.
+ */
+#include "my_int.h"
+#include "core/internal.h"
+
+#include <mysqld_error.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const struct {
+    const char *what;        /* for messages */
+    const char *ddl;         /* @X is the table */
+    const char *probe;       /* reads every column we use: an error names the one missing */
+    const char *grant;
+} aux[MY_AUX_N] = {
+    [MY_AUX_VALUE] = { "value",
+        "CREATE TABLE @V (name VARBINARY(1024) NOT NULL PRIMARY KEY, data MEDIUMBLOB NULL, "
+        "version BIGINT UNSIGNED NOT NULL) ENGINE=InnoDB",
+        "SELECT name, data, version FROM @V LIMIT 0", "SELECT, INSERT, UPDATE" },
+    [MY_AUX_GROUP] = { "group",
+        "CREATE TABLE @G (grp VARBINARY(1024) NOT NULL, id VARBINARY(128) NOT NULL, "
+        "value VARBINARY(1024) NOT NULL, owner VARBINARY(64) NOT NULL, holder VARBINARY(255) NULL, "
+        "expires_at DATETIME(6) NOT NULL, PRIMARY KEY (grp, id)) ENGINE=InnoDB",
+        "SELECT grp, id, value, owner, holder, expires_at FROM @G LIMIT 0", "SELECT, INSERT, UPDATE, DELETE" },
+    [MY_AUX_QUEUE] = { "queue",
+        "CREATE TABLE @Q (id BIGINT UNSIGNED NOT NULL AUTO_INCREMENT PRIMARY KEY, q VARBINARY(1024) NOT NULL, "
+        "data MEDIUMBLOB NOT NULL, taken_by VARBINARY(64) NULL, holder VARBINARY(255) NULL, "
+        "lease_until DATETIME(6) NULL, fence BIGINT UNSIGNED NOT NULL DEFAULT 0, KEY (q, id)) ENGINE=InnoDB",
+        "SELECT id, q, data, taken_by, holder, lease_until, fence FROM @Q LIMIT 0", "SELECT, INSERT, UPDATE, DELETE" },
+};
+
+static int create(myeng *e, MYSQL *c, int which)
+{
+    char *q = my_sql(e, "%s", aux[which].ddl);
+    int rc;
+    if (!q) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+    rc = my_exec(e, c, q, NULL);
+    if (rc == BATON_EAUTH)
+        rc = baton_seterr(BATON_EAUTH, 0, "mysql: user '%s' may not create the %s table %s; ask a DBA to run: "
+                          "%s; GRANT %s ON %s.%s TO <user>;", e->user ? e->user : "", aux[which].what,
+                          e->qaux[which], q, aux[which].grant, e->db, e->qaux[which]);
+    /* two clients creating it at once: the loser finds it there */
+    else if (rc && baton_error_last()->native == ER_TABLE_EXISTS_ERROR)
+        rc = 0;
+    free(q);
+    return rc;
+}
+
+int my_aux_ready(myeng *e, int which)
+{
+    MYSQL *c = NULL;
+    MYSQL_RES *r = NULL;
+    char *q = NULL;
+    int rc, ok;
+
+    pthread_mutex_lock(&e->mu);
+    ok = e->aux_ok[which];
+    pthread_mutex_unlock(&e->mu);
+    if (ok) return 0;
+    if ((rc = my_conn_get(e, &c))) return rc;
+    /* the probe first: CREATE TABLE IF NOT EXISTS needs the CREATE
+     * privilege even when the table is there */
+    if (!(q = my_sql(e, "%s", aux[which].probe))) {
+        rc = baton_seterr(BATON_ENOMEM, 0, "out of memory");
+        goto out;
+    }
+    rc = my_exec(e, c, q, &r);
+    if (rc && baton_error_last()->native == ER_NO_SUCH_TABLE) {
+        if (!(rc = create(e, c, which))) rc = my_exec(e, c, q, &r);
+    }
+    if (rc == BATON_EPROTO)
+        rc = baton_seterr(BATON_EPROTO, baton_error_last()->native, "mysql: the %s table %s has another shape "
+                          "(docs/mysql-engine.md has the DDL): %s", aux[which].what, e->qaux[which],
+                          baton_error_last()->message);
+    if (rc) goto out;
+    pthread_mutex_lock(&e->mu);
+    e->aux_ok[which] = 1;
+    pthread_mutex_unlock(&e->mu);
+out:
+    mysql_free_result(r);
+    my_conn_put(e, c);
+    free(q);
+    return rc;
+}
+
+int my_park(myeng *e, baton_waiter *w, unsigned gen, int64_t deadline)
+{
+    mypark me = { w, NULL };
+    int rc;
+    pthread_mutex_lock(&e->mu);
+    me.next = e->parked;
+    e->parked = &me;
+    pthread_mutex_unlock(&e->mu);
+    rc = baton_waiter_park(w, gen, deadline);
+    pthread_mutex_lock(&e->mu);
+    for (mypark **pp = &e->parked; *pp; pp = &(*pp)->next)
+        if (*pp == &me) {
+            *pp = me.next;
+            break;
+        }
+    pthread_mutex_unlock(&e->mu);
+    return rc;
+}
+
+void my_wake_local(myeng *e)
+{
+    /* baton_waiter_wake never blocks and never calls back into us */
+    pthread_mutex_lock(&e->mu);
+    for (mypark *p = e->parked; p; p = p->next) baton_waiter_wake(p->w);
+    pthread_mutex_unlock(&e->mu);
+}
+
+int64_t my_step_deadline(myeng *e, int64_t deadline)
+{
+    int64_t dl = my_deadline_ms(e->io_timeout_ms);
+    return deadline != 0 && deadline < dl ? deadline : dl;
+}
