@@ -376,7 +376,10 @@ static int barrier_wait(baton_barrier *b, int entering, int64_t wait_ms)
     for (;;) {
         int64_t left = deadline == INT64_MAX ? -1 : deadline == 0 ? 0 : (deadline - baton_now_ns()) / 1000000;
         int ready = 0;
-        if (!first && left == 0) return baton_seterr(BATON_ETIMEDOUT, 0, "barrier wait timed out");
+        /* past the deadline (left < 0 once it is a millisecond past), not
+         * only within its last millisecond: else a slow watch loops forever */
+        if (!first && deadline != INT64_MAX && left <= 0)
+            return baton_seterr(BATON_ETIMEDOUT, 0, "barrier wait timed out");
         if (deadline != 0 && deadline != INT64_MAX && left <= 0) left = 1;
         rc = baton_group_watch(b->g, &m, first ? 0 : left);
         first = 0;
