@@ -406,8 +406,9 @@ typedef struct {
 BATON_EXTERN(void) baton_value_data_clear(baton_value_data *d);
 
 BATON_EXTERN(int) baton_value_open(baton_value **out, baton_client *c, const char *name);
-/* The value now (*out is cleared first). BATON_ENOENT when absent (out
- * zeroed). */
+/* The value now. *out is overwritten, never freed: clear a previous result
+ * (baton_value_data_clear) before reusing it, here and in watch.
+ * BATON_ENOENT when absent (out zeroed). */
 BATON_EXTERN(int) baton_value_get(baton_value *v, baton_value_data *out);
 /* Sets the value to LEN bytes of DATA (any bytes; at most BATON_VALUE_MAX).
  * EXPECT: BATON_VALUE_ANY = unconditionally; 0 = only if absent (create);
@@ -513,7 +514,8 @@ BATON_EXTERN(int) baton_group_is_member(const baton_group *g);
 BATON_EXTERN(const char *) baton_group_id(const baton_group *g);
 /* baton_lock_deadline for the membership. */
 BATON_EXTERN(int) baton_group_deadline(const baton_group *g, int64_t *mono_ns);
-/* The live members now (*out cleared first). */
+/* The live members now. *out is overwritten, never freed: clear a previous
+ * result (baton_members_clear) before reusing it, here and in watch. */
 BATON_EXTERN(int) baton_group_members(baton_group *g, baton_members *out);
 /* Waits until the members differ from the ones this handle reported last
  * (the first call answers at once), then gives them: 0, BATON_ETIMEDOUT,

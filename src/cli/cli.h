@@ -86,6 +86,9 @@ typedef struct {
     char **cmdv;                  /* COMMAND ARG... (NULL: none) */
     int cmdc;
 } cli_co;
+/* Moves the operation (one of OPS, NULL-ended) to argv[1] when options
+ * come before it ("baton value -u URI get NAME"). */
+void cli_co_op_first(int argc, char **argv, const char *const *ops);
 /* -1 to go on, else the exit code (-h printed USAGE: 0). */
 int cli_co_parse(cli_co *o, int argc, char **argv, void (*usage)(FILE *));
 void cli_co_free(cli_co *o);

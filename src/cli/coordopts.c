@@ -113,6 +113,31 @@ static int one_option(cli_co *o, cli_opts *g, int opt, void (*usage)(FILE *))
     }
 }
 
+void cli_co_op_first(int argc, char **argv, const char *const *ops)
+{
+    static const char *const with_arg[] = { "-u", "--uri", "--uri-file", "-w", "--timeout", "--wait", "-t",
+                                            "--lease", "-E", "--conflict-exit-code", "--if-version", "--value",
+                                            "--id", "--kill-after", NULL };
+    /* "baton value -u URI set k v": the options before the operation move
+     * after it (the first word that names an operation; "--" ends the
+     * search) */
+    for (int i = 1; i < argc && strcmp(argv[i], "--"); i++) {
+        for (const char *const *op = ops; *op; op++) {
+            if (strcmp(argv[i], *op)) continue;
+            if (i > 1) {
+                char *w = argv[i];
+                memmove(argv + 2, argv + 1, (size_t)(i - 1) * sizeof *argv);
+                argv[1] = w;
+            }
+            return;
+        }
+        if (argv[i][0] != '-') return;   /* an operand first: an unknown operation */
+        /* an option's argument in the next word */
+        for (const char *const *w = with_arg; *w; w++)
+            if (!strcmp(argv[i], *w)) { i++; break; }
+    }
+}
+
 int cli_co_parse(cli_co *o, int argc, char **argv, void (*usage)(FILE *))
 {
     static const struct option lo[] = {

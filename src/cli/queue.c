@@ -182,7 +182,10 @@ int cli_queue(int argc, char **argv)
     char cmd[32];
     int code;
 
+    static const char *const names[] = { "put", "take", "size", NULL };
+
     if (argc < 2) return cli_usage_error("queue", "missing operation (put, take, size)");
+    cli_co_op_first(argc, argv, names);
     if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) { usage_queue(stdout); return 0; }
     for (size_t i = 0; i < sizeof ops / sizeof *ops; i++) {
         if (strcmp(argv[1], ops[i].op)) continue;
@@ -192,5 +195,6 @@ int cli_queue(int argc, char **argv)
         cli_co_free(&o);
         return code;
     }
+    if (argv[1][0] == '-') return cli_usage_error("queue", "missing operation (put, take, size)");
     return cli_usage_error("queue", "unknown operation '%s' (put, take, size)", argv[1]);
 }

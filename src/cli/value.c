@@ -83,6 +83,8 @@ static int not_met(const cli_co *o, const char *name, int rc)
 {
     if (rc == BATON_ENOENT) fprintf(stderr, "%s: %s: %s is absent\n", prog, o->cmd, name);
     else if (o->create) fprintf(stderr, "%s: %s: %s exists already\n", prog, o->cmd, name);
+    else if (!o->have_if) fprintf(stderr, "%s: %s: %s changed meanwhile (the engine said: %s)\n", prog, o->cmd, name,
+                                  baton_error_last()->message ? baton_error_last()->message : baton_strerror(rc));
     else fprintf(stderr, "%s: %s: %s is not at version %" PRIu64 "\n", prog, o->cmd, name, o->if_version);
     return 1;
 }
@@ -293,7 +295,10 @@ int cli_value(int argc, char **argv)
     char cmd[32];
     int code;
 
+    static const char *const names[] = { "set", "get", "delete", "watch", NULL };
+
     if (argc < 2) return cli_usage_error("value", "missing operation (set, get, delete, watch)");
+    cli_co_op_first(argc, argv, names);
     if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) { usage_value(stdout); return 0; }
     for (size_t i = 0; i < sizeof ops / sizeof *ops; i++) {
         if (strcmp(argv[1], ops[i].op)) continue;
@@ -303,6 +308,7 @@ int cli_value(int argc, char **argv)
         cli_co_free(&o);
         return code;
     }
+    if (argv[1][0] == '-') return cli_usage_error("value", "missing operation (set, get, delete, watch)");
     return cli_usage_error("value", "unknown operation '%s' (set, get, delete, watch)", argv[1]);
 }
 
@@ -354,11 +360,15 @@ int cli_counter(int argc, char **argv)
     int code;
     unsigned allow;
 
+    static const char *const names[] = { "get", "add", "set", NULL };
+
     if (argc < 2) return cli_usage_error("counter", "missing operation (get, add, set)");
+    cli_co_op_first(argc, argv, names);
     if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) { usage_counter(stdout); return 0; }
     if (!strcmp(argv[1], "get")) allow = CO_VERSION;
     else if (!strcmp(argv[1], "add")) allow = 0;
     else if (!strcmp(argv[1], "set")) allow = CO_IFVER | CO_VERSION;
+    else if (argv[1][0] == '-') return cli_usage_error("counter", "missing operation (get, add, set)");
     else return cli_usage_error("counter", "unknown operation '%s' (get, add, set)", argv[1]);
     snprintf(cmd, sizeof cmd, "counter %s", argv[1]);
     cli_co o = { .cmd = cmd, .allow = allow, .maxops = 2 };

@@ -366,6 +366,8 @@ static int ready_now(baton_barrier *b, int *ready)
     return rc == BATON_ENOENT ? 0 : rc;
 }
 
+#define BARRIER_LOOK_MS 1000
+
 /* Waits (on the group's watch) until DONE says the barrier is passed. */
 static int barrier_wait(baton_barrier *b, int entering, int64_t wait_ms)
 {
@@ -374,14 +376,25 @@ static int barrier_wait(baton_barrier *b, int entering, int64_t wait_ms)
     int rc, first = 1;
     baton__wait_deadline_ns(wait_ms, &deadline);
     for (;;) {
-        int64_t left = deadline == INT64_MAX ? -1 : deadline == 0 ? 0 : (deadline - baton_now_ns()) / 1000000;
+        int64_t left = -1;
         int ready = 0;
-        /* past the deadline (left < 0 once a watch returned late): done, not a 1 ms watch forever */
-        if (!first && deadline != INT64_MAX && left <= 0)
-            return baton_seterr(BATON_ETIMEDOUT, 0, "barrier wait timed out");
-        if (deadline != 0 && deadline != INT64_MAX && left <= 0) left = 1;
+        if (!first && deadline != INT64_MAX) {
+            int64_t now = baton_now_ns();
+            if (deadline == 0 || now >= deadline) return baton_seterr(BATON_ETIMEDOUT, 0, "barrier wait timed out");
+            left = (deadline - now + 999999) / 1000000;   /* round up: never a 0 that means "try once" */
+        }
+        /* entering: the last party may set the mark and leave again before
+         * this one's watch sees it among the members (a polling engine's
+         * watch does not return for a member that came and went), so the
+         * mark is looked at every BARRIER_LOOK_MS too */
+        if (entering && !first && (left < 0 || left > BARRIER_LOOK_MS)) left = BARRIER_LOOK_MS;
         rc = baton_group_watch(b->g, &m, first ? 0 : left);
         first = 0;
+        if (rc == BATON_ETIMEDOUT && entering) {
+            if ((rc = ready_now(b, &ready))) return rc;
+            if (ready) return 0;
+            continue;
+        }
         if (rc == BATON_ETIMEDOUT) continue;
         if (rc) return rc;
         if (entering) {

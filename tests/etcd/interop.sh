@@ -7,7 +7,10 @@
 #    the next holder's fence is higher;
 #  - failover past a dead member in the URI; an unreachable member set and a
 #    paused member -> exit 69 (EUNAVAILABLE) within the timeouts; malformed
-#    URIs -> exit 64 (EINVAL).
+#    URIs -> exit 64 (EINVAL);
+#  - values: `baton value watch` sees `etcdctl put` (version = etcdctl's
+#    mod_revision), `etcdctl get`/`etcdctl watch` see `baton value set`, a
+#    set --if-version of a revision etcdctl moved on is refused (exit 1).
 # Order and outcome are asserted; the only time bounds are generous ones.
 # usage: interop.sh BATON
 set -u
@@ -163,6 +166,28 @@ for bu in "etcd://" "etcd:///x" "etcd://127.0.0.1:$P?ttl=0" "etcd://127.0.0.1:$P
     rc=$?
     check "bad URI $bu: exit 64 (got $rc)" test "$rc" = 64
 done
+
+# 8. values through the CLI: the value NAME is etcd's key NAME
+K="$N-value/config"
+"$BATON" value watch -u "$U" -w 20 --version "$K" >"$T/8.watch" 2>"$T/8.err" &
+pids+=($!); wp=$!
+check "baton value watch: absent first" wait_line "$T/8.watch" "0"
+$ECTL put "$K" "from etcdctl" >/dev/null
+check "baton value watch sees etcdctl put" sh -c "for i in \$(seq 1 200); do grep -q ' from etcdctl\$' '$T/8.watch' && exit 0; sleep 0.1; done; exit 1"
+rev=$($ECTL get "$K" -w fields | sed -n 's/^"ModRevision" : //p')
+check "its version is etcdctl's mod_revision ($rev)" grep -qx "$rev from etcdctl" "$T/8.watch"
+timeout 30 $ECTL watch "$K" >"$T/8.ectl" 2>&1 &
+pids+=($!); ew=$!
+sleep 1
+"$BATON" value set -u "$U" "$K" "from baton"
+check "baton value set: exit 0" test $? = 0
+check "etcdctl get reads baton's value" test "$($ECTL get "$K" --print-value-only)" = "from baton"
+check "etcdctl watch sees baton's value" wait_line "$T/8.ectl" "from baton"
+check "baton value watch sees its own set too" sh -c "for i in \$(seq 1 200); do grep -q ' from baton\$' '$T/8.watch' && exit 0; sleep 0.1; done; exit 1"
+"$BATON" value set -u "$U" --if-version "$rev" "$K" "stale"
+check "baton value set --if-version of etcdctl's old revision: exit 1" test $? = 1
+kill "$ew" "$wp" 2>/dev/null; wait "$ew" "$wp" 2>/dev/null
+$ECTL del "$K" >/dev/null
 
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]

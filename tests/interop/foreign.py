@@ -26,7 +26,8 @@ Exits 0 when every run case matched, 1 otherwise, 77 when every case skipped
 (with BATON_REQUIRE_ALL=1 a skipped case is a failure).
 
 ctest runs the cases whose clients scripts/install-deps.sh installs (Debian):
-interop_foreign_zk (kazoo-*), interop_foreign_redis (redispy*),
+interop_foreign_zk (kazoo-* locks), interop_foreign_zk_coord (kazoo-counter,
+kazoo-queue), interop_foreign_redis (redispy*),
 interop_foreign_etcd (etcdctl-*), interop_foreign_flock (flock). The npm cases
 (etcd3-*, redlock*, redis-semaphore) are run by hand, with the test servers
 up (tests/servers/*.sh start DIR; BATON_TEST_SRV=the parent of those DIRs):
@@ -415,6 +416,150 @@ def case_kazoo_semaphore(tmp):
 
 
 # ---- Redis: redis-py ---------------------------------------------------------------
+def case_kazoo_counter(tmp):
+    """kazoo Counter(path) += 1 in two threads and `baton counter add NAME 1`
+    in two loops on the same counter at once (baton's value NAME is the node
+    /baton-values/NAME, decimal text): no increment may be lost."""
+    label = "kazoo Counter"
+    env, why = kazoo_env()
+    if env is None:
+        return skip(label, why)
+    KazooClient, port = env
+    name = "interop-foreign-%d-counter" % os.getpid()
+    path = "/baton-values/" + name
+    uri = "zk://127.0.0.1:%d?session_timeout_ms=10000" % port
+    counts = {"f": 0, "b": 0, "ferr": 0, "berr": 0}
+    lock = threading.Lock()
+
+    def kazoo_side():
+        zk = KazooClient(hosts="127.0.0.1:%d" % port, timeout=10.0)
+        zk.start(timeout=15)
+        k = zk.Counter(path)
+        for _ in range(100):
+            try:
+                k += 1
+                key = "f"
+            except Exception:  # noqa: BLE001 - a client error is a measured result
+                key = "ferr"
+            with lock:
+                counts[key] += 1
+        zk.stop()
+        zk.close()
+
+    def baton_side():
+        for _ in range(50):
+            p = subprocess.run([BATON, "counter", "add", "-u", uri, name, "1"], stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, timeout=40)
+            with lock:
+                counts["b" if p.returncode == 0 else "berr"] += 1
+
+    ts = [threading.Thread(target=t) for t in (kazoo_side, kazoo_side, baton_side, baton_side)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    out = subprocess.run([BATON, "counter", "get", "-u", uri, name], stdout=subprocess.PIPE, timeout=40)
+    final = int(out.stdout.decode().strip() or -1) if out.returncode == 0 else -1
+    lost = counts["f"] + counts["b"] - final
+    print("measure: %s: %d kazoo + %d baton increments at once, count %d, %d lost, failed: %d kazoo, %d baton"
+          % (label, counts["f"], counts["b"], final, lost, counts["ferr"], counts["berr"]), flush=True)
+    check("%s: both sides counted" % label, counts["f"] > 0 and counts["b"] > 0)
+    check("%s: no lost increment" % label, lost == 0, lost)
+    check("%s: no failed increment" % label, counts["ferr"] == 0 and counts["berr"] == 0, counts)
+    subprocess.run([BATON, "value", "delete", "-u", uri, name], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+# The section of a queue item: DIR/held-<item> while it is held (there
+# already = two takers at once), and the item appended to DIR/consumed.
+QUEUE_CS = r"""
+d=$1; item=$(cat)
+mkdir "$d/held-$item" 2>/dev/null || echo "$item taken twice at once" >>"$d/overlaps"
+sleep 0.005
+echo "$item" >>"$d/consumed"
+rmdir "$d/held-$item" 2>/dev/null
+"""
+
+
+def case_kazoo_queue(tmp):
+    """kazoo LockingQueue consumers (two threads) and `baton queue take -- CMD`
+    (two loops) drain one queue at once; both sides put its 120 items. An
+    item held by two at once, consumed twice or never is a failure."""
+    label = "kazoo LockingQueue"
+    env, why = kazoo_env()
+    if env is None:
+        return skip(label, why)
+    KazooClient, port = env
+    name = "interop-foreign-%d-queue" % os.getpid()
+    path = "/baton-queues/" + name
+    uri = "zk://127.0.0.1:%d?session_timeout_ms=10000" % port
+    c = Case("kazoo-queue", tmp)
+    zk = KazooClient(hosts="127.0.0.1:%d" % port, timeout=10.0)
+    zk.start(timeout=15)
+    items = []
+    for i in range(60):
+        zk.LockingQueue(path).put(b"k%d" % i)
+        items.append("k%d" % i)
+        subprocess.run([BATON, "queue", "put", "-u", uri, name, "b%d" % i], check=True, timeout=40)
+        items.append("b%d" % i)
+    section = ["/bin/sh", "-c", QUEUE_CS, "sh", c.dir]
+    counts = {"f": 0, "b": 0, "ferr": 0, "berr": 0}
+    lock = threading.Lock()
+
+    def kazoo_side():
+        z = KazooClient(hosts="127.0.0.1:%d" % port, timeout=10.0)
+        z.start(timeout=15)
+        q = z.LockingQueue(path)
+        while True:
+            try:
+                d = q.get(2)
+                if d is None:
+                    break
+                subprocess.run(section, input=d, check=False)
+                ok = q.consume()
+            except Exception:  # noqa: BLE001
+                ok = False
+            with lock:
+                counts["f" if ok else "ferr"] += 1
+        z.stop()
+        z.close()
+
+    def baton_side():
+        while True:
+            p = subprocess.run([BATON, "queue", "take", "-u", uri, "-w", "2", "-E", "3", name, "--"] + section,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60)
+            if p.returncode == 3:
+                break
+            with lock:
+                counts["b" if p.returncode == 0 else "berr"] += 1
+
+    ts = [threading.Thread(target=t) for t in (kazoo_side, kazoo_side, baton_side, baton_side)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(300)
+    try:
+        with open(os.path.join(c.dir, "consumed")) as f:
+            consumed = [l.strip() for l in f if l.strip()]
+    except OSError:
+        consumed = []
+    overlaps = len(c.evidence().overlap_lines)
+    twice = len(consumed) - len(set(consumed))
+    never = len(set(items) - set(consumed))
+    print("measure: %s: %d items, %d taken by kazoo, %d by baton; %d held twice at once, %d consumed twice, "
+          "%d never; failed: %d kazoo, %d baton" % (label, len(items), counts["f"], counts["b"], overlaps, twice,
+                                                    never, counts["ferr"], counts["berr"]), flush=True)
+    check("%s: both sides took items" % label, counts["f"] > 0 and counts["b"] > 0, counts)
+    check("%s: no item held by two takers at once" % label, overlaps == 0, overlaps)
+    check("%s: every item consumed exactly once" % label, twice == 0 and never == 0, (twice, never))
+    check("%s: no failed take" % label, counts["ferr"] == 0 and counts["berr"] == 0, counts)
+    try:
+        zk.delete(path, recursive=True)
+    except Exception:  # noqa: BLE001
+        pass
+    zk.stop()
+    zk.close()
+
+
 def redispy_case(tmp, label, expect, query):
     try:
         import redis
@@ -625,6 +770,8 @@ CASES = {
     "kazoo-election-stock": case_kazoo_election_stock,
     "kazoo-election": case_kazoo_election,
     "kazoo-semaphore": case_kazoo_semaphore,
+    "kazoo-counter": case_kazoo_counter,
+    "kazoo-queue": case_kazoo_queue,
     "redispy": case_redispy,
     "redispy-default": case_redispy_default,
     "etcdctl-lock": case_etcdctl_lock,

@@ -354,6 +354,19 @@ static baton_group *group(baton_client *c, const char *name, uint32_t lease_ms)
     return g;
 }
 
+/* baton_group_members / baton_group_watch into M, freeing what M held. */
+static int members(baton_group *g, baton_members *m)
+{
+    baton_members_clear(m);
+    return baton_group_members(g, m);
+}
+
+static int gwatch(baton_group *g, baton_members *m, int64_t wait_ms)
+{
+    baton_members_clear(m);
+    return baton_group_watch(g, m, wait_ms);
+}
+
 static int has_member(const baton_members *m, const char *id, const char *value)
 {
     for (size_t i = 0; i < m->n; i++)
@@ -367,27 +380,27 @@ static void test_group(void)
     baton_group *ga = group(a, "svc", 3000), *gb = group(b, "svc", 3000), *gc = group(b, "svc", 3000);
     baton_members m = { 0 };
 
-    CHECK_RC(baton_group_members(ga, &m), 0);
+    CHECK_RC(members(ga, &m), 0);
     CHECK(m.n == 0);
     CHECK_RC(baton_group_join(ga, "node-a", "10.0.0.1:80"), 0);
     CHECK_RC(baton_group_join(gb, "node-b", ""), 0);
     CHECK_RC(baton_group_join(gc, "node-a", "other"), BATON_ELOCKED);
-    CHECK_RC(baton_group_members(gc, &m), 0);
+    CHECK_RC(members(gc, &m), 0);
     CHECK(m.n == 2 && has_member(&m, "node-a", "10.0.0.1:80") && has_member(&m, "node-b", ""));
     CHECK(m.n == 2 && !strcmp(m.members[0].id, "node-a"));
     /* the first watch answers at once; the next waits for a change */
-    CHECK_RC(baton_group_watch(gc, &m, 1000), 0);
-    CHECK_RC(baton_group_watch(gc, &m, 300), BATON_ETIMEDOUT);
+    CHECK_RC(gwatch(gc, &m, 1000), 0);
+    CHECK_RC(gwatch(gc, &m, 300), BATON_ETIMEDOUT);
     CHECK_RC(baton_group_leave(gb), 0);
-    CHECK_RC(baton_group_watch(gc, &m, 3000), 0);
+    CHECK_RC(gwatch(gc, &m, 3000), 0);
     CHECK(m.n == 1 && has_member(&m, "node-a", NULL));
     /* membership outlives several renewals */
     tl_sleep_ms(3500);
     CHECK(baton_group_is_member(ga));
-    CHECK_RC(baton_group_members(gc, &m), 0);
+    CHECK_RC(members(gc, &m), 0);
     CHECK(m.n == 1);
     CHECK_RC(baton_group_leave(ga), 0);
-    CHECK_RC(baton_group_members(gc, &m), 0);
+    CHECK_RC(members(gc, &m), 0);
     CHECK(m.n == 0);
     baton_members_clear(&m);
     baton_group_free(ga);
@@ -425,14 +438,14 @@ static void test_member_killed(void)
         return;
     }
     CHECK(tl_expect_line(&w, "joined", line, sizeof line, 10000) == 0);
-    CHECK_RC(baton_group_watch(g, &m, 1000), 0);       /* the first: at once */
+    CHECK_RC(gwatch(g, &m, 1000), 0);       /* the first: at once */
     CHECK(has_member(&m, "victim", "pid"));
     kill(w.pid, SIGKILL);
     t0 = tl_now_ms();
     tl_worker_reap(&w, 5000);
     /* the watch wakes when the member's lease ends (nothing notifies) */
     while (tl_now_ms() - t0 < 6000) {
-        int rc = baton_group_watch(g, &m, 6000);
+        int rc = gwatch(g, &m, 6000);
         if (rc) break;
         if (!has_member(&m, "victim", NULL)) {
             gone_ms = tl_now_ms() - t0;

@@ -115,6 +115,16 @@ static void value_versions(void) {
     CHECK_RC(baton_value_watch(v, v4, &d, 0), BATON_ETIMEDOUT);
     CHECK_RC(baton_value_watch(v, v4, &d, 2500), BATON_ETIMEDOUT);
     CHECK(d.data == NULL);
+    /* The largest value there is, byte for byte. */
+    char *big = malloc(BATON_VALUE_MAX);
+    for (size_t i = 0; big && i < BATON_VALUE_MAX; i++) big[i] = (char)(i * 7 + 1);
+    uint64_t vb = 0;
+    CHECK_RC(baton_value_set(v, big, BATON_VALUE_MAX, v4, &vb), 0);
+    CHECK_RC(baton_value_get(v, &d), 0);
+    CHECK(d.len == BATON_VALUE_MAX && d.version == vb && !memcmp(d.data, big, BATON_VALUE_MAX));
+    baton_value_data_clear(&d);
+    free(big);
+    CHECK_RC(baton_value_set(v, "a\0b", 3, vb, &v4), 0);
     /* A value and a lock of one name do not meet. */
     baton_lock *l = NULL;
     CHECK_RC(baton_lock_open(&l, c, n, NULL), 0);
@@ -338,9 +348,35 @@ static void value_watch_faults(void) {
     baton_value_data_clear(&a.d);
 
     /* The server restarts (no persistence: the value is gone): the watcher
-     * sees "absent", and a watch after it sees the next set. */
+     * sees "absent", and a watch after it sees the next set. A member and a
+     * taken item (60 s leases) are reported lost when the client
+     * reconnects, not at their next renewal. */
+    baton_group_options go = BATON_GROUP_OPTIONS_INIT;
+    go.lease_ms = 60000;
+    baton_group *g = NULL;
+    baton_queue_options qo = BATON_QUEUE_OPTIONS_INIT;
+    qo.lease_ms = 60000;
+    baton_queue *q = NULL;
+    baton_queue_item *it = NULL;
+    char gn[128], qn[128];
+    CHECK_RC(baton_group_open(&g, c, nm(gn, sizeof gn, "restart-g"), &go), 0);
+    CHECK_RC(baton_group_join(g, "m1", "v"), 0);
+    CHECK_RC(baton_queue_open(&q, c, nm(qn, sizeof qn, "restart-q"), &qo), 0);
+    CHECK_RC(baton_queue_put(q, "job", 3), 0);
+    CHECK_RC(baton_queue_take(q, &it, 0), 0);
     watch_start(&t, &a, n, v2, 15000);
+    int64_t tr = tl_now_ms();
     tl_server_restart("redis", g_dir);
+    while ((baton_group_is_member(g) || (it && baton_queue_item_held(it))) && tl_now_ms() - tr < 10000)
+        tl_sleep_ms(20);
+    CHECK(baton_group_is_member(g) == 0);
+    CHECK(it && baton_queue_item_held(it) == 0);
+    fprintf(stderr, "   member and item lost %lld ms after the restart began (leases 60 s)\n",
+            (long long)(tl_now_ms() - tr));
+    CHECK_RC(baton_group_leave(g), BATON_ELOST);
+    if (it) CHECK_RC(baton_queue_done(it), BATON_ELOST);
+    baton_group_free(g);
+    baton_queue_free(q);
     pthread_join(t, NULL);
     CHECK_RC(a.rc, 0);
     CHECK(a.d.version == 0 && a.d.data == NULL);
@@ -651,6 +687,39 @@ static void queue_concurrent(void) {
     baton_client_close(c);
 }
 
+/* wait_replicas=1 on a server without replicas: a join and a take are
+ * undone (the member leaves, the item goes back) and fail. */
+static void replicas_undo(void) {
+    char uri[300], gname[128], qname[128];
+    snprintf(uri, sizeof uri, "redis://127.0.0.1:%d/0?wait_replicas=1&wait_ms=100", g_port);
+    baton_client *c = NULL, *plain = open_client();
+    CHECK_RC(baton_client_open(&c, uri, NULL), 0);
+    if (!c) return;
+    baton_group *g = NULL, *w = NULL;
+    nm(gname, sizeof gname, "replicas-g");
+    CHECK_RC(baton_group_open(&g, c, gname, NULL), 0);
+    CHECK_RC(baton_group_join(g, "m", ""), BATON_EUNAVAILABLE);
+    CHECK_RC(baton_group_open(&w, plain, gname, NULL), 0);
+    baton_members m = { 0 };
+    CHECK_RC(baton_group_members(w, &m), 0);
+    CHECK(m.n == 0);
+    baton_members_clear(&m);
+    baton_queue *q = NULL;
+    baton_queue_item *it = NULL;
+    uint64_t waiting = 0;
+    nm(qname, sizeof qname, "replicas-q");
+    CHECK_RC(baton_queue_open(&q, c, qname, NULL), 0);
+    CHECK_RC(baton_queue_put(q, "job", 3), 0);
+    CHECK_RC(baton_queue_take(q, &it, 0), BATON_EUNAVAILABLE);
+    CHECK_RC(baton_queue_size(q, &waiting), 0);
+    CHECK(waiting == 1);
+    baton_group_free(g);
+    baton_group_free(w);
+    baton_queue_free(q);
+    baton_client_close(c);
+    baton_client_close(plain);
+}
+
 int main(int argc, char **argv) {
     if (argc == 4 && !strcmp(argv[1], "member")) return worker_member(argv[2], argv[3]);
     if (argc == 4 && !strcmp(argv[1], "taker")) return worker_taker(argv[2], argv[3]);
@@ -670,6 +739,7 @@ int main(int argc, char **argv) {
     RUN(queue_basic);
     RUN(queue_taker_killed);
     RUN(queue_concurrent);
+    RUN(replicas_undo);
     RUN(value_watch_faults); /* last: it restarts the server */
     tl_server_stop("redis", g_dir);
     return th_finish();

@@ -455,6 +455,7 @@ static void test_member_killed(void)
     CHECK(member_value(&m, "w1") && !strcmp(member_value(&m, "w1"), "10.0.0.1:80"));
     CHECK(member_value(&m, "me") && !strcmp(member_value(&m, "me"), "here"));
     /* the watch's first call answers at once, with the members now */
+    baton_members_clear(&m); /* the calls zero *out, they do not free it */
     CHECK_RC(baton_group_watch(g2, &m, 5000), 0);
     CHECK(m.n == 2);
 
@@ -463,6 +464,7 @@ static void test_member_killed(void)
     tl_worker_reap(&w, 5000);
     int gone = 0;
     while (!gone && tl_now_ms() - t0 < T_MS + MARGIN_MS) {
+        baton_members_clear(&m);
         if (baton_group_watch(g2, &m, T_MS + MARGIN_MS) != 0) break;
         gone = member_value(&m, "w1") == NULL;
     }
@@ -475,6 +477,7 @@ static void test_member_killed(void)
     CHECK_RC(baton_group_join(g2, "w1", "again"), 0);
     CHECK_RC(baton_group_leave(g2), 0);
     CHECK_RC(baton_group_leave(g), 0);
+    baton_members_clear(&m);
     CHECK_RC(baton_group_members(g, &m), 0);
     CHECK(m.n == 0);
     baton_members_clear(&m);

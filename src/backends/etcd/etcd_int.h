@@ -13,6 +13,9 @@
  *   rw.c    the read-write lock in the layout of etcd's recipe.RWMutex
  *   sem.c   the semaphore: one counter key, changed by compare-and-swap
  *   permits.c permits with ids, one key each on the taker's lease
+ *   value.c values: the plain key NAME, version = its mod_revision
+ *   group.c group members: a key each on the member's client lease
+ *   queue.c work queues: items by create revision, claims on the taker's lease
  *
  * Layout and rules: docs/etcd-engine.md.
  */
@@ -68,11 +71,16 @@ int egw_call_idem_resent(egw *g, const char *path, json_t *req, json_t **resp, i
  * cancelled. */
 int egw_wait_delete(egw *g, const char *key, size_t klen, int64_t rev, int64_t deadline_ns, baton_waiter *w);
 /* The same for any event (put or delete) on KEY alone; *FIRED = 1 when an
- * event came (0: the stream ended without one). */
+ * event came, -1 when REV was compacted away, 0 when the stream ended
+ * without either (the member went away, an error: a new stream from REV
+ * misses nothing). */
 int egw_wait_key(egw *g, const char *key, size_t klen, int64_t rev, int64_t deadline_ns, baton_waiter *w,
                  int *fired);
 /* The same for any event (put or delete) on the keys starting with PREFIX. */
 int egw_wait_prefix(egw *g, const char *prefix, size_t plen, int64_t rev, int64_t deadline_ns, baton_waiter *w);
+/* egw_wait_prefix with *FIRED as for egw_wait_key. */
+int egw_wait_prefix_fired(egw *g, const char *prefix, size_t plen, int64_t rev, int64_t deadline_ns,
+                          baton_waiter *w, int *fired);
 /* "http://127.0.0.1:2379" of the member the last call reached. */
 void egw_endpoint(egw *g, char *buf, size_t n);
 

@@ -21,6 +21,9 @@
  *   watch   a watch stream on the group's keys from token+1: any event.
  *           A member whose lease ran out is a DELETE event when etcd
  *           revokes the lease (TTL + etcd's own lease check, ~500 ms).
+ *           A stream that breaks is started again from token+1 (nothing
+ *           missed) until the deadline; one whose start was compacted
+ *           returns (the core lists again, with a new token).
  *
  * The group options' lease_ms is not used: a member lives on the client's
  * lease (the URI's ttl=), as locks do.
@@ -217,16 +220,23 @@ static int group_watch(void *eng, const char *name, uint64_t token, int64_t dead
     eeng *e = eng;
     size_t pl;
     char *pfx = group_prefix(e, name, 0, &pl);
-    int rc;
+    int rc, fired = 0;
 
     if (!pfx) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
     /* a change since the listing replays at once; "answer at once" gets
      * the grace to see it */
     if (deadline_ns == 0) deadline_ns = baton_now_ns() + ETCD_GRACE_MS * 1000000LL;
-    rc = egw_wait_prefix(e->gw, pfx, pl, (int64_t)token + 1, deadline_ns, w);
+    for (;;) {
+        rc = egw_wait_prefix_fired(e->gw, pfx, pl, (int64_t)token + 1, deadline_ns, w, &fired);
+        /* gRPC ends the stream at its deadline as if it had broken: a timeout */
+        if (rc == 0 && !fired && deadline_ns != INT64_MAX && baton_now_ns() >= deadline_ns) rc = BATON_ETIMEDOUT;
+        /* an event, or the token compacted away: the core lists again */
+        if (rc || fired) break;
+        /* the stream broke (a cut link, the member gone): a new one from the
+         * same revision misses nothing (wait_event paused 100 ms first), so
+         * a watcher rides out an outage until its deadline */
+    }
     free(pfx);
-    /* gRPC ends the stream at its deadline as if it had broken: a timeout */
-    if (rc == 0 && deadline_ns != INT64_MAX && baton_now_ns() >= deadline_ns) rc = BATON_ETIMEDOUT;
     if (rc == BATON_ETIMEDOUT) return baton_seterr(BATON_ETIMEDOUT, 0, "etcd: group '%s' unchanged", name);
     if (rc == BATON_ECANCELED) return baton_seterr(BATON_ECANCELED, 0, "etcd: watch of group '%s' canceled", name);
     return rc;

@@ -655,6 +655,7 @@ typedef struct {
     int deleted;             /* the event waited for came */
     int created;             /* the watch was set up */
     int ended;               /* canceled by the server, compacted, or a bad message */
+    int compacted;           /* the start revision was compacted away */
 } wstate;
 
 /* One WatchResponse (the gateway's "result"; NULL: an error object). */
@@ -667,6 +668,7 @@ static void watch_result(wstate *ws, json_t *res)
     }
     if (json_is_true(json_object_get(res, "created"))) ws->created = 1;
     if (json_is_true(json_object_get(res, "canceled")) || egw_int(res, "compact_revision")) ws->ended = 1;
+    if (egw_int(res, "compact_revision")) ws->compacted = 1;
     ev = json_object_get(res, "events");
     for (size_t i = 0; i < json_array_size(ev); i++) {
         const char *t = json_string_value(json_object_get(json_array_get(ev, i), "type"));
@@ -820,7 +822,7 @@ static int wait_event(egw *g, const char *key, size_t klen, int prefix, int any,
 #ifdef BATON_ETCD_GRPC
 ended:
 #endif
-    if (fired) *fired = ws.deleted;
+    if (fired) *fired = ws.deleted ? 1 : ws.compacted ? -1 : 0;
     if (!rc && !ws.deleted) {
         /* the stream ended without the event (the member went away, an
          * error): the caller looks again; not in a tight loop */
@@ -857,6 +859,12 @@ int egw_wait_key(egw *g, const char *key, size_t klen, int64_t rev, int64_t dead
 int egw_wait_prefix(egw *g, const char *prefix, size_t plen, int64_t rev, int64_t deadline_ns, baton_waiter *w)
 {
     return wait_event(g, prefix, plen, 1, 1, rev, deadline_ns, w, NULL);
+}
+
+int egw_wait_prefix_fired(egw *g, const char *prefix, size_t plen, int64_t rev, int64_t deadline_ns,
+                          baton_waiter *w, int *fired)
+{
+    return wait_event(g, prefix, plen, 1, 1, rev, deadline_ns, w, fired);
 }
 
 /* ---- plain GETs (/metrics) ---------------------------------------------- */

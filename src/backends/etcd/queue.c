@@ -401,7 +401,13 @@ int etcd_taker_acquire(eeng *e, void *st, baton_acquire_req *req)
             req->sent_ns = baton_now_ns();
             rc = claim_item(e, t, req->owner, ikey, ilen, irev, id, tm);
             free(ikey);
-            if (rc == BATON_ELOCKED) continue;        /* lost the race: the next one */
+            if (rc == BATON_ELOCKED) {
+                /* lost the race (someone else took it or finished it): the
+                 * next one, while the deadline lasts */
+                if (req->deadline_ns != 0 && req->deadline_ns != INT64_MAX && baton_now_ns() >= req->deadline_ns)
+                    return baton_seterr(BATON_ETIMEDOUT, 0, "etcd: no item in queue '%s' at the deadline", t->name);
+                continue;
+            }
             if (rc && etcd_is_lease_gone() && ++lease_tries < 5) {
                 etcd_lease_dead(e, gen);
                 continue;

@@ -248,7 +248,7 @@ static int value_watch(void *eng, void *st, uint64_t known, int64_t deadline_ns,
          * then; a stream that ended without one (compacted, the member
          * gone) makes us read again here */
         rc = egw_wait_key(e->gw, v->key, v->klen, hrev + 1, deadline_ns, w, &fired);
-        if (rc == 0 && fired) return 0;
+        if (rc == 0 && fired > 0) return 0;
         if (rc == BATON_ETIMEDOUT)
             return baton_seterr(BATON_ETIMEDOUT, 0, "etcd: value '%s' unchanged at the deadline", v->name);
         if (rc == BATON_ECANCELED) return baton_seterr(BATON_ECANCELED, 0, "etcd: watch of '%s' canceled", v->name);

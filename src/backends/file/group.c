@@ -255,7 +255,7 @@ static int group_watch(void *eng, const char *name, uint64_t token, int64_t dead
         }
         if (!watching) {
             if ((rc = file__watch_add(e, path, IN_CREATE | IN_MOVED_TO | IN_MOVED_FROM | IN_DELETE | IN_CLOSE_WRITE |
-                                      IN_ONLYDIR, NULL, &reg, w)))
+                                      IN_MOVE_SELF | IN_DELETE_SELF | IN_ONLYDIR, NULL, &reg, w)))
                 break;
             watching = 1;
             continue;
@@ -266,6 +266,11 @@ static int group_watch(void *eng, const char *name, uint64_t token, int64_t dead
             rc = baton_seterr(rc, 0, "group watch canceled");
             break;
         }
+        /* the folder anew, as value watches do (value.c) */
+        file__watch_remove(e, &reg);
+        watching = 0;
+        close(dfd);
+        if ((rc = file__subdir(e, rel, 1, &dfd))) return rc;
     }
     if (watching) file__watch_remove(e, &reg);
     close(dfd);

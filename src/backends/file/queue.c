@@ -278,7 +278,7 @@ int file__taker_take(file_engine *e, file_lock *fl, baton_acquire_req *req)
             break;
         }
         if (!watching) {
-            if ((rc = file__watch_add(e, path, IN_MOVED_TO | IN_CLOSE_WRITE | IN_ONLYDIR, NULL, &reg, req->waiter)))
+            if ((rc = file__watch_add(e, path, IN_MOVED_TO | IN_CLOSE_WRITE | IN_MOVE_SELF | IN_DELETE_SELF | IN_ONLYDIR, NULL, &reg, req->waiter)))
                 break;
             watching = 1;
             continue;
@@ -288,6 +288,14 @@ int file__taker_take(file_engine *e, file_lock *fl, baton_acquire_req *req)
         if ((rc = baton_waiter_park(req->waiter, gen, until))) {
             rc = baton_seterr(rc, 0, "queue take canceled");
             break;
+        }
+        /* the folder anew, as value watches do (value.c) */
+        file__watch_remove(e, &reg);
+        watching = 0;
+        close(dfd);
+        if ((rc = file__subdir(e, t->rel, 1, &dfd))) {
+            drop_item(t);
+            return rc;
         }
     }
     if (watching) file__watch_remove(e, &reg);

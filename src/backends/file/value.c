@@ -221,7 +221,7 @@ static int value_watch(void *eng, void *st, uint64_t known, int64_t deadline_ns,
         }
         if (!watching) {
             /* watch first, then read again: a change in between is seen */
-            if ((rc = file__watch_add(e, path, IN_MOVED_TO | IN_MOVED_FROM | IN_DELETE | IN_ONLYDIR, fv->vname,
+            if ((rc = file__watch_add(e, path, IN_MOVED_TO | IN_MOVED_FROM | IN_DELETE | IN_MOVE_SELF | IN_DELETE_SELF | IN_ONLYDIR, fv->vname,
                                       &reg, w)))
                 break;
             watching = 1;
@@ -231,6 +231,13 @@ static int value_watch(void *eng, void *st, uint64_t known, int64_t deadline_ns,
             rc = baton_seterr(rc, 0, "value watch canceled");
             break;
         }
+        /* Woken: open the folder and set the watch again, so a folder that a
+         * cleaner removed and a writer made anew (the old watch then ends
+         * with IN_IGNORED, which wakes us) is the one watched and read. */
+        file__watch_remove(e, &reg);
+        watching = 0;
+        close(dfd);
+        if ((rc = file__subdir(e, "values", 1, &dfd))) return rc;
     }
     if (watching) file__watch_remove(e, &reg);
     close(dfd);

@@ -96,23 +96,24 @@ out:
     return rc;
 }
 
-int my_park(myeng *e, baton_waiter *w, unsigned gen, int64_t deadline)
+void my_park_enter(myeng *e, mypark *p, baton_waiter *w)
 {
-    mypark me = { w, NULL };
-    int rc;
+    p->w = w;
     pthread_mutex_lock(&e->mu);
-    me.next = e->parked;
-    e->parked = &me;
+    p->next = e->parked;
+    e->parked = p;
     pthread_mutex_unlock(&e->mu);
-    rc = baton_waiter_park(w, gen, deadline);
+}
+
+void my_park_leave(myeng *e, mypark *p)
+{
     pthread_mutex_lock(&e->mu);
     for (mypark **pp = &e->parked; *pp; pp = &(*pp)->next)
-        if (*pp == &me) {
-            *pp = me.next;
+        if (*pp == p) {
+            *pp = p->next;
             break;
         }
     pthread_mutex_unlock(&e->mu);
-    return rc;
 }
 
 void my_wake_local(myeng *e)

@@ -198,9 +198,8 @@ static int group_list(void *eng, const char *name, void (*fn)(void *arg, const c
     return read_group(e, name, fn, arg, token, NULL, my_deadline_ms(e->io_timeout_ms));
 }
 
-static int group_watch(void *eng, const char *name, uint64_t token, int64_t deadline_ns, baton_waiter *w)
+static int watch_loop(myeng *e, const char *name, uint64_t token, int64_t deadline_ns, baton_waiter *w)
 {
-    myeng *e = eng;
     for (;;) {
         unsigned gen = baton_waiter_gen(w);
         uint64_t now_token = 0;
@@ -218,9 +217,19 @@ static int group_watch(void *eng, const char *name, uint64_t token, int64_t dead
         if (!rc && next_ms != INT64_MAX && baton_now_ns() + (next_ms + 1) * 1000000LL < until)
             until = baton_now_ns() + (next_ms + 1) * 1000000LL;
         if (until > deadline_ns) until = deadline_ns;
-        if (my_park(e, w, gen, until) == BATON_ECANCELED)
+        if (baton_waiter_park(w, gen, until) == BATON_ECANCELED)
             return baton_seterr(BATON_ECANCELED, 0, "mysql: group '%s': watch canceled", name);
     }
+}
+
+static int group_watch(void *eng, const char *name, uint64_t token, int64_t deadline_ns, baton_waiter *w)
+{
+    mypark p;
+    int rc;
+    my_park_enter(eng, &p, w);
+    rc = watch_loop(eng, name, token, deadline_ns, w);
+    my_park_leave(eng, &p);
+    return rc;
 }
 
 const baton_group_methods my_group_methods = {

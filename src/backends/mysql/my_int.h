@@ -203,9 +203,11 @@ int my_admin_break(myeng *e, mylock *l, uint64_t *fence);
 
 /* The table WHICH (MY_AUX_*) exists (created when missing) and has the columns we use. */
 int my_aux_ready(myeng *e, int which);
-/* Park W (generation GEN) until DEADLINE, woken early by this client's own
- * changes (my_wake_local): as baton_waiter_park. */
-int my_park(myeng *e, baton_waiter *w, unsigned gen, int64_t deadline);
+/* W is woken by this client's own changes (my_wake_local) from enter to
+ * leave: enter before the first read of a wait (a change between the read
+ * and baton_waiter_park bumps W's generation), leave before returning. */
+void my_park_enter(myeng *e, mypark *p, baton_waiter *w);
+void my_park_leave(myeng *e, mypark *p);
 /* After a change this client made: every parked watcher and waiter looks again. */
 void my_wake_local(myeng *e);
 /* The statement deadline of one step of a wait that ends at DEADLINE (0 = a try). */

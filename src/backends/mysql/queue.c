@@ -22,6 +22,8 @@
  */
 #include "my_int.h"
 #include "core/internal.h"
+#include "util/base64.h"
+#include "util/sha256.h"
 
 #include <inttypes.h>
 #include <mysqld_error.h>
@@ -33,18 +35,38 @@
 #define BACKOFF_MAX_MS 500
 #define RETRY_DOWN_MS 200        /* a waiter whose server is away takes again this often */
 
+/* The name of the value row that counts the takes of queue NAME: NUL +
+ * "queue:" + NAME (no value can have it: names are C strings), or, when
+ * that would not fit the 1024 bytes of the name column, NUL + "queue#" + the
+ * unpadded base64url of NAME's SHA-256. Malloc'd, *N its length. */
+static char *fence_row(const char *name, size_t *n)
+{
+    size_t len = strlen(name);
+    char *out = malloc(len + 8 > 64 ? len + 8 : 64);
+    if (!out) return NULL;
+    out[0] = 0;
+    if (7 + len <= 1024) {
+        memcpy(out + 1, "queue:", 6);
+        memcpy(out + 7, name, len);
+        *n = 7 + len;
+    } else {
+        unsigned char d[BATON_SHA256_SIZE];
+        baton__sha256(name, len, d);
+        memcpy(out + 1, "queue#", 6);
+        *n = 7 + baton__base64_encode(out + 7, d, sizeof d, BATON_B64_URL | BATON_B64_NOPAD);
+    }
+    return out;
+}
+
 static int queue_create(void *eng, const char *name, void **st)
 {
     myqueue *q = calloc(1, sizeof *q);
-    size_t n = strlen(name);
-    char *fname = malloc(n + 8);
+    size_t n = 0;
+    char *fname = fence_row(name, &n);
     *st = NULL;
     if (!q || !fname) goto oom;
     q->e = eng;
-    fname[0] = 0;
-    memcpy(fname + 1, "queue:", 6);
-    memcpy(fname + 7, name, n);
-    if (!(q->name = strdup(name)) || !(q->esc = my_escape(name)) || !(q->efence = my_escape_n(fname, n + 7)))
+    if (!(q->name = strdup(name)) || !(q->esc = my_escape(name)) || !(q->efence = my_escape_n(fname, n)))
         goto oom;
     free(fname);
     *st = q;
@@ -216,13 +238,11 @@ out:
     return rc;
 }
 
-int my_taker_acquire(myeng *e, mylock *l, baton_acquire_req *req)
+static int take_loop(myeng *e, mylock *l, baton_acquire_req *req)
 {
     int64_t backoff = BACKOFF_MIN_MS;
     int rc;
 
-    if ((rc = my_aux_ready(e, MY_AUX_QUEUE)) || (rc = my_aux_ready(e, MY_AUX_VALUE))) return rc;
-    drop_item(l);
     for (;;) {
         unsigned gen = req->waiter ? baton_waiter_gen(req->waiter) : 0;
         int64_t sent = baton_now_ns(), ms, until;
@@ -258,11 +278,25 @@ int my_taker_acquire(myeng *e, mylock *l, baton_acquire_req *req)
         }
         until = baton_now_ns() + ms * 1000000LL;
         if (until > req->deadline_ns) until = req->deadline_ns;
-        if (my_park(e, req->waiter, gen, until) == BATON_ECANCELED) {
+        if (baton_waiter_park(req->waiter, gen, until) == BATON_ECANCELED) {
             rc = baton_seterr(BATON_ECANCELED, 0, "mysql: queue '%s': take canceled", l->name);
             break;
         }
     }
+    return rc;
+}
+
+int my_taker_acquire(myeng *e, mylock *l, baton_acquire_req *req)
+{
+    mypark p;
+    int rc;
+    if ((rc = my_aux_ready(e, MY_AUX_QUEUE)) || (rc = my_aux_ready(e, MY_AUX_VALUE))) return rc;
+    drop_item(l);
+    /* a put through this client wakes a waiting take at once */
+    if (!req->waiter || req->deadline_ns == 0) return take_loop(e, l, req);
+    my_park_enter(e, &p, req->waiter);
+    rc = take_loop(e, l, req);
+    my_park_leave(e, &p);
     return rc;
 }
 

@@ -179,10 +179,8 @@ static int value_del(void *eng, void *st, uint64_t expect)
     return 0;
 }
 
-static int value_watch(void *eng, void *st, uint64_t known, int64_t deadline_ns, baton_waiter *w)
+static int watch_loop(myeng *e, myvalue *v, uint64_t known, int64_t deadline_ns, baton_waiter *w)
 {
-    myeng *e = eng;
-    myvalue *v = st;
     for (;;) {
         unsigned gen = baton_waiter_gen(w);
         uint64_t version = 0;
@@ -199,9 +197,19 @@ static int value_watch(void *eng, void *st, uint64_t known, int64_t deadline_ns,
                                 rc ? " (the server is unavailable)" : "");
         until = baton_now_ns() + (int64_t)MY_POLL_MS * 1000000LL;
         if (until > deadline_ns) until = deadline_ns;
-        if (my_park(e, w, gen, until) == BATON_ECANCELED)
+        if (baton_waiter_park(w, gen, until) == BATON_ECANCELED)
             return baton_seterr(BATON_ECANCELED, 0, "mysql: value '%s': watch canceled", v->name);
     }
+}
+
+static int value_watch(void *eng, void *st, uint64_t known, int64_t deadline_ns, baton_waiter *w)
+{
+    mypark p;
+    int rc;
+    my_park_enter(eng, &p, w);
+    rc = watch_loop(eng, st, known, deadline_ns, w);
+    my_park_leave(eng, &p);
+    return rc;
 }
 
 const baton_value_methods my_value_methods = {

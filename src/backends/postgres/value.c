@@ -150,7 +150,10 @@ static int value_del(void *eng, void *st, uint64_t expect)
     else snprintf(ex, sizeof ex, "%llu", (unsigned long long)expect);
     if ((rc = pg_coord_run(e, del_sql, 3, p, 0, INT64_MAX, &r))) return rc;
     if (strcmp(PQgetvalue(r, 0, 0), "0")) rc = 0;
-    else if (PQgetisnull(r, 0, 1)) rc = baton_seterr(BATON_ENOENT, 0, "postgres: value '%s' does not exist", v->name);
+    /* With any version, nothing deleted means absent: a concurrent delete
+     * that committed while this one waited for the row is not in the
+     * statement's snapshot, which still shows the row's old version. */
+    else if (PQgetisnull(r, 0, 1) || expect == BATON_VALUE_ANY) rc = baton_seterr(BATON_ENOENT, 0, "postgres: value '%s' does not exist", v->name);
     else rc = baton_seterr(BATON_ECONFLICT, 0, "postgres: value '%s' is at version %s, not %llu", v->name,
                            PQgetvalue(r, 0, 1), (unsigned long long)expect);
     PQclear(r);

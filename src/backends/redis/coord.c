@@ -215,24 +215,37 @@ static int gwatch_attempt(void *p, int *done, int64_t *hint) {
     return 0;
 }
 
+/* A message carries the group's new change count: one that is not the
+ * token ends the wait without another read (the core lists next). */
+static int gwatch_msg(void *p, const char *payload) {
+    gwatch_ctx *x = p;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(payload, &end, 10);
+    return payload[0] && !*end && !errno && v != x->token;
+}
+
 int baton__redis_group_watch(void *eng, const char *name, uint64_t token, int64_t deadline_ns, baton_waiter *w) {
     reng *e = eng;
     gwatch_ctx x = { e, name, token };
     char *k[GK_N];
     int rc = keys_make(e, name, group_keys, GK_N - 1, k);
     if (rc) return rc;
-    int done = 0;
-    int64_t hint;
     int64_t prev = baton__redis_bound_enter(e, deadline_ns);
-    rc = gwatch_attempt(&x, &done, &hint);
-    if (!rc && !done && deadline_ns == 0)
-        rc = baton_seterr(BATON_ETIMEDOUT, 0, "redis: group '%s' has not changed", k[0]);
-    else if (!rc && !done && !w)
-        rc = baton_seterr(BATON_EINVAL, 0, "redis: a waiting call needs a waiter");
-    else if (!done && deadline_ns != 0 && w && (!rc || rc == BATON_EUNAVAILABLE)) {
+    if (deadline_ns == 0 || !w) {
+        int done = 0;
+        int64_t hint;
+        rc = gwatch_attempt(&x, &done, &hint);
+        if (!rc && !done && deadline_ns == 0)
+            rc = baton_seterr(BATON_ETIMEDOUT, 0, "redis: group '%s' has not changed", k[0]);
+        else if (!rc && !done)
+            rc = baton_seterr(BATON_EINVAL, 0, "redis: a waiting call needs a waiter");
+    } else {
+        /* As a value watch: the loop re-reads once subscribed, then parks
+         * until a message, the next member deadline, 2 s, or the deadline. */
         char what[80];
         snprintf(what, sizeof what, "watch of group '%.40s'", k[0]);
-        rc = baton__redis_wait_loop_msg(e, k[GK_CHANNEL], w, deadline_ns, 0, 0, gwatch_attempt, NULL, &x, what,
+        rc = baton__redis_wait_loop_msg(e, k[GK_CHANNEL], w, deadline_ns, 0, 0, gwatch_attempt, gwatch_msg, &x, what,
                                         NULL, -1, 0);
     }
     baton__redis_bound_leave(prev);

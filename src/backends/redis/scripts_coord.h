@@ -42,7 +42,7 @@
     "local ver = tonumber(m[1]) or 0\n"                                        \
     "if sha ~= (m[2] or '') then\n"                                            \
     "  ver = vnext(ver)\n"                                                     \
-    "  redis.call('hset', KEYS[2], 'ver', fence_str(ver), 'sha', sha)\n"       \
+    "  redis.call('hmset', KEYS[2], 'ver', fence_str(ver), 'sha', sha)\n"       \
     "  redis.call('publish', ARGV[2], fence_str(ver))\n"                       \
     "end\n"                                                                    \
     "local now = cur and ver or 0\n"                                           \
@@ -57,10 +57,10 @@
     "ver = vnext(ver)\n"                                                       \
     "if op == 'set' then\n"                                                    \
     "  redis.call('set', KEYS[1], ARGV[4])\n"                                  \
-    "  redis.call('hset', KEYS[2], 'ver', fence_str(ver), 'sha', redis.sha1hex(ARGV[4]))\n" \
+    "  redis.call('hmset', KEYS[2], 'ver', fence_str(ver), 'sha', redis.sha1hex(ARGV[4]))\n" \
     "elseif op == 'del' then\n"                                                \
     "  redis.call('del', KEYS[1])\n"                                           \
-    "  redis.call('hset', KEYS[2], 'ver', fence_str(ver), 'sha', '')\n"        \
+    "  redis.call('hmset', KEYS[2], 'ver', fence_str(ver), 'sha', '')\n"        \
     "else\n"                                                                   \
     "  return redis.error_reply('ERR baton: unknown value operation')\n"       \
     "end\n"                                                                    \

@@ -39,9 +39,9 @@ static const char *const notes[] = {
     "value: the plain string baton_value:{K} (redis-cli GET/SET work on it) + version hash baton_value_ver:{K}; "
     "get/set/delete = 1 EVALSHA; a foreign write gets a new version at the next script; "
     "watch: PUBLISH + keyspace events (if the server has them on), re-read at least every 2 s; "
-    "every watcher of a value wakes on each change (1 EVALSHA each)",
+    "every watcher of a value wakes on each change (3 EVALSHA each through the core's watch)",
     "group: zset baton_group:{K} (id -> lease deadline, server ms) + hashes; join/leave/renew = 1 EVALSHA; "
-    "a dead member is gone within its lease; watchers wake on join/leave (1 EVALSHA each) "
+    "a dead member is gone within its lease; watchers wake on join/leave (3 EVALSHA each) "
     "and re-check at the next member deadline and every 2 s",
     "queue: list baton_queue:{K} of waiting ids + hash of items + zset of taken ids (lease deadlines); "
     "put/take/done/return/renew = 1 EVALSHA; a taken item whose lease ran out goes back to the head; "

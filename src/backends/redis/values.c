@@ -158,30 +158,45 @@ static int watch_attempt(void *p, int *done, int64_t *hint) {
     return 0;
 }
 
+/* A message on baton's channel carries the new version: one that is not
+ * KNOWN ends the wait without another read (the core reads the value next). */
+static int watch_msg(void *p, const char *payload) {
+    watch_ctx *x = p;
+    char *end;
+    errno = 0;
+    unsigned long long ver = strtoull(payload, &end, 10);
+    return payload[0] && !*end && !errno && ver != x->known;
+}
+
 int baton__redis_value_watch(void *eng, void *st, uint64_t known, int64_t deadline_ns, baton_waiter *w) {
     reng *e = eng;
     rvalue *v = st;
     watch_ctx x = { e, v, known };
-    int done = 0;
-    int64_t hint;
     int64_t prev = baton__redis_bound_enter(e, deadline_ns);
-    /* Listening on the keyspace channel before the first read, so a foreign
-     * SET right after it still wakes us (when the server sends those). */
-    rsub_entry *ks = NULL;
-    if (deadline_ns != 0 && w && rsub_register(&e->sub, v->keyspace, 0, w, &ks) != 0) ks = NULL;
-    int rc = watch_attempt(&x, &done, &hint);
-    if (!rc && !done && deadline_ns == 0)
-        rc = baton_seterr(BATON_ETIMEDOUT, 0, "redis: value '%s' is still at version %" PRIu64, v->key, known);
-    else if (!rc && !done && !w)
-        rc = baton_seterr(BATON_EINVAL, 0, "redis: a waiting call needs a waiter");
-    else if (!done && deadline_ns != 0 && w && (!rc || rc == BATON_EUNAVAILABLE)) {
-        /* A server that is down now may come back before the deadline: the
+    int rc;
+    if (deadline_ns == 0 || !w) {
+        int done = 0;
+        int64_t hint;
+        rc = watch_attempt(&x, &done, &hint);
+        if (!rc && !done && deadline_ns == 0)
+            rc = baton_seterr(BATON_ETIMEDOUT, 0, "redis: value '%s' is still at version %" PRIu64, v->key, known);
+        else if (!rc && !done)
+            rc = baton_seterr(BATON_EINVAL, 0, "redis: a waiting call needs a waiter");
+    } else {
+        /* The caller has just read KNOWN; the loop reads again once
+         * subscribed (so a change in between is not missed), then parks
+         * until a message, 2 s, or the deadline. The keyspace channel wakes
+         * it too when the server sends those (a foreign write at once). A
+         * server that is down now may come back before the deadline: the
          * loop re-reads with backoff, as a lock waiter does. */
+        rsub_entry *ks = NULL;
+        if (rsub_register(&e->sub, v->keyspace, 0, w, &ks) != 0) ks = NULL;
         char what[80];
         snprintf(what, sizeof what, "watch of value '%.40s'", v->key);
-        rc = baton__redis_wait_loop(e, v->channel, w, deadline_ns, 0, 0, watch_attempt, &x, what);
+        rc = baton__redis_wait_loop_msg(e, v->channel, w, deadline_ns, 0, 0, watch_attempt, watch_msg, &x, what,
+                                        NULL, -1, 0);
+        if (ks) rsub_unregister(&e->sub, ks);
     }
-    if (ks) rsub_unregister(&e->sub, ks);
     baton__redis_bound_leave(prev);
     return rc;
 }

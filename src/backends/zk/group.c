@@ -333,6 +333,10 @@ int zk_group_watch(void *eng, const char *name, uint64_t token, int64_t deadline
             if (zk_retryable(zrc) && slot && (deadline_ns == INT64_MAX || baton_now_ns() < deadline_ns) &&
                 !zk_sess_dead(e, s) && zk_sess_wait(e, s, zk_call_deadline(e, deadline_ns)) == 0)
                 continue;
+            if (zrc == ZOPERATIONTIMEOUT && slot && deadline_ns != INT64_MAX && baton_now_ns() >= deadline_ns) {
+                rc = baton_seterr(BATON_ETIMEDOUT, 0, "zk: the members of %s: no change seen in time", dir);
+                break;
+            }
             if (!zk_sess_dead(e, s) || !slot) {
                 rc = zk_err(zrc, "watch", dir);
                 break;

@@ -38,10 +38,11 @@ static const char *const notes[] = {
     "counters); get 1 request, create 1, unconditional set 1 (2 when absent), compare-and-set 2 (a stat, then a "
     "versioned write), delete 2; watch: one exists watch per watcher, every watcher of NAME woken by each change",
     "group: members are ephemeral nodes <group_root>/NAME/<id>__party__ holding the value (kazoo Party's nodes): "
-    "join 1 request, leave 2, list 1 + 1 per member (2 round trips); watchers watch the children, all woken by "
+    "join 2 requests (a create, and the watch that reports the node deleted by another; 1 round trip), leave 2, "
+    "list 1 + 1 per member (2 round trips); watchers watch the children, all woken by "
     "each join or leave; a dead member goes when the server expires its session",
     "queue: kazoo LockingQueue's layout (<queue_root>/NAME/entries/entry-100-<seq>, taken/<entry> ephemeral): put 1 "
-    "request, take 4 (3 round trips), done 3 (2), give back 2; waiting takers watch entries/ and taken/ and all "
+    "request, take 5 (3 round trips), done 3 (2), give back 2; waiting takers watch entries/ and taken/ and all "
     "wake on each change (a herd, as kazoo's); fence = the taken node's czxid",
     NULL,
 };

@@ -48,6 +48,10 @@ int zk_park(zeng *e, baton_waiter *w, unsigned gen, int64_t deadline, const char
     if (until > deadline) until = deadline;
     if (baton_waiter_park(w, gen, until) == BATON_ECANCELED)
         return baton_seterr(BATON_ECANCELED, 0, "zk: wait on %s canceled", what);
+    /* the deadline passed with no wake-up: nothing changed, no last look
+     * (which could only fail on a slow server and turn a timeout into an error) */
+    if (deadline != INT64_MAX && baton_now_ns() >= deadline && baton_waiter_gen(w) == gen)
+        return baton_seterr(BATON_ETIMEDOUT, 0, "zk: %s did not change in time", what);
     return 0;
 }
 
@@ -349,6 +353,11 @@ int zk_value_watch(void *eng, void *st, uint64_t known, int64_t deadline_ns, bat
                 (deadline_ns == INT64_MAX || baton_now_ns() < deadline_ns) &&
                 zk_sess_wait(e, s, zk_call_deadline(e, deadline_ns)) == 0)
                 continue;
+            if (zrc == ZOPERATIONTIMEOUT && watch && deadline_ns != INT64_MAX && baton_now_ns() >= deadline_ns) {
+                /* a last look past the deadline that the server did not answer in time */
+                rc = baton_seterr(BATON_ETIMEDOUT, 0, "zk: value %s: no change seen in time", v->path);
+                break;
+            }
             if (!zk_sess_dead(e, s) || deadline_ns == 0) {
                 rc = zk_err(zrc, "watch", v->path);
                 break;
