@@ -21,7 +21,7 @@ extern unsigned g_prims;        /* baton_engine_find(...)->primitives */
  * the kill cases: */
 extern int g_leases;            /* per-grant leases, renewed by the client */
 extern int g_session_ms;        /* ZooKeeper session / etcd client lease (ms) */
-extern int g_conn_session;      /* PostgreSQL / MySQL session and row modes: the connection */
+extern int g_conn_session;      /* PostgreSQL / MySQL session and row modes (their families still use lease rows) */
 /* the lease every lease-based case uses */
 #define CO_LEASE_MS 2000
 
