@@ -135,36 +135,36 @@ static void test_value_basic(void) {
     baton_client *c1 = co_client(), *c2 = co_client();
     baton_value *a = value_on(c1, n), *b = value_on(c2, n);
     CHECK(!strcmp(baton_value_name(a), n));
-    baton_value_data d = { (char *)1, 7, 7 };
-    CHECK_RC(baton_value_get(a, &d), BATON_ENOENT);
-    CHECK(d.data == NULL && d.len == 0 && d.version == 0);
+    baton_value_data junk = { (char *)1, 7, 7 }, d = { 0 };
+    CHECK_RC(baton_value_get(a, &junk), BATON_ENOENT);   /* zeroed, never freed */
+    CHECK(junk.data == NULL && junk.len == 0 && junk.version == 0);
     /* binary data, NULs included, round trip through another client */
     static const char bin[] = { 'a', 0, 'b', '\n', (char)0xff, 0, 'z' };
     uint64_t v1 = 0, v2 = 0, v3 = 0;
     CHECK_RC(baton_value_set(a, bin, sizeof bin, BATON_VALUE_ANY, &v1), 0);
     CHECK(v1 > 0);
-    CHECK_RC(baton_value_get(b, &d), 0);
+    CHECK_RC(co_value_get(b, &d), 0);
     CHECK(data_is(&d, bin, sizeof bin));
     CHECK(d.version == v1);
     /* the empty value is present: data "" and a version */
     CHECK_RC(baton_value_set(b, "", 0, BATON_VALUE_ANY, &v2), 0);
     CHECK(v2 > v1);
-    CHECK_RC(baton_value_get(a, &d), 0);
+    CHECK_RC(co_value_get(a, &d), 0);
     CHECK(d.data != NULL && d.len == 0 && d.version == v2);
     /* a NULL version pointer is allowed */
     CHECK_RC(baton_value_set(a, "x", 1, BATON_VALUE_ANY, NULL), 0);
-    CHECK_RC(baton_value_get(a, &d), 0);
+    CHECK_RC(co_value_get(a, &d), 0);
     CHECK(data_is(&d, "x", 1) && d.version > v2);
     v3 = d.version;
     /* delete, then absent; re-created with a larger version */
     CHECK_RC(baton_value_delete(b, BATON_VALUE_ANY), 0);
-    CHECK_RC(baton_value_get(a, &d), BATON_ENOENT);
+    CHECK_RC(co_value_get(a, &d), BATON_ENOENT);
     CHECK(d.data == NULL && d.version == 0);
     CHECK_RC(baton_value_delete(b, BATON_VALUE_ANY), BATON_ENOENT);
     uint64_t v4 = 0;
     CHECK_RC(baton_value_set(a, "again", 5, 0, &v4), 0);
     CHECK(v4 > v3);
-    CHECK_RC(baton_value_get(b, &d), 0);
+    CHECK_RC(co_value_get(b, &d), 0);
     CHECK(data_is(&d, "again", 5) && d.version == v4);
     /* versions keep rising, set after set */
     uint64_t last = v4;
@@ -181,7 +181,7 @@ static void test_value_basic(void) {
     baton_lock *l = NULL;
     MUST(baton_lock_open(&l, c1, n, NULL));
     CHECK_RC(baton_lock_acquire(l, 0), 0);
-    CHECK_RC(baton_value_get(b, &d), 0);
+    CHECK_RC(co_value_get(b, &d), 0);
     CHECK(d.version == last);
     CHECK_RC(baton_lock_release(l), 0);
     baton_lock_free(l);
@@ -204,22 +204,22 @@ static void test_value_cas(void) {
     CHECK_RC(baton_value_set(a, "one", 3, 0, &v1), 0);      /* create */
     CHECK_RC(baton_value_set(b, "two", 3, 0, &x), BATON_ECONFLICT);  /* exists */
     CHECK_RC(baton_value_set(b, "two", 3, v1 + 1000, &x), BATON_ECONFLICT);
-    CHECK_RC(baton_value_get(a, &d), 0);
+    CHECK_RC(co_value_get(a, &d), 0);
     CHECK(data_is(&d, "one", 3) && d.version == v1);   /* nothing changed */
     CHECK_RC(baton_value_set(b, "two", 3, v1, &v2), 0);
     CHECK(v2 > v1);
     CHECK_RC(baton_value_set(a, "three", 5, v1, &x), BATON_ECONFLICT);   /* stale */
-    CHECK_RC(baton_value_get(a, &d), 0);
+    CHECK_RC(co_value_get(a, &d), 0);
     CHECK(data_is(&d, "two", 3) && d.version == v2);
     /* delete with expect */
     CHECK_RC(baton_value_delete(a, v1), BATON_ECONFLICT);
-    CHECK_RC(baton_value_get(b, &d), 0);
+    CHECK_RC(co_value_get(b, &d), 0);
     CHECK(d.version == v2);
     CHECK_RC(baton_value_delete(a, v2), 0);
     CHECK_RC(baton_value_delete(a, v2), BATON_ENOENT);
     /* a compare-and-set on an absent value with a version fails */
     CHECK_RC(baton_value_set(b, "four", 4, v2, &x), BATON_ECONFLICT);
-    CHECK_RC(baton_value_get(b, &d), BATON_ENOENT);
+    CHECK_RC(co_value_get(b, &d), BATON_ENOENT);
     baton_value_data_clear(&d);
     baton_value_free(a);
     baton_value_free(b);
@@ -287,7 +287,7 @@ static void test_value_cas_race(void) {
             fprintf(stderr, "   round %d: %d winners\n", r, wins);
         }
         baton_value_data d = { 0 };
-        if (baton_value_get(v[0], &d) != 0) {
+        if (co_value_get(v[0], &d) != 0) {
             winner_stored = 0;
             continue;
         }
@@ -316,7 +316,7 @@ typedef struct {
 
 static void *watch_main(void *p) {
     watch_arg *w = p;
-    w->rc = baton_value_watch(w->v, w->known, &w->d, w->wait_ms);
+    w->rc = co_value_watch(w->v, w->known, &w->d, w->wait_ms);
     return NULL;
 }
 
@@ -330,12 +330,12 @@ static void test_value_watch(void) {
     baton_value_data d = { 0 };
     uint64_t v1 = 0, v2 = 0;
     /* absent and known absent: times out */
-    CHECK_RC(baton_value_watch(a, 0, &d, 300), BATON_ETIMEDOUT);
+    CHECK_RC(co_value_watch(a, 0, &d, 300), BATON_ETIMEDOUT);
     MUST(baton_value_set(b, "w1", 2, BATON_VALUE_ANY, &v1));
     /* a known version that is not the current one answers at once */
-    CHECK_RC(baton_value_watch(a, 0, &d, 5000), 0);
+    CHECK_RC(co_value_watch(a, 0, &d, 5000), 0);
     CHECK(data_is(&d, "w1", 2) && d.version == v1);
-    CHECK_RC(baton_value_watch(a, v1, &d, 300), BATON_ETIMEDOUT);
+    CHECK_RC(co_value_watch(a, v1, &d, 300), BATON_ETIMEDOUT);
     /* a blocked watch is woken by a set from another client */
     watch_arg w = { a, v1, 15000, -100, { 0 } };
     co_thread t;
@@ -365,8 +365,8 @@ static void test_value_watch(void) {
     CHECK_RC(w.rc, BATON_ECANCELED);
     /* a cancel with no watch in flight is kept for the next one */
     CHECK_RC(baton_value_cancel(a), 0);
-    CHECK_RC(baton_value_watch(a, 0, &d, 5000), BATON_ECANCELED);
-    CHECK_RC(baton_value_watch(a, 0, &d, 200), BATON_ETIMEDOUT);
+    CHECK_RC(co_value_watch(a, 0, &d, 5000), BATON_ECANCELED);
+    CHECK_RC(co_value_watch(a, 0, &d, 200), BATON_ETIMEDOUT);
     baton_value_data_clear(&d);
     baton_value_free(a);
     baton_value_free(b);
@@ -396,14 +396,14 @@ static void *burst_watcher(void *p) {
     uint64_t known = 0;
     baton_value_data d = { 0 };
     x->rising = 1;
-    int rc = baton_value_get(v, &d);
+    int rc = co_value_get(v, &d);
     if (rc == 0) known = d.version;
     atomic_store(&x->ready, 1);
     int64_t end = tl_now_ms() + 60000;
     while (tl_now_ms() < end) {
         uint64_t fin = atomic_load(&x->final_v);
         if (fin && known == fin) break;
-        rc = baton_value_watch(v, known, &d, 1000);
+        rc = co_value_watch(v, known, &d, 1000);
         if (rc == BATON_ETIMEDOUT) continue;
         if (rc != 0) {
             x->errors++;
@@ -553,10 +553,10 @@ static void test_value_limits(void) {
     uint64_t x = 0;
     CHECK_RC(baton_value_set(v, big, BATON_VALUE_MAX + 1, BATON_VALUE_ANY, &x), BATON_EINVAL);
     baton_value_data d = { 0 };
-    CHECK_RC(baton_value_get(v, &d), BATON_ENOENT);
+    CHECK_RC(co_value_get(v, &d), BATON_ENOENT);
     /* the largest allowed value round trips */
     CHECK_RC(baton_value_set(v, big, BATON_VALUE_MAX, BATON_VALUE_ANY, &x), 0);
-    CHECK_RC(baton_value_get(v, &d), 0);
+    CHECK_RC(co_value_get(v, &d), 0);
     CHECK(data_is(&d, big, BATON_VALUE_MAX));
     CHECK_RC(baton_value_delete(v, BATON_VALUE_ANY), 0);
     baton_value_data_clear(&d);

@@ -40,6 +40,26 @@ static inline const char *co_name(char *buf, size_t n, const char *suffix) {
 
 static inline baton_client *co_client(void) { return tl_client_open(g_uri); }
 
+/* The calls that fill a result struct, freeing what it held first: the
+ * API zeroes *out without freeing it, so a struct used again must be
+ * cleared (OUT must be zeroed or hold a previous result). */
+static inline int co_value_get(baton_value *v, baton_value_data *out) {
+    baton_value_data_clear(out);
+    return baton_value_get(v, out);
+}
+static inline int co_value_watch(baton_value *v, uint64_t known, baton_value_data *out, int64_t wait_ms) {
+    baton_value_data_clear(out);
+    return baton_value_watch(v, known, out, wait_ms);
+}
+static inline int co_members(baton_group *g, baton_members *out) {
+    baton_members_clear(out);
+    return baton_group_members(g, out);
+}
+static inline int co_group_watch(baton_group *g, baton_members *out, int64_t wait_ms) {
+    baton_members_clear(out);
+    return baton_group_watch(g, out, wait_ms);
+}
+
 /* A thread with a bounded join: run FN(ARG); co_join waits at most
  * TIMEOUT_MS, calling CANCEL(CARG) first when it is not done by then. */
 typedef struct {

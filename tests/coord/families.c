@@ -126,7 +126,7 @@ static int await_member(baton_group *g, const char *id, int want, int timeout_ms
     baton_members m = { 0 };
     int ok = 0;
     for (;;) {
-        if (baton_group_members(g, &m) == 0 && listed(&m, id) == want) {
+        if (co_members(g, &m) == 0 && listed(&m, id) == want) {
             ok = 1;
             break;
         }
@@ -147,7 +147,7 @@ void test_group_basic(void) {
     CHECK(baton_group_id(g) == NULL);
     CHECK(baton_group_is_member(g) == 0);
     CHECK_RC(baton_group_leave(g), BATON_ENOTHELD);
-    CHECK_RC(baton_group_members(o, &m), 0);
+    CHECK_RC(co_members(o, &m), 0);
     CHECK(m.n == 0);
     CHECK_RC(baton_group_join(g, "alpha", "10.0.0.1:80"), 0);
     CHECK(baton_group_is_member(g) == 1);
@@ -156,27 +156,27 @@ void test_group_basic(void) {
     int64_t dl = 0;
     CHECK_RC(baton_group_deadline(g, &dl), 0);
     CHECK(dl > 0);
-    CHECK_RC(baton_group_members(o, &m), 0);
+    CHECK_RC(co_members(o, &m), 0);
     CHECK(m.n == 1 && !strcmp(members_str(&m), "alpha=10.0.0.1:80"));
     CHECK_RC(baton_group_leave(g), 0);
     CHECK(baton_group_is_member(g) == 0);
     CHECK_RC(baton_group_leave(g), BATON_ENOTHELD);
-    CHECK_RC(baton_group_members(o, &m), 0);
+    CHECK_RC(co_members(o, &m), 0);
     CHECK(m.n == 0);
     /* a random id */
     CHECK_RC(baton_group_join(g, NULL, ""), 0);
     const char *id = baton_group_id(g);
     CHECK(id && *id && strspn(id, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-") == strlen(id));
-    CHECK_RC(baton_group_members(o, &m), 0);
+    CHECK_RC(co_members(o, &m), 0);
     CHECK(m.n == 1 && id && listed(&m, id) && !strcmp(m.members[0].value, ""));
     /* joins again after leaving, the same id */
     CHECK_RC(baton_group_leave(g), 0);
     CHECK_RC(baton_group_join(g, "alpha", "v2"), 0);
-    CHECK_RC(baton_group_members(o, &m), 0);
+    CHECK_RC(co_members(o, &m), 0);
     CHECK(!strcmp(members_str(&m), "alpha=v2"));
     /* free leaves */
     baton_group_free(g);
-    CHECK_RC(baton_group_members(o, &m), 0);
+    CHECK_RC(co_members(o, &m), 0);
     CHECK(m.n == 0);
     baton_members_clear(&m);
     baton_members_clear(&m);   /* safe twice */
@@ -192,18 +192,18 @@ void test_group_two_clients(void) {
     baton_members m = { 0 };
     CHECK_RC(baton_group_join(g2, "node-b", "b:2"), 0);
     CHECK_RC(baton_group_join(g1, "node-a", "a:1"), 0);
-    CHECK_RC(baton_group_members(g1, &m), 0);
+    CHECK_RC(co_members(g1, &m), 0);
     CHECK(!strcmp(members_str(&m), "node-a=a:1,node-b=b:2"));   /* sorted by id */
-    CHECK_RC(baton_group_members(g2, &m), 0);
+    CHECK_RC(co_members(g2, &m), 0);
     CHECK(!strcmp(members_str(&m), "node-a=a:1,node-b=b:2"));
     /* a live member's id is taken */
     CHECK_RC(baton_group_join(g3, "node-a", "x"), BATON_ELOCKED);
     CHECK(baton_group_is_member(g3) == 0);
-    CHECK_RC(baton_group_members(g3, &m), 0);
+    CHECK_RC(co_members(g3, &m), 0);
     CHECK(!strcmp(members_str(&m), "node-a=a:1,node-b=b:2"));   /* unchanged */
     CHECK_RC(baton_group_leave(g1), 0);
     CHECK_RC(baton_group_join(g3, "node-a", "c:3"), 0);
-    CHECK_RC(baton_group_members(g2, &m), 0);
+    CHECK_RC(co_members(g2, &m), 0);
     CHECK(!strcmp(members_str(&m), "node-a=c:3,node-b=b:2"));
     baton_members_clear(&m);
     baton_group_free(g1);
@@ -223,7 +223,7 @@ typedef struct {
 
 static void *gwatch_main(void *p) {
     gwatch_arg *w = p;
-    w->rc = baton_group_watch(w->g, &w->m, w->wait_ms);
+    w->rc = co_group_watch(w->g, &w->m, w->wait_ms);
     return NULL;
 }
 
@@ -235,9 +235,9 @@ void test_group_watch(void) {
     baton_client *c1 = co_client(), *c2 = co_client();
     baton_group *w = group_on(c1, n), *g = group_on(c2, n);
     baton_members m = { 0 };
-    CHECK_RC(baton_group_watch(w, &m, 5000), 0);   /* the first call answers at once */
+    CHECK_RC(co_group_watch(w, &m, 5000), 0);   /* the first call answers at once */
     CHECK(m.n == 0);
-    CHECK_RC(baton_group_watch(w, &m, 300), BATON_ETIMEDOUT);
+    CHECK_RC(co_group_watch(w, &m, 300), BATON_ETIMEDOUT);
     /* a join from another client wakes it */
     gwatch_arg a = { w, 15000, -100, { 0 } };
     co_thread t;
@@ -257,12 +257,12 @@ void test_group_watch(void) {
     CHECK(a.m.n == 0);
     /* a change made while nobody watched is reported by the next watch */
     CHECK_RC(baton_group_join(g, "m2", ""), 0);
-    CHECK_RC(baton_group_watch(w, &m, 10000), 0);
+    CHECK_RC(co_group_watch(w, &m, 10000), 0);
     CHECK(!strcmp(members_str(&m), "m2="));
     /* a member's own handle watches the others (a barrier does) */
     CHECK_RC(baton_group_leave(g), 0);
     CHECK_RC(baton_group_join(w, "self", ""), 0);
-    CHECK_RC(baton_group_watch(w, &m, 10000), 0);
+    CHECK_RC(co_group_watch(w, &m, 10000), 0);
     CHECK(!strcmp(members_str(&m), "self="));
     a.wait_ms = 15000;
     co_start(&t, gwatch_main, &a);
@@ -275,7 +275,7 @@ void test_group_watch(void) {
     CHECK(!strcmp(members_str(&a.m), "other=,self="));
     CHECK(tl_now_ms() - t0 < 10000);   /* woken by the join, not by the wait's end */
     CHECK_RC(baton_group_leave(w), 0);
-    CHECK_RC(baton_group_watch(w, &m, 10000), 0);   /* its own leave is a change */
+    CHECK_RC(co_group_watch(w, &m, 10000), 0);   /* its own leave is a change */
     CHECK(!strcmp(members_str(&m), "other="));
     /* cancel */
     a.wait_ms = -1;
@@ -375,7 +375,7 @@ void test_group_bad_ids(void) {
     val[BATON_MEMBER_VALUE_MAX] = 0;
     CHECK_RC(baton_group_join(g, "ok-id", val), 0);
     baton_members m = { 0 };
-    CHECK_RC(baton_group_members(g, &m), 0);
+    CHECK_RC(co_members(g, &m), 0);
     CHECK(m.n == 1 && strlen(m.members[0].value) == BATON_MEMBER_VALUE_MAX);
     baton_members_clear(&m);
     CHECK_RC(baton_group_leave(g), 0);
