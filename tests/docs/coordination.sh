@@ -75,6 +75,12 @@ for p in value group queue; do [[ ", $prims, " == *", $p, "* ]] || CARRIES=0; do
 
 mkdir -p "$TMP/bin" "$TMP/tmp" "$TMP/home" "$TMP/work"
 ln -s "$BATON" "$TMP/bin/baton"
+if [ -n "${BATON_TEST_CFLAGS:-}" ]; then
+    # a sanitized libbaton: the recipes' `cc` builds with its runtime too
+    real_cc=$(command -v cc)
+    printf '#!/bin/sh\nexec %s "$@" %s\n' "$real_cc" "$BATON_TEST_CFLAGS" >"$TMP/bin/cc"
+    chmod +x "$TMP/bin/cc"
+fi
 ENV=(env -u BATON_DIR -u XDG_RUNTIME_DIR PATH="$TMP/bin:$PATH" TMPDIR="$TMP/tmp" HOME="$TMP/home"
      BATON_URI="$URI" C_INCLUDE_PATH="$SRC/include" LIBRARY_PATH="$LIBDIR" LD_LIBRARY_PATH="$LIBDIR")
 unset BATON_URI
