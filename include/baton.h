@@ -192,6 +192,15 @@ BATON_EXTERN(int) baton_lock_held(const baton_lock *l);
  * stopped: `baton run`'s watchdog does. 0 with *mono_ns set (it may be in
  * the past: the loss is being reported), BATON_ENOTHELD when not held. */
 BATON_EXTERN(int) baton_lock_deadline(const baton_lock *l, int64_t *mono_ns);
+/* Changes the lease of the held lock L to LEASE_MS from now: an
+ * owner-checked renewal with the new lease (longer or shorter), and the
+ * lease the keeper renews to from then on. With fixed_lease the lock is not
+ * renewed, so a holder can extend it only while its work progresses
+ * (node-redlock's using()). 0, BATON_ENOTHELD (not held), BATON_ELOST (lost
+ * before, or the engine has another owner now), BATON_EINVAL (under 10 ms).
+ * On a grant without a lease of its own (a session's, a client lease's, a
+ * file lock) nothing expires by it: 0 while held, nothing changed. */
+BATON_EXTERN(int) baton_lock_extend(baton_lock *l, uint32_t lease_ms);
 /* The clock of the deadlines above: CLOCK_MONOTONIC in ns (the one clock
  * baton times leases with, for callers that compare against it). */
 BATON_EXTERN(int64_t) baton_now_ns(void);
@@ -250,6 +259,8 @@ BATON_EXTERN(int) baton_lock_list(baton_client *c, const char *prefix, baton_nam
  * BATON_ENOTHELD when nobody held it (the fence is bumped all the same),
  * BATON_ENOTSUP where the engine cannot (the file engine: the kernel keeps
  * a live process's lock; stop that process instead). */
+BATON_EXTERN(int) baton_lock_force_unlock(baton_client *c, const char *name, uint64_t *fence);
+/* The same call by its first name. */
 BATON_EXTERN(int) baton_lock_break(baton_client *c, const char *name, uint64_t *fence);
 
 /* ---- read-write lock ---------------------------------------------------

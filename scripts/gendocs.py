@@ -12,7 +12,7 @@ import difflib, json, os, re, subprocess, sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PRIMS = [  # (primitive name in the JSON, row label, API)
-    ("lock", "lock (try, wait, lease, fence, reentrant)", "`baton_lock_*`, `baton run`"),
+    ("lock", "lock (try, wait, lease, extend, fence, reentrant)", "`baton_lock_*`, `baton run`"),
     ("fair", "fair lock (FIFO)", "`baton_lock_options.fair`, `baton run --fair`"),
     ("rwlock", "read-write lock", "`baton_rwlock_*`, `baton run -s`/`-x`"),
     ("semaphore", "semaphore", "`baton_semaphore_*`, `baton sem`"),
@@ -26,7 +26,7 @@ PRIMS = [  # (primitive name in the JSON, row label, API)
     ("queue", "work queue (at-least-once)", "`baton_queue_*`, `baton queue`"),
     ("status", "lock status", "`baton_lock_info`, `baton status`"),
     ("list", "list held locks", "`baton_lock_list`, `baton list`"),
-    ("force-unlock", "force unlock (fence bumped)", "`baton_lock_break`, `baton unlock --force`"),
+    ("force-unlock", "force unlock (fence bumped)", "`baton_lock_force_unlock`, `baton unlock --force`"),
 ]
 # the page that documents each engine's options in prose
 PAGES = {"file": "docs/file-engine.md", "sqlite": "docs/sqlite-engine.md", "postgres": "docs/postgres-engine.md",

@@ -374,6 +374,63 @@ static int lock_keep(baton__kept *n, int64_t now)
     return 0;
 }
 
+/* The renewal and the new lease are made under the io mutex, as the
+ * keeper's renewal is, so the lease the engine was last given and the one
+ * the keeper renews to never disagree: a renewal with the old lease either
+ * comes before this one (and is overridden by it) or after it (and uses the
+ * new one). */
+static int lock_extend(baton_lock *l, uint32_t lease_ms)
+{
+    int64_t sent, deadline;
+    uint64_t fence;
+    int rc;
+    pthread_mutex_lock(&l->smu);
+    if (l->state != LOCK_HELD || baton_now_ns() >= l->lease_deadline) {
+        rc = l->state == LOCK_FREE ? baton_seterr(BATON_ENOTHELD, 0, "lock '%s' is not held", l->name)
+                                   : baton_seterr(BATON_ELOST, 0, "lock '%s' was lost", l->name);
+        pthread_mutex_unlock(&l->smu);
+        return rc;
+    }
+    if (l->lease_deadline == INT64_MAX) {
+        /* no lease of its own: nothing to extend */
+        pthread_mutex_unlock(&l->smu);
+        return 0;
+    }
+    deadline = l->lease_deadline;
+    fence = l->fence;
+    pthread_mutex_unlock(&l->smu);
+
+    pthread_mutex_lock(&l->io);
+    sent = baton_now_ns();
+    rc = l->c->be->lock->renew(l->c->eng, l->st, &l->owner, lease_ms, deadline);
+    pthread_mutex_lock(&l->smu);
+    if (rc == 0 && l->state == LOCK_HELD && l->fence == fence && l->lease_deadline != INT64_MIN) {
+        l->opts.lease_ms = lease_ms;
+        l->opts.renew_ms = lease_ms / 3 ? lease_ms / 3 : 1;
+        l->lease_deadline = sent + lease_validity_ns(lease_ms);
+        l->next_renew = l->opts.fixed_lease ? INT64_MAX : sent + ms_to_ns(l->opts.renew_ms);
+    } else if (rc == 0 || rc == BATON_ENOTOWNER || rc == BATON_ELOST) {
+        /* lost meanwhile, or the engine says so: the keeper reports it */
+        if (rc) l->lease_deadline = INT64_MIN;
+        rc = baton_seterr(BATON_ELOST, 0, "lock '%s' was lost before this extend", l->name);
+    }
+    pthread_mutex_unlock(&l->smu);
+    pthread_mutex_unlock(&l->io);
+    if (rc == BATON_ELOST) baton__keeper_kick(l->c->keeper);
+    return rc;
+}
+
+int baton_lock_extend(baton_lock *l, uint32_t lease_ms)
+{
+    int rc;
+    if (!l) return baton_seterr(BATON_EINVAL, 0, "baton_lock_extend: NULL lock");
+    if (lease_ms < 10) return baton_seterr(BATON_EINVAL, 0, "lease of %u ms is too short (minimum 10 ms)", lease_ms);
+    if ((rc = baton__member_enter(&l->cm))) return rc;
+    rc = lock_extend(l, lease_ms);
+    baton__member_leave(&l->cm);
+    return rc;
+}
+
 int baton_lock_release(baton_lock *l)
 {
     int rc;
@@ -618,6 +675,11 @@ int baton_lock_list(baton_client *c, const char *prefix, baton_name_cb fn, void 
 }
 
 int baton_lock_break(baton_client *c, const char *name, uint64_t *fence)
+{
+    return baton_lock_force_unlock(c, name, fence);
+}
+
+int baton_lock_force_unlock(baton_client *c, const char *name, uint64_t *fence)
 {
     uint64_t f = 0;
     int rc;

@@ -829,6 +829,85 @@ static void test_sigstop_holder(void) {
 }
 
 /* Session engines have no lease to fix: they say so instead of ignoring it. */
+/* baton_lock_force_unlock (the API of `baton unlock --force`): the holder is
+ * removed, the fence bumped past its grant, and the next grant is larger
+ * still; the file engine refuses (the kernel keeps a live process's lock). */
+static void test_force_unlock(void) {
+    char n[256];
+    lname(n, sizeof n, "force");
+    baton_client *c1 = client(), *c2 = client();
+    baton_lock *a = lock_on(c1, n, NULL), *b = lock_on(c2, n, NULL);
+    uint64_t f = 0;
+    CHECK_RC(baton_lock_acquire(a, 0), 0);
+    uint64_t fa = baton_lock_fence(a);
+    if (!strcmp(g_backend, "file")) {
+        CHECK_RC(baton_lock_force_unlock(c2, n, &f), BATON_ENOTSUP);
+        CHECK_RC(baton_lock_release(a), 0);
+    } else {
+        CHECK_RC(baton_lock_force_unlock(c2, n, &f), 0);
+        CHECK(f > fa);
+        CHECK_RC(baton_lock_acquire(b, 10000), 0);
+        CHECK(baton_lock_fence(b) > f);
+        CHECK_RC(baton_lock_release(b), 0);
+        CHECK_RC(baton_lock_force_unlock(c2, n, &f), BATON_ENOTHELD);
+    }
+    CHECK_RC(baton_lock_force_unlock(c2, "", &f), BATON_EINVAL);
+    baton_lock_free(a);
+    baton_lock_free(b);
+    baton_client_close(c1);
+    baton_client_close(c2);
+}
+
+/* baton_lock_extend on a fixed lease: longer (still held past the first
+ * lease), then shorter (another client gets it well before the longer one
+ * would have ended); not held, too short, and lost answer as documented. */
+static void test_extend(void) {
+    char n[256];
+    lname(n, sizeof n, "extend");
+    baton_client *c1 = client(), *c2 = client();
+    baton_lock_options o = BATON_LOCK_OPTIONS_INIT;
+    o.lease_ms = 800;
+    o.fixed_lease = 1;
+    baton_lock *a = lock_on(c1, n, &o), *b = lock_on(c2, n, NULL);
+    CHECK_RC(baton_lock_extend(a, 5000), BATON_ENOTHELD);
+    CHECK_RC(baton_lock_acquire(a, 0), 0);
+    CHECK_RC(baton_lock_extend(a, 5), BATON_EINVAL);
+    CHECK_RC(baton_lock_extend(a, 60000), 0);
+    tl_sleep_ms(1500);                  /* past the first lease */
+    CHECK(baton_lock_held(a) == 1);
+    CHECK_RC(baton_lock_acquire(b, 0), BATON_ELOCKED);
+    int64_t d = 0, now = baton_now_ns();
+    CHECK_RC(baton_lock_deadline(a, &d), 0);
+    CHECK(d - now > 30000LL * 1000000);   /* the new lease counts */
+    /* shorter: 60 s would keep B out for the whole wait */
+    CHECK_RC(baton_lock_extend(a, 600), 0);
+    int64_t t0 = tl_now_ms();
+    CHECK_RC(baton_lock_acquire(b, 10000), 0);
+    CHECK(tl_now_ms() - t0 < 10000);
+    CHECK(baton_lock_held(a) == 0);
+    CHECK_RC(baton_lock_extend(a, 5000), BATON_ELOST);
+    CHECK_RC(baton_lock_release(b), 0);
+    baton_lock_free(a);
+    baton_lock_free(b);
+    baton_client_close(c1);
+    baton_client_close(c2);
+}
+
+/* Without a lease of its own, extend changes nothing and says so with 0. */
+static void test_extend_no_lease(void) {
+    char n[256];
+    lname(n, sizeof n, "extendno");
+    baton_client *c = client();
+    baton_lock *a = lock_on(c, n, NULL);
+    CHECK_RC(baton_lock_extend(a, 5000), BATON_ENOTHELD);
+    CHECK_RC(baton_lock_acquire(a, 0), 0);
+    CHECK_RC(baton_lock_extend(a, 5000), 0);
+    CHECK(baton_lock_held(a) == 1);
+    CHECK_RC(baton_lock_release(a), 0);
+    baton_lock_free(a);
+    baton_client_close(c);
+}
+
 static void test_fixed_lease_refused(void) {
     char n[256];
     lname(n, sizeof n, "fixedno");
@@ -1284,6 +1363,7 @@ int main(int argc, char **argv) {
     RUN(test_close_wakes_waiters);
     RUN(test_free_after_close);
     RUN(test_info);
+    RUN(test_force_unlock);
     RUN(test_sigkill_holder);
     RUN(test_shared_client_progress);
     RUN(test_fair_option);
@@ -1295,8 +1375,10 @@ int main(int argc, char **argv) {
     if (g_leases) {
         RUN(test_owner_checked);
         RUN(test_fixed_lease_expires);
+        RUN(test_extend);
         RUN(test_sigstop_holder);
     } else {
+        RUN(test_extend_no_lease);
         fprintf(stderr, "-- lease cases skipped: the %s backend has no leases\n", g_backend);
     }
     return th_finish();
