@@ -323,44 +323,5 @@ int zk_queue_done(void *eng, void *tst, const baton_owner *owner);
 int zk_queue_size(void *eng, void *st, uint64_t *waiting);
 int zk_taker_acquire(zeng *e, zlock *l, baton_acquire_req *req);
 
-/* ---- value.c ------------------------------------------------------------- */
-
-int zk_value_new(void *eng, const char *name, void **st);
-void zk_value_free(void *eng, void *st);
-int zk_value_get(void *eng, void *st, baton_value_data *out);
-int zk_value_set(void *eng, void *st, const void *data, size_t len, uint64_t expect, uint64_t *version);
-int zk_value_del(void *eng, void *st, uint64_t expect);
-int zk_value_watch(void *eng, void *st, uint64_t known, int64_t deadline_ns, baton_waiter *w);
-/* A stat's owner says the node is ephemeral (a session's); persistent
- * nodes and containers show 0 there. */
-#define ZK_IS_EPHEMERAL(st) ((st)->ephemeralOwner != 0)
-/* Parks on W (armed on SLOT) until woken, DEADLINE or at most RECHECK_MS:
- * BATON_ETIMEDOUT past the deadline, BATON_ECANCELED, else 0. */
-int zk_park(zeng *e, baton_waiter *w, unsigned gen, int64_t deadline, const char *what);
-/* A new session for a watcher whose session died: tries until DEADLINE
- * (0 = once) or a cancel of W. */
-int zk_resession(zeng *e, zsess **s, int64_t deadline, baton_waiter *w, const char *what);
-
-/* ---- group.c ------------------------------------------------------------- */
-
-int zk_member_new(void *eng, const char *name, const char *id, const baton_lock_options *opts, void **st);
-int zk_group_list(void *eng, const char *name, void (*fn)(void *arg, const char *id, const char *value), void *arg,
-                  uint64_t *token);
-int zk_group_watch(void *eng, const char *name, uint64_t token, int64_t deadline_ns, baton_waiter *w);
-int zk_member_acquire(zeng *e, zlock *l, baton_acquire_req *req);
-/* Release of a member or a taker: deletes its node if it is still ours. */
-int zk_owned_release(zeng *e, zlock *l);
-/* lock.c: arms the watch that reports our held node deleted by another. */
-void zk_arm_held(zeng *e, zsess *s, zlock *l);
-
-int zk_queue_new(void *eng, const char *name, void **st);
-void zk_queue_free(void *eng, void *st);
-int zk_queue_put(void *eng, void *st, const void *data, size_t len);
-int zk_queue_taker(void *eng, void *st, const baton_lock_options *opts, void **tst);
-int zk_queue_item(void *eng, void *tst, const char **data, size_t *len);
-int zk_queue_done(void *eng, void *tst, const baton_owner *owner);
-int zk_queue_size(void *eng, void *st, uint64_t *waiting);
-int zk_taker_acquire(zeng *e, zlock *l, baton_acquire_req *req);
-
 
 #endif
