@@ -30,10 +30,11 @@
 enum { MY_SESSION, MY_LEASE, MY_ROW };
 
 /* What a lock state is (the lock methods drive all three). */
-enum { MY_KIND_LOCK, MY_KIND_MEMBER, MY_KIND_TAKER };
+enum { MY_KIND_LOCK, MY_KIND_MEMBER, MY_KIND_TAKER, MY_KIND_READ, MY_KIND_WRITE };
 
-/* The tables beside the lock table: <table>_value, _group, _queue. */
-enum { MY_AUX_VALUE, MY_AUX_GROUP, MY_AUX_QUEUE, MY_AUX_N };
+/* The tables beside the lock table: <table>_value, _group, _queue, _rw,
+ * _sem, _perm, _fair (my_sql's @V @G @Q @R @N @P @F). */
+enum { MY_AUX_VALUE, MY_AUX_GROUP, MY_AUX_QUEUE, MY_AUX_RW, MY_AUX_SEM, MY_AUX_PERM, MY_AUX_FAIR, MY_AUX_N };
 
 #define MY_POLL_MS 250       /* a value or group watch re-reads at least this often */
 
@@ -129,6 +130,7 @@ typedef struct mylock {
     uint64_t item_id;        /* takers: the item held, 0 when none */
     char *item;              /* its bytes (NUL-terminated) */
     size_t item_len;
+    int fair;                /* plain locks: FIFO (fair.c) */
 } mylock;
 
 /* A queue handle. */
@@ -212,6 +214,19 @@ void my_park_leave(myeng *e, mypark *p);
 void my_wake_local(myeng *e);
 /* The statement deadline of one step of a wait that ends at DEADLINE (0 = a try). */
 int64_t my_step_deadline(myeng *e, int64_t deadline);
+/* A wait by polling: TRY(ARG, SENT, DL) once (DL: its statements' deadline,
+ * SENT: when it started), again after a jittered backoff of 20 ms doubling
+ * to MY_POLL_MS while it answers BATON_ELOCKED (or BATON_EUNAVAILABLE: a
+ * server away), at once after a change through this client; until DEADLINE
+ * (0 = one try; BATON_ETIMEDOUT) or W's cancel (BATON_ECANCELED). WHAT
+ * names the thing waited for in those errors. */
+int my_poll_wait(myeng *e, baton_waiter *w, int64_t deadline, const char *what,
+                 int (*try)(void *arg, int64_t sent, int64_t dl), void *arg);
+/* The escaped name of a hidden row of the value table for TAG and NAME: NUL +
+ * TAG + ":" + NAME (no value can have it: value names are C strings), or NUL
+ * + TAG + "#" + the base64url SHA-256 of NAME when that would not fit the
+ * 1024 bytes of the name column. Malloc'd. */
+char *my_tag_row(const char *tag, const char *name);
 
 /* ---- group.c, queue.c: members and takers, driven by the lock methods --------- */
 
@@ -227,6 +242,19 @@ void my_coord_free(mylock *l);
 extern const baton_group_methods my_group_methods;
 extern const baton_value_methods my_value_methods;
 extern const baton_queue_methods my_queue_methods;
+
+/* ---- rw.c, fair.c, sem.c ---------------------------------------------------- */
+
+extern const baton_rw_methods my_rw_methods;
+extern const baton_sem_methods my_sem_methods;
+extern const baton_permits_methods my_permits_methods;
+int my_rw_acquire(myeng *e, mylock *l, baton_acquire_req *req);
+int my_rw_release(myeng *e, mylock *l, const baton_owner *owner);
+int my_rw_renew(myeng *e, mylock *l, const baton_owner *owner, uint32_t lease_ms, int64_t deadline_ns);
+/* lock info: a live read or write side of NAME fills OUT (held stays 0 when none). */
+int my_rw_info(myeng *e, mylock *l, baton_lockinfo *out);
+/* A fair lock: the mode's own acquire, taken in the order of <table>_fair. */
+int my_fair_acquire(myeng *e, mylock *l, baton_acquire_req *req);
 
 /* ---- watch.c ---------------------------------------------------------------- */
 
