@@ -1076,6 +1076,7 @@ static int my_lock_info(void *eng, const char *name, baton_lockinfo *out)
                                                                            : my_lease_info(e, l, out);
     /* the name may be a read-write lock's */
     if (!rc && !out->held) rc = my_rw_info(e, l, out);
+    if (!rc) rc = my_sem_info(e, l->esc, out);
     my_lock_free(eng, l);
     return rc;
 }
@@ -1167,6 +1168,8 @@ const baton_backend baton__backend_mysql = {
     .close = my_close,
     .lock = &my_lock_methods,
     .rw = &my_rw_methods,
+    .sem = &my_sem_methods,
+    .permits = &my_permits_methods,
     .value = &my_value_methods,
     .group = &my_group_methods,
     .queue = &my_queue_methods,

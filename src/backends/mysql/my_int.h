@@ -253,6 +253,8 @@ int my_rw_release(myeng *e, mylock *l, const baton_owner *owner);
 int my_rw_renew(myeng *e, mylock *l, const baton_owner *owner, uint32_t lease_ms, int64_t deadline_ns);
 /* lock info: a live read or write side of NAME fills OUT (held stays 0 when none). */
 int my_rw_info(myeng *e, mylock *l, baton_lockinfo *out);
+/* lock info: the signed count of the semaphore of L's name, when there is one. */
+int my_sem_info(myeng *e, const char *esc, baton_lockinfo *out);
 /* A fair lock: the mode's own acquire, taken in the order of <table>_fair. */
 int my_fair_acquire(myeng *e, mylock *l, baton_acquire_req *req);
 
