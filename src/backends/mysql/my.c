@@ -1038,6 +1038,7 @@ static int my_lock_acquire(void *eng, void *st, baton_acquire_req *req)
     if (l->kind == MY_KIND_TAKER) return my_taker_acquire(e, l, req);
     if (l->kind == MY_KIND_READ || l->kind == MY_KIND_WRITE) return my_rw_acquire(e, l, req);
     if ((rc = my_table_ready(e))) return rc;
+    if (req->fair) return my_fair_acquire(e, l, req);
     if (e->mode == MY_ROW) return my_row_acquire(e, st, req);
     return e->mode == MY_SESSION ? my_session_acquire(e, st, req) : my_lease_acquire(e, st, req);
 }
@@ -1163,7 +1164,7 @@ static const baton_services my_services_methods = {
 const baton_backend baton__backend_mysql = {
     .version = BATON_BACKEND_VERSION,
     .info = &baton__info_mysql,
-    .caps = BATON_CAP_LEASE,
+    .caps = BATON_CAP_LEASE | BATON_CAP_FAIR,
     .open = my_open,
     .close = my_close,
     .lock = &my_lock_methods,
