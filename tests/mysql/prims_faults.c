@@ -16,7 +16,9 @@
  *     lock in session mode (holder LOST, next waiter granted, never two at
  *     once); a read-write holder (lease rows) keeps holding;
  *   - a fair holder process SIGKILLed (session mode): the queued waiter is
- *     granted at once (the server frees the named lock), fence larger.
+ *     granted at once (the server frees the named lock), fence larger;
+ *   - baton_lock_force_unlock of a read-write lock's name (every mode): the
+ *     writer is gone, fences above its, ENOTHELD the second time.
  *
  * Worker: test_mysql_prims_faults fairhold URI NAME   holds, says "HELD fence", waits
  */
@@ -203,6 +205,42 @@ static void test_rw_kill(void)
     baton_client_close(c2);
 }
 
+/* baton_lock_force_unlock on a read-write lock's name: the writer is gone
+ * (its release is ELOST), the fence given is above the writer's, and the
+ * next grant's is above it; a second break finds nobody (ENOTHELD). */
+static void rw_force_unlock(const char *mode)
+{
+    char n[64];
+    snprintf(n, sizeof n, "rw-break-%s", mode);
+    baton_client *c1 = open_mode(mode), *c2 = open_mode(mode);
+    baton_rwlock *w = NULL, *x = NULL;
+    uint64_t f = 0, f2 = 0;
+    MUST(baton_rwlock_open(&w, c1, n, NULL));
+    MUST(baton_rwlock_open(&x, c2, n, NULL));
+    CHECK_RC(baton_lock_acquire(baton_rwlock_write(w), 0), 0);
+    uint64_t fw = baton_lock_fence(baton_rwlock_write(w));
+    CHECK_RC(baton_lock_acquire(baton_rwlock_read(x), 0), BATON_ELOCKED);
+    CHECK_RC(baton_lock_force_unlock(c2, n, &f), 0);
+    CHECK(f > fw);
+    CHECK_RC(baton_lock_acquire(baton_rwlock_read(x), 0), 0);
+    CHECK(baton_lock_fence(baton_rwlock_read(x)) > f);
+    CHECK_RC(baton_lock_release(baton_rwlock_write(w)), BATON_ELOST);
+    CHECK_RC(baton_lock_release(baton_rwlock_read(x)), 0);
+    CHECK_RC(baton_lock_force_unlock(c2, n, &f2), BATON_ENOTHELD);
+    CHECK(f2 > f);
+    baton_rwlock_free(w);
+    baton_rwlock_free(x);
+    baton_client_close(c1);
+    baton_client_close(c2);
+}
+
+static void test_rw_force_unlock(void)
+{
+    rw_force_unlock("session");
+    rw_force_unlock("lease");
+    rw_force_unlock("row");
+}
+
 static int worker_fairhold(const char *uri, const char *name)
 {
     baton_client *c = tl_client_open(uri);
@@ -259,6 +297,7 @@ int main(int argc, char **argv)
     tl_server_stop("mysql", g_dir);
     int port = tl_server("mysql", "start", g_dir, NULL, 1);
     snprintf(g_uri, sizeof g_uri, "mysql://baton:baton-test@127.0.0.1:%d/baton", port);
+    RUN(test_rw_force_unlock);
     RUN(test_fair_holder_killed);
     RUN(test_rw_kill);
     RUN(test_fair_kill);

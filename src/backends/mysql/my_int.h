@@ -253,6 +253,12 @@ int my_rw_release(myeng *e, mylock *l, const baton_owner *owner);
 int my_rw_renew(myeng *e, mylock *l, const baton_owner *owner, uint32_t lease_ms, int64_t deadline_ns);
 /* lock info: a live read or write side of NAME fills OUT (held stays 0 when none). */
 int my_rw_info(myeng *e, mylock *l, baton_lockinfo *out);
+/* force_unlock, after the mode's own: every read and write holder of L's
+ * name is gone, and *FENCE (in: the mode's new fence) raised above every
+ * read-write fence of the name, where the next grant of either kind starts
+ * from; *HELD set when a holder was there. Nothing when the name never was
+ * a read-write lock. */
+int my_rw_break(myeng *e, mylock *l, uint64_t *fence, int *held);
 /* lock info: the signed count of the semaphore of L's name, when there is one. */
 int my_sem_info(myeng *e, const char *esc, baton_lockinfo *out);
 /* A fair lock: the mode's own acquire, taken in the order of <table>_fair. */

@@ -75,13 +75,21 @@ static int rw_create(void *eng, const char *name, const baton_lock_options *opts
     return 0;
 }
 
-/* A statement from FMT on C, bounded by DL; *affected when asked. */
+/* SQL on C, bounded by DL; *affected when asked. */
 static int step(myeng *e, MYSQL *c, int64_t dl, uint64_t *affected, const char *sql)
 {
     int rc;
     if (!sql) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
     rc = my_exec_dl(e, c, sql, NULL, dl);
     if (!rc && affected) *affected = mysql_affected_rows(c);
+    return rc;
+}
+
+/* step, then SQL freed. */
+static int step_free(myeng *e, MYSQL *c, int64_t dl, char *sql)
+{
+    int rc = step(e, c, dl, NULL, sql);
+    free(sql);
     return rc;
 }
 
@@ -300,3 +308,61 @@ int my_rw_info(myeng *e, mylock *l, baton_lockinfo *out)
 const baton_rw_methods my_rw_methods = {
     .create = rw_create,
 };
+
+/* One statement on C whose first cell (NULL = "") goes to OUT. */
+static int cell_of(myeng *e, MYSQL *c, char *sql, char *out, size_t n, int64_t dl)
+{
+    MYSQL_RES *r = NULL;
+    const char *v;
+    int rc;
+    *out = 0;
+    if (!sql) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+    rc = my_exec_dl(e, c, sql, &r, dl);
+    free(sql);
+    if (rc) return rc;
+    if ((v = my_cell(r, 0))) snprintf(out, n, "%s", v);
+    mysql_free_result(r);
+    return 0;
+}
+
+int my_rw_break(myeng *e, mylock *l, uint64_t *fence, int *held)
+{
+    MYSQL *c = NULL;
+    char *eid = my_tag_row("rw", l->name), v[64];
+    int64_t dl = my_deadline_ms(e->io_timeout_ms);
+    uint64_t ver, next, live = 0;
+    int rc;
+
+    if (!eid) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+    if ((rc = my_conn_get(e, &c))) goto out;
+    /* a name never used as a read-write lock has no counter row */
+    rc = cell_of(e, c, my_sql(e, "SELECT 1 FROM @V WHERE name = %s", eid), v, sizeof v, dl);
+    if (rc && baton_error_last()->native == ER_NO_SUCH_TABLE) {
+        rc = 0;
+        goto out;
+    }
+    if (rc || !*v) goto out;
+    if ((rc = my_exec_dl(e, c, "START TRANSACTION", NULL, dl)) ||
+        (rc = cell_of(e, c, my_sql(e, "SELECT version FROM @V WHERE name = %s FOR UPDATE", eid), v, sizeof v, dl)))
+        goto out;
+    ver = strtoull(v, NULL, 10);
+    if ((rc = cell_of(e, c, my_sql(e, "SELECT COUNT(*) FROM @R WHERE name = %s AND side IN ('r', 'w') AND " LIVE,
+                                   l->esc), v, sizeof v, dl)))
+        goto out;
+    live = strtoull(v, NULL, 10);
+    /* above every fence of the name, plain or read-write; the next grant of either kind starts above it */
+    next = (ver > *fence ? ver : *fence) + 1;
+    if ((rc = step_free(e, c, dl, my_sql(e, "DELETE FROM @R WHERE name = %s AND side IN ('r', 'w')", l->esc))) ||
+        (rc = step_free(e, c, dl, my_sql(e, "UPDATE @V SET version = %" PRIu64 " WHERE name = %s", next, eid))) ||
+        (rc = step_free(e, c, dl, my_sql(e, "UPDATE @T SET fence = GREATEST(fence, %" PRIu64 ") WHERE name = %s",
+                                          next, l->esc))) ||
+        (rc = my_exec_dl(e, c, "COMMIT", NULL, dl)))
+        goto out;
+    *fence = next;
+    if (live) *held = 1;
+    my_wake_local(e);
+out:
+    my_conn_put(e, c);
+    free(eid);
+    return rc;
+}
