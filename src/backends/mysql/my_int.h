@@ -10,7 +10,10 @@
  *   group.c    group members: rows with a lease on the server's clock (every mode)
  *   value.c    values: a row with a version and a tombstone (every mode)
  *   queue.c    work queues: item rows taken with FOR UPDATE SKIP LOCKED (every mode)
- *   aux.c      the tables of values, groups and queues; local wake-ups of watchers
+ *   rw.c       read-write locks: holder rows with leases (every mode)
+ *   sem.c      semaphores and permits: a count row, permit rows with leases (every mode)
+ *   fair.c     fair locks: a queue table in front of the mode's own lock (every mode)
+ *   aux.c      the tables beside the lock table; local wake-ups of watchers; polled waits
  *   watch.c    the watcher thread: held connections the server ends (KILL,
  *              shutdown) are reported lost at once; statements past their
  *              deadline have their socket shut down
