@@ -291,8 +291,10 @@ int my_rw_info(myeng *e, mylock *l, baton_lockinfo *out)
     if (!sql) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
     rc = my_run(e, sql, 1, &r, NULL, NULL);
     free(sql);
-    /* no read-write lock was ever used here */
-    if (rc && baton_error_last()->native == ER_NO_SUCH_TABLE) return 0;
+    /* no read-write lock was ever used here, or this user may not read its table */
+    if (rc && (baton_error_last()->native == ER_NO_SUCH_TABLE ||
+               baton_error_last()->native == ER_TABLEACCESS_DENIED_ERROR))
+        return 0;
     if (rc) return rc;
     if ((row = mysql_fetch_row(r))) {
         out->held = 1;

@@ -381,8 +381,10 @@ int my_sem_info(myeng *e, const char *esc, baton_lockinfo *out)
     if (!sql) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
     rc = my_run(e, sql, 1, &r, NULL, NULL);
     free(sql);
-    /* no semaphore was ever used here */
-    if (rc && baton_error_last()->native == ER_NO_SUCH_TABLE) return 0;
+    /* no semaphore was ever used here, or this user may not read its table */
+    if (rc && (baton_error_last()->native == ER_NO_SUCH_TABLE ||
+               baton_error_last()->native == ER_TABLEACCESS_DENIED_ERROR))
+        return 0;
     if (!rc && (v = my_cell(r, 0))) out->permits = strtoll(v, NULL, 10);
     mysql_free_result(r);
     return rc;
