@@ -13,7 +13,10 @@
  * with an upsert that changes nothing, which serializes the tries of one
  * name; SELECT the live rows' counts; then on a grant: bump the counter
  * (the fence, LAST_INSERT_ID(expr)), upsert our row (and delete our 'q'
- * row), COMMIT: 7 round trips; refused: upsert a writer's 'q' row, COMMIT.
+ * row), COMMIT: 6 round trips; refused: upsert a writer's 'q' row, COMMIT.
+ * A waiter looks before each later try (one SELECT of the counts outside a
+ * transaction, and a waiting writer's UPDATE of its 'q' row) and tries only
+ * when the counts say it may succeed.
  * Rows whose lease passed are deleted by the next try that sees them.
  *
  * Readers are granted when no other owner writes or waits to write; the
@@ -176,12 +179,62 @@ typedef struct {
     mylock *l;
     baton_acquire_req *req;
     int queued;              /* a 'q' row of ours may be there */
+    int tried;               /* a full try was made */
 } rwtry;
+
+/* A waiter's look before a try: 0 when a try may succeed, BATON_ELOCKED
+ * when the rows say it cannot (a waiting writer's 'q' row moved on then).
+ * One SELECT (and one UPDATE for a writer) outside a transaction, instead
+ * of a try's four statements. */
+static int rw_look(rwtry *t, int64_t dl)
+{
+    myeng *e = t->e;
+    mylock *l = t->l;
+    MYSQL_RES *r = NULL;
+    MYSQL_ROW row;
+    char *o = my_escape(t->req->owner->hex), *sql = NULL;
+    int64_t n[4] = { 0 };
+    uint64_t affected = 0;
+    int rc, write = l->kind == MY_KIND_WRITE;
+
+    if (o)
+        sql = my_sql(e, "SELECT SUM(side = 'w' AND owner <> %s), SUM(side = 'r' AND owner <> %s), "
+                        "SUM(side = 'q' AND owner <> %s), SUM(side = 'w' AND owner = %s) FROM @R WHERE name = %s AND "
+                        LIVE, o, o, o, o, l->esc);
+    if (!sql) {
+        free(o);
+        return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+    }
+    rc = my_run_dl(e, sql, 1, &r, NULL, NULL, dl);
+    free(sql);
+    sql = NULL;
+    if (!rc && (row = mysql_fetch_row(r)))
+        for (int i = 0; i < 4; i++) n[i] = row[i] ? strtoll(row[i], NULL, 10) : 0;
+    mysql_free_result(r);
+    if (!rc && (write ? n[0] == 0 && n[1] == 0 : n[0] == 0 && (n[2] == 0 || n[3] > 0))) rc = 0;
+    else if (!rc && write) {
+        /* still waiting: our 'q' row lives on (gone: the full try puts it back) */
+        uint32_t qttl = t->req->lease_ms < MY_WAITER_TTL_MS ? t->req->lease_ms : MY_WAITER_TTL_MS;
+        sql = my_sql(e, "UPDATE @R SET lease_until = UTC_TIMESTAMP(6) + INTERVAL %" PRIu64 " MICROSECOND WHERE "
+                        "name = %s AND owner = %s AND side = 'q' AND " LIVE, (uint64_t)qttl * 1000, l->esc, o);
+        rc = sql ? my_run_dl(e, sql, 1, NULL, &affected, NULL, dl) : baton_seterr(BATON_ENOMEM, 0, "out of memory");
+        if (!rc && affected == 1) rc = baton_seterr(BATON_ELOCKED, 0, "mysql: read-write lock '%s' is held", l->name);
+    } else if (!rc) {
+        rc = baton_seterr(BATON_ELOCKED, 0, "mysql: read-write lock '%s' is held", l->name);
+    }
+    free(sql);
+    free(o);
+    return rc;
+}
 
 static int rw_try(void *arg, int64_t sent, int64_t dl)
 {
     rwtry *t = arg;
     int wait = t->req->deadline_ns != 0 && t->req->waiter, rc = 0;
+    /* after the first try, a look first: a waiter that cannot be granted
+     * costs one or two statements a try, not a transaction */
+    if (t->tried && (rc = rw_look(t, dl))) return rc;
+    t->tried = 1;
     /* two first tries of a new name may deadlock on inserting its counter
      * row (InnoDB rolls one back): that one tries again */
     for (int tries = 0; tries < 3; tries++) {
@@ -199,7 +252,7 @@ static int rw_try(void *arg, int64_t sent, int64_t dl)
 
 int my_rw_acquire(myeng *e, mylock *l, baton_acquire_req *req)
 {
-    rwtry t = { e, l, req, 0 };
+    rwtry t = { e, l, req, 0, 0 };
     char what[300];
     int rc;
 
@@ -283,9 +336,11 @@ int my_rw_info(myeng *e, mylock *l, baton_lockinfo *out)
 {
     MYSQL_RES *r = NULL;
     MYSQL_ROW row;
-    char *sql = my_sql(e, "SELECT holder, fence, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), lease_until) FROM @R "
-                          "WHERE name = %s AND side IN ('r', 'w') AND " LIVE " ORDER BY side = 'w' DESC, fence DESC "
-                          "LIMIT 1", l->esc);
+    char *sql = my_sql(e, "SELECT SUM(side = 'r'), SUM(side = 'w'), SUM(side = 'q'), "
+                          "COALESCE(MAX(IF(side = 'w', holder, NULL)), MAX(IF(side = 'r', holder, NULL))), "
+                          "MAX(IF(side <> 'q', fence, 0)), TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), "
+                          "MAX(IF(side <> 'q', lease_until, NULL))) FROM @R WHERE name = %s AND " LIVE, l->esc);
+    int64_t readers, writers;
     int rc;
 
     if (!sql) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
@@ -296,12 +351,19 @@ int my_rw_info(myeng *e, mylock *l, baton_lockinfo *out)
                baton_error_last()->native == ER_TABLEACCESS_DENIED_ERROR))
         return 0;
     if (rc) return rc;
-    if ((row = mysql_fetch_row(r))) {
-        out->held = 1;
-        if (row[0]) snprintf(out->holder, sizeof out->holder, "%s", row[0]);
-        if (row[1] && strtoull(row[1], NULL, 10) > out->fence) out->fence = strtoull(row[1], NULL, 10);
-        out->remaining_ms = row[2] ? (strtoll(row[2], NULL, 10) + 999) / 1000 : -1;
-        if (out->remaining_ms < 1) out->remaining_ms = 1;
+    if ((row = mysql_fetch_row(r)) && row[0]) {
+        readers = strtoll(row[0], NULL, 10);
+        writers = row[1] ? strtoll(row[1], NULL, 10) : 0;
+        out->readers = readers;
+        out->writer = writers > 0;
+        out->waiting_writers = row[2] ? strtoll(row[2], NULL, 10) : 0;
+        if (readers + writers > 0) {
+            out->held = 1;
+            if (row[3]) snprintf(out->holder, sizeof out->holder, "%s", row[3]);
+            if (row[4] && strtoull(row[4], NULL, 10) > out->fence) out->fence = strtoull(row[4], NULL, 10);
+            out->remaining_ms = row[5] ? (strtoll(row[5], NULL, 10) + 999) / 1000 : -1;
+            if (out->remaining_ms < 1) out->remaining_ms = 1;
+        }
     }
     mysql_free_result(r);
     return 0;

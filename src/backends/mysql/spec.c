@@ -44,7 +44,8 @@ static const char *const notes[] = {
     "rwlock: holder rows with leases on the server's clock (<table>_rw), in every mode (session and row modes too: "
     "a read-write lock lives by its lease, not a connection); a waiting writer's short row (lease <= 3 s) holds new "
     "readers back; acquire 6 statements in one transaction (counter row locked, counts read, fence bumped, row "
-    "upserted), release 1, renewal 1 per lease/3; waiters re-try every 20-250 ms (4 statements a try)",
+    "upserted), release 1, renewal 1 per lease/3; waiters look every 20-250 ms (1 SELECT, +1 UPDATE for a writer) "
+    "and try only when the look says they may",
     "semaphore, permits: a count row per name (<table>_sem, shared by both kinds as on Redis); semaphore acquire, "
     "release, add, try_set, drain 1 statement each; permits with leases on the server's clock (<table>_perm): "
     "acquire and release 6 statements in one transaction that returns expired permits first, renewal 1; waiters "
