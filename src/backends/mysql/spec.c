@@ -24,7 +24,8 @@ static const baton_engine_option options[] = {
                 "session: GET_LOCK on a held connection; lease: rows with an expiry; row: a row lock held by an "
                 "open transaction"),
     BATON__STR("table", "baton_locks", "baton's table, every mode: fences and holders (lease and row modes "
-               "also hold the lock in it); values, groups and queues use <table>_value, _group and _queue; 1 to 58 bytes"),
+               "also hold the lock in it); values, groups, queues, read-write locks, semaphores, permits and fair queues use <table>_value, _group, "
+               "_queue, _rw, _sem, _perm and _fair; 1 to 58 bytes"),
     BATON__CONNECT_TIMEOUT,
     BATON__PATH("passfile", NULL, "a file holding the password"),
     BATON__PATH("socket", NULL, "the server's unix socket instead of TCP"),
