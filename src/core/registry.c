@@ -74,6 +74,7 @@ unsigned baton__backend_prims(const baton_backend *b)
     if (b->value) p |= BATON_PRIM_VALUE;
     if (b->group) p |= BATON_PRIM_GROUP;
     if (b->queue) p |= BATON_PRIM_QUEUE;
+    if (b->ratelimit) p |= BATON_PRIM_RATELIMIT;
     return p;
 }
 

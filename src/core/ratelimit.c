@@ -1,0 +1,300 @@
+/* Rate limiters (baton_ratelimit_*): GCRA at the engine, waiting here.
+ * The engine makes each decision in one atomic step on its own clock and
+ * answers "admitted" or "retry after D"; this file checks options, keys
+ * the per-client form, and parks a blocked acquire on the handle's waiter
+ * until D has passed (or the deadline makes waiting pointless), then asks
+ * again. docs/ratelimit.md. */
+#include "sync.h"
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CLIENT_ID_MAX 64
+#define KEY_SEP "@client:"
+
+struct baton_ratelimit {
+    sync_obj o;                 /* first: sync.c frees the handle through it */
+    baton_rate_cfg cfg;         /* what this handle believes is in force */
+    int replace;
+};
+
+int64_t baton_gcra_step(const baton_rate_cfg *cfg, int64_t now_us, int64_t *tat, uint32_t n)
+{
+    int64_t per = (int64_t)cfg->interval_ms * 1000;
+    int64_t inc = (int64_t)n * per / cfg->permits;
+    int64_t tol = (int64_t)cfg->burst * per / cfg->permits;
+    int64_t base = *tat > now_us ? *tat : now_us;
+    int64_t over = base + inc - now_us - tol;
+    if (over > 0) return over;
+    *tat = base + inc;
+    return 0;
+}
+
+static int id_ok(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > CLIENT_ID_MAX) return 0;
+    for (; *s; s++)
+        if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') || strchr("._:-", *s)))
+            return 0;
+    return 1;
+}
+
+/* The engine's key for NAME in SCOPE: the name, or (per client) the name
+ * plus the client id, so each client's TAT and configuration stand apart. */
+static int make_key(const char *name, int scope, const char *client_id, char **out)
+{
+    size_t n;
+    int rc;
+    *out = NULL;
+    if ((rc = baton__name_check(name))) return rc;
+    if (scope != BATON_RATELIMIT_OVERALL && scope != BATON_RATELIMIT_PER_CLIENT)
+        return baton_seterr(BATON_EINVAL, 0, "rate limiter %s: scope %d is neither overall nor per client", name, scope);
+    if (scope == BATON_RATELIMIT_OVERALL) {
+        if (!(*out = strdup(name))) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+        return 0;
+    }
+    if (!client_id || !id_ok(client_id))
+        return baton_seterr(BATON_EINVAL, 0, "rate limiter %s: client id must be 1..%d bytes of [A-Za-z0-9._:-]", name,
+                            CLIENT_ID_MAX);
+    n = strlen(name) + strlen(KEY_SEP) + strlen(client_id) + 1;
+    if (n - 1 > BATON_MAX_NAME)
+        return baton_seterr(BATON_EINVAL, 0, "rate limiter %s: name plus client id exceed %d bytes", name,
+                            BATON_MAX_NAME);
+    if (!(*out = malloc(n))) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+    snprintf(*out, n, "%s" KEY_SEP "%s", name, client_id);
+    return 0;
+}
+
+static int opts_check(const char *name, const baton_ratelimit_options *o, baton_rate_cfg *cfg)
+{
+    if (o->version != BATON_RATELIMIT_OPTIONS_VERSION)
+        return baton_seterr(BATON_EINVAL, 0, "rate limiter %s: options version %u, this library speaks %u",
+                            name ? name : "", o->version, (unsigned)BATON_RATELIMIT_OPTIONS_VERSION);
+    if (o->permits == 0 || o->interval_ms == 0)
+        return baton_seterr(BATON_EINVAL, 0, "rate limiter %s: %" PRIu32 " permits per %" PRIu32 " ms: both must be "
+                            ">= 1", name ? name : "", o->permits, o->interval_ms);
+    /* The engines count in µs since their epoch: keep interval*burst in range
+     * (a day of intervals times a million admissions at most). */
+    if (o->interval_ms > 86400000u || o->permits > 1000000u || o->burst > 1000000u)
+        return baton_seterr(BATON_EINVAL, 0, "rate limiter %s: interval at most 1 day, permits and burst at most "
+                            "1000000", name ? name : "");
+    cfg->permits = o->permits;
+    cfg->interval_ms = o->interval_ms;
+    cfg->burst = o->burst ? o->burst : o->permits;
+    return 0;
+}
+
+static int cfg_eq(const baton_rate_cfg *a, const baton_rate_cfg *b)
+{
+    return a->permits == b->permits && a->interval_ms == b->interval_ms && a->burst == b->burst;
+}
+
+static int random_id(char *buf, size_t n)
+{
+    baton_owner o;
+    int rc;
+    if ((rc = baton__owner_init(&o))) return rc;
+    snprintf(buf, n, "%s", o.hex);
+    return 0;
+}
+
+int baton_ratelimit_open(baton_ratelimit **out, baton_client *c, const char *name,
+                         const baton_ratelimit_options *opts)
+{
+    baton_ratelimit_options def = BATON_RATELIMIT_OPTIONS_INIT;
+    const baton_ratelimit_methods *m;
+    baton_ratelimit *r = NULL;
+    baton_rate_cfg stored;
+    char rid[40], *key = NULL;
+    int64_t wait_us;
+    int rc;
+    NEED(out, "baton_ratelimit_open");
+    *out = NULL;
+    if (!c) return baton_seterr(BATON_EINVAL, 0, "baton_ratelimit_open: NULL client");
+    if (!opts) opts = &def;
+    if (!(r = calloc(1, sizeof *r))) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+    if ((rc = opts_check(name, opts, &r->cfg))) goto fail;
+    r->replace = opts->replace;
+    if (opts->scope == BATON_RATELIMIT_PER_CLIENT && !opts->client_id) {
+        if ((rc = random_id(rid, sizeof rid))) goto fail;
+        rc = make_key(name, opts->scope, rid, &key);
+    } else {
+        rc = make_key(name, opts->scope, opts->client_id, &key);
+    }
+    if (rc) goto fail;
+    m = c->be->ratelimit;
+    if (!m) {
+        rc = baton_seterr(BATON_ENOTSUP, 0, "the %s engine has no rate limiter (baton engines: see its notes)",
+                          c->be->info->name);
+        goto fail;
+    }
+    if ((rc = baton__sync_open(&r->o, c, key, m, m->create, m->destroy, "rate limiter"))) goto fail;
+    free(key);
+    key = NULL;
+    /* Store or check the configuration now, so a mismatch is seen at open. */
+    if ((rc = baton__member_enter(&r->o.cm))) {
+        baton_ratelimit_free(r);
+        return rc;
+    }
+    rc = m->take(c->eng, r->o.st, &r->cfg, r->replace, 0, &wait_us, &stored);
+    baton__member_leave(&r->o.cm);
+    if (rc == BATON_ECONFLICT) {
+        rc = baton_seterr(BATON_ECONFLICT, 0, "rate limiter %s is configured as %" PRIu32 " per %" PRIu32 " ms burst "
+                          "%" PRIu32 ", not %" PRIu32 " per %" PRIu32 " ms burst %" PRIu32 " (open with replace "
+                          "to change it)", name, stored.permits, stored.interval_ms, stored.burst, r->cfg.permits,
+                          r->cfg.interval_ms, r->cfg.burst);
+    }
+    if (rc) {
+        baton_ratelimit_free(r);
+        return rc;
+    }
+    *out = r;
+    return 0;
+fail:
+    free(key);
+    free(r);
+    return rc;
+}
+
+/* One engine step for N admissions on the configuration in force there: a
+ * configuration replaced by someone else since we looked is adopted (it
+ * lives at the engine), and the step made again, once. */
+static int step(baton_ratelimit *r, uint32_t n, int64_t *wait_us)
+{
+    const baton_ratelimit_methods *m = r->o.c->be->ratelimit;
+    baton_rate_cfg stored;
+    int rc = m->take(r->o.c->eng, r->o.st, &r->cfg, 0, n, wait_us, &stored);
+    if (rc == BATON_ECONFLICT) {
+        r->cfg = stored;
+        rc = m->take(r->o.c->eng, r->o.st, &r->cfg, 0, n, wait_us, &stored);
+    }
+    if (!rc && !cfg_eq(&stored, &r->cfg)) r->cfg = stored;
+    if (!rc && *wait_us > 0 && n > r->cfg.burst)
+        return baton_seterr(BATON_EINVAL, 0, "rate limiter %s: %" PRIu32 " permits at once can never pass (burst "
+                            "%" PRIu32 ")", r->o.name, n, r->cfg.burst);
+    return rc;
+}
+
+static int64_t us_to_ms_up(int64_t us)
+{
+    return us <= 0 ? 0 : (us + 999) / 1000;
+}
+
+int baton_ratelimit_try(baton_ratelimit *r, uint32_t permits, int64_t *retry_after_ms)
+{
+    int64_t wait_us = 0;
+    int rc;
+    NEED(r, "baton_ratelimit_try");
+    if (retry_after_ms) *retry_after_ms = 0;
+    if (permits == 0) return baton_seterr(BATON_EINVAL, 0, "rate limiter %s: try of 0 permits", r->o.name);
+    ENTER(&r->o);
+    rc = step(r, permits, &wait_us);
+    if (!rc && wait_us > 0) {
+        if (retry_after_ms) *retry_after_ms = us_to_ms_up(wait_us);
+        rc = baton_seterr(BATON_ELOCKED, 0, "rate limiter %s: next admission in %" PRId64 " ms", r->o.name,
+                          us_to_ms_up(wait_us));
+    }
+    LEAVE(&r->o, rc);
+}
+
+/* Asks, and parks until the engine's "retry after" has passed, until
+ * admitted; a retry after that lies past the deadline ends the call at once
+ * (nothing can change it but a replaced configuration, which a waiter need
+ * not wait for). Several waiters that wake together race for the slot: the
+ * losers get the next "retry after" and park again (one round trip each). */
+static int acquire_loop(baton_ratelimit *r, uint32_t n, int64_t d)
+{
+    for (;;) {
+        unsigned gen = baton_waiter_gen(&r->o.w);
+        int64_t wait_us, until;
+        int rc = step(r, n, &wait_us);
+        if (rc) return rc;
+        if (wait_us == 0) return 0;
+        if (d == 0)
+            return baton_seterr(BATON_ELOCKED, 0, "rate limiter %s: next admission in %" PRId64 " ms", r->o.name,
+                                us_to_ms_up(wait_us));
+        until = baton_now_ns() + wait_us * 1000;
+        if (d != INT64_MAX && until > d)
+            return baton_seterr(BATON_ETIMEDOUT, 0, "rate limiter %s: next admission in %" PRId64 " ms, past the "
+                                "deadline", r->o.name, us_to_ms_up(wait_us));
+        if ((rc = baton_waiter_park(&r->o.w, gen, until))) return rc;
+    }
+}
+
+int baton_ratelimit_acquire(baton_ratelimit *r, uint32_t permits, int64_t wait_ms)
+{
+    int64_t d;
+    int rc;
+    NEED(r, "baton_ratelimit_acquire");
+    if (permits == 0) return baton_seterr(BATON_EINVAL, 0, "rate limiter %s: acquire of 0 permits", r->o.name);
+    ENTER(&r->o);
+    if (!(rc = baton__sync_begin(&r->o, wait_ms, &d))) rc = baton__sync_end(&r->o, acquire_loop(r, permits, d));
+    LEAVE(&r->o, rc);
+}
+
+static void fill_state(const baton_rate_cfg *cfg, int64_t ahead_us, baton_ratelimit_state *out)
+{
+    double t = (double)cfg->interval_ms * 1000.0 / cfg->permits;
+    double room = (double)cfg->burst * t - (double)ahead_us;
+    double late = (double)ahead_us - (double)(cfg->burst - 1) * t;
+    memset(out, 0, sizeof *out);
+    out->permits = cfg->permits;
+    out->interval_ms = cfg->interval_ms;
+    out->burst = cfg->burst;
+    out->available = room >= t ? (uint64_t)(room / t) : 0;
+    out->next_ms = late > 0 ? us_to_ms_up((int64_t)late) : 0;
+}
+
+int baton_ratelimit_state_get(baton_ratelimit *r, baton_ratelimit_state *out)
+{
+    baton_rate_cfg cfg;
+    int64_t ahead = 0;
+    int rc;
+    NEED(r, "baton_ratelimit_state_get");
+    NEED(out, "baton_ratelimit_state_get");
+    ENTER(&r->o);
+    rc = r->o.c->be->ratelimit->inspect(r->o.c->eng, r->o.st, &cfg, &ahead);
+    if (!rc) fill_state(&cfg, ahead, out);
+    LEAVE(&r->o, rc);
+}
+
+int baton_ratelimit_inspect(baton_client *c, const char *name, int scope, const char *client_id,
+                            baton_ratelimit_state *out)
+{
+    const baton_ratelimit_methods *m;
+    baton_rate_cfg cfg;
+    int64_t ahead = 0;
+    char *key = NULL;
+    void *st = NULL;
+    int rc;
+    NEED(c, "baton_ratelimit_inspect");
+    NEED(out, "baton_ratelimit_inspect");
+    if ((rc = make_key(name, scope, client_id, &key))) return rc;
+    if (!(m = c->be->ratelimit)) {
+        free(key);
+        return baton_seterr(BATON_ENOTSUP, 0, "the %s engine has no rate limiter", c->be->info->name);
+    }
+    if (!(rc = m->create(c->eng, key, &st))) {
+        rc = m->inspect(c->eng, st, &cfg, &ahead);
+        m->destroy(c->eng, st);
+    }
+    if (!rc) fill_state(&cfg, ahead, out);
+    else if (rc == BATON_ENOENT)
+        baton_seterr(rc, 0, "no rate limiter %s (nobody configured it)", name);
+    free(key);
+    return rc;
+}
+
+int baton_ratelimit_cancel(baton_ratelimit *r)
+{
+    NEED(r, "baton_ratelimit_cancel");
+    baton__waiter_cancel(&r->o.w);
+    return 0;
+}
+
+void baton_ratelimit_free(baton_ratelimit *r)
+{
+    if (r) baton__member_free(&r->o.cm);
+}
