@@ -19,16 +19,19 @@ struct baton_ratelimit {
     int replace;
 };
 
-int64_t baton_gcra_step(const baton_rate_cfg *cfg, int64_t now_us, int64_t *tat, uint32_t n)
+int64_t baton_gcra_step(const baton_rate_cfg *cfg, int64_t now_us, int64_t *tat, uint32_t n, int64_t reserve_us)
 {
     int64_t per = (int64_t)cfg->interval_ms * 1000;
     int64_t inc = (int64_t)n * per / cfg->permits;
     int64_t tol = (int64_t)cfg->burst * per / cfg->permits;
     int64_t base = *tat > now_us ? *tat : now_us;
     int64_t over = base + inc - now_us - tol;
-    if (over > 0) return over;
+    if (over < 0) over = 0;
+    /* more than the burst at once can never pass: never grant it */
+    if (n > cfg->burst) return over > 0 ? over : 1;
+    if (over > reserve_us) return over;
     *tat = base + inc;
-    return 0;
+    return over;
 }
 
 static int id_ok(const char *s)
@@ -138,7 +141,7 @@ int baton_ratelimit_open(baton_ratelimit **out, baton_client *c, const char *nam
         baton_ratelimit_free(r);
         return rc;
     }
-    rc = m->take(c->eng, r->o.st, &r->cfg, r->replace, 0, &wait_us, &stored);
+    rc = m->take(c->eng, r->o.st, &r->cfg, r->replace, 0, 0, &wait_us, &stored);
     baton__member_leave(&r->o.cm);
     if (rc == BATON_ECONFLICT) {
         rc = baton_seterr(BATON_ECONFLICT, 0, "rate limiter %s is configured as %" PRIu32 " per %" PRIu32 " ms burst "
@@ -158,20 +161,25 @@ fail:
     return rc;
 }
 
-/* One engine step for N admissions on the configuration in force there: a
- * configuration replaced by someone else since we looked is adopted (it
- * lives at the engine), and the step made again, once. */
-static int step(baton_ratelimit *r, uint32_t n, int64_t *wait_us)
+/* One engine step for N admissions on the configuration in force there,
+ * granted when they may pass within RESERVE_US: a configuration replaced by
+ * someone else since we looked is adopted (it lives at the engine), and the
+ * step made again, once. */
+static int step(baton_ratelimit *r, uint32_t n, int64_t reserve_us, int64_t *wait_us)
 {
     const baton_ratelimit_methods *m = r->o.c->be->ratelimit;
     baton_rate_cfg stored;
-    int rc = m->take(r->o.c->eng, r->o.st, &r->cfg, 0, n, wait_us, &stored);
+    int rc;
+    if (n > r->cfg.burst)
+        return baton_seterr(BATON_EINVAL, 0, "rate limiter %s: %" PRIu32 " permits at once can never pass (burst "
+                            "%" PRIu32 ")", r->o.name, n, r->cfg.burst);
+    rc = m->take(r->o.c->eng, r->o.st, &r->cfg, 0, n, reserve_us, wait_us, &stored);
     if (rc == BATON_ECONFLICT) {
         r->cfg = stored;
-        rc = m->take(r->o.c->eng, r->o.st, &r->cfg, 0, n, wait_us, &stored);
+        rc = m->take(r->o.c->eng, r->o.st, &r->cfg, 0, n, reserve_us, wait_us, &stored);
     }
     if (!rc && !cfg_eq(&stored, &r->cfg)) r->cfg = stored;
-    if (!rc && *wait_us > 0 && n > r->cfg.burst)
+    if (!rc && *wait_us > reserve_us && n > r->cfg.burst)
         return baton_seterr(BATON_EINVAL, 0, "rate limiter %s: %" PRIu32 " permits at once can never pass (burst "
                             "%" PRIu32 ")", r->o.name, n, r->cfg.burst);
     return rc;
@@ -190,7 +198,7 @@ int baton_ratelimit_try(baton_ratelimit *r, uint32_t permits, int64_t *retry_aft
     if (retry_after_ms) *retry_after_ms = 0;
     if (permits == 0) return baton_seterr(BATON_EINVAL, 0, "rate limiter %s: try of 0 permits", r->o.name);
     ENTER(&r->o);
-    rc = step(r, permits, &wait_us);
+    rc = step(r, permits, 0, &wait_us);
     if (!rc && wait_us > 0) {
         if (retry_after_ms) *retry_after_ms = us_to_ms_up(wait_us);
         rc = baton_seterr(BATON_ELOCKED, 0, "rate limiter %s: next admission in %" PRId64 " ms", r->o.name,
@@ -199,28 +207,42 @@ int baton_ratelimit_try(baton_ratelimit *r, uint32_t permits, int64_t *retry_aft
     LEAVE(&r->o, rc);
 }
 
-/* Asks, and parks until the engine's "retry after" has passed, until
- * admitted; a retry after that lies past the deadline ends the call at once
- * (nothing can change it but a replaced configuration, which a waiter need
- * not wait for). Several waiters that wake together race for the slot: the
- * losers get the next "retry after" and park again (one round trip each). */
+/* One step that reserves the admissions if they may pass by the deadline
+ * (the TAT moves on for them at once, so the next waiter is told the slot
+ * after ours and nobody asks twice: one engine round trip per admission),
+ * then parks until the reserved time. A cancel while parked gives up the
+ * call but not the slot: the limiter then admits less than its rate, never
+ * more (a slot cannot be handed back without letting a later reservation
+ * overtake the rate). Retries only when the engine's configuration changed
+ * under us (adopted in step). */
 static int acquire_loop(baton_ratelimit *r, uint32_t n, int64_t d)
 {
-    for (;;) {
-        unsigned gen = baton_waiter_gen(&r->o.w);
-        int64_t wait_us, until;
-        int rc = step(r, n, &wait_us);
-        if (rc) return rc;
-        if (wait_us == 0) return 0;
+    unsigned gen = baton_waiter_gen(&r->o.w);
+    int64_t wait_us, reserve_us, now = baton_now_ns();
+    int rc;
+    if (d == 0) reserve_us = 0;
+    else if (d == INT64_MAX) reserve_us = INT64_MAX;
+    else reserve_us = d > now ? (d - now) / 1000 : 0;
+    if ((rc = step(r, n, reserve_us, &wait_us))) return rc;
+    if (wait_us == 0) return 0;
+    if (wait_us > reserve_us) {
         if (d == 0)
             return baton_seterr(BATON_ELOCKED, 0, "rate limiter %s: next admission in %" PRId64 " ms", r->o.name,
                                 us_to_ms_up(wait_us));
-        until = baton_now_ns() + wait_us * 1000;
-        if (d != INT64_MAX && until > d)
-            return baton_seterr(BATON_ETIMEDOUT, 0, "rate limiter %s: next admission in %" PRId64 " ms, past the "
-                                "deadline", r->o.name, us_to_ms_up(wait_us));
-        if ((rc = baton_waiter_park(&r->o.w, gen, until))) return rc;
+        return baton_seterr(BATON_ETIMEDOUT, 0, "rate limiter %s: next admission in %" PRId64 " ms, past the "
+                            "deadline", r->o.name, us_to_ms_up(wait_us));
     }
+    /* Reserved: the admission is ours at now + wait. */
+    {
+        int64_t until = now + wait_us * 1000;
+        while (baton_now_ns() < until) {
+            if ((rc = baton_waiter_park(&r->o.w, gen, until)))
+                return baton_seterr(rc, 0, "rate limiter %s: canceled (its reserved slot is not given back)",
+                                    r->o.name);
+            gen = baton_waiter_gen(&r->o.w);
+        }
+    }
+    return 0;
 }
 
 int baton_ratelimit_acquire(baton_ratelimit *r, uint32_t permits, int64_t wait_ms)

@@ -401,11 +401,12 @@ typedef struct {
 
 /* The GCRA step for engines that run it in C (under their own lock or
  * transaction): with the limiter's TAT *tat (µs on the engine's clock; 0 =
- * never used) at NOW_US, N admissions (0 = none, just the answer): 0 with
- * *tat advanced when they pass, else the µs until they would (*tat
- * unchanged). Admissions are interval_ms*1000/permits µs apart (rounded
- * down: at most 1 µs per admission fast); burst of them fit at once. */
-int64_t baton_gcra_step(const baton_rate_cfg *cfg, int64_t now_us, int64_t *tat, uint32_t n);
+ * never used) at NOW_US, N admissions (0 = none, just the answer). Returns
+ * W, the µs until they may pass (0 = now); when W <= RESERVE_US they are
+ * granted (*tat advanced: the caller waits W and goes), else nothing
+ * changes. Admissions are interval_ms*1000/permits µs apart (rounded down:
+ * at most 1 µs per admission fast); burst of them fit at once. */
+int64_t baton_gcra_step(const baton_rate_cfg *cfg, int64_t now_us, int64_t *tat, uint32_t n, int64_t reserve_us);
 
 /* Rate limiters (baton_ratelimit_*; GCRA). */
 typedef struct {
@@ -418,12 +419,14 @@ typedef struct {
      * stored, store CFG (TAT = none); when another configuration is stored,
      * replace it with CFG if REPLACE (the TAT stays), else BATON_ECONFLICT
      * with *stored filled and nothing taken. Then the GCRA step for N
-     * admissions (baton_gcra_step's rule; N 0 = configure only): 0 with
-     * *wait_us 0 when they pass (the TAT advanced), 0 with *wait_us > 0 =
-     * the µs until they would (nothing changed). *stored = the
-     * configuration in force. Bounded by the client's io timeout. */
-    int (*take)(void *eng, void *st, const baton_rate_cfg *cfg, int replace, uint32_t n, int64_t *wait_us,
-                baton_rate_cfg *stored);
+     * admissions, baton_gcra_step's rule (N 0 = configure only): *wait_us
+     * = the µs until they may pass; 0 or at most RESERVE_US = granted (the
+     * TAT advanced; the caller waits it out: a reservation, so waiters
+     * queue in order without asking again), more = refused (nothing
+     * changed). *stored = the configuration in force. Bounded by the
+     * client's io timeout. */
+    int (*take)(void *eng, void *st, const baton_rate_cfg *cfg, int replace, uint32_t n, int64_t reserve_us,
+                int64_t *wait_us, baton_rate_cfg *stored);
     /* must: the stored configuration and how far the TAT lies ahead of the
      * engine's clock now (µs, 0 when behind), changing nothing;
      * BATON_ENOENT when nothing is stored. */
