@@ -23,8 +23,9 @@
 
 /* KEYS[1] the hash; ARGV[1..3] permits, interval_ms, burst; ARGV[4] '1' =
  * replace a different stored configuration; ARGV[5] the admissions wanted
- * ('0' = configure only) or 'inspect'.
- *   take    -> {wait_us, permits, interval, burst} (wait 0 = admitted)
+ * ('0' = configure only) or 'inspect'; ARGV[6] the reservation bound (µs).
+ *   take    -> {wait_us, permits, interval, burst} (wait <= bound = granted,
+ *              the TAT moved on: the caller waits it out)
  *            | {-1, stored permits, interval, burst} (configured otherwise)
  *   inspect -> {ahead_us, permits, interval, burst} | {-2} (nothing stored) */
 #define BATON_LUA_RATE                                                         \
@@ -50,10 +51,11 @@
     "local inc = math.floor(n * per / p)\n"                                    \
     "local tol = math.floor(b * per / p)\n"                                    \
     "local base = math.max(tat, now)\n"                                        \
-    "local over = base + inc - now - tol\n"                                    \
-    "if over > 0 then return {over, p, i, b} end\n"                            \
+    "local over = math.max(0, base + inc - now - tol)\n"                       \
+    "if n > b then return {math.max(over, 1), p, i, b} end\n"                  \
+    "if over > tonumber(ARGV[6]) then return {over, p, i, b} end\n"            \
     "redis.call('hset', KEYS[1], 'tat', string.format('%.0f', base + inc))\n"  \
-    "return {0, p, i, b}\n"
+    "return {over, p, i, b}\n"
 
 static char rate_sha[41];
 static pthread_once_t rate_once = PTHREAD_ONCE_INIT;
@@ -100,11 +102,12 @@ static void baton__redis_rate_free(void *eng, void *st)
 }
 
 /* One EVALSHA (EVAL when the server lost the script) on a pooled connection. */
-static int rate_script(reng *e, rrate *r, const baton_rate_cfg *cfg, int replace, const char *what, redisReply **out)
+static int rate_script(reng *e, rrate *r, const baton_rate_cfg *cfg, int replace, const char *what,
+                       int64_t reserve_us, redisReply **out)
 {
-    char p[16], iv[16], b[16];
-    const char *argv[10];
-    size_t lens[10];
+    char p[16], iv[16], b[16], rs[24];
+    const char *argv[11];
+    size_t lens[11];
     rconn *c = NULL;
     redisReply *rep = NULL;
     int64_t dl = baton__redis_io_deadline(e);
@@ -122,6 +125,8 @@ static int rate_script(reng *e, rrate *r, const baton_rate_cfg *cfg, int replace
     argv[n++] = b;
     argv[n++] = replace ? "1" : "0";
     argv[n++] = what;
+    snprintf(rs, sizeof rs, "%" PRId64, reserve_us);
+    argv[n++] = rs;
     for (int i = 0; i < n; i++) lens[i] = strlen(argv[i]);
     *out = NULL;
     if ((rc = rpool_get(&e->pool, &c, dl))) return rc;
@@ -161,8 +166,8 @@ static int parse(redisReply *rep, long long *n, baton_rate_cfg *cfg)
     return 0;
 }
 
-static int baton__redis_rate_take(void *eng, void *st, const baton_rate_cfg *cfg, int replace, uint32_t n, int64_t *wait_us,
-                           baton_rate_cfg *stored)
+static int baton__redis_rate_take(void *eng, void *st, const baton_rate_cfg *cfg, int replace, uint32_t n,
+                                  int64_t reserve_us, int64_t *wait_us, baton_rate_cfg *stored)
 {
     rrate *r = st;
     redisReply *rep = NULL;
@@ -171,7 +176,7 @@ static int baton__redis_rate_take(void *eng, void *st, const baton_rate_cfg *cfg
     int rc;
     snprintf(ns, sizeof ns, "%" PRIu32, n);
     *wait_us = 0;
-    if ((rc = rate_script(eng, r, cfg, replace, ns, &rep))) return rc;
+    if ((rc = rate_script(eng, r, cfg, replace, ns, reserve_us, &rep))) return rc;
     if (parse(rep, &w, stored) || w == -2) return baton__redis_bad_reply(rep, "the rate limiter script");
     rreply_free(rep);
     if (w == -1) return baton_seterr(BATON_ECONFLICT, 0, "redis: rate limiter '%s' is configured otherwise", r->key);
@@ -185,7 +190,7 @@ static int baton__redis_rate_inspect(void *eng, void *st, baton_rate_cfg *stored
     redisReply *rep = NULL;
     long long a = 0;
     int rc;
-    if ((rc = rate_script(eng, r, NULL, 0, "inspect", &rep))) return rc;
+    if ((rc = rate_script(eng, r, NULL, 0, "inspect", 0, &rep))) return rc;
     if (parse(rep, &a, stored) || a == -1) return baton__redis_bad_reply(rep, "the rate limiter script");
     rreply_free(rep);
     if (a == -2) return baton_seterr(BATON_ENOENT, 0, "redis: no rate limiter '%s'", r->key);
