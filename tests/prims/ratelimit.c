@@ -408,6 +408,61 @@ static void test_rate(void) {
     baton_client_close(c);
 }
 
+/* ---- server restarts (servers of their own) ------------------------------------------- */
+
+static char g_srv_dir[1024];
+static const char *g_srv_engine;
+
+static void srv_cleanup(void) {
+    if (g_srv_dir[0]) tl_server_stop(g_srv_engine, g_srv_dir);
+}
+
+/* The fault case on the server side: the burst is taken, the server
+ * restarts. Where the state persists (PostgreSQL; Redis with an
+ * append-only file) the limiter is not reset into a second burst; Redis
+ * without persistence forgets it, as docs/ratelimit.md says, and this
+ * checks that too (a fresh burst, and the configuration stored anew). */
+static int run_restart(const char *kind) {
+    const char *tmp = getenv("BATON_TEST_TMP");
+    char uri[512], n[] = "prims/ratelimit/restart";
+    int persists = strcmp(kind, "redis-volatile") != 0, port;
+    g_srv_engine = !strcmp(kind, "postgres") ? "postgres" : "redis";
+    snprintf(g_srv_dir, sizeof g_srv_dir, "%s/rl_restart_%s_%ld", tmp && *tmp ? tmp : "/tmp", kind, (long)getpid());
+    tl_sh("rm -rf '%s'", g_srv_dir);
+    atexit(srv_cleanup);
+    port = tl_server_start(g_srv_engine, g_srv_dir,
+                           !strcmp(kind, "redis") ? "--save \"\" --appendonly yes --appendfsync always" : NULL);
+    if (!strcmp(g_srv_engine, "postgres"))
+        snprintf(uri, sizeof uri, "postgres://baton:baton-test@127.0.0.1:%d/postgres", port);
+    else
+        snprintf(uri, sizeof uri, "redis://127.0.0.1:%d/0", port);
+    snprintf(g_uri, sizeof g_uri, "%s", uri);
+    th_current = kind;
+    baton_client *c = tl_client_open(uri);
+    baton_ratelimit *r = rl_open(c, n, 4, 60000, 4);
+    CHECK(tries(r, 4) == 4);
+    baton_ratelimit_free(r);
+    baton_client_close(c);
+    CHECK(tl_server_restart(g_srv_engine, g_srv_dir) == port);
+    c = tl_client_open(uri);
+    baton_ratelimit_state st;
+    int rc = baton_ratelimit_inspect(c, n, BATON_RATELIMIT_OVERALL, NULL, &st);
+    if (persists) {
+        CHECK_RC(rc, 0);
+        CHECK(st.available == 0 && st.next_ms > 10000);
+        r = rl_open(c, n, 4, 60000, 4);
+        CHECK(tries(r, 4) == 0);
+    } else {
+        CHECK_RC(rc, BATON_ENOENT);
+        r = rl_open(c, n, 4, 60000, 4);
+        CHECK(tries(r, 5) == 4);
+    }
+    fprintf(stderr, "   %s: after the restart the limiter %s\n", kind, persists ? "kept its TAT" : "was forgotten");
+    baton_ratelimit_free(r);
+    baton_client_close(c);
+    return th_finish();
+}
+
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IONBF, 0);
     signal(SIGPIPE, SIG_IGN);
@@ -418,8 +473,9 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bad worker arguments\n");
         return 2;
     }
+    if (argc == 3 && !strcmp(argv[1], "--restart")) return run_restart(argv[2]);
     if (argc < 2) {
-        fprintf(stderr, "usage: test_prims_ratelimit URI [--rate-only]\n");
+        fprintf(stderr, "usage: test_prims_ratelimit URI [--rate-only] | --restart redis|redis-volatile|postgres\n");
         return 2;
     }
     int st = pr_setup("ratelimit", argv[1]);
