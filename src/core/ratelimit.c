@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define CLIENT_ID_MAX 64
 #define KEY_SEP "@client:"
@@ -94,6 +95,140 @@ static int cfg_eq(const baton_rate_cfg *a, const baton_rate_cfg *b)
     return a->permits == b->permits && a->interval_ms == b->interval_ms && a->burst == b->burst;
 }
 
+/* ---- the fallback on values ---------------------------------------------------
+ * For an engine with values but no rate limiter table (ZooKeeper, etcd,
+ * MariaDB): the limiter is the value "baton-rate:KEY" holding "gcra1
+ * PERMITS INTERVAL_MS BURST TAT_US", and each decision is a read and a
+ * compare-and-set of it on the version read, tried again when another
+ * client's set came between. The clock is the CLIENT's wall clock: clients
+ * whose clocks disagree by D see the TAT D apart (one ahead admits up to
+ * min(D / T, burst) early; one behind waits longer), which the engines with
+ * a table of their own avoid by deciding on the server's clock. Two round
+ * trips per decision, more under contention. docs/ratelimit.md. */
+#define VRATE_PREFIX "baton-rate:"
+#define VRATE_TRIES 100
+
+typedef struct {
+    const baton_value_methods *vm;   /* set by the core after create */
+    void *vst;
+    char *vname;
+} vrate;
+
+static int vrate_create(void *eng, const char *key, void **st)
+{
+    vrate *v = calloc(1, sizeof *v);
+    size_t n = strlen(VRATE_PREFIX) + strlen(key) + 1;
+    (void)eng;
+    if (!v || !(v->vname = malloc(n))) {
+        free(v);
+        return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+    }
+    snprintf(v->vname, n, VRATE_PREFIX "%s", key);
+    *st = v;
+    return 0;
+}
+
+static void vrate_destroy(void *eng, void *st)
+{
+    vrate *v = st;
+    if (!v) return;
+    if (v->vst) v->vm->destroy(eng, v->vst);
+    free(v->vname);
+    free(v);
+}
+
+static int64_t wall_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* The value now: 1 with it (*ver its version), 0 absent, or an error. */
+static int vrate_read(void *eng, vrate *v, baton_rate_cfg *cfg, int64_t *tat, uint64_t *ver)
+{
+    baton_value_data d = { 0 };
+    long long t = 0;
+    int rc;
+    if (!v->vst && (rc = v->vm->create(eng, v->vname, &v->vst))) return rc;
+    rc = v->vm->get(eng, v->vst, &d);
+    if (rc == BATON_ENOENT) return 0;
+    if (rc) return rc;
+    if (!d.data || sscanf(d.data, "gcra1 %" SCNu32 " %" SCNu32 " %" SCNu32 " %lld", &cfg->permits, &cfg->interval_ms,
+                          &cfg->burst, &t) != 4 || !cfg->permits || !cfg->interval_ms || !cfg->burst) {
+        baton_value_data_clear(&d);
+        return baton_seterr(BATON_EPROTO, 0, "rate limiter: the value %s does not hold a rate limiter", v->vname);
+    }
+    *tat = t;
+    *ver = d.version;
+    baton_value_data_clear(&d);
+    return 1;
+}
+
+static int vrate_take(void *eng, void *st, const baton_rate_cfg *cfg, int replace, uint32_t n, int64_t reserve_us,
+                      int64_t *wait_us, baton_rate_cfg *stored)
+{
+    vrate *v = st;
+    for (int i = 0; i < VRATE_TRIES; i++) {
+        int64_t tat = 0, tat0, w = 0;
+        uint64_t ver = 0, nv;
+        char buf[96];
+        int have = vrate_read(eng, v, stored, &tat, &ver), same, rc;
+        if (have < 0) return have;
+        same = have && cfg_eq(stored, cfg);
+        if (have && !same && !replace)
+            return baton_seterr(BATON_ECONFLICT, 0, "rate limiter %s is configured otherwise", v->vname);
+        *stored = *cfg;
+        tat0 = tat;
+        if (n) w = baton_gcra_step(cfg, wall_us(), &tat, n, reserve_us);
+        if (have && same && tat == tat0) {
+            *wait_us = w;
+            return 0;
+        }
+        snprintf(buf, sizeof buf, "gcra1 %" PRIu32 " %" PRIu32 " %" PRIu32 " %" PRId64, cfg->permits, cfg->interval_ms,
+                 cfg->burst, tat);
+        rc = v->vm->set(eng, v->vst, buf, strlen(buf), have ? ver : 0, &nv);
+        if (rc == BATON_ECONFLICT) continue;   /* another client decided in between: read again */
+        if (rc) return rc;
+        *wait_us = w;
+        return 0;
+    }
+    return baton_seterr(BATON_EUNAVAILABLE, 0, "rate limiter %s: %d compare-and-set conflicts in a row", v->vname,
+                        VRATE_TRIES);
+}
+
+static int vrate_inspect(void *eng, void *st, baton_rate_cfg *stored, int64_t *ahead_us)
+{
+    vrate *v = st;
+    int64_t tat = 0, now;
+    uint64_t ver = 0;
+    int rc = vrate_read(eng, v, stored, &tat, &ver);
+    if (rc < 0) return rc;
+    if (rc == 0) return baton_seterr(BATON_ENOENT, 0, "no rate limiter");
+    now = wall_us();
+    *ahead_us = tat > now ? tat - now : 0;
+    return 0;
+}
+
+static const baton_ratelimit_methods vrate_methods = {
+    .create = vrate_create,
+    .destroy = vrate_destroy,
+    .take = vrate_take,
+    .inspect = vrate_inspect,
+};
+
+/* The engine's rate limiter table, or the fallback on its values (NULL: none). */
+static const baton_ratelimit_methods *methods_of(baton_client *c)
+{
+    return c->be->ratelimit ? c->be->ratelimit : c->be->value ? &vrate_methods : NULL;
+}
+
+/* After create: the fallback's state learns the engine's value methods. */
+static void state_bind(baton_client *c, const baton_ratelimit_methods *m, void *st)
+{
+    if (m == &vrate_methods) ((vrate *)st)->vm = c->be->value;
+}
+
 static int random_id(char *buf, size_t n)
 {
     baton_owner o;
@@ -127,13 +262,14 @@ int baton_ratelimit_open(baton_ratelimit **out, baton_client *c, const char *nam
         rc = make_key(name, opts->scope, opts->client_id, &key);
     }
     if (rc) goto fail;
-    m = c->be->ratelimit;
+    m = methods_of(c);
     if (!m) {
         rc = baton_seterr(BATON_ENOTSUP, 0, "the %s engine has no rate limiter (baton engines: see its notes)",
                           c->be->info->name);
         goto fail;
     }
     if ((rc = baton__sync_open(&r->o, c, key, m, m->create, m->destroy, "rate limiter"))) goto fail;
+    state_bind(c, m, r->o.st);
     free(key);
     key = NULL;
     /* Store or check the configuration now, so a mismatch is seen at open. */
@@ -167,7 +303,7 @@ fail:
  * step made again, once. */
 static int step(baton_ratelimit *r, uint32_t n, int64_t reserve_us, int64_t *wait_us)
 {
-    const baton_ratelimit_methods *m = r->o.c->be->ratelimit;
+    const baton_ratelimit_methods *m = methods_of(r->o.c);
     baton_rate_cfg stored;
     int rc;
     if (n > r->cfg.burst)
@@ -277,7 +413,7 @@ int baton_ratelimit_state_get(baton_ratelimit *r, baton_ratelimit_state *out)
     NEED(r, "baton_ratelimit_state_get");
     NEED(out, "baton_ratelimit_state_get");
     ENTER(&r->o);
-    rc = r->o.c->be->ratelimit->inspect(r->o.c->eng, r->o.st, &cfg, &ahead);
+    rc = methods_of(r->o.c)->inspect(r->o.c->eng, r->o.st, &cfg, &ahead);
     if (!rc) fill_state(&cfg, ahead, out);
     LEAVE(&r->o, rc);
 }
@@ -294,11 +430,12 @@ int baton_ratelimit_inspect(baton_client *c, const char *name, int scope, const 
     NEED(c, "baton_ratelimit_inspect");
     NEED(out, "baton_ratelimit_inspect");
     if ((rc = make_key(name, scope, client_id, &key))) return rc;
-    if (!(m = c->be->ratelimit)) {
+    if (!(m = methods_of(c))) {
         free(key);
         return baton_seterr(BATON_ENOTSUP, 0, "the %s engine has no rate limiter", c->be->info->name);
     }
     if (!(rc = m->create(c->eng, key, &st))) {
+        state_bind(c, m, st);
         rc = m->inspect(c->eng, st, &cfg, &ahead);
         m->destroy(c->eng, st);
     }

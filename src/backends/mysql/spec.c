@@ -61,7 +61,8 @@ const baton_engine_info baton__info_mysql = {
     .summary = "MySQL or MariaDB: GET_LOCK (session mode), lease rows or row locks",
     .uri = "mysql://[user[:password]@]host[:port]/db[?options]",
     .primitives = BATON_PRIM_LOCK | BATON_PRIM_LIST | BATON_PRIM_BREAK | BATON_PRIM_INFO | BATON_PRIM_LATCH |
-                  BATON_PRIM_VALUE | BATON_PRIM_GROUP | BATON_PRIM_QUEUE,
+                  BATON_PRIM_VALUE | BATON_PRIM_GROUP | BATON_PRIM_QUEUE |
+                  BATON_PRIM_RATELIMIT, /* the core's, on values */
     .features = BATON_FEATURE_LEASE,
     .notes = notes,
     .options = options,
