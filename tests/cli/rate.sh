@@ -6,6 +6,7 @@
 #   rate.sh redis PATH/TO/baton     the test Redis server ($BATON_TEST_SRV/redis/port)
 #   rate.sh sqlite PATH/TO/baton    a database file of its own
 #   rate.sh postgres PATH/TO/baton  the test PostgreSQL server
+#   rate.sh zk|etcd|mysql PATH/TO/baton  their test servers (the core's limiter on values)
 #
 # Prints "N passed, N failed"; exits 1 on failure, 77 when the server is missing.
 set -u
@@ -27,11 +28,16 @@ redis)
     PORT=$(cat "${BATON_TEST_SRV:-/nonexistent}/redis/port" 2>/dev/null) || PORT=""
     [ -n "$PORT" ] || skip_or_fail "no test redis server"
     URI="redis://127.0.0.1:$PORT/0" ;;
-postgres)
-    PORT=$(cat "${BATON_TEST_SRV:-/nonexistent}/postgres/port" 2>/dev/null) || PORT=""
-    [ -n "$PORT" ] || skip_or_fail "no test postgres server"
-    URI="postgres://baton:baton-test@127.0.0.1:$PORT/postgres" ;;
-*) echo "usage: $0 file|redis|sqlite|postgres BATON" >&2; exit 2 ;;
+postgres|zk|etcd|mysql)
+    PORT=$(cat "${BATON_TEST_SRV:-/nonexistent}/$MODE/port" 2>/dev/null) || PORT=""
+    [ -n "$PORT" ] || skip_or_fail "no test $MODE server"
+    case "$MODE" in
+    postgres) URI="postgres://baton:baton-test@127.0.0.1:$PORT/postgres" ;;
+    zk) URI="zk://127.0.0.1:$PORT?session_timeout_ms=4000" ;;
+    etcd) URI="etcd://127.0.0.1:$PORT?ttl=2" ;;
+    mysql) URI="mysql://baton:baton-test@127.0.0.1:$PORT/baton" ;;
+    esac ;;
+*) echo "usage: $0 file|redis|sqlite|postgres|zk|etcd|mysql BATON" >&2; exit 2 ;;
 esac
 [ -x "$BATON" ] || { echo "no baton at $BATON" >&2; exit 1; }
 U=(-u "$URI")

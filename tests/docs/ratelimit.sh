@@ -5,7 +5,7 @@
 # the sh blocks run (they build it with `cc ... -lbaton`), each sh block run
 # against a real engine and what it prints checked.
 #
-#   ratelimit.sh file|sqlite|redis|postgres BATON LIBBATON
+#   ratelimit.sh file|sqlite|redis|postgres|etcd|zk|mysql BATON LIBBATON
 #
 # Prints "N passed, N failed"; exits 1 on failure, 77 when no C compiler or
 # no server.
@@ -47,7 +47,13 @@ redis) PORT=$(port_of redis) || skip_or_fail "no test redis server"
        URI="redis://127.0.0.1:$PORT/0?prefix=docs$$:" ;;
 postgres) PORT=$(port_of postgres) || skip_or_fail "no test postgres server"
           URI="postgres://baton:baton-test@127.0.0.1:$PORT/postgres?table=docs_rl_$$" ;;
-*) echo "usage: $0 file|sqlite|redis|postgres BATON LIBBATON" >&2; exit 2 ;;
+etcd) PORT=$(port_of etcd) || skip_or_fail "no test etcd server"
+      URI="etcd://127.0.0.1:$PORT/docs-rl-$$?ttl=2" ;;
+zk) PORT=$(port_of zk) || skip_or_fail "no test zk server"
+    URI="zk://127.0.0.1:$PORT/docs-rl-$$?session_timeout_ms=2000" ;;
+mysql) PORT=$(port_of mysql) || skip_or_fail "no test mysql server"
+       URI="mysql://baton:baton-test@127.0.0.1:$PORT/baton?table=docs_rl_$$" ;;
+*) echo "usage: $0 file|sqlite|redis|postgres|etcd|zk|mysql BATON LIBBATON" >&2; exit 2 ;;
 esac
 
 mkdir -p "$TMP/bin" "$TMP/tmp" "$TMP/home" "$TMP/work"
