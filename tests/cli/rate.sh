@@ -138,6 +138,12 @@ wait_pid "$sp" 10
 check "TERM while waiting: exit 143 (rc $RC)" [ "$RC" = 143 ]
 check "...the command did not run" not test -e "$TMP/sigran"
 
+# ---- RedLock has none: refused, saying so ----------------------------------------------------------
+if [ "$MODE" = redis ]; then
+    expect_rc 64 "RedLock: no rate limiter (exit 64)" b rate -u "redlock://127.0.0.1:$PORT/0" -n 1 --per 1 "${P}rl"
+    check "...saying the engine has none" grep -q "the redlock engine has no rate limiter" "$TMP/err"
+fi
+
 # ---- engines ----------------------------------------------------------------------------------------
 expect_rc 0 "baton engines --json" b engines --json
 check "...lists the ratelimit primitive" grep -q '"ratelimit"' "$TMP/out"
