@@ -418,15 +418,16 @@ static void srv_cleanup(void) {
 }
 
 /* The fault case on the server side: the burst is taken, the server
- * restarts. Where the state persists (PostgreSQL; Redis with an
- * append-only file) the limiter is not reset into a second burst; Redis
+ * restarts. Where the state persists (PostgreSQL, MariaDB, ZooKeeper,
+ * etcd; Redis with an append-only file) the limiter is not reset into a
+ * second burst; Redis
  * without persistence forgets it, as docs/ratelimit.md says, and this
  * checks that too (a fresh burst, and the configuration stored anew). */
 static int run_restart(const char *kind) {
     const char *tmp = getenv("BATON_TEST_TMP");
     char uri[512], n[] = "prims/ratelimit/restart";
     int persists = strcmp(kind, "redis-volatile") != 0, port;
-    g_srv_engine = !strcmp(kind, "postgres") ? "postgres" : "redis";
+    g_srv_engine = !strncmp(kind, "redis", 5) ? "redis" : kind;
     snprintf(g_srv_dir, sizeof g_srv_dir, "%s/rl_restart_%s_%ld", tmp && *tmp ? tmp : "/tmp", kind, (long)getpid());
     tl_sh("rm -rf '%s'", g_srv_dir);
     atexit(srv_cleanup);
@@ -434,6 +435,12 @@ static int run_restart(const char *kind) {
                            !strcmp(kind, "redis") ? "--save \"\" --appendonly yes --appendfsync always" : NULL);
     if (!strcmp(g_srv_engine, "postgres"))
         snprintf(uri, sizeof uri, "postgres://baton:baton-test@127.0.0.1:%d/postgres", port);
+    else if (!strcmp(g_srv_engine, "mysql"))
+        snprintf(uri, sizeof uri, "mysql://baton:baton-test@127.0.0.1:%d/baton", port);
+    else if (!strcmp(g_srv_engine, "zk"))
+        snprintf(uri, sizeof uri, "zk://127.0.0.1:%d?session_timeout_ms=4000", port);
+    else if (!strcmp(g_srv_engine, "etcd"))
+        snprintf(uri, sizeof uri, "etcd://127.0.0.1:%d?ttl=2", port);
     else
         snprintf(uri, sizeof uri, "redis://127.0.0.1:%d/0", port);
     snprintf(g_uri, sizeof g_uri, "%s", uri);
@@ -475,7 +482,7 @@ int main(int argc, char **argv) {
     }
     if (argc == 3 && !strcmp(argv[1], "--restart")) return run_restart(argv[2]);
     if (argc < 2) {
-        fprintf(stderr, "usage: test_prims_ratelimit URI [--rate-only] | --restart redis|redis-volatile|postgres\n");
+        fprintf(stderr, "usage: test_prims_ratelimit URI [--rate-only] | --restart redis|redis-volatile|postgres|mysql|zk|etcd\n");
         return 2;
     }
     int st = pr_setup("ratelimit", argv[1]);
