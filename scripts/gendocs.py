@@ -24,6 +24,7 @@ PRIMS = [  # (primitive name in the JSON, row label, API)
     ("group", "group membership", "`baton_group_*`, `baton member`/`members`"),
     ("barrier", "double barrier (on groups + values)", "`baton_barrier_*`, `baton barrier`"),
     ("queue", "work queue (at-least-once)", "`baton_queue_*`, `baton queue`"),
+    ("ratelimit", "rate limiter (GCRA)", "`baton_ratelimit_*`, `baton rate`"),
     ("status", "lock status", "`baton_lock_info`, `baton status`"),
     ("list", "list held locks", "`baton_lock_list`, `baton list`"),
     ("force-unlock", "force unlock (fence bumped)", "`baton_lock_force_unlock`, `baton unlock --force`"),

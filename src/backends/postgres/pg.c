@@ -1262,5 +1262,6 @@ const baton_backend baton__backend_postgres = {
     .value = &pg_value_methods,
     .group = &pg_group_methods,
     .queue = &pg_queue_methods,
+    .ratelimit = &baton__ratelimit_postgres,
     .services = &pg_services_methods,
 };

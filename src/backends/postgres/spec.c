@@ -64,7 +64,8 @@ const baton_engine_info baton__info_postgres = {
     .summary = "PostgreSQL: advisory locks (session mode), lease rows or row locks",
     .uri = "postgres://[user[:password]@]host[:port][,host[:port]...]/db[?options]",
     .primitives = BATON_PRIM_LOCK | BATON_PRIM_RWLOCK | BATON_PRIM_LIST | BATON_PRIM_BREAK | BATON_PRIM_INFO |
-                  BATON_PRIM_VALUE | BATON_PRIM_GROUP | BATON_PRIM_QUEUE | BATON_PRIM_LATCH,
+                  BATON_PRIM_VALUE | BATON_PRIM_GROUP | BATON_PRIM_QUEUE | BATON_PRIM_LATCH |
+                  BATON_PRIM_RATELIMIT,
     .features = BATON_FEATURE_LEASE | BATON_FEATURE_NOTIFY,
     .notes = notes,
     .options = options,

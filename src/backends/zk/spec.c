@@ -60,7 +60,8 @@ const baton_engine_info baton__info_zk = {
     .summary = "ZooKeeper: sequential ephemeral nodes (Curator's layout), sessions",
     .uri = "zk://[user:password@]h1[:2181][,h2[:2181]...][/chroot][?options]",
     .primitives = BATON_PRIM_LOCK | BATON_PRIM_FAIR | BATON_PRIM_RWLOCK | BATON_PRIM_SEM | BATON_PRIM_PERMITS | BATON_PRIM_ELECTION |
-                  BATON_PRIM_VALUE | BATON_PRIM_GROUP | BATON_PRIM_QUEUE | BATON_PRIM_LATCH | BATON_PRIM_LIST | BATON_PRIM_BREAK | BATON_PRIM_INFO,
+                  BATON_PRIM_VALUE | BATON_PRIM_GROUP | BATON_PRIM_QUEUE | BATON_PRIM_LATCH | BATON_PRIM_LIST | BATON_PRIM_BREAK | BATON_PRIM_INFO |
+                  BATON_PRIM_RATELIMIT, /* the core's, on values */
     .features = BATON_FEATURE_FAIR | BATON_FEATURE_NOTIFY | BATON_FEATURE_SESSION,
     .notes = notes,
     .options = options,
