@@ -17,13 +17,14 @@
  * Only the head tries, so a waiter behind it never barges; a try
  * (deadline 0) is refused while any live waiter is queued.
  *
- * Wake-ups: the DELETE of step 4 and a fair lock's release NOTIFY the fair
- * table's channel with the name (a lease-mode release NOTIFYs the lock
- * channel, which waiters also watch); every waiter of the name in a client
- * wakes and runs one statement (the head check), so a handoff costs one
- * statement per waiter: a herd, bounded by the queue's length. Nothing
- * notifies when a holder or waiter dies, or when a plain (unfair) holder
- * releases in session or row mode: waiters re-check every RECHECK_MS.
+ * Wake-ups, no herd: a fair lock's release NOTIFYs the fair table's channel
+ * with the name (a lease-mode release NOTIFYs the lock channel), which only
+ * the head watches; the DELETE of step 4 NOTIFYs "#<its seq>", which only
+ * the waiter right behind it watches (the head check names that entry). So
+ * a handoff costs the same whatever the queue's length: the head's check,
+ * grant and dequeue, the next waiter's check and try. Nothing notifies when
+ * a holder or waiter dies, or when a plain (unfair) holder releases in
+ * session or row mode: waiters re-check every RECHECK_MS.
  * Server restart: waiters' connections end; each re-enqueues on a new one
  * (the order among them is the order of re-enqueueing).
  */
@@ -47,15 +48,18 @@ static const char enqueue_sql[] =
     "INSERT INTO @F (name, owner, holder, pid, lease_until) VALUES ($1, $2, $3, pg_backend_pid(), "
     "clock_timestamp() + $4::bigint * interval '1 millisecond') RETURNING seq";
 
-/* $1 name, $2 seq, $3 ttl ms: renews our entry; (entry still there, head) */
+/* $1 name, $2 seq, $3 ttl ms: renews our entry; (entry still there, the
+ * live entry just ahead of ours: NULL = we are the head, that entry is the
+ * head) */
 static const char head_sql[] =
     "WITH me AS (UPDATE @F SET lease_until = clock_timestamp() + $3::bigint * interval '1 millisecond' "
     "WHERE seq = $2::bigint RETURNING seq) "
-    "SELECT (SELECT count(*) FROM me), NOT EXISTS (SELECT 1 FROM @F f WHERE f.name = $1 AND f.seq < $2::bigint "
-    "AND " LIVE("f") ")";
+    "SELECT (SELECT count(*) FROM me), p.seq, p.seq IS NOT NULL AND NOT EXISTS (SELECT 1 FROM @F f "
+    "WHERE f.name = $1 AND f.seq < p.seq AND " LIVE("f") ") "
+    "FROM (SELECT max(f.seq) AS seq FROM @F f WHERE f.name = $1 AND f.seq < $2::bigint AND " LIVE("f") ") p";
 
-/* $1 seq, $2 channel */
-static const char dequeue_sql[] = "DELETE FROM @F WHERE seq = $1::bigint RETURNING pg_notify($2, name)";
+/* $1 seq, $2 channel: the payload "#<seq>" wakes the waiter behind us only */
+static const char dequeue_sql[] = "DELETE FROM @F WHERE seq = $1::bigint RETURNING pg_notify($2, '#' || seq)";
 
 /* $1 name: nobody waits (a try may go ahead) */
 static const char empty_sql[] = "SELECT NOT EXISTS (SELECT 1 FROM @F f WHERE f.name = $1 AND " LIVE("f") ")";
@@ -137,9 +141,11 @@ static void dequeue(pgeng *e, PGconn *c, const char *seq)
     pg_conn_put(e, c);
 }
 
-/* Step 2: 0 with *head; the connection's failure as an error. *gone: our
- * entry was reaped (its lease ended while we could not renew it). */
-static int head_check(pgeng *e, PGconn *c, pglock *l, const char *seq, int64_t by, int *head, int *gone)
+/* Step 2: 0 with *head, or PRED the seq of the live entry ahead; the
+ * connection's failure as an error. *gone: our entry was reaped (its lease
+ * ended while we could not renew it). */
+static int head_check(pgeng *e, PGconn *c, pglock *l, const char *seq, int64_t by, int *head, char pred[24],
+                      int *second, int *gone)
 {
     char ttl[16];
     const char *p[3] = { l->name, seq, ttl };
@@ -148,17 +154,57 @@ static int head_check(pgeng *e, PGconn *c, pglock *l, const char *seq, int64_t b
     snprintf(ttl, sizeof ttl, "%d", FAIR_TTL_MS);
     if ((rc = qexec(e, c, head_sql, 3, p, by, &r))) return rc;
     *gone = !strcmp(PQgetvalue(r, 0, 0), "0");
-    *head = !strcmp(PQgetvalue(r, 0, 1), "t");
+    *head = PQgetisnull(r, 0, 1);
+    snprintf(pred, 24, "%s", *head ? "" : PQgetvalue(r, 0, 1));
+    *second = !strcmp(PQgetvalue(r, 0, 2), "t");
     PQclear(r);
     return 0;
 }
 
+/* What a waiter watches: as the head, its name on the fair channel (a fair
+ * release) and on the lock channel (a lease-mode release); behind it,
+ * "#<seq>" of the entry just ahead (that entry leaving), and the second in
+ * line the name too (a release finds a head that died). A handoff wakes two
+ * waiters, not the whole queue. */
+typedef struct {
+    pgwait f, n, l;          /* "#<seq>" and the name on the fair channel; the name on the lock channel */
+    int linked[3];
+    char key[32];
+} watch;
+
+static void watch_link(pgeng *e, watch *w, int i, int on, int *rc)
+{
+    pgwait *pw = i == 0 ? &w->f : i == 1 ? &w->n : &w->l;
+    if (w->linked[i] && !on) pg_wait_unlink(e, pw);
+    if (!w->linked[i] && on && !*rc && !(*rc = pg_wait_link(e, pw))) w->linked[i] = 1;
+    if (!on) w->linked[i] = 0;
+}
+
+/* Watches what a waiter at its place waits for (HEAD, or behind PRED,
+ * SECOND when PRED is the head); 1 when that changed. */
+static int watch_set(pgeng *e, watch *w, int head, const char *pred, int second, int *rc)
+{
+    char want[32];
+    int behind = !head, name = head || second;
+    snprintf(want, sizeof want, "#%s", pred);
+    if (w->linked[0] == behind && w->linked[1] == name && w->linked[2] == name &&
+        (!behind || !strcmp(w->key, want)))
+        return 0;
+    watch_link(e, w, 0, 0, rc);
+    memcpy(w->key, want, sizeof want);
+    watch_link(e, w, 0, behind, rc);
+    watch_link(e, w, 1, name, rc);
+    watch_link(e, w, 2, name, rc);
+    return 1;
+}
+
 int pg_fair_acquire(pgeng *e, pglock *l, baton_acquire_req *req)
 {
-    pgwait wf = { PG_CH_FAIR, l->name, req->waiter, NULL }, wl = { PG_CH_LOCK, l->name, req->waiter, NULL };
+    watch w = { { PG_CH_FAIR, w.key, req->waiter, NULL }, { PG_CH_FAIR, l->name, req->waiter, NULL },
+                { PG_CH_LOCK, l->name, req->waiter, NULL }, { 0, 0, 0 }, "" };
     PGconn *c = NULL;
     char seq[24] = "";
-    int rc, linked = 0;
+    int rc;
     int64_t by = req->deadline_ns == INT64_MAX ? INT64_MAX : req->deadline_ns + PG_WAIT_GRACE_NS;
 
     if ((rc = pg_coord_ready(e, PG_CH_FAIR))) return rc;
@@ -166,21 +212,18 @@ int pg_fair_acquire(pgeng *e, pglock *l, baton_acquire_req *req)
         if ((rc = fair_try(e, l, req)) == 0) l->fair = 1;
         return rc;
     }
-    /* wakes are watched before we enqueue: none is missed */
-    if ((rc = pg_wait_link(e, &wf))) return rc;
-    if ((rc = pg_wait_link(e, &wl))) {
-        pg_wait_unlink(e, &wf);
-        return rc;
-    }
-    linked = 1;
+    /* until the first head check: the name (never missed: the check runs after) */
+    watch_set(e, &w, 1, "", 0, &rc);
+    if (rc) goto out;
     for (;;) {
         unsigned gen = baton_waiter_gen(req->waiter);
-        int head = 0, gone = 0, down = 0;
+        int head = 0, second = 0, gone = 0, down = 0, moved = 0;
+        char pred[24] = "";
         int64_t until;
 
         if (!c) rc = enqueue(e, l, req, by, &c, seq);
         else rc = 0;
-        if (rc == 0 && (rc = head_check(e, c, l, seq, by, &head, &gone))) {
+        if (rc == 0 && (rc = head_check(e, c, l, seq, by, &head, pred, &second, &gone))) {
             /* the waiter's connection ended (terminated, a restart): its
              * entry went with it; enqueue again on a new one */
             PQfinish(c);
@@ -190,6 +233,10 @@ int pg_fair_acquire(pgeng *e, pglock *l, baton_acquire_req *req)
             c = NULL;
             continue;
         }
+        /* watch what we wait for now; behind a new entry, check again
+         * first (it may have left before we watched it) */
+        if (rc == 0) moved = watch_set(e, &w, head, pred, second, &rc);
+        if (rc == 0 && moved && !head) continue;
         if (rc == 0 && head) {
             rc = mode_try(e, l, req);
             if (rc == 0) break;
@@ -210,9 +257,10 @@ int pg_fair_acquire(pgeng *e, pglock *l, baton_acquire_req *req)
         }
     }
     if (c) dequeue(e, c, seq);
-    if (linked) {
-        pg_wait_unlink(e, &wl);
-        pg_wait_unlink(e, &wf);
+out:
+    for (int i = 0; i < 3; i++) {
+        int ignore = 0;
+        watch_link(e, &w, i, 0, &ignore);
     }
     if (rc == 0) l->fair = 1;
     return rc;
