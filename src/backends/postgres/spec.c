@@ -40,10 +40,10 @@ static const char *const notes[] = {
     "election: not yet (issue #25)",
     "fair: every mode; a queue table <table>_fair in front of the mode's grant: a waiter enqueues (1 INSERT, "
     "on a connection kept while it waits: its entry dies with that backend, or 5 s after its last re-check), "
-    "only the head tries the mode's grant; grant or give-up = 1 DELETE + NOTIFY; a try is refused while "
-    "waiters are queued; uncontended = 4 statements (enqueue, head check, grant, dequeue); a handoff wakes "
-    "every waiter of the name in a client (1 statement each: a herd), dead waiters and plain holders are "
-    "seen at a re-check every 1 s",
+    "only the head tries the mode's grant, then leaves the queue (1 DELETE + NOTIFY); a try is refused while "
+    "waiters are queued; uncontended wait = 4 statements; no herd: the head watches releases, each other "
+    "waiter the entry ahead of it, so a handoff costs 4-7 statements whatever the queue's length; dead "
+    "waiters and plain holders' releases are seen at a re-check every 1 s",
     "semaphore, permits: every mode; tables <table>_sem (the count) and <table>_permit (permit ids, leases on "
     "the server's clock); acquire, release, add, try_set, drain, renew = 1 statement each (a take locks the "
     "count row and returns expired permits first); a release/add NOTIFYs: every waiter of the name in a "
