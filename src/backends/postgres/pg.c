@@ -1169,7 +1169,9 @@ static int pg_lock_info(void *eng, const char *name, baton_lockinfo *out)
     int rc;
 
     if ((rc = pg_table_ready(e))) return rc;
-    if ((rc = pg_sem_info(e, name, &out->permits))) return rc;
+    /* a semaphore's count where there is one; a role that may not read its
+     * table still gets the lock's own answer */
+    if (pg_sem_info(e, name, &out->permits)) out->permits = BATON_PERMITS_UNKNOWN;
     if (e->mode == PG_ROW) return pg_row_info(e, name, out);
     memset(&k, 0, sizeof k);
     pg_name_key(name, &k);
