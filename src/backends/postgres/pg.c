@@ -1170,8 +1170,12 @@ static int pg_lock_info(void *eng, const char *name, baton_lockinfo *out)
 
     if ((rc = pg_table_ready(e))) return rc;
     /* a semaphore's count where there is one; a role that may not read its
-     * table still gets the lock's own answer */
-    if (pg_sem_info(e, name, &out->permits)) out->permits = BATON_PERMITS_UNKNOWN;
+     * table still gets the lock's own answer, a server that does not answer
+     * ends the call (within its one I/O timeout) */
+    if ((rc = pg_sem_info(e, name, &out->permits))) {
+        if (rc != BATON_EAUTH && rc != BATON_EPROTO && rc != BATON_EIO) return rc;
+        out->permits = BATON_PERMITS_UNKNOWN;
+    }
     if (e->mode == PG_ROW) return pg_row_info(e, name, out);
     memset(&k, 0, sizeof k);
     pg_name_key(name, &k);
