@@ -93,6 +93,8 @@ for mode in session lease row; do
     "${B[@]}" run -u "$URI" --fair -w 30 "$N" -- sh -c 'echo "c $BATON_FENCE" >> "$0"' "$TMP/order" 2>"$TMP/fc.err" &
     PC=$!; BG_PIDS+=("$PC")
     check "$mode: --fair: C is queued" wait_queued "$N" 2
+    expect_rc 0 "$mode: --fair: status" b status -u "$URI" "$N"
+    check "$mode: --fair: status shows the queue's length" grep -qx "queue: 2" "$TMP/out"
     "${B[@]}" run -u "$URI" --fair -w 30 "$N" -- true 2>"$TMP/fd.err" &
     PD=$!; BG_PIDS+=("$PD")
     check "$mode: --fair: D is queued" wait_queued "$N" 3

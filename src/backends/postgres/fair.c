@@ -38,9 +38,7 @@
 #define RECHECK_MS 1000          /* a waiter re-checks at least this often */
 #define RECHECK_DOWN_MS 200      /* ... while the listener or the server is away */
 
-/* An entry that still counts: its backend lives and its lease is not over. */
-#define LIVE(f) "(" f ".lease_until > clock_timestamp() AND EXISTS (SELECT 1 FROM pg_stat_activity a " \
-                "WHERE a.pid = " f ".pid))"
+#define LIVE PG_FAIR_LIVE
 
 /* $1 name, $2 owner, $3 holder, $4 ttl ms; dead entries of the name go first */
 static const char enqueue_sql[] =

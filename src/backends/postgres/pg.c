@@ -1169,12 +1169,13 @@ static int pg_lock_info(void *eng, const char *name, baton_lockinfo *out)
     int rc;
 
     if ((rc = pg_table_ready(e))) return rc;
-    /* a semaphore's count where there is one; a role that may not read its
-     * table still gets the lock's own answer, a server that does not answer
-     * ends the call (within its one I/O timeout) */
-    if ((rc = pg_sem_info(e, name, &out->permits))) {
+    /* a semaphore's count and a fair queue's length where there are; a role
+     * that may not read those tables still gets the lock's own answer, a
+     * server that does not answer ends the call (within one I/O timeout) */
+    if ((rc = pg_prims_info(e, name, out))) {
         if (rc != BATON_EAUTH && rc != BATON_EPROTO && rc != BATON_EIO) return rc;
         out->permits = BATON_PERMITS_UNKNOWN;
+        out->queue_length = -1;
     }
     if (e->mode == PG_ROW) return pg_row_info(e, name, out);
     memset(&k, 0, sizeof k);

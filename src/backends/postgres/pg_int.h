@@ -296,8 +296,13 @@ int pg_taker_renew(pgeng *e, pglock *l, const baton_owner *owner, uint32_t lease
 int pg_fair_acquire(pgeng *e, pglock *l, baton_acquire_req *req);
 /* After a fair lock's release in session and row modes: wakes the queue. */
 void pg_fair_released(pgeng *e, pglock *l);
-/* The signed count of semaphore NAME, or BATON_PERMITS_UNKNOWN (lock_info). */
-int pg_sem_info(pgeng *e, const char *name, int64_t *permits);
+/* A fair queue's entry that still counts: its backend lives and its lease
+ * is not over (F: the entry's alias). */
+#define PG_FAIR_LIVE(f) "(" f ".lease_until > clock_timestamp() AND EXISTS (SELECT 1 FROM pg_stat_activity a " \
+                        "WHERE a.pid = " f ".pid))"
+/* lock_info's extras: OUT's permits (the semaphore's signed count) and
+ * queue_length (live fair waiters), where those tables exist. */
+int pg_prims_info(pgeng *e, const char *name, baton_lockinfo *out);
 extern const baton_sem_methods pg_sem_methods;
 extern const baton_permits_methods pg_permits_methods;
 

@@ -88,10 +88,6 @@ static const char renew_sql[] =
     "UPDATE @P SET lease_until = clock_timestamp() + $3::bigint * interval '1 millisecond' "
     "WHERE name = $1 AND id = $2 AND lease_until > clock_timestamp()";
 
-/* $1 name: the signed count, or no row */
-static const char info_sql[] =
-    "SELECT permits FROM @S WHERE name = $1";
-
 static int ready(pgeng *e)
 {
     int rc = pg_coord_ready(e, PG_CH_SEM);
@@ -232,28 +228,36 @@ static int sem_ctl(void *eng, void *st, int op, int64_t arg, int64_t *out)
     return 0;
 }
 
-int pg_sem_info(pgeng *e, const char *name, int64_t *permits)
+int pg_prims_info(pgeng *e, const char *name, baton_lockinfo *out)
 {
-    const char *p[1] = { name };
+    const char *p[2] = { name, NULL };
     PGresult *r = NULL;
-    int rc, ok;
+    char sql[512];
+    int rc, sem, fair;
 
-    *permits = BATON_PERMITS_UNKNOWN;
+    out->permits = BATON_PERMITS_UNKNOWN;
     pthread_mutex_lock(&e->mu);
-    ok = e->ctable_ok[PG_CH_SEM];
+    sem = e->ctable_ok[PG_CH_SEM];
+    fair = e->ctable_ok[PG_CH_FAIR];
     pthread_mutex_unlock(&e->mu);
-    if (!ok) {
-        /* this client never made the table: is it there? */
-        const char *q[1] = { e->ctable[PG_CH_SEM] };
-        if ((rc = pg_run(e, "SELECT to_regclass($1) IS NOT NULL", 1, q, 1, &r))) return rc;
-        ok = !strcmp(PQgetvalue(r, 0, 0), "t");
+    if (!sem || !fair) {
+        /* this client never made the tables: are they there? */
+        const char *q[2] = { e->ctable[PG_CH_SEM], e->ctable[PG_CH_FAIR] };
+        if ((rc = pg_run(e, "SELECT to_regclass($1) IS NOT NULL, to_regclass($2) IS NOT NULL", 2, q, 1, &r)))
+            return rc;
+        sem = !strcmp(PQgetvalue(r, 0, 0), "t");
+        fair = !strcmp(PQgetvalue(r, 0, 1), "t");
         PQclear(r);
-        if (!ok) return 0;
     }
-    /* signed: add may have taken it below zero (expired permits are not
-     * counted back here: the next take or available does that) */
-    if ((rc = pg_coord_run(e, info_sql, 1, p, 1, INT64_MAX, &r))) return rc;
-    if (PQntuples(r) > 0) *permits = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
+    if (!sem && !fair) return 0;
+    /* the count is signed: add may have taken it below zero (expired
+     * permits are not counted back here: the next take or available does) */
+    snprintf(sql, sizeof sql, "SELECT %s, %s",
+             sem ? "(SELECT permits FROM @S WHERE name = $1)" : "NULL::bigint",
+             fair ? "(SELECT count(*) FROM @F f WHERE f.name = $1 AND " PG_FAIR_LIVE("f") ")" : "NULL::bigint");
+    if ((rc = pg_coord_run(e, sql, 1, p, 1, INT64_MAX, &r))) return rc;
+    if (!PQgetisnull(r, 0, 0)) out->permits = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
+    if (!PQgetisnull(r, 0, 1)) out->queue_length = strtoll(PQgetvalue(r, 0, 1), NULL, 10);
     PQclear(r);
     return 0;
 }
