@@ -172,6 +172,12 @@ int file__path_acquire(file_engine *e, file_lock *fl, baton_acquire_req *req);
 int file__path_release(file_lock *fl);
 int file__path_info(file_engine *e, const char *path, baton_lockinfo *out);
 
+/* ---- fair.c ---- */
+/* A fair (FIFO) acquire: waits in the line of fair/<name>/ until this
+ * waiter is its head, then TAKE (the plain lock's acquire). */
+int file__fair_acquire(file_engine *e, file_lock *fl, baton_acquire_req *req,
+                       int (*take)(file_engine *e, file_lock *fl, baton_acquire_req *req));
+
 /* ---- permits.c ---- */
 int file__permits_info(file_engine *e, const char *name, int64_t *out);
 
