@@ -117,5 +117,36 @@ FW=$(fence_of W) F3=$(fence_of R3)
 check "-s/-x: fences increase ($FW $F3)" gt "$F3" "$FW"
 expect_rc 0 "-x -n on a free lock" b run "${U[@]}" -x -n "$N" -- true
 
+# ---- sqlite: unlock --force of a write-locked name and of a fair lock with a waiter ----
+if [ "$MODE" = sqlite ]; then
+    : > "$TMP/log"
+    T=(-t 2)
+    runner W2 -x; PW=$PID
+    check "--force: the writer runs" wait_started W2
+    runner R4 -s -w 60; P4=$PID; queued
+    expect_rc 0 "unlock --force a write-locked name" "$BATON" unlock "${U[@]}" --force "$N"
+    FF=$(sed -n 's/^fence: \([0-9][0-9]*\)$/\1/p' "$TMP/out")
+    wait_pid "$PW" 15
+    check "--force: the writer exits 75 (exit $RC)" [ "$RC" = 75 ]
+    check "--force: the waiting reader runs" wait_started R4 15
+    F4=$(fence_of R4)
+    check "--force: its fence is above the printed one ($F4 > $FF)" gt "$F4" "$FF"
+    touch "$TMP/R4.go"; wait_pid "$P4" 15
+    expect_rc 1 "unlock --force when nobody holds it" "$BATON" unlock "${U[@]}" --force "$N"
+
+    : > "$TMP/log"
+    runner F1 --fair; PF1=$PID
+    check "--force: the fair holder runs" wait_started F1
+    runner F2 --fair -w 60; PF2=$PID; queued
+    expect_rc 0 "unlock --force a fair lock with a waiter in line" "$BATON" unlock "${U[@]}" --force "$N"
+    FF=$(sed -n 's/^fence: \([0-9][0-9]*\)$/\1/p' "$TMP/out")
+    wait_pid "$PF1" 15
+    check "--force: the fair holder exits 75 (exit $RC)" [ "$RC" = 75 ]
+    check "--force: the waiter in line runs" wait_started F2 15
+    F2=$(fence_of F2)
+    check "--force: its fence is above the printed one ($F2 > $FF)" gt "$F2" "$FF"
+    touch "$TMP/F2.go"; wait_pid "$PF2" 15
+fi
+
 echo "$PASS passed, $FAIL failed"
 [ "$FAIL" = 0 ]
