@@ -434,3 +434,32 @@ int sq_rw_info(sqeng *e, sqconn *c, const char *name, baton_lockinfo *out)
     sqlite3_finalize(st);
     return rc;
 }
+
+/* A waiter's look before its claim: 1 when a live row of NAME is ahead of
+ * TICKET (*left_ms: how long its lease runs), 0 when not, or an error. A
+ * read (WAL: it never waits for a writer and takes no write lock), so a
+ * release that wakes a long line costs one transaction for the head and a
+ * read for each of the others. */
+int sq_fair_behind(sqeng *e, const char *name, int64_t ticket, int64_t *left_ms)
+{
+    sqconn *c = NULL;
+    sqlite3_stmt *st = NULL;
+    int64_t now = sq_boot_ms();
+    int rc;
+    if ((rc = sq_conn_get(e, &c))) return rc;
+    sq_conn_arm(c, sq_busy_deadline(e, 0), NULL);
+    if ((rc = stmt(e, c, "SELECT lease_until FROM @W WHERE name = ?1 AND seq < ?2 AND boot = ?3 AND lease_until > ?4 "
+                   "ORDER BY seq LIMIT 1", &st, "sisi", name, ticket, e->boot, now)))
+        goto out;
+    rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        *left_ms = sqlite3_column_int64(st, 0) - now;
+        rc = 1;
+    } else {
+        rc = rc == SQLITE_DONE ? 0 : sq_err(e, c, rc, "fair line");
+    }
+out:
+    sqlite3_finalize(st);
+    sq_conn_put(e, c, 0);
+    return rc;
+}

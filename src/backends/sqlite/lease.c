@@ -234,13 +234,27 @@ typedef struct {
     sqlock *l;
     baton_acquire_req *req;
     int64_t ticket;          /* a fair waiter's row in the line, 0 = none */
+    int64_t refreshed;       /* when its row's lease was last refreshed (sq_boot_ms) */
 } claim_arg;
 
 static int claim_attempt(void *arg, int64_t *left_ms)
 {
     claim_arg *a = arg;
-    int64_t sent = baton_now_ns();
-    int rc = claim(a->e, a->l, a->req, &a->req->fence, left_ms, a->req->fair ? &a->ticket : NULL);
+    int64_t sent = baton_now_ns(), before = sq_boot_ms();
+    int rc;
+    if (a->ticket && before - a->refreshed < (int64_t)a->req->lease_ms / 3) {
+        /* behind someone live and our row fresh: a read says so, no
+         * transaction (a release wakes the whole line) */
+        int64_t left = -1, due = a->refreshed + a->req->lease_ms / 3 - before + 1;
+        rc = sq_fair_behind(a->e, a->l->name, a->ticket, &left);
+        if (rc < 0) return rc;
+        if (rc == 1) {
+            *left_ms = left < due ? left : due;
+            return baton_seterr(BATON_ELOCKED, 0, "sqlite: lock '%s': waiting in line", a->l->name);
+        }
+    }
+    rc = claim(a->e, a->l, a->req, &a->req->fence, left_ms, a->req->fair ? &a->ticket : NULL);
+    if (rc == BATON_ELOCKED && a->ticket) a->refreshed = before;
     if (rc == 0) {
         a->l->fence = a->req->fence;
         a->req->sent_ns = sent;    /* the lease started no earlier than this */
@@ -250,7 +264,7 @@ static int claim_attempt(void *arg, int64_t *left_ms)
 
 int sq_lease_acquire(sqeng *e, sqlock *l, baton_acquire_req *req)
 {
-    claim_arg a = { e, l, req, 0 };
+    claim_arg a = { e, l, req, 0, 0 };
     char what[300];
     int rc;
     if (req->fair && (rc = sq_fairrw_tables(e))) return rc;

@@ -146,6 +146,9 @@ int sq_fair_step(sqeng *e, sqconn *c, const char *name, baton_acquire_req *req, 
 int sq_fair_join(sqeng *e, sqconn *c, const char *name, baton_acquire_req *req, int64_t now, int64_t *ticket);
 /* The grant's transaction removes the waiter's row. */
 int sq_fair_granted(sqeng *e, sqconn *c, int64_t *ticket);
+/* A read: 1 when a live waiter of NAME is ahead of TICKET (*left_ms: its
+ * lease), 0 when not, or an error. */
+int sq_fair_behind(sqeng *e, const char *name, int64_t ticket, int64_t *left_ms);
 /* A waiter that gave up leaves the line (its own statement) and wakes the rest. */
 void sq_fair_leave(sqeng *e, int64_t ticket);
 int sq_rw_acquire(sqeng *e, sqlock *l, baton_acquire_req *req);
