@@ -29,8 +29,9 @@ static const char *const notes[] = {
     "one host: waiters on this host are woken by inotify",
     "fair: a row per waiter in <table>_waiter (AUTOINCREMENT seq = arrival order), kept alive by its waiter's "
     "claims (a killed waiter leaves the line when its lease ends); a claim (1 transaction) is granted to the first "
-    "live row only, and removes it; every release wakes every waiter of the host (a herd: each runs 1 claim); plain "
-    "locks of the name may still take it between two fair holders",
+    "live row only, and removes it; a release wakes every waiter of the host, each looks with 1 read and only the "
+    "head claims (measured: about 2 write transactions per handoff with 1, 4 or 16 waiters); plain locks of the "
+    "name may still take it between two fair holders",
     "rwlock: a lease row per grant in <table>_rw (mode w, r, or q: a writer waiting, which holds new readers back "
     "for its lease at most); the write side's holder may read (downgrade); claim: 1 transaction; release, renew: 1 "
     "statement; fences from the lock table's row of the name; a plain lock of the name does not exclude it",
