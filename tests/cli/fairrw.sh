@@ -123,6 +123,10 @@ if [ "$MODE" = sqlite ]; then
     T=(-t 2)
     runner W2 -x; PW=$PID
     check "--force: the writer runs" wait_started W2
+    expect_rc 0 "list: a write-locked name" "$BATON" list "${U[@]}" "$N"
+    check "...lists it" grep -qxF "$N" "$TMP/out"
+    expect_rc 0 "status: a write-locked name" "$BATON" status "${U[@]}" "$N"
+    check "...held, by this host's process" grep -q "$(hostname)" "$TMP/out"
     runner R4 -s -w 60; P4=$PID; queued
     expect_rc 0 "unlock --force a write-locked name" "$BATON" unlock "${U[@]}" --force "$N"
     FF=$(sed -n 's/^fence: \([0-9][0-9]*\)$/\1/p' "$TMP/out")
@@ -133,6 +137,17 @@ if [ "$MODE" = sqlite ]; then
     check "--force: its fence is above the printed one ($F4 > $FF)" gt "$F4" "$FF"
     touch "$TMP/R4.go"; wait_pid "$P4" 15
     expect_rc 1 "unlock --force when nobody holds it" "$BATON" unlock "${U[@]}" --force "$N"
+
+    # a plain lock and the read-write lock of one name are apart on SQLite:
+    # a reader's grant must not touch the plain holder's row (its release
+    # is owner- and fence-checked)
+    : > "$TMP/log"
+    runner P1; PP=$PID
+    check "plain holder runs" wait_started P1
+    expect_rc 0 "-s on the name of a held plain lock" "$BATON" run "${U[@]}" -s -n "$N" -- true
+    touch "$TMP/P1.go"; wait_pid "$PP" 15
+    check "...the plain holder still released it cleanly (exit $RC)" [ "$RC" = 0 ]
+    check "...and was not told it lost the lock" not grep -q "lost" "$TMP/P1.err"
 
     : > "$TMP/log"
     runner F1 --fair; PF1=$PID

@@ -270,3 +270,31 @@ out:
     close(dfd);
     return rc;
 }
+
+/* lock_info's part: how many live waiters are in NAME's line (a read:
+ * dead entries are counted out, not removed); left alone when the name has
+ * no line folder. */
+int file__fair_info(file_engine *e, const char *fname, int64_t *queued)
+{
+    char rel[300];
+    uint64_t *v;
+    size_t n;
+    int dfd, rc;
+    snprintf(rel, sizeof rel, "fair/%s", fname + 5);
+    /* no line folder: never locked fairly, *queued stays "unknown" */
+    if ((rc = file__subdir(e, rel, 0, &dfd)) || dfd < 0) return rc;
+    *queued = 0;
+    if (!(rc = tickets(dfd, &v, &n))) {
+        for (size_t i = 0; i < n; i++) {
+            char name[32];
+            int fd;
+            snprintf(name, sizeof name, ENTRY_FMT, v[i]);
+            if (file__sub_open(e, dfd, name, O_RDONLY, "fair line entry", &fd) || fd < 0) continue;
+            if (file__locked_by_other(fd) == 1) (*queued)++;
+            close(fd);
+        }
+        free(v);
+    }
+    close(dfd);
+    return rc;
+}

@@ -177,6 +177,8 @@ int file__path_info(file_engine *e, const char *path, baton_lockinfo *out);
  * waiter is its head, then TAKE (the plain lock's acquire). */
 int file__fair_acquire(file_engine *e, file_lock *fl, baton_acquire_req *req,
                        int (*take)(file_engine *e, file_lock *fl, baton_acquire_req *req));
+/* The number of live waiters in the line of the lock file FNAME ("lock.<escaped>"). */
+int file__fair_info(file_engine *e, const char *fname, int64_t *queued);
 
 /* ---- permits.c ---- */
 int file__permits_info(file_engine *e, const char *name, int64_t *out);

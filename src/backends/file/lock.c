@@ -268,9 +268,10 @@ int file__info(void *eng, const char *name, baton_lockinfo *out)
     struct flock f;
     int fd, held, rc;
 
+    baton__file_name(name, fname, sizeof fname);
+    if ((rc = file__fair_info(e, fname, &out->queue_length))) return rc;
     if (name[0] == '/') return file__path_info(e, name, out);
 
-    baton__file_name(name, fname, sizeof fname);
     if ((rc = file__dir_open(e, fname, O_RDONLY, "lock file", &fd))) return rc;
     if (fd < 0) return 0;
     memset(&f, 0, sizeof f);

@@ -19,12 +19,13 @@
  *                   read side is granted to the holder of the write side
  *                   (downgrade).
  *
- * Fences: a read-write grant takes the next fence of the lock table's row
- * of the same name (inserted with no owner when missing), so fences of a
- * name strictly increase over plain, read and write grants together, and
- * `baton unlock --force` (lease.c) bumps the one counter for all of them.
- * The read-write lock is otherwise a name space of its own: a plain lock of
- * the same name does not exclude it.
+ * Fences: a read-write grant takes max(its counter (the row mode 'f',
+ * owner ''), the plain lock's fence of the name) + 1 (at least the wall
+ * clock in us), so its fences count on above the plain lock's; the lock
+ * table's row is only read (its fence is its holder's owner check).
+ * `baton unlock --force` (lease.c) draws a fence above both. The read-write
+ * lock is otherwise a name space of its own: a plain lock of the same name
+ * does not exclude it.
  *
  * Every claim, release and renewal is one short BEGIN IMMEDIATE transaction
  * (or one statement); waiting is the locks' sq_wait (lease.c), woken by the
@@ -188,24 +189,28 @@ void sq_fair_leave(sqeng *e, int64_t ticket)
 
 /* ---- read-write locks --------------------------------------------------------- */
 
-/* The next fence of NAME, from the lock table's row (inserted when missing),
- * within the caller's transaction. */
+/* The next fence of NAME's read-write lock, within the caller's
+ * transaction: above both its own counter (the row mode 'f', owner '') and
+ * the plain lock's (the lock table's row, read, never written: its fence
+ * is its holder's owner check), kept in the 'f' row. */
 static int rw_fence(sqeng *e, sqconn *c, const char *name, uint64_t *fence)
 {
     sqlite3_stmt *st = NULL;
-    int rc = stmt(e, c, "SELECT fence FROM @T WHERE name = ?1", &st, "s", name);
-    uint64_t stored = 0;
-    int have;
+    uint64_t a, b;
+    int rc = stmt(e, c, "SELECT COALESCE((SELECT fence FROM @T WHERE name = ?1), 0), "
+                  "COALESCE((SELECT fence FROM @X WHERE name = ?1 AND owner = '' AND mode = 'f'), 0)", &st, "s", name);
     if (rc) return rc;
-    rc = sqlite3_step(st);
-    have = rc == SQLITE_ROW;
-    if (have) stored = (uint64_t)sqlite3_column_int64(st, 0);
-    else if (rc != SQLITE_DONE) rc = sq_err(e, c, rc, "read the fence");
+    if ((rc = sqlite3_step(st)) != SQLITE_ROW) {
+        rc = sq_err(e, c, rc, "read the fence");
+        sqlite3_finalize(st);
+        return rc;
+    }
+    a = (uint64_t)sqlite3_column_int64(st, 0);
+    b = (uint64_t)sqlite3_column_int64(st, 1);
     sqlite3_finalize(st);
-    if (!have && rc != SQLITE_DONE) return rc;
-    *fence = sq_next_fence(stored);
-    if (have) return run(e, c, "UPDATE @T SET fence = ?2 WHERE name = ?1", NULL, "si", name, (int64_t)*fence);
-    return run(e, c, "INSERT INTO @T (name, fence) VALUES (?1, ?2)", NULL, "si", name, (int64_t)*fence);
+    *fence = sq_next_fence(a > b ? a : b);
+    return run(e, c, "INSERT OR REPLACE INTO @X (name, owner, mode, fence, holder, lease_until, boot) "
+               "VALUES (?1, '', 'f', ?2, NULL, 0, '')", NULL, "si", name, (int64_t)*fence);
 }
 
 /* The soonest end of a lease among the rows of NAME, not OWNER's, whose mode
@@ -259,8 +264,8 @@ static int rw_claim(sqeng *e, sqlock *l, baton_acquire_req *req, int64_t *left_m
     if ((rc = sq_begin(e, c, req->waiter, "read-write claim"))) goto out;
     now = sq_boot_ms();
     /* leases that ended (and rows of another boot) are gone */
-    if ((rc = run(e, c, "DELETE FROM @X WHERE name = ?1 AND (boot <> ?2 OR lease_until <= ?3)", NULL, "ssi", l->name,
-                  e->boot, now)))
+    if ((rc = run(e, c, "DELETE FROM @X WHERE name = ?1 AND mode <> 'f' AND (boot <> ?2 OR lease_until <= ?3)", NULL,
+                  "ssi", l->name, e->boot, now)))
         goto out;
     if (write) {
         if ((rc = rw_blockers(e, c, l->name, owner, "rw", now, &left))) goto out;
@@ -394,44 +399,80 @@ int sq_rw_renew(sqeng *e, sqlock *l, const baton_owner *owner, uint32_t lease_ms
     return 0;
 }
 
-/* For `baton unlock --force` (lease.c, in its transaction): every grant of
- * NAME's read-write lock ends. 0 with *n grants ended. */
-int sq_rw_break(sqeng *e, sqconn *c, const char *name, int *n)
+/* For `baton unlock --force` (lease.c, in its transaction, after it drew
+ * *FENCE for the lock table's row): every grant of NAME's read-write lock
+ * ends, and *FENCE is raised above the read-write counter when that one ran
+ * ahead (the lock table's row then gets it too), so the next grant of
+ * either kind counts on above it. 0 with *n grants ended. */
+int sq_rw_break(sqeng *e, sqconn *c, const char *name, uint64_t *fence, int *n)
 {
-    /* every row: one whose lease ended but that nobody purged yet must not
-     * take a late renewal */
+    sqlite3_stmt *st = NULL;
+    int rc = stmt(e, c, "SELECT fence FROM @X WHERE name = ?1 AND owner = '' AND mode = 'f'", &st, "s", name);
+    if (rc) return rc;
+    rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW && (uint64_t)sqlite3_column_int64(st, 0) >= *fence) {
+        *fence = sq_next_fence((uint64_t)sqlite3_column_int64(st, 0));
+        rc = SQLITE_DONE;
+        sqlite3_finalize(st);
+        if ((rc = run(e, c, "UPDATE @T SET fence = ?2 WHERE name = ?1", NULL, "si", name, (int64_t)*fence)))
+            return rc;
+    } else {
+        rc = rc == SQLITE_ROW || rc == SQLITE_DONE ? 0 : sq_err(e, c, rc, "break");
+        sqlite3_finalize(st);
+        if (rc) return rc;
+    }
+    /* every row, not only live ones: one whose lease ended but that nobody
+     * purged yet must not take a late renewal */
     return run(e, c, "DELETE FROM @X WHERE name = ?1 AND mode IN ('r', 'w')", n, "s", name);
 }
 
-/* lock_info when no plain lock holds NAME: its read-write lock's grants
- * (the writer, else the reader whose lease runs longest). A read; nothing
- * when the table was never made. */
+/* lock_info's part: the read-write lock's readers, writer and waiting
+ * writers and the fair line's length (live rows only); when no plain lock
+ * holds NAME, the holder of its read-write lock (the writer, else the
+ * reader whose lease runs longest). Reads; nothing when the tables were
+ * never made. */
 int sq_rw_info(sqeng *e, sqconn *c, const char *name, baton_lockinfo *out)
 {
-    char *sql = sq_sql(e, "SELECT fence, holder, lease_until FROM @X WHERE name = ?1 AND mode IN ('r', 'w') AND "
-                          "boot = ?2 AND lease_until > ?3 ORDER BY mode = 'w' DESC, lease_until DESC LIMIT 1");
-    sqlite3_stmt *st = NULL;
+    static const char *const q[] = {
+        "SELECT TOTAL(mode = 'r'), TOTAL(mode = 'w'), TOTAL(mode = 'q') FROM @X WHERE name = ?1 AND boot = ?2 AND "
+        "lease_until > ?3",
+        "SELECT COUNT(*) FROM @W WHERE name = ?1 AND boot = ?2 AND lease_until > ?3",
+        "SELECT fence, holder, lease_until FROM @X WHERE name = ?1 AND mode IN ('r', 'w') AND boot = ?2 AND "
+        "lease_until > ?3 ORDER BY mode = 'w' DESC, lease_until DESC LIMIT 1",
+    };
     int64_t now = sq_boot_ms();
-    int rc;
-    if (!sql) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
-    rc = sqlite3_prepare_v2(c->db, sql, -1, &st, NULL);
-    free(sql);
-    if (rc != SQLITE_OK) return 0;   /* no read-write table: no read-write lock */
-    sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 2, e->boot, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(st, 3, now);
-    rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) {
-        const char *holder = (const char *)sqlite3_column_text(st, 1);
-        out->held = 1;
-        if ((uint64_t)sqlite3_column_int64(st, 0) > out->fence) out->fence = (uint64_t)sqlite3_column_int64(st, 0);
-        snprintf(out->holder, sizeof out->holder, "%s", holder ? holder : "");
-        out->remaining_ms = sqlite3_column_int64(st, 2) - now;
-        rc = 0;
-    } else {
-        rc = rc == SQLITE_DONE ? 0 : sq_err(e, c, rc, "lock info");
+    int rc = 0;
+    for (int k = 0; k < 3 && !rc; k++) {
+        char *sql = sq_sql(e, q[k]);
+        sqlite3_stmt *st = NULL;
+        if (k == 2 && out->held) break;
+        if (!sql) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+        rc = sqlite3_prepare_v2(c->db, sql, -1, &st, NULL);
+        free(sql);
+        if (rc != SQLITE_OK) {   /* the table was never made: nothing there */
+            rc = 0;
+            continue;
+        }
+        sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 2, e->boot, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 3, now);
+        rc = sqlite3_step(st);
+        if (rc == SQLITE_ROW && k == 0) {
+            out->readers = sqlite3_column_int64(st, 0);
+            out->writer = sqlite3_column_int64(st, 1) > 0;
+            out->waiting_writers = sqlite3_column_int64(st, 2);
+        } else if (rc == SQLITE_ROW && k == 1) {
+            out->queue_length = sqlite3_column_int64(st, 0);
+        } else if (rc == SQLITE_ROW) {
+            const char *holder = (const char *)sqlite3_column_text(st, 1);
+            out->held = 1;
+            if ((uint64_t)sqlite3_column_int64(st, 0) > out->fence) out->fence = (uint64_t)sqlite3_column_int64(st, 0);
+            snprintf(out->holder, sizeof out->holder, "%s", holder ? holder : "");
+            out->remaining_ms = sqlite3_column_int64(st, 2) - now;
+        }
+        rc = rc == SQLITE_ROW || rc == SQLITE_DONE ? 0 : sq_err(e, c, rc, "lock info");
+        sqlite3_finalize(st);
     }
-    sqlite3_finalize(st);
     return rc;
 }
 
@@ -461,5 +502,28 @@ int sq_fair_behind(sqeng *e, const char *name, int64_t ticket, int64_t *left_ms)
 out:
     sqlite3_finalize(st);
     sq_conn_put(e, c, 0);
+    return rc;
+}
+
+/* lock_list's part: the names whose read-write lock is held now (a live 'r'
+ * or 'w' row), once each. A read; nothing when the table was never made. */
+int sq_rw_list(sqeng *e, sqconn *c, const char *prefix, int (*fn)(void *arg, const char *name), void *arg)
+{
+    char *sql = sq_sql(e, "SELECT DISTINCT name FROM @X WHERE mode IN ('r', 'w') AND boot = ?1 AND lease_until > ?2");
+    sqlite3_stmt *st = NULL;
+    size_t pn = strlen(prefix);
+    int rc;
+    if (!sql) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+    rc = sqlite3_prepare_v2(c->db, sql, -1, &st, NULL);
+    free(sql);
+    if (rc != SQLITE_OK) return 0;   /* no read-write table: nothing held */
+    sqlite3_bind_text(st, 1, e->boot, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, sq_boot_ms());
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        const char *name = (const char *)sqlite3_column_text(st, 0);
+        if (name && !strncmp(name, prefix, pn) && fn(arg, name)) break;
+    }
+    rc = rc == SQLITE_ROW || rc == SQLITE_DONE ? 0 : sq_err(e, c, rc, "list");
+    sqlite3_finalize(st);
     return rc;
 }

@@ -363,7 +363,15 @@ int sq_lease_list(sqeng *e, const char *prefix, int (*fn)(void *arg, const char 
         const char *name = (const char *)sqlite3_column_text(st, 0);
         if (name && !strncmp(name, prefix, pn) && fn(arg, name)) break;
     }
-    rc = rc == SQLITE_ROW || rc == SQLITE_DONE ? 0 : sq_err(e, c, rc, "list");
+    if (rc == SQLITE_ROW) {
+        rc = 0;   /* FN stopped the walk */
+        goto out;
+    }
+    rc = rc == SQLITE_DONE ? 0 : sq_err(e, c, rc, "list");
+    sqlite3_finalize(st);
+    st = NULL;
+    /* then the names whose read-write lock is held (fairrw.c) */
+    if (!rc) rc = sq_rw_list(e, c, prefix, fn, arg);
 out:
     sqlite3_finalize(st);
     sq_conn_put(e, c, 0);
@@ -409,7 +417,7 @@ int sq_lease_break(sqeng *e, const char *name, uint64_t *fence)
         goto out;
     }
     /* both sides of the read-write lock of the name end too (fairrw.c) */
-    if ((rc = sq_rw_break(e, c, name, &rw))) goto out;
+    if ((rc = sq_rw_break(e, c, name, fence, &rw))) goto out;
     if (rw > 0) held = 1;
     sqlite3_finalize(sel);
     sqlite3_finalize(put);

@@ -154,9 +154,11 @@ void sq_fair_leave(sqeng *e, int64_t ticket);
 int sq_rw_acquire(sqeng *e, sqlock *l, baton_acquire_req *req);
 int sq_rw_release(sqeng *e, sqlock *l, const baton_owner *owner);
 int sq_rw_renew(sqeng *e, sqlock *l, const baton_owner *owner, uint32_t lease_ms, int64_t deadline_ns);
-int sq_rw_break(sqeng *e, sqconn *c, const char *name, int *n);
+int sq_rw_break(sqeng *e, sqconn *c, const char *name, uint64_t *fence, int *n);
 /* lock_info's part for a name no plain lock holds. */
 int sq_rw_info(sqeng *e, sqconn *c, const char *name, baton_lockinfo *out);
+/* lock_list's part for names whose read-write lock is held. */
+int sq_rw_list(sqeng *e, sqconn *c, const char *prefix, int (*fn)(void *arg, const char *name), void *arg);
 
 /* ---- permits.c ----------------------------------------------------------- */
 

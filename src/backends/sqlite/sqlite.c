@@ -642,7 +642,7 @@ static int sq_lock_info(void *eng, const char *name, baton_lockinfo *out)
     }
     sqlite3_finalize(st);
     st = NULL;
-    if (!rc && !out->held) rc = sq_rw_info(e, c, name, out);
+    if (!rc) rc = sq_rw_info(e, c, name, out);
     if (!rc) rc = sq_permits_info(e, c, name, &out->permits);
 out:
     sqlite3_finalize(st);
