@@ -1,8 +1,8 @@
 /*
  * The file engine's shared state and the functions its parts share: file.c
  * (the lock directory, open/close, identity, the backend table), lock.c,
- * wait.c, rw.c, path.c (names that are absolute paths), sem.c, permits.c
- * and admin.c (list, break). See file.c for the design.
+ * wait.c, rw.c, path.c (names that are absolute paths), fair.c (the line
+ * of fair waiters), sem.c, permits.c and admin.c (list, break). See file.c for the design.
  */
 #ifndef BATON_FILE_INT_H
 #define BATON_FILE_INT_H

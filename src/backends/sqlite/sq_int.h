@@ -7,6 +7,7 @@
  *             transaction; the waiting loop
  *   permits.c semaphores (permit-expirable and plain) and count-down latches
  *   coord.c   values, group membership and work queues
+ *   fairrw.c  fair locks' line of waiters, read-write locks
  *   wake.c    the same-host wake-up: a sidecar file written after every
  *             release, watched with inotify by waiters of other processes
  *

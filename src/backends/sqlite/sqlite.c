@@ -12,9 +12,9 @@
  * recheck_ms (default 1000), mode (lease, the only one).
  *
  * Capabilities: LEASE (the core renews), INFO, NOTIFY (a release wakes
- * waiters through the sidecar file, see wake.c), SEM, PERMITS and LATCH
- * (permits.c).
- * Nothing else.
+ * waiters through the sidecar file, see wake.c), FAIR and read-write locks
+ * (fairrw.c), SEM, PERMITS and LATCH (permits.c), values, groups and queues
+ * (coord.c).
  */
 #include "sq_int.h"
 #include "core/internal.h"
