@@ -443,10 +443,10 @@ int sq_rw_info(sqeng *e, sqconn *c, const char *name, baton_lockinfo *out)
     int64_t now = sq_boot_ms();
     int rc = 0;
     for (int k = 0; k < 3 && !rc; k++) {
-        char *sql = sq_sql(e, q[k]);
+        char *sql;
         sqlite3_stmt *st = NULL;
-        if (k == 2 && out->held) break;
-        if (!sql) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+        if (k == 2 && out->held) break;   /* the plain lock's holder is the one to show */
+        if (!(sql = sq_sql(e, q[k]))) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
         rc = sqlite3_prepare_v2(c->db, sql, -1, &st, NULL);
         free(sql);
         if (rc != SQLITE_OK) {   /* the table was never made: nothing there */
