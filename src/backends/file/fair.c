@@ -138,9 +138,32 @@ static int entry_ahead(file_engine *e, int dfd, uint64_t mine, uint64_t *ahead)
     return rc;
 }
 
+/* The ticket file's lock: held for a read and a write by live waiters, so
+ * it is waited for briefly, by the acquire's deadline and at most 5 s (a
+ * stopped process holding it, BATON_EUNAVAILABLE). */
+static int lock_ticket(file_engine *e, int fd, int64_t deadline)
+{
+    int64_t limit = baton_now_ns() + 5 * 1000000000LL;
+    long pause_ns = 20000;
+    while (file__setlk(fd, F_OFD_SETLK, F_WRLCK) < 0) {
+        int err = errno;
+        if (err != EAGAIN && err != EACCES && err != EINTR)
+            return baton_seterr(BATON_EIO, err, "fair ticket file: %s", strerror(err));
+        if (baton_now_ns() >= deadline) return baton_seterr(BATON_ETIMEDOUT, 0, "lock wait timed out");
+        if (baton_now_ns() >= limit)
+            return baton_seterr(BATON_EUNAVAILABLE, 0, "fair ticket file in %s stayed locked for 5 s; is a "
+                                "process stopped while holding it?", e->dir);
+        struct timespec ts = { 0, pause_ns };
+        nanosleep(&ts, NULL);
+        if (pause_ns < 2000000) pause_ns *= 2;
+    }
+    return 0;
+}
+
 /* Draws a ticket and puts this waiter's entry, locked, into the line: 0 with
  * *efd (the entry, locked while open) and *ticket, or an error. */
-static int line_join(file_engine *e, int dfd, const baton_owner *owner, int *efd, uint64_t *ticket)
+static int line_join(file_engine *e, int dfd, const baton_owner *owner, int64_t deadline, int *efd,
+                     uint64_t *ticket)
 {
     char name[32];
     uint64_t stored, t, floor = file__wall_us();
@@ -148,7 +171,7 @@ static int line_join(file_engine *e, int dfd, const baton_owner *owner, int *efd
 
     *efd = -1;
     if ((rc = file__sub_open(e, dfd, "ticket", O_RDWR | O_CREAT, "fair ticket file", &tfd))) return rc;
-    if ((rc = file__lock_short(e, tfd, "fair ticket file"))) goto out;
+    if ((rc = lock_ticket(e, tfd, deadline))) goto out;
     t = file__read_rec(tfd, &stored, &held, NULL, 0) && stored + 1 > floor ? stored + 1 : floor;
     if ((rc = file__write_rec(tfd, t, 0, ""))) goto out;
     /* "t" exists only while someone holds the ticket lock: a leftover is a
@@ -261,7 +284,7 @@ int file__fair_acquire(file_engine *e, file_lock *fl, baton_acquire_req *req,
     }
     snprintf(path, sizeof path, "%s/%s", e->dir, rel);
     if ((rc = file__subdir(e, rel, 1, &dfd))) return rc;
-    if ((rc = line_join(e, dfd, req->owner, &efd, &mine))) goto out;
+    if ((rc = line_join(e, dfd, req->owner, req->deadline_ns, &efd, &mine))) goto out;
     if ((rc = wait_head(e, dfd, path, mine, efd, req))) goto out;
     /* the head: wait for the lock file as a plain lock does */
     rc = take(e, fl, req);

@@ -115,6 +115,17 @@ static int run(sqeng *e, sqconn *c, const char *tmpl, int *changes, const char *
 
 /* ---- fair locks: the line ---------------------------------------------------- */
 
+/* How long a waiter that gave up (its deadline passed, or it was cancelled)
+ * may still spend taking its row out: the call is already late. Past it the
+ * row stays until its lease ends (the next in line waits that long). */
+#define LEAVE_MS 500
+
+static int64_t leave_deadline(sqeng *e)
+{
+    int64_t d = baton_now_ns() + LEAVE_MS * 1000000LL, b = sq_busy_deadline(e, 0);
+    return d < b ? d : b;
+}
+
 static int64_t refresh_bound(uint32_t lease_ms)
 {
     return lease_ms / 3 > 0 ? lease_ms / 3 : 1;
@@ -176,7 +187,7 @@ void sq_fair_leave(sqeng *e, int64_t ticket)
     sqconn *c = NULL;
     int n = 0;
     if (!ticket || sq_conn_get(e, &c)) return;
-    sq_conn_arm(c, sq_busy_deadline(e, 0), NULL);
+    sq_conn_arm(c, leave_deadline(e), NULL);
     /* best effort: a row left behind leaves the line when its lease ends */
     run(e, c, "DELETE FROM @W WHERE seq = ?1", &n, "i", ticket);
     sq_conn_put(e, c, 0);
@@ -342,7 +353,7 @@ int sq_rw_acquire(sqeng *e, sqlock *l, baton_acquire_req *req)
         sqconn *c = NULL;
         int n = 0;
         if (!sq_conn_get(e, &c)) {
-            sq_conn_arm(c, sq_busy_deadline(e, 0), NULL);
+            sq_conn_arm(c, leave_deadline(e), NULL);
             run(e, c, "DELETE FROM @X WHERE name = ?1 AND owner = ?2 AND mode = 'q'", &n, "ss", l->name,
                 req->owner->hex);
             sq_conn_put(e, c, 0);
