@@ -33,8 +33,9 @@ static const char *const notes[] = {
     "head claims (measured: about 2 write transactions per handoff with 1, 4 or 16 waiters); plain locks of the "
     "name may still take it between two fair holders",
     "rwlock: a lease row per grant in <table>_rw (mode w, r, or q: a writer waiting, which holds new readers back "
-    "for its lease at most); the write side's holder may read (downgrade); claim: 1 transaction; release, renew: 1 "
-    "statement; fences count on above the plain lock's of the name; a plain lock of the name does not exclude it",
+    "for its lease at most); the write side's holder may read (downgrade); claim: 1 transaction (a release wakes "
+    "every waiter of the host: each claims once); release, renew: 1 statement; fences count on above the plain "
+    "lock's of the name; a plain lock of the name does not exclude it",
     "election: not yet (issue #25)",
     "value: a row per value in <table>_value with a tombstone on delete (versions keep rising); get: 1 read; "
     "set or delete: 1 BEGIN IMMEDIATE transaction (read, compare, write); watch: woken by the sidecar after every "
