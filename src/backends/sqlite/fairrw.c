@@ -326,23 +326,69 @@ typedef struct {
     sqeng *e;
     sqlock *l;
     baton_acquire_req *req;
+    int64_t refreshed;       /* a waiting writer: when its 'q' row was last written (sq_boot_ms), 0 = never */
 } rw_arg;
+
+/* A waiter's look before its claim, a read (WAL: no write lock): 1 when a
+ * live grant of another owner still blocks this side (*left_ms: the
+ * soonest end of their leases), 0 when a claim may win, or an error. A
+ * reader holding the write side is never blocked (downgrade). */
+static int rw_look(sqeng *e, sqlock *l, const char *owner, int64_t *left_ms)
+{
+    const int write = l->kind == SQ_WRITE;
+    sqconn *c = NULL;
+    sqlite3_stmt *st = NULL;
+    int64_t now = sq_boot_ms();
+    int rc;
+    if ((rc = sq_conn_get(e, &c))) return rc;
+    sq_conn_arm(c, sq_busy_deadline(e, 0), NULL);
+    if ((rc = stmt(e, c, "SELECT MIN(lease_until), COUNT(*) FROM @X WHERE name = ?1 AND owner <> ?2 AND mode IN (?3, ?4) "
+                   "AND boot = ?5 AND lease_until > ?6 AND NOT EXISTS (SELECT 1 FROM @X WHERE name = ?1 AND owner = ?2 "
+                   "AND mode = 'w' AND ?7 = 0 AND boot = ?5 AND lease_until > ?6)", &st, "sssssii", l->name, owner,
+                   write ? "r" : "w", write ? "w" : "q", e->boot, now, (int64_t)write)))
+        goto out;
+    rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        rc = sqlite3_column_int64(st, 1) > 0;
+        if (rc) *left_ms = sqlite3_column_int64(st, 0) - now;
+    } else {
+        rc = sq_err(e, c, rc, "read-write lock");
+    }
+out:
+    sqlite3_finalize(st);
+    sq_conn_put(e, c, 0);
+    return rc;
+}
 
 static int rw_attempt(void *arg, int64_t *left_ms)
 {
     rw_arg *a = arg;
-    int64_t sent = baton_now_ns();
-    int rc = rw_claim(a->e, a->l, a->req, left_ms);
+    int64_t sent = baton_now_ns(), before = sq_boot_ms();
+    int rc;
+    /* a waiter that has claimed once (a writer: its row fresh) looks with a
+     * read first: a release wakes every waiter of the host */
+    if (a->req->deadline_ns != 0 && (a->l->kind == SQ_READ ? a->refreshed != 0
+                                     : a->refreshed && before - a->refreshed < (int64_t)a->req->lease_ms / 3)) {
+        int64_t left = -1, due = a->refreshed + a->req->lease_ms / 3 - before + 1;
+        if ((rc = rw_look(a->e, a->l, a->req->owner->hex, &left)) < 0) return rc;
+        if (rc == 1) {
+            *left_ms = a->l->kind == SQ_WRITE && due < left ? due : left;
+            return baton_seterr(BATON_ELOCKED, 0, "sqlite: read-write lock '%s' is held", a->l->name);
+        }
+    }
+    rc = rw_claim(a->e, a->l, a->req, left_ms);
     if (rc == 0) {
         a->l->fence = a->req->fence;
         a->req->sent_ns = sent;
+    } else if (rc == BATON_ELOCKED) {
+        a->refreshed = before;   /* a writer's 'q' row was written; a reader has claimed once */
     }
     return rc;
 }
 
 int sq_rw_acquire(sqeng *e, sqlock *l, baton_acquire_req *req)
 {
-    rw_arg a = { e, l, req };
+    rw_arg a = { e, l, req, 0 };
     char what[300];
     int rc;
     if ((rc = sq_fairrw_tables(e))) return rc;

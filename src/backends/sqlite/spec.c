@@ -34,7 +34,7 @@ static const char *const notes[] = {
     "name may still take it between two fair holders",
     "rwlock: a lease row per grant in <table>_rw (mode w, r, or q: a writer waiting, which holds new readers back "
     "for its lease at most); the write side's holder may read (downgrade); claim: 1 transaction (a release wakes "
-    "every waiter of the host: each claims once); release, renew: 1 statement; fences count on above the plain "
+    "every waiter of the host; blocked ones look with 1 read, waiting writers all claim: a herd); release, renew: 1 statement; fences count on above the plain "
     "lock's of the name; a plain lock of the name does not exclude it",
     "election: not yet (issue #25)",
     "value: a row per value in <table>_value with a tombstone on delete (versions keep rising); get: 1 read; "
