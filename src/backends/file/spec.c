@@ -10,7 +10,10 @@ static const baton_engine_option options[] = {
 };
 static const char *const notes[] = {
     "lock: flock(2) on a file per name; released by the kernel when the holder dies, so no lease",
-    "fair: no (the kernel's flock queue is not FIFO)",
+    "fair: a line of waiter files in fair/<name>/, each kept locked by its waiter (a killed waiter leaves the "
+    "line at once); only the head asks for the lock file; a handoff wakes the next waiter alone (inotify on the "
+    "entry ahead); joining: a ticket bump, a create, a rename; plain locks of the name may still take it between "
+    "two fair holders",
     "permits: a lock file per permit, freed when its holder dies; the lease is ignored",
     "value: a file per value in values/, replaced by rename (a get: 1 read; a set or delete: a lock, a read, a "
     "write, a rename); compare-and-set under an OFD lock; deletes keep a tombstone so versions keep rising; watch: "
@@ -33,8 +36,8 @@ const baton_engine_info baton__info_file = {
     .uri = "file:///abs/dir (or no URI: $BATON_DIR, $XDG_RUNTIME_DIR/baton, /tmp/baton-<uid>)",
     .primitives = BATON_PRIM_LOCK | BATON_PRIM_RWLOCK | BATON_PRIM_SEM | BATON_PRIM_PERMITS | BATON_PRIM_LIST |
                   BATON_PRIM_BREAK | BATON_PRIM_INFO | BATON_PRIM_LATCH | BATON_PRIM_VALUE | BATON_PRIM_GROUP |
-                  BATON_PRIM_QUEUE | BATON_PRIM_RATELIMIT,
-    .features = BATON_FEATURE_NOTIFY,
+                  BATON_PRIM_QUEUE | BATON_PRIM_RATELIMIT | BATON_PRIM_FAIR,
+    .features = BATON_FEATURE_NOTIFY | BATON_FEATURE_FAIR,
     .notes = notes,
     .options = options,
     .built = 1,
