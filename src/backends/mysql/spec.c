@@ -40,7 +40,10 @@ static const baton_engine_option options[] = {
     BATON__OPT_END,
 };
 static const char *const notes[] = {
-    "fair, rwlock, semaphore, permits, election: not yet (issue #25)",
+    "fair, rwlock, semaphore, permits: not yet (issue #25)",
+    "election: built by the core on the lock \"baton:election:NAME\" (its fence is the term) and the "
+    "leader record \"<term> <value>\" in the value of that name; campaign: the lock's acquire + 1 get and "
+    "1 compare-and-set; observe: the record's watch + lock info, re-read at least every second",
     "value, group, queue: tables beside the lock table (<table>_value, _group, _queue), the same in every mode; "
     "MariaDB cannot notify, so watches re-read every 250 ms (the client's own changes wake its watchers at once)",
     "value: a row per name, its version bumped by every change (a tombstone at delete, so versions never repeat); "
@@ -61,7 +64,8 @@ const baton_engine_info baton__info_mysql = {
     .summary = "MySQL or MariaDB: GET_LOCK (session mode), lease rows or row locks",
     .uri = "mysql://[user[:password]@]host[:port]/db[?options]",
     .primitives = BATON_PRIM_LOCK | BATON_PRIM_LIST | BATON_PRIM_BREAK | BATON_PRIM_INFO | BATON_PRIM_LATCH |
-                  BATON_PRIM_VALUE | BATON_PRIM_GROUP | BATON_PRIM_QUEUE,
+                  BATON_PRIM_VALUE | BATON_PRIM_GROUP | BATON_PRIM_QUEUE |
+                  BATON_PRIM_ELECTION,
     .features = BATON_FEATURE_LEASE,
     .notes = notes,
     .options = options,

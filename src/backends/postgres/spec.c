@@ -37,7 +37,10 @@ static const baton_engine_option options[] = {
 };
 static const char *const notes[] = {
     "rwlock: mode=session only (advisory shared/exclusive locks)",
-    "fair, semaphore, permits, election: not yet (issue #25)",
+    "fair, semaphore, permits: not yet (issue #25)",
+    "election: built by the core on the lock \"baton:election:NAME\" (its fence is the term) and the "
+    "leader record \"<term> <value>\" in the value of that name; campaign: the lock's acquire + 1 get and "
+    "1 compare-and-set; observe: the record's watch + lock info, re-read at least every second",
     "value, group, queue: tables <table>_value, <table>_group, <table>_queue beside the lock table, "
     "lease rows on the server's clock in EVERY mode (members and taken items do not live on a connection)",
     "value: get, set, CAS, delete = 1 statement each (CAS: UPDATE ... WHERE version = $expect; "
@@ -64,7 +67,8 @@ const baton_engine_info baton__info_postgres = {
     .summary = "PostgreSQL: advisory locks (session mode), lease rows or row locks",
     .uri = "postgres://[user[:password]@]host[:port][,host[:port]...]/db[?options]",
     .primitives = BATON_PRIM_LOCK | BATON_PRIM_RWLOCK | BATON_PRIM_LIST | BATON_PRIM_BREAK | BATON_PRIM_INFO |
-                  BATON_PRIM_VALUE | BATON_PRIM_GROUP | BATON_PRIM_QUEUE | BATON_PRIM_LATCH,
+                  BATON_PRIM_VALUE | BATON_PRIM_GROUP | BATON_PRIM_QUEUE | BATON_PRIM_LATCH |
+                  BATON_PRIM_ELECTION,
     .features = BATON_FEATURE_LEASE | BATON_FEATURE_NOTIFY,
     .notes = notes,
     .options = options,
