@@ -346,7 +346,7 @@ BATON_EXTERN(void) baton_latch_free(baton_latch *l);
  * on file, SQLite, PostgreSQL, MySQL and Redis the library builds it on a
  * lock plus a value: a candidate is the lock "baton:election:NAME" (fair
  * where the engine has fair locks; its fence is the term) and the leader
- * keeps the record "<term> <value>" in the value of that name (lock and
+ * keeps the record "<term>\n<holder>\n<value>" in the value of that name (lock and
  * value names starting with "baton:election:" are reserved for it); an
  * observer there re-reads at least every second, so a leader that died
  * with nobody in line is seen gone within its lease + 1 s (docs/engines.md).

@@ -5,7 +5,7 @@
  * A candidate is the baton lock "baton:election:NAME" (fair where the engine
  * has fair locks, so the oldest candidate leads); the term is that lock's
  * fence. Leases, loss and on_lost are the lock's. The leader keeps a record
- * in the value of the same name: "<fence> <value>", written after each grant
+ * in the value of the same name: "<fence>\n<holder>\n<value>", written after each grant
  * and on proclaim, by compare-and-set so a record never goes back to an
  * older term (a deposed leader that wakes up late is refused with
  * BATON_ELOST), and deleted on resign before the lock is released.
@@ -31,22 +31,25 @@
 typedef struct {
     uint64_t version;   /* of the record; 0 = absent */
     uint64_t fence;     /* the term it names; 0 = absent or not a record */
+    char holder[96];    /* the leader's "host pid tid", as lock info gives it */
     char value[BATON_ELECTION_VALUE_MAX + 1];
 } record;
 
+/* "<fence>\n<holder>\n<value>"; anything else (a foreign writer's bytes) is
+ * no record of a term. */
 static void rec_parse(const baton_value_data *d, record *r)
 {
-    char *end;
+    char *end, *nl;
     unsigned long long f;
     r->version = d->version;
     r->fence = 0;
-    r->value[0] = 0;
+    r->holder[0] = r->value[0] = 0;
     if (!d->data || d->len == 0) return;
     f = strtoull(d->data, &end, 10);
-    /* anything else (a foreign writer's bytes) is no record of a term */
-    if (end == d->data || *end != ' ') return;
+    if (end == d->data || *end != '\n' || !(nl = strchr(end + 1, '\n'))) return;
     r->fence = f;
-    snprintf(r->value, sizeof r->value, "%s", end + 1);
+    snprintf(r->holder, sizeof r->holder, "%.*s", (int)(nl - end - 1), end + 1);
+    snprintf(r->value, sizeof r->value, "%s", nl + 1);
 }
 
 static int rec_read(baton_election *e, baton_value *rv, record *r)
@@ -70,8 +73,8 @@ static int rec_read(baton_election *e, baton_value *rv, record *r)
 static int rec_write(baton_election *e, uint64_t fence, const char *value)
 {
     sync_obj *o = baton__value_obj(e->rec);
-    char buf[32 + BATON_ELECTION_VALUE_MAX];
-    int len = snprintf(buf, sizeof buf, "%" PRIu64 " %s", fence, value);
+    char buf[32 + sizeof e->l->owner.desc + BATON_ELECTION_VALUE_MAX];
+    int len = snprintf(buf, sizeof buf, "%" PRIu64 "\n%s\n%s", fence, e->l->owner.desc, value);
     for (int i = 0; i < CAS_TRIES; i++) {
         record r;
         uint64_t ver = 0;
@@ -170,8 +173,13 @@ static int state_now(baton_election *e, baton_value *rv, record *r, uint64_t *fe
     *stale = 0;
     *fence = 0;
     if (!li.held) return 0;
-    if (r->fence && r->fence == li.fence) *fence = r->fence;
-    else *stale = 1;
+    /* Lock info's fence is the last one handed out for the name: the
+     * holder's, or (a fair lock that gives waiters their fence when they
+     * queue: Redis's) a waiter's, larger. Then the holder tells. */
+    if (r->fence && (r->fence == li.fence || (r->fence < li.fence && r->holder[0] && !strcmp(r->holder, li.holder))))
+        *fence = r->fence;
+    else
+        *stale = 1;
     return 0;
 }
 

@@ -42,7 +42,7 @@ static const baton_engine_option options[] = {
 static const char *const notes[] = {
     "fair, rwlock, semaphore, permits: not yet (issue #25)",
     "election: built by the core on the lock \"baton:election:NAME\" (its fence is the term) and the "
-    "leader record \"<term> <value>\" in the value of that name; campaign: the lock's acquire + 1 get and "
+    "leader record (term, holder, value) in the value of that name; campaign: the lock's acquire + 1 get and "
     "1 compare-and-set; observe: the record's watch + lock info, re-read at least every second",
     "value, group, queue: tables beside the lock table (<table>_value, _group, _queue), the same in every mode; "
     "MariaDB cannot notify, so watches re-read every 250 ms (the client's own changes wake its watchers at once)",

@@ -39,7 +39,7 @@ static const char *const notes[] = {
     "rwlock: mode=session only (advisory shared/exclusive locks)",
     "fair, semaphore, permits: not yet (issue #25)",
     "election: built by the core on the lock \"baton:election:NAME\" (its fence is the term) and the "
-    "leader record \"<term> <value>\" in the value of that name; campaign: the lock's acquire + 1 get and "
+    "leader record (term, holder, value) in the value of that name; campaign: the lock's acquire + 1 get and "
     "1 compare-and-set; observe: the record's watch + lock info, re-read at least every second",
     "value, group, queue: tables <table>_value, <table>_group, <table>_queue beside the lock table, "
     "lease rows on the server's clock in EVERY mode (members and taken items do not live on a connection)",

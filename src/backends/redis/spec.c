@@ -37,7 +37,7 @@ static const char *const notes[] = {
     "latch: Redisson's RCountDownLatch layout",
     "election: built by the core on the lock \"baton:election:NAME\" (fair with layout=redisson: the "
     "oldest candidate leads; any waiter next in the simple layout) (its fence is the term) and the leader "
-    "record \"<term> <value>\" in the value of that name; campaign: the lock's acquire + 1 get and 1 "
+    "record (term, holder, value) in the value of that name; campaign: the lock's acquire + 1 get and 1 "
     "compare-and-set; observe: the record's watch + lock info, re-read at least every second",
     "value: the plain string baton_value:{K} (redis-cli GET/SET work on it) + version hash baton_value_ver:{K}; "
     "get/set/delete = 1 EVALSHA; a foreign write gets a new version at the next script; "

@@ -29,7 +29,7 @@ static const char *const notes[] = {
     "one host: waiters on this host are woken by inotify",
     "fair, rwlock: not yet (issue #25)",
     "election: built by the core on the lock \"baton:election:NAME\" (its fence is the term) and the "
-    "leader record \"<term> <value>\" in the value of that name; campaign: the lock's acquire + 1 get and "
+    "leader record (term, holder, value) in the value of that name; campaign: the lock's acquire + 1 get and "
     "1 compare-and-set; observe: the record's watch + lock info, re-read at least every second",
     "value: a row per value in <table>_value with a tombstone on delete (versions keep rising); get: 1 read; "
     "set or delete: 1 BEGIN IMMEDIATE transaction (read, compare, write); watch: woken by the sidecar after every "
