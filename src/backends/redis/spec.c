@@ -35,9 +35,9 @@ static const baton_engine_option options[] = {
 static const char *const notes[] = {
     "fair: Redisson's RFairLock layout",
     "latch: Redisson's RCountDownLatch layout",
-    "election: built by the core on the lock \"baton:election:NAME\" (fair with layout=redisson: the "
-    "oldest candidate leads; any waiter next in the simple layout) (its fence is the term) and the leader "
-    "record (term, holder, value) in the value of that name; campaign: the lock's acquire + 1 get and 1 "
+    "election: built by the core on the lock \"baton:election:NAME\" (its fence is the term; fair with "
+    "layout=redisson, so the oldest candidate leads; in the simple layout any waiter may lead next) and the "
+    "leader record (term, holder, value) in the value of that name; campaign: the lock's acquire + 1 get and 1 "
     "compare-and-set; observe: the record's watch + lock info, re-read at least every second",
     "value: the plain string baton_value:{K} (redis-cli GET/SET work on it) + version hash baton_value_ver:{K}; "
     "get/set/delete = 1 EVALSHA; a foreign write gets a new version at the next script; "
