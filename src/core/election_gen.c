@@ -86,7 +86,7 @@ static int rec_write(baton_election *e, uint64_t fence, const char *value)
         rc = e->c->be->value->set(e->c->eng, o->st, buf, (size_t)len, r.version, &ver);
         if (rc != BATON_ECONFLICT) return rc;
     }
-    return baton_seterr(BATON_EUNAVAILABLE, 0, "election '%s': %d compare-and-set rounds lost writing the leader record",
+    return baton_seterr(BATON_EUNAVAILABLE, 0, "election '%s': %d compare-and-set rounds lost writing its record",
                         e->name, CAS_TRIES);
 }
 
