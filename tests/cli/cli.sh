@@ -265,15 +265,25 @@ check "a usage error says so on stderr" [ -s "$TMP/err" ]
 
 # ---- Redis only: 64 bad URI, 69 unreachable/auth, 75 lease lost ------------
 # ---- read-write lock, semaphore, latch from the CLI (engines that have them) ----
+# What the engine says it has (`baton engines`, from the code): a primitive it
+# lists must work here, and one it does not must be refused as "not supported".
+ENGINE_PRIMS=" $(b engines "$MODE" | sed -n 's/^ *primitives: *//p' | tr -d ,) "
+has_prim() { case "$ENGINE_PRIMS" in *" $1 "*) return 0 ;; esac; return 1; }
+absent_ok() { # PRIM DESC: the engine lacks PRIM, and the last call said so
+    if has_prim "$1"; then bad "[$URI_DESC] $2: \`baton engines $MODE\` lists $1, but it failed: $(head -c 300 "$TMP/err")"
+    else check "[$URI_DESC] no $2 on this engine: \"not supported\"" grep -Eq "not supported|has no" "$TMP/err"; fi
+}
+check "[$URI_DESC] baton engines $MODE lists its primitives" [ "$ENGINE_PRIMS" != "  " ]
+
 N="${P}rw"
-if b run -n "${U[@]}" --shared "$N" -- true 2>/dev/null; then
+if b run -n "${U[@]}" --shared "$N" -- true 2>"$TMP/err"; then
     start_holder rwr "$N" --shared
     expect_rc 0 "[$URI_DESC] --shared: a second reader runs beside the first" b run -n "${U[@]}" --shared "$N" -- true
     expect_rc 1 "[$URI_DESC] --write is busy while a reader holds" b run -n "${U[@]}" --write "$N" -- true
     stop_holder rwr
     expect_rc 0 "[$URI_DESC] --write runs once the reader is gone" b run -w 5 "${U[@]}" --write "$N" -- true
 else
-    ok "[$URI_DESC] no read-write lock on this engine (ENOTSUP)"
+    absent_ok rwlock "read-write lock"
 fi
 expect_rc 64 "[$URI_DESC] --shared and --write together" b run "${U[@]}" --shared --write "$N" -- true
 expect_rc 64 "[$URI_DESC] --permits 0" b run "${U[@]}" --permits 0 "$N" -- true
@@ -284,6 +294,7 @@ HAVE_PERMITS=1
 b run -n "${U[@]}" --permits 1 "${P}permprobe" -- true >/dev/null 2>"$TMP/permprobe.err"; rc=$?
 if [ $rc = 64 ] && grep -q "not supported" "$TMP/permprobe.err"; then
     HAVE_PERMITS=0
+    check "[$URI_DESC] --permits refused only where \`baton engines\` lists no permits" not has_prim permits
     echo "   [$URI_DESC] --permits: not supported by this engine; its tests are skipped" >&2
     check "[$URI_DESC] --permits on an engine without permits: a clear message" grep -q -- "--permits is not supported" "$TMP/permprobe.err"
 else
@@ -291,7 +302,7 @@ else
 fi
 
 N="${P}sem"
-if b sem "${U[@]}" "$N" set 2 2>/dev/null; then
+if b sem "${U[@]}" "$N" set 2 2>"$TMP/err"; then
     expect_rc 1 "[$URI_DESC] sem set twice: already set" b sem "${U[@]}" "$N" set 5
     out=$(b sem "${U[@]}" "$N" available); check "[$URI_DESC] sem available = 2 ($out)" [ "$out" = 2 ]
     if [ $HAVE_PERMITS = 1 ]; then
@@ -323,13 +334,13 @@ if b sem "${U[@]}" "$N" set 2 2>/dev/null; then
     expect_rc 0 "[$URI_DESC] status of a name that is no semaphore" b status "${U[@]}" "${P}nosem"
     check "[$URI_DESC] ...shows no permits line" not grep -q "^permits:" "$TMP/out"
 else
-    ok "[$URI_DESC] no semaphore on this engine (ENOTSUP)"
+    absent_ok semaphore semaphore
 fi
 expect_rc 64 "[$URI_DESC] sem bad operation" b sem "${U[@]}" "$N" frobnicate
 expect_rc 64 "[$URI_DESC] sem set without a count" b sem "${U[@]}" "$N" set
 
 N="${P}latch"
-if b latch "${U[@]}" "$N" set 2 2>/dev/null; then
+if b latch "${U[@]}" "$N" set 2 2>"$TMP/err"; then
     expect_rc 1 "[$URI_DESC] latch wait -w 0.2 times out" b latch "${U[@]}" "$N" wait -w 0.2
     ( "${B[@]}" latch "${U[@]}" "$N" wait -w 10; echo "rc=$?" > "$TMP/latch.rc" ) &
     BG_PIDS+=("$!")
@@ -340,7 +351,7 @@ if b latch "${U[@]}" "$N" set 2 2>/dev/null; then
     wait_file "$TMP/latch.rc" 10
     check "[$URI_DESC] the waiter woke at zero" grep -qx "rc=0" "$TMP/latch.rc"
 else
-    ok "[$URI_DESC] no latch on this engine (ENOTSUP)"
+    absent_ok latch latch
 fi
 
 if [ "$MODE" = sqlite ]; then

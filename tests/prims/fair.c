@@ -136,7 +136,14 @@ static void test_basic(void) {
      * touched by the stale holder */
     baton_lock_options fo = fair_opts(300);
     fo.fixed_lease = 1;
-    baton_lock *s = lock_on(c1, n, &fo);
+    baton_lock *s = NULL;
+    int frc = baton_lock_open(&s, c1, n, &fo);
+    if (frc == BATON_ENOTSUP) {
+        /* an engine mode whose locks live as long as their connection (MySQL session/row) */
+        fprintf(stderr, "   fixed leases: skipped (%s)\n", baton_error_last()->message);
+        goto no_fixed;
+    }
+    CHECK_RC(frc, 0);
     CHECK_RC(baton_lock_acquire(s, 0), 0);
     uint64_t fs = baton_lock_fence(s);
     t0 = tl_now_ms();
@@ -147,6 +154,7 @@ static void test_basic(void) {
     CHECK(baton_lock_held(b) == 1);
     CHECK_RC(baton_lock_acquire(a, 0), BATON_ELOCKED);
     CHECK_RC(baton_lock_release(b), 0);
+no_fixed:
     baton_lock_free(s);
     baton_lock_free(r);
     baton_lock_free(a);

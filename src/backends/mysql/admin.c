@@ -330,6 +330,10 @@ int my_admin_break(myeng *e, mylock *l, uint64_t *fence)
         (rc = my_exec(e, c, "COMMIT", NULL)))
         goto out;
     *fence = strtoull(v, NULL, 10);
+    /* either side of a read-write lock of the name too */
+    my_conn_put(e, c);
+    c = NULL;
+    if ((rc = my_rw_break(e, l, fence, &held))) goto out;
     if (!held) rc = baton_seterr(BATON_ENOTHELD, 0, "mysql: lock '%s' was not held (fence bumped to %" PRIu64 ")",
                                  l->name, *fence);
 out:

@@ -14,6 +14,8 @@
  */
 #include "my_int.h"
 #include "core/internal.h"
+#include "util/base64.h"
+#include "util/sha256.h"
 
 #include <mysqld_error.h>
 #include <stdio.h>
@@ -40,6 +42,23 @@ static const struct {
         "data MEDIUMBLOB NOT NULL, taken_by VARBINARY(64) NULL, holder VARBINARY(255) NULL, "
         "lease_until DATETIME(6) NULL, fence BIGINT UNSIGNED NOT NULL DEFAULT 0, KEY (q, id)) ENGINE=InnoDB",
         "SELECT id, q, data, taken_by, holder, lease_until, fence FROM @Q LIMIT 0", "SELECT, INSERT, UPDATE, DELETE" },
+    [MY_AUX_RW] = { "read-write lock",
+        "CREATE TABLE @R (name VARBINARY(1024) NOT NULL, owner VARBINARY(64) NOT NULL, side CHAR(1) NOT NULL, "
+        "holder VARBINARY(255) NULL, lease_until DATETIME(6) NOT NULL, fence BIGINT UNSIGNED NOT NULL, "
+        "PRIMARY KEY (name, owner, side)) ENGINE=InnoDB",
+        "SELECT name, owner, side, holder, lease_until, fence FROM @R LIMIT 0", "SELECT, INSERT, UPDATE, DELETE" },
+    [MY_AUX_SEM] = { "semaphore",
+        "CREATE TABLE @N (name VARBINARY(1024) NOT NULL PRIMARY KEY, permits BIGINT NOT NULL) ENGINE=InnoDB",
+        "SELECT name, permits FROM @N LIMIT 0", "SELECT, INSERT, UPDATE" },
+    [MY_AUX_PERM] = { "permit",
+        "CREATE TABLE @P (name VARBINARY(1024) NOT NULL, id VARBINARY(32) NOT NULL, "
+        "lease_until DATETIME(6) NOT NULL, PRIMARY KEY (name, id)) ENGINE=InnoDB",
+        "SELECT name, id, lease_until FROM @P LIMIT 0", "SELECT, INSERT, UPDATE, DELETE" },
+    [MY_AUX_FAIR] = { "fair lock queue",
+        "CREATE TABLE @F (seq BIGINT UNSIGNED NOT NULL AUTO_INCREMENT PRIMARY KEY, name VARBINARY(1024) NOT NULL, "
+        "owner VARBINARY(64) NOT NULL, holder VARBINARY(255) NULL, lease_until DATETIME(6) NOT NULL, "
+        "KEY (name, seq)) ENGINE=InnoDB",
+        "SELECT seq, name, owner, holder, lease_until FROM @F LIMIT 0", "SELECT, INSERT, UPDATE, DELETE" },
 };
 
 static int create(myeng *e, MYSQL *c, int which)
@@ -128,4 +147,66 @@ int64_t my_step_deadline(myeng *e, int64_t deadline)
 {
     int64_t dl = my_deadline_ms(e->io_timeout_ms);
     return deadline != 0 && deadline < dl ? deadline : dl;
+}
+
+#define BACKOFF_MIN_MS 20
+#define RETRY_DOWN_MS 200        /* a waiter whose server is away tries again this often */
+
+int my_poll_wait(myeng *e, baton_waiter *w, int64_t deadline, const char *what,
+                 int (*try)(void *arg, int64_t sent, int64_t dl), void *arg)
+{
+    int64_t backoff = BACKOFF_MIN_MS;
+    mypark p;
+    int rc, parked = deadline != 0 && w;
+
+    /* a change through this client wakes the wait at once */
+    if (parked) my_park_enter(e, &p, w);
+    for (;;) {
+        unsigned gen = w ? baton_waiter_gen(w) : 0;
+        int64_t ms, until;
+        rc = try(arg, baton_now_ns(), my_step_deadline(e, deadline));
+        if ((rc != BATON_ELOCKED && rc != BATON_EUNAVAILABLE) || !parked) break;
+        if (deadline != INT64_MAX && baton_now_ns() >= deadline) {
+            rc = baton_seterr(BATON_ETIMEDOUT, 0, "mysql: %s: wait timed out%s", what,
+                              rc == BATON_EUNAVAILABLE ? " (the server is unavailable)" : "");
+            break;
+        }
+        if (rc == BATON_EUNAVAILABLE) {
+            ms = RETRY_DOWN_MS;
+        } else {
+            /* jitter: the waiters of one release do not try in lockstep */
+            ms = backoff / 2 + (int64_t)(baton_now_ns() % (backoff / 2 + 1));
+            if (backoff < MY_POLL_MS) backoff = backoff * 2 > MY_POLL_MS ? MY_POLL_MS : backoff * 2;
+        }
+        until = baton_now_ns() + ms * 1000000LL;
+        if (until > deadline) until = deadline;
+        if (baton_waiter_park(w, gen, until) == BATON_ECANCELED) {
+            rc = baton_seterr(BATON_ECANCELED, 0, "mysql: %s: wait canceled", what);
+            break;
+        }
+    }
+    if (parked) my_park_leave(e, &p);
+    return rc;
+}
+
+char *my_tag_row(const char *tag, const char *name)
+{
+    size_t len = strlen(name), t = strlen(tag), n;
+    char *row = malloc(len + t + 64), *out;
+    if (!row) return NULL;
+    row[0] = 0;
+    memcpy(row + 1, tag, t);
+    if (2 + t + len <= 1024) {
+        row[1 + t] = ':';
+        memcpy(row + 2 + t, name, len);
+        n = 2 + t + len;
+    } else {
+        unsigned char d[BATON_SHA256_SIZE];
+        baton__sha256(name, len, d);
+        row[1 + t] = '#';
+        n = 2 + t + baton__base64_encode(row + 2 + t, d, sizeof d, BATON_B64_URL | BATON_B64_NOPAD);
+    }
+    out = my_escape_n(row, n);
+    free(row);
+    return out;
 }

@@ -113,6 +113,10 @@ static const char *subst(myeng *e, char c)
     case 'V': return e->qaux[MY_AUX_VALUE];
     case 'G': return e->qaux[MY_AUX_GROUP];
     case 'Q': return e->qaux[MY_AUX_QUEUE];
+    case 'R': return e->qaux[MY_AUX_RW];
+    case 'N': return e->qaux[MY_AUX_SEM];
+    case 'P': return e->qaux[MY_AUX_PERM];
+    case 'F': return e->qaux[MY_AUX_FAIR];
     default: return NULL;
     }
 }
@@ -893,7 +897,8 @@ static int configure(myeng *e, const baton_uri *u, const baton_opts *uo, const b
     if (!e->qtable || !e->qseq) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
     /* 58 + 6 bytes: within MariaDB's 64 */
     {
-        static const char *const suffix[MY_AUX_N] = { "_value", "_group", "_queue" };
+        static const char *const suffix[MY_AUX_N] = { "_value", "_group", "_queue", "_rw", "_sem", "_perm",
+                                                                   "_fair" };
         char name[80];
         for (int i = 0; i < MY_AUX_N; i++) {
             snprintf(name, sizeof name, "%s%s", e->table, suffix[i]);
@@ -1031,7 +1036,9 @@ static int my_lock_acquire(void *eng, void *st, baton_acquire_req *req)
     /* members and takers are lease rows in every mode */
     if (l->kind == MY_KIND_MEMBER) return my_member_acquire(e, l, req);
     if (l->kind == MY_KIND_TAKER) return my_taker_acquire(e, l, req);
+    if (l->kind == MY_KIND_READ || l->kind == MY_KIND_WRITE) return my_rw_acquire(e, l, req);
     if ((rc = my_table_ready(e))) return rc;
+    if (req->fair) return my_fair_acquire(e, l, req);
     if (e->mode == MY_ROW) return my_row_acquire(e, st, req);
     return e->mode == MY_SESSION ? my_session_acquire(e, st, req) : my_lease_acquire(e, st, req);
 }
@@ -1042,6 +1049,7 @@ static int my_lock_release(void *eng, void *st, const baton_owner *owner)
     mylock *l = st;
     if (l->kind == MY_KIND_MEMBER) return my_member_release(e, l, owner);
     if (l->kind == MY_KIND_TAKER) return my_taker_release(e, l, owner);
+    if (l->kind == MY_KIND_READ || l->kind == MY_KIND_WRITE) return my_rw_release(e, l, owner);
     if (e->mode == MY_ROW) return my_row_release(e, st);
     return e->mode == MY_SESSION ? my_session_release(e, st) : my_lease_release(e, st, owner);
 }
@@ -1052,6 +1060,7 @@ static int my_lock_renew(void *eng, void *st, const baton_owner *owner, uint32_t
     mylock *l = st;
     if (l->kind == MY_KIND_MEMBER) return my_member_renew(e, l, owner, lease_ms, deadline_ns);
     if (l->kind == MY_KIND_TAKER) return my_taker_renew(e, l, owner, lease_ms, deadline_ns);
+    if (l->kind == MY_KIND_READ || l->kind == MY_KIND_WRITE) return my_rw_renew(e, l, owner, lease_ms, deadline_ns);
     if (e->mode == MY_ROW) return my_row_renew(e, st, deadline_ns);
     return e->mode == MY_SESSION ? my_session_renew(e, st, deadline_ns)
                                  : my_lease_renew(e, st, owner, lease_ms, deadline_ns);
@@ -1066,6 +1075,9 @@ static int my_lock_info(void *eng, const char *name, baton_lockinfo *out)
     if ((rc = my_lock_new(eng, name, NULL, (void **)&l))) return rc;
     rc = e->mode == MY_ROW ? my_row_info(e, l, out) : e->mode == MY_SESSION ? my_session_info(e, l, out)
                                                                            : my_lease_info(e, l, out);
+    /* the name may be a read-write lock's */
+    if (!rc && !out->held) rc = my_rw_info(e, l, out);
+    if (!rc) rc = my_sem_info(e, l->esc, out);
     my_lock_free(eng, l);
     return rc;
 }
@@ -1152,10 +1164,13 @@ static const baton_services my_services_methods = {
 const baton_backend baton__backend_mysql = {
     .version = BATON_BACKEND_VERSION,
     .info = &baton__info_mysql,
-    .caps = BATON_CAP_LEASE,
+    .caps = BATON_CAP_LEASE | BATON_CAP_FAIR,
     .open = my_open,
     .close = my_close,
     .lock = &my_lock_methods,
+    .rw = &my_rw_methods,
+    .sem = &my_sem_methods,
+    .permits = &my_permits_methods,
     .value = &my_value_methods,
     .group = &my_group_methods,
     .queue = &my_queue_methods,

@@ -10,7 +10,10 @@
  *   group.c    group members: rows with a lease on the server's clock (every mode)
  *   value.c    values: a row with a version and a tombstone (every mode)
  *   queue.c    work queues: item rows taken with FOR UPDATE SKIP LOCKED (every mode)
- *   aux.c      the tables of values, groups and queues; local wake-ups of watchers
+ *   rw.c       read-write locks: holder rows with leases (every mode)
+ *   sem.c      semaphores and permits: a count row, permit rows with leases (every mode)
+ *   fair.c     fair locks: a queue table in front of the mode's own lock (every mode)
+ *   aux.c      the tables beside the lock table; local wake-ups of watchers; polled waits
  *   watch.c    the watcher thread: held connections the server ends (KILL,
  *              shutdown) are reported lost at once; statements past their
  *              deadline have their socket shut down
@@ -30,10 +33,11 @@
 enum { MY_SESSION, MY_LEASE, MY_ROW };
 
 /* What a lock state is (the lock methods drive all three). */
-enum { MY_KIND_LOCK, MY_KIND_MEMBER, MY_KIND_TAKER };
+enum { MY_KIND_LOCK, MY_KIND_MEMBER, MY_KIND_TAKER, MY_KIND_READ, MY_KIND_WRITE };
 
-/* The tables beside the lock table: <table>_value, _group, _queue. */
-enum { MY_AUX_VALUE, MY_AUX_GROUP, MY_AUX_QUEUE, MY_AUX_N };
+/* The tables beside the lock table: <table>_value, _group, _queue, _rw,
+ * _sem, _perm, _fair (my_sql's @V @G @Q @R @N @P @F). */
+enum { MY_AUX_VALUE, MY_AUX_GROUP, MY_AUX_QUEUE, MY_AUX_RW, MY_AUX_SEM, MY_AUX_PERM, MY_AUX_FAIR, MY_AUX_N };
 
 #define MY_POLL_MS 250       /* a value or group watch re-reads at least this often */
 
@@ -129,6 +133,7 @@ typedef struct mylock {
     uint64_t item_id;        /* takers: the item held, 0 when none */
     char *item;              /* its bytes (NUL-terminated) */
     size_t item_len;
+    int fair;                /* plain locks: FIFO (fair.c) */
 } mylock;
 
 /* A queue handle. */
@@ -212,6 +217,19 @@ void my_park_leave(myeng *e, mypark *p);
 void my_wake_local(myeng *e);
 /* The statement deadline of one step of a wait that ends at DEADLINE (0 = a try). */
 int64_t my_step_deadline(myeng *e, int64_t deadline);
+/* A wait by polling: TRY(ARG, SENT, DL) once (DL: its statements' deadline,
+ * SENT: when it started), again after a jittered backoff of 20 ms doubling
+ * to MY_POLL_MS while it answers BATON_ELOCKED (or BATON_EUNAVAILABLE: a
+ * server away), at once after a change through this client; until DEADLINE
+ * (0 = one try; BATON_ETIMEDOUT) or W's cancel (BATON_ECANCELED). WHAT
+ * names the thing waited for in those errors. */
+int my_poll_wait(myeng *e, baton_waiter *w, int64_t deadline, const char *what,
+                 int (*try)(void *arg, int64_t sent, int64_t dl), void *arg);
+/* The escaped name of a hidden row of the value table for TAG and NAME: NUL +
+ * TAG + ":" + NAME (no value can have it: value names are C strings), or NUL
+ * + TAG + "#" + the base64url SHA-256 of NAME when that would not fit the
+ * 1024 bytes of the name column. Malloc'd. */
+char *my_tag_row(const char *tag, const char *name);
 
 /* ---- group.c, queue.c: members and takers, driven by the lock methods --------- */
 
@@ -227,6 +245,27 @@ void my_coord_free(mylock *l);
 extern const baton_group_methods my_group_methods;
 extern const baton_value_methods my_value_methods;
 extern const baton_queue_methods my_queue_methods;
+
+/* ---- rw.c, fair.c, sem.c ---------------------------------------------------- */
+
+extern const baton_rw_methods my_rw_methods;
+extern const baton_sem_methods my_sem_methods;
+extern const baton_permits_methods my_permits_methods;
+int my_rw_acquire(myeng *e, mylock *l, baton_acquire_req *req);
+int my_rw_release(myeng *e, mylock *l, const baton_owner *owner);
+int my_rw_renew(myeng *e, mylock *l, const baton_owner *owner, uint32_t lease_ms, int64_t deadline_ns);
+/* lock info: a live read or write side of NAME fills OUT (held stays 0 when none). */
+int my_rw_info(myeng *e, mylock *l, baton_lockinfo *out);
+/* force_unlock, after the mode's own: every read and write holder of L's
+ * name is gone, and *FENCE (in: the mode's new fence) raised above every
+ * read-write fence of the name, where the next grant of either kind starts
+ * from; *HELD set when a holder was there. Nothing when the name never was
+ * a read-write lock. */
+int my_rw_break(myeng *e, mylock *l, uint64_t *fence, int *held);
+/* lock info: the signed count of the semaphore of L's name, when there is one. */
+int my_sem_info(myeng *e, const char *esc, baton_lockinfo *out);
+/* A fair lock: the mode's own acquire, taken in the order of <table>_fair. */
+int my_fair_acquire(myeng *e, mylock *l, baton_acquire_req *req);
 
 /* ---- watch.c ---------------------------------------------------------------- */
 

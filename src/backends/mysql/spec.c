@@ -24,7 +24,8 @@ static const baton_engine_option options[] = {
                 "session: GET_LOCK on a held connection; lease: rows with an expiry; row: a row lock held by an "
                 "open transaction"),
     BATON__STR("table", "baton_locks", "baton's table, every mode: fences and holders (lease and row modes "
-               "also hold the lock in it); values, groups and queues use <table>_value, _group and _queue; 1 to 58 bytes"),
+               "also hold the lock in it); values, groups, queues, read-write locks, semaphores, permits and fair queues use <table>_value, _group, "
+               "_queue, _rw, _sem, _perm and _fair; 1 to 58 bytes"),
     BATON__CONNECT_TIMEOUT,
     BATON__PATH("passfile", NULL, "a file holding the password"),
     BATON__PATH("socket", NULL, "the server's unix socket instead of TCP"),
@@ -40,10 +41,23 @@ static const baton_engine_option options[] = {
     BATON__OPT_END,
 };
 static const char *const notes[] = {
-    "fair, rwlock, semaphore, permits: not yet (issue #25)",
-    "election: built by the core on the lock \"baton:election:NAME\" (its fence is the term) and the "
-    "leader record (term, holder, value) in the value of that name; campaign: the lock's acquire + 1 get and "
-    "1 compare-and-set; observe: the record's watch + lock info, re-read at least every second",
+    "election: built by the core on the fair lock \"baton:election:NAME\" (its fence is the term; the oldest "
+    "candidate leads) and the leader record (term, holder, value) in the value of that name; campaign: the "
+    "lock's acquire + 1 get and 1 compare-and-set; observe: the record's watch + lock info, re-read at least "
+    "every second",
+    "rwlock: holder rows with leases on the server's clock (<table>_rw), in every mode (session and row modes too: "
+    "a read-write lock lives by its lease, not a connection); a waiting writer's short row (lease <= 3 s) holds new "
+    "readers back; acquire 6 statements in one transaction (counter row locked, counts read, fence bumped, row "
+    "upserted), release 1, renewal 1 per lease/3; waiters look every 20-250 ms (1 SELECT, +1 UPDATE for a writer) "
+    "and try only when the look says they may",
+    "semaphore, permits: a count row per name (<table>_sem, shared by both kinds as on Redis); semaphore acquire, "
+    "release, add, try_set, drain 1 statement each; permits with leases on the server's clock (<table>_perm): "
+    "acquire and release 6 statements in one transaction that returns expired permits first, renewal 1; waiters "
+    "re-try every 20-250 ms",
+    "fair: a queue table (<table>_fair) in front of the mode's own lock, every mode: a waiter's entry (1 INSERT) has "
+    "a 1-3 s lease moved on at every try (UPDATE + SELECT of the head); only the head tries the lock, then deletes "
+    "its entry; a fair try is refused while anyone waits; handoff within 250 ms (no NOTIFY), ~11 statements/s per "
+    "waiter",
     "value, group, queue: tables beside the lock table (<table>_value, _group, _queue), the same in every mode; "
     "MariaDB cannot notify, so watches re-read every 250 ms (the client's own changes wake its watchers at once)",
     "value: a row per name, its version bumped by every change (a tombstone at delete, so versions never repeat); "
@@ -63,10 +77,10 @@ const baton_engine_info baton__info_mysql = {
     .schemes = schemes,
     .summary = "MySQL or MariaDB: GET_LOCK (session mode), lease rows or row locks",
     .uri = "mysql://[user[:password]@]host[:port]/db[?options]",
-    .primitives = BATON_PRIM_LOCK | BATON_PRIM_LIST | BATON_PRIM_BREAK | BATON_PRIM_INFO | BATON_PRIM_LATCH |
+    .primitives = BATON_PRIM_LOCK | BATON_PRIM_FAIR | BATON_PRIM_RWLOCK | BATON_PRIM_SEM | BATON_PRIM_PERMITS | BATON_PRIM_LIST | BATON_PRIM_BREAK | BATON_PRIM_INFO | BATON_PRIM_LATCH |
                   BATON_PRIM_VALUE | BATON_PRIM_GROUP | BATON_PRIM_QUEUE |
                   BATON_PRIM_ELECTION,
-    .features = BATON_FEATURE_LEASE,
+    .features = BATON_FEATURE_LEASE | BATON_FEATURE_FAIR,
     .notes = notes,
     .options = options,
     .built = BUILT,
