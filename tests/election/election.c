@@ -41,6 +41,8 @@
  *   - listen: a listener (baton_election_listen) sees nobody, a leader, its
  *     proclaimed value, nobody, the next leader; unlisten; close and free
  *     while listening;
+ *   - fifo (engines whose candidates queue in order): three candidates join
+ *     behind a leader; each resign hands over to the next in arrival order;
  *   - restart: the server stops past the leader's lease and starts again:
  *     on_lost once, proclaim and resign BATON_ELOST, a new candidate leads in
  *     a later term (a server of its own only).
@@ -83,10 +85,10 @@ typedef struct {
 static const engine g_engines[] = {
     /* sessions of 3 s; see tests/zk/session.c for why the slack is this large */
     { "zk", "zk://127.0.0.1:{port}?session_timeout_ms=3000", 1, 3000, 6000,
-      "two_candidates cancel listen session_lost killed_leader dead_alone frozen_leader", NULL, 0, NULL },
+      "two_candidates cancel fifo listen session_lost killed_leader dead_alone frozen_leader", NULL, 0, NULL },
     /* etcd grants at least 1.5 s: 3/2 of its election timeout */
     { "etcd", "etcd://127.0.0.1:{port}?ttl=2", 0, 2000, 10000,
-      "two_candidates cancel listen killed_leader dead_alone frozen_leader", NULL, 0, NULL },
+      "two_candidates cancel fifo listen killed_leader dead_alone frozen_leader", NULL, 0, NULL },
     /* built on a lock plus a value: "{tmp}" = $BATON_TEST_TMP. A killed file
      * or session-mode leader is gone at once (its process or connection);
      * leased ones take lease_ms */
@@ -97,7 +99,7 @@ static const engine g_engines[] = {
     /* a server of its own, restarted (its AOF keeps fences across the restart) */
     { .name = "redis", .uri = "redis://127.0.0.1:{port}/0", .own_server = 1, .lease_ms = 2000, .margin_ms = 8000,
       .lease_opt = 1, .server_args = "--appendonly yes --appendfsync always",
-      .cases = "two_candidates cancel listen killed_leader dead_alone frozen_leader restart" },
+      .cases = "two_candidates cancel fifo listen killed_leader dead_alone frozen_leader restart" },
     { .name = "redis_simple", .server = "redis", .uri = "redis://127.0.0.1:{port}/0?layout=simple",
       .lease_ms = 2000, .margin_ms = 8000, .lease_opt = 1,
       .cases = "two_candidates cancel killed_leader dead_alone" },
@@ -111,10 +113,10 @@ static const engine g_engines[] = {
       .uri = "postgres://baton:baton-test@127.0.0.1:{port}/postgres?mode=row", .lease_ms = 2000,
       .margin_ms = 8000, .lease_opt = 1, .cases = "two_candidates cancel killed_leader dead_alone" },
     { .name = "mysql", .uri = "mysql://baton:baton-test@127.0.0.1:{port}/baton", .lease_ms = 2000,
-      .margin_ms = 8000, .lease_opt = 1, .cases = "two_candidates cancel listen killed_leader dead_alone" },
+      .margin_ms = 8000, .lease_opt = 1, .cases = "two_candidates cancel fifo listen killed_leader dead_alone" },
     { .name = "mysql_lease", .server = "mysql", .uri = "mysql://baton:baton-test@127.0.0.1:{port}/baton?mode=lease",
       .lease_ms = 2000, .margin_ms = 8000, .lease_opt = 1,
-      .cases = "two_candidates cancel killed_leader dead_alone frozen_leader" },
+      .cases = "two_candidates cancel fifo killed_leader dead_alone frozen_leader" },
 };
 
 static const engine *E;
@@ -714,6 +716,49 @@ static void c_dead_alone(int unused) {
     baton_client_close(c);
 }
 
+/* The oldest candidate leads (engines whose candidates queue in order): three
+ * candidates join, half a second apart, behind a leader; each resign hands
+ * over to the next in the order they came, in increasing terms. */
+static void c_fifo(int unused) {
+    (void)unused;
+    char name[160], want[16];
+    enum { N = 3 };
+    ename(name, sizeof name, "fifo");
+    baton_client *c0 = tl_client_open(g_uri), *cs[N];
+    baton_election *e0 = election_on(c0, name, NULL), *es[N];
+    campaign_thread ts[N];
+    CHECK_RC(baton_election_campaign(e0, "first", 10000), 0);
+    uint64_t last = baton_election_fence(e0);
+    for (int i = 0; i < N; i++) {
+        cs[i] = tl_client_open(g_uri);
+        es[i] = election_on(cs[i], name, NULL);
+        campaign_start(&ts[i], es[i], i == 0 ? "c0" : i == 1 ? "c1" : "c2", 60000);
+        tl_sleep_ms(500); /* queued before the next one comes */
+    }
+    CHECK_RC(baton_election_resign(e0), 0);
+    for (int i = 0; i < N; i++) {
+        CHECK(done_within(&ts[i].done, 20000));
+        for (int j = i + 1; j < N; j++) CHECK(!atomic_load(&ts[j].done)); /* the later ones still wait */
+        pthread_join(ts[i].th, NULL);
+        CHECK_RC(ts[i].rc, 0);
+        char value[64];
+        uint64_t fence = 0;
+        CHECK_RC(baton_election_leader(es[i], value, sizeof value, &fence), 0);
+        snprintf(want, sizeof want, "c%d", i);
+        CHECK(!strcmp(value, want));
+        CHECK(baton_election_fence(es[i]) > last);
+        last = baton_election_fence(es[i]);
+        tl_sleep_ms(300);
+        CHECK_RC(baton_election_resign(es[i]), 0);
+    }
+    for (int i = 0; i < N; i++) {
+        baton_election_free(es[i]);
+        baton_client_close(cs[i]);
+    }
+    baton_election_free(e0);
+    baton_client_close(c0);
+}
+
 /* ---- the case table --------------------------------------------------------- */
 
 typedef struct {
@@ -730,6 +775,7 @@ static const election_case g_cases[] = {
     { "frozen_leader", c_dead_leader, SIGSTOP },
     { "listen", c_listen, 0 },
     { "dead_alone", c_dead_alone, 0 },
+    { "fifo", c_fifo, 0 },
     { "restart", c_restart, 0 },
 };
 
