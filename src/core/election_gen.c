@@ -90,6 +90,16 @@ static int rec_write(baton_election *e, uint64_t fence, const char *value)
                         e->name, CAS_TRIES);
 }
 
+/* Whether lock info LI shows the term FENCE of HOLDER held now. Lock info's
+ * fence is the last one handed out for the name: the holder's, or (a fair
+ * lock that gives waiters their fence when they queue: Redis's) a waiter's,
+ * larger; then the holder tells. */
+static int holds_term(const baton_lockinfo *li, uint64_t fence, const char *holder)
+{
+    if (!li->held || !fence) return 0;
+    return fence == li->fence || (fence < li->fence && holder[0] && !strcmp(holder, li->holder));
+}
+
 int baton__gelect_open(baton_election *e, const baton_lock_options *lo)
 {
     baton_lock_options o = *lo;
@@ -139,7 +149,7 @@ int baton__gelect_proclaim(baton_election *e, const char *value)
     if ((rc = baton__member_enter(&e->l->cm))) return rc;
     /* the engine's word, not just ours: a lease may have run out there first */
     rc = e->c->be->lock->info(e->c->eng, e->l->name, &li);
-    if (!rc && (!li.held || li.fence != fence))
+    if (!rc && !holds_term(&li, fence, e->l->owner.desc))
         rc = baton_seterr(BATON_ELOST, 0, "election '%s': this candidate's term (%" PRIu64 ") is over", e->name,
                           fence);
     if (!rc) rc = rec_write(e, fence, value);
@@ -173,13 +183,8 @@ static int state_now(baton_election *e, baton_value *rv, record *r, uint64_t *fe
     *stale = 0;
     *fence = 0;
     if (!li.held) return 0;
-    /* Lock info's fence is the last one handed out for the name: the
-     * holder's, or (a fair lock that gives waiters their fence when they
-     * queue: Redis's) a waiter's, larger. Then the holder tells. */
-    if (r->fence && (r->fence == li.fence || (r->fence < li.fence && r->holder[0] && !strcmp(r->holder, li.holder))))
-        *fence = r->fence;
-    else
-        *stale = 1;
+    if (holds_term(&li, r->fence, r->holder)) *fence = r->fence;
+    else *stale = 1;
     return 0;
 }
 

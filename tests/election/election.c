@@ -746,6 +746,10 @@ static void c_fifo(int unused) {
         CHECK_RC(baton_election_leader(es[i], value, sizeof value, &fence), 0);
         snprintf(want, sizeof want, "c%d", i);
         CHECK(!strcmp(value, want));
+        /* proclaim while others wait in line (their places can carry fences of their own) */
+        CHECK_RC(baton_election_proclaim(es[i], "proclaimed"), 0);
+        CHECK_RC(baton_election_leader(es[0], value, sizeof value, &fence), 0);
+        CHECK(!strcmp(value, "proclaimed") && fence == baton_election_fence(es[i]));
         CHECK(baton_election_fence(es[i]) > last);
         last = baton_election_fence(es[i]);
         tl_sleep_ms(300);
