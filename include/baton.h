@@ -631,6 +631,72 @@ BATON_EXTERN(int) baton_queue_return(baton_queue_item *it);
 /* Frees IT; an item neither done nor returned is returned. */
 BATON_EXTERN(void) baton_queue_item_free(baton_queue_item *it);
 
+/* ---- rate limiter ------------------------------------------------------------
+ * At most PERMITS admissions per INTERVAL_MS, overall or per client
+ * (Redisson's RRateLimiter, RateType OVERALL / PER_CLIENT), by the generic
+ * cell rate algorithm (GCRA, redis-cell's): the engine keeps one
+ * "theoretical arrival time" (TAT) per limiter and decides each admission
+ * in one atomic step on its own clock (Redis: one script on the server's
+ * TIME; PostgreSQL: one statement on clock_timestamp(); SQLite: one
+ * transaction; file: under the file lock, the local clock). Admissions are
+ * spaced INTERVAL_MS / PERMITS apart; after idleness up to BURST pass at
+ * once. A limiter's configuration lives with its state at the engine: the
+ * first open stores it, a later open with another configuration answers
+ * BATON_ECONFLICT (naming both) unless its options say replace
+ * (Redisson's setRate: the new rate applies from the next admission; the
+ * TAT is kept, so a change never hands out a fresh burst). docs/ratelimit.md. */
+typedef struct baton_ratelimit baton_ratelimit;
+
+#define BATON_RATELIMIT_OVERALL    0 /* one limit shared by every client */
+#define BATON_RATELIMIT_PER_CLIENT 1 /* each client (client_id) has the limit to itself */
+
+typedef struct {
+    unsigned int version;
+    uint32_t permits;        /* admissions per interval (>= 1; default 1) */
+    uint32_t interval_ms;    /* >= 1 (default 1000) */
+    uint32_t burst;          /* admissions that may pass at once after idleness; 0 = permits */
+    int scope;               /* BATON_RATELIMIT_OVERALL or _PER_CLIENT */
+    const char *client_id;   /* per client: who "the client" is; NULL = one random id per
+                                handle (Redisson's per-instance id). 1..64 bytes of [A-Za-z0-9._:-] */
+    int replace;             /* 1 = store this configuration even if another one is stored */
+} baton_ratelimit_options;
+
+#define BATON_RATELIMIT_OPTIONS_VERSION 1
+#define BATON_RATELIMIT_OPTIONS_INIT { BATON_RATELIMIT_OPTIONS_VERSION, 1, 1000, 0, BATON_RATELIMIT_OVERALL, NULL, 0 }
+
+/* Opens the limiter NAME (a namespace of its own) and stores or checks its
+ * configuration at the engine (one round trip): BATON_EINVAL for bad
+ * options, BATON_ECONFLICT when NAME is configured otherwise, BATON_ENOTSUP
+ * on an engine without rate limiters (saying why). opts NULL = defaults. */
+BATON_EXTERN(int) baton_ratelimit_open(baton_ratelimit **out, baton_client *c, const char *name,
+                                       const baton_ratelimit_options *opts);
+/* Takes PERMITS admissions (1..burst; more could never pass: BATON_EINVAL):
+ * 0 admitted; wait_ms 0: BATON_ELOCKED when it would have to wait; else
+ * waits (wait_ms as for locks) on the engine's answer "retry after D":
+ * BATON_ETIMEDOUT when the next chance lies past the deadline (answered at
+ * once, without sleeping until it), BATON_ECANCELED. */
+BATON_EXTERN(int) baton_ratelimit_acquire(baton_ratelimit *r, uint32_t permits, int64_t wait_ms);
+/* One try: 0 admitted (*retry_after_ms = 0), or BATON_ELOCKED with
+ * *retry_after_ms = how long until PERMITS would pass (ceiling; may be NULL). */
+BATON_EXTERN(int) baton_ratelimit_try(baton_ratelimit *r, uint32_t permits, int64_t *retry_after_ms);
+
+typedef struct {
+    uint32_t permits, interval_ms, burst; /* the stored configuration */
+    uint64_t available;      /* admissions that would pass now */
+    int64_t next_ms;         /* until one more would pass (0 = now) */
+} baton_ratelimit_state;
+
+/* What the engine holds for the limiter now, without taking anything:
+ * BATON_ENOENT when nobody configured it. */
+BATON_EXTERN(int) baton_ratelimit_state_get(baton_ratelimit *r, baton_ratelimit_state *out);
+/* The same by name, without opening it (baton status): scope and client_id
+ * as in the options (client_id NULL with per client: BATON_EINVAL). */
+BATON_EXTERN(int) baton_ratelimit_inspect(baton_client *c, const char *name, int scope, const char *client_id,
+                                          baton_ratelimit_state *out);
+/* Cancels a waiting acquire (or, with none in flight, the next one). */
+BATON_EXTERN(int) baton_ratelimit_cancel(baton_ratelimit *r);
+BATON_EXTERN(void) baton_ratelimit_free(baton_ratelimit *r);
+
 /* ---- multilock --------------------------------------------------------------
  * All-or-nothing over baton locks of any engines and clients. Members are
  * taken in one global order (engine, URI, name), so two multilocks over
@@ -666,6 +732,7 @@ BATON_EXTERN(void) baton_multilock_free(baton_multilock *m);
 #define BATON_PRIM_VALUE    (1u << 10) /* baton_value_* (and baton_counter_*, built on it) */
 #define BATON_PRIM_GROUP    (1u << 11) /* baton_group_* (and baton_barrier_*, with values) */
 #define BATON_PRIM_QUEUE    (1u << 12) /* baton_queue_* */
+#define BATON_PRIM_RATELIMIT (1u << 13) /* baton_ratelimit_* */
 
 #define BATON_FEATURE_LEASE   (1u << 0) /* grants expire unless renewed (the client renews them) */
 #define BATON_FEATURE_NOTIFY  (1u << 1) /* waiters are woken by the engine, not by polling */

@@ -24,6 +24,7 @@ PRIMS = [  # (primitive name in the JSON, row label, API)
     ("group", "group membership", "`baton_group_*`, `baton member`/`members`"),
     ("barrier", "double barrier (on groups + values)", "`baton_barrier_*`, `baton barrier`"),
     ("queue", "work queue (at-least-once)", "`baton_queue_*`, `baton queue`"),
+    ("ratelimit", "rate limiter (GCRA)", "`baton_ratelimit_*`, `baton rate`"),
     ("status", "lock status", "`baton_lock_info`, `baton status`"),
     ("list", "list held locks", "`baton_lock_list`, `baton list`"),
     ("force-unlock", "force unlock (fence bumped)", "`baton_lock_force_unlock`, `baton unlock --force`"),
@@ -58,6 +59,38 @@ def md_matrix(es):
                 ". `lease`: grants expire unless renewed; `notify`: waiters are woken by the engine; `fifo`: grants "
                 "in arrival order; `session`: the engine itself reports lost grants. What each cell means on each "
                 "engine, and why a cell is `ENOTSUP`: [docs/engines.md](docs/engines.md) (`baton engines NAME`).")
+    return rows
+
+
+# A note gives the reason for cells an engine lacks when it starts with the
+# primitives' names and ": no (" — "fair, rwlock: no (why)". "not yet" is no
+# reason: a cell that is ENOTSUP for want of work is a hole, not a decision.
+NOTE_NO = re.compile(r"^([a-z][a-z ,/-]*): no \((.+)\)$")
+
+
+def why_enotsup(es):
+    """[(engine, [primitives], reason)], and the cells no note explains."""
+    rows, missing = [], []
+    for e in es:
+        lacking = [k for k, _, _ in PRIMS if not has(e, k) and k not in DERIVED]
+        explained = set()
+        for n in e["notes"]:
+            m = NOTE_NO.match(n)
+            if not m:
+                continue
+            names = [x.strip().replace(" ", "-") for x in re.split(r"[,/]", m.group(1))]
+            names = [x for x in names if x in lacking]
+            if names:
+                rows.append((e["name"], names, m.group(2)))
+                explained.update(names)
+        missing += ["%s: %s" % (e["name"], k) for k in lacking if k not in explained]
+    return rows, missing
+
+
+def md_enotsup(es):
+    rows = ["| engine | `ENOTSUP` | why |", "|---|---|---|"]
+    for name, prims, why in why_enotsup(es)[0]:
+        rows.append("| %s | %s | %s |" % (name, ", ".join(prims), why.replace("|", "\\|")))
     return rows
 
 
@@ -129,6 +162,7 @@ def man_engines(es):
 BLOCKS = [  # file, marker name, comment style, generator
     ("README.md", "matrix", "md", md_matrix),
     ("README.md", "uris", "md", md_uris),
+    ("docs/engines.md", "enotsup", "md", md_enotsup),
     ("docs/engines.md", "details", "md", md_details),
     ("docs/baton.1", "engines", "man", man_engines),
 ]
@@ -173,6 +207,10 @@ def main():
         for path, text in texts.items():
             with open(os.path.join(ROOT, path), "w", encoding="utf-8") as f:
                 f.write(text)
+    # every ENOTSUP cell of the matrix has its reason in the engine's notes
+    for cell in why_enotsup(es)[1]:
+        print("%s: ENOTSUP without a reason (add a note \"PRIMITIVE: no (why)\" to the engine's spec.c)" % cell)
+        bad = 1
     # every option of an engine is named in its own page's prose, and no page
     # names an option `?x=` its engine does not take
     for e in es:

@@ -72,6 +72,7 @@ static const workload workloads[] = {
     { "herd", w_herd, NULL, 1 },
     { "many", w_many, NULL, 0 },
     { "memory", w_memory, NULL, 0 },
+    { "ratelimit", w_ratelimit, NULL, 0 },
 };
 
 static const workload *find_workload(const char *name)
@@ -122,6 +123,9 @@ static void bench_usage(FILE *f)
         "             many         K locks from a thread pool on one client (--clients K, --seconds S)\n"
         "             memory       client heap per held and per waiting lock (--n K, default 1000;\n"
         "                          at most %d waiting)\n"
+        "             ratelimit    C clients take permits of one rate limiter at N per second for S\n"
+        "                          seconds (--clients C, default 8; --n N, default 100; --seconds S):\n"
+        "                          admitted against the rate, engine requests per admission\n"
         "  --fair                  FIFO locks (engines with fair locks)\n"
         "  --layout redisson|simple  Redis key layout\n"
         "  --json                  one JSON line per result (default: a table)\n"

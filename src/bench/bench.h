@@ -8,6 +8,7 @@
  *   workloads.c  uncontended, contended, handoff, many
  *   herd.c       herd: W waiters on one lock (latency and engine operations per handoff)
  *   memory.c     memory: client heap per held and per waiting lock
+ *   ratelimit.c  ratelimit: C clients on one rate limiter (admitted vs the rate, requests per admission)
  *   procs.c      worker processes: the multi-process workloads re-execute this binary
  *   stats.c      CPU/heap/RSS, the engine's operation counts (clocks and
  *                percentiles: src/tool)
@@ -58,6 +59,7 @@ int w_handoff(bench_opts *o);
 int w_herd(bench_opts *o);
 int w_many(bench_opts *o);
 int w_memory(bench_opts *o);
+int w_ratelimit(bench_opts *o);   /* ratelimit.c */
 /* The worker side of the multi-process ones (`--worker KIND DIR INDEX`). */
 int worker_contended(const bench_opts *o, const char *dir, int idx);
 int worker_handoff(const bench_opts *o, const char *dir, int idx);

@@ -109,6 +109,7 @@ int cli_co_run(char **argv, const char *const *keys, const char *const *vals, si
 
 /* ---- commands ------------------------------------------------------------- */
 int cli_run(int argc, char **argv);
+int cli_rate(int argc, char **argv);   /* rate.c */
 
 /* What baton member and baton queue take hold while their COMMAND runs,
  * under baton run's supervisor (run.c): the process tree, signals, the

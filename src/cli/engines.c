@@ -9,7 +9,7 @@ static const struct { unsigned bit; const char *name; } prims[] = {
     { BATON_PRIM_SEM, "semaphore" },     { BATON_PRIM_PERMITS, "permits" },   { BATON_PRIM_LATCH, "latch" },
     { BATON_PRIM_ELECTION, "election" }, { BATON_PRIM_LIST, "list" },         { BATON_PRIM_BREAK, "force-unlock" },
     { BATON_PRIM_INFO, "status" },       { BATON_PRIM_VALUE, "value" },       { BATON_PRIM_GROUP, "group" },
-    { BATON_PRIM_QUEUE, "queue" },
+    { BATON_PRIM_QUEUE, "queue" },       { BATON_PRIM_RATELIMIT, "ratelimit" },
 };
 static const struct { unsigned bit; const char *name; } features[] = {
     { BATON_FEATURE_LEASE, "lease" },

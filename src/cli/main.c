@@ -30,6 +30,7 @@ static void usage(FILE *f)
         "       baton queue [-u URI] put NAME DATA | size NAME\n"
         "       baton queue [-u URI] take [-w SECS] NAME [[--] COMMAND [ARG...]]\n"
         "       baton barrier [-u URI] -n N NAME [--] COMMAND [ARG...]\n"
+        "       baton rate [-u URI] [-n N] [--per SECS] [--burst B] [--per-client] [-w SECS] NAME [[--] COMMAND...]\n"
         "       baton bench [-u URI] [--workload W] [options]\n"
         "       baton check [-u URI] [--clients N] [--seconds S] [--pause R] [--kill R] ... NAME\n"
         "       baton engines [--json] [NAME]\n"
@@ -55,8 +56,10 @@ static void usage_status(FILE *f)
         "readers, writer, queue, permits), one 'key: value' line each; then, on\n"
         "engines that have them, of the value NAME (value_version, value_bytes: when\n"
         "it is set), the group NAME (members: when it has any) and the work queue\n"
-        "NAME (items_waiting: when it has any). --json has these keys always (0 when\n"
-        "absent or empty, null when the engine has none).\n"
+        "NAME (items_waiting: when it has any) and the rate limiter NAME (rate,\n"
+        "rate_available, rate_next_ms: when it is configured). --json has these keys\n"
+        "always (0 when absent or empty, null when the engine has none; rate: null or\n"
+        "an object).\n"
         "\n"
         "  -u, --uri URI   the engine (default $BATON_URI, else the file engine)\n"
         "      --json      one JSON object instead, every key present (null: unknown)\n"
@@ -106,6 +109,8 @@ static void json_str(const char *s)
  * -1 when the engine has none of that kind or did not answer. */
 typedef struct {
     int64_t value_version, value_bytes, members, items;
+    int have_rate;               /* the rate limiter NAME (overall) is configured */
+    baton_ratelimit_state rate;
 } coord_info;
 
 static void coord_status(baton_client *c, const char *name, coord_info *ci)
@@ -119,6 +124,7 @@ static void coord_status(baton_client *c, const char *name, coord_info *ci)
     int rc;
 
     ci->value_version = ci->value_bytes = ci->members = ci->items = -1;
+    ci->have_rate = baton_ratelimit_inspect(c, name, BATON_RATELIMIT_OVERALL, NULL, &ci->rate) == 0;
     if (!baton_value_open(&v, c, name)) {
         rc = baton_value_get(v, &d);
         if (rc == 0 || rc == BATON_ENOENT) {
@@ -224,6 +230,13 @@ static int cmd_status(int argc, char **argv)
         if (ci.members >= 0) printf("%" PRId64, ci.members); else printf("null");
         printf(",\"items_waiting\":");
         if (ci.items >= 0) printf("%" PRId64, ci.items); else printf("null");
+        printf(",\"rate\":");
+        if (ci.have_rate)
+            printf("{\"permits\":%" PRIu32 ",\"interval_ms\":%" PRIu32 ",\"burst\":%" PRIu32 ",\"available\":%" PRIu64
+                   ",\"next_ms\":%" PRId64 "}", ci.rate.permits, ci.rate.interval_ms, ci.rate.burst, ci.rate.available,
+                   ci.rate.next_ms);
+        else
+            printf("null");
         printf("}\n");
         baton_client_close(c);
         return 0;
@@ -250,6 +263,12 @@ static int cmd_status(int argc, char **argv)
     }
     if (ci.members > 0) printf("members: %" PRId64 "\n", ci.members);
     if (ci.items > 0) printf("items_waiting: %" PRId64 "\n", ci.items);
+    if (ci.have_rate) {
+        printf("rate: %" PRIu32 " per %" PRIu32 " ms, burst %" PRIu32 "\n", ci.rate.permits, ci.rate.interval_ms,
+               ci.rate.burst);
+        printf("rate_available: %" PRIu64 "\n", ci.rate.available);
+        printf("rate_next_ms: %" PRId64 "\n", ci.rate.next_ms);
+    }
     baton_client_close(c);
     return 0;
 }
@@ -354,7 +373,7 @@ static void log_to_stderr(int level, const char *msg, void *p)
 int main(int argc, char **argv)
 {
     baton_log_set(log_to_stderr, NULL);
-    if (argc < 2) return cli_usage_error(NULL, "missing command (run, hold, release, elect, status, list, unlock, latch, sem, value, counter, member, members, queue, barrier, fence, bench, check, engines, version)");
+    if (argc < 2) return cli_usage_error(NULL, "missing command (run, hold, release, elect, status, list, unlock, latch, sem, value, counter, member, members, queue, barrier, rate, fence, bench, check, engines, version)");
     if (!strcmp(argv[1], "run")) return cli_run(argc - 1, argv + 1);
     if (!strcmp(argv[1], "elect")) return cli_elect(argc - 1, argv + 1);
     if (!strcmp(argv[1], "status")) return cmd_status(argc - 1, argv + 1);
@@ -374,6 +393,7 @@ int main(int argc, char **argv)
     if (!strcmp(argv[1], "members")) return cli_members(argc - 1, argv + 1);
     if (!strcmp(argv[1], "queue")) return cli_queue(argc - 1, argv + 1);
     if (!strcmp(argv[1], "barrier")) return cli_barrier(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "rate")) return cli_rate(argc - 1, argv + 1);
     if (!strcmp(argv[1], "version") || !strcmp(argv[1], "--version") || !strcmp(argv[1], "-V")) {
         printf("baton %s\n", baton_version());
         return 0;

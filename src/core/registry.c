@@ -76,6 +76,8 @@ unsigned baton__backend_prims(const baton_backend *b)
     if (b->value) p |= BATON_PRIM_VALUE;
     if (b->group) p |= BATON_PRIM_GROUP;
     if (b->queue) p |= BATON_PRIM_QUEUE;
+    /* ... and rate limiters on values where an engine has no table of its own. */
+    if (b->ratelimit || b->value) p |= BATON_PRIM_RATELIMIT;
     return p;
 }
 

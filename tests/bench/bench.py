@@ -34,6 +34,8 @@ FIELDS = {
     "many": ["peer", "workload", "locks", "seconds", "pairs_per_s"],
     "memory": ["peer", "workload", "locks", "fair", "held_bytes_per_lock", "waiting_locks", "waiting_bytes_per_lock",
                "thread_heap_bytes", "thread_stack_bytes", "waiting_rss_bytes_per_lock", "thread_cache"],
+    "ratelimit": ["peer", "workload", "clients", "rate_per_s", "burst", "seconds", "admitted", "paced", "configured",
+                  "error_pct", "commands_per_admission", "requests_per_admission", "commands"],
 }
 SMALL = {
     "uncontended": ["--n", "30"],
@@ -42,6 +44,7 @@ SMALL = {
     "herd": ["--waiters", "3", "--rounds", "6"],
     "many": ["--clients", "3", "--seconds", "0.3"],
     "memory": ["--n", "10"],
+    "ratelimit": ["--clients", "3", "--seconds", "0.5"],
 }
 COUNTS = ["commands_per_handoff", "requests_per_handoff", "pings", "commands", "commands_per_grant_loop",
           "requests_per_grant_loop", "commands_loop"]
@@ -89,6 +92,10 @@ try:
         for w, fields in FIELDS.items():
             what = "%s%s" % (w, " --fair" if fair else "")
             rc, out, err = bench("--workload", w, "--json", *(SMALL[w] + fair))
+            if w == "ratelimit" and MODE == "redlock":
+                check("%s: no rate limiter on RedLock: exit 64" % what, rc == 64 and "no rate limiter" in err,
+                      "exit %d: %s" % (rc, err.strip()))
+                continue
             lines = out.splitlines()
             check("%s: exit 0" % what, rc == 0, "exit %d: %s" % (rc, err.strip()))
             check("%s: one line on stdout" % what, len(lines) == 1, repr(out))
@@ -99,6 +106,16 @@ try:
                 check("%s: JSON" % what, False, "%s: %r" % (e, lines[0]))
             check("%s: the fields, in order" % what, list(d) == fields, "got %s" % list(d))
             check("%s: peer and workload" % what, d.get("peer") == "baton" and d.get("workload") == w, repr(d))
+            if w == "ratelimit":
+                # never more than the rate allows (the burst passes at once)
+                check("%s: admitted <= rate * seconds + burst + 1" % what,
+                      d.get("admitted", 1e9) <= d.get("rate_per_s", 0) * d.get("seconds", 0) + d.get("burst", 0) + 1,
+                      repr(d))
+                if COUNTING:
+                    # waiters reserve their slots: about one request per admission, no herd
+                    check("%s: at most 1.5 engine requests per admission" % what,
+                          d.get("requests_per_admission") is not None and 0 < d["requests_per_admission"] <= 1.5,
+                          repr(d))
             if w == "contended":
                 check("%s: the counter is exact" % what, d.get("counter_ok") is True, repr(d))
             if w == "herd":

@@ -17,6 +17,9 @@ Cases:
   - counter: kazoo Counter(path) and baton_counter on the same name count
     together (decimal text): each sees the other's adds; 2 x 40 concurrent
     increments, one side each, lose none; a node kazoo made empty reads 0;
+  - semaphore: kazoo Counter(/baton-semaphores/NAME) is baton_semaphore's
+    count: kazoo's += wakes a baton acquire, baton's release is kazoo's value,
+    30 kazoo increments and 30 baton acquires at once lose none;
   - value: a kazoo set wakes baton_value_watch with kazoo's data and the
     node's mzxid as version; a baton set is what kazoo's get and DataWatch see;
   - group: a kazoo Party member is listed by baton (id = its node's uuid,
@@ -136,13 +139,18 @@ for fn, args in {
     "baton_queue_item_fence": [P],
     "baton_queue_done": [P],
     "baton_queue_return": [P],
+    "baton_semaphore_open": [ctypes.POINTER(P), P, ctypes.c_char_p],
+    "baton_semaphore_acquire": [P, ctypes.c_uint32, ctypes.c_int64],
+    "baton_semaphore_release": [P, ctypes.c_uint32],
+    "baton_semaphore_available": [P, ctypes.POINTER(U64)],
+    "baton_semaphore_free": [P],
     "baton_last_message": [],
 }.items():
     if not hasattr(B, fn):
         continue
     getattr(B, fn).argtypes = args
     getattr(B, fn).restype = ctypes.c_int
-for fn in ("baton_client_close", "baton_value_free", "baton_counter_free", "baton_group_free", "baton_queue_free",
+for fn in ("baton_client_close", "baton_semaphore_free", "baton_value_free", "baton_counter_free", "baton_group_free", "baton_queue_free",
            "baton_members_clear"):
     getattr(B, fn).restype = None
 B.baton_queue_item_data.restype = ctypes.c_char_p
@@ -231,6 +239,60 @@ def case_counter(c, zk):
     check("counter: the node holds decimal text", data == b"88", data)
     B.baton_counter_free(bc)
     zk.delete("/baton-values/" + name)
+
+
+def case_semaphore(c, zk):
+    """baton_semaphore_* keeps its count as kazoo Counter does (decimal text
+    in <sem_root>/NAME, versioned sets): a kazoo += wakes a baton waiter,
+    baton's release is kazoo's value, and concurrent changes lose none."""
+    name = PREFIX + "sem"
+    path = "/baton-semaphores/" + name
+    kc = zk.Counter(path)
+    bs = opened(B.baton_semaphore_open, c, name.encode())
+    av = U64(99)
+    kc.value  # kazoo's first use makes the node empty: 0 permits
+    rc = B.baton_semaphore_available(bs, ctypes.byref(av))
+    check("semaphore: a node kazoo's Counter made (empty) is 0 permits", rc == 0 and av.value == 0, (rc, av.value))
+    got = {}
+
+    def waiter():
+        got["rc"] = B.baton_semaphore_acquire(bs, 2, 10000)
+        got["t"] = time.monotonic()
+
+    t = threading.Thread(target=waiter)
+    t.start()
+    time.sleep(0.3)
+    kc += 1
+    time.sleep(0.3)
+    check("semaphore: one permit from kazoo is not enough for 2", "rc" not in got)
+    t0 = time.monotonic()
+    kc += 1
+    t.join(10)
+    check("semaphore: kazoo's += wakes a baton waiter (watch, not polling)",
+          got.get("rc") == 0 and got["t"] - t0 < 1.5, got)
+    check("semaphore: it took both", kc.value == 0, kc.value)
+    rc = B.baton_semaphore_release(bs, 3)
+    check("semaphore: baton's release 3 is kazoo's 3", rc == 0 and kc.value == 3, (rc, kc.value))
+
+    def kazoo_side():
+        k2 = zk.Counter(path)
+        for _ in range(30):
+            k2 += 1
+
+    def baton_side():
+        for _ in range(30):
+            if B.baton_semaphore_acquire(bs, 1, 10000) != 0:
+                log("   baton_semaphore_acquire failed")
+
+    ts = [threading.Thread(target=kazoo_side), threading.Thread(target=baton_side)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    data, _ = zk.get(path)
+    check("semaphore: 30 kazoo releases and 30 baton acquires at once: back to 3", data == b"3", data)
+    B.baton_semaphore_free(bs)
+    zk.delete(path, recursive=True)
 
 
 def case_value(c, zk):
@@ -451,7 +513,7 @@ def main():
     zk = kazoo_client()
     c = open_client()
     try:
-        for case in (case_counter, case_value, case_group, case_queue, case_queue_drain):
+        for case in (case_counter, case_semaphore, case_value, case_group, case_queue, case_queue_drain):
             log("-- " + case.__name__)
             try:
                 case(c, zk)

@@ -16,8 +16,10 @@
  *       session timeout;
  *   (d) a server restart (ZooKeeper persists znodes and sessions) shorter than
  *       the session timeout: the lock is still held, nobody else gets it, no
- *       on_lost; an outage longer than the session timeout: LOST, then
- *       another client gets it with a higher fence.
+ *       on_lost, and once the holder's client is connected again its release
+ *       works (unless the restarting server hung its reconnect, ZOOKEEPER-5051:
+ *       then the loss is checked instead); an outage longer than the session
+ *       timeout: LOST, then another client gets it with a higher fence.
  *
  * Timing: only bounds that are the point of a case are asserted, and they are
  * generous (ZKT_MARGIN_MS, see below). Outcomes and order are what count.
@@ -168,6 +170,27 @@ static void test_holder_killed(void) {
     baton_client_close(b);
 }
 
+/* 1 once client C answers a request on the session that holds L (a
+ * lock_info through C), 0 when L was lost first or MS passed. After a server
+ * restart the C client is usually connected again within a few hundred ms;
+ * but ZooKeeper 3.8's server can leave a connection made while it starts
+ * accepted and never answered (closing it throws a NullPointerException
+ * before the database is loaded, ZOOKEEPER-5051, apache/zookeeper#2391),
+ * and the C client gives such a connection up only 2T/3 later. Until then
+ * every request of the holder, its release included, waits; a release sent
+ * then answers BATON_EUNAVAILABLE at its io timeout (zk_session failed so
+ * once in CI). */
+static int holder_back(baton_client *c, baton_lock *l, const char *name, zkt_lost *lost, int ms) {
+    int64_t end = tl_now_ms() + ms;
+    while (tl_now_ms() < end && atomic_load(&lost->count) == 0) {
+        baton_lockinfo info = BATON_LOCK_INFO_INIT;
+        if (baton_lock_info(c, name, &info) == 0)
+            return atomic_load(&lost->count) == 0 && baton_lock_held(l) && info.held;
+        tl_sleep_ms(100);
+    }
+    return 0;
+}
+
 /* (d1) a server restart shorter than the session timeout: the session and
  * the lock survive. */
 static void test_restart_short(void) {
@@ -186,6 +209,11 @@ static void test_restart_short(void) {
     CHECK_RC(baton_lock_acquire(la, 5000), 0);
     uint64_t fa = baton_lock_fence(la);
 
+    /* the server's log from here on (zk.sh appends to it) */
+    char logf[1300];
+    struct stat lst;
+    snprintf(logf, sizeof logf, "%s/zookeeper.log", g_srv);
+    long long log_at = stat(logf, &lst) == 0 ? (long long)lst.st_size : 0;
     int64_t t0 = tl_now_ms();
     CHECK(zkt_srv("restart", g_srv) == 0);
     int64_t took = tl_now_ms() - t0;
@@ -208,6 +236,28 @@ static void test_restart_short(void) {
     CHECK(baton_lock_held(la));
     CHECK(baton_lock_fence(la) == fa);
     CHECK_RC(baton_lock_acquire(lb, 0), BATON_ELOCKED);
+    /* The release must reach the server: wait until the holder's client is
+     * connected again (B's connection says nothing about A's). */
+    if (!holder_back(a, la, name, &lost, T_LONG_MS)) {
+        /* Only the server's known startup hang excuses it; then what a
+         * loss promises is checked instead: reported once, the release
+         * says so, and B gets the lock with a higher fence. */
+        int known = tl_sh("tail -c +%lld '%s/zookeeper.log' | grep -A12 'ZooKeeperServer not running' | "
+                          "grep -q 'because \"this.zkDb\" is null'", log_at + 1, g_srv) == 0;
+        fprintf(stderr, "   the restarting server left the holder's reconnect unanswered (ZOOKEEPER-5051: %s); "
+                        "the session was given up, its loss is checked instead\n", known ? "in its log" : "NOT in its log");
+        CHECK(known);
+        CHECK(atomic_load(&lost.count) == 1);
+        CHECK_RC(baton_lock_release(la), BATON_ELOST);
+        CHECK_RC(baton_lock_acquire(lb, T_LONG_MS + ZKT_MARGIN_MS), 0);
+        CHECK(baton_lock_fence(lb) > fa);
+        CHECK_RC(baton_lock_release(lb), 0);
+        baton_lock_free(lb);
+        baton_lock_free(la);
+        baton_client_close(b);
+        baton_client_close(a);
+        return;
+    }
     CHECK_RC(baton_lock_release(la), 0);
     CHECK_RC(baton_lock_acquire(lb, 10000), 0);
     CHECK(baton_lock_fence(lb) > fa);

@@ -52,7 +52,8 @@ const baton_engine_info baton__info_etcd = {
     .uri = "etcd[s]://[user:password@]h1[:2379][,h2[:2379]...][/prefix][?options]",
     .primitives = BATON_PRIM_LOCK | BATON_PRIM_FAIR | BATON_PRIM_RWLOCK | BATON_PRIM_SEM | BATON_PRIM_PERMITS |
                   BATON_PRIM_ELECTION | BATON_PRIM_LIST | BATON_PRIM_BREAK | BATON_PRIM_INFO | BATON_PRIM_LATCH |
-                  BATON_PRIM_VALUE | BATON_PRIM_GROUP | BATON_PRIM_QUEUE,
+                  BATON_PRIM_VALUE | BATON_PRIM_GROUP | BATON_PRIM_QUEUE |
+                  BATON_PRIM_RATELIMIT, /* the core's, on values */
     .features = BATON_FEATURE_FAIR | BATON_FEATURE_NOTIFY | BATON_FEATURE_SESSION,
     .notes = notes,
     .options = options,

@@ -401,5 +401,6 @@ const baton_backend baton__backend_file = {
     .value = &file__value_methods,
     .group = &file__group_methods,
     .queue = &file__queue_methods,
+    .ratelimit = &baton__ratelimit_file,
     .services = &file_services_methods,
 };

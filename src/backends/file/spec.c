@@ -37,7 +37,7 @@ const baton_engine_info baton__info_file = {
     .uri = "file:///abs/dir (or no URI: $BATON_DIR, $XDG_RUNTIME_DIR/baton, /tmp/baton-<uid>)",
     .primitives = BATON_PRIM_LOCK | BATON_PRIM_RWLOCK | BATON_PRIM_SEM | BATON_PRIM_PERMITS | BATON_PRIM_LIST |
                   BATON_PRIM_BREAK | BATON_PRIM_INFO | BATON_PRIM_LATCH | BATON_PRIM_VALUE | BATON_PRIM_GROUP |
-                  BATON_PRIM_QUEUE |
+                  BATON_PRIM_QUEUE | BATON_PRIM_RATELIMIT |
                   BATON_PRIM_ELECTION,
     .features = BATON_FEATURE_NOTIFY,
     .notes = notes,

@@ -79,6 +79,7 @@ const baton_engine_info baton__info_mysql = {
     .uri = "mysql://[user[:password]@]host[:port]/db[?options]",
     .primitives = BATON_PRIM_LOCK | BATON_PRIM_FAIR | BATON_PRIM_RWLOCK | BATON_PRIM_SEM | BATON_PRIM_PERMITS | BATON_PRIM_LIST | BATON_PRIM_BREAK | BATON_PRIM_INFO | BATON_PRIM_LATCH |
                   BATON_PRIM_VALUE | BATON_PRIM_GROUP | BATON_PRIM_QUEUE |
+                  BATON_PRIM_RATELIMIT | /* the core's, on values */
                   BATON_PRIM_ELECTION,
     .features = BATON_FEATURE_LEASE | BATON_FEATURE_FAIR,
     .notes = notes,

@@ -8,6 +8,9 @@
  *   <table>_group  one row per member: a lease on the server's clock
  *   <table>_queue  one row per item; a taken one carries its taker, lease
  *                  and fence (fences come from the id sequence)
+ *   <table>_fair   one row per waiter of a fair lock (fair.c)
+ *   <table>_sem    one row per semaphore: its available count (sem.c)
+ *   <table>_permit one row per permit handed out, with its lease (sem.c)
  *
  * Each table has its NOTIFY channel, "baton:<schema>.<table>_value" and so
  * on (cut at 63 bytes, as channel names are identifiers), whose payload is
@@ -24,7 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const suffix[PG_CH_N] = { NULL, "_value", "_group", "_queue" };
+static const char *const suffix[PG_CH_N] = { NULL, "_value", "_group", "_queue", "_fair", "_sem", "_permit" };
 
 /* The DDL of each table ("@X": the table). */
 static const char *const ddl[PG_CH_N] = {
@@ -34,12 +37,22 @@ static const char *const ddl[PG_CH_N] = {
     "holder text, expires_at timestamptz NOT NULL, joined_at timestamptz, PRIMARY KEY (name, id))",
     "CREATE TABLE @X (id bigserial PRIMARY KEY, queue text NOT NULL, data bytea NOT NULL, taken_by text, "
     "holder text, lease_until timestamptz, fence bigint, put_at timestamptz NOT NULL DEFAULT clock_timestamp())",
+    /* fair.c: one row per waiter of a fair lock, alive while its backend
+     * (pid) lives and its lease is not over */
+    "CREATE TABLE @X (seq bigserial PRIMARY KEY, name text NOT NULL, owner text NOT NULL, holder text, "
+    "pid integer NOT NULL, lease_until timestamptz NOT NULL)",
+    /* sem.c: a semaphore's available count, and the permits handed out */
+    "CREATE TABLE @X (name text PRIMARY KEY, permits bigint NOT NULL)",
+    "CREATE TABLE @X (name text NOT NULL, id text NOT NULL, holder text, lease_until timestamptz NOT NULL, "
+    "PRIMARY KEY (name, id))",
 };
 /* ... what else it needs (run in the same transaction) */
-static const char *const ddl2[PG_CH_N] = { NULL, NULL, NULL, "CREATE INDEX ON @X (queue, id)" };
+static const char *const ddl2[PG_CH_N] = { NULL, NULL, NULL, "CREATE INDEX ON @X (queue, id)",
+                                           "CREATE INDEX ON @X (name, seq)", NULL, NULL };
 /* ... and the privileges a role needs on it */
 static const char *const grants[PG_CH_N] = {
     NULL, "SELECT, INSERT, UPDATE", "SELECT, INSERT, UPDATE, DELETE", "SELECT, INSERT, UPDATE, DELETE",
+    "SELECT, INSERT, UPDATE, DELETE", "SELECT, INSERT, UPDATE", "SELECT, INSERT, UPDATE, DELETE",
 };
 
 /* The columns we use, as format_type() names them. */
@@ -49,6 +62,10 @@ static const char *const columns[PG_CH_N][8] = {
     { "name text", "id text", "value text", "owner text", "holder text", "expires_at timestamp with time zone", NULL },
     { "id bigint", "queue text", "data bytea", "taken_by text", "holder text",
       "lease_until timestamp with time zone", "fence bigint", NULL },
+    { "seq bigint", "name text", "owner text", "holder text", "pid integer", "lease_until timestamp with time zone",
+      NULL },
+    { "name text", "permits bigint", NULL },
+    { "name text", "id text", "holder text", "lease_until timestamp with time zone", NULL },
 };
 
 int pg_coord_configure(pgeng *e)
@@ -126,9 +143,10 @@ static char *subst(const char *tmpl, const char *const *keys, const char *const 
 
 char *pg_coord_sql(pgeng *e, const char *tmpl)
 {
-    static const char *const keys[] = { "V", "G", "Q" };
-    const char *vals[3] = { e->ctable[PG_CH_VALUE], e->ctable[PG_CH_GROUP], e->ctable[PG_CH_QUEUE] };
-    return subst(tmpl, keys, vals, 3);
+    static const char *const keys[] = { "V", "G", "Q", "F", "S", "P" };
+    const char *vals[6] = { e->ctable[PG_CH_VALUE], e->ctable[PG_CH_GROUP], e->ctable[PG_CH_QUEUE],
+                            e->ctable[PG_CH_FAIR], e->ctable[PG_CH_SEM], e->ctable[PG_CH_PERMIT] };
+    return subst(tmpl, keys, vals, 6);
 }
 
 int pg_coord_run(pgeng *e, const char *tmpl, int n, const char *const *p, int retry, int64_t by, PGresult **res)
@@ -186,11 +204,12 @@ static int create(pgeng *e, PGconn *c, int k)
     if (rc == 0 && sql2) rc = simple(e, c, sql2);
     if (rc == BATON_EAUTH) {
         const char *u = PQuser(c);
+        int seq = k == PG_CH_QUEUE || k == PG_CH_FAIR;   /* a bigserial column */
         rc = baton_seterr(BATON_EAUTH, 0, "postgres: role \"%s\" may not create the table %s; ask a DBA to run: "
                           "%s;%s%s GRANT %s ON %s TO \"%s\";%s%s%s", u ? u : "", e->ctable[k], sql,
                           sql2 ? " " : "", sql2 ? sql2 : "", grants[k], e->ctable[k], u ? u : "",
-                          k == PG_CH_QUEUE ? " GRANT USAGE ON SEQUENCE <its id sequence> TO \"" : "",
-                          k == PG_CH_QUEUE ? (u ? u : "") : "", k == PG_CH_QUEUE ? "\";" : "");
+                          seq ? " GRANT USAGE ON SEQUENCE <its sequence> TO \"" : "", seq ? (u ? u : "") : "",
+                          seq ? "\";" : "");
     }
     if (rc) goto fail;
 commit:

@@ -1128,6 +1128,7 @@ static int pg_lock_acquire(void *eng, void *st, baton_acquire_req *req)
     if (kind == PG_TAKER) return pg_taker_acquire(e, st, req);
     if ((rc = pg_table_ready(e))) return rc;
     if (((pglock *)st)->rw) return pg_rw_acquire(e, st, req);
+    if (req->fair) return pg_fair_acquire(e, st, req);
     if (e->mode == PG_ROW) return pg_row_acquire(e, st, req);
     return e->mode == PG_SESSION ? pg_session_acquire(e, st, req) : pg_lease_acquire(e, st, req);
 }
@@ -1135,11 +1136,17 @@ static int pg_lock_acquire(void *eng, void *st, baton_acquire_req *req)
 static int pg_lock_release(void *eng, void *st, const baton_owner *owner)
 {
     pgeng *e = eng;
-    if (((pglock *)st)->kind == PG_MEMBER) return pg_member_release(e, st, owner);
-    if (((pglock *)st)->kind == PG_TAKER) return pg_taker_release(e, st, owner);
-    if (((pglock *)st)->rw) return pg_rw_release(e, st);
-    if (e->mode == PG_ROW) return pg_row_release(e, st);
-    return e->mode == PG_SESSION ? pg_session_release(e, st) : pg_lease_release(e, st, owner);
+    pglock *l = st;
+    int rc;
+    if (l->kind == PG_MEMBER) return pg_member_release(e, st, owner);
+    if (l->kind == PG_TAKER) return pg_taker_release(e, st, owner);
+    if (l->rw) return pg_rw_release(e, st);
+    if (e->mode == PG_ROW) rc = pg_row_release(e, st);
+    else rc = e->mode == PG_SESSION ? pg_session_release(e, st) : pg_lease_release(e, st, owner);
+    /* lease mode's release NOTIFYs already; the others wake a fair queue here */
+    if (l->fair && e->mode != PG_LEASE) pg_fair_released(e, l);
+    l->fair = 0;
+    return rc;
 }
 
 static int pg_lock_renew(void *eng, void *st, const baton_owner *owner, uint32_t lease_ms, int64_t deadline_ns)
@@ -1162,6 +1169,14 @@ static int pg_lock_info(void *eng, const char *name, baton_lockinfo *out)
     int rc;
 
     if ((rc = pg_table_ready(e))) return rc;
+    /* a semaphore's count and a fair queue's length where there are; a role
+     * that may not read those tables still gets the lock's own answer, a
+     * server that does not answer ends the call (within one I/O timeout) */
+    if ((rc = pg_prims_info(e, name, out))) {
+        if (rc != BATON_EAUTH && rc != BATON_EPROTO && rc != BATON_EIO) return rc;
+        out->permits = BATON_PERMITS_UNKNOWN;
+        out->queue_length = -1;
+    }
     if (e->mode == PG_ROW) return pg_row_info(e, name, out);
     memset(&k, 0, sizeof k);
     pg_name_key(name, &k);
@@ -1254,7 +1269,7 @@ static const baton_services pg_services_methods = {
 const baton_backend baton__backend_postgres = {
     .version = BATON_BACKEND_VERSION,
     .info = &baton__info_postgres,
-    .caps = BATON_CAP_LEASE | BATON_CAP_NOTIFY,
+    .caps = BATON_CAP_LEASE | BATON_CAP_NOTIFY | BATON_CAP_FAIR,
     .open = pg_open,
     .close = pg_close,
     .lock = &pg_lock_methods,
@@ -1262,5 +1277,8 @@ const baton_backend baton__backend_postgres = {
     .value = &pg_value_methods,
     .group = &pg_group_methods,
     .queue = &pg_queue_methods,
+    .ratelimit = &baton__ratelimit_postgres,
+    .sem = &pg_sem_methods,
+    .permits = &pg_permits_methods,
     .services = &pg_services_methods,
 };

@@ -17,6 +17,9 @@
  *   value.c    values: a row per name with a version, CAS, LISTEN watches
  *   group.c    group members: lease rows, in every mode
  *   queue.c    work queues: items taken FOR UPDATE SKIP LOCKED, lease rows
+ *   fair.c     fair locks: a queue table in front of each mode's grant
+ *   sem.c      semaphores and permit-expirable semaphores: a count row and
+ *              permit rows with leases on the server's clock
  *   dns.c      host names resolved by the connect deadline
  *   ops.c      engine_ops: the server's statement counts (baton bench)
  *   pqdl.c     libpq, loaded with dlopen on the first open (pqdl.h)
@@ -49,7 +52,9 @@ enum { PG_PS_GRANT_WAIT, PG_PS_GRANT_TRY, PG_PS_UNLOCK,   /* session mode */
 
 /* What a NOTIFY is about: the channel of the lock table, or of one of the
  * tables of coord.c. */
-enum { PG_CH_LOCK, PG_CH_VALUE, PG_CH_GROUP, PG_CH_QUEUE, PG_CH_N };
+enum { PG_CH_LOCK, PG_CH_VALUE, PG_CH_GROUP, PG_CH_QUEUE,
+       PG_CH_FAIR, PG_CH_SEM, PG_CH_PERMIT, /* fair.c, sem.c */
+       PG_CH_N };
 
 /* A blocked call (a lease-mode acquire, a watch, a take), woken by a NOTIFY
  * for its name on the channel of its kind. */
@@ -126,6 +131,7 @@ typedef struct pglock {
     PGconn *conn;            /* session and row modes: the connection holding the lock */
     uint32_t lease_ms;       /* the lock's lease: a held connection is confirmed alive this often */
     uint64_t fence;          /* of the current grant, 0 when none */
+    int fair;                /* acquired as a fair lock (fair.c): a release wakes the queue */
     /* PG_MEMBER: name is the group, mid the member id. PG_TAKER: name is
      * the queue; item, data and dlen the item held (item 0: none). */
     char *mid;
@@ -283,6 +289,22 @@ int pg_member_renew(pgeng *e, pglock *l, const baton_owner *owner, uint32_t leas
 int pg_taker_acquire(pgeng *e, pglock *l, baton_acquire_req *req);
 int pg_taker_release(pgeng *e, pglock *l, const baton_owner *owner);
 int pg_taker_renew(pgeng *e, pglock *l, const baton_owner *owner, uint32_t lease_ms, int64_t deadline_ns);
+
+/* ---- fair.c, sem.c ------------------------------------------------------------ */
+
+/* A fair acquire (req->fair) of a plain lock, in any mode. */
+int pg_fair_acquire(pgeng *e, pglock *l, baton_acquire_req *req);
+/* After a fair lock's release in session and row modes: wakes the queue. */
+void pg_fair_released(pgeng *e, pglock *l);
+/* A fair queue's entry that still counts: its backend lives and its lease
+ * is not over (F: the entry's alias). */
+#define PG_FAIR_LIVE(f) "(" f ".lease_until > clock_timestamp() AND EXISTS (SELECT 1 FROM pg_stat_activity a " \
+                        "WHERE a.pid = " f ".pid))"
+/* lock_info's extras: OUT's permits (the semaphore's signed count) and
+ * queue_length (live fair waiters), where those tables exist. */
+int pg_prims_info(pgeng *e, const char *name, baton_lockinfo *out);
+extern const baton_sem_methods pg_sem_methods;
+extern const baton_permits_methods pg_permits_methods;
 
 /* ---- admin.c: baton list, baton unlock --force ---------------------------- */
 

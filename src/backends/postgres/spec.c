@@ -37,10 +37,21 @@ static const baton_engine_option options[] = {
 };
 static const char *const notes[] = {
     "rwlock: mode=session only (advisory shared/exclusive locks)",
-    "fair, semaphore, permits: not yet (issue #25)",
-    "election: built by the core on the lock \"baton:election:NAME\" (its fence is the term) and the "
-    "leader record (term, holder, value) in the value of that name; campaign: the lock's acquire + 1 get and "
-    "1 compare-and-set; observe: the record's watch + lock info, re-read at least every second",
+    "election: built by the core on the fair lock \"baton:election:NAME\" (its fence is the term; the oldest "
+    "candidate leads) and the leader record (term, holder, value) in the value of that name; campaign: the "
+    "lock's acquire + 1 get and 1 compare-and-set; observe: the record's watch + lock info, re-read at least "
+    "every second",
+    "fair: every mode; a queue table <table>_fair in front of the mode's grant: a waiter enqueues (1 INSERT, "
+    "on a connection kept while it waits: its entry dies with that backend, or 5 s after its last re-check), "
+    "only the head tries the mode's grant, then leaves the queue (1 DELETE + NOTIFY); a try is refused while "
+    "waiters are queued; uncontended wait = 4 statements; no herd: the head watches releases, each other "
+    "waiter the entry ahead of it, so a handoff costs 4-7 statements whatever the queue's length; dead "
+    "waiters and plain holders' releases are seen at a re-check every 1 s",
+    "semaphore, permits: every mode; tables <table>_sem (the count) and <table>_permit (permit ids, leases on "
+    "the server's clock); acquire, release, add, try_set, drain, renew = 1 statement each (a take locks the "
+    "count row and returns expired permits first); a release/add NOTIFYs: every waiter of the name in a "
+    "client tries again (1 statement each); an expired permit wakes waiters at its lease end; a name used "
+    "both ways shares its count",
     "value, group, queue: tables <table>_value, <table>_group, <table>_queue beside the lock table, "
     "lease rows on the server's clock in EVERY mode (members and taken items do not live on a connection)",
     "value: get, set, CAS, delete = 1 statement each (CAS: UPDATE ... WHERE version = $expect; "
@@ -68,8 +79,9 @@ const baton_engine_info baton__info_postgres = {
     .uri = "postgres://[user[:password]@]host[:port][,host[:port]...]/db[?options]",
     .primitives = BATON_PRIM_LOCK | BATON_PRIM_RWLOCK | BATON_PRIM_LIST | BATON_PRIM_BREAK | BATON_PRIM_INFO |
                   BATON_PRIM_VALUE | BATON_PRIM_GROUP | BATON_PRIM_QUEUE | BATON_PRIM_LATCH |
+                  BATON_PRIM_FAIR | BATON_PRIM_SEM | BATON_PRIM_PERMITS | BATON_PRIM_RATELIMIT |
                   BATON_PRIM_ELECTION,
-    .features = BATON_FEATURE_LEASE | BATON_FEATURE_NOTIFY,
+    .features = BATON_FEATURE_LEASE | BATON_FEATURE_NOTIFY | BATON_FEATURE_FAIR,
     .notes = notes,
     .options = options,
     .built = BUILT,

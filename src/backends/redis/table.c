@@ -131,5 +131,6 @@ const baton_backend baton__backend_redis = {
     .value = &redis_value_methods,
     .group = &redis_group_methods,
     .queue = &redis_queue_methods,
+    .ratelimit = &baton__ratelimit_redis,
     .services = &redis_services_methods,
 };

@@ -34,7 +34,8 @@ static const baton_engine_option options[] = {
 };
 static const char *const notes[] = {
     "fair, rwlock, semaphore, permits, latch, election: no (a quorum version of each would be a new algorithm)",
-    "value/group/queue: not on a quorum (no quorum algorithm for them); use redis:// on one node",
+    "value, group, queue: no (no quorum algorithm for them: a majority of independent nodes cannot order writes; use redis:// on one node)",
+    "ratelimit: no (no values to build one on, and independent limiters on independent clocks would each admit a burst: a quorum of them is no bound)",
     NULL,
 };
 

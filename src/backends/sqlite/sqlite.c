@@ -713,5 +713,6 @@ const baton_backend baton__backend_sqlite = {
     .value = &sq__value_methods,
     .group = &sq__group_methods,
     .queue = &sq__queue_methods,
+    .ratelimit = &baton__ratelimit_sqlite,
     .services = &sq_services_methods,
 };

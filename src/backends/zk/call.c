@@ -26,7 +26,7 @@
 #include <string.h>
 #include <time.h>
 
-enum { C_VOID, C_STAT, C_STRINGS, C_DATA, C_CREATE };
+enum { C_VOID, C_STAT, C_STRINGS, C_DATA, C_CREATE, C_MARKED };
 
 struct zcall {
     zsess *s;
@@ -43,6 +43,11 @@ struct zcall {
     char *data;              /* get: a copy of the node's data */
     int len;
     char *value;             /* create: the path made */
+    /* marked write: the C client writes the answers here when it comes,
+     * so they live as long as the call */
+    zoo_op_result_t res[2];
+    struct Stat mst;
+    char mpath[8];
 };
 
 static zcall *call_new(zsess *s, int type)
@@ -203,6 +208,14 @@ static void on_create(int rc, const char *value, const struct Stat *st, const vo
     finish(c, rc);
 }
 
+static void on_marked(int rc, const void *data)
+{
+    zcall *c = (zcall *)data;
+    pthread_mutex_lock(&c->mu);
+    if (rc == ZOK) c->st = c->mst;
+    finish(c, rc);
+}
+
 /* After zoo_a*: the completion holds a reference once the request was
  * queued; else there is nothing to wait for. */
 static zcall *sent(zcall *c, int zrc, int *out)
@@ -277,6 +290,22 @@ zcall *zk_start_create(zsess *s, const char *path, const char *data, int len, co
 {
     START(s, C_CREATE, out);
     zrc_ = zoo_acreate2(s->zh, path, data, len, acl, mode, on_create, c);
+    return sent(c, zrc_, out);
+}
+
+zcall *zk_start_marked(zsess *s, const char *path, const char *buf, int len, int version, const char *mark,
+                       const struct ACL_vector *acl, int *out)
+{
+    zoo_op_t ops[2];
+    START(s, C_MARKED, out);
+    /* zoo_amulti serializes the ops at once; only the answers' buffers
+     * (mst, mpath, res) are written later */
+    if (version == ZK_CREATE_VERSION)
+        zoo_create_op_init(&ops[0], path, buf, len, acl, ZOO_PERSISTENT, c->mpath, (int)sizeof c->mpath);
+    else
+        zoo_set_op_init(&ops[0], path, buf, len, version, &c->mst);
+    zoo_create_op_init(&ops[1], mark, NULL, -1, acl, ZOO_EPHEMERAL, c->mpath, (int)sizeof c->mpath);
+    zrc_ = zoo_amulti(s->zh, 2, ops, c->res, on_marked, c);
     return sent(c, zrc_, out);
 }
 

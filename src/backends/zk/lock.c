@@ -821,6 +821,13 @@ int zk_lock_info(void *eng, const char *name, baton_lockinfo *out)
     }
     rc = baton_seterr(BATON_EUNAVAILABLE, 0, "zk: %s changes too fast to describe", dir);
 out:
+    if (rc == 0) {
+        /* the semaphore of this name, if there is one (a node of its own) */
+        int64_t v = 0;
+        int exists = 0;
+        if ((rc = zk_sem_count(e, s, name, &v, &exists, end)) == 0)
+            out->permits = exists ? v : BATON_PERMITS_UNKNOWN;
+    }
     free(c);
     deallocate_String_vector(&sv);
     zk_sess_put(e, s);

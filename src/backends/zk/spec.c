@@ -28,12 +28,19 @@ static const baton_engine_option options[] = {
                "chroot): value NAME is the node <value_root>/NAME"),
     BATON__STR("group_root", "/baton-groups", "the node under which group names live (below the chroot)"),
     BATON__STR("queue_root", "/baton-queues", "the node under which queue names live (below the chroot)"),
+    BATON__STR("sem_root", "/baton-semaphores", "the node under which semaphore names live (below the chroot): "
+               "semaphore NAME is the count node <sem_root>/NAME"),
     BATON__OPT_END,
 };
 static const char *const notes[] = {
     "lock: Curator's InterProcessMutex layout; a session instead of a lease (fixed_lease: ENOTSUP)",
     "permits: a node per permit, freed when its holder's session ends; the lease is ignored",
-    "semaphore: not yet (issue #25); latch: built by the core on a value",
+    "semaphore: the count, decimal, in the persistent node <sem_root>/NAME (kazoo Counter's layout; Curator's "
+    "SharedCount writes 4 binary bytes and does not interoperate); every change a compare-and-set on the data version "
+    "made with an ephemeral marker in one transaction, so a write whose answer is lost is settled, never made twice: "
+    "acquire and release 3 requests (2 round trips: get, then the write; the marker's delete is not waited for), "
+    "try_set 2, available 1; waiters watch the node and all wake on each change (a herd, as Redisson's)",
+    "latch: built by the core on a value",
     "value: the data of the persistent node <value_root>/NAME, version = its mzxid (kazoo Counter's layout for "
     "counters); get 1 request, create 1, unconditional set 1 (2 when absent), compare-and-set 2 (a stat, then a "
     "versioned write), delete 2; watch: one exists watch per watcher, every watcher of NAME woken by each change",
@@ -52,8 +59,9 @@ const baton_engine_info baton__info_zk = {
     .schemes = schemes,
     .summary = "ZooKeeper: sequential ephemeral nodes (Curator's layout), sessions",
     .uri = "zk://[user:password@]h1[:2181][,h2[:2181]...][/chroot][?options]",
-    .primitives = BATON_PRIM_LOCK | BATON_PRIM_FAIR | BATON_PRIM_RWLOCK | BATON_PRIM_PERMITS | BATON_PRIM_ELECTION |
-                  BATON_PRIM_VALUE | BATON_PRIM_GROUP | BATON_PRIM_QUEUE | BATON_PRIM_LATCH | BATON_PRIM_LIST | BATON_PRIM_BREAK | BATON_PRIM_INFO,
+    .primitives = BATON_PRIM_LOCK | BATON_PRIM_FAIR | BATON_PRIM_RWLOCK | BATON_PRIM_SEM | BATON_PRIM_PERMITS | BATON_PRIM_ELECTION |
+                  BATON_PRIM_VALUE | BATON_PRIM_GROUP | BATON_PRIM_QUEUE | BATON_PRIM_LATCH | BATON_PRIM_LIST | BATON_PRIM_BREAK | BATON_PRIM_INFO |
+                  BATON_PRIM_RATELIMIT, /* the core's, on values */
     .features = BATON_FEATURE_FAIR | BATON_FEATURE_NOTIFY | BATON_FEATURE_SESSION,
     .notes = notes,
     .options = options,

@@ -924,6 +924,7 @@ static void eng_free(zeng *e)
     free(e->vbase);
     free(e->gbase);
     free(e->qbase);
+    free(e->sbase);
     free(e->ident);
     if (e->auth) {
         memset(e->auth, 0, strlen(e->auth));
@@ -990,17 +991,18 @@ static int configure(zeng *e, const baton_uri *u, const baton_opts *uo, const ba
     if (!rc) rc = base_of(e, chroot, "value_root", baton_opts_str(uo, "value_root"), &e->vbase);
     if (!rc) rc = base_of(e, chroot, "group_root", baton_opts_str(uo, "group_root"), &e->gbase);
     if (!rc) rc = base_of(e, chroot, "queue_root", baton_opts_str(uo, "queue_root"), &e->qbase);
+    if (!rc) rc = base_of(e, chroot, "sem_root", baton_opts_str(uo, "sem_root"), &e->sbase);
     free(chroot);
     if (rc) return rc;
     {
         /* one NAME of two kinds must never be one node */
-        const char *b[4] = { e->base, e->vbase, e->gbase, e->qbase };
-        static const char *const opt[4] = { "root", "value_root", "group_root", "queue_root" };
-        for (int i = 0; i < 4; i++)
-            for (int j = i + 1; j < 4; j++)
+        const char *b[5] = { e->base, e->vbase, e->gbase, e->qbase, e->sbase };
+        static const char *const opt[5] = { "root", "value_root", "group_root", "queue_root", "sem_root" };
+        for (int i = 0; i < 5; i++)
+            for (int j = i + 1; j < 5; j++)
                 if (!strcmp(b[i], b[j]))
-                    return baton_seterr(BATON_EINVAL, 0, "zk: %s and %s are both %s: locks, values, groups and "
-                                        "queues need roots of their own", opt[i], opt[j], *b[i] ? b[i] : "/");
+                    return baton_seterr(BATON_EINVAL, 0, "zk: %s and %s are both %s: locks, values, groups, queues "
+                                        "and semaphores need roots of their own", opt[i], opt[j], *b[i] ? b[i] : "/");
     }
 
     /* digest credentials: the client option's password with the URI's user,
@@ -1288,6 +1290,14 @@ static const baton_permits_methods zk_permits_methods = {
     .ctl = zk_permits_ctl,
 };
 
+static const baton_sem_methods zk_sem_methods = {
+    .create = zk_sem_new,
+    .destroy = zk_sem_free,
+    .acquire = zk_sem_acquire,
+    .release = zk_sem_release,
+    .ctl = zk_sem_ctl,
+};
+
 static const baton_election_methods zk_election_methods = {
     .create = zk_election_new,
     .leader = zk_election_leader,
@@ -1337,6 +1347,7 @@ const baton_backend baton__backend_zk = {
     .close = zk_close,
     .lock = &zk_lock_methods,
     .rw = &zk_rw_methods,
+    .sem = &zk_sem_methods,
     .permits = &zk_permits_methods,
     .election = &zk_election_methods,
     .value = &zk_value_methods,

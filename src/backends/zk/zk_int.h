@@ -5,6 +5,7 @@
  *           identity, engine_ops and the backend table
  *   lock.c  contender nodes: the FIFO lock, the read-write lock, election
  *   sem.c   permits (Curator's InterProcessSemaphoreV2 layout)
+ *   semaphore.c  semaphores (a count node, kazoo Counter's layout)
  *   value.c values (node data, kazoo Counter's layout)
  *   group.c group members (kazoo Party's nodes) and queue takers (kazoo
  *           LockingQueue's layout): lock states of their own kinds
@@ -94,7 +95,7 @@ typedef struct zeng {
     pthread_cond_t cv;       /* session state changed (CLOCK_MONOTONIC) */
     char *hosts;             /* "h1:p1,h2:p2" as zookeeper_init wants it */
     char *base;              /* "/<chroot><root>": every lock lives below it ("" = "/") */
-    char *vbase, *gbase, *qbase; /* the same for values, groups, queues */
+    char *vbase, *gbase, *qbase, *sbase; /* the same for values, groups, queues, semaphores */
     size_t chroot_len;       /* the "/<chroot>" part of base */
     char *ident;             /* identity(): resolved hosts + base */
     char *auth;              /* "user:password" for digest auth, or NULL */
@@ -213,6 +214,14 @@ zcall *zk_start_set(zsess *s, const char *path, const char *buf, int len, int ve
 zcall *zk_start_delete(zsess *s, const char *path, int version, int *zrc);
 zcall *zk_start_create(zsess *s, const char *path, const char *data, int len, const struct ACL_vector *acl, int mode,
                        int *zrc);
+/* One transaction of two writes: PATH's data set to BUF if its version is
+ * still VERSION (ZK_CREATE_VERSION: PATH created, persistent, with BUF),
+ * and the ephemeral node MARK created, so that a write whose answer was
+ * lost can be looked up (MARK exists iff it was carried out). The call's
+ * stat is PATH's new one (a set's). */
+#define ZK_CREATE_VERSION (-2)
+zcall *zk_start_marked(zsess *s, const char *path, const char *buf, int len, int version, const char *mark,
+                       const struct ACL_vector *acl, int *zrc);
 int zk_call_wait(zcall *c, int64_t deadline);
 /* After zookeeper_close of S: drops the calls whose completion never came. */
 void zk_calls_release(zsess *s);
@@ -273,6 +282,17 @@ typedef struct {
 int zk_contenders(const struct String_vector *sv, unsigned mask, zchild **out, int *n);
 /* Our protected-name prefix "_c_<uuid>-<tag>". */
 void zk_prefix(char *buf, size_t n, const char *uuid, int kind);
+
+/* ---- semaphore.c --------------------------------------------------------- */
+
+int zk_sem_new(void *eng, const char *name, void **st);
+void zk_sem_free(void *eng, void *st);
+int zk_sem_acquire(void *eng, void *st, uint32_t permits, int64_t deadline_ns, baton_waiter *w);
+int zk_sem_release(void *eng, void *st, uint32_t permits);
+int zk_sem_ctl(void *eng, void *st, int op, int64_t arg, int64_t *out);
+/* The signed count of NAME's semaphore (baton_lock_info): 0 with *V, and
+ * *EXISTS = 0 when it was never set. */
+int zk_sem_count(zeng *e, zsess *s, const char *name, int64_t *v, int *exists, int64_t dl);
 
 /* ---- sem.c --------------------------------------------------------------- */
 

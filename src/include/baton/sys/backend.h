@@ -42,7 +42,7 @@
 extern "C" {
 #endif
 
-#define BATON_BACKEND_VERSION 9
+#define BATON_BACKEND_VERSION 10
 
 /* Behaviour bits (baton_backend.caps); which primitives an engine has is
  * said by its method tables, not by bits. */
@@ -392,6 +392,51 @@ typedef struct {
     int (*size)(void *eng, void *st, uint64_t *waiting);
 } baton_queue_methods;
 
+/* A rate limiter's configuration, as stored at the engine with its state. */
+typedef struct {
+    uint32_t permits;        /* per interval_ms; >= 1 */
+    uint32_t interval_ms;    /* >= 1 */
+    uint32_t burst;          /* >= 1 */
+} baton_rate_cfg;
+
+/* The GCRA step for engines that run it in C (under their own lock or
+ * transaction): with the limiter's TAT *tat (µs on the engine's clock; 0 =
+ * never used) at NOW_US, N admissions (0 = none, just the answer). Returns
+ * W, the µs until they may pass (0 = now); when W <= RESERVE_US they are
+ * granted (*tat advanced: the caller waits W and goes), else nothing
+ * changes. Admissions are interval_ms*1000/permits µs apart (rounded down:
+ * at most 1 µs per admission fast); burst of them fit at once. */
+int64_t baton_gcra_step(const baton_rate_cfg *cfg, int64_t now_us, int64_t *tat, uint32_t n, int64_t reserve_us);
+
+/* Rate limiters (baton_ratelimit_*; GCRA). */
+typedef struct {
+    /* must: state for the limiter KEY (the core's: the name, or the name
+     * plus "@client:" and the client id), no I/O needed. Limiters are a
+     * namespace of their own. */
+    int (*create)(void *eng, const char *key, void **st);
+    void (*destroy)(void *eng, void *st);                        /* must */
+    /* must: one atomic step at the engine, on its clock: when nothing is
+     * stored, store CFG (TAT = none); when another configuration is stored,
+     * replace it with CFG if REPLACE (the TAT stays), else BATON_ECONFLICT
+     * with *stored filled and nothing taken. Then the GCRA step for N
+     * admissions, baton_gcra_step's rule (N 0 = configure only): *wait_us
+     * = the µs until they may pass; 0 or at most RESERVE_US = granted (the
+     * TAT advanced; the caller waits it out: a reservation, so waiters
+     * queue in order without asking again), more = refused (nothing
+     * changed). *stored = the configuration in force. Bounded by the
+     * client's io timeout. */
+    int (*take)(void *eng, void *st, const baton_rate_cfg *cfg, int replace, uint32_t n, int64_t reserve_us,
+                int64_t *wait_us, baton_rate_cfg *stored);
+    /* must: the stored configuration and how far the TAT lies ahead of the
+     * engine's clock now (µs, 0 when behind), changing nothing;
+     * BATON_ENOENT when nothing is stored. */
+    int (*inspect)(void *eng, void *st, baton_rate_cfg *stored, int64_t *ahead_us);
+} baton_ratelimit_methods;
+
+/* The engines' rate limiter tables (src/backends/<engine>/ratelimit.c). */
+extern const baton_ratelimit_methods baton__ratelimit_redis, baton__ratelimit_file, baton__ratelimit_sqlite,
+    baton__ratelimit_postgres;
+
 /* Engine services: everything besides primitives. All may. */
 typedef struct {
     /* called once, right after open, with the core's side of the client
@@ -475,6 +520,7 @@ typedef struct baton_backend {
     const baton_value_methods *value;       /* may */
     const baton_group_methods *group;       /* may */
     const baton_queue_methods *queue;       /* may */
+    const baton_ratelimit_methods *ratelimit; /* may */
     const baton_services *services;         /* must (its members may all be NULL) */
 } baton_backend;
 
