@@ -24,7 +24,11 @@ static const char *const notes[] = {
     "queue: an item file per number in queues/<queue>/, taken by a non-blocking lock on it: a killed taker's "
     "item is back at once, at the head; a take asks the lock of each item before the first free one; waiting "
     "takers all wake on each put or give-back (a herd), and look again every 1 s",
-    "latch: built on values by the core; election: not yet (issue #25)",
+    "latch: built on values by the core",
+    "election: built by the core on the lock \"baton:election:NAME\" (its fence is the term) and the "
+    "leader record (term, holder, value) in the value of that name; campaign: the lock's acquire + 1 get and "
+    "1 compare-and-set; observe: the record's watch + lock info, re-read at least every second; a "
+    "leader's death frees the lock at once (the kernel's)",
     "force unlock: refused (the kernel's lock of a live process cannot be taken away)",
     NULL,
 };
@@ -36,7 +40,7 @@ const baton_engine_info baton__info_file = {
     .uri = "file:///abs/dir (or no URI: $BATON_DIR, $XDG_RUNTIME_DIR/baton, /tmp/baton-<uid>)",
     .primitives = BATON_PRIM_LOCK | BATON_PRIM_RWLOCK | BATON_PRIM_SEM | BATON_PRIM_PERMITS | BATON_PRIM_LIST |
                   BATON_PRIM_BREAK | BATON_PRIM_INFO | BATON_PRIM_LATCH | BATON_PRIM_VALUE | BATON_PRIM_GROUP |
-                  BATON_PRIM_QUEUE | BATON_PRIM_RATELIMIT | BATON_PRIM_FAIR,
+                  BATON_PRIM_QUEUE | BATON_PRIM_RATELIMIT | BATON_PRIM_FAIR | BATON_PRIM_ELECTION,
     .features = BATON_FEATURE_NOTIFY | BATON_FEATURE_FAIR,
     .notes = notes,
     .options = options,
