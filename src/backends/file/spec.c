@@ -25,7 +25,7 @@ static const char *const notes[] = {
     "item is back at once, at the head; a take asks the lock of each item before the first free one; waiting "
     "takers all wake on each put or give-back (a herd), and look again every 1 s",
     "latch: built on values by the core",
-    "election: built by the core on the lock \"baton:election:NAME\" (its fence is the term) and the "
+    "election: built by the core on the fair lock \"baton:election:NAME\" (its fence is the term; the oldest candidate leads) and the "
     "leader record (term, holder, value) in the value of that name; campaign: the lock's acquire + 1 get and "
     "1 compare-and-set; observe: the record's watch + lock info, re-read at least every second; a "
     "leader's death frees the lock at once (the kernel's)",

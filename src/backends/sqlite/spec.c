@@ -36,7 +36,7 @@ static const char *const notes[] = {
     "for its lease at most); the write side's holder may read (downgrade); claim: 1 transaction (a release wakes "
     "every waiter of the host; blocked ones look with 1 read, waiting writers all claim: a herd); release, renew: 1 statement; fences count on above the plain "
     "lock's of the name; a plain lock of the name does not exclude it",
-    "election: built by the core on the lock \"baton:election:NAME\" (its fence is the term) and the "
+    "election: built by the core on the fair lock \"baton:election:NAME\" (its fence is the term; the oldest candidate leads) and the "
     "leader record (term, holder, value) in the value of that name; campaign: the lock's acquire + 1 get and "
     "1 compare-and-set; observe: the record's watch + lock info, re-read at least every second",
     "value: a row per value in <table>_value with a tombstone on delete (versions keep rising); get: 1 read; "
