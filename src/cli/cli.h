@@ -145,6 +145,7 @@ int cli_fence(int argc, char **argv);
 int cli_hold(int argc, char **argv);
 void cli_usage_hold(FILE *f);
 int cli_release(int argc, char **argv);
+int cli_extend(int argc, char **argv);
 /* baton list / baton unlock --force (admin.c). */
 int cli_list(int argc, char **argv);
 int cli_unlock(int argc, char **argv);

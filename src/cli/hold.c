@@ -12,6 +12,10 @@
  * stdin and stdout on /dev/null so that $(...) ends, and holds the lock
  * until:
  *  - baton release NAME sends it SIGTERM (or SIGINT, SIGHUP): it releases;
+ *  - baton extend NAME -t SECS queues it SIGUSR1 carrying the new lease in
+ *    ms: it calls baton_lock_extend and queues the answer (0 or the error
+ *    code) back to the sender as SIGUSR2 (sigqueue carries both ways, so no
+ *    file or socket is needed);
  *  - the calling shell (hold's parent) exits or is killed: it releases at
  *    once (it watches the shell through a pidfd);
  *  - the lock is lost: it sends SIGTERM to the shell's process group (the
@@ -50,6 +54,8 @@ void cli_usage_hold(FILE *f)
         "  -n, --nonblock       do not wait: if the lock is busy, fail at once\n"
         "  -w, --timeout SECS   wait at most SECS (also --wait; default: forever)\n"
         "  -t, --lease SECS     the lease, renewed while held (default 30)\n"
+        "      --fixed          do not renew: the lock expires after the lease unless\n"
+        "                       baton extend moves it on (work that must show progress)\n"
         "  -E, --conflict-exit-code CODE  exit code when busy (default 1)\n"
         "  -h, --help           this help\n"
         "\n"
@@ -58,10 +64,13 @@ void cli_usage_hold(FILE *f)
         "renewed, a session that ended), the holder sends SIGTERM to the shell's\n"
         "process group: the script and what it runs in the foreground.\n"
         "On failure baton hold prints '(exit CODE)', so eval fails with its code.\n"
+        "baton extend [-t SECS] NAME gives the held lock a new lease of SECS (default\n"
+        "the -t of baton hold) from now, checked by owner at the engine.\n"
         "\n"
         "exit: 0 held; 1 (or -E CODE) busy or the wait ran out; 64 usage; 69 engine\n"
         "unreachable; 70 internal; 74 the lock store refused. baton release: 0\n"
-        "released, 1 no holder of NAME in $BATON_HOLDS / $BATON_HOLD_PID.\n");
+        "released, 1 no holder of NAME in $BATON_HOLDS / $BATON_HOLD_PID. baton extend:\n"
+        "0 extended, 1 no holder, 75 the lock was lost, 69/70 the engine failed.\n");
 }
 
 /* What the holder tells baton hold: rc (0 granted) and the fence, then
@@ -91,8 +100,25 @@ static int reply(int fd, int rc, int code, uint64_t fence, const char *msg)
 }
 
 /* The holder: never returns. */
-static _Noreturn void holder(int out, const char *uri, const char *name, uint32_t lease_ms, int64_t wait_ms,
-                             int busy_code, pid_t shell, int shell_fd)
+/* baton extend's request (SIGUSR1 from the signalfd): 1 when it was one
+ * (answered), 0 for the signals that mean "release". */
+static int hold_extend(int sfd, baton_lock *l, uint32_t lease_ms)
+{
+    struct signalfd_siginfo si;
+    union sigval v;
+    int rc;
+    if (read(sfd, &si, sizeof si) != (ssize_t)sizeof si) return 0;
+    if (si.ssi_signo != SIGUSR1) return 0;
+    if (si.ssi_code != SI_QUEUE || si.ssi_int < 0) return 1;   /* not baton extend: ignore */
+    rc = baton_lock_extend(l, si.ssi_int ? (uint32_t)si.ssi_int : lease_ms);   /* 0: hold's own -t */
+    if (rc && rc != BATON_ELOST) cli_report("extend", rc);
+    v.sival_int = rc;
+    sigqueue((pid_t)si.ssi_pid, SIGUSR2, v);
+    return 1;
+}
+
+static _Noreturn void holder(int out, const char *uri, const char *name, uint32_t lease_ms, int fixed,
+                             int64_t wait_ms, int busy_code, pid_t shell, int shell_fd)
 {
     baton_client *c = NULL;
     baton_lock *l = NULL;
@@ -111,6 +137,7 @@ static _Noreturn void holder(int out, const char *uri, const char *name, uint32_
     }
     sigemptyset(&sigs);
     sigaddset(&sigs, SIGTERM); sigaddset(&sigs, SIGINT); sigaddset(&sigs, SIGHUP); sigaddset(&sigs, SIGPIPE);
+    sigaddset(&sigs, SIGUSR1);
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     sigdelset(&sigs, SIGPIPE);
     if ((sfd = signalfd(-1, &sigs, SFD_CLOEXEC | SFD_NONBLOCK)) < 0 || pipe2(hold_pipe, O_CLOEXEC)) {
@@ -127,6 +154,7 @@ static _Noreturn void holder(int out, const char *uri, const char *name, uint32_
         _exit(0);
     }
     lo.lease_ms = lease_ms;
+    lo.fixed_lease = fixed;
     lo.on_lost = hold_lost;
     if ((rc = baton_lock_open(&l, c, lname, &lo)) || (rc = baton_lock_acquire(l, wait_ms))) {
         const baton_error *e = baton_error_last();
@@ -141,7 +169,7 @@ static _Noreturn void holder(int out, const char *uri, const char *name, uint32_
     for (;;) {
         struct pollfd p[3] = { { sfd, POLLIN, 0 }, { hold_pipe[0], POLLIN, 0 }, { shell_fd, POLLIN, 0 } };
         if (poll(p, shell_fd >= 0 ? 3 : 2, shell_fd >= 0 ? -1 : 200) < 0 && errno != EINTR) break;
-        if (p[0].revents & POLLIN) break;                               /* baton release */
+        if ((p[0].revents & POLLIN) && !hold_extend(sfd, l, lease_ms)) break;     /* baton release */
         if (p[2].revents & (POLLIN | POLLHUP)) break;                    /* the shell is gone */
         if (shell_fd < 0 && kill(shell, 0) < 0 && errno == ESRCH) break; /* (no pidfd) */
         if (p[1].revents & POLLIN) {
@@ -174,7 +202,7 @@ static void sh_quote(FILE *f, const char *s)
 
 int cli_hold(int argc, char **argv)
 {
-    enum { O_URI_FILE = CLI_LONG_ONLY };
+    enum { O_URI_FILE = CLI_LONG_ONLY, O_FIXED };
     static const struct option lo[] = {
         { "uri", required_argument, NULL, CLI_LONG('u') },
         { "uri-file", required_argument, NULL, O_URI_FILE },
@@ -182,6 +210,7 @@ int cli_hold(int argc, char **argv)
         { "timeout", required_argument, NULL, CLI_LONG('w') },
         { "wait", required_argument, NULL, CLI_LONG('w') },
         { "lease", required_argument, NULL, CLI_LONG('t') },
+        { "fixed", no_argument, NULL, O_FIXED },
         { "conflict-exit-code", required_argument, NULL, CLI_LONG('E') },
         { "help", no_argument, NULL, CLI_LONG('h') },
         { NULL, 0, NULL, 0 },
@@ -190,7 +219,7 @@ int cli_hold(int argc, char **argv)
     const char *uri = NULL, *name = NULL;
     char *uri_owned = NULL, *msg = NULL;
     double wait_s = -1, lease_s = 30;
-    int opt, names = 0, nowait = 0, busy_code = EX_BUSY_DEFAULT, pfd[2], shell_fd, code;
+    int opt, names = 0, nowait = 0, fixed = 0, busy_code = EX_BUSY_DEFAULT, pfd[2], shell_fd, code;
     long long v;
     pid_t shell, pid;
     hold_reply r;
@@ -208,6 +237,7 @@ int cli_hold(int argc, char **argv)
             if (!(uri = uri_owned = cli_read_uri_file("hold", o.arg))) goto usage;
             break;
         case 'n': nowait = 1; break;
+        case O_FIXED: fixed = 1; break;
         case 'w': if (cli_secs("hold", o.name, o.arg, 0, 1e9, NULL, &wait_s)) goto usage; break;
         case 't':
             if (cli_secs("hold", o.name, o.arg, 0.05, 4294967.295, "leases are 32-bit milliseconds", &lease_s)) goto usage;
@@ -246,7 +276,7 @@ int cli_hold(int argc, char **argv)
     pid = fork();
     if (pid == 0) {
         close(pfd[0]);
-        holder(pfd[1], cli_default_uri(uri), name, (uint32_t)(lease_s * 1000 + 0.5),
+        holder(pfd[1], cli_default_uri(uri), name, (uint32_t)(lease_s * 1000 + 0.5), fixed,
                nowait || wait_s == 0 ? 0 : wait_s < 0 ? -1 : (int64_t)(wait_s * 1000), busy_code, shell, shell_fd);
     }
     close(pfd[1]);
@@ -376,4 +406,72 @@ int cli_release(int argc, char **argv)
         return 1;
     }
     return 0;
+}
+
+/* baton extend [-t SECS] NAME: ask the holder (found as baton release finds
+ * it) for a new lease and wait for its answer. */
+int cli_extend(int argc, char **argv)
+{
+    static const struct option lo[] = {
+        { "lease", required_argument, NULL, CLI_LONG('t') },
+        { "help", no_argument, NULL, CLI_LONG('h') },
+        { NULL, 0, NULL, 0 },
+    };
+    cli_opts o = { .argc = argc, .argv = argv, .cmd = "extend", .shorts = "t:h", .lo = lo, .permute = 1 };
+    const char *name = NULL, *holds = getenv("BATON_HOLDS"), *one = getenv("BATON_HOLD_PID");
+    char *list, *save = NULL;
+    double lease_s = 0;
+    int opt, names = 0, code = 1;
+    sigset_t usr2;
+
+    while ((opt = cli_next(&o)) != CLI_END) {
+        switch (opt) {
+        case CLI_BAD: return EX_USAGE;
+        case CLI_OPERAND: name = o.arg; names++; break;
+        case 't':
+            /* sigqueue carries an int: leases up to 2^31-1 ms (24 days) */
+            if (cli_secs("extend", o.name, o.arg, 0.05, 2147483.647, "at most 2147483.647 s", &lease_s))
+                return EX_USAGE;
+            break;
+        case 'h': cli_usage_hold(stdout); return 0;
+        default: return cli_usage_error("extend", "option '%s' is not handled", o.name);
+        }
+    }
+    if (names != 1) return cli_usage_error("extend", names ? "expected one NAME" : "missing NAME");
+    sigemptyset(&usr2);
+    sigaddset(&usr2, SIGUSR2);
+    sigprocmask(SIG_BLOCK, &usr2, NULL);   /* before asking: the answer may come at once */
+    if (asprintf(&list, "%s %s", holds ? holds : "", one ? one : "") < 0) return EX_SOFTWARE;
+    for (char *t = strtok_r(list, " ", &save); t; t = strtok_r(NULL, " ", &save)) {
+        union sigval v = { .sival_int = (int)(lease_s * 1000 + 0.5) };
+        long long pv;
+        pid_t pid;
+        if (cli_int(t, 2, INT32_MAX, &pv)) continue;
+        pid = (pid_t)pv;
+        if (!is_holder(pid, name) || sigqueue(pid, SIGUSR1, v) != 0) continue;
+        /* the holder answers within the engine's io timeout; look every
+         * 100 ms whether it is still there to answer */
+        for (;;) {
+            struct timespec ts = { 0, 100000000 };
+            siginfo_t si;
+            if (sigtimedwait(&usr2, &si, &ts) == SIGUSR2) {
+                if (si.si_pid != pid || si.si_code != SI_QUEUE) continue;
+                code = si.si_value.sival_int == 0 ? 0 : si.si_value.sival_int == BATON_ELOST ? EX_LOST
+                                                                              : cli_exit_for(si.si_value.sival_int);
+                if (code == EX_LOST) fprintf(stderr, "%s: extend: %s: the lock was lost\n", prog, name);
+                else if (code) fprintf(stderr, "%s: extend: %s: %s\n", prog, name, baton_strerror(si.si_value.sival_int));
+                break;
+            }
+            if (kill(pid, 0) != 0) {
+                fprintf(stderr, "%s: extend: the holder of %s ended before it answered\n", prog, name);
+                code = EX_LOST;
+                break;
+            }
+        }
+        free(list);
+        return code;
+    }
+    free(list);
+    fprintf(stderr, "%s: extend: no holder of %s in $BATON_HOLDS\n", prog, name);
+    return 1;
 }

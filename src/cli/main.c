@@ -15,7 +15,8 @@ static void usage(FILE *f)
         "                 [-t LEASE_SECS] [--verbose] NAME [--] COMMAND [ARG...] | -c CMD\n"
         "       baton elect [-u URI] [-n | -w SECS] [--value V] NAME [--] COMMAND [ARG...]\n"
         "       baton elect [-u URI] --listen | --leader NAME\n"
-        "       eval \"$(baton hold [-u URI] [-n | -w SECS] [-t LEASE] NAME)\"; ...; baton release NAME\n"
+        "       eval \"$(baton hold [-u URI] [-n | -w SECS] [-t LEASE] [--fixed] NAME)\"; ...; baton release NAME\n"
+        "       baton extend [-t LEASE] NAME       (a new lease for a lock baton hold holds)\n"
         "       baton status [-u URI] [--json] NAME\n"
         "       baton list [-u URI] [PREFIX]\n"
         "       baton unlock [-u URI] --force NAME\n"
@@ -383,6 +384,7 @@ int main(int argc, char **argv)
     if (!strcmp(argv[1], "fence")) return cli_fence(argc - 1, argv + 1);
     if (!strcmp(argv[1], "hold")) return cli_hold(argc - 1, argv + 1);
     if (!strcmp(argv[1], "release")) return cli_release(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "extend")) return cli_extend(argc - 1, argv + 1);
     if (!strcmp(argv[1], "bench")) return baton__cli_bench(argc - 1, argv + 1);
     if (!strcmp(argv[1], "check")) return baton__cli_check(argc - 1, argv + 1);
     if (!strcmp(argv[1], "latch")) return cmd_sync(argc - 1, argv + 1, 1);

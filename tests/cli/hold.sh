@@ -112,6 +112,63 @@ if [ "$D" = redis ]; then
     check "[$D] ...the holder said why" grep -q "lock was lost" "$TMP/l.err"
 fi
 
+# ---- baton extend: a new lease for a held lock (issue 25) ---------------------------
+N="${P}ext"
+script '
+    eval "$("$BATON" hold --fixed -t 1 "$1")" || exit 9
+    "$BATON" extend -t 10 "$1"; echo "extend=$?"
+    sleep 1.5
+    "$BATON" run -n "$1" -- true; echo "inside=$?"
+    "$BATON" extend "$1"; echo "extend_default=$?"
+    "$BATON" release "$1"; echo "release=$?"
+    "$BATON" extend "$1"; echo "extend_free=$?"
+' sh "$N" >"$TMP/e.out" 2>"$TMP/e.err"
+check "[$D] extend: answers 0" grep -qx "extend=0" "$TMP/e.out"
+check "[$D] ...the lock is still held past its first (fixed) lease" grep -qx "inside=1" "$TMP/e.out"
+check "[$D] ...extend without -t (hold's own lease) answers 0" grep -qx "extend_default=0" "$TMP/e.out"
+check "[$D] ...release after extend answers 0" grep -qx "release=0" "$TMP/e.out"
+check "[$D] ...extend with nothing held answers 1" grep -qx "extend_free=1" "$TMP/e.out"
+expect_rc 64 "[$D] extend without NAME" b extend
+expect_rc 64 "[$D] extend -t 0" b extend -t 0 "$N"
+if [ "$D" = redis ]; then
+    # the fixed lease, not renewed: without extend the lock expires and the
+    # script is stopped; a later holder has it
+    N="${P}fixed"
+    rm -f "$TMP/f.held" "$TMP/f.after"
+    setsid env --default-signal=INT,TERM,HUP bash -c 'eval "$("$BATON" hold --fixed -t 1 "$1")" || exit 9; : > "$2"; sleep 10; : > "$3"' \
+        sh "$N" "$TMP/f.held" "$TMP/f.after" 2>"$TMP/f.err" &
+    SH=$!; BG_PIDS+=("$SH")
+    wait_file "$TMP/f.held" 15
+    pttl=$(redis-cli -p "$PORT" PTTL "$N")
+    check "[$D] hold --fixed -t 1: the key's TTL is the fixed lease ($pttl ms)" [ "$pttl" -gt 0 ] && [ "$pttl" -le 1000 ]
+    wait_pid "$SH" 10
+    check "[$D] ...not renewed: it expired and the script got SIGTERM (rc $RC)" [ "$RC" = 143 ]
+    check "[$D] ...and did not run on" [ ! -e "$TMP/f.after" ]
+    # PTTL after an extend: the new lease
+    N="${P}pttl"
+    script '
+        eval "$("$BATON" hold --fixed -t 1 "$1")" || exit 9
+        "$BATON" extend -t 20 "$1"; echo "extend=$?"
+        echo "pttl=$(redis-cli -p "$2" PTTL "$1")"
+        "$BATON" extend -t 0.5 "$1"; echo "shorter=$?"
+        echo "pttl2=$(redis-cli -p "$2" PTTL "$1")"
+        "$BATON" release "$1"
+    ' sh "$N" "$PORT" >"$TMP/p.out" 2>"$TMP/p.err"
+    pttl=$(sed -n 's/^pttl=//p' "$TMP/p.out"); pttl2=$(sed -n 's/^pttl2=//p' "$TMP/p.out")
+    check "[$D] extend -t 20 sets the key's TTL to 20 s ($pttl ms)" [ "${pttl:-0}" -gt 10000 ] && [ "${pttl:-0}" -le 20000 ]
+    check "[$D] extend -t 0.5 shortens it ($pttl2 ms)" [ "${pttl2:-0}" -gt 0 ] && [ "${pttl2:-0}" -le 500 ]
+    # another client took the lock (the key was deleted and set): extend
+    # answers 75, the lock was lost
+    N="${P}stolen"
+    setsid env --default-signal=INT,HUP bash -c 'trap "" TERM
+        eval "$("$BATON" hold --fixed -t 30 "$1")" || exit 9
+        redis-cli -p "$2" SET "$1" someone-else >/dev/null
+        "$BATON" extend -t 30 "$1"; echo "extend=$?"' sh "$N" "$PORT" >"$TMP/s.out" 2>"$TMP/s.err"
+    check "[$D] extend of a lock someone else holds now: 75" grep -qx "extend=75" "$TMP/s.out"
+    check "[$D] ...the value is the other holder's still" [ "$(redis-cli -p "$PORT" GET "$N")" = someone-else ]
+    redis-cli -p "$PORT" DEL "$N" >/dev/null
+fi
+
 # ---- usage -------------------------------------------------------------------------
 script 'eval "$("$BATON" hold)" || echo "rc=$?"' sh >"$TMP/u.out" 2>&1
 check "[$D] hold without NAME: eval fails with 64" grep -qx "rc=64" "$TMP/u.out"
