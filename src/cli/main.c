@@ -57,10 +57,11 @@ static void usage_status(FILE *f)
         "readers, writer, queue, permits), one 'key: value' line each; then, on\n"
         "engines that have them, of the value NAME (value_version, value_bytes: when\n"
         "it is set), the group NAME (members: when it has any) and the work queue\n"
-        "NAME (items_waiting: when it has any) and the rate limiter NAME (rate,\n"
-        "rate_available, rate_next_ms: when it is configured). --json has these keys\n"
-        "always (0 when absent or empty, null when the engine has none; rate: null or\n"
-        "an object).\n"
+        "NAME (items_waiting: when it has any), the rate limiter NAME (rate,\n"
+        "rate_available, rate_next_ms: when it is configured) and the election NAME\n"
+        "(leader, leader_term: when someone leads). --json has these keys always (0\n"
+        "when absent or empty, null when the engine has none; rate and leader: null\n"
+        "or an object).\n"
         "\n"
         "  -u, --uri URI   the engine (default $BATON_URI, else the file engine)\n"
         "      --json      one JSON object instead, every key present (null: unknown)\n"
@@ -112,11 +113,14 @@ typedef struct {
     int64_t value_version, value_bytes, members, items;
     int have_rate;               /* the rate limiter NAME (overall) is configured */
     baton_ratelimit_state rate;
+    uint64_t term;               /* the election NAME's leader: its term (0: nobody leads, or no elections) */
+    char leader[BATON_ELECTION_VALUE_MAX + 1];
 } coord_info;
 
 static void coord_status(baton_client *c, const char *name, coord_info *ci)
 {
     baton_value *v = NULL;
+    baton_election *e = NULL;
     baton_group *g = NULL;
     baton_queue *q = NULL;
     baton_value_data d = { 0 };
@@ -143,6 +147,12 @@ static void coord_status(baton_client *c, const char *name, coord_info *ci)
     if (!baton_queue_open(&q, c, name, NULL)) {
         if (!baton_queue_size(q, &n)) ci->items = (int64_t)n;
         baton_queue_free(q);
+    }
+    ci->term = 0;
+    ci->leader[0] = 0;
+    if (!baton_election_open(&e, c, name, NULL)) {
+        if (baton_election_leader(e, ci->leader, sizeof ci->leader, &ci->term)) ci->term = 0;
+        baton_election_free(e);
     }
     /* what failed here is not status's failure: the lock's answer stands */
     baton_error_clear();
@@ -238,6 +248,14 @@ static int cmd_status(int argc, char **argv)
                    ci.rate.next_ms);
         else
             printf("null");
+        printf(",\"leader\":");
+        if (ci.term) {
+            printf("{\"term\":%" PRIu64 ",\"value\":", ci.term);
+            json_str(ci.leader);
+            printf("}");
+        } else {
+            printf("null");
+        }
         printf("}\n");
         baton_client_close(c);
         return 0;
@@ -269,6 +287,10 @@ static int cmd_status(int argc, char **argv)
                ci.rate.burst);
         printf("rate_available: %" PRIu64 "\n", ci.rate.available);
         printf("rate_next_ms: %" PRId64 "\n", ci.rate.next_ms);
+    }
+    if (ci.term) {
+        printf("leader: %s\n", ci.leader);
+        printf("leader_term: %" PRIu64 "\n", ci.term);
     }
     baton_client_close(c);
     return 0;

@@ -162,6 +162,14 @@ check "[$MODE] ...BATON_URI is the URI" grep -qx "BATON_URI=$URI_SHOWN" "$TMP/ou
 expect_rc 0 "[$MODE] nested elect" b elect "${U[@]}" "$N" -- sh -c '"$0" elect -n "$BATON_LOCK" -- true; echo "nested=$?"' "$BATON"
 check "[$MODE] ...a nested elect -n on the same name is busy (exit 1)" grep -qx "nested=1" "$TMP/out"
 expect_rc 1 "[$MODE] nobody leads once the runs are over" b elect "${U[@]}" --leader "$N"
+# baton status NAME shows the election's leader (issue 25), and nothing once nobody leads
+expect_rc 0 "[$MODE] status inside an election" b elect "${U[@]}" --value "st v" "$N" -- sh -c '"$0" status "$BATON_LOCK"; "$0" status --json "$BATON_LOCK"; echo "fence=$BATON_FENCE"' "$BATON"
+F=$(sed -n 's/^fence=//p' "$TMP/out")
+check "[$MODE] ...shows leader: the value" grep -qx "leader: st v" "$TMP/out"
+check "[$MODE] ...and leader_term: the leader's fence ($F)" grep -qx "leader_term: $F" "$TMP/out"
+check "[$MODE] ...--json has the leader object" grep -qF "\"leader\":{\"term\":$F,\"value\":\"st v\"}" "$TMP/out"
+expect_rc 0 "[$MODE] status after the election" b status "${U[@]}" "$N"
+check "[$MODE] ...shows no leader" not grep -q "^leader" "$TMP/out"
 # the default value is "HOST PID" of the leading baton
 N="${P}default"
 # (the command's parent is baton's shim; baton is the shim's parent)
