@@ -51,7 +51,9 @@ static int is_release_event(const char *p, size_t n) {
 static int want_keyspace(void *arg, const char *payload, size_t len) {
     rb_ks_wait *kw = arg;
     if (!is_release_event(payload, len)) return 0; /* a renewal's "expire", a "set" */
-    if ((len == 3 || len == 7) && !__atomic_load_n(&kw->e->ks.seen, __ATOMIC_RELAXED))
+    /* a "del" proves K and g on (what a silent release needs); "expired"
+     * or "evicted" alone prove other classes only */
+    if (len == 3 && !memcmp(payload, "del", 3) && !__atomic_load_n(&kw->e->ks.seen, __ATOMIC_RELAXED))
         __atomic_store_n(&kw->e->ks.seen, 1, __ATOMIC_RELAXED);
     return 1;
 }
