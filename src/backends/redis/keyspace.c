@@ -66,8 +66,9 @@ static int want_keyevent(void *arg, const char *payload, size_t len) {
 
 /* Reads notify-keyspace-events. 0 and the flags in BUF, 1 when the server
  * refused (an error reply), -1 when it could not be asked now. */
-static int config_get(reng *e, char *buf, size_t n) {
-    int64_t dl = baton__redis_io_deadline(e);
+static int config_get(reng *e, char *buf, size_t n, int64_t deadline) {
+    int64_t dl = rmin64(baton__redis_io_deadline(e), deadline);
+    if (baton_now_ns() >= dl) return -1;
     rconn *c = NULL;
     if (rpool_get(&e->pool, &c, dl) != 0) return -1;
     const char *argv[3] = { "CONFIG", "GET", "notify-keyspace-events" };
@@ -86,14 +87,14 @@ static int config_get(reng *e, char *buf, size_t n) {
 }
 
 /* The mode to wait with, asking the server when the last answer is old. */
-static int current_mode(reng *e) {
+static int current_mode(reng *e, int64_t deadline) {
     int64_t now = baton_now_ns();
     int mode = __atomic_load_n(&e->ks.mode, __ATOMIC_RELAXED);
     int64_t at = __atomic_load_n(&e->ks.checked_ns, __ATOMIC_RELAXED);
     int64_t every = mode == RKS_UNKNOWN ? REFUSED_RECHECK_NS : RECHECK_NS;
     if (mode != RKS_UNASKED && now - at < every) return mode;
     char flags[64] = "";
-    int g = config_get(e, flags, sizeof flags);
+    int g = config_get(e, flags, sizeof flags, deadline);
     if (g < 0) return mode == RKS_UNASKED ? RKS_UNKNOWN : mode; /* keep the last answer; not cached */
     if (g > 0) {
         mode = RKS_UNKNOWN;
@@ -121,12 +122,12 @@ static void reg(reng *e, rb_ks_wait *kw, int i, const char *fmt, const char *tai
     free(chan);
 }
 
-void baton__redis_ks_enter(reng *e, const char *key, baton_waiter *w, rb_ks_wait *kw) {
+void baton__redis_ks_enter(reng *e, const char *key, baton_waiter *w, int64_t deadline, rb_ks_wait *kw) {
     memset(kw, 0, sizeof *kw);
     kw->e = e;
     kw->key = key;
     if (!w) return;
-    kw->mode = current_mode(e);
+    kw->mode = current_mode(e, deadline);
     switch (kw->mode) {
     case RKS_K:
     case RKS_UNKNOWN:

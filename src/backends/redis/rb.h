@@ -163,9 +163,10 @@ typedef struct {
     rsub_entry *se[2];
 } rb_ks_wait;
 /* Registers W for KEY's release events as the server's configuration allows
- * (asking it with CONFIG GET at most every 10 s); never fails: without them
- * KW registers nothing. Marks KW as this thread's wait until ks_leave. */
-void baton__redis_ks_enter(reng *e, const char *key, baton_waiter *w, rb_ks_wait *kw);
+ * (asking it with CONFIG GET at most every 10 s, by DEADLINE, the wait's);
+ * never fails: without them KW registers nothing. Marks KW as this thread's
+ * wait until ks_leave. */
+void baton__redis_ks_enter(reng *e, const char *key, baton_waiter *w, int64_t deadline, rb_ks_wait *kw);
 void baton__redis_ks_leave(rb_ks_wait *kw);
 /* 1 when this thread's wait on E is sure to be woken by a foreign release
  * right now (notifications known to be on and subscribed): the waiting loop

@@ -738,7 +738,7 @@ int baton__redis_plain_acquire(reng *e, rlock *l, baton_acquire_req *req) {
     char what[64];
     snprintf(what, sizeof what, "acquire of '%.40s'", l->key);
     rb_ks_wait kw; /* foreign releases wake us too, where the server notifies them */
-    baton__redis_ks_enter(e, l->key, req->waiter, &kw);
+    baton__redis_ks_enter(e, l->key, req->waiter, req->deadline_ns, &kw);
     rc = baton__redis_wait_loop_msg(e, l->channel, req->waiter, req->deadline_ns, 0,
                                     e->layout == LAYOUT_SIMPLE ? RB_WAIT_POLL : 0,
                                     plain_attempt, NULL, &x, what, pre, ttl, gen);
