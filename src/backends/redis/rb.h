@@ -33,6 +33,19 @@ enum {
     S_COUNT
 };
 
+/* keyspace.c: what the server's notify-keyspace-events offers a lock
+ * waiter (read and written with atomics). K: per-key __keyspace@DB__:KEY
+ * channels; E: the __keyevent@DB__:del/expired channels, filtered by key;
+ * UNKNOWN: CONFIG GET refused (an ACL, a renamed command): listen on the
+ * per-key channel and trust it once an event has arrived. */
+enum { RKS_UNASKED, RKS_OFF, RKS_K, RKS_E, RKS_UNKNOWN };
+typedef struct {
+    int mode;                /* RKS_* below; 0 = not asked yet */
+    int expired;             /* the 'x' class is on too (from CONFIG GET) */
+    int seen;                /* a del/expired keyspace event arrived (CONFIG refused) */
+    int64_t checked_ns;      /* when mode was last settled */
+} rks_state;
+
 typedef struct {
     rcfg cfg;
     rpool pool;
@@ -46,6 +59,7 @@ typedef struct {
     baton_host *host;        /* the core's side (attach) */
     int watching;            /* the subscriber watches for drops (atomic) */
     char ident[200];         /* resolved address, db, layout, prefix */
+    rks_state ks;            /* keyspace.c */
 } reng;
 
 /* Runs script SID on connection C (EVALSHA, falling back to EVAL on NOSCRIPT).
@@ -138,6 +152,26 @@ int baton__redis_wait_loop_msg(reng *e, const char *channel, baton_waiter *w, in
  * generation read before the attempt). NULL otherwise. */
 rsub_entry *baton__redis_presub(reng *e, const char *channel, int pattern, baton_waiter *w);
 void baton__redis_presub_drop(reng *e, rsub_entry *pre);
+
+/* keyspace.c: a plain lock's waiter also listens for the lock key's
+ * del/expired keyspace events when the server sends them
+ * (docs/redis-layout.md, "Keyspace notifications"). */
+typedef struct {
+    reng *e;
+    const char *key;
+    int mode;                /* RKS_* this wait subscribed with */
+    rsub_entry *se[2];
+} rb_ks_wait;
+/* Registers W for KEY's release events as the server's configuration allows
+ * (asking it with CONFIG GET at most every 10 s, by DEADLINE, the wait's);
+ * never fails: without them KW registers nothing. Marks KW as this thread's
+ * wait until ks_leave. */
+void baton__redis_ks_enter(reng *e, const char *key, baton_waiter *w, int64_t deadline, rb_ks_wait *kw);
+void baton__redis_ks_leave(rb_ks_wait *kw);
+/* 1 when this thread's wait on E is sure to be woken by a foreign release
+ * right now (notifications known to be on and subscribed): the waiting loop
+ * then needs no re-check backoff for foreign releasers. */
+int baton__redis_ks_covered(reng *e);
 
 /* Lock states (redis.c owns the plain kind; locks.c fair and read/write;
  * coord.c group members and queue takers). Every lock state starts with its

@@ -405,6 +405,8 @@ int baton__redis_wait_loop_msg(reng *e, const char *channel, baton_waiter *w, in
          * generation from before it, so a wake-up since then is not lost. */
         unsigned g = pre ? pre_gen : baton_waiter_gen(w);
         int ready = rsub_ready(&e->sub, se);
+        /* keyspace.c: a foreign release will wake us (read before the attempt) */
+        int covered = !pre && baton__redis_ks_covered(e);
         int done = 0;
         int64_t hint = -1;
         char payload[RSUB_MSG_MAX];
@@ -443,7 +445,7 @@ int baton__redis_wait_loop_msg(reng *e, const char *channel, baton_waiter *w, in
         if (!rc && hint >= 0 && hint < 86400000) until = rmin64(until, now + hint * 1000000 + 1000000);
         if (refresh_ms > 0) until = rmin64(until, now + refresh_ms * 1000000);
         until = rmin64(until, now + (int64_t)RECHECK_MAX_MS * 1000000);
-        if (rc || !ready || (flags & RB_WAIT_POLL)) {
+        if (rc || !ready || ((flags & RB_WAIT_POLL) && !covered)) {
             until = rmin64(until, now + backoff_ns(backoff));
             backoff = backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : backoff * 2;
         }
@@ -735,9 +737,12 @@ int baton__redis_plain_acquire(reng *e, rlock *l, baton_acquire_req *req) {
     }
     char what[64];
     snprintf(what, sizeof what, "acquire of '%.40s'", l->key);
+    rb_ks_wait kw; /* foreign releases wake us too, where the server notifies them */
+    baton__redis_ks_enter(e, l->key, req->waiter, req->deadline_ns, &kw);
     rc = baton__redis_wait_loop_msg(e, l->channel, req->waiter, req->deadline_ns, 0,
                                     e->layout == LAYOUT_SIMPLE ? RB_WAIT_POLL : 0,
                                     plain_attempt, NULL, &x, what, pre, ttl, gen);
+    baton__redis_ks_leave(&kw);
     if (rc) drop_uncertain(&x);
     return rc;
 }

@@ -116,6 +116,13 @@ void rsub_destroy(rsub *s);
  * subscriber wakes W on every message, on subscription confirmation and when
  * its connection is lost. */
 int rsub_register(rsub *s, const char *channel, int pattern, baton_waiter *w, rsub_entry **out);
+/* The same, but a message wakes W only when WANT(ARG, payload, len) says 1
+ * (called on the subscriber thread with its mutex held: it must not block or
+ * call back into the subscriber). Confirmations and a lost connection wake W
+ * regardless. ARG must outlive the registration. */
+typedef int (*rsub_want_fn)(void *arg, const char *payload, size_t len);
+int rsub_register_want(rsub *s, const char *channel, int pattern, baton_waiter *w, rsub_want_fn want,
+                       void *want_arg, rsub_entry **out);
 /* 1 when the channel's subscription is confirmed on the live connection. */
 int rsub_ready(rsub *s, rsub_entry *e);
 void rsub_unregister(rsub *s, rsub_entry *e);

@@ -33,6 +33,9 @@ static const baton_engine_option options[] = {
     BATON__OPT_END,
 };
 static const char *const notes[] = {
+    "lock waiters: woken by baton's PUBLISH and, where the server has notify-keyspace-events K or E with g on, "
+    "by the key's del/expired events (a foreign or silent release at once; CONFIG GET every 10 s while waiting); "
+    "else layout=simple polls every 2-200 ms and the default layout re-checks at the TTL and every 2 s",
     "fair: Redisson's RFairLock layout",
     "latch: Redisson's RCountDownLatch layout",
     "election: built by the core on the lock \"baton:election:NAME\" (its fence is the term; fair with "

@@ -34,6 +34,8 @@ struct rsub_entry {
     baton_waiter *w;
     rchan *ch;
     unsigned seen;           /* msg_seq of the last message this waiter took */
+    rsub_want_fn want;       /* NULL, or which messages wake this waiter */
+    void *want_arg;
 };
 
 struct rchan {
@@ -59,6 +61,12 @@ static void signal_thread(rsub *s) {
 
 static void wake_chan(rchan *ch) {
     for (rsub_entry *e = ch->waiters; e; e = e->next) baton_waiter_wake(e->w);
+}
+
+/* A message wakes the waiters that want it (all, unless they filter). */
+static void wake_msg(rchan *ch, const char *payload, size_t len) {
+    for (rsub_entry *e = ch->waiters; e; e = e->next)
+        if (!e->want || e->want(e->want_arg, payload, len)) baton_waiter_wake(e->w);
 }
 
 static rchan *find_chan(rsub *s, const char *name, size_t len, int pattern) {
@@ -176,7 +184,8 @@ static int handle_reply(rsub *s, redisReply *r, int *pong) {
                 c->msg[0] = 0;
             }
             c->msg_seq++;
-            wake_chan(c);
+            if (payload && is_str(payload)) wake_msg(c, payload->str, payload->len);
+            else wake_msg(c, "", 0);
         } else if (!strcasecmp(kind, "subscribe") || !strcasecmp(kind, "unsubscribe") ||
                    !strcasecmp(kind, "psubscribe") || !strcasecmp(kind, "punsubscribe")) {
             if (c->pending > 0) c->pending--;
@@ -355,10 +364,17 @@ int rsub_watch(rsub *s, void (*fn)(void *), void *arg) {
 }
 
 int rsub_register(rsub *s, const char *channel, int pattern, baton_waiter *w, rsub_entry **out) {
+    return rsub_register_want(s, channel, pattern, w, NULL, NULL, out);
+}
+
+int rsub_register_want(rsub *s, const char *channel, int pattern, baton_waiter *w, rsub_want_fn want,
+                       void *want_arg, rsub_entry **out) {
     *out = NULL;
     rsub_entry *e = calloc(1, sizeof *e);
     if (!e) return baton_seterr(BATON_ENOMEM, 0, "redis: out of memory");
     e->w = w;
+    e->want = want;
+    e->want_arg = want_arg;
     pthread_mutex_lock(&s->mu);
     if (start_locked(s) != 0) {
         pthread_mutex_unlock(&s->mu);
