@@ -16,16 +16,16 @@ extern const baton_backend baton__backend_redis;
 #endif
 #endif
 
-static const char *const schemes[] = { "redis", "rediss", NULL };
+static const char *const schemes[] = { "redis", "rediss", "redis-cluster", "rediss-cluster", NULL };
 static const char *const layouts[] = { "redisson", "simple", NULL };
 static const baton_engine_option options[] = {
     BATON__STR("prefix", "", "a string put before every key baton makes"),
     BATON__ENUM("layout", "redisson", layouts,
                 "redisson: Redisson's hashes and channels; simple: SET NX PX keys (redis-py, node-redlock, redsync)"),
-    BATON__PATH("cacert", "rediss", "CA certificates (PEM) to verify the server with"),
-    BATON__PATH("cert", "rediss", "client certificate (PEM)"),
-    BATON__PATH("key", "rediss", "client private key (PEM); needs cert"),
-    BATON__BOOL("insecure", "0", "rediss", "1: do not verify the server's certificate"),
+    BATON__PATH("cacert", "rediss rediss-cluster", "CA certificates (PEM) to verify the server with"),
+    BATON__PATH("cert", "rediss rediss-cluster", "client certificate (PEM)"),
+    BATON__PATH("key", "rediss rediss-cluster", "client private key (PEM); needs cert"),
+    BATON__BOOL("insecure", "0", "rediss rediss-cluster", "1: do not verify the server's certificate"),
     BATON__INT("wait_replicas", "0", 0, 1000, "after a grant, WAIT for this many replicas to have it"),
     { "wait_ms", "ms", "1000", "how long WAIT waits for the replicas", 1, 3600000, NULL, NULL, NULL, "wait_replicas" },
     BATON__CONNECT_TIMEOUT,
