@@ -6,6 +6,7 @@
 #   redis-cluster.sh start DIR         prints the first master's port
 #   redis-cluster.sh stop DIR
 #   redis-cluster.sh wait-ok DIR       waits (30 s max) until every live node says cluster_state:ok
+#                                      and every live replica is in sync
 #
 # DIR/port holds the first master's port while the cluster runs (the ctest
 # fixture's "{port}"; redis-cluster://127.0.0.1:{port} finds the rest);
@@ -45,6 +46,10 @@ wait_ok() {
         for p in $(cat "$dir/ports"); do
             redis-cli -p "$p" PING >/dev/null 2>&1 || continue   # a killed node does not count
             redis-cli -p "$p" CLUSTER INFO 2>/dev/null | grep -q 'cluster_state:ok' || ok=0
+            # a replica counts once its copy is in sync
+            if redis-cli -p "$p" ROLE 2>/dev/null | head -1 | grep -q slave; then
+                redis-cli -p "$p" INFO replication 2>/dev/null | grep -q 'master_link_status:up' || ok=0
+            fi
         done
         [ $ok = 1 ] && return 0
         sleep 0.1
@@ -71,7 +76,7 @@ start)
         # goes last on the command line, which redis-server takes.
         bash "$here/redis.sh" start "$dir/n$i" --port "$p" --cluster-enabled yes \
             --cluster-config-file "$dir/n$i/nodes.conf" --cluster-node-timeout 1000 \
-            --cluster-replica-validity-factor 0 >/dev/null || die "node $i did not start"
+            --cluster-replica-validity-factor 0 --repl-diskless-sync-delay 0 >/dev/null || die "node $i did not start"
         # redis-server takes the last --port: ours, not the one redis.sh chose
         echo "$p" >"$dir/n$i/port"
         echo "$p" >>"$dir/ports"
