@@ -252,6 +252,10 @@ static void test_enotsup(void) {
         CHECK(m && strstr(m, "hash slot"));
         baton_lock_free(l);
     }
+    /* a quorum (RedLock) of cluster clients */
+    baton_client *q = NULL;
+    CHECK_RC(baton_client_open_quorum(&q, &c, 1, NULL), BATON_ENOTSUP);
+    if (q) baton_client_close(q);
     baton_client_close(c);
     char uri[600];
     snprintf(uri, sizeof uri, "redis-cluster://127.0.0.1:%d/1", g_ports[0]);

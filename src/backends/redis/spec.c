@@ -34,6 +34,10 @@ static const baton_engine_option options[] = {
 };
 static const char *const notes[] = {
     "fair: Redisson's RFairLock layout",
+    "cluster: redis[s]-cluster://h1:p1,h2:p2,... (seeds): slot map from CLUSTER SLOTS, one connection per master, "
+    "MOVED/ASK/TRYAGAIN/CLUSTERDOWN followed within the call's deadline; every key of an operation shares the "
+    "name's hash slot (Redisson's {tag} rule), else BATON_ENOTSUP; wake-ups by classic PUBLISH (broadcast by the "
+    "cluster); a quorum of cluster clients is BATON_ENOTSUP (docs/redis-layout.md)",
     "latch: Redisson's RCountDownLatch layout",
     "election: not yet (issue #25)",
     "value: the plain string baton_value:{K} (redis-cli GET/SET work on it) + version hash baton_value_ver:{K}; "
