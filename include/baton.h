@@ -342,7 +342,15 @@ BATON_EXTERN(void) baton_latch_free(baton_latch *l);
  * can read or observe. Leadership is a lock: it has a fencing token (the
  * term), is lost like a lock (session expiry, an unrenewable lease) and is
  * then reported once through on_lost. Engines: ZooKeeper (Curator's
- * LeaderLatch layout); others answer BATON_ENOTSUP. */
+ * LeaderLatch layout) and etcd (its election API's layout) have their own;
+ * on file, SQLite, PostgreSQL, MySQL and Redis the library builds it on a
+ * lock plus a value: a candidate is the lock "baton:election:NAME" (fair
+ * where the engine has fair locks; its fence is the term) and the leader
+ * keeps the record "<term>\n<holder>\n<value>" in the value of that name (lock and
+ * value names starting with "baton:election:" are reserved for it); an
+ * observer there re-reads at least every second, so a leader that died
+ * with nobody in line is seen gone within its lease + 1 s (docs/engines.md).
+ * RedLock (no values) answers BATON_ENOTSUP. */
 typedef struct baton_election baton_election;
 
 /* Called on the keeper thread when this candidate's leadership is lost. */
@@ -373,7 +381,8 @@ BATON_EXTERN(int) baton_election_is_leader(const baton_election *e);
 /* The term's fencing token while leading; 0 otherwise. */
 BATON_EXTERN(uint64_t) baton_election_fence(const baton_election *e);
 /* The leader changes its value without a new term. BATON_ENOTHELD when not
- * leading; BATON_ENOTSUP where the engine cannot. */
+ * leading, BATON_ELOST when its leadership was lost (the engine has another
+ * term now); BATON_ENOTSUP where the engine cannot. */
 BATON_EXTERN(int) baton_election_proclaim(baton_election *e, const char *value);
 /* Who leads now: its value (cut to n bytes, NUL-terminated) and fence (may be
  * NULL). BATON_ENOTHELD when nobody leads. */
@@ -390,7 +399,23 @@ BATON_EXTERN(int) baton_election_deadline(const baton_election *e, int64_t *mono
  * neither in flight, the next campaign and the next observe each return
  * BATON_ECANCELED at once (see baton_lock_cancel). */
 BATON_EXTERN(int) baton_election_cancel(baton_election *e);
-/* Resigns if leading, then frees. */
+/* Listeners: the callback form of baton_election_observe. From a thread of
+ * its own, CB is called once with the leader now and again after every
+ * change: EVENT BATON_ELECTION_LEADER (a new leader, a new term: FENCE),
+ * BATON_ELECTION_VALUE (the leader proclaimed VALUE, same term) or
+ * BATON_ELECTION_NONE (nobody leads: VALUE "", FENCE 0). Like a watch it may
+ * skip intermediate states, never the last. VALUE is valid during the call
+ * only. A failing engine is retried every second (the callback is not
+ * called for failures). One listener per handle: BATON_EINVAL for a second;
+ * CB must not free E. */
+enum { BATON_ELECTION_LEADER = 1, BATON_ELECTION_VALUE = 2, BATON_ELECTION_NONE = 3 };
+typedef void (*baton_election_cb)(baton_election *e, int event, const char *value, uint64_t fence,
+                                  void *payload);
+BATON_EXTERN(int) baton_election_listen(baton_election *e, baton_election_cb cb, void *payload);
+/* Stops the listener and waits for a callback in flight; never from the
+ * callback. BATON_ENOTHELD without one. baton_election_free stops it too. */
+BATON_EXTERN(int) baton_election_unlisten(baton_election *e);
+/* Stops a listener, resigns if leading, then frees. */
 BATON_EXTERN(void) baton_election_free(baton_election *e);
 
 /* ---- values ----------------------------------------------------------------

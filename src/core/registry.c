@@ -70,7 +70,9 @@ unsigned baton__backend_prims(const baton_backend *b)
     if (b->permits) p |= BATON_PRIM_PERMITS;
     /* The core builds latches on values where an engine has no latch table. */
     if (b->latch || b->value) p |= BATON_PRIM_LATCH;
-    if (b->election) p |= BATON_PRIM_ELECTION;
+    /* The core builds elections on a lock plus a value (its info tells who
+     * holds the candidate lock) where an engine has no election table. */
+    if (b->election || (b->value && b->lock && b->lock->info)) p |= BATON_PRIM_ELECTION;
     if (b->value) p |= BATON_PRIM_VALUE;
     if (b->group) p |= BATON_PRIM_GROUP;
     if (b->queue) p |= BATON_PRIM_QUEUE;

@@ -38,4 +38,7 @@ int baton__vlatch_count_down(sync_obj *o);
 int baton__vlatch_count(sync_obj *o, uint64_t *out);
 int baton__vlatch_await(sync_obj *o, int64_t deadline_ns);
 
+/* The handle under a baton_value, for the core's own uses (elections). */
+sync_obj *baton__value_obj(baton_value *v);
+
 #endif

@@ -237,6 +237,8 @@ int baton_value_cancel(baton_value *v)
 
 const char *baton_value_name(const baton_value *v) { return v ? v->o.name : NULL; }
 
+sync_obj *baton__value_obj(baton_value *v) { return &v->o; }
+
 void baton_value_free(baton_value *v)
 {
     if (!v) return;

@@ -263,6 +263,32 @@ elif MODE == "kill":
     check("no overlaps", d.get("overlaps") == 0, show(d))
     no_crash(d)
 
+elif MODE in ("fair_file", "fair_sqlite", "rw_sqlite"):
+    # issue 25: fair locks on file and SQLite (the order kept without
+    # faults; exclusion and fences with holders and waiters SIGKILLed), and
+    # SQLite's read-write lock with holders SIGKILLed
+    eng = MODE.split("_")[1]
+    uri = ("file://" + os.path.join(TMP, "check_" + MODE) if eng == "file"
+           else "sqlite://" + os.path.join(TMP, "check_" + MODE + ".db"))
+    if MODE.startswith("fair"):
+        rc, d, out, err = run_json("-u", uri, "--fair", "--clients", "6", "--seconds", "3", "-t", "0.5", "fifo")
+        check(eng + " --fair: exit 0", rc == 0, "rc %d %s %s" % (rc, show(d), err))
+        check("grants > 0, no overlap, fences increasing", d.get("grants", 0) > 0 and d.get("overlaps") == 0
+              and d.get("fences_increasing") is True, show(d))
+        check("fair order kept", d.get("fair_order") == "kept" and d.get("fair_inversions") == 0,
+              "%s %s" % (d.get("fair_order"), d.get("fair_inversions")))
+        no_crash(d)
+        extra = ["--fair", "--kill-waiting", "0.2"]
+    else:
+        extra = ["-s"]
+    rc, d, out, err = run_json("-u", uri, *extra, "--clients", "6", "--seconds", "4", "-t", "0.5", "--kill", "0.2",
+                               "--seed", "25", "killed")
+    check(eng + " " + " ".join(extra) + " --kill: exit 0", rc == 0, "rc %d %s %s" % (rc, show(d), err))
+    check("holders were killed", d.get("kills_holding", 0) > 0, show(d))
+    check("no overlaps, no stale write accepted, fences increasing", d.get("overlaps") == 0
+          and d.get("stale_writes_accepted") == 0 and d.get("fences_increasing") is True, show(d))
+    no_crash(d)
+
 elif MODE in ("zk_pause", "etcd_pause"):
     # Session engines: a holder stopped past its session timeout (ZooKeeper's
     # session, etcd's lease) must see held() = 0 on its first look after it

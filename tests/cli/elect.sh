@@ -2,13 +2,19 @@
 # CLI tests for `baton elect`: run a command only while leading an election.
 #
 #   elect.sh zk PATH/TO/baton    the test ZooKeeper server ($BATON_TEST_SRV/zk/port),
-#                                sessions of 4 s; also the file engine's
-#                                "not supported" (BATON_DIR=<tmp>)
+#                                sessions of 4 s
 #   elect.sh etcd PATH/TO/baton  the test etcd server ($BATON_TEST_SRV/etcd/port),
 #                                the client's lease of 4 s in the session's part
+#   elect.sh file|sqlite|redis|postgres|mysql PATH/TO/baton
+#                                the elections the library builds on a lock plus a
+#                                value: files in the temp dir, or the engine's
+#                                fixture (postgres and mysql in mode=lease); leases
+#                                of 4 s (baton elect -t 4); on the file engine a
+#                                frozen leader keeps leading (no lease): that part
+#                                is left out there
 #
-# Prints "N passed, N failed"; exits 1 on failure, 77 when the ZooKeeper
-# server is missing (unless BATON_REQUIRE_ALL=1).
+# Prints "N passed, N failed"; exits 1 on failure, 77 when the server is
+# missing (unless BATON_REQUIRE_ALL=1).
 set -u
 
 MODE=${1:?mode}
@@ -20,26 +26,56 @@ chmod 700 "$TMP"
 
 . "$HERE/lib.sh"
 
+# CAND_OPTS: what a candidate adds (a lease); UNREACH: the engine on a closed
+# port ("" = no server); FROZEN: a frozen leader is replaced (1) or not (0)
+CAND_OPTS=()
+FROZEN=1
+fixture_port() {
+    PORT=$(cat "${BATON_TEST_SRV:-/nonexistent}/$1/port" 2>/dev/null) || PORT=""
+    [ -n "$PORT" ] || skip_or_fail "no test $1 server"
+}
+closed=$(/usr/bin/python3 -c 'import socket
+s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()' 2>/dev/null || echo 1)
 case "$MODE" in
 zk)
-    PORT=$(cat "${BATON_TEST_SRV:-/nonexistent}/zk/port" 2>/dev/null) || PORT=""
-    [ -n "$PORT" ] || skip_or_fail "no test zk server"
+    fixture_port zk
     unset BATON_DIR BATON_URI BATON_REDIS_PASSWORD REDISCLI_AUTH BATON_ZK_AUTH
     ZK_SESSION_MS=4000
     URI="zk://127.0.0.1:$PORT?session_timeout_ms=$ZK_SESSION_MS"
-    U=(-u "$URI")
+    UNREACH="zk://127.0.0.1:$closed?connect_timeout_ms=1000"
     ;;
 etcd)
     # the etcd fixture; a client's lease of 4 s plays the session's part
-    PORT=$(cat "${BATON_TEST_SRV:-/nonexistent}/etcd/port" 2>/dev/null) || PORT=""
-    [ -n "$PORT" ] || skip_or_fail "no test etcd server"
+    fixture_port etcd
     unset BATON_DIR BATON_URI BATON_ETCD_PASSWORD
     ZK_SESSION_MS=4000
     URI="etcd://127.0.0.1:$PORT?ttl=4"
-    U=(-u "$URI")
+    UNREACH="etcd://127.0.0.1:$closed?connect_timeout_ms=1000"
     ;;
-*) echo "usage: $0 zk|etcd BATON" >&2; exit 2 ;;
+file|sqlite|redis|postgres|mysql)
+    unset BATON_DIR BATON_URI BATON_REDIS_PASSWORD REDISCLI_AUTH
+    ZK_SESSION_MS=4000
+    CAND_OPTS=(-t 4)
+    case "$MODE" in
+    file) mkdir -p "$TMP/locks"; URI="file://$TMP/locks"; UNREACH=""; FROZEN=0; CAND_OPTS=() ;;
+    sqlite) URI="sqlite://$TMP/elect.db"; UNREACH="" ;;
+    redis) fixture_port redis; URI="redis://127.0.0.1:$PORT/0"; UNREACH="redis://127.0.0.1:$closed/0" ;;
+    postgres)
+        fixture_port postgres
+        URI="postgres://baton:baton-test@127.0.0.1:$PORT/postgres?mode=lease"
+        UNREACH="postgres://baton:baton-test@127.0.0.1:$closed/postgres" ;;
+    mysql)
+        fixture_port mysql
+        URI="mysql://baton:baton-test@127.0.0.1:$PORT/baton?mode=lease"
+        UNREACH="mysql://baton:baton-test@127.0.0.1:$closed/baton" ;;
+    esac
+    ;;
+*) echo "usage: $0 zk|etcd|file|sqlite|redis|postgres|mysql BATON" >&2; exit 2 ;;
 esac
+U=(-u "$URI")
+# the URI as a child sees it in BATON_URI: without the password
+URI_SHOWN=${URI/:baton-test@/@}
+case "$URI" in *\?*) SEP='&' ;; *) SEP='?' ;; esac
 [ -x "$BATON" ] || { echo "no baton at $BATON" >&2; exit 1; }
 P="elect-$$-"
 # Bounds below only catch hangs: a session expiry is 4 s, and this runs on a
@@ -53,7 +89,7 @@ SLACK_MS=8000
 start_candidate() { # TAG VALUE NAME [baton elect options...]
     local tag=$1 value=$2 name=$3; shift 3
     rm -f "$TMP/c.$tag.fence" "$TMP/c.$tag.go" "$TMP/c.$tag.got"
-    "${B[@]}" elect "${U[@]}" --value "$value" "$@" "$name" -- sh -c '
+    "${B[@]}" elect "${U[@]}" "${CAND_OPTS[@]}" --value "$value" "$@" "$name" -- sh -c '
         trap "echo TERM >> \"$1.got\"; exit 0" TERM
         echo "$BATON_FENCE $BATON_LOCK" > "$1.fence.tmp" && mv "$1.fence.tmp" "$1.fence"
         while [ ! -e "$1.go" ]; do sleep 0.05; done' \
@@ -98,26 +134,12 @@ check "every option of baton elect --help is in baton(1) (missing:${missing:- no
 check "baton(1) describes elect --leader and --listen" \
     eval 'grep -q "^\.BI \"elect --leader " "$TMP/man.txt" && grep -q "^\.BI \"elect --listen " "$TMP/man.txt"'
 
-# ---- the file engine: no elections ------------------------------------------------
-# BATON_ENOTSUP maps to 64 (cli_exit_for), as `baton run --permits` on an
-# engine without permits: the command line asks for something the chosen
-# engine cannot do, which only a different command line fixes.
-mkdir -p "$TMP/locks"; chmod 700 "$TMP/locks"
-rm -f "$TMP/file.ran"
-expect_rc 64 "[file] elect: not supported" env BATON_DIR="$TMP/locks" "${B[@]}" elect "${P}f" -- touch "$TMP/file.ran"
-check "[file] ...says so" grep -q "elections are not supported by the file engine" "$TMP/err"
-check "[file] ...the command did not run" [ ! -e "$TMP/file.ran" ]
-expect_rc 64 "[file] elect --leader: not supported" env BATON_DIR="$TMP/locks" "${B[@]}" elect --leader "${P}f"
-check "[file] ...says so" grep -q "not supported" "$TMP/err"
-expect_rc 64 "[file] elect --listen: not supported" env BATON_DIR="$TMP/locks" "${B[@]}" elect --listen -w 1 "${P}f"
-check "[file] ...says so" grep -q "not supported" "$TMP/err"
-
-# ---- zk: bad URIs, nobody leads -------------------------------------------------
-closed=$(/usr/bin/python3 -c 'import socket
-s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()' 2>/dev/null || echo 1)
-expect_rc 69 "[$MODE] elect on an unreachable ensemble" b elect -u "$MODE://127.0.0.1:$closed?connect_timeout_ms=1000" "${P}u" -- touch "$TMP/ran69"
-check "[$MODE] ...the command did not run" [ ! -e "$TMP/ran69" ]
-expect_rc 64 "[$MODE] elect with a bad URI option" b elect -u "$MODE://127.0.0.1:$PORT?bogus=1" "${P}u" -- true
+# ---- bad URIs, nobody leads ----------------------------------------------------------
+if [ -n "$UNREACH" ]; then
+    expect_rc 69 "[$MODE] elect on an unreachable server" b elect -u "$UNREACH" "${P}u" -- touch "$TMP/ran69"
+    check "[$MODE] ...the command did not run" [ ! -e "$TMP/ran69" ]
+fi
+expect_rc 64 "[$MODE] elect with a bad URI option" b elect -u "${URI}${SEP}bogus=1" "${P}u" -- true
 N="${P}none"
 expect_rc 1 "[$MODE] --leader when nobody leads: exit 1" b elect "${U[@]}" --leader "$N"
 check "[$MODE] ...and prints nothing" empty "$TMP/out"
@@ -135,7 +157,7 @@ check "[$MODE] ...ran through sh -c, with BATON_LOCK" grep -qx "$N" "$TMP/out"
 expect_rc 0 "[$MODE] elect: the child's environment" b elect "${U[@]}" "$N" -- env
 check "[$MODE] ...BATON_LOCK is the name" grep -qx "BATON_LOCK=$N" "$TMP/out"
 check "[$MODE] ...BATON_FENCE is decimal" grep -qE "^BATON_FENCE=[0-9]+$" "$TMP/out"
-check "[$MODE] ...BATON_URI is the URI" grep -qx "BATON_URI=$URI" "$TMP/out"
+check "[$MODE] ...BATON_URI is the URI" grep -qx "BATON_URI=$URI_SHOWN" "$TMP/out"
 # BATON_URI reaches the same election: a nested elect -n is busy
 expect_rc 0 "[$MODE] nested elect" b elect "${U[@]}" "$N" -- sh -c '"$0" elect -n "$BATON_LOCK" -- true; echo "nested=$?"' "$BATON"
 check "[$MODE] ...a nested elect -n on the same name is busy (exit 1)" grep -qx "nested=1" "$TMP/out"
@@ -236,9 +258,11 @@ wait_file "$TMP/busy.done" 60
 
 # ---- leadership lost: the leader's baton frozen past the session timeout ------------------
 N="${P}lost"
-start_candidate l1 L1 "$N" --kill-after 5
+[ "$FROZEN" = 1 ] && start_candidate l1 L1 "$N" --kill-after 5
 p1=$CAND_PID
-if wait_file "$TMP/c.l1.fence" 15; then
+if [ "$FROZEN" = 0 ]; then
+    :   # no lease: a frozen leader leads on (its process and lock live)
+elif wait_file "$TMP/c.l1.fence" 15; then
     f1=$(fence_of l1)
     start_candidate l2 L2 "$N" -w 60
     p2=$CAND_PID

@@ -2,8 +2,8 @@
  * The fair lock suite (baton_lock_options.fair = 1):
  *
  *   test_prims_fair URI          FIFO order, no barging, timeouts and cancels
- *                                leave the queue, a SIGKILLed waiter does not
- *                                stall it, exclusion under N processes
+ *                                leave the queue, a SIGKILLed waiter or holder
+ *                                does not stall it, exclusion under N processes
  *   test_prims_fair --herd       Redis only, on a server of its own: the number
  *                                of server commands per handoff is the same with
  *                                1, 16 and 128 waiters, and at most 6 (INFO
@@ -133,7 +133,17 @@ static void test_basic(void) {
     CHECK_RC(baton_lock_release(b), 0);
 
     /* owner checks: a fixed lease runs out, the next owner's lock is never
-     * touched by the stale holder */
+     * touched by the stale holder (engines with leases; the file engine's
+     * locks last until released or their holder dies) */
+    const baton_engine_info *ei = baton_engine_find(g_backend);
+    if (!ei || !(ei->features & BATON_FEATURE_LEASE)) {
+        baton_lock_free(r);
+        baton_lock_free(a);
+        baton_lock_free(b);
+        baton_client_close(c1);
+        baton_client_close(c2);
+        return;
+    }
     baton_lock_options fo = fair_opts(300);
     fo.fixed_lease = 1;
     baton_lock *s = NULL;
@@ -324,6 +334,56 @@ static void test_killed_waiter(void) {
     acq_join(&t);
     CHECK_RC(t.rc, 0);
     if (g_redis_port) CHECK(queued(g_redis_port, n) == 0);
+    baton_lock_free(a);
+    baton_lock_free(b);
+    baton_client_close(c1);
+    baton_client_close(c2);
+}
+
+/* The holder (another process) is SIGKILLed with two waiters in line: the
+ * first in line gets the lock (when the engine learns of the death: at once
+ * where the kernel frees, at the end of the lease elsewhere), with a larger
+ * fence, and the second waits until the first lets go: never two holders. */
+static void test_killed_holder(void) {
+    char n[256], line[128];
+    lname(n, sizeof n, "killedh");
+    const uint32_t lease = 1000;
+    baton_client *c1 = client(), *c2 = client();
+    baton_lock_options o = fair_opts(lease);
+    baton_lock *a = lock_on(c1, n, &o), *b = lock_on(c2, n, &o);
+    tl_worker w;
+    char ls[16];
+    snprintf(ls, sizeof ls, "%u", lease);
+    char *argv[] = { "test_prims_fair", "--worker", "wait", g_uri, n, ls, NULL };
+    CHECK(tl_worker_spawn(&w, argv) == 0);
+    CHECK(tl_expect_line(&w, "WAITING", line, sizeof line, 15000) == 0);
+    CHECK(tl_expect_line(&w, "GOT", line, sizeof line, 15000) == 0);
+    uint64_t fw = strtoull(line + 4, NULL, 10);
+    atomic_int ctr;
+    atomic_init(&ctr, 0);
+    acq_thread ta, tb;
+    acq_start_ex(&ta, a, 20000, 1, 0, &ctr);
+    wait_queued(g_redis_port, n, 1);
+    acq_start_ex(&tb, b, 20000, 1, 0, &ctr);
+    wait_queued(g_redis_port, n, 2);
+    CHECK(!atomic_load(&ta.done) && !atomic_load(&tb.done));
+    kill(w.pid, SIGKILL);
+    int st = tl_worker_reap(&w, 10000);
+    CHECK(WIFSIGNALED(st));
+    CHECK(acq_wait(&ta, 15000));
+    CHECK_RC(ta.rc, 0);
+    CHECK(ta.order == 1);
+    CHECK(ta.fence > fw);
+    tl_sleep_ms(300);
+    CHECK(!atomic_load(&tb.done)); /* the second in line still waits: one holder */
+    CHECK(baton_lock_held(a) == 1);
+    atomic_store(&ta.release_now, 1);
+    CHECK(acq_wait(&tb, 15000));
+    CHECK_RC(tb.rc, 0);
+    CHECK(tb.order == 2);
+    CHECK(tb.fence > ta.fence);
+    acq_join(&ta);
+    acq_join(&tb);
     baton_lock_free(a);
     baton_lock_free(b);
     baton_client_close(c1);
@@ -711,6 +771,7 @@ int main(int argc, char **argv) {
     RUN(test_no_barging);
     RUN(test_leave_queue);
     RUN(test_killed_waiter);
+    RUN(test_killed_holder);
     RUN(test_paused_waiter_handoff);
     RUN(test_redisson_entry);
     RUN(test_subscription_lingers);

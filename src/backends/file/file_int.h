@@ -1,8 +1,8 @@
 /*
  * The file engine's shared state and the functions its parts share: file.c
  * (the lock directory, open/close, identity, the backend table), lock.c,
- * wait.c, rw.c, path.c (names that are absolute paths), sem.c, permits.c
- * and admin.c (list, break). See file.c for the design.
+ * wait.c, rw.c, path.c (names that are absolute paths), fair.c (the line
+ * of fair waiters), sem.c, permits.c and admin.c (list, break). See file.c for the design.
  */
 #ifndef BATON_FILE_INT_H
 #define BATON_FILE_INT_H
@@ -171,6 +171,14 @@ int file__rw_release(file_lock *fl);
 int file__path_acquire(file_engine *e, file_lock *fl, baton_acquire_req *req);
 int file__path_release(file_lock *fl);
 int file__path_info(file_engine *e, const char *path, baton_lockinfo *out);
+
+/* ---- fair.c ---- */
+/* A fair (FIFO) acquire: waits in the line of fair/<name>/ until this
+ * waiter is its head, then TAKE (the plain lock's acquire). */
+int file__fair_acquire(file_engine *e, file_lock *fl, baton_acquire_req *req,
+                       int (*take)(file_engine *e, file_lock *fl, baton_acquire_req *req));
+/* The number of live waiters in the line of the lock file FNAME ("lock.<escaped>"). */
+int file__fair_info(file_engine *e, const char *fname, int64_t *queued);
 
 /* ---- permits.c ---- */
 int file__permits_info(file_engine *e, const char *name, int64_t *out);

@@ -186,17 +186,13 @@ void file__lock_free(void *eng, void *st)
     free(fl);
 }
 
-int file__acquire(void *eng, void *st, baton_acquire_req *req)
+/* The plain lock (a name, or a path): the whole lock file, waiting in the
+ * kernel when the request allows. */
+static int plain_take(file_engine *e, file_lock *fl, baton_acquire_req *req)
 {
-    file_engine *e = eng;
-    file_lock *fl = st;
     int fd, rc;
 
-    if (fl->kind == K_MEMBER) return file__member_join(e, fl, req);
-    if (fl->kind == K_TAKER) return file__taker_take(e, fl, req);
     if (fl->path) return file__path_acquire(e, fl, req);
-    if (fl->kind == K_WRITE) return file__rw_acquire_write(e, fl, req);
-    if (fl->kind == K_READ) return file__rw_acquire_read(e, fl, req);
     for (int tries = 0;; tries++) {
         if (tries == RELINK_TRIES) return file__replaced_err(e, fl->fname);
         if ((fd = file__open_lock_file(e, fl->fname)) < 0) return fd;
@@ -211,6 +207,20 @@ int file__acquire(void *eng, void *st, baton_acquire_req *req)
     }
     fl->fd = fd;
     return 0;
+}
+
+int file__acquire(void *eng, void *st, baton_acquire_req *req)
+{
+    file_engine *e = eng;
+    file_lock *fl = st;
+
+    if (fl->kind == K_MEMBER) return file__member_join(e, fl, req);
+    if (fl->kind == K_TAKER) return file__taker_take(e, fl, req);
+    if (fl->kind == K_WRITE && !fl->path) return file__rw_acquire_write(e, fl, req);
+    if (fl->kind == K_READ && !fl->path) return file__rw_acquire_read(e, fl, req);
+    /* the core asks for fairness on plain locks only (not read-write locks) */
+    if (req->fair && fl->kind == K_PLAIN) return file__fair_acquire(e, fl, req, plain_take);
+    return plain_take(e, fl, req);
 }
 
 int file__release(void *eng, void *st, const baton_owner *o)
@@ -258,9 +268,10 @@ int file__info(void *eng, const char *name, baton_lockinfo *out)
     struct flock f;
     int fd, held, rc;
 
+    baton__file_name(name, fname, sizeof fname);
+    if ((rc = file__fair_info(e, fname, &out->queue_length))) return rc;
     if (name[0] == '/') return file__path_info(e, name, out);
 
-    baton__file_name(name, fname, sizeof fname);
     if ((rc = file__dir_open(e, fname, O_RDONLY, "lock file", &fd))) return rc;
     if (fd < 0) return 0;
     memset(&f, 0, sizeof f);

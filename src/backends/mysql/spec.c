@@ -41,7 +41,10 @@ static const baton_engine_option options[] = {
     BATON__OPT_END,
 };
 static const char *const notes[] = {
-    "election: not yet (issue #25)",
+    "election: built by the core on the fair lock \"baton:election:NAME\" (its fence is the term; the oldest "
+    "candidate leads) and the leader record (term, holder, value) in the value of that name; campaign: the "
+    "lock's acquire + 1 get and 1 compare-and-set; observe: the record's watch + lock info, re-read at least "
+    "every second",
     "rwlock: holder rows with leases on the server's clock (<table>_rw), in every mode (session and row modes too: "
     "a read-write lock lives by its lease, not a connection); a waiting writer's short row (lease <= 3 s) holds new "
     "readers back; acquire 6 statements in one transaction (counter row locked, counts read, fence bumped, row "
@@ -76,7 +79,8 @@ const baton_engine_info baton__info_mysql = {
     .uri = "mysql://[user[:password]@]host[:port]/db[?options]",
     .primitives = BATON_PRIM_LOCK | BATON_PRIM_FAIR | BATON_PRIM_RWLOCK | BATON_PRIM_SEM | BATON_PRIM_PERMITS | BATON_PRIM_LIST | BATON_PRIM_BREAK | BATON_PRIM_INFO | BATON_PRIM_LATCH |
                   BATON_PRIM_VALUE | BATON_PRIM_GROUP | BATON_PRIM_QUEUE |
-                  BATON_PRIM_RATELIMIT, /* the core's, on values */
+                  BATON_PRIM_RATELIMIT | /* the core's, on values */
+                  BATON_PRIM_ELECTION,
     .features = BATON_FEATURE_LEASE | BATON_FEATURE_FAIR,
     .notes = notes,
     .options = options,

@@ -37,7 +37,10 @@ static const baton_engine_option options[] = {
 };
 static const char *const notes[] = {
     "rwlock: mode=session only (advisory shared/exclusive locks)",
-    "election: not yet (issue #25)",
+    "election: built by the core on the fair lock \"baton:election:NAME\" (its fence is the term; the oldest "
+    "candidate leads) and the leader record (term, holder, value) in the value of that name; campaign: the "
+    "lock's acquire + 1 get and 1 compare-and-set; observe: the record's watch + lock info, re-read at least "
+    "every second",
     "fair: every mode; a queue table <table>_fair in front of the mode's grant: a waiter enqueues (1 INSERT, "
     "on a connection kept while it waits: its entry dies with that backend, or 5 s after its last re-check), "
     "only the head tries the mode's grant, then leaves the queue (1 DELETE + NOTIFY); a try is refused while "
@@ -76,7 +79,8 @@ const baton_engine_info baton__info_postgres = {
     .uri = "postgres://[user[:password]@]host[:port][,host[:port]...]/db[?options]",
     .primitives = BATON_PRIM_LOCK | BATON_PRIM_RWLOCK | BATON_PRIM_LIST | BATON_PRIM_BREAK | BATON_PRIM_INFO |
                   BATON_PRIM_VALUE | BATON_PRIM_GROUP | BATON_PRIM_QUEUE | BATON_PRIM_LATCH |
-                  BATON_PRIM_FAIR | BATON_PRIM_SEM | BATON_PRIM_PERMITS | BATON_PRIM_RATELIMIT,
+                  BATON_PRIM_FAIR | BATON_PRIM_SEM | BATON_PRIM_PERMITS | BATON_PRIM_RATELIMIT |
+                  BATON_PRIM_ELECTION,
     .features = BATON_FEATURE_LEASE | BATON_FEATURE_NOTIFY | BATON_FEATURE_FAIR,
     .notes = notes,
     .options = options,

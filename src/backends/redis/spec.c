@@ -39,7 +39,10 @@ static const char *const notes[] = {
     "name's hash slot (Redisson's {tag} rule), else BATON_ENOTSUP; wake-ups by classic PUBLISH (broadcast by the "
     "cluster); a quorum of cluster clients is BATON_ENOTSUP (docs/redis-layout.md)",
     "latch: Redisson's RCountDownLatch layout",
-    "election: not yet (issue #25)",
+    "election: built by the core on the lock \"baton:election:NAME\" (its fence is the term; fair with "
+    "layout=redisson, so the oldest candidate leads; in the simple layout any waiter may lead next) and the "
+    "leader record (term, holder, value) in the value of that name; campaign: the lock's acquire + 1 get and 1 "
+    "compare-and-set; observe: the record's watch + lock info, re-read at least every second",
     "value: the plain string baton_value:{K} (redis-cli GET/SET work on it) + version hash baton_value_ver:{K}; "
     "get/set/delete = 1 EVALSHA; a foreign write gets a new version at the next script; "
     "watch: PUBLISH + keyspace events (if the server has them on), re-read at least every 2 s; "
@@ -60,7 +63,8 @@ const baton_engine_info baton__info_redis = {
     .uri = "redis[s]://[user[:password]@]host[:port][/db][?options]",
     .primitives = BATON_PRIM_LOCK | BATON_PRIM_FAIR | BATON_PRIM_RWLOCK | BATON_PRIM_SEM | BATON_PRIM_PERMITS |
                   BATON_PRIM_LATCH | BATON_PRIM_LIST | BATON_PRIM_BREAK | BATON_PRIM_INFO | BATON_PRIM_VALUE |
-                  BATON_PRIM_GROUP | BATON_PRIM_QUEUE | BATON_PRIM_RATELIMIT,
+                  BATON_PRIM_GROUP | BATON_PRIM_QUEUE | BATON_PRIM_RATELIMIT |
+                  BATON_PRIM_ELECTION,
     .features = BATON_FEATURE_LEASE | BATON_FEATURE_NOTIFY | BATON_FEATURE_FAIR,
     .notes = notes,
     .options = options,

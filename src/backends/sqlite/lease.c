@@ -58,7 +58,7 @@ static int64_t jitter(int64_t ms)
  * a power loss take the last commits, so the stored fence may come back
  * lower than one already handed out; the clock floor keeps the next one
  * above it (unless the clock was set back meanwhile). */
-static uint64_t next_fence(uint64_t stored)
+uint64_t sq_next_fence(uint64_t stored)
 {
     struct timespec ts;
     uint64_t floor;
@@ -69,8 +69,10 @@ static uint64_t next_fence(uint64_t stored)
 
 /* One claim: 0 with *fence, BATON_ELOCKED with *left_ms (how long the
  * holder's lease still runs), or an error (BATON_EUNAVAILABLE when the
- * database stayed locked, BATON_ECANCELED when W was cancelled). */
-static int claim(sqeng *e, sqlock *l, baton_acquire_req *req, uint64_t *fence, int64_t *left_ms)
+ * database stayed locked, BATON_ECANCELED when W was cancelled). TICKET:
+ * NULL for a plain claim; for a fair one, the waiter's place in the line
+ * (fairrw.c; 0 = none yet): granted only when nobody live is ahead. */
+static int claim(sqeng *e, sqlock *l, baton_acquire_req *req, uint64_t *fence, int64_t *left_ms, int64_t *ticket)
 {
     sqconn *c = NULL;
     sqlite3_stmt *sel = NULL, *put = NULL;
@@ -81,13 +83,14 @@ static int claim(sqeng *e, sqlock *l, baton_acquire_req *req, uint64_t *fence, i
     if ((rc = sq_conn_get(e, &c))) return rc;
     sq_conn_arm(c, sq_busy_deadline(e, req->deadline_ns), req->waiter);
     if ((rc = sq_begin(e, c, req->waiter, "claim"))) goto out;
-    if ((rc = sq_prepare(e, c, "SELECT fence, owner, lease_until, boot FROM @T WHERE name = ?1", &sel))) goto out;
-    sqlite3_bind_text(sel, 1, l->name, -1, SQLITE_STATIC);
-    rc = sqlite3_step(sel);
     /* the write lock is ours from BEGIN IMMEDIATE on: the clock read now is
      * the claim's moment for every process */
     now = sq_boot_ms();
     until = now + req->lease_ms;
+    if (ticket && (rc = sq_fair_step(e, c, l->name, req, now, ticket, left_ms))) goto out;
+    if ((rc = sq_prepare(e, c, "SELECT fence, owner, lease_until, boot FROM @T WHERE name = ?1", &sel))) goto out;
+    sqlite3_bind_text(sel, 1, l->name, -1, SQLITE_STATIC);
+    rc = sqlite3_step(sel);
     if (rc == SQLITE_ROW) {
         const char *owner = (const char *)sqlite3_column_text(sel, 1);
         const char *boot = (const char *)sqlite3_column_text(sel, 3);
@@ -97,14 +100,19 @@ static int claim(sqeng *e, sqlock *l, baton_acquire_req *req, uint64_t *fence, i
         if (!free_row && strcmp(owner, req->owner->hex)) {
             *left_ms = lu - now;
             rc = baton_seterr(BATON_ELOCKED, 0, "sqlite: lock '%s' is held", l->name);
+            /* a fair wait takes its place in the line (refreshed at least every lease/3) */
+            if (ticket && req->deadline_ns != 0 && !(rc = sq_fair_join(e, c, l->name, req, now, ticket))) {
+                if (*left_ms > req->lease_ms / 3 + 1) *left_ms = req->lease_ms / 3 + 1;
+                rc = baton_seterr(BATON_ELOCKED, 0, "sqlite: lock '%s' is held", l->name);
+            }
             goto out;
         }
-        *fence = next_fence((uint64_t)sqlite3_column_int64(sel, 0));
+        *fence = sq_next_fence((uint64_t)sqlite3_column_int64(sel, 0));
         sqlite3_reset(sel);   /* done reading (owner and boot are gone now) */
         rc = sq_prepare(e, c, "UPDATE @T SET fence = ?2, owner = ?3, holder = ?4, lease_until = ?5, boot = ?6, "
                         "acquired_at = ?7 WHERE name = ?1", &put);
     } else if (rc == SQLITE_DONE) {
-        *fence = next_fence(0);
+        *fence = sq_next_fence(0);
         rc = sq_prepare(e, c, "INSERT INTO @T (name, fence, owner, holder, lease_until, boot, acquired_at) "
                         "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)", &put);
     } else {
@@ -122,6 +130,7 @@ static int claim(sqeng *e, sqlock *l, baton_acquire_req *req, uint64_t *fence, i
         rc = sq_err(e, c, rc, "claim");
         goto out;
     }
+    if (ticket && (rc = sq_fair_granted(e, c, ticket))) goto out;
     sqlite3_finalize(sel);
     sqlite3_finalize(put);
     sel = put = NULL;
@@ -134,6 +143,15 @@ static int claim(sqeng *e, sqlock *l, baton_acquire_req *req, uint64_t *fence, i
 out:
     sqlite3_finalize(sel);
     sqlite3_finalize(put);
+    if (rc == BATON_ELOCKED && ticket && *ticket && !sqlite3_get_autocommit(c->db)) {
+        /* keep the line's changes (our row, its refresh, the dead gone) */
+        int crc = sqlite3_exec(c->db, "COMMIT", NULL, NULL, NULL);
+        if (crc != SQLITE_OK) {
+            rc = sq_err(e, c, crc, "commit the fair line");
+            broken = 1;
+            *ticket = 0;   /* unknown: the row's lease ends it if it was written */
+        }
+    }
     sq_conn_put(e, c, broken);   /* rolls back an open transaction */
     return rc;
 }
@@ -215,13 +233,28 @@ typedef struct {
     sqeng *e;
     sqlock *l;
     baton_acquire_req *req;
+    int64_t ticket;          /* a fair waiter's row in the line, 0 = none */
+    int64_t refreshed;       /* when its row's lease was last refreshed (sq_boot_ms) */
 } claim_arg;
 
 static int claim_attempt(void *arg, int64_t *left_ms)
 {
     claim_arg *a = arg;
-    int64_t sent = baton_now_ns();
-    int rc = claim(a->e, a->l, a->req, &a->req->fence, left_ms);
+    int64_t sent = baton_now_ns(), before = sq_boot_ms();
+    int rc;
+    if (a->ticket && before - a->refreshed < (int64_t)a->req->lease_ms / 3) {
+        /* behind someone live and our row fresh: a read says so, no
+         * transaction (a release wakes the whole line) */
+        int64_t left = -1, due = a->refreshed + a->req->lease_ms / 3 - before + 1;
+        rc = sq_fair_behind(a->e, a->l->name, a->ticket, &left);
+        if (rc < 0) return rc;
+        if (rc == 1) {
+            *left_ms = left < due ? left : due;
+            return baton_seterr(BATON_ELOCKED, 0, "sqlite: lock '%s': waiting in line", a->l->name);
+        }
+    }
+    rc = claim(a->e, a->l, a->req, &a->req->fence, left_ms, a->req->fair ? &a->ticket : NULL);
+    if (rc == BATON_ELOCKED && a->ticket) a->refreshed = before;
     if (rc == 0) {
         a->l->fence = a->req->fence;
         a->req->sent_ns = sent;    /* the lease started no earlier than this */
@@ -231,10 +264,14 @@ static int claim_attempt(void *arg, int64_t *left_ms)
 
 int sq_lease_acquire(sqeng *e, sqlock *l, baton_acquire_req *req)
 {
-    claim_arg a = { e, l, req };
+    claim_arg a = { e, l, req, 0, 0 };
     char what[300];
+    int rc;
+    if (req->fair && (rc = sq_fairrw_tables(e))) return rc;
     snprintf(what, sizeof what, "lock '%.200s'", l->name);
-    return sq_wait(e, req->waiter, req->deadline_ns, what, claim_attempt, &a);
+    rc = sq_wait(e, req->waiter, req->deadline_ns, what, claim_attempt, &a);
+    if (rc && a.ticket) sq_fair_leave(e, a.ticket);   /* gave up: out of the line at once */
+    return rc;
 }
 
 /* One owner- and fence-checked UPDATE (autocommit: one short write
@@ -326,7 +363,15 @@ int sq_lease_list(sqeng *e, const char *prefix, int (*fn)(void *arg, const char 
         const char *name = (const char *)sqlite3_column_text(st, 0);
         if (name && !strncmp(name, prefix, pn) && fn(arg, name)) break;
     }
-    rc = rc == SQLITE_ROW || rc == SQLITE_DONE ? 0 : sq_err(e, c, rc, "list");
+    if (rc == SQLITE_ROW) {
+        rc = 0;   /* FN stopped the walk */
+        goto out;
+    }
+    rc = rc == SQLITE_DONE ? 0 : sq_err(e, c, rc, "list");
+    sqlite3_finalize(st);
+    st = NULL;
+    /* then the names whose read-write lock is held (fairrw.c) */
+    if (!rc) rc = sq_rw_list(e, c, prefix, fn, arg);
 out:
     sqlite3_finalize(st);
     sq_conn_put(e, c, 0);
@@ -342,8 +387,9 @@ int sq_lease_break(sqeng *e, const char *name, uint64_t *fence)
 {
     sqconn *c = NULL;
     sqlite3_stmt *sel = NULL, *put = NULL;
-    int rc, broken = 0, held = 0;
+    int rc, broken = 0, held = 0, rw = 0;
 
+    if ((rc = sq_fairrw_tables(e))) return rc;
     if ((rc = sq_conn_get(e, &c))) return rc;
     sq_conn_arm(c, sq_busy_deadline(e, 0), NULL);
     if ((rc = sq_begin(e, c, NULL, "break"))) goto out;
@@ -354,11 +400,11 @@ int sq_lease_break(sqeng *e, const char *name, uint64_t *fence)
         const char *boot = (const char *)sqlite3_column_text(sel, 3);
         held = sqlite3_column_type(sel, 1) != SQLITE_NULL && sqlite3_column_type(sel, 2) != SQLITE_NULL && boot &&
                !strcmp(boot, e->boot) && sqlite3_column_int64(sel, 2) > sq_boot_ms();
-        *fence = next_fence((uint64_t)sqlite3_column_int64(sel, 0));
+        *fence = sq_next_fence((uint64_t)sqlite3_column_int64(sel, 0));
         rc = sq_prepare(e, c, "UPDATE @T SET fence = ?2, owner = NULL, holder = NULL, lease_until = NULL "
                         "WHERE name = ?1", &put);
     } else if (rc == SQLITE_DONE) {
-        *fence = next_fence(0);
+        *fence = sq_next_fence(0);
         rc = sq_prepare(e, c, "INSERT INTO @T (name, fence) VALUES (?1, ?2)", &put);
     } else {
         rc = sq_err(e, c, rc, "break");
@@ -370,6 +416,9 @@ int sq_lease_break(sqeng *e, const char *name, uint64_t *fence)
         rc = sq_err(e, c, rc, "break");
         goto out;
     }
+    /* both sides of the read-write lock of the name end too (fairrw.c) */
+    if ((rc = sq_rw_break(e, c, name, fence, &rw))) goto out;
+    if (rw > 0) held = 1;
     sqlite3_finalize(sel);
     sqlite3_finalize(put);
     sel = put = NULL;

@@ -27,7 +27,18 @@ static const baton_engine_option options[] = {
 };
 static const char *const notes[] = {
     "one host: waiters on this host are woken by inotify",
-    "fair, rwlock, election: not yet (issue #25)",
+    "fair: a row per waiter in <table>_waiter (AUTOINCREMENT seq = arrival order), kept alive by its waiter's "
+    "claims (a killed waiter leaves the line when its lease ends); a claim (1 transaction) is granted to the first "
+    "live row only, and removes it; a release wakes every waiter of the host, each looks with 1 read and only the "
+    "head claims (measured: about 2 write transactions per handoff with 1, 4 or 16 waiters); plain locks of the "
+    "name may still take it between two fair holders",
+    "rwlock: a lease row per grant in <table>_rw (mode w, r, or q: a writer waiting, which holds new readers back "
+    "for its lease at most); the write side's holder may read (downgrade); claim: 1 transaction (a release wakes "
+    "every waiter of the host; blocked ones look with 1 read, waiting writers all claim: a herd); release, renew: 1 statement; fences count on above the plain "
+    "lock's of the name; a plain lock of the name does not exclude it",
+    "election: built by the core on the fair lock \"baton:election:NAME\" (its fence is the term; the oldest candidate leads) and the "
+    "leader record (term, holder, value) in the value of that name; campaign: the lock's acquire + 1 get and "
+    "1 compare-and-set; observe: the record's watch + lock info, re-read at least every second",
     "value: a row per value in <table>_value with a tombstone on delete (versions keep rising); get: 1 read; "
     "set or delete: 1 BEGIN IMMEDIATE transaction (read, compare, write); watch: woken by the sidecar after every "
     "commit of any value, group or queue on the host (a herd: each watcher re-reads once), and at least every "
@@ -47,8 +58,8 @@ const baton_engine_info baton__info_sqlite = {
     .uri = "sqlite:///abs/path.db[?options]",
     .primitives = BATON_PRIM_LOCK | BATON_PRIM_SEM | BATON_PRIM_PERMITS | BATON_PRIM_LATCH | BATON_PRIM_LIST |
                   BATON_PRIM_BREAK | BATON_PRIM_INFO | BATON_PRIM_VALUE | BATON_PRIM_GROUP | BATON_PRIM_QUEUE |
-                  BATON_PRIM_RATELIMIT,
-    .features = BATON_FEATURE_LEASE | BATON_FEATURE_NOTIFY,
+                  BATON_PRIM_RATELIMIT | BATON_PRIM_FAIR | BATON_PRIM_RWLOCK | BATON_PRIM_ELECTION,
+    .features = BATON_FEATURE_LEASE | BATON_FEATURE_NOTIFY | BATON_FEATURE_FAIR,
     .notes = notes,
     .options = options,
     .built = BUILT,

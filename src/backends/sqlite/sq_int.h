@@ -7,6 +7,7 @@
  *             transaction; the waiting loop
  *   permits.c semaphores (permit-expirable and plain) and count-down latches
  *   coord.c   values, group membership and work queues
+ *   fairrw.c  fair locks' line of waiters, read-write locks
  *   wake.c    the same-host wake-up: a sidecar file written after every
  *             release, watched with inotify by waiters of other processes
  *
@@ -55,6 +56,7 @@ typedef struct sqeng {
     int permits_ok;          /* the _sem and _permit tables exist (permits.c) */
     int latch_ok;            /* the _latch table exists */
     int coord_ok;            /* the _value, _member, _queue and _qfence tables exist (coord.c) */
+    int fairrw_ok;           /* the _waiter and _rw tables exist (fairrw.c) */
     sqwait *waits;
     /* the watcher (wake.c) */
     int ino_fd;              /* -1 until started; also -1 when inotify is unavailable */
@@ -66,7 +68,7 @@ typedef struct sqeng {
     int thr_started;
 } sqeng;
 
-enum { SQ_LOCK, SQ_MEMBER, SQ_TAKER };
+enum { SQ_LOCK, SQ_MEMBER, SQ_TAKER, SQ_READ, SQ_WRITE };
 
 /* One lock state: a lock, a group member (coord.c: name = the group) or a
  * queue taker (name = the queue). */
@@ -128,6 +130,36 @@ int sq_lease_renew(sqeng *e, sqlock *l, const baton_owner *owner, uint32_t lease
 /* The operator's list and break (backend.h, lock_list and lock_break). */
 int sq_lease_list(sqeng *e, const char *prefix, int (*fn)(void *arg, const char *name), void *arg);
 int sq_lease_break(sqeng *e, const char *name, uint64_t *fence);
+
+/* The fence of a new grant: one more than STORED, at least the wall clock in us. */
+uint64_t sq_next_fence(uint64_t stored);
+
+/* ---- fairrw.c: fair locks' line, read-write locks ---------------------------- */
+
+int sq_fairrw_tables(sqeng *e);
+/* Within a claim's transaction (lease.c), at NOW: the dead leave the line,
+ * *TICKET's row (0 = none yet) is refreshed; 0 when nobody live is ahead,
+ * BATON_ELOCKED (with *left_ms) when someone is: a wait joins the line then
+ * (*TICKET set; commit the transaction), a try (deadline 0) does not. */
+int sq_fair_step(sqeng *e, sqconn *c, const char *name, baton_acquire_req *req, int64_t now, int64_t *ticket,
+                 int64_t *left_ms);
+/* Joins the line (when *TICKET is 0) within the caller's transaction. */
+int sq_fair_join(sqeng *e, sqconn *c, const char *name, baton_acquire_req *req, int64_t now, int64_t *ticket);
+/* The grant's transaction removes the waiter's row. */
+int sq_fair_granted(sqeng *e, sqconn *c, int64_t *ticket);
+/* A read: 1 when a live waiter of NAME is ahead of TICKET (*left_ms: its
+ * lease), 0 when not, or an error. */
+int sq_fair_behind(sqeng *e, const char *name, int64_t ticket, int64_t *left_ms);
+/* A waiter that gave up leaves the line (its own statement) and wakes the rest. */
+void sq_fair_leave(sqeng *e, int64_t ticket);
+int sq_rw_acquire(sqeng *e, sqlock *l, baton_acquire_req *req);
+int sq_rw_release(sqeng *e, sqlock *l, const baton_owner *owner);
+int sq_rw_renew(sqeng *e, sqlock *l, const baton_owner *owner, uint32_t lease_ms, int64_t deadline_ns);
+int sq_rw_break(sqeng *e, sqconn *c, const char *name, uint64_t *fence, int *n);
+/* lock_info's part for a name no plain lock holds. */
+int sq_rw_info(sqeng *e, sqconn *c, const char *name, baton_lockinfo *out);
+/* lock_list's part for names whose read-write lock is held. */
+int sq_rw_list(sqeng *e, sqconn *c, const char *prefix, int (*fn)(void *arg, const char *name), void *arg);
 
 /* ---- permits.c ----------------------------------------------------------- */
 

@@ -12,9 +12,9 @@
  * recheck_ms (default 1000), mode (lease, the only one).
  *
  * Capabilities: LEASE (the core renews), INFO, NOTIFY (a release wakes
- * waiters through the sidecar file, see wake.c), SEM, PERMITS and LATCH
- * (permits.c).
- * Nothing else.
+ * waiters through the sidecar file, see wake.c), FAIR and read-write locks
+ * (fairrw.c), SEM, PERMITS and LATCH (permits.c), values, groups and queues
+ * (coord.c).
  */
 #include "sq_int.h"
 #include "core/internal.h"
@@ -163,6 +163,9 @@ static const char *sql_suffix(char c)
     case 'Q': return "_queue";
     case 'F': return "_qfence";
     case 'I': return "_qseq";
+    case 'W': return "_waiter";   /* fair locks' line (fairrw.c) */
+    case 'Y': return "_wseq";
+    case 'X': return "_rw";       /* read-write locks (fairrw.c) */
     default: return NULL;
     }
 }
@@ -565,6 +568,7 @@ static int sq_lock_acquire(void *eng, void *st, baton_acquire_req *req)
     sqlock *l = st;
     if (l->kind == SQ_MEMBER) return sq_member_join(eng, l, req);
     if (l->kind == SQ_TAKER) return sq_taker_take(eng, l, req);
+    if (l->kind == SQ_READ || l->kind == SQ_WRITE) return sq_rw_acquire(eng, l, req);
     return sq_lease_acquire(eng, st, req);
 }
 
@@ -573,6 +577,7 @@ static int sq_lock_release(void *eng, void *st, const baton_owner *owner)
     sqlock *l = st;
     if (l->kind == SQ_MEMBER) return sq_member_leave(eng, l, owner);
     if (l->kind == SQ_TAKER) return sq_taker_release(eng, l, owner);
+    if (l->kind == SQ_READ || l->kind == SQ_WRITE) return sq_rw_release(eng, l, owner);
     return sq_lease_release(eng, st, owner);
 }
 
@@ -581,7 +586,25 @@ static int sq_lock_renew(void *eng, void *st, const baton_owner *owner, uint32_t
     sqlock *l = st;
     if (l->kind == SQ_MEMBER) return sq_member_renew(eng, l, owner, lease_ms, deadline_ns);
     if (l->kind == SQ_TAKER) return sq_taker_renew(eng, l, owner, lease_ms, deadline_ns);
+    if (l->kind == SQ_READ || l->kind == SQ_WRITE) return sq_rw_renew(eng, l, owner, lease_ms, deadline_ns);
     return sq_lease_renew(eng, st, owner, lease_ms, deadline_ns);
+}
+
+/* The read and write sides of a read-write lock (fairrw.c). */
+static int sq_rwlock_new(void *eng, const char *name, const baton_lock_options *opts, void **rd, void **wr)
+{
+    sqlock *r = NULL, *w = NULL;
+    int rc;
+    if ((rc = sq_lock_new(eng, name, opts, (void **)&r))) return rc;
+    if ((rc = sq_lock_new(eng, name, opts, (void **)&w))) {
+        sq_lock_free(eng, r);
+        return rc;
+    }
+    r->kind = SQ_READ;
+    w->kind = SQ_WRITE;
+    *rd = r;
+    *wr = w;
+    return 0;
 }
 
 /* A read: in WAL mode it never waits for a writer. */
@@ -619,6 +642,7 @@ static int sq_lock_info(void *eng, const char *name, baton_lockinfo *out)
     }
     sqlite3_finalize(st);
     st = NULL;
+    if (!rc) rc = sq_rw_info(e, c, name, out);
     if (!rc) rc = sq_permits_info(e, c, name, &out->permits);
 out:
     sqlite3_finalize(st);
@@ -671,6 +695,10 @@ static const baton_lock_methods sq_lock_methods = {
     .force_unlock = sq_break,
 };
 
+static const baton_rw_methods sq_rw_methods = {
+    .create = sq_rwlock_new,
+};
+
 static const baton_sem_methods sq_sem_methods = {
     .create = sq_permits_new,
     .destroy = sq_permits_free,
@@ -703,10 +731,11 @@ static const baton_services sq_services_methods = {
 const baton_backend baton__backend_sqlite = {
     .version = BATON_BACKEND_VERSION,
     .info = &baton__info_sqlite,
-    .caps = BATON_CAP_LEASE | BATON_CAP_NOTIFY,
+    .caps = BATON_CAP_LEASE | BATON_CAP_NOTIFY | BATON_CAP_FAIR,
     .open = sq_open,
     .close = sq_close,
     .lock = &sq_lock_methods,
+    .rw = &sq_rw_methods,
     .sem = &sq_sem_methods,
     .permits = &sq_permits_methods,
     .latch = &sq_latch_methods,
