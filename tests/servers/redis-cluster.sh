@@ -5,6 +5,7 @@
 #
 #   redis-cluster.sh start DIR         prints the first master's port
 #   redis-cluster.sh stop DIR
+#   redis-cluster.sh failover DIR      every replica takes over from its master (CLUSTER FAILOVER FORCE)
 #   redis-cluster.sh wait-ok DIR       waits (30 s max) until every live node says cluster_state:ok
 #                                      and every live replica is in sync
 #
@@ -58,7 +59,7 @@ wait_ok() {
 }
 
 cmd=${1:-} dir=${2:-}
-[ -n "$cmd" ] && [ -n "$dir" ] || { echo "usage: $0 start|stop|wait-ok DIR" >&2; exit 2; }
+[ -n "$cmd" ] && [ -n "$dir" ] || { echo "usage: $0 start|stop|wait-ok|failover DIR" >&2; exit 2; }
 case "$cmd" in
 start)
     command -v redis-server >/dev/null && command -v redis-cli >/dev/null || {
@@ -96,5 +97,15 @@ stop)
 wait-ok)
     wait_ok "$dir"
     ;;
-*) echo "usage: $0 start|stop|wait-ok DIR" >&2; exit 2 ;;
+failover)
+    # every replica takes over from its master at once, without waiting for
+    # its copy to catch up (FORCE): grants the replica had not received are
+    # gone, as in a master crash; the old masters become replicas
+    for p in $(cat "$dir/ports"); do
+        if redis-cli -p "$p" ROLE 2>/dev/null | head -1 | grep -q slave; then
+            redis-cli -p "$p" CLUSTER FAILOVER FORCE >/dev/null 2>&1
+        fi
+    done
+    ;;
+*) echo "usage: $0 start|stop|wait-ok|failover DIR" >&2; exit 2 ;;
 esac
