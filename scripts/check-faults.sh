@@ -213,6 +213,23 @@ elif built redis; then
     command -v socat >/dev/null || echo "redis failover: socat is not installed (it fronts the master)" >>"$SKIPPED"
 fi
 
+# ---- Redis Cluster: every master fails over to its replica (issue 26) ----
+# 3 masters + 3 replicas (tests/servers/redis-cluster.sh). Every fault: each
+# replica takes over at once (CLUSTER FAILOVER FORCE, no catch-up wait), so a
+# grant it had not received is gone, as in a master crash; "start" waits until
+# the cluster is whole again. The lock's slot changes master at every fault.
+if built redis && command -v redis-cli >/dev/null && pc=$(start redis-cluster "$RUN/rcl"); then
+    CF="bash $SRV/redis-cluster.sh"
+    U="redis-cluster://127.0.0.1:$pc"
+    F=(--fault-cmd "stop=$CF failover $RUN/rcl" --fault-cmd "start=$CF wait-ok $RUN/rcl" --fault-every 2)
+    row redis-cluster-failover redis "Redis Cluster: every master fails over to its replica every 2 s (FORCE), + client faults" \
+        "asynchronous replication: a grant the replica had not received is gone after the takeover; fences keep increasing through TIME" \
+        "$U" 0.5 "${F[@]}"
+    row redis-cluster-failover-wait redis "the same cluster failovers, wait_replicas=1, + client faults" \
+        "a grant or renewal the slot's replica did not acknowledge (WAIT 1) is not counted: a takeover loses no counted grant" \
+        "$U?wait_replicas=1&wait_ms=200" 0.5 "${F[@]}"
+fi
+
 # ---- RedLock: 5 masters, 2 or 3 of them down ----
 if built redlock; then
     ok=1

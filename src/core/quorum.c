@@ -63,6 +63,11 @@ int baton_client_open_quorum(baton_client **out, baton_client *const *members, s
     if (!members[0]->be->services->quorum_scheme)
         return baton_seterr(BATON_ENOTSUP, 0, "the %s backend has no quorum form", members[0]->be->info->name);
     u0 = members[0]->uri;
+    /* A cluster's masters each own part of the keys: a RedLock vote on each
+     * would be refused (MOVED) by all but one of them. */
+    if (strstr(u0->scheme, "-cluster"))
+        return baton_seterr(BATON_ENOTSUP, 0, "a quorum (RedLock) needs independent servers; %s:// is one Redis "
+                            "Cluster, already a single lock service", u0->scheme);
     tls = !strcmp(u0->scheme, "rediss");
     for (size_t i = 1; i < n; i++) {
         const baton_uri *u = members[i]->uri;

@@ -161,9 +161,29 @@ static inline long rcli_reply_len(const char *b, size_t n, size_t off) {
     return -1;
 }
 
+static inline char *rcli_cmd1(rcli *c, int argc, const char *const *argv, const size_t *lens);
+
 /* Sends a command (argv, binary-safe lens or NULL) and returns the raw reply
- * (malloc'ed, NUL-terminated) or NULL. */
+ * (malloc'ed, NUL-terminated) or NULL. On a Redis Cluster (redis-cluster://)
+ * a MOVED/ASK answer moves C to the node it names and sends it again there. */
 static inline char *rcli_cmd(rcli *c, int argc, const char *const *argv, const size_t *lens) {
+    char *r = rcli_cmd1(c, argc, argv, lens);
+    for (int i = 0; i < 5 && r && (!strncmp(r, "-MOVED ", 7) || !strncmp(r, "-ASK ", 5)); i++) {
+        const char *colon = strrchr(r, ':');
+        int port = colon ? atoi(colon + 1) : 0, ask = r[1] == 'A';
+        free(r);
+        rcli_close(c);
+        if (port <= 0 || rcli_open(c, port)) return NULL;
+        if (ask) {
+            const char *a[1] = { "ASKING" };
+            free(rcli_cmd1(c, 1, a, NULL));
+        }
+        r = rcli_cmd1(c, argc, argv, lens);
+    }
+    return r;
+}
+
+static inline char *rcli_cmd1(rcli *c, int argc, const char *const *argv, const size_t *lens) {
     char hdr[64];
     int n = snprintf(hdr, sizeof hdr, "*%d\r\n", argc);
     if (write(c->fd, hdr, (size_t)n) != n) return NULL;

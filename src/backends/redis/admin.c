@@ -73,6 +73,35 @@ static void names_free(namevec *nv) {
     free(nv->v);
 }
 
+static int list_script(rconn *c, const char *sha, int simple, char **keys, size_t n, int64_t deadline,
+                       redisReply **out);
+
+/* The list script once per key, its answers gathered into one array reply:
+ * for a cluster node, where the keys of one script share a hash slot. */
+static int list_script_each(rconn *c, const char *sha, int simple, char **keys, size_t n, int64_t deadline,
+                            redisReply **out) {
+    redisReply *all = calloc(1, sizeof *all);
+    if (!all || !(all->element = calloc(n, sizeof *all->element))) {
+        free(all);
+        return baton_seterr(BATON_ENOMEM, 0, "redis: out of memory");
+    }
+    all->type = REDIS_REPLY_ARRAY;
+    all->elements = n;
+    for (size_t i = 0; i < n; i++) {
+        redisReply *one = NULL;
+        int rc = list_script(c, sha, simple, keys + i, 1, deadline, &one);
+        if (rc) {
+            rreply_free(all);
+            return rc;
+        }
+        all->element[i] = one->element[0];
+        one->element[0] = NULL;
+        rreply_free(one);
+    }
+    *out = all;
+    return 0;
+}
+
 /* Runs the list script over the N keys KEYS on C (EVALSHA, EVAL on
  * NOSCRIPT): the usual helper takes a fixed, small number of arguments. */
 static int list_script(rconn *c, const char *sha, int simple, char **keys, size_t n, int64_t deadline,
@@ -109,6 +138,11 @@ static int list_script(rconn *c, const char *sha, int simple, char **keys, size_
     free(argv);
     free(lens);
     if (rc) return rc;
+    if (r->type == REDIS_REPLY_ERROR && n > 1 && r->str && !strncmp(r->str, "CROSSSLOT", 9)) {
+        /* A Redis Cluster node: one key (and its side keys) per script. */
+        rreply_free(r);
+        return list_script_each(c, sha, simple, keys, n, deadline, out);
+    }
     if (r->type == REDIS_REPLY_ERROR) {
         rc = rreply_error(r, "the list script failed");
         rreply_free(r);
@@ -181,6 +215,19 @@ static int list_add(void *arg, const char *key, const char *what) {
     return names_add(&x->nv, key + x->plen);
 }
 
+typedef struct {
+    reng *e;
+    const char *pat;
+    int64_t deadline;
+    list_ctx *x;
+} list_walk;
+
+static int list_walk_node(void *arg, rconn *node) {
+    list_walk *w = arg;
+    return baton__redis_scan_locks(node, w->e->sha[S_LIST], w->pat, w->e->layout == RB_LAYOUT_SIMPLE, w->deadline,
+                                   list_add, w->x);
+}
+
 /* The whole walk is one call, bounded by the io timeout: SCAN batches and
  * their scripts on one connection. The lock names are collected first and
  * given out sorted and once each (SCAN may return a key twice). */
@@ -196,7 +243,12 @@ int baton__redis_lock_list(void *eng, const char *prefix, int (*fn)(void *arg, c
     baton__redis_glob_escape(pat + strlen(pat), prefix);
     strcat(pat, "*");
     if ((rc = rpool_get(&e->pool, &c, deadline))) goto out;
-    rc = baton__redis_scan_locks(c, e->sha[S_LIST], pat, e->layout == RB_LAYOUT_SIMPLE, deadline, list_add, &x);
+    if (c->route) { /* a cluster: every master's keys */
+        list_walk w = { e, pat, deadline, &x };
+        rc = rcluster_each_master(c, deadline, list_walk_node, &w);
+    } else {
+        rc = baton__redis_scan_locks(c, e->sha[S_LIST], pat, e->layout == RB_LAYOUT_SIMPLE, deadline, list_add, &x);
+    }
     if (!rc) baton__redis_names_emit(x.nv.v, x.nv.n, fn, arg);
 out:
     if (rc && baton_now_ns() >= deadline) {

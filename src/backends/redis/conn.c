@@ -464,6 +464,7 @@ static int simple_cmd(rconn *c, const char *what, int argc, const char **argv, i
 
 int rconn_open(const rcfg *cfg, rconn **out, int64_t deadline) {
     *out = NULL;
+    if (cfg->cluster) return rcluster_open_any(cfg->cluster, out, deadline);
     rconn *c = calloc(1, sizeof *c);
     if (!c) return baton_seterr(BATON_ENOMEM, 0, "redis: out of memory");
     c->fd = -1;
@@ -488,6 +489,7 @@ int rconn_open(const rcfg *cfg, rconn **out, int64_t deadline) {
 
 void rconn_free(rconn *c) {
     if (!c) return;
+    if (c->route) rcluster_conn_free(c);
     if (c->ssl) {
         if (!c->broken) { ERR_clear_error(); SSL_shutdown(c->ssl); }
         SSL_free(c->ssl);
@@ -608,6 +610,7 @@ int rconn_send(rconn *c, int argc, const char **argv, const size_t *lens, int64_
 int rconn_command(rconn *c, int argc, const char **argv, const size_t *lens, redisReply **out,
                   int64_t deadline) {
     *out = NULL;
+    if (c->route) return rcluster_command(c, argc, argv, lens, out, deadline);
     int rc = rconn_send(c, argc, argv, lens, deadline);
     if (rc) return rc;
     /* Read before polling: on loopback the reply is often already there when
@@ -633,6 +636,7 @@ int rconn_command(rconn *c, int argc, const char **argv, const size_t *lens, red
 /* A pooled connection is reused only if the server has not closed it and
  * sent nothing unexpected while it sat idle. */
 static int conn_alive(rconn *c) {
+    if (c->route) { rcluster_conn_prune(c, conn_alive); return 1; }
     struct pollfd p = { .fd = c->fd, .events = POLLIN, .revents = 0 };
     int r = poll(&p, 1, 0);
     if (r == 0) return 1;
@@ -678,6 +682,7 @@ int rpool_get(rpool *p, rconn **out, int64_t deadline) {
         c->broken = 1;
         rconn_free(c);
     }
+    if (p->cfg->cluster) return rcluster_conn_new(p->cfg->cluster, out, deadline);
     return rconn_open(p->cfg, out, rmin64(deadline, rdeadline_ms(p->cfg->connect_timeout_ms)));
 }
 

@@ -462,6 +462,7 @@ int baton__redis_wait_loop_msg(reng *e, const char *channel, baton_waiter *w, in
 
 static void eng_free(reng *e) {
     if (!e) return;
+    rcluster_free(e->cfg.cluster);
     free(e->cfg.host);
     free(e->cfg.user);
     free(e->cfg.password);
@@ -477,10 +478,11 @@ static int einval(const char *fmt, const char *a, const char *b) {
 static int parse_config(reng *e, const baton_uri *u, const baton_opts *uo, const baton_client_options *o) {
     rcfg *cfg = &e->cfg;
     const char *scheme = u->scheme ? u->scheme : "";
-    if (!strcmp(scheme, "rediss")) cfg->tls = 1;
-    else if (strcmp(scheme, "redis") != 0)
+    int cluster = !strcmp(scheme, "redis-cluster") || !strcmp(scheme, "rediss-cluster"); /* cluster.c */
+    if (!strcmp(scheme, "rediss") || !strcmp(scheme, "rediss-cluster")) cfg->tls = 1;
+    else if (strcmp(scheme, "redis") != 0 && !cluster)
         return einval("redis: unsupported scheme '%s'%s", scheme, "");
-    if (u->nhosts > 1)
+    if (u->nhosts > 1 && !cluster)
         return einval("redis: %s: one host only (several independent nodes are a quorum lock)%s",
                       u->redacted ? u->redacted : "uri", "");
     if (!u->host || !*u->host) return einval("redis: %s: missing host%s", u->redacted ? u->redacted : "uri", "");
@@ -522,6 +524,7 @@ static int parse_config(reng *e, const baton_uri *u, const baton_opts *uo, const
         int rc = rtls_ctx_new(&cfg->ssl_ctx, cacert, cert, key, cfg->insecure);
         if (rc) return rc;
     }
+    if (cluster) return baton__redis_cluster_config(cfg, u);
     return 0;
 }
 

@@ -15,6 +15,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+typedef struct rcluster rcluster;
+
 /* Where and how to connect. Owned by the engine, read-only after open. */
 typedef struct {
     char *host;
@@ -27,6 +29,7 @@ typedef struct {
     SSL_CTX *ssl_ctx;        /* when tls */
     int connect_timeout_ms;
     int io_timeout_ms;
+    rcluster *cluster;       /* redis-cluster:// (cluster.c); NULL: one server */
 } rcfg;
 
 /* One connection: a socket, optionally TLS, and a RESP reader. */
@@ -35,7 +38,28 @@ typedef struct rconn {
     SSL *ssl;
     redisReader *rd;
     int broken;              /* set on any I/O or protocol error: never reused */
+    struct rroute *route;    /* cluster: a routing handle (fd -1), see cluster.c */
 } rconn;
+
+/* Redis Cluster (cluster.c). A pooled connection of a cluster client is a
+ * routing handle: rconn_command sends each command to the master of its
+ * keys' hash slot and follows MOVED/ASK; rconn_open with a cluster config
+ * opens a plain connection to the first node that answers. */
+/* The cluster of a redis[s]-cluster:// URI U into CFG->cluster (CFG parsed
+ * already: TLS, AUTH, timeouts); BATON_EINVAL for a database other than 0. */
+int baton__redis_cluster_config(rcfg *cfg, const baton_uri *u);
+int rcluster_new(rcluster **out, const rcfg *base, const char *const *hosts, const int *ports, size_t n);
+void rcluster_free(rcluster *cl);
+int rcluster_slot(const char *key, size_t len);
+int rcluster_open_any(rcluster *cl, rconn **out, int64_t deadline_ns);
+int rcluster_conn_new(rcluster *cl, rconn **out, int64_t deadline_ns);
+void rcluster_conn_free(rconn *c);
+void rcluster_conn_prune(rconn *c, int (*alive)(rconn *));
+int rcluster_command(rconn *c, int argc, const char **argv, const size_t *lens, redisReply **out,
+                     int64_t deadline_ns);
+/* Calls FN(ARG, conn) on a connection to every master of the slot map (from
+ * routing handle C) until FN returns nonzero, which is returned. */
+int rcluster_each_master(rconn *c, int64_t deadline_ns, int (*fn)(void *arg, rconn *node), void *arg);
 
 /* Option values and derived key names, shared by the Redis and RedLock backends. */
 int rparse_int(const char *s, long lo, long hi, long *out);   /* 0 or -1 */

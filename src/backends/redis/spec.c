@@ -16,16 +16,16 @@ extern const baton_backend baton__backend_redis;
 #endif
 #endif
 
-static const char *const schemes[] = { "redis", "rediss", NULL };
+static const char *const schemes[] = { "redis", "rediss", "redis-cluster", "rediss-cluster", NULL };
 static const char *const layouts[] = { "redisson", "simple", NULL };
 static const baton_engine_option options[] = {
     BATON__STR("prefix", "", "a string put before every key baton makes"),
     BATON__ENUM("layout", "redisson", layouts,
                 "redisson: Redisson's hashes and channels; simple: SET NX PX keys (redis-py, node-redlock, redsync)"),
-    BATON__PATH("cacert", "rediss", "CA certificates (PEM) to verify the server with"),
-    BATON__PATH("cert", "rediss", "client certificate (PEM)"),
-    BATON__PATH("key", "rediss", "client private key (PEM); needs cert"),
-    BATON__BOOL("insecure", "0", "rediss", "1: do not verify the server's certificate"),
+    BATON__PATH("cacert", "rediss rediss-cluster", "CA certificates (PEM) to verify the server with"),
+    BATON__PATH("cert", "rediss rediss-cluster", "client certificate (PEM)"),
+    BATON__PATH("key", "rediss rediss-cluster", "client private key (PEM); needs cert"),
+    BATON__BOOL("insecure", "0", "rediss rediss-cluster", "1: do not verify the server's certificate"),
     BATON__INT("wait_replicas", "0", 0, 1000, "after a grant, WAIT for this many replicas to have it"),
     { "wait_ms", "ms", "1000", "how long WAIT waits for the replicas", 1, 3600000, NULL, NULL, NULL, "wait_replicas" },
     BATON__CONNECT_TIMEOUT,
@@ -37,6 +37,10 @@ static const char *const notes[] = {
     "by the key's del/expired events (a foreign or silent release at once; CONFIG GET every 10 s while waiting); "
     "else layout=simple polls every 2-200 ms and the default layout re-checks at the TTL and every 2 s",
     "fair: Redisson's RFairLock layout",
+    "cluster: redis[s]-cluster://h1:p1,h2:p2,... (seeds): slot map from CLUSTER SLOTS, one connection per master, "
+    "MOVED/ASK/TRYAGAIN/CLUSTERDOWN followed within the call's deadline; every key of an operation shares the "
+    "name's hash slot (Redisson's {tag} rule), else BATON_ENOTSUP; wake-ups by classic PUBLISH (broadcast by the "
+    "cluster); a quorum of cluster clients is BATON_ENOTSUP (docs/redis-layout.md)",
     "latch: Redisson's RCountDownLatch layout",
     "election: built by the core on the lock \"baton:election:NAME\" (its fence is the term; fair with "
     "layout=redisson, so the oldest candidate leads; in the simple layout any waiter may lead next) and the "

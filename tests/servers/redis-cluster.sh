@@ -1,0 +1,111 @@
+#!/bin/bash
+# Start / stop a throwaway Redis Cluster on loopback: 3 masters with one
+# replica each (6 redis-servers, cluster-enabled yes, cluster-node-timeout
+# 1000 ms so a failover takes ~2 s), in temp dirs under DIR.
+#
+#   redis-cluster.sh start DIR         prints the first master's port
+#   redis-cluster.sh stop DIR
+#   redis-cluster.sh failover DIR      every replica takes over from its master (CLUSTER FAILOVER FORCE)
+#   redis-cluster.sh wait-ok DIR       waits (30 s max) until every live node says cluster_state:ok
+#                                      and every live replica is in sync
+#
+# DIR/port holds the first master's port while the cluster runs (the ctest
+# fixture's "{port}"; redis-cluster://127.0.0.1:{port} finds the rest);
+# DIR/ports lists every node's port; DIR/nN/ is node N (redis.sh layout:
+# pid, log, port). Exits 77 when redis-server or redis-cli is missing.
+set -u
+die() { echo "redis-cluster.sh: $*" >&2; exit 1; }
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+N=6
+
+# N ports P where both P and P+10000 (the cluster bus) are free.
+bus_ports() {
+    /usr/bin/python3 -c 'import socket, sys, random
+got = []
+for _ in range(2000):
+    p = random.randint(20000, 45000)
+    ok = True
+    for q in (p, p + 10000):
+        s = socket.socket()
+        try:
+            s.bind(("127.0.0.1", q))
+        except OSError:
+            ok = False
+        s.close()
+    if ok and p not in got:
+        got.append(p)
+    if len(got) == int(sys.argv[1]):
+        break
+print("\n".join(map(str, got)))' "$1"
+}
+
+wait_ok() {
+    local dir=$1 p i ok
+    for i in $(seq 1 300); do
+        ok=1
+        for p in $(cat "$dir/ports"); do
+            redis-cli -p "$p" PING >/dev/null 2>&1 || continue   # a killed node does not count
+            redis-cli -p "$p" CLUSTER INFO 2>/dev/null | grep -q 'cluster_state:ok' || ok=0
+            # a replica counts once its copy is in sync
+            if redis-cli -p "$p" ROLE 2>/dev/null | head -1 | grep -q slave; then
+                redis-cli -p "$p" INFO replication 2>/dev/null | grep -q 'master_link_status:up' || ok=0
+            fi
+        done
+        [ $ok = 1 ] && return 0
+        sleep 0.1
+    done
+    return 1
+}
+
+cmd=${1:-} dir=${2:-}
+[ -n "$cmd" ] && [ -n "$dir" ] || { echo "usage: $0 start|stop|wait-ok|failover DIR" >&2; exit 2; }
+case "$cmd" in
+start)
+    command -v redis-server >/dev/null && command -v redis-cli >/dev/null || {
+        echo "redis-cluster.sh: redis-server/redis-cli are not installed" >&2; exit 77; }
+    dir=$(abs_dir "$dir")
+    [ -s "$dir/port" ] && die "a cluster already runs in $dir"
+    ports=$(bus_ports $N)
+    [ "$(echo "$ports" | wc -l)" = $N ] || die "no free ports"
+    : >"$dir/ports"
+    i=0 addrs=()
+    for p in $ports; do
+        i=$((i + 1))
+        rm -rf "$dir/n$i"; mkdir -p "$dir/n$i"
+        # redis.sh picks a port; the cluster needs P+10000 free too, so ours
+        # goes last on the command line, which redis-server takes.
+        bash "$here/redis.sh" start "$dir/n$i" --port "$p" --cluster-enabled yes \
+            --cluster-config-file "$dir/n$i/nodes.conf" --cluster-node-timeout 1000 \
+            --cluster-replica-validity-factor 0 --repl-diskless-sync-delay 0 >/dev/null || die "node $i did not start"
+        # redis-server takes the last --port: ours, not the one redis.sh chose
+        echo "$p" >"$dir/n$i/port"
+        echo "$p" >>"$dir/ports"
+        addrs+=("127.0.0.1:$p")
+    done
+    redis-cli --cluster create "${addrs[@]}" --cluster-replicas 1 --cluster-yes >"$dir/create.log" 2>&1 || {
+        cat "$dir/create.log" >&2; die "cluster create failed"; }
+    wait_ok "$dir" || die "the cluster did not reach cluster_state:ok"
+    head -1 "$dir/ports" >"$dir/port"
+    cat "$dir/port"
+    ;;
+stop)
+    [ -d "$dir" ] || exit 0
+    for d in "$dir"/n*; do [ -d "$d" ] && bash "$here/redis.sh" stop "$d"; done
+    rm -f "$dir/port"
+    ;;
+wait-ok)
+    wait_ok "$dir"
+    ;;
+failover)
+    # every replica takes over from its master at once, without waiting for
+    # its copy to catch up (FORCE): grants the replica had not received are
+    # gone, as in a master crash; the old masters become replicas
+    for p in $(cat "$dir/ports"); do
+        if redis-cli -p "$p" ROLE 2>/dev/null | head -1 | grep -q slave; then
+            redis-cli -p "$p" CLUSTER FAILOVER FORCE >/dev/null 2>&1
+        fi
+    done
+    ;;
+*) echo "usage: $0 start|stop|wait-ok|failover DIR" >&2; exit 2 ;;
+esac
