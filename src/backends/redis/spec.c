@@ -16,24 +16,35 @@ extern const baton_backend baton__backend_redis;
 #endif
 #endif
 
-static const char *const schemes[] = { "redis", "rediss", NULL };
+static const char *const schemes[] = { "redis", "rediss", "redis-sentinel", "rediss-sentinel", "redis+unix", NULL };
 static const char *const layouts[] = { "redisson", "simple", NULL };
 static const baton_engine_option options[] = {
     BATON__STR("prefix", "", "a string put before every key baton makes"),
     BATON__ENUM("layout", "redisson", layouts,
                 "redisson: Redisson's hashes and channels; simple: SET NX PX keys (redis-py, node-redlock, redsync)"),
-    BATON__PATH("cacert", "rediss", "CA certificates (PEM) to verify the server with"),
-    BATON__PATH("cert", "rediss", "client certificate (PEM)"),
-    BATON__PATH("key", "rediss", "client private key (PEM); needs cert"),
-    BATON__BOOL("insecure", "0", "rediss", "1: do not verify the server's certificate"),
+    BATON__PATH("cacert", "rediss rediss-sentinel", "CA certificates (PEM) to verify the server with"),
+    BATON__PATH("cert", "rediss rediss-sentinel", "client certificate (PEM)"),
+    BATON__PATH("key", "rediss rediss-sentinel", "client private key (PEM); needs cert"),
+    BATON__BOOL("insecure", "0", "rediss rediss-sentinel", "1: do not verify the server's certificate"),
     BATON__INT("wait_replicas", "0", 0, 1000, "after a grant, WAIT for this many replicas to have it"),
     { "wait_ms", "ms", "1000", "how long WAIT waits for the replicas", 1, 3600000, NULL, NULL, NULL, "wait_replicas" },
+    { "master", "string", NULL, "the master's name the sentinels monitor (required)", 0, 0, NULL,
+      "redis-sentinel rediss-sentinel", NULL, NULL },
+    { "sentinel_user", "string", NULL, "ACL user for the sentinels (the URI's user is the data nodes')", 0, 0, NULL,
+      "redis-sentinel rediss-sentinel", NULL, NULL },
+    { "sentinel_password", "string", NULL,
+      "password for the sentinels (requirepass of sentinel.conf; the URI's password is the data nodes')", 0, 0, NULL,
+      "redis-sentinel rediss-sentinel", NULL, NULL },
+    { "db", "int", "0", "the database number (redis+unix://; the other schemes take it as the path)", 0, 1000000,
+      NULL, "redis+unix", NULL, NULL },
     BATON__CONNECT_TIMEOUT,
     BATON__MS("io_timeout_ms", NULL, 1, 3600000, "per-request timeout (default: the client's, 5000 ms)"),
     BATON__OPT_END,
 };
 static const char *const notes[] = {
     "fair: Redisson's RFairLock layout",
+    "sentinel: the master the sentinels name, checked with ROLE; +switch-master is followed and every held lock "
+    "re-checked on the new master (LOST if it did not survive); wait_replicas keeps grants across a failover",
     "latch: Redisson's RCountDownLatch layout",
     "election: not yet (issue #25)",
     "value: the plain string baton_value:{K} (redis-cli GET/SET work on it) + version hash baton_value_ver:{K}; "
@@ -52,8 +63,10 @@ static const char *const notes[] = {
 const baton_engine_info baton__info_redis = {
     .name = "redis",
     .schemes = schemes,
-    .summary = "Redis, one node (rediss:// over TLS), Redisson's key layout by default",
-    .uri = "redis[s]://[user[:password]@]host[:port][/db][?options]",
+    .summary = "Redis, one node (rediss:// over TLS, redis+unix:// on a socket) or its master behind Sentinel "
+               "(redis-sentinel://), Redisson's key layout by default",
+    .uri = "redis[s]://[user[:password]@]host[:port][/db][?options] | "
+           "redis[s]-sentinel://[user[:password]@]s1[:26379][,s2...][/db]?master=NAME | redis+unix:///path.sock[?db=N]",
     .primitives = BATON_PRIM_LOCK | BATON_PRIM_FAIR | BATON_PRIM_RWLOCK | BATON_PRIM_SEM | BATON_PRIM_PERMITS |
                   BATON_PRIM_LATCH | BATON_PRIM_LIST | BATON_PRIM_BREAK | BATON_PRIM_INFO | BATON_PRIM_VALUE |
                   BATON_PRIM_GROUP | BATON_PRIM_QUEUE | BATON_PRIM_RATELIMIT,
