@@ -10,6 +10,9 @@
 #   redis-sentinel.sh master DIR     the master's port, as the sentinels say
 #   redis-sentinel.sh failover DIR   SENTINEL FAILOVER, waits for the new master
 #   redis-sentinel.sh kill DIR       SIGKILLs the master, waits for the new one
+#   redis-sentinel.sh settle DIR     waits until every live node replicates
+#                                    the master (an old master is demoted
+#                                    seconds after a switch)
 #   redis-sentinel.sh revive DIR     restarts every killed node (the sentinels
 #                                    make it a replica of the current master)
 #
@@ -94,6 +97,27 @@ wait_new_master() { # DIR OLD
     return 1
 }
 
+# Waits (30 s) until every live data node but the master M is a replica of
+# M with its link up: the sentinels demote a reachable old master a few
+# seconds after the switch (+convert-to-slave), and the next failover or
+# test should start from a settled deployment.
+wait_settled() { # DIR M
+    local p ok
+    for _ in $(seq 1 300); do
+        ok=1
+        for p in $(cat "$1/data_ports"); do
+            [ "$p" = "$2" ] && continue
+            [ -f "$1/$p/killed" ] && continue
+            cli -p "$p" INFO replication | tr -d '\r' | grep -q "^master_port:$2\$" || { ok=0; break; }
+            cli -p "$p" INFO replication | tr -d '\r' | grep -q "^master_link_status:up" || { ok=0; break; }
+        done
+        [ $ok = 1 ] && return 0
+        sleep 0.1
+    done
+    echo "redis-sentinel.sh: the deployment did not settle within 30 s" >&2
+    return 1
+}
+
 do_stop() {
     local d pid
     for d in "$1"/*/; do
@@ -168,6 +192,9 @@ failover)
         sleep 0.2
     done
     wait_new_master "$dir" "$old"
+    ;;
+settle)
+    wait_settled "$dir" "$(master_port "$dir")"
     ;;
 kill)
     old=$(master_port "$dir") || die "no master"

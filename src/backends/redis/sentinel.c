@@ -231,16 +231,27 @@ static void on_message(rsentinel *s, const redisReply *r) {
     if (r->type != REDIS_REPLY_ARRAY || r->elements < 3 || !is_str(r->element[0]) ||
         strcasecmp(r->element[0]->str, "message") != 0 || !is_str(r->element[2]))
         return;
-    /* "<name> <old-ip> <old-port> <new-ip> <new-port>" */
     char name[256], oip[256], nip[256];
     int oport, nport;
-    if (sscanf(r->element[2]->str, "%255s %255s %d %255s %d", name, oip, &oport, nip, &nport) != 5 ||
-        strcmp(name, s->name) != 0 || nport <= 0 || nport > 65535)
-        return;
+    const char *ch = is_str(r->element[1]) ? r->element[1]->str : "";
+    if (!strcmp(ch, "+promoted-slave")) {
+        /* "slave <ip:port> <new-ip> <new-port> @ <name> <old-ip> <old-port>": the
+         * chosen replica now answers ROLE master. +switch-master comes only
+         * once the other replicas are reconfigured (seconds later), and the
+         * old master, if it is up, takes writes until the sentinels demote
+         * it: moving now shortens the time a client may still write there. */
+        if (sscanf(r->element[2]->str, "%*s %*s %255s %d @ %255s %255s %d", nip, &nport, name, oip, &oport) != 5)
+            return;
+    } else if (sscanf(r->element[2]->str, "%255s %255s %d %255s %d", name, oip, &oport, nip, &nport) != 5) {
+        return; /* +switch-master: "<name> <old-ip> <old-port> <new-ip> <new-port>" */
+    }
+    if (strcmp(name, s->name) != 0 || nport <= 0 || nport > 65535) return;
     pthread_mutex_lock(&s->mu);
     int changed = set_addr_locked(s, nip, nport);
     pthread_mutex_unlock(&s->mu);
-    baton_log(BATON_LOG_INFO, "redis: sentinel: master '%s' switched from %s:%d to %s:%d", name, oip, oport, nip, nport);
+    if (changed)
+        baton_log(BATON_LOG_INFO, "redis: sentinel: master '%s' moved from %s:%d to %s:%d (%s)", name, oip, oport, nip,
+                  nport, ch + 1);
     if (changed) notify(s);
 }
 
@@ -258,9 +269,9 @@ static void watch_one(rsentinel *s, size_t i) {
         pthread_mutex_unlock(&s->mu);
         if (changed) notify(s);
     }
-    const char *argv[2] = { "SUBSCRIBE", "+switch-master" };
-    size_t lens[2] = { 9, 14 };
-    int rc = rconn_send(c, 2, argv, lens, rdeadline_ms(node->io_timeout_ms));
+    const char *argv[3] = { "SUBSCRIBE", "+switch-master", "+promoted-slave" };
+    size_t lens[3] = { 9, 14, 15 };
+    int rc = rconn_send(c, 3, argv, lens, rdeadline_ms(node->io_timeout_ms));
     int64_t last_rx = baton_now_ns(), ping_sent = 0;
     while (!rc) {
         pthread_mutex_lock(&s->mu);
