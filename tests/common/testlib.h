@@ -170,6 +170,7 @@ static inline int tl_fixture_port(const char *engine) {
 static inline const char *tl_uri_engine(const char *uri) {
     static const struct { const char *scheme, *engine; } map[] = {
         { "redis", "redis" }, { "rediss", "redis" }, { "zk", "zk" }, { "zookeeper", "zk" },
+        { "redis-sentinel", "redis-sentinel" }, { "rediss-sentinel", "redis-sentinel" },
         { "etcd", "etcd" }, { "etcds", "etcd" },
         { "postgres", "postgres" }, { "postgresql", "postgres" },
         { "mysql", "mysql" }, { "mariadb", "mysql" },
