@@ -40,7 +40,12 @@ static void *waiter_main(void *p) {
     waiter_t *w = p;
     baton_lock *l = NULL;
     w->rc = baton_lock_open(&l, w->c, w->name, NULL);
-    if (!w->rc) w->rc = baton_lock_acquire(l, 90000);
+    int64_t end = tl_now_ms() + 90000;
+    /* With wait_replicas a grant too few replicas acknowledged is undone
+     * and the acquire ends (EUNAVAILABLE): a new master may have none yet. */
+    if (!w->rc)
+        while ((w->rc = baton_lock_acquire(l, end - tl_now_ms())) == BATON_EUNAVAILABLE && tl_now_ms() < end)
+            tl_sleep_ms(100);
     if (!w->rc) {
         w->fence = baton_lock_fence(l);
         w->granted_ms = tl_now_ms();
@@ -78,16 +83,21 @@ static void *prober_main(void *p) {
     return NULL;
 }
 
-static void run_case(const char *action, int wait_replicas) {
+/* UNREPLICATED: the lock's key is deleted on the replicas before the
+ * failover (as if its grant never reached them): A must be told LOST. */
+static void run_case(const char *action, int wait_replicas, int unreplicated) {
     char uri[1024], name[64], probe[64];
-    snprintf(uri, sizeof uri, "redis-sentinel://%s/0?master=mymaster&prefix=sf-%s&connect_timeout_ms=1000%s", sentinels,
+    snprintf(uri, sizeof uri, "redis-sentinel://%s/0?master=mymaster&prefix=sf-%s-&connect_timeout_ms=1000%s", sentinels,
              action, wait_replicas ? "&wait_replicas=1" : "");
-    snprintf(name, sizeof name, "L-%d", wait_replicas);
-    snprintf(probe, sizeof probe, "probe-%d", wait_replicas);
-    fprintf(stderr, "   %s, wait_replicas=%d\n", action, wait_replicas);
+    snprintf(name, sizeof name, "L-%d-%d", wait_replicas, unreplicated);
+    snprintf(probe, sizeof probe, "probe-%d-%d", wait_replicas, unreplicated);
+    fprintf(stderr, "   %s, wait_replicas=%d%s\n", action, wait_replicas, unreplicated ? ", grant not replicated" : "");
     baton_client *ca = tl_client_open(uri), *cb = tl_client_open(uri), *cc = tl_client_open(uri);
     atomic_int lost = 0;
-    baton_lock_options lo = { .lease_ms = 3000, .on_lost = tl_count_lost, .on_lost_payload = &lost };
+    baton_lock_options lo = BATON_LOCK_OPTIONS_INIT;
+    lo.lease_ms = 10000; /* renewed every ~3.3 s */
+    lo.on_lost = tl_count_lost;
+    lo.on_lost_payload = &lost;
     baton_lock *a = NULL;
     CHECK_RC(baton_lock_open(&a, ca, name, &lo), 0);
     CHECK_RC(baton_lock_acquire(a, 0), 0);
@@ -98,6 +108,11 @@ static void run_case(const char *action, int wait_replicas) {
     pthread_create(&wt, NULL, waiter_main, &w);
     pthread_create(&pt, NULL, prober_main, &pr);
     tl_sleep_ms(500);
+    if (unreplicated)
+        CHECK(tl_sh("for p in $(cat '%s/data_ports'); do redis-cli -p $p ROLE | head -1 | grep -q slave || continue; "
+                    "redis-cli -p $p CONFIG SET replica-read-only no >/dev/null && redis-cli -p $p DEL 'sf-%s-%s' "
+                    ">/dev/null && redis-cli -p $p CONFIG SET replica-read-only yes >/dev/null || exit 1; done",
+                    dir, action, name) == 0);
 
     /* the failover, while A holds and B waits; A's lease extensions watched */
     int64_t t0 = tl_now_ms(), dl0 = 0, last_ext = t0, max_ext_gap = 0;
@@ -106,8 +121,8 @@ static void run_case(const char *action, int wait_replicas) {
     char cmd[2048];
     snprintf(cmd, sizeof cmd, "bash '%s' %s '%s' >/dev/null &", script, action, dir);
     CHECK(system(cmd) == 0);
-    /* 12 s: the failover (a kill waits out down-after) and a few renewals */
-    while (tl_now_ms() - t0 < 12000) {
+    /* 15 s: the failover (a kill waits out down-after) and a few renewals */
+    while (tl_now_ms() - t0 < 15000) {
         if (baton_lock_held(a) && baton_lock_deadline(a, &dl) == 0 && dl > dl0 + 50000000) {
             int64_t now = tl_now_ms();
             if (now - last_ext > max_ext_gap) max_ext_gap = now - last_ext;
@@ -120,11 +135,12 @@ static void run_case(const char *action, int wait_replicas) {
     fprintf(stderr, "   A: held %d, told LOST %d; B granted meanwhile %d; client outage %lld ms (%ld probes), "
             "longest gap between A's lease extensions %lld ms\n", held, nlost, atomic_load(&w.done),
             (long long)pr.max_gap_ms, pr.ok, (long long)max_ext_gap);
-    printf("measure %s wait_replicas=%d: client_outage_ms=%lld holder_renew_gap_ms=%lld held=%d lost=%d\n", action,
-           wait_replicas, (long long)pr.max_gap_ms, (long long)max_ext_gap, held, nlost);
+    printf("measure %s wait_replicas=%d unreplicated=%d: client_outage_ms=%lld holder_renew_gap_ms=%lld held=%d lost=%d\n", action,
+           wait_replicas, unreplicated, (long long)pr.max_gap_ms, (long long)max_ext_gap, held, nlost);
     CHECK(!(held && nlost));           /* LOST means not held */
     CHECK(held || nlost);              /* a lock gone is reported */
     if (wait_replicas) CHECK(held && !nlost);
+    if (unreplicated) CHECK(!held && nlost);
     if (held) CHECK(!atomic_load(&w.done)); /* no two holders */
     CHECK(pr.ok > 0);
 
@@ -143,10 +159,12 @@ static void run_case(const char *action, int wait_replicas) {
     tl_sh("bash '%s' revive '%s' && bash '%s' settle '%s'", script, dir, script, dir);
 }
 
-static void failover_plain(void) { run_case("failover", 0); }
-static void failover_wait_replicas(void) { run_case("failover", 1); }
-static void kill_plain(void) { run_case("kill", 0); }
-static void kill_wait_replicas(void) { run_case("kill", 1); }
+static void failover_plain(void) { run_case("failover", 0, 0); }
+static void failover_wait_replicas(void) { run_case("failover", 1, 0); }
+static void failover_unreplicated(void) { run_case("failover", 0, 1); }
+static void kill_plain(void) { run_case("kill", 0, 0); }
+static void kill_wait_replicas(void) { run_case("kill", 1, 0); }
+static void kill_unreplicated(void) { run_case("kill", 0, 1); }
 
 int main(int argc, char **argv) {
     if (argc < 2) {
@@ -171,6 +189,8 @@ int main(int argc, char **argv) {
     RUN(failover_wait_replicas);
     RUN(kill_plain);
     RUN(kill_wait_replicas);
+    RUN(failover_unreplicated);
+    RUN(kill_unreplicated);
     tl_server_script(script, "stop", dir, NULL, 0);
     return th_finish();
 }
