@@ -122,7 +122,9 @@ static void run_case(const char *action, int wait_replicas, int unreplicated) {
     snprintf(cmd, sizeof cmd, "bash '%s' %s '%s' >/dev/null &", script, action, dir);
     CHECK(system(cmd) == 0);
     /* 15 s: the failover (a kill waits out down-after) and a few renewals */
+    int64_t lost_at = 0;
     while (tl_now_ms() - t0 < 15000) {
+        if (!lost_at && atomic_load(&lost)) lost_at = tl_now_ms();
         if (baton_lock_held(a) && baton_lock_deadline(a, &dl) == 0 && dl > dl0 + 50000000) {
             int64_t now = tl_now_ms();
             if (now - last_ext > max_ext_gap) max_ext_gap = now - last_ext;
@@ -137,6 +139,9 @@ static void run_case(const char *action, int wait_replicas, int unreplicated) {
             (long long)pr.max_gap_ms, pr.ok, (long long)max_ext_gap);
     printf("measure %s wait_replicas=%d unreplicated=%d: client_outage_ms=%lld holder_renew_gap_ms=%lld held=%d lost=%d\n", action,
            wait_replicas, unreplicated, (long long)pr.max_gap_ms, (long long)max_ext_gap, held, nlost);
+    if (nlost)
+        printf("measure %s unreplicated=%d: holder_told_lost_after_ms=%lld waiter_granted_after_ms=%lld\n", action,
+               unreplicated, (long long)(lost_at - t0), (long long)(atomic_load(&w.done) ? w.granted_ms - t0 : -1));
     CHECK(!(held && nlost));           /* LOST means not held */
     CHECK(held || nlost);              /* a lock gone is reported */
     if (wait_replicas) CHECK(held && !nlost);
