@@ -224,14 +224,14 @@ if built redis && command -v redis-cli >/dev/null &&
     start redis-sentinel "$RUN/rs" --repl-diskless-sync-delay 0 >/dev/null; then
     SN="bash $SRV/redis-sentinel.sh"
     U="redis-sentinel://$($SN sentinels "$RUN/rs")/0?master=mymaster"
-    F=(--fault-cmd "stop=$SN failover $RUN/rs" --fault-cmd "start=$SN settle $RUN/rs" --fault-every 4)
-    row redis-sentinel-failover redis "SENTINEL FAILOVER every ~5 s, + client faults" \
+    F=(--fault-cmd "stop=$SN failover $RUN/rs" --fault-cmd "start=$SN settle $RUN/rs" --fault-every 2)
+    row redis-sentinel-failover redis "SENTINEL FAILOVER every ~4 s, + client faults" \
         "asynchronous replication: a grant the new master had not received is gone (its holder is told LOST); the old master takes writes until demoted: a split may show" \
         "$U" 0.5 "${F[@]}"
     row redis-sentinel-failover-wait redis "the same failovers, wait_replicas=1, + client faults" \
         "a grant or renewal no replica acknowledged is not counted" \
         "$U&wait_replicas=1&wait_ms=200" 0.5 "${F[@]}"
-    K=(--fault-cmd "stop=$SN kill $RUN/rs" --fault-cmd "start=$SN revive $RUN/rs && $SN settle $RUN/rs" --fault-every 4)
+    K=(--fault-cmd "stop=$SN kill $RUN/rs" --fault-cmd "start=$SN revive $RUN/rs && $SN settle $RUN/rs" --fault-every 2)
     row redis-sentinel-kill redis "the master SIGKILLed every ~5 s (Sentinel promotes a replica), + client faults" \
         "a grant the promoted replica had not received is gone (its holder is told LOST); no split (the old master is dead)" \
         "$U" 0.5 "${K[@]}"

@@ -560,6 +560,11 @@ static void set_ident(reng *e, rconn *c) {
         }
     }
     if (!host[0]) snprintf(host, sizeof host, "%.45s", e->cfg.host);
+    if (e->cfg.unix_path) {
+        snprintf(e->ident, sizeof e->ident, "redis+unix:%.80s/%d %s %.100s", e->cfg.unix_path, e->cfg.db,
+                 e->layout == LAYOUT_REDISSON ? "redisson" : "simple", e->prefix);
+        return;
+    }
     if (e->cfg.sentinel) { /* the master moves; the name the sentinels give it does not */
         snprintf(e->ident, sizeof e->ident, "redis-sentinel:%.60s/%d %s %.100s", rsentinel_name(e->cfg.sentinel), e->cfg.db,
                  e->layout == LAYOUT_REDISSON ? "redisson" : "simple", e->prefix);
