@@ -561,7 +561,7 @@ static void set_ident(reng *e, rconn *c) {
     }
     if (!host[0]) snprintf(host, sizeof host, "%.45s", e->cfg.host);
     if (e->cfg.unix_path) {
-        snprintf(e->ident, sizeof e->ident, "redis+unix:%.80s/%d %s %.100s", e->cfg.unix_path, e->cfg.db,
+        snprintf(e->ident, sizeof e->ident, "redis+unix:%.60s/%d %s %.100s", e->cfg.unix_path, e->cfg.db,
                  e->layout == LAYOUT_REDISSON ? "redisson" : "simple", e->prefix);
         return;
     }
