@@ -18,6 +18,10 @@
 #
 # DIR/port holds the first sentinel's port while the deployment runs (a ctest
 # fixture's {port}). Exits 77 when redis-server is missing.
+#
+# With REDIS_SENTINEL_PASSWORD=PW in the environment at start, the data nodes
+# and the sentinels require PW (requirepass; masterauth and the sentinels'
+# auth-pass too); DIR/password keeps it for the other actions.
 set -u
 
 die() { echo "redis-sentinel.sh: $*" >&2; exit 1; }
@@ -28,6 +32,9 @@ REDIS_SERVER=/usr/bin/redis-server
 NAME=mymaster
 
 cli() { redis-cli -h 127.0.0.1 "$@" 2>/dev/null; }
+pw_load() { # DIR: the deployment's password, if any, for redis-cli
+    if [ -s "$1/password" ]; then REDISCLI_AUTH=$(cat "$1/password"); export REDISCLI_AUTH; fi
+}
 
 wait_log() { # FILE PATTERN: 10 s
     for _ in $(seq 1 400); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.025; done
@@ -41,6 +48,7 @@ node_start() { # DIR PORT [args...]: a data node (its args kept for revive)
     local args=()
     [ -s "$d/args" ] && mapfile -d '' args <"$d/args"
     : >"$d/log"
+    [ -z "${REDISCLI_AUTH:-}" ] || args+=(--requirepass "$REDISCLI_AUTH" --masterauth "$REDISCLI_AUTH")
     "$REDIS_SERVER" --bind 127.0.0.1 --port "$port" --dir "$d" --daemonize yes --pidfile "$d/pid" \
         --logfile "$d/log" --protected-mode no --save '' --appendonly no "${args[@]}" >/dev/null 2>&1 || return 1
     wait_log "$d/log" "Ready to accept connections"
@@ -62,6 +70,9 @@ sentinel down-after-milliseconds $NAME 1000
 sentinel failover-timeout $NAME 3000
 sentinel parallel-syncs $NAME 2
 EOF
+    if [ -n "${REDISCLI_AUTH:-}" ]; then
+        printf 'requirepass %s\nsentinel auth-pass %s %s\n' "$REDISCLI_AUTH" "$NAME" "$REDISCLI_AUTH" >>"$d/sentinel.conf"
+    fi
     : >"$d/log"
     "$REDIS_SERVER" "$d/sentinel.conf" --sentinel >/dev/null 2>&1 || return 1
     wait_log "$d/log" "+monitor master"
@@ -133,6 +144,7 @@ cmd=${1:-}
 dir=${2:-}
 [ -n "$cmd" ] && [ -n "$dir" ] || { echo "usage: $0 start|stop|sentinels|master|failover|kill|revive DIR" >&2; exit 2; }
 shift 2
+[ "$cmd" = start ] || pw_load "$dir"
 
 case "$cmd" in
 start)
@@ -142,7 +154,12 @@ start)
     fi
     dir=$(abs_dir "$dir")
     do_stop "$dir"
-    rm -rf "${dir:?}"/[0-9]*
+    rm -rf "${dir:?}"/[0-9]* "$dir/password"
+    if [ -n "${REDIS_SENTINEL_PASSWORD:-}" ]; then
+        printf '%s' "$REDIS_SENTINEL_PASSWORD" >"$dir/password"
+        chmod 600 "$dir/password"
+    fi
+    pw_load "$dir"
     ports=$(free_ports 6) || die "no free ports"
     set -- $ports "$@"
     m=$1 r1=$2 r2=$3 s1=$4 s2=$5 s3=$6
