@@ -229,6 +229,32 @@ if built redis && command -v redis-cli >/dev/null && pc=$(start redis-cluster "$
         "a grant or renewal the slot's replica did not acknowledge (WAIT 1) is not counted: a takeover loses no counted grant" \
         "$U?wait_replicas=1&wait_ms=200" 0.5 "${F[@]}"
 fi
+# ---- Redis behind Sentinel: the client follows the master itself (issue 26) ----
+# 1 master + 2 replicas + 3 sentinels (tests/servers/redis-sentinel.sh). The
+# failover rows: SENTINEL FAILOVER at every fault (the old master stays up and
+# is demoted by the sentinels seconds later); the kill rows: the master is
+# SIGKILLed (clients see it gone for down-after, 1 s, plus the election) and
+# started again as a replica at the fault's end. baton follows
+# +promoted-slave/+switch-master and re-checks every held lock on the new master.
+if built redis && command -v redis-cli >/dev/null &&
+    start redis-sentinel "$RUN/rs" --repl-diskless-sync-delay 0 >/dev/null; then
+    SN="bash $SRV/redis-sentinel.sh"
+    U="redis-sentinel://$($SN sentinels "$RUN/rs")/0?master=mymaster"
+    F=(--fault-cmd "stop=$SN failover $RUN/rs" --fault-cmd "start=$SN settle $RUN/rs" --fault-every 2)
+    row redis-sentinel-failover redis "SENTINEL FAILOVER every ~4 s, + client faults" \
+        "asynchronous replication: a grant the new master had not received is gone (its holder is told LOST); the old master takes writes until demoted: a split may show" \
+        "$U" 0.5 "${F[@]}"
+    row redis-sentinel-failover-wait redis "the same failovers, wait_replicas=1, + client faults" \
+        "a grant or renewal no replica acknowledged is not counted" \
+        "$U&wait_replicas=1&wait_ms=200" 0.5 "${F[@]}"
+    K=(--fault-cmd "stop=$SN kill $RUN/rs" --fault-cmd "start=$SN revive $RUN/rs && $SN settle $RUN/rs" --fault-every 2)
+    row redis-sentinel-kill redis "the master SIGKILLed every ~5 s (Sentinel promotes a replica), + client faults" \
+        "a grant the promoted replica had not received is gone (its holder is told LOST); no split (the old master is dead)" \
+        "$U" 0.5 "${K[@]}"
+    row redis-sentinel-kill-wait redis "the same kills, wait_replicas=1, + client faults" \
+        "a grant or renewal no replica acknowledged is not counted: a promotion loses no counted grant" \
+        "$U&wait_replicas=1&wait_ms=200" 0.5 "${K[@]}"
+fi
 
 # ---- RedLock: 5 masters, 2 or 3 of them down ----
 if built redlock; then

@@ -171,6 +171,7 @@ static inline const char *tl_uri_engine(const char *uri) {
     static const struct { const char *scheme, *engine; } map[] = {
         { "redis", "redis" }, { "rediss", "redis" }, { "zk", "zk" }, { "zookeeper", "zk" },
         { "redis-cluster", "redis-cluster" }, /* tests/servers/redis-cluster.sh: the first master */
+        { "redis-sentinel", "redis-sentinel" }, { "rediss-sentinel", "redis-sentinel" },
         { "etcd", "etcd" }, { "etcds", "etcd" },
         { "postgres", "postgres" }, { "postgresql", "postgres" },
         { "mysql", "mysql" }, { "mariadb", "mysql" },

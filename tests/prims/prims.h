@@ -38,7 +38,8 @@ static char g_uri[1024];
 static char g_prefix[160];
 static char g_tmp[1024];
 static char g_backend[32];
-static int g_redis_port;       /* the port when the URI is a redis one, else 0 */
+static int g_redis_port;       /* the port when the URI is a redis one (sentinel: the master's), else 0 */
+static inline char *redis_raw(int port, const char *a0, ...);
 static int g_session_ms;       /* a session engine (ZooKeeper; etcd: its lease TTL): its session timeout, else 0 */
 
 /* How long a stopped or killed holder keeps what it holds: its lease, or on
@@ -91,6 +92,14 @@ static inline int pr_setup(const char *suite, const char *uri) {
         if (at && at < strchr(p, '/')) p = at + 1;
         const char *colon = strchr(p, ':');
         g_redis_port = colon ? atoi(colon + 1) : 6379;
+        if (!strncmp(g_uri, "redis-sentinel://", 17)) {
+            /* the raw commands go to the master the sentinel names */
+            char *r = redis_raw(g_redis_port, "SENTINEL", "get-master-addr-by-name", "mymaster", NULL);
+            char *last = r ? strrchr(r, '$') : NULL;
+            char *nl = last ? strstr(last, "\r\n") : NULL;
+            g_redis_port = nl ? atoi(nl + 2) : 0;
+            free(r);
+        }
     }
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);

@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 #include <arpa/inet.h>
 
@@ -333,7 +334,30 @@ static int resolve(const rcfg *cfg, int64_t deadline, struct addrinfo **out, int
     return *gerr ? -1 : 0;
 }
 
+/* redis+unix://: a stream socket on the server's unixsocket path. */
+static int unix_connect(const rcfg *cfg, int64_t deadline, int *out) {
+    struct sockaddr_un sa = { .sun_family = AF_UNIX };
+    if (strlen(cfg->unix_path) >= sizeof sa.sun_path)
+        return baton_seterr(BATON_EINVAL, 0, "redis: socket path '%s' is too long", cfg->unix_path);
+    memcpy(sa.sun_path, cfg->unix_path, strlen(cfg->unix_path) + 1);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    int err = fd < 0 ? errno : 0;
+    if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
+        err = errno;
+        if (err == EINPROGRESS || err == EAGAIN) {
+            int r = wait_fd(fd, POLLOUT, deadline);
+            socklen_t sl = sizeof err;
+            if (r == 1) err = getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &sl) == 0 ? err : errno;
+            else err = r == 0 ? ETIMEDOUT : errno;
+        }
+    }
+    if (!err) { *out = fd; return 0; }
+    if (fd >= 0) close(fd);
+    return baton_seterr(BATON_EUNAVAILABLE, err, "redis: cannot connect to %s: %s", cfg->unix_path, strerror(err));
+}
+
 static int tcp_connect(const rcfg *cfg, int64_t deadline, int *out) {
+    if (cfg->unix_path) return unix_connect(cfg, deadline, out);
     struct addrinfo *res = NULL;
     int g = 0;
     if (resolve(cfg, deadline, &res, &g) != 0)
@@ -465,6 +489,7 @@ static int simple_cmd(rconn *c, const char *what, int argc, const char **argv, i
 int rconn_open(const rcfg *cfg, rconn **out, int64_t deadline) {
     *out = NULL;
     if (cfg->cluster) return rcluster_open_any(cfg->cluster, out, deadline);
+    if (cfg->sentinel) return rsentinel_open(cfg, out, deadline);
     rconn *c = calloc(1, sizeof *c);
     if (!c) return baton_seterr(BATON_ENOMEM, 0, "redis: out of memory");
     c->fd = -1;
@@ -619,7 +644,13 @@ int rconn_command(rconn *c, int argc, const char **argv, const size_t *lens, red
         redisReply *r = NULL;
         int g = rconn_next_reply(c, &r);
         if (g < 0) return g;
-        if (g > 0) { *out = r; return 0; }
+        if (g > 0) {
+            /* A demoted master: never reuse the connection, so the next one
+             * finds the current master (sentinel.c checks ROLE). */
+            if (r->type == REDIS_REPLY_ERROR && r->str && !strncmp(r->str, "READONLY", 8)) c->broken = 1;
+            *out = r;
+            return 0;
+        }
         short want;
         int n = read_once(c, &want);
         if (n < 0) return n;
@@ -678,7 +709,7 @@ int rpool_get(rpool *p, rconn **out, int64_t deadline) {
         /* Always checked, even if it was used a moment ago: a connection the
          * server closed meanwhile (CLIENT KILL, failover) would fail the call,
          * and a release that fails leaves the lock to its lease. */
-        if (conn_alive(c)) { *out = c; return 0; }
+        if (conn_alive(c) && !rsentinel_stale(p->cfg, c)) { *out = c; return 0; }
         c->broken = 1;
         rconn_free(c);
     }

@@ -24,6 +24,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 
 #define LAYOUT_REDISSON RB_LAYOUT_REDISSON
@@ -463,6 +464,8 @@ int baton__redis_wait_loop_msg(reng *e, const char *channel, baton_waiter *w, in
 static void eng_free(reng *e) {
     if (!e) return;
     rcluster_free(e->cfg.cluster);
+    rsentinel_free(e->cfg.sentinel);
+    free(e->cfg.unix_path);
     free(e->cfg.host);
     free(e->cfg.user);
     free(e->cfg.password);
@@ -479,15 +482,26 @@ static int parse_config(reng *e, const baton_uri *u, const baton_opts *uo, const
     rcfg *cfg = &e->cfg;
     const char *scheme = u->scheme ? u->scheme : "";
     int cluster = !strcmp(scheme, "redis-cluster") || !strcmp(scheme, "rediss-cluster"); /* cluster.c */
-    if (!strcmp(scheme, "rediss") || !strcmp(scheme, "rediss-cluster")) cfg->tls = 1;
-    else if (strcmp(scheme, "redis") != 0 && !cluster)
+    int sentinel = !strcmp(scheme, "redis-sentinel") || !strcmp(scheme, "rediss-sentinel"); /* sentinel.c */
+    int unixsock = !strcmp(scheme, "redis+unix");
+    if (!strcmp(scheme, "rediss") || !strcmp(scheme, "rediss-cluster") || !strcmp(scheme, "rediss-sentinel")) cfg->tls = 1;
+    else if (strcmp(scheme, "redis") != 0 && !cluster && !sentinel && !unixsock)
         return einval("redis: unsupported scheme '%s'%s", scheme, "");
-    if (u->nhosts > 1 && !cluster)
+    if (u->nhosts > 1 && !cluster && !sentinel)
         return einval("redis: %s: one host only (several independent nodes are a quorum lock)%s",
                       u->redacted ? u->redacted : "uri", "");
-    if (!u->host || !*u->host) return einval("redis: %s: missing host%s", u->redacted ? u->redacted : "uri", "");
-    if (u->port < 0 || u->port > 65535) return einval("redis: bad port in %s%s", u->redacted ? u->redacted : "uri", "");
-    cfg->host = xstrdup(u->host);
+    if (unixsock) {
+        if (u->nhosts || !u->path || !*u->path)
+            return einval("redis: %s: want redis+unix:///path/to/redis.sock[?db=N]%s", u->redacted ? u->redacted : "uri", "");
+        size_t n = strlen(u->path) + 2;
+        if ((cfg->unix_path = malloc(n))) snprintf(cfg->unix_path, n, "/%s", u->path);
+        cfg->host = xstrdup(cfg->unix_path);
+        cfg->db = (int)baton_opts_int(uo, "db");
+    } else {
+        if (!u->host || !*u->host) return einval("redis: %s: missing host%s", u->redacted ? u->redacted : "uri", "");
+        if (u->port < 0 || u->port > 65535) return einval("redis: bad port in %s%s", u->redacted ? u->redacted : "uri", "");
+        cfg->host = xstrdup(u->host);
+    }
     cfg->port = u->port ? u->port : 6379;
     if (u->user && *u->user) cfg->user = xstrdup(u->user);
 
@@ -498,7 +512,7 @@ static int parse_config(reng *e, const baton_uri *u, const baton_opts *uo, const
     else if (getenv("REDISCLI_AUTH") && *getenv("REDISCLI_AUTH")) pw = getenv("REDISCLI_AUTH");
     if (pw) cfg->password = xstrdup(pw);
 
-    if (u->path && *u->path) {
+    if (!unixsock && u->path && *u->path) {
         long db;
         if (rparse_int(u->path, 0, INT_MAX, &db)) return einval("redis: bad database number '%s' (want /0, /1, ...)%s", u->path, "");
         cfg->db = (int)db;
@@ -525,6 +539,9 @@ static int parse_config(reng *e, const baton_uri *u, const baton_opts *uo, const
         if (rc) return rc;
     }
     if (cluster) return baton__redis_cluster_config(cfg, u);
+    if (sentinel)
+        return rsentinel_new(&cfg->sentinel, cfg, u, baton_opts_str(uo, "master"), baton_opts_str(uo, "sentinel_user"),
+                             baton_opts_str(uo, "sentinel_password"));
     return 0;
 }
 
@@ -548,6 +565,16 @@ static void set_ident(reng *e, rconn *c) {
         }
     }
     if (!host[0]) snprintf(host, sizeof host, "%.45s", e->cfg.host);
+    if (e->cfg.unix_path) {
+        snprintf(e->ident, sizeof e->ident, "redis+unix:%.60s/%d %s %.100s", e->cfg.unix_path, e->cfg.db,
+                 e->layout == LAYOUT_REDISSON ? "redisson" : "simple", e->prefix);
+        return;
+    }
+    if (e->cfg.sentinel) { /* the master moves; the name the sentinels give it does not */
+        snprintf(e->ident, sizeof e->ident, "redis-sentinel:%.60s/%d %s %.100s", rsentinel_name(e->cfg.sentinel), e->cfg.db,
+                 e->layout == LAYOUT_REDISSON ? "redisson" : "simple", e->prefix);
+        return;
+    }
     snprintf(e->ident, sizeof e->ident, "redis:[%s]:%d/%d %s %.100s", host, port, e->cfg.db,
              e->layout == LAYOUT_REDISSON ? "redisson" : "simple", e->prefix);
 }
@@ -560,6 +587,17 @@ int baton__redis_identity(void *eng, char *buf, size_t n) {
 }
 
 void baton__redis_attach(void *eng, baton_host *host) { ((reng *)eng)->host = host; }
+
+/* Sentinel: the master moved (on the watcher's thread). The subscriber drops
+ * its connection to the old one at once (woken to see its epoch is stale),
+ * and every held lock is re-checked on the new master. */
+static void sentinel_switch(void *arg) {
+    reng *e = arg;
+    uint64_t one = 1;
+    ssize_t n;
+    do n = write(e->sub.evfd, &one, sizeof one); while (n < 0 && errno == EINTR);
+    if (e->host && __atomic_load_n(&e->watching, __ATOMIC_RELAXED)) baton_host_recheck(e->host);
+}
 
 int baton__redis_open(void **out, const baton_uri *u, const baton_opts *uo, const baton_client_options *o) {
     *out = NULL;
@@ -593,7 +631,9 @@ int baton__redis_open(void **out, const baton_uri *u, const baton_opts *uo, cons
         else set_ident(e, c);
         rpool_put(&e->pool, c);
     }
+    if (!rc && e->cfg.sentinel) rc = rsentinel_watch(e->cfg.sentinel, sentinel_switch, e);
     if (rc) {
+        rsentinel_stop(e->cfg.sentinel);
         rsub_destroy(&e->sub);
         rpool_destroy(&e->pool);
         eng_free(e);
@@ -606,6 +646,7 @@ int baton__redis_open(void **out, const baton_uri *u, const baton_opts *uo, cons
 void baton__redis_close(void *eng) {
     reng *e = eng;
     if (!e) return;
+    rsentinel_stop(e->cfg.sentinel); /* its callback touches the subscriber */
     rsub_destroy(&e->sub);
     rpool_destroy(&e->pool);
     eng_free(e);

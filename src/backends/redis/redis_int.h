@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 typedef struct rcluster rcluster;
+typedef struct rsentinel rsentinel;
 
 /* Where and how to connect. Owned by the engine, read-only after open. */
 typedef struct {
@@ -30,6 +31,8 @@ typedef struct {
     int connect_timeout_ms;
     int io_timeout_ms;
     rcluster *cluster;       /* redis-cluster:// (cluster.c); NULL: one server */
+    char *unix_path;         /* redis+unix://: connect to this socket, not host:port */
+    rsentinel *sentinel;     /* redis-sentinel://: host/port come from the sentinels (sentinel.c) */
 } rcfg;
 
 /* One connection: a socket, optionally TLS, and a RESP reader. */
@@ -39,6 +42,7 @@ typedef struct rconn {
     redisReader *rd;
     int broken;              /* set on any I/O or protocol error: never reused */
     struct rroute *route;    /* cluster: a routing handle (fd -1), see cluster.c */
+    unsigned epoch;          /* sentinel: the master's address epoch it was opened in */
 } rconn;
 
 /* Redis Cluster (cluster.c). A pooled connection of a cluster client is a
@@ -162,6 +166,21 @@ int rsub_register_ready(rsub *s, const char *channel, int pattern, baton_waiter 
  * losing the connection: the server may have restarted or failed over, so
  * what the client holds must be re-checked. 0 or BATON_ENOMEM. */
 int rsub_watch(rsub *s, void (*fn)(void *), void *arg);
+
+/* Sentinel (sentinel.c). rconn_open goes through rsentinel_open when
+ * cfg->sentinel is set: the master the sentinels name, checked with ROLE. */
+int rsentinel_new(rsentinel **out, const rcfg *data, const baton_uri *u, const char *name, const char *user,
+                  const char *password);
+void rsentinel_free(rsentinel *s);
+int rsentinel_open(const rcfg *cfg, rconn **out, int64_t deadline_ns);
+/* Starts the +switch-master watcher; FN(ARG) runs on its thread after every
+ * change of the master's address. */
+int rsentinel_watch(rsentinel *s, void (*fn)(void *), void *arg);
+void rsentinel_stop(rsentinel *s);
+unsigned rsentinel_epoch(rsentinel *s);
+const char *rsentinel_name(const rsentinel *s);
+/* 1 when C was opened to a master the sentinels have since replaced. */
+int rsentinel_stale(const rcfg *cfg, const rconn *c);
 
 /* The connection pool (conn.c). */
 typedef struct {

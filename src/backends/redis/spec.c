@@ -16,18 +16,28 @@ extern const baton_backend baton__backend_redis;
 #endif
 #endif
 
-static const char *const schemes[] = { "redis", "rediss", "redis-cluster", "rediss-cluster", NULL };
+static const char *const schemes[] = { "redis", "rediss", "redis-cluster", "rediss-cluster", "redis-sentinel",
+                                       "rediss-sentinel", "redis+unix", NULL };
 static const char *const layouts[] = { "redisson", "simple", NULL };
 static const baton_engine_option options[] = {
     BATON__STR("prefix", "", "a string put before every key baton makes"),
     BATON__ENUM("layout", "redisson", layouts,
                 "redisson: Redisson's hashes and channels; simple: SET NX PX keys (redis-py, node-redlock, redsync)"),
-    BATON__PATH("cacert", "rediss rediss-cluster", "CA certificates (PEM) to verify the server with"),
-    BATON__PATH("cert", "rediss rediss-cluster", "client certificate (PEM)"),
-    BATON__PATH("key", "rediss rediss-cluster", "client private key (PEM); needs cert"),
-    BATON__BOOL("insecure", "0", "rediss rediss-cluster", "1: do not verify the server's certificate"),
+    BATON__PATH("cacert", "rediss rediss-cluster rediss-sentinel", "CA certificates (PEM) to verify the server with"),
+    BATON__PATH("cert", "rediss rediss-cluster rediss-sentinel", "client certificate (PEM)"),
+    BATON__PATH("key", "rediss rediss-cluster rediss-sentinel", "client private key (PEM); needs cert"),
+    BATON__BOOL("insecure", "0", "rediss rediss-cluster rediss-sentinel", "1: do not verify the server's certificate"),
     BATON__INT("wait_replicas", "0", 0, 1000, "after a grant, WAIT for this many replicas to have it"),
     { "wait_ms", "ms", "1000", "how long WAIT waits for the replicas", 1, 3600000, NULL, NULL, NULL, "wait_replicas" },
+    { "master", "string", NULL, "the master's name the sentinels monitor (required)", 0, 0, NULL,
+      "redis-sentinel rediss-sentinel", NULL, NULL },
+    { "sentinel_user", "string", NULL, "ACL user for the sentinels (the URI's user is the data nodes')", 0, 0, NULL,
+      "redis-sentinel rediss-sentinel", NULL, NULL },
+    { "sentinel_password", "string", NULL,
+      "password for the sentinels (requirepass of sentinel.conf; the URI's password is the data nodes')", 0, 0, NULL,
+      "redis-sentinel rediss-sentinel", NULL, NULL },
+    { "db", "int", "0", "the database number (redis+unix://; the other schemes take it as the path)", 0, 1000000,
+      NULL, "redis+unix", NULL, NULL },
     BATON__CONNECT_TIMEOUT,
     BATON__MS("io_timeout_ms", NULL, 1, 3600000, "per-request timeout (default: the client's, 5000 ms)"),
     BATON__OPT_END,
@@ -41,6 +51,8 @@ static const char *const notes[] = {
     "MOVED/ASK/TRYAGAIN/CLUSTERDOWN followed within the call's deadline; every key of an operation shares the "
     "name's hash slot (Redisson's {tag} rule), else BATON_ENOTSUP; wake-ups by classic PUBLISH (broadcast by the "
     "cluster); a quorum of cluster clients is BATON_ENOTSUP (docs/redis-layout.md)",
+    "sentinel: the master the sentinels name, checked with ROLE; +switch-master is followed and every held lock "
+    "re-checked on the new master (LOST if it did not survive); wait_replicas keeps grants across a failover",
     "latch: Redisson's RCountDownLatch layout",
     "election: built by the core on the lock \"baton:election:NAME\" (its fence is the term; fair with "
     "layout=redisson, so the oldest candidate leads; in the simple layout any waiter may lead next) and the "
@@ -62,8 +74,11 @@ static const char *const notes[] = {
 const baton_engine_info baton__info_redis = {
     .name = "redis",
     .schemes = schemes,
-    .summary = "Redis, one node (rediss:// over TLS), Redisson's key layout by default",
-    .uri = "redis[s]://[user[:password]@]host[:port][/db][?options]",
+    .summary = "Redis, one node (rediss:// over TLS, redis+unix:// on a socket), its master behind Sentinel "
+               "(redis-sentinel://) or a Redis Cluster (redis-cluster://), Redisson's key layout by default",
+    .uri = "redis[s]://[user[:password]@]host[:port][/db][?options] | "
+           "redis[s]-sentinel://[user[:password]@]s1[:26379][,s2...][/db]?master=NAME | "
+           "redis[s]-cluster://h1:p1[,h2:p2...] | redis+unix:///path.sock[?db=N]",
     .primitives = BATON_PRIM_LOCK | BATON_PRIM_FAIR | BATON_PRIM_RWLOCK | BATON_PRIM_SEM | BATON_PRIM_PERMITS |
                   BATON_PRIM_LATCH | BATON_PRIM_LIST | BATON_PRIM_BREAK | BATON_PRIM_INFO | BATON_PRIM_VALUE |
                   BATON_PRIM_GROUP | BATON_PRIM_QUEUE | BATON_PRIM_RATELIMIT |

@@ -265,6 +265,9 @@ static void *sub_main(void *arg) {
                     if (pong) ping_sent = 0;
                 }
             }
+            /* Sentinel: the master moved; this connection is to the old one. */
+            if (!rc && rsentinel_stale(s->cfg, conn))
+                rc = baton_seterr(BATON_EUNAVAILABLE, 0, "redis: the sentinels named a new master");
             /* Keepalive: a silent connection gets a PING; no answer within the
              * I/O timeout means it is dead. */
             int64_t now = baton_now_ns();
