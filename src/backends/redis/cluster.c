@@ -377,6 +377,16 @@ static int redirect_target(rcluster *cl, const char *s, int *slot) {
     return idx;
 }
 
+void rcluster_note_moved(rcluster *cl, const char *err) {
+    int slot = -1, to = redirect_target(cl, err, &slot);
+    if (to < 0 || slot < 0 || slot >= RC_SLOTS) return;
+    pthread_mutex_lock(&cl->mu);
+    cl->slot[slot] = (short)to;
+    cl->refreshed_ns = 0; /* the next call re-reads the whole map */
+    pthread_mutex_unlock(&cl->mu);
+    note_change(cl);
+}
+
 /* The node for SLOT (-1: the handle's last, else any mapped one). */
 static int pick_node(rroute *rt, int slot) {
     rcluster *cl = rt->cl;

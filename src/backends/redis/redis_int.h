@@ -69,6 +69,9 @@ int rcluster_node_of(rcluster *cl, const char *key, size_t len, const rcfg **cfg
  * CLUSTERDOWN): a failover may have taken a lock this client holds.
  * rcluster_take_changed says (once) whether that happened since last asked. */
 void rcluster_set_notify(rcluster *cl, void (*fn)(void *), void *arg);
+/* A "MOVED slot host:port" answer seen outside rcluster_command (a
+ * subscription): the map notes the slot's new master. */
+void rcluster_note_moved(rcluster *cl, const char *err);
 int rcluster_take_changed(rcluster *cl);
 
 /* Option values and derived key names, shared by the Redis and RedLock backends. */

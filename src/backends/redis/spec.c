@@ -39,8 +39,10 @@ static const char *const notes[] = {
     "fair: Redisson's RFairLock layout",
     "cluster: redis[s]-cluster://h1:p1,h2:p2,... (seeds): slot map from CLUSTER SLOTS, one connection per master, "
     "MOVED/ASK/TRYAGAIN/CLUSTERDOWN followed within the call's deadline; every key of an operation shares the "
-    "name's hash slot (Redisson's {tag} rule), else BATON_ENOTSUP; wake-ups by classic PUBLISH (broadcast by the "
-    "cluster); a quorum of cluster clients is BATON_ENOTSUP (docs/redis-layout.md)",
+    "name's hash slot (Redisson's {tag} rule), else BATON_ENOTSUP; wake-ups by sharded pub/sub (SPUBLISH, "
+    "SSUBSCRIBE on the slot's master, as Redisson in cluster mode; the fair lock's queue entries by classic PUBLISH), "
+    "keyspace events subscribed on the key's master; a failover seen on any master re-checks every held lock; "
+    "a quorum of cluster clients is BATON_ENOTSUP (docs/redis-layout.md)",
     "latch: Redisson's RCountDownLatch layout",
     "election: built by the core on the lock \"baton:election:NAME\" (its fence is the term; fair with "
     "layout=redisson, so the oldest candidate leads; in the simple layout any waiter may lead next) and the "

@@ -168,6 +168,7 @@ static int handle_reply(rsub *s, redisReply *r, int *pong) {
          * a resharding): its channels are not ready here; their waiters
          * re-check, and rsub_reroute moves them to the new master. */
         int slot = atoi(r->str + 6);
+        rcluster_note_moved(s->parent->cfg->cluster, r->str);
         pthread_mutex_lock(&s->mu);
         for (rchan *c = s->chans; c; c = c->next) {
             if (!c->shard || !c->pending || rcluster_slot(c->name, strlen(c->name)) != slot) continue;
@@ -486,6 +487,11 @@ static int register_here(rsub *s, const char *channel, int pattern, int shard, c
         return BATON_ENOMEM;
     }
     rchan *c = find_chan(s, channel, strlen(channel), pattern);
+    if (c && c->moved && !c->pending) {
+        /* this master said MOVED, and the map still names it: ask again */
+        c->moved = 0;
+        c->intended = 0;
+    }
     if (!c) {
         c = calloc(1, sizeof *c);
         if (c) c->name = strdup(channel), c->pattern = pattern, c->shard = shard;
