@@ -13,7 +13,9 @@
  *     foreign holder wakes it;
  *   - the reconnect re-check runs when a failover is seen on any master
  *     (MOVED), not only the subscriber's: a lock whose key the new master
- *     does not have is reported lost at once, not at the next renewal.
+ *     does not have is reported lost at once, not at the next renewal; a
+ *     waiter SSUBSCRIBEd on the old master moves to the new one when the old
+ *     one dies, and is woken by a release there.
  */
 #include <baton.h>
 
@@ -255,13 +257,26 @@ static void test_recheck_any_master(void) {
     CHECK(r != 0);
     if (!r) return;
     __atomic_store_n(&lost_count, 0, __ATOMIC_SEQ_CST);
-    baton_client *c = tl_client_open(g_uri);
+    baton_client *c = tl_client_open(g_uri), *hc = tl_client_open(g_uri), *wc = tl_client_open(g_uri);
+    baton_lock *hl = NULL, *wl = NULL;
     baton_lock *l = lock_on(c, name, 60000); /* renewals every 20 s */
     snprintf(other, sizeof other, "{%s}other", name); /* the same slot */
     baton_lock *l2 = lock_on(c, other, 60000);
     CHECK(l && l2);
     if (!l || !l2) goto out;
     CHECK_RC(baton_lock_acquire(l, 0), 0);
+    /* a waiter of the same slot, SSUBSCRIBEd on M when the failover comes */
+    char held[96], hchan[160];
+    snprintf(held, sizeof held, "{%s}held", name);
+    snprintf(hchan, sizeof hchan, "redisson_lock__channel:%s", held); /* a tagged name keeps its tag */
+    hl = lock_on(hc, held, 60000);
+    wl = lock_on(wc, held, 60000);
+    CHECK(hl && wl);
+    if (!hl || !wl) goto out;
+    CHECK_RC(baton_lock_acquire(hl, 0), 0);
+    waiter w = { .l = wl };
+    pthread_create(&w.th, NULL, wait_main, &w);
+    CHECK(wait_subscribed(m, "SHARDNUMSUB", hchan) >= 1);
     cli(m, o, sizeof o, "WAIT 1 2000");
     CHECK(cli(r, o, sizeof o, "CLUSTER FAILOVER") == 0);
     int64_t t0 = tl_now_ms();
@@ -281,7 +296,32 @@ static void test_recheck_any_master(void) {
     CHECK(lost == 1);
     CHECK(!baton_lock_held(l));
     CHECK_RC(baton_lock_release(l2), 0);
+    /* The old master is a replica of the same shard now, and a shard's
+     * replicas deliver its sharded messages: the waiter may stay there. */
+    fprintf(stderr, "   waiter on '%s' after the failover: SHARDNUMSUB old %ld, new %ld\n", held,
+            cli_count(m, "SHARDNUMSUB", hchan), cli_count(r, "SHARDNUMSUB", hchan));
+    /* The old master dies: the waiter's subscription moves to the master
+     * the map names (rsub_reroute). */
+    int mi = -1;
+    for (int i = 0; i < g_nports; i++)
+        if (g_ports[i] == m) mi = i;
+    CHECK(mi >= 0 && tl_sh("kill -KILL $(cat '%s/n%d/pid')", g_dir, mi + 1) == 0);
+    long n = 0;
+    for (int i = 0; i < 160 && (n = cli_count(r, "SHARDNUMSUB", hchan)) < 1; i++) tl_sleep_ms(50);
+    fprintf(stderr, "   old master killed: SHARDNUMSUB on the new master %d = %ld\n", r, n);
+    CHECK(n >= 1);
+    CHECK(!atomic_load(&w.done));
+    int64_t t2 = tl_now_ms();
+    CHECK_RC(baton_lock_release(hl), 0);
+    pthread_join(w.th, NULL);
+    CHECK_RC(w.rc, 0);
+    fprintf(stderr, "   release on the new master: waiter granted after %" PRId64 " ms\n", w.granted_ms - t2);
+    CHECK_RC(baton_lock_release(wl), 0);
 out:
+    if (hl) baton_lock_free(hl);
+    if (wl) baton_lock_free(wl);
+    baton_client_close(hc);
+    baton_client_close(wc);
     if (l) baton_lock_free(l);
     if (l2) baton_lock_free(l2);
     baton_client_close(c);
@@ -304,7 +344,7 @@ int main(void) {
     snprintf(g_tag, sizeof g_tag, "p%ld-", (long)getpid());
     RUN(test_sharded);
     RUN(test_keyspace);
-    RUN(test_recheck_any_master); /* last: it fails a master over */
+    RUN(test_recheck_any_master); /* last: it fails a master over and kills it */
     tl_server_stop("redis-cluster", g_dir);
     return th_finish();
 }

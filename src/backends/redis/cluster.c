@@ -377,6 +377,13 @@ static int redirect_target(rcluster *cl, const char *s, int *slot) {
     return idx;
 }
 
+void rcluster_stale(rcluster *cl) {
+    pthread_mutex_lock(&cl->mu);
+    cl->refreshed_ns = 0;
+    pthread_mutex_unlock(&cl->mu);
+    note_change(cl);
+}
+
 void rcluster_note_moved(rcluster *cl, const char *err) {
     int slot = -1, to = redirect_target(cl, err, &slot);
     if (to < 0 || slot < 0 || slot >= RC_SLOTS) return;

@@ -72,6 +72,8 @@ void rcluster_set_notify(rcluster *cl, void (*fn)(void *), void *arg);
 /* A "MOVED slot host:port" answer seen outside rcluster_command (a
  * subscription): the map notes the slot's new master. */
 void rcluster_note_moved(rcluster *cl, const char *err);
+/* The map may be out of date (a node dropped its sharded subscribers). */
+void rcluster_stale(rcluster *cl);
 int rcluster_take_changed(rcluster *cl);
 
 /* Option values and derived key names, shared by the Redis and RedLock backends. */

@@ -197,6 +197,7 @@ static int handle_reply(rsub *s, redisReply *r, int *pong) {
     const redisReply *payload = NULL;
     if ((!strcasecmp(kind, "message") || !strcasecmp(kind, "smessage")) && r->elements >= 3) payload = r->element[2];
     if (!strcasecmp(kind, "pmessage") && r->elements >= 4) payload = r->element[3];
+    int moved_any = 0;
     pthread_mutex_lock(&s->mu);
     rchan *c = find_chan(s, name, len, pat);
     if (c) {
@@ -213,13 +214,23 @@ static int handle_reply(rsub *s, redisReply *r, int *pong) {
             else wake_msg(c, "", 0);
         } else if (!strcasecmp(kind, "subscribe") || !strcasecmp(kind, "unsubscribe") ||
                    !strcasecmp(kind, "psubscribe") || !strcasecmp(kind, "punsubscribe") || shard) {
+            int unasked = shard && !c->pending && c->intended && !strcasecmp(kind, "sunsubscribe");
             if (c->pending > 0) c->pending--;
             c->server = kind[off] == 's' || kind[off] == 'S';
             if (c->server) c->moved = 0;
             if (c->intended && !c->pending && c->server) wake_chan(c);
+            if (unasked) {
+                /* The master gave the slot away (failover, resharding) and
+                 * dropped its subscribers: the waiters move (rsub_reroute)
+                 * once the map names the new master. */
+                c->moved = 1;
+                moved_any = 1;
+                wake_chan(c);
+            }
         }
     }
     pthread_mutex_unlock(&s->mu);
+    if (moved_any && s->parent) rcluster_stale(s->parent->cfg->cluster);
     return 0;
 }
 
