@@ -11,7 +11,8 @@ rows = [json.loads(l) for l in open(res_path) if l.strip()]
 # the script's order, whatever order rows were (re)run in
 LINK = ["-link-freeze", "-link-cut", "-run"]
 ORDER = (["file", "sqlite", "redis", "redis-restart", "redis-aof-restart"] + ["redis" + x for x in LINK] +
-         ["redis-failover", "redis-failover-wait", "redis-split", "redis-split-wait", "redlock", "redlock-2of3",
+         ["redis-failover", "redis-failover-wait", "redis-split", "redis-split-wait", "redis-cluster-failover",
+          "redis-cluster-failover-wait", "redlock", "redlock-2of3",
           "redlock5-2down", "redlock5-3down", "zk", "zk-restart"] + ["zk" + x for x in LINK] +
          ["zk-leader", "postgres", "postgres-lease", "postgres-restart", "postgres-terminate", "postgres-row-terminate",
           "postgres-row-terminate-run"] + ["postgres-%s%s" % (m, x) for m in ("session", "row", "lease") for x in LINK] +

@@ -3,7 +3,13 @@
 # layout. This test performs Redisson's documented RLock operations with
 # redis-cli against the keys `baton run` writes, and the other way round.
 #
-#   redisson.sh PATH/TO/baton
+#   redisson.sh PATH/TO/baton [cluster]
+#
+# With "cluster" the same checks run on the redis-cluster fixture
+# (redis-cluster://, redis-cli -c) as Redisson in cluster mode does them:
+# its unlock SPUBLISHes (sharded pub/sub, Redis 7) and its waiters SSUBSCRIBE
+# on the slot's master. Every key and channel of NAME is in NAME's slot (the
+# {NAME} hash tag), so a foreign client only has to lock the same NAME.
 #
 # Layout (per lock NAME):
 #   NAME                             hash: field "<uuid>:<thread id>" -> reentry count, with a TTL
@@ -49,14 +55,31 @@ wait_pid() { # PID TIMEOUT_S -> RC (999 on timeout)
     kill -KILL "$1" 2>/dev/null; wait "$1" 2>/dev/null; RC=999; return 1
 }
 
-PORT=$(cat "${BATON_TEST_SRV:-/nonexistent}/redis/port" 2>/dev/null) || PORT=""
-[ -n "$PORT" ] || skip_or_fail "no test redis server"
+MODE=${2:-single}
+if [ "$MODE" = cluster ]; then
+    PORT=$(cat "${BATON_TEST_SRV:-/nonexistent}/redis-cluster/port" 2>/dev/null) || PORT=""
+    [ -n "$PORT" ] || skip_or_fail "no test redis cluster"
+else
+    PORT=$(cat "${BATON_TEST_SRV:-/nonexistent}/redis/port" 2>/dev/null) || PORT=""
+    [ -n "$PORT" ] || skip_or_fail "no test redis server"
+fi
 command -v redis-cli >/dev/null || skip_or_fail "redis-cli is missing"
-R() { redis-cli -h 127.0.0.1 -p "$PORT" -n 0 "$@"; }
-URI="redis://127.0.0.1:$PORT/0"
 X="interop-rs-$$-x"
 TOKEN="redisson_lock_token:{$X}"
 CHAN="redisson_lock__channel:{$X}"
+if [ "$MODE" = cluster ]; then
+    R() { redis-cli -c -h 127.0.0.1 -p "$PORT" "$@"; }
+    URI="redis-cluster://127.0.0.1:$PORT"
+    # the master of X's slot: pub/sub and MONITOR are watched there
+    OWN=$(redis-cli -h 127.0.0.1 -p "$PORT" GET "$X" 2>&1 | sed -n 's/^MOVED [0-9]* .*:\([0-9]*\)$/\1/p')
+    OWN=${OWN:-$PORT}
+    PUB=spublish SUBCMD=SSUBSCRIBE NUMSUB=SHARDNUMSUB
+else
+    R() { redis-cli -h 127.0.0.1 -p "$PORT" -n 0 "$@"; }
+    URI="redis://127.0.0.1:$PORT/0"
+    OWN=$PORT
+    PUB=publish SUBCMD=SUBSCRIBE NUMSUB=NUMSUB
+fi
 
 ACQUIRE='if redis.call("exists", KEYS[1]) == 0 or redis.call("hexists", KEYS[1], ARGV[2]) == 1 then
   redis.call("hincrby", KEYS[1], ARGV[2], 1)
@@ -68,7 +91,7 @@ UNLOCK='if redis.call("hexists", KEYS[1], ARGV[3]) == 0 then return false end
 local n = redis.call("hincrby", KEYS[1], ARGV[3], -1)
 if n > 0 then redis.call("pexpire", KEYS[1], ARGV[2]) return 0 end
 redis.call("del", KEYS[1])
-redis.call("publish", KEYS[2], ARGV[1])
+redis.call("'$PUB'", KEYS[2], ARGV[1])
 return 1'
 FOREIGN="6f1c3d2e-0000-4000-8000-00000000beef:77"   # a Redisson client's uuid:threadId
 
@@ -115,10 +138,10 @@ check "PTTL stays high while baton holds" num_gt "$(R PTTL "$X")" 15000
 
 # releasing publishes 0 on Redisson's channel
 rm -f "$TMP/sub.out"
-timeout 10 redis-cli -h 127.0.0.1 -p "$PORT" SUBSCRIBE "$CHAN" >"$TMP/sub.out" 2>&1 &
+timeout 10 redis-cli -h 127.0.0.1 -p "$OWN" $SUBCMD "$CHAN" >"$TMP/sub.out" 2>&1 &
 SPID=$!
 BG+=("$SPID")
-for i in $(seq 1 100); do [ "$(R PUBSUB NUMSUB "$CHAN" | sed -n 2p)" -ge 1 ] 2>/dev/null && break; sleep 0.02; done
+for i in $(seq 1 100); do [ "$(redis-cli -p "$OWN" PUBSUB $NUMSUB "$CHAN" | sed -n 2p)" -ge 1 ] 2>/dev/null && break; sleep 0.02; done
 touch "$TMP/go"
 wait_pid "$HPID" 15
 check "baton run exits 0 after the command" eq "$RC" 0
@@ -126,7 +149,7 @@ check "EXISTS $X = 0 after release" eq "$(R EXISTS "$X")" 0
 for i in $(seq 1 100); do grep -qx 0 "$TMP/sub.out" 2>/dev/null && break; sleep 0.02; done
 kill "$SPID" 2>/dev/null
 wait "$SPID" 2>/dev/null
-check "release published '0' on $CHAN" grep -qx 0 "$TMP/sub.out"
+check "release published '0' on $CHAN ($PUB)" grep -qx 0 "$TMP/sub.out"
 check "the fence counter stays ($FENCE)" eq "$(R GET "$TOKEN")" "$FENCE"
 
 # ---- 2. a Redisson holder excludes baton ------------------------------------
@@ -156,7 +179,7 @@ R HSET "$X" "$FOREIGN" 1 >/dev/null
 R PEXPIRE "$X" 30000 >/dev/null
 rm -f "$TMP/w.fence" "$TMP/mon.out"
 # watch the server: the waiter must not poll
-timeout 20 redis-cli -h 127.0.0.1 -p "$PORT" MONITOR >"$TMP/mon.out" 2>/dev/null &
+timeout 20 redis-cli -h 127.0.0.1 -p "$OWN" MONITOR >"$TMP/mon.out" 2>/dev/null &
 MPID=$!
 BG+=("$MPID")
 sleep 0.2
@@ -166,7 +189,7 @@ BG+=("$WPID")
 # it subscribes to the channel (no polling)
 sub=0
 for i in $(seq 1 150); do
-    n=$(R PUBSUB NUMSUB "$CHAN" | sed -n 2p)
+    n=$(redis-cli -p "$OWN" PUBSUB $NUMSUB "$CHAN" | sed -n 2p)
     [ "${n:-0}" -ge 1 ] 2>/dev/null && { sub=1; break; }
     sleep 0.02
 done
@@ -180,7 +203,7 @@ tries=$(grep -iE '"(evalsha|eval)"' "$TMP/mon.out" | grep -cF "\"$X\"")
 check "the waiter did not poll the lock ($tries acquire attempts in ~2 s)" [ "$tries" -ge 1 -a "$tries" -le 4 ]
 R DEL "$X" >/dev/null
 t0=$(now_ms)
-R PUBLISH "$CHAN" 0 >/dev/null
+R $PUB "$CHAN" 0 >/dev/null
 wait_pid "$WPID" 25
 el=$(( $(now_ms) - t0 ))
 kill "$MPID" 2>/dev/null
@@ -207,6 +230,7 @@ out=$(timeout -k 2 30 "$BATON" run -n -u "$URI" "$Y" -- sh -c 'echo "$BATON_FENC
 check "a counter ahead of the clock is incremented exactly (5000000000000000 -> $out)" eq "$out" 5000000000000001
 check "...and stays an integer string" eq "$(R GET "$YT")" 5000000000000001
 
-R DEL "$X" "$TOKEN" "$Y" "$YT" >/dev/null
+R DEL "$X" "$TOKEN" >/dev/null
+R DEL "$Y" "$YT" >/dev/null
 echo "$PASS passed, $FAIL failed"
 [ $FAIL -eq 0 ]

@@ -235,7 +235,7 @@ static void test_redisson_layout(void) {
     CHECK(!atomic_load(&t.done));
     int64_t t0 = tl_now_ms();
     free(redis_raw(g_redis_port, "DEL", n, NULL));
-    free(redis_raw(g_redis_port, "PUBLISH", ch, "0", NULL));
+    free(redis_raw(g_redis_port, redis_publish_cmd(), ch, "0", NULL));
     CHECK(await_done(&t, 5000));
     CHECK(t.t_done - t0 < 1500);
     await_join(&t);

@@ -231,6 +231,12 @@ static inline long long rcli_int(rcli *c, int argc, const char *const *argv) {
     return v;
 }
 
+/* How Redisson publishes an unlock on this server: SPUBLISH (sharded pub/sub)
+ * on a Redis Cluster, as Redisson in cluster mode does; else PUBLISH. */
+static inline const char *redis_publish_cmd(void) {
+    return strstr(g_uri, "-cluster://") ? "SPUBLISH" : "PUBLISH";
+}
+
 /* One command on a fresh connection to the test server; the raw reply
  * (malloc'ed) or NULL. Up to 8 arguments, NULL-terminated. */
 static inline char *redis_raw(int port, const char *a0, ...) {

@@ -312,7 +312,7 @@ static void test_redisson_layout(void) {
     CHECK(!atomic_load(&t.done));
     int64_t t0 = tl_now_ms();
     free(redis_raw(g_redis_port, "INCRBY", n, "1", NULL));
-    free(redis_raw(g_redis_port, "PUBLISH", ch, "1", NULL));
+    free(redis_raw(g_redis_port, redis_publish_cmd(), ch, "1", NULL));
     CHECK(sem_wait_done(&t, 5000));
     CHECK(t.t_done - t0 < 1500);
     sem_join(&t);

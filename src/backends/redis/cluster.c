@@ -29,7 +29,10 @@
  *
  * A plain connection (rconn_open with a cluster config: the subscriber's) is
  * opened to the first node that answers: classic PUBLISH is broadcast to every
- * node of a cluster, so one subscription anywhere hears every wake-up.
+ * node of a cluster, so a pattern subscription anywhere hears it. Sharded
+ * channels (SPUBLISH) and keyspace events are heard only on the slot's
+ * master: sub.c keeps a subscriber connection per master for them
+ * (rcluster_node_of).
  */
 #include "redis_int.h"
 
@@ -58,6 +61,9 @@ struct rcluster {
     int nseed;                   /* the first nseed nodes are the URI's */
     short slot[RC_SLOTS];        /* owning node index, -1 = unknown */
     int64_t refreshed_ns;
+    void (*notify)(void *);      /* rcluster_set_notify */
+    void *notify_arg;
+    int changed;                 /* a node was lost / a slot moved since rcluster_take_changed */
 };
 
 typedef struct rroute {
@@ -215,6 +221,49 @@ void rcluster_free(rcluster *cl) {
     free(cl);
 }
 
+/* ---- failovers seen (the reconnect re-check) ----------------------------- */
+
+/* A node's connection was lost, or a slot answered MOVED/CLUSTERDOWN: a
+ * failover may have dropped a grant the replica had not received, on any
+ * master, not only the subscriber's. The subscriber thread is told (it runs
+ * the re-check with no lock held; this may be a renewal's own thread). */
+static void note_change(rcluster *cl) {
+    pthread_mutex_lock(&cl->mu);
+    cl->changed = 1;
+    void (*fn)(void *) = cl->notify;
+    void *arg = cl->notify_arg;
+    pthread_mutex_unlock(&cl->mu);
+    if (fn) fn(arg);
+}
+
+void rcluster_set_notify(rcluster *cl, void (*fn)(void *), void *arg) {
+    pthread_mutex_lock(&cl->mu);
+    cl->notify = fn;
+    cl->notify_arg = arg;
+    pthread_mutex_unlock(&cl->mu);
+}
+
+int rcluster_take_changed(rcluster *cl) {
+    pthread_mutex_lock(&cl->mu);
+    int c = cl->changed;
+    cl->changed = 0;
+    pthread_mutex_unlock(&cl->mu);
+    return c;
+}
+
+int rcluster_node_of(rcluster *cl, const char *key, size_t len, const rcfg **cfg, int64_t deadline) {
+    int slot = rcluster_slot(key, len);
+    for (int pass = 0; pass < 2; pass++) {
+        pthread_mutex_lock(&cl->mu);
+        int idx = cl->slot[slot];
+        if (idx >= 0) *cfg = &cl->node[idx]->cfg;
+        pthread_mutex_unlock(&cl->mu);
+        if (idx >= 0 && idx < RSUB_MAX_NODES) return idx;
+        if (pass || !deadline || refresh(cl, deadline, 0)) break;
+    }
+    return -1;
+}
+
 /* ---- plain connections (the subscriber) --------------------------------- */
 
 int rcluster_open_any(rcluster *cl, rconn **out, int64_t deadline) {
@@ -271,6 +320,7 @@ void rcluster_conn_prune(rconn *c, int (*alive)(rconn *)) {
     for (int i = 0; i < RC_MAX_NODES; i++) {
         if (rt->c[i] && (rt->c[i]->broken || !alive(rt->c[i]))) {
             rt->c[i]->broken = 1;
+            note_change(rt->cl);
             rconn_free(rt->c[i]);
             rt->c[i] = NULL;
         }
@@ -327,6 +377,23 @@ static int redirect_target(rcluster *cl, const char *s, int *slot) {
     return idx;
 }
 
+void rcluster_stale(rcluster *cl) {
+    pthread_mutex_lock(&cl->mu);
+    cl->refreshed_ns = 0;
+    pthread_mutex_unlock(&cl->mu);
+    note_change(cl);
+}
+
+void rcluster_note_moved(rcluster *cl, const char *err) {
+    int slot = -1, to = redirect_target(cl, err, &slot);
+    if (to < 0 || slot < 0 || slot >= RC_SLOTS) return;
+    pthread_mutex_lock(&cl->mu);
+    cl->slot[slot] = (short)to;
+    cl->refreshed_ns = 0; /* the next call re-reads the whole map */
+    pthread_mutex_unlock(&cl->mu);
+    note_change(cl);
+}
+
 /* The node for SLOT (-1: the handle's last, else any mapped one). */
 static int pick_node(rroute *rt, int slot) {
     rcluster *cl = rt->cl;
@@ -375,7 +442,9 @@ int rcluster_command(rconn *h, int argc, const char **argv, const size_t *lens, 
         if ((rc = node_conn(rt, idx, &c, deadline))) {
             /* Nothing was sent: the master may be gone (failover); ask the
              * others who owns the slot now, and try again while time is left. */
-            if (rc == BATON_EAUTH || baton_now_ns() >= deadline) return rc;
+            if (rc == BATON_EAUTH) return rc;
+            note_change(cl);
+            if (baton_now_ns() >= deadline) return rc;
             sleep_until(deadline, RC_RETRY_SLEEP_MS);
             refresh(cl, deadline, 1);
             idx = pick_node(rt, slot);
@@ -396,6 +465,7 @@ int rcluster_command(rconn *h, int argc, const char **argv, const size_t *lens, 
             pthread_mutex_lock(&cl->mu);
             cl->refreshed_ns = 0;
             pthread_mutex_unlock(&cl->mu);
+            note_change(cl);
             return rc;
         }
         if (is_err(r, "MOVED ") || is_err(r, "ASK ")) {
@@ -407,6 +477,7 @@ int rcluster_command(rconn *h, int argc, const char **argv, const size_t *lens, 
                 pthread_mutex_lock(&cl->mu);
                 if (s >= 0 && s < RC_SLOTS) cl->slot[s] = (short)to;
                 pthread_mutex_unlock(&cl->mu);
+                note_change(cl);
                 refresh(cl, deadline, 0);
             } else {
                 asking = 1;
@@ -421,6 +492,7 @@ int rcluster_command(rconn *h, int argc, const char **argv, const size_t *lens, 
                 return 0;
             }
             rreply_free(r);
+            if (down) note_change(cl);
             sleep_until(deadline, down ? RC_RETRY_SLEEP_MS * 2 : RC_RETRY_SLEEP_MS / 5);
             if (down) refresh(cl, deadline, 1);
             idx = pick_node(rt, slot);

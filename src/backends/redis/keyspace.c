@@ -118,7 +118,8 @@ static void reg(reng *e, rb_ks_wait *kw, int i, const char *fmt, const char *tai
     char *chan = malloc(n);
     if (!chan) return; /* degrade: no wake-up, the loop's re-checks remain */
     snprintf(chan, n, fmt, e->cfg.db, tail);
-    if (rsub_register_want(&e->sub, chan, 0, w, want, kw, &kw->se[i]) != 0) kw->se[i] = NULL;
+    /* node-local events: on a cluster, on the master of the key's slot */
+    if (rsub_register_node(&e->sub, chan, kw->key, w, want, kw, &kw->se[i]) != 0) kw->se[i] = NULL;
     free(chan);
 }
 

@@ -154,6 +154,48 @@ int baton__redis_lock_init(reng *e, const char *name, int kind, rlock *l) {
     return 0;
 }
 
+/* On a cluster the scripts SPUBLISH (sharded pub/sub, Redis 7): the message
+ * stays on the slot's shard instead of crossing the cluster bus to every
+ * node, and Redisson in cluster mode publishes and listens that way too
+ * (its getPublishCommand()). The fair lock's queue-entry channels keep
+ * PUBLISH: their waiters listen with a pattern, which sharded pub/sub has
+ * not. Made once from the single-server scripts, which stay as they are. */
+static char *cluster_body[S_COUNT];
+static pthread_once_t cluster_body_once = PTHREAD_ONCE_INIT;
+
+static char *spublish_variant(const char *src) {
+    static const char from[] = "redis.call('publish', ", to[] = "redis.call('spublish', ";
+    size_t n = 0;
+    for (const char *p = src; (p = strstr(p, from)) != NULL; p += sizeof from - 1) n++;
+    char *out = malloc(strlen(src) + n * (sizeof to - sizeof from) + 1), *o = out;
+    if (!out) return NULL;
+    for (const char *p = src, *hit; *p; p = hit + sizeof from - 1) {
+        if (!(hit = strstr(p, from))) {
+            strcpy(o, p);
+            return out;
+        }
+        memcpy(o, p, (size_t)(hit - p));
+        o += hit - p;
+        const char *eol = strchr(hit, '\n');
+        size_t line = eol ? (size_t)(eol - hit) : strlen(hit);
+        /* "prefix .. ':' .. e": a fair-lock queue entry's channel */
+        int entry = 0;
+        for (size_t k = 0; k + 3 <= line && !entry; k++) entry = !memcmp(hit + k, "':'", 3);
+        memcpy(o, entry ? from : to, entry ? sizeof from - 1 : sizeof to - 1);
+        o += entry ? sizeof from - 1 : sizeof to - 1;
+    }
+    *o = 0;
+    return out;
+}
+
+static void make_cluster_bodies(void) {
+    for (int i = 0; i < S_COUNT; i++) cluster_body[i] = spublish_variant(script_body[i]);
+}
+
+static const char *body_of(const reng *e, int sid) {
+    return e->cfg.cluster && cluster_body[sid] ? cluster_body[sid] : script_body[sid];
+}
+
 static void rlock_clear(rlock *l) { baton__redis_lock_clear(l); }
 
 static void sha1_hex(const char *s, char out[41]) {
@@ -218,8 +260,8 @@ int baton__redis_script_on(reng *e, rconn *c, int sid, int nkeys, int argc, cons
         r = NULL;
         argv[0] = "EVAL";
         lens[0] = 4;
-        argv[1] = script_body[sid];
-        lens[1] = strlen(script_body[sid]);
+        argv[1] = body_of(e, sid);
+        lens[1] = strlen(argv[1]);
         if (sent_ns) *sent_ns = baton_now_ns();
         rc = rconn_command(c, n, argv, lens, &r, deadline);
     }
@@ -406,6 +448,8 @@ int baton__redis_wait_loop_msg(reng *e, const char *channel, baton_waiter *w, in
          * generation from before it, so a wake-up since then is not lost. */
         unsigned g = pre ? pre_gen : baton_waiter_gen(w);
         int ready = rsub_ready(&e->sub, se);
+        /* cluster: the channel's slot has a new master (failover, MOVED) */
+        if (!ready && rsub_reroute(&e->sub, &se, w)) pre = NULL;
         /* keyspace.c: a foreign release will wake us (read before the attempt) */
         int covered = !pre && baton__redis_ks_covered(e);
         int done = 0;
@@ -607,7 +651,8 @@ int baton__redis_open(void **out, const baton_uri *u, const baton_opts *uo, cons
     if (!e) return baton_seterr(BATON_ENOMEM, 0, "redis: out of memory");
     int rc = parse_config(e, u, uo, o);
     if (rc) { eng_free(e); return rc; }
-    for (int i = 0; i < S_COUNT; i++) sha1_hex(script_body[i], e->sha[i]);
+    if (e->cfg.cluster) pthread_once(&cluster_body_once, make_cluster_bodies);
+    for (int i = 0; i < S_COUNT; i++) sha1_hex(body_of(e, i), e->sha[i]);
     rc = rpool_init(&e->pool, &e->cfg);
     if (rc) { eng_free(e); return rc; }
     rc = rsub_init(&e->sub, &e->cfg);

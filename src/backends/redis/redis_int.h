@@ -64,6 +64,21 @@ int rcluster_command(rconn *c, int argc, const char **argv, const size_t *lens, 
 /* Calls FN(ARG, conn) on a connection to every master of the slot map (from
  * routing handle C) until FN returns nonzero, which is returned. */
 int rcluster_each_master(rconn *c, int64_t deadline_ns, int (*fn)(void *arg, rconn *node), void *arg);
+/* The index (< RSUB_MAX_NODES) and config of the master serving KEY's slot
+ * in the map (re-read by DEADLINE when the slot is unknown; 0: never), or -1. */
+#define RSUB_MAX_NODES 64
+int rcluster_node_of(rcluster *cl, const char *key, size_t len, const rcfg **cfg, int64_t deadline_ns);
+/* FN(ARG) is called (from any thread, so it must only signal) whenever a
+ * node's connection is lost or a slot is seen to have moved (MOVED,
+ * CLUSTERDOWN): a failover may have taken a lock this client holds.
+ * rcluster_take_changed says (once) whether that happened since last asked. */
+void rcluster_set_notify(rcluster *cl, void (*fn)(void *), void *arg);
+/* A "MOVED slot host:port" answer seen outside rcluster_command (a
+ * subscription): the map notes the slot's new master. */
+void rcluster_note_moved(rcluster *cl, const char *err);
+/* The map may be out of date (a node dropped its sharded subscribers). */
+void rcluster_stale(rcluster *cl);
+int rcluster_take_changed(rcluster *cl);
 
 /* Option values and derived key names, shared by the Redis and RedLock backends. */
 int rparse_int(const char *s, long lo, long hi, long *out);   /* 0 or -1 */
@@ -124,7 +139,7 @@ int rtls_ctx_new(SSL_CTX **out, const char *cacert, const char *cert, const char
 typedef struct rsub_entry rsub_entry;
 typedef struct rchan rchan;
 
-typedef struct {
+typedef struct rsub_s {
     pthread_mutex_t mu;
     pthread_t thr;
     int started;
@@ -136,6 +151,13 @@ typedef struct {
     void (*on_reconnect)(void *arg);   /* rsub_watch */
     void *on_reconnect_arg;
     int said_noperm;         /* the ACL refusal was reported once */
+    /* Cluster (sub.c): this rsub's own connection goes to any node (classic
+     * PUBLISH is broadcast, PSUBSCRIBE patterns); sharded channels
+     * (SSUBSCRIBE) and node-local ones (keyspace events) go to a child rsub
+     * per master, made on first use, whose PARENT is this one. */
+    struct rsub_s *node[RSUB_MAX_NODES];
+    struct rsub_s *parent;
+    int node_idx;
 } rsub;
 
 int rsub_init(rsub *s, const rcfg *cfg);
@@ -161,6 +183,14 @@ int rsub_message(rsub *s, rsub_entry *e, char *buf, size_t n);
 /* Registers W on CHANNEL only if its subscription is live right now (a
  * lingering one): 1 and *out set, else 0 and nothing registered. */
 int rsub_register_ready(rsub *s, const char *channel, int pattern, baton_waiter *w, rsub_entry **out);
+/* On a cluster: registers W on CHANNEL (classic SUBSCRIBE) on the master of
+ * ROUTE_KEY's slot (keyspace events are node-local), else as rsub_register_want. */
+int rsub_register_node(rsub *s, const char *channel, const char *route_key, baton_waiter *w, rsub_want_fn want,
+                       void *want_arg, rsub_entry **out);
+/* On a cluster: when *E is not on the master its channel's slot has now
+ * (a failover, a MOVED answer), registers W again there and frees the old
+ * entry. 1 when it moved *E. */
+int rsub_reroute(rsub *s, rsub_entry **e, baton_waiter *w);
 /* Keeps the subscriber connected from now on (starting its thread), and calls
  * FN(ARG) on that thread, with no lock held, each time it connects again after
  * losing the connection: the server may have restarted or failed over, so

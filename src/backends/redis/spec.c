@@ -49,8 +49,10 @@ static const char *const notes[] = {
     "fair: Redisson's RFairLock layout",
     "cluster: redis[s]-cluster://h1:p1,h2:p2,... (seeds): slot map from CLUSTER SLOTS, one connection per master, "
     "MOVED/ASK/TRYAGAIN/CLUSTERDOWN followed within the call's deadline; every key of an operation shares the "
-    "name's hash slot (Redisson's {tag} rule), else BATON_ENOTSUP; wake-ups by classic PUBLISH (broadcast by the "
-    "cluster); a quorum of cluster clients is BATON_ENOTSUP (docs/redis-layout.md)",
+    "name's hash slot (Redisson's {tag} rule), else BATON_ENOTSUP; wake-ups by sharded pub/sub (SPUBLISH, "
+    "SSUBSCRIBE on the slot's master, as Redisson in cluster mode; the fair lock's queue entries by classic PUBLISH), "
+    "keyspace events subscribed on the key's master; a failover seen on any master re-checks every held lock; "
+    "a quorum of cluster clients is BATON_ENOTSUP (docs/redis-layout.md)",
     "sentinel: the master the sentinels name, checked with ROLE; +switch-master is followed and every held lock "
     "re-checked on the new master (LOST if it did not survive); wait_replicas keeps grants across a failover",
     "latch: Redisson's RCountDownLatch layout",

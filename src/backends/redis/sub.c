@@ -36,6 +36,8 @@ struct rsub_entry {
     unsigned seen;           /* msg_seq of the last message this waiter took */
     rsub_want_fn want;       /* NULL, or which messages wake this waiter */
     void *want_arg;
+    rsub *owner;             /* the rsub (the client's, or a cluster node's) it is on */
+    char *route;             /* cluster: the key whose master it must be on (NULL: parent) */
 };
 
 struct rchan {
@@ -43,6 +45,8 @@ struct rchan {
     char *name;
     rsub_entry *waiters;
     int pattern;             /* PSUBSCRIBE (a glob) rather than SUBSCRIBE */
+    int shard;               /* SSUBSCRIBE (cluster: sharded pub/sub) */
+    int moved;               /* the node answered MOVED for it: not ready here */
     int intended, pending, server;
     int64_t idle_since;      /* when the last waiter left (lingering) */
     unsigned msg_seq;        /* messages received */
@@ -52,6 +56,7 @@ struct rchan {
 #define KEEPALIVE_NS (10LL * 1000000000LL)
 #define LINGER_NS (5LL * 1000000000LL)
 #define LINGER_MAX 256       /* idle channels kept at most */
+#define CHANGE_GAP_NS (250LL * 1000000LL) /* cluster changes re-check at most this often */
 
 static void signal_thread(rsub *s) {
     uint64_t one = 1;
@@ -109,11 +114,11 @@ static int reconcile(rsub *s, rconn *conn) {
             if (c->waiters && !c->intended) {
                 c->intended = 1;
                 c->pending++;
-                verb = c->pattern ? "PSUBSCRIBE" : "SUBSCRIBE";
+                verb = c->pattern ? "PSUBSCRIBE" : c->shard ? "SSUBSCRIBE" : "SUBSCRIBE";
             } else if (!c->waiters && c->intended && (idle > LINGER_MAX || now - c->idle_since >= LINGER_NS)) {
                 c->intended = 0;
                 c->pending++;
-                verb = c->pattern ? "PUNSUBSCRIBE" : "UNSUBSCRIBE";
+                verb = c->pattern ? "PUNSUBSCRIBE" : c->shard ? "SUNSUBSCRIBE" : "UNSUBSCRIBE";
             } else if (!c->waiters && !c->pending && !c->intended) {
                 *pp = c->next;
                 free(c->name);
@@ -158,6 +163,23 @@ static int handle_reply(rsub *s, redisReply *r, int *pong) {
                       "channels (allchannels, or &* patterns that cover them: docs/getting-started.md)", r->str);
         return 0;
     }
+    if (r->type == REDIS_REPLY_ERROR && r->str && s->parent && !strncmp(r->str, "MOVED ", 6)) {
+        /* SSUBSCRIBE on a master that no longer has the slot (a failover,
+         * a resharding): its channels are not ready here; their waiters
+         * re-check, and rsub_reroute moves them to the new master. */
+        int slot = atoi(r->str + 6);
+        rcluster_note_moved(s->parent->cfg->cluster, r->str);
+        pthread_mutex_lock(&s->mu);
+        for (rchan *c = s->chans; c; c = c->next) {
+            if (!c->shard || !c->pending || rcluster_slot(c->name, strlen(c->name)) != slot) continue;
+            c->pending--;
+            c->moved = 1;
+            c->server = 0;
+            wake_chan(c);
+        }
+        pthread_mutex_unlock(&s->mu);
+        return 0;
+    }
     if (r->type == REDIS_REPLY_ERROR) return rreply_error(r, "subscriber");
     if (r->type != REDIS_REPLY_ARRAY || r->elements < 2 || !is_str(r->element[0]))
         return baton_seterr(BATON_EPROTO, 0, "redis: unexpected reply on the subscriber connection");
@@ -167,15 +189,19 @@ static int handle_reply(rsub *s, redisReply *r, int *pong) {
     /* message: channel, payload; pmessage: pattern, channel, payload;
      * [p][un]subscribe: name, count */
     int pat = kind[0] == 'p' || kind[0] == 'P';
+    /* smessage, ssubscribe, sunsubscribe (sharded): channel names, no pattern */
+    int shard = !strcasecmp(kind, "smessage") || !strcasecmp(kind, "ssubscribe") || !strcasecmp(kind, "sunsubscribe");
+    int off = pat || shard;
     const char *name = r->element[1]->str;
     size_t len = r->element[1]->len;
     const redisReply *payload = NULL;
-    if (!strcasecmp(kind, "message") && r->elements >= 3) payload = r->element[2];
+    if ((!strcasecmp(kind, "message") || !strcasecmp(kind, "smessage")) && r->elements >= 3) payload = r->element[2];
     if (!strcasecmp(kind, "pmessage") && r->elements >= 4) payload = r->element[3];
+    int moved_any = 0;
     pthread_mutex_lock(&s->mu);
     rchan *c = find_chan(s, name, len, pat);
     if (c) {
-        if (!strcasecmp(kind, "message") || !strcasecmp(kind, "pmessage")) {
+        if (!strcasecmp(kind, "message") || !strcasecmp(kind, "pmessage") || !strcasecmp(kind, "smessage")) {
             if (payload && is_str(payload)) {
                 size_t n = payload->len < RSUB_MSG_MAX - 1 ? payload->len : RSUB_MSG_MAX - 1;
                 memcpy(c->msg, payload->str, n);
@@ -187,13 +213,24 @@ static int handle_reply(rsub *s, redisReply *r, int *pong) {
             if (payload && is_str(payload)) wake_msg(c, payload->str, payload->len);
             else wake_msg(c, "", 0);
         } else if (!strcasecmp(kind, "subscribe") || !strcasecmp(kind, "unsubscribe") ||
-                   !strcasecmp(kind, "psubscribe") || !strcasecmp(kind, "punsubscribe")) {
+                   !strcasecmp(kind, "psubscribe") || !strcasecmp(kind, "punsubscribe") || shard) {
+            int unasked = shard && !c->pending && c->intended && !strcasecmp(kind, "sunsubscribe");
             if (c->pending > 0) c->pending--;
-            c->server = kind[pat] == 's' || kind[pat] == 'S';
+            c->server = kind[off] == 's' || kind[off] == 'S';
+            if (c->server) c->moved = 0;
             if (c->intended && !c->pending && c->server) wake_chan(c);
+            if (unasked) {
+                /* The master gave the slot away (failover, resharding) and
+                 * dropped its subscribers: the waiters move (rsub_reroute)
+                 * once the map names the new master. */
+                c->moved = 1;
+                moved_any = 1;
+                wake_chan(c);
+            }
         }
     }
     pthread_mutex_unlock(&s->mu);
+    if (moved_any && s->parent) rcluster_stale(s->parent->cfg->cluster);
     return 0;
 }
 
@@ -209,14 +246,38 @@ static int stopping(rsub *s) {
     return st;
 }
 
+/* Calls the client's reconnect re-check (the parent's, for a node's
+ * subscriber), with no lock held. */
+static void on_reconnect(rsub *s) {
+    rsub *top = s->parent ? s->parent : s;
+    pthread_mutex_lock(&top->mu);
+    void (*fn)(void *) = top->on_reconnect;
+    void *arg = top->on_reconnect_arg;
+    pthread_mutex_unlock(&top->mu);
+    if (fn) fn(arg);
+}
+
 static void *sub_main(void *arg) {
     rsub *s = arg;
     rconn_set_abort_fd(s->stopfd); /* close never waits for a connect to a frozen peer */
     rconn *conn = NULL;
     int backoff_ms = 50, lost = 0;
-    int64_t last_rx = 0, ping_sent = 0;
+    int64_t last_rx = 0, ping_sent = 0, changed_at = 0;
 
     while (!stopping(s)) {
+        if (!conn && s->parent) {
+            /* a node's subscriber connects only while it has channels (its
+             * master may be gone for good after a failover) */
+            pthread_mutex_lock(&s->mu);
+            int any = s->chans != NULL;
+            pthread_mutex_unlock(&s->mu);
+            if (!any) {
+                struct pollfd p = { .fd = s->evfd, .events = POLLIN, .revents = 0 };
+                poll(&p, 1, 1000);
+                drain_evfd(s);
+                continue;
+            }
+        }
         if (!conn) {
             if (rconn_open(s->cfg, &conn, rdeadline_ms(s->cfg->connect_timeout_ms)) != 0) {
                 conn = NULL;
@@ -232,15 +293,17 @@ static void *sub_main(void *arg) {
             if (lost) {
                 /* Connected again after a drop: a restart without persistence
                  * or a failover may have taken what this client holds. */
-                void (*fn)(void *);
-                void *arg;
-                pthread_mutex_lock(&s->mu);
-                fn = s->on_reconnect;
-                arg = s->on_reconnect_arg;
-                pthread_mutex_unlock(&s->mu);
-                if (fn) fn(arg);
+                on_reconnect(s);
                 lost = 0;
             }
+        }
+        /* cluster: a node lost or a slot moved anywhere (cluster.c) */
+        if (s->cfg->cluster && !s->parent && baton_now_ns() - changed_at >= CHANGE_GAP_NS &&
+            rcluster_take_changed(s->cfg->cluster)) {
+            /* at most every CHANGE_GAP_NS: a failover's CLUSTERDOWN answers
+             * come every 100 ms, and the re-check's renewals would meet them */
+            changed_at = baton_now_ns();
+            on_reconnect(s);
         }
         int rc = reconcile(s, conn);
         if (rc == 0) {
@@ -248,7 +311,7 @@ static void *sub_main(void *arg) {
                 { .fd = s->evfd, .events = POLLIN, .revents = 0 },
                 { .fd = conn->fd, .events = POLLIN, .revents = 0 },
             };
-            int r = poll(p, 2, 1000);
+            int r = poll(p, 2, s->cfg->cluster && !s->parent ? (int)(CHANGE_GAP_NS / 1000000) : 1000);
             if (r < 0 && errno != EINTR) rc = BATON_EUNAVAILABLE;
             if (r > 0 && p[0].revents) drain_evfd(s);
             if (r > 0 && p[1].revents) {
@@ -314,10 +377,17 @@ int rsub_init(rsub *s, const rcfg *cfg) {
 }
 
 void rsub_destroy(rsub *s) {
+    if (s->cfg->cluster && !s->parent) rcluster_set_notify(s->cfg->cluster, NULL, NULL);
     pthread_mutex_lock(&s->mu);
     s->stop = 1;
     int started = s->started;
     pthread_mutex_unlock(&s->mu);
+    for (int i = 0; i < RSUB_MAX_NODES; i++) {
+        if (!s->node[i]) continue;
+        rsub_destroy(s->node[i]);
+        free(s->node[i]);
+        s->node[i] = NULL;
+    }
     if (started) {
         uint64_t one = 1;
         ssize_t n;
@@ -331,6 +401,7 @@ void rsub_destroy(rsub *s) {
         while (c->waiters) {
             rsub_entry *e = c->waiters;
             c->waiters = e->next;
+            free(e->route);
             free(e);
         }
         free(c->name);
@@ -357,40 +428,91 @@ static int start_locked(rsub *s) {
     return 0;
 }
 
+static void kick(void *arg) { signal_thread(arg); }
+
 int rsub_watch(rsub *s, void (*fn)(void *), void *arg) {
     pthread_mutex_lock(&s->mu);
     s->on_reconnect = fn;
     s->on_reconnect_arg = arg;
     int rc = start_locked(s);
     pthread_mutex_unlock(&s->mu);
+    /* cluster: a node lost or a slot moved anywhere re-checks too */
+    if (!rc && s->cfg->cluster && !s->parent) rcluster_set_notify(s->cfg->cluster, kick, s);
     return rc;
 }
 
-int rsub_register(rsub *s, const char *channel, int pattern, baton_waiter *w, rsub_entry **out) {
-    return rsub_register_want(s, channel, pattern, w, NULL, NULL, out);
+/* ---- cluster routing ------------------------------------------------------ */
+
+/* The subscriber of node IDX (config NC), made and started on first use. */
+static rsub *node_sub(rsub *s, int idx, const rcfg *nc) {
+    pthread_mutex_lock(&s->mu);
+    rsub *n = s->node[idx];
+    if (!n && !s->stop && (n = calloc(1, sizeof *n)) != NULL) {
+        if (rsub_init(n, nc) != 0) {
+            free(n);
+            n = NULL;
+        } else {
+            n->parent = s;
+            n->node_idx = idx;
+            s->node[idx] = n;
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+    return n;
 }
 
-int rsub_register_want(rsub *s, const char *channel, int pattern, baton_waiter *w, rsub_want_fn want,
-                       void *want_arg, rsub_entry **out) {
+/* Where a channel goes on a cluster: *ROUTE = the key whose master must
+ * carry it (NULL: this connection, any node), *SHARD = SSUBSCRIBE. baton's
+ * scripts SPUBLISH every channel on a cluster but the fair lock's queue
+ * entries (heard through a pattern, which sharded pub/sub has not);
+ * keyspace events are node-local, on the key's master. */
+static void route_of(const rsub *s, const char *channel, int pattern, const char **route, int *shard) {
+    *route = NULL;
+    *shard = 0;
+    if (!s->cfg->cluster || s->parent || pattern) return;
+    if (!strncmp(channel, "__keyspace@", 11)) {
+        const char *k = strstr(channel, "__:");
+        *route = k ? k + 3 : channel;
+        return;
+    }
+    if (!strncmp(channel, "__keyevent@", 11)) return; /* callers give the key (rsub_register_node) */
+    *route = channel;
+    *shard = 1;
+}
+
+/* Registers on S itself (no routing). */
+static int register_here(rsub *s, const char *channel, int pattern, int shard, const char *route, baton_waiter *w,
+                         rsub_want_fn want, void *want_arg, rsub_entry **out) {
     *out = NULL;
     rsub_entry *e = calloc(1, sizeof *e);
-    if (!e) return baton_seterr(BATON_ENOMEM, 0, "redis: out of memory");
+    if (!e || (route && !(e->route = strdup(route)))) {
+        free(e);
+        return baton_seterr(BATON_ENOMEM, 0, "redis: out of memory");
+    }
     e->w = w;
     e->want = want;
     e->want_arg = want_arg;
+    e->owner = s;
     pthread_mutex_lock(&s->mu);
     if (start_locked(s) != 0) {
         pthread_mutex_unlock(&s->mu);
+        free(e->route);
         free(e);
         return BATON_ENOMEM;
     }
     rchan *c = find_chan(s, channel, strlen(channel), pattern);
+    if (c && c->moved && !c->pending) {
+        /* this master said MOVED, and the map still names it: ask again */
+        c->moved = 0;
+        c->intended = 0;
+    }
     if (!c) {
         c = calloc(1, sizeof *c);
-        if (c) c->name = strdup(channel), c->pattern = pattern;
+        if (c) c->name = strdup(channel), c->pattern = pattern, c->shard = shard;
         if (!c || !c->name) {
             pthread_mutex_unlock(&s->mu);
             if (c) free(c);
+            free(e->route);
             free(e);
             return baton_seterr(BATON_ENOMEM, 0, "redis: out of memory");
         }
@@ -409,56 +531,141 @@ int rsub_register_want(rsub *s, const char *channel, int pattern, baton_waiter *
     return 0;
 }
 
+/* The rsub for ROUTE's master (S itself without a route); NULL when the
+ * slot's master is unknown. DEADLINE 0: never re-read the map. */
+static rsub *route_sub(rsub *s, const char *route, int64_t deadline) {
+    if (!route) return s;
+    const rcfg *nc = NULL;
+    int idx = rcluster_node_of(s->cfg->cluster, route, strlen(route), &nc, deadline);
+    return idx < 0 ? NULL : node_sub(s, idx, nc);
+}
+
+static int register_routed(rsub *s, const char *channel, int pattern, int shard, const char *route,
+                           baton_waiter *w, rsub_want_fn want, void *want_arg, rsub_entry **out) {
+    *out = NULL;
+    rsub *t = route_sub(s, route, rdeadline_ms(s->cfg->io_timeout_ms));
+    /* no master known for the slot: no wake-ups, the caller's waiting loop
+     * re-checks on its own (as without pub/sub) */
+    if (!t) return baton_seterr(BATON_EUNAVAILABLE, 0, "redis: cluster: no master known for '%.80s'", route);
+    return register_here(t, channel, pattern, shard, route, w, want, want_arg, out);
+}
+
+int rsub_register(rsub *s, const char *channel, int pattern, baton_waiter *w, rsub_entry **out) {
+    return rsub_register_want(s, channel, pattern, w, NULL, NULL, out);
+}
+
+int rsub_register_want(rsub *s, const char *channel, int pattern, baton_waiter *w, rsub_want_fn want,
+                       void *want_arg, rsub_entry **out) {
+    const char *route;
+    int shard;
+    route_of(s, channel, pattern, &route, &shard);
+    return register_routed(s, channel, pattern, shard, route, w, want, want_arg, out);
+}
+
+int rsub_register_node(rsub *s, const char *channel, const char *route_key, baton_waiter *w, rsub_want_fn want,
+                       void *want_arg, rsub_entry **out) {
+    if (!s->cfg->cluster) return register_here(s, channel, 0, 0, NULL, w, want, want_arg, out);
+    return register_routed(s, channel, 0, 0, route_key, w, want, want_arg, out);
+}
+
+int rsub_reroute(rsub *s, rsub_entry **ep, baton_waiter *w) {
+    rsub_entry *e = *ep;
+    if (!e || !e->route || !s->cfg->cluster) return 0;
+    rsub *o = e->owner;
+    const rcfg *nc = NULL;
+    int idx = rcluster_node_of(s->cfg->cluster, e->route, strlen(e->route), &nc, 0);
+    pthread_mutex_lock(&o->mu);
+    int moved = e->ch->moved;
+    char *name = strdup(e->ch->name);
+    int pattern = e->ch->pattern, shard = e->ch->shard;
+    pthread_mutex_unlock(&o->mu);
+    if (!name) return 0;
+    rsub_entry *n = NULL;
+    int r = 0;
+    /* the map names another master (a MOVED answer to a command updated it),
+     * or this one said MOVED to the subscription itself */
+    if ((idx >= 0 && idx != o->node_idx) || moved) {
+        if (register_routed(s, name, pattern, shard, e->route, w, e->want, e->want_arg, &n) == 0) {
+            rsub_unregister(s, e);
+            *ep = n;
+            r = 1;
+        }
+    }
+    free(name);
+    return r;
+}
+
 int rsub_ready(rsub *s, rsub_entry *e) {
+    (void)s;
     if (!e) return 0;
-    pthread_mutex_lock(&s->mu);
+    rsub *o = e->owner;
+    pthread_mutex_lock(&o->mu);
     rchan *c = e->ch;
     int r = c->intended && c->pending == 0 && c->server;
-    pthread_mutex_unlock(&s->mu);
+    pthread_mutex_unlock(&o->mu);
     return r;
 }
 
 void rsub_unregister(rsub *s, rsub_entry *e) {
+    (void)s;
     if (!e) return;
-    pthread_mutex_lock(&s->mu);
+    rsub *o = e->owner;
+    pthread_mutex_lock(&o->mu);
     rchan *c = e->ch;
     if (e->prev) e->prev->next = e->next;
     else c->waiters = e->next;
     if (e->next) e->next->prev = e->prev;
     if (!c->waiters) c->idle_since = baton_now_ns();
-    pthread_mutex_unlock(&s->mu);
+    pthread_mutex_unlock(&o->mu);
+    free(e->route);
     free(e);
     /* No signal: the channel lingers; the thread's periodic pass drops it. */
 }
 
 int rsub_message(rsub *s, rsub_entry *e, char *buf, size_t n) {
+    (void)s;
     if (!e || !n) return 0;
-    pthread_mutex_lock(&s->mu);
+    rsub *o = e->owner;
+    pthread_mutex_lock(&o->mu);
     rchan *c = e->ch;
     int got = e->seen != c->msg_seq;
     if (got) {
         e->seen = c->msg_seq;
         snprintf(buf, n, "%s", c->msg);
     }
-    pthread_mutex_unlock(&s->mu);
+    pthread_mutex_unlock(&o->mu);
     return got;
 }
 
 int rsub_register_ready(rsub *s, const char *channel, int pattern, baton_waiter *w, rsub_entry **out) {
     *out = NULL;
-    pthread_mutex_lock(&s->mu);
-    rchan *c = find_chan(s, channel, strlen(channel), pattern);
+    const char *route;
+    int shard;
+    route_of(s, channel, pattern, &route, &shard);
+    char *rcopy = route ? strdup(route) : NULL;
+    if (route && !rcopy) return 0;
+    rsub *t = route_sub(s, route, 0);
+    if (!t) {
+        free(rcopy);
+        return 0;
+    }
+    pthread_mutex_lock(&t->mu);
+    rchan *c = find_chan(t, channel, strlen(channel), pattern);
     int ready = c && c->intended && c->pending == 0 && c->server;
     rsub_entry *e = ready ? calloc(1, sizeof *e) : NULL;
     if (e) {
         e->w = w;
         e->ch = c;
+        e->owner = t;
+        e->route = rcopy;
+        rcopy = NULL;
         e->seen = c->msg_seq;
         e->next = c->waiters;
         if (c->waiters) c->waiters->prev = e;
         c->waiters = e;
     }
-    pthread_mutex_unlock(&s->mu);
+    pthread_mutex_unlock(&t->mu);
+    free(rcopy);
     *out = e;
     return e != NULL;
 }
