@@ -557,6 +557,8 @@ int baton_lock_deadline(const baton_lock *l, int64_t *mono_ns)
 int baton_lock_cancel(baton_lock *l)
 {
     if (!l) return baton_seterr(BATON_EINVAL, 0, "baton_lock_cancel: NULL lock");
+    /* an async acquire still queued for a worker completes at once */
+    if (baton__async_cancel(l)) return 0;
     baton__waiter_cancel(&l->waiter);
     return 0;
 }
@@ -645,6 +647,7 @@ static void lock_member_free(baton__member *m)
 void baton_lock_free(baton_lock *l)
 {
     if (!l) return;
+    baton__async_forget(l);
     baton__member_free(&l->cm);
 }
 

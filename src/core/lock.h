@@ -33,6 +33,7 @@ struct baton_lock {
     struct baton_lock *sibling; /* the other side of a read-write lock */
     int is_write;               /* the write side of a read-write lock */
     const char *value;          /* an election candidate's value (req.value); NULL for locks */
+    struct baton__aop *aop;     /* the async operation in flight; guarded by the client's async mutex */
 };
 
 /* Creates a lock handle around backend state st (NULL = ask lock_new). */
@@ -44,6 +45,9 @@ int baton__lock_release(baton_lock *l);
 /* Release with FN in place of the engine's release for a held grant (a
  * queue item's done); a lost grant is given back with the release. */
 int baton__lock_release_with(baton_lock *l, int (*fn)(void *eng, void *st, const baton_owner *owner));
+/* The event-loop API's side of a lock and a client (async.c). */
+int baton__async_cancel(baton_lock *l);
+void baton__async_forget(baton_lock *l);
 /* Drops a cancel kept for the next acquire (multilock). */
 void baton__lock_uncancel(baton_lock *l);
 
