@@ -1,10 +1,15 @@
 /* The event-loop API (include/baton.h, "event-loop API"; docs/async.md).
  *
- * Every operation is an op queued on its client's async context. No engine
- * has a native table yet (backend.h's `async`), so every op takes the
- * fallback: a bounded pool of workers runs the blocking call, and its result
- * waits on the done list until the caller's loop runs baton_client_process
- * (woken through the eventfd). The pool is bounded: past ASYNC_MAX_WORKERS
+ * Every operation is an op on its client's async context, in one of two
+ * ways, and its result waits on the done list until the caller's loop runs
+ * baton_client_process (woken through the eventfd):
+ *  - native: an acquire the engine's async table (backend.h) accepts; the
+ *    core runs the blocking acquire's prologue here, the engine calls
+ *    native_done from its own thread, and process runs the epilogue (grant
+ *    check, keeper) on the caller's thread;
+ *  - the fallback, for everything else (every op of an engine without the
+ *    table, releases, lock states the engine is not native for): a bounded
+ *    pool of workers runs the blocking call. The pool is bounded: past ASYNC_MAX_WORKERS
  * ops wait in the queue, and while others wait, a worker gives a non-fair
  * acquire ASYNC_SLICE_MS at a time and then puts it back at the tail, so
  * every queued acquire is tried again within (queued / workers) slices and
@@ -23,7 +28,9 @@
 #define ASYNC_MAX_WORKERS 32
 #define ASYNC_SLICE_MS 100
 
-enum { AOP_QUEUED, AOP_RUNNING, AOP_DONE };
+/* STARTING: its start call runs; RUNNING: a worker or the engine has it;
+ * DELIVERING: process is finishing it (its lock's aop still points at it). */
+enum { AOP_STARTING, AOP_QUEUED, AOP_RUNNING, AOP_DONE, AOP_DELIVERING };
 enum { AOP_ACQUIRE, AOP_RELEASE };
 
 struct baton__aop {
@@ -36,7 +43,11 @@ struct baton__aop {
     int state;                  /* AOP_*; guarded by ctx->mu */
     int orphan;                 /* its lock is being freed: finish, do not requeue */
     int canceled;               /* baton_lock_cancel came while it ran */
+    int native;                 /* the engine has it (req below) */
     int rc;
+    int64_t wait_ms;
+    baton__async *a;
+    baton_acquire_req req;      /* native: the request the engine fills */
 };
 
 typedef struct {
@@ -49,6 +60,7 @@ struct baton__async {
     pthread_cond_t stopped;     /* an op stopped running */
     int efd;
     aop_list queue, done;
+    aop_list running;           /* native ops the engine has */
     pthread_t workers[ASYNC_MAX_WORKERS];
     int nworkers, nidle;
     int closed;
@@ -221,6 +233,89 @@ static int spawn_worker(baton__async *a)
     return 0;
 }
 
+/* The engine's DONE for a native acquire: any engine thread, none of the
+ * core's locks held (backend.h). */
+static void native_done(void *token, int rc, uint64_t fence, int64_t sent_ns)
+{
+    baton__aop *op = token;
+    baton__async *a = op->a;
+    pthread_mutex_lock(&a->mu);
+    op->req.fence = fence;
+    op->req.sent_ns = sent_ns;
+    list_unlink(&a->running, op);
+    finish(a, op, rc);
+    pthread_cond_broadcast(&a->stopped);
+    pthread_mutex_unlock(&a->mu);
+}
+
+/* Hands OP (its request made) to the engine. 0 when the engine has it
+ * (native_done follows), else the engine's error (BATON_ENOTSUP: not native
+ * for this lock state) and OP is off the running list. */
+static int engine_start(baton__async *a, baton__aop *op)
+{
+    baton_lock *l = op->l;
+    const baton_async_methods *am = l->c->be->async;
+    int rc, cancel_now;
+    pthread_mutex_lock(&a->mu);
+    op->native = 1;
+    op->state = AOP_RUNNING;
+    list_push(&a->running, op);
+    pthread_mutex_unlock(&a->mu);
+    rc = am->acquire_start(l->c->eng, l->st, &op->req, native_done, op);
+    pthread_mutex_lock(&a->mu);
+    if (rc) {
+        list_unlink(&a->running, op);
+        op->native = 0;
+        op->state = AOP_STARTING;
+    }
+    /* a close or a cancel that came while the engine took it missed it */
+    cancel_now = !rc && (a->closed || op->canceled);
+    pthread_mutex_unlock(&a->mu);
+    if (cancel_now) am->acquire_cancel(l->c->eng, l->st);
+    return rc;
+}
+
+/* A native start: the blocking acquire's prologue, then the engine. 0,
+ * BATON_ENOTSUP (the pool takes it), or an error for the caller. */
+static int start_native(baton__async *a, baton__aop *op)
+{
+    baton_lock *l = op->l;
+    int rc, reentered;
+    if ((rc = baton__lock_acquire_begin(l, op->wait_ms, &op->req, &reentered)))
+        return rc == BATON_ENOTSUP ? BATON_EIO : rc;
+    if (reentered) {
+        /* held after all (another thread's acquire won the race): undo */
+        baton__lock_release(l);
+        return baton_seterr(BATON_EINVAL, 0, "lock '%s' is held: release it first", l->name);
+    }
+    if ((rc = engine_start(a, op))) {
+        /* undone by hand, not by acquire_end: a cancel meant for this op
+         * stays for the pool's run of it */
+        pthread_mutex_lock(&l->smu);
+        l->acquiring = 0;
+        pthread_mutex_unlock(&l->smu);
+    }
+    return rc;
+}
+
+/* ctx->mu held: OP to the pool's queue (a release first: it is quick and
+ * may be what the queued acquires wait for). */
+static int enqueue(baton__async *a, baton__aop *op)
+{
+    int rc;
+    if ((rc = spawn_worker(a))) return rc;
+    op->state = AOP_QUEUED;
+    if (op->kind == AOP_RELEASE && a->queue.head) {
+        op->next = a->queue.head;
+        a->queue.head->prev = op;
+        a->queue.head = op;
+    } else {
+        list_push(&a->queue, op);
+    }
+    pthread_cond_signal(&a->work);
+    return 0;
+}
+
 static int start(baton_lock *l, int kind, int64_t wait_ms, baton_async_cb cb, void *arg)
 {
     baton__async *a;
@@ -245,25 +340,50 @@ static int start(baton_lock *l, int kind, int64_t wait_ms, baton_async_cb cb, vo
         goto out;
     }
     op->l = l;
+    op->a = a;
     op->cb = cb;
     op->arg = arg;
     op->kind = kind;
+    op->wait_ms = wait_ms;
+    op->state = AOP_STARTING;
     baton__wait_deadline_ns(wait_ms, &op->deadline_ns);
+    /* the handle's one slot, taken first: the checks below may take time */
     pthread_mutex_lock(&a->mu);
     if (a->closed) rc = baton_seterr(BATON_ECANCELED, 0, "the client is closing");
     else if (l->aop) rc = baton_seterr(BATON_EINVAL, 0, "lock '%s' has an operation in flight", l->name);
-    else if (!(rc = spawn_worker(a))) {
-        op->state = AOP_QUEUED;
-        l->aop = op;
-        /* a release is quick and may be what the queued acquires wait for */
-        if (kind == AOP_RELEASE && a->queue.head) {
-            op->next = a->queue.head;
-            a->queue.head->prev = op;
-            a->queue.head = op;
-        } else {
-            list_push(&a->queue, op);
+    else l->aop = op;
+    pthread_mutex_unlock(&a->mu);
+    if (rc) {
+        free(op);
+        goto out;
+    }
+    if (kind == AOP_ACQUIRE && l->c->be->async) {
+        if ((rc = start_native(a, op)) != BATON_ENOTSUP) {
+            if (rc) {
+                pthread_mutex_lock(&a->mu);
+                l->aop = NULL;
+                pthread_cond_broadcast(&a->stopped);
+                pthread_mutex_unlock(&a->mu);
+                free(op);
+            }
+            goto out;
         }
-        pthread_cond_signal(&a->work);
+        baton_error_clear();
+        rc = 0;
+    }
+    pthread_mutex_lock(&a->mu);
+    if (a->closed) {
+        rc = baton_seterr(BATON_ECANCELED, 0, "the client is closing");
+    } else if (op->canceled) {
+        /* canceled while it started: done now, and the cancel is its */
+        baton__waiter_reset(&l->waiter);
+        finish(a, op, BATON_ECANCELED);
+    } else {
+        rc = enqueue(a, op);
+    }
+    if (rc) {
+        l->aop = NULL;
+        pthread_cond_broadcast(&a->stopped);
     }
     pthread_mutex_unlock(&a->mu);
     if (rc) free(op);
@@ -293,8 +413,25 @@ int baton_client_fd(baton_client *c)
 
 int64_t baton_client_timeout_ms(baton_client *c)
 {
-    (void)c;   /* every completion today comes through the fd */
-    return -1;
+    if (!c) return -1;
+    if (c->be->async && c->be->async->timeout_ms) return c->be->async->timeout_ms(c->eng);
+    return -1;   /* the pool and the engines' threads complete through the fd */
+}
+
+/* A native acquire the engine answered: the blocking acquire's epilogue, on
+ * the caller's thread. 1 when a grant was given back (its lease over, its
+ * session gone) and the op went back to the engine; else 0 and *RC is the
+ * acquire's result (the handle held or free again). */
+static int native_finish(baton__async *a, baton__aop *op, int force, int *rc)
+{
+    baton_lock *l = op->l;
+    int r = op->rc, dead;
+    if (r == 0 && !force && baton__lock_grant_check(l, &op->req, &dead)) {
+        if (!(r = baton__lock_retry_rc(l, &op->req, dead)) && !(r = engine_start(a, op)))
+            return 1;
+    }
+    *rc = baton__lock_acquire_end(l, r, &op->req, op->wait_ms);
+    return 0;
 }
 
 /* Runs the callbacks of up to MAX done ops (all when FORCE_RC is nonzero,
@@ -306,16 +443,23 @@ static int deliver(baton__async *a, int max, int force_rc)
     int n = 0;
     while (force_rc || n < max) {
         baton__aop *op;
+        int rc;
         pthread_mutex_lock(&a->mu);
         if ((op = a->done.head)) {
             list_unlink(&a->done, op);
-            op->l->aop = NULL;
+            op->state = AOP_DELIVERING;
         }
         pthread_mutex_unlock(&a->mu);
         if (!op) break;
-        op->cb(op->l, force_rc ? force_rc : op->rc, op->arg);
-        free(op);
         n++;
+        rc = op->rc;
+        if (op->native && native_finish(a, op, force_rc != 0, &rc)) continue;
+        pthread_mutex_lock(&a->mu);
+        op->l->aop = NULL;
+        pthread_cond_broadcast(&a->stopped);
+        pthread_mutex_unlock(&a->mu);
+        op->cb(op->l, force_rc ? force_rc : rc, op->arg);
+        free(op);
     }
     return n;
 }
@@ -328,6 +472,7 @@ int baton_client_process(baton_client *c)
     int n = 0, rc;
     if (!c) return baton_seterr(BATON_EINVAL, 0, "baton_client_process: NULL client");
     if ((rc = async_get(c, &a))) return rc;
+    if (c->be->async && c->be->async->process && (rc = c->be->async->process(c->eng)) < 0) return rc;
     pthread_mutex_lock(&a->mu);
     /* Read before counting: a completion after this read writes the fd
      * again, so it is either counted now or seen on the next wake. */
@@ -337,30 +482,54 @@ int baton_client_process(baton_client *c)
     return deliver(a, n, 0);
 }
 
-/* baton_lock_cancel: a queued acquire completes now (no worker may be free
- * for it for a while); one running is woken through the waiter, here under
- * ctx->mu so that the worker's end (which consumes it) comes after. 1 when
- * this handled the cancel. */
-int baton__async_cancel(baton_lock *l)
+/* Calls on C's context from a thread that is not the close's: 0 and the
+ * close waits for async_leave, or 1 when the client is closing (the close
+ * then does what is left). */
+static int async_enter(baton_lock *l, baton__async **out)
 {
     baton__gate *g = l->cm.gate;
-    baton__async *a;
-    int hit = 0;
+    int closing;
     pthread_mutex_lock(&g->mu);
-    if (!g->closing && l->cm.mstate == MEMBER_LIVE && (a = l->c->async)) {
-        pthread_mutex_lock(&a->mu);
-        if (l->aop && l->aop->state == AOP_QUEUED && l->aop->kind == AOP_ACQUIRE) {
-            list_unlink(&a->queue, l->aop);
-            finish(a, l->aop, baton_seterr(BATON_ECANCELED, 0, "lock '%s': acquire canceled", l->name));
+    closing = g->closing || l->cm.mstate != MEMBER_LIVE || !(*out = l->c->async);
+    if (!closing) g->active++;
+    pthread_mutex_unlock(&g->mu);
+    return closing;
+}
+
+static void async_leave(baton_lock *l)
+{
+    baton__gate *g = l->cm.gate;
+    pthread_mutex_lock(&g->mu);
+    if (--g->active == 0) pthread_cond_broadcast(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+}
+
+/* baton_lock_cancel: a queued acquire completes now (no worker may be free
+ * for it for a while); one running is woken through the waiter, here under
+ * ctx->mu so that its end (which consumes the cancel) comes after, and a
+ * native one through the engine too. 1 when this handled the cancel. */
+int baton__async_cancel(baton_lock *l)
+{
+    baton__async *a;
+    baton__aop *op;
+    int hit = 0, native = 0;
+    if (async_enter(l, &a)) return 0;
+    pthread_mutex_lock(&a->mu);
+    if ((op = l->aop) && op->kind == AOP_ACQUIRE) {
+        if (op->state == AOP_QUEUED) {
+            list_unlink(&a->queue, op);
+            finish(a, op, baton_seterr(BATON_ECANCELED, 0, "lock '%s': acquire canceled", l->name));
             hit = 1;
-        } else if (l->aop && l->aop->kind == AOP_ACQUIRE) {
-            l->aop->canceled = 1;
+        } else if (op->state == AOP_RUNNING || op->state == AOP_STARTING) {
+            op->canceled = 1;
             baton__waiter_cancel(&l->waiter);
+            native = op->native && op->state == AOP_RUNNING;
             hit = 1;
         }
-        pthread_mutex_unlock(&a->mu);
     }
-    pthread_mutex_unlock(&g->mu);
+    pthread_mutex_unlock(&a->mu);
+    if (native) l->c->be->async->acquire_cancel(l->c->eng, l->st);
+    async_leave(l);
     return hit;
 }
 
@@ -369,42 +538,50 @@ int baton__async_cancel(baton_lock *l)
  * canceled call returns promptly, a release by the engine's io timeout). */
 void baton__async_forget(baton_lock *l)
 {
-    baton__gate *g = l->cm.gate;
     baton__async *a;
-    baton__aop *op;
-    pthread_mutex_lock(&g->mu);
-    if (g->closing || l->cm.mstate != MEMBER_LIVE || !(a = l->c->async)) {
-        /* the close delivers what is left (BATON_ECANCELED) */
-        pthread_mutex_unlock(&g->mu);
-        return;
-    }
-    g->active++;   /* the close waits for us, so the context stays */
-    pthread_mutex_unlock(&g->mu);
-
+    baton__aop *op, *gone = NULL;
+    if (async_enter(l, &a)) return;   /* the close delivers what is left (BATON_ECANCELED) */
     pthread_mutex_lock(&a->mu);
-    if ((op = l->aop)) {
+    while ((op = l->aop)) {
         op->orphan = 1;
-        if (op->state == AOP_RUNNING) baton__waiter_cancel(&l->waiter);
-        while (op->state == AOP_RUNNING)
-            pthread_cond_wait(&a->stopped, &a->mu);
-        list_unlink(op->state == AOP_QUEUED ? &a->queue : &a->done, op);
-        l->aop = NULL;
-        free(op);
+        if (op->state == AOP_QUEUED || op->state == AOP_DONE) {
+            list_unlink(op->state == AOP_QUEUED ? &a->queue : &a->done, op);
+            l->aop = NULL;
+            gone = op;
+            break;
+        }
+        if (op->state == AOP_RUNNING) {
+            op->canceled = 1;
+            baton__waiter_cancel(&l->waiter);
+            if (op->native) {
+                pthread_mutex_unlock(&a->mu);
+                l->c->be->async->acquire_cancel(l->c->eng, l->st);
+                pthread_mutex_lock(&a->mu);
+                continue;
+            }
+        }
+        pthread_cond_wait(&a->stopped, &a->mu);
     }
     pthread_mutex_unlock(&a->mu);
+    if (gone && gone->native) {
+        /* the handle is acquiring (or holds what the engine granted): end
+         * that, so the free that follows gives a grant back */
+        baton__lock_acquire_end(l, gone->rc, &gone->req, gone->wait_ms);
+    }
+    free(gone);
     /* the cancel meant for the op must not reach a later acquire */
     baton__waiter_reset(&l->waiter);
-
-    pthread_mutex_lock(&g->mu);
-    if (--g->active == 0) pthread_cond_broadcast(&g->cv);
-    pthread_mutex_unlock(&g->mu);
+    async_leave(l);
 }
 
-/* Close, before the client stops taking calls: no op starts, and the queued
- * ones are done (BATON_ECANCELED) without running. */
+/* Close, before the client stops taking calls: no op starts, the queued
+ * ones are done (BATON_ECANCELED) without running, and the engine is told
+ * to end the native ones. */
 void baton__async_close_begin(baton_client *c)
 {
     baton__async *a;
+    void **sts = NULL;
+    size_t n = 0, cap = 0;
     pthread_mutex_lock(&c->gate->mu);
     a = c->async;
     pthread_mutex_unlock(&c->gate->mu);
@@ -416,17 +593,32 @@ void baton__async_close_begin(baton_client *c)
         list_unlink(&a->queue, op);
         finish(a, op, BATON_ECANCELED);
     }
+    for (baton__aop *op = a->running.head; op; op = op->next) {
+        if (n == cap) {
+            void **m = realloc(sts, (cap = cap ? cap * 2 : 16) * sizeof *sts);
+            if (!m) break;   /* the rest end by their deadlines (or a later cancel) */
+            sts = m;
+        }
+        sts[n++] = op->l->st;
+    }
     pthread_cond_broadcast(&a->work);
     pthread_mutex_unlock(&a->mu);
+    /* outside ctx->mu: the engine calls native_done holding its own lock */
+    for (size_t i = 0; i < n; i++) c->be->async->acquire_cancel(c->eng, sts[i]);
+    free(sts);
 }
 
 /* Close, once every call through a handle has returned (the running ops
- * were canceled with them): the workers end, and each op's callback is
- * called once with BATON_ECANCELED on the closing thread. */
+ * were canceled with them): the engine's ops and the workers end, and each
+ * op's callback is called once with BATON_ECANCELED on the closing thread. */
 void baton__async_close_end(baton_client *c)
 {
     baton__async *a = c->async;
     if (!a) return;
+    pthread_mutex_lock(&a->mu);
+    while (a->running.head)
+        pthread_cond_wait(&a->stopped, &a->mu);
+    pthread_mutex_unlock(&a->mu);
     for (int i = 0; i < a->nworkers; i++)
         pthread_join(a->workers[i], NULL);
     deliver(a, 0, BATON_ECANCELED);

@@ -510,10 +510,10 @@ typedef struct {
  * check on the caller's thread in baton_client_process). RC as for the
  * blocking acquire; FENCE and SENT_NS as req->fence and req->sent_ns.
  *
- * The core does not dispatch to this table yet: the first engine that fills
- * it (the file engine's watcher) lands with the dispatch, and until then
- * the registry refuses a backend that sets it, so no engine can believe it
- * is native while the fallback runs. */
+ * An engine may be native for some lock states only: acquire_start answers
+ * BATON_ENOTSUP for the others and the core runs those on its pool. Release
+ * and renewal stay the blocking methods (the core runs a release_async on
+ * its pool: one short engine call). */
 typedef void (*baton_async_done)(void *token, int rc, uint64_t fence, int64_t sent_ns);
 typedef struct {
     /* must: start acquiring ST as REQ says (REQ stays valid until DONE is
@@ -523,8 +523,10 @@ typedef struct {
      * or queued for the core: never from inside this call. */
     int (*acquire_start)(void *eng, void *st, baton_acquire_req *req, baton_async_done done, void *token);
     /* must: the acquire started on ST completes promptly: BATON_ECANCELED,
-     * or its real result when it had already been decided. Any thread;
-     * a no-op when nothing was started or DONE was called already. */
+     * or its real result when it had already been decided. Any thread,
+     * with none of the core's locks held; a no-op when nothing was started
+     * or DONE was called already, and then ST may even be freed: compare
+     * it with the engine's pending acquires, never dereference it first. */
     void (*acquire_cancel)(void *eng, void *st);
     /* may: the engine work that needs the caller's thread (a connection
      * the loop owns); the core calls it from baton_client_process. NULL =
