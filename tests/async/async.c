@@ -330,6 +330,49 @@ static void t_free_inflight(void)
     baton_client_close(h);
 }
 
+/* A holder in another process SIGKILLed while an async acquire waits: the
+ * waiter is granted (the kernel dropped the dead holder's lock; on the file
+ * engine nothing is written, so the waiter's re-check finds it), with a
+ * fence above the dead holder's. */
+static void t_killed_holder(void)
+{
+    baton_client *c;
+    char name[128], line[128];
+    int p[2];
+    res r = { 0 };
+    name_new(name, sizeof name, "killed");
+    if (pipe(p)) { CHECK(0); return; }
+    pid_t pid = fork();
+    if (pid == 0) {
+        baton_client *hc = tl_client_open(g_uri);
+        baton_lock_options o = BATON_LOCK_OPTIONS_INIT;
+        baton_lock *hl = NULL;
+        o.lease_ms = 2000;   /* leased engines: the dead holder's lease ends in 2 s */
+        MUST(baton_lock_open(&hl, hc, name, &o));
+        MUST(baton_lock_acquire(hl, 5000));
+        dprintf(p[1], "%llu\n", (unsigned long long)baton_lock_fence(hl));
+        for (;;) pause();
+    }
+    close(p[1]);
+    uint64_t hf = 0;
+    if (tl_read_line(p[0], line, sizeof line, 10000) > 0) hf = strtoull(line, NULL, 10);
+    close(p[0]);
+    CHECK(hf > 0);
+    c = tl_client_open(g_uri);
+    baton_lock *l = lock_open(c, name);
+    CHECK_RC(start_acquire(l, 30000, &r), 0);
+    loop_until(c, &r, 500);
+    CHECK(atomic_load(&r.calls) == 0);
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    loop_until(c, &r, 30000);
+    CHECK(atomic_load(&r.calls) == 1);
+    CHECK_RC(r.rc, 0);
+    CHECK(r.fence > hf);
+    baton_lock_free(l);
+    baton_client_close(c);
+}
+
 static int count_threads(void)
 {
     DIR *d = opendir("/proc/self/task");
@@ -516,5 +559,6 @@ int main(int argc, char **argv)
     RUN(t_many_waiters);
     RUN(t_close_inflight);
     RUN(t_free_inflight);
+    RUN(t_killed_holder);
     return th_finish();
 }
