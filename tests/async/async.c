@@ -440,6 +440,41 @@ static void t_renewal(void)
     baton_client_close(h);
 }
 
+/* An async grant broken by an operator is reported lost (on_lost), as a
+ * blocking one is. Engines that cannot break a lock (file) skip it. */
+static void t_loss(void)
+{
+    baton_client *h = tl_client_open(g_uri), *c = tl_client_open(g_uri);
+    baton_lock_options o = BATON_LOCK_OPTIONS_INIT;
+    baton_lock *l = NULL;
+    char name[128];
+    res r = { 0 };
+    atomic_int lost = 0;
+    uint64_t nf = 0;
+    o.lease_ms = 400;
+    o.on_lost = tl_count_lost;
+    o.on_lost_payload = &lost;
+    name_new(name, sizeof name, "loss");
+    MUST(baton_lock_open(&l, c, name, &o));
+    CHECK_RC(start_acquire(l, 5000, &r), 0);
+    loop_until(c, &r, 10000);
+    CHECK_RC(r.rc, 0);
+    int rc = baton_lock_force_unlock(h, name, &nf);
+    if (rc == BATON_ENOTSUP) {
+        fprintf(stderr, "   (this engine cannot break a lock)\n");
+    } else {
+        CHECK_RC(rc, 0);
+        CHECK(nf > r.fence);
+        int64_t end = tl_now_ms() + 10000;
+        while (atomic_load(&lost) == 0 && tl_now_ms() < end) tl_sleep_ms(20);
+        CHECK(atomic_load(&lost) == 1);
+        CHECK(!baton_lock_held(l));
+    }
+    baton_lock_free(l);
+    baton_client_close(c);
+    baton_client_close(h);
+}
+
 static int count_threads(void)
 {
     DIR *d = opendir("/proc/self/task");
@@ -629,5 +664,6 @@ int main(int argc, char **argv)
     RUN(t_killed_holder);
     RUN(t_fair);
     RUN(t_renewal);
+    RUN(t_loss);
     return th_finish();
 }
