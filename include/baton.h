@@ -697,6 +697,56 @@ BATON_EXTERN(int) baton_ratelimit_inspect(baton_client *c, const char *name, int
 BATON_EXTERN(int) baton_ratelimit_cancel(baton_ratelimit *r);
 BATON_EXTERN(void) baton_ratelimit_free(baton_ratelimit *r);
 
+/* ---- event-loop API ------------------------------------------------------
+ * Start an acquire or a release and learn its result later from a callback,
+ * driven by the caller's event loop (hiredis's async context, libcurl's
+ * multi): docs/async.md. Loop adapters: include/baton/adapters/{poll,libuv,
+ * libevent}.h.
+ *
+ * Threads: a callback runs only inside baton_client_process() on the thread
+ * that called it (or, at close, inside baton_client_close() on the closing
+ * thread), never inside the call that started the operation. Start calls may
+ * come from any thread. Each engine either waits natively (no thread per
+ * waiter) or the core runs the blocking call on a bounded worker pool; see
+ * docs/async.md for which engine does what. Renewal and loss of a lock
+ * granted this way work as for a blocking grant (the keeper renews it,
+ * on_lost reports its loss). */
+
+/* The result of one operation started on L: RC is what the blocking call
+ * would have returned (0, BATON_ELOCKED for wait_ms 0, BATON_ETIMEDOUT,
+ * BATON_ECANCELED, ...); ARG is the caller's. The callback may start the next
+ * operation on L, release it, or free it. */
+typedef void (*baton_async_cb)(baton_lock *l, int rc, void *arg);
+/* Starts an acquire of L waiting up to WAIT_MS (0 = one try, -1 = forever).
+ * 0 when started: CB is then called exactly once. An error at once, CB never
+ * called: BATON_EINVAL when L already has an operation in flight (one at a
+ * time per handle, as one acquire at a time per blocking handle), or when L
+ * is held (async handles are not reentrant); BATON_ECANCELED when the client
+ * is closed or closing. baton_lock_cancel(L) makes it complete with
+ * BATON_ECANCELED (or 0, when the grant won the race: release it then). */
+BATON_EXTERN(int) baton_lock_acquire_async(baton_lock *l, int64_t wait_ms, baton_async_cb cb, void *arg);
+/* Starts the release of L; CB gets what baton_lock_release would return. */
+BATON_EXTERN(int) baton_lock_release_async(baton_lock *l, baton_async_cb cb, void *arg);
+/* One file descriptor (an eventfd) that is readable while completions wait
+ * for baton_client_process(); watch it for reading and never read it
+ * yourself. -1 with the error set when it cannot be made. The same fd for the
+ * client's life; closed by baton_client_close. */
+BATON_EXTERN(int) baton_client_fd(baton_client *c);
+/* Runs the callbacks of every completed operation (and any engine work that
+ * needs the caller's thread). Never blocks on the engine. The number of
+ * callbacks run, or an error. */
+BATON_EXTERN(int) baton_client_process(baton_client *c);
+/* Milliseconds until baton_client_process() must run even if the fd is not
+ * readable; -1 when only readiness matters (today's engines and the worker
+ * pool complete through the fd). Arm your loop's timer with it. */
+BATON_EXTERN(int64_t) baton_client_timeout_ms(baton_client *c);
+/* Closing a client with operations in flight: each pending callback is
+ * called exactly once with BATON_ECANCELED, inside baton_client_close on the
+ * closing thread, before close releases what the client holds; nothing is
+ * called after close returns. Freeing a lock with an operation in flight
+ * cancels the operation and waits for it to stop; its callback is then never
+ * called. */
+
 /* ---- multilock --------------------------------------------------------------
  * All-or-nothing over baton locks of any engines and clients. Members are
  * taken in one global order (engine, URI, name), so two multilocks over

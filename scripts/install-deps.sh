@@ -65,6 +65,10 @@ for p in "${pkgs[@]}"; do
 done
 # Bench peers: by command, so a node from elsewhere (e.g. a vendor's nodejs with its own npm) counts.
 optional=()
+# The event-loop adapters' examples (include/baton/adapters/, docs/async.md):
+# their tests skip without these, so they are optional, best effort.
+installed libuv1-dev || optional+=(libuv1-dev)
+installed libevent-dev || optional+=(libevent-dev)
 if [ $bench = 1 ]; then
   command -v etcd >/dev/null || installed etcd-server || optional+=(etcd-server)
   command -v etcdctl >/dev/null || installed etcd-client || optional+=(etcd-client)
@@ -78,7 +82,7 @@ if [ ${#missing[@]} -eq 0 ] && [ ${#optional[@]} -eq 0 ]; then
   exit 0
 fi
 [ ${#missing[@]} -eq 0 ] || echo "install-deps: missing: ${missing[*]}"
-[ ${#optional[@]} -eq 0 ] || echo "install-deps: bench peers missing: ${optional[*]}"
+[ ${#optional[@]} -eq 0 ] || echo "install-deps: optional packages (bench peers, loop adapters) missing: ${optional[*]}"
 if [ "$(id -u)" -ne 0 ]; then
   if command -v sudo >/dev/null && sudo -n true 2>/dev/null; then
     SUDO=sudo

@@ -159,6 +159,8 @@ void baton_client_close(baton_client *c)
     c->host.c = NULL;
     pthread_mutex_unlock(&c->host.mu);
 
+    /* No async operation starts; the queued ones are done (canceled). */
+    baton__async_close_begin(c);
     /* No new call through a handle; the ones blocked in the engine are
      * woken (BATON_ECANCELED) and every call in flight leaves. */
     pthread_mutex_lock(&g->mu);
@@ -170,6 +172,9 @@ void baton_client_close(baton_client *c)
     while (g->active > 0)
         pthread_cond_wait(&g->cv, &g->mu);
     pthread_mutex_unlock(&g->mu);
+    /* Every async callback not yet delivered runs now, once, with
+     * BATON_ECANCELED, on this thread; none runs after close returns. */
+    baton__async_close_end(c);
 
     /* Renewals and reports in flight end (bounded by their deadlines); an
      * on_lost that runs now gets BATON_ECANCELED from any call and may free

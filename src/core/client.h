@@ -9,6 +9,8 @@
 
 typedef struct baton__member baton__member;
 typedef struct baton__gate baton__gate;
+typedef struct baton__async baton__async;
+typedef struct baton__aop baton__aop;
 
 /* Where a member stands with its client. */
 enum { MEMBER_LIVE, MEMBER_CLOSING, MEMBER_DEAD };
@@ -48,6 +50,11 @@ struct baton__gate {
 };
 
 /* Links M to C (0), or BATON_ECANCELED when C is closing. */
+/* The event-loop API's close steps (async.c): before the client stops
+ * taking calls, and once every call has left. */
+void baton__async_close_begin(struct baton_client *c);
+void baton__async_close_end(struct baton_client *c);
+
 int baton__client_link(struct baton_client *c, baton__member *m);
 /* Every public call through a handle: 0 and the client stays open until
  * leave, or BATON_ECANCELED (error set) when the client is closed or closing. */
@@ -71,6 +78,7 @@ struct baton_client {
     baton_client_options opts;
     baton__keeper *keeper;
     baton__gate *gate;
+    baton__async *async;         /* the event-loop API's context (async.c); made on first use */
 };
 
 #endif

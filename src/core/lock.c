@@ -142,13 +142,15 @@ static int lost_in_flight(baton_lock *l, uint64_t fence)
     return l->lost_any || (l->lost_fence && l->lost_fence == fence);
 }
 
-int baton__lock_acquire(baton_lock *l, int64_t wait_ms)
+/* The acquire's prologue: the checks, the handle marked acquiring, the
+ * request made. 0 with *REENTERED set when a reentrant hold just went one
+ * deeper (nothing to ask the engine); else 0 and the engine is to be asked
+ * (baton__lock_acquire_end must follow), or an error. */
+int baton__lock_acquire_begin(baton_lock *l, int64_t wait_ms, baton_acquire_req *req, int *reentered)
 {
     unsigned long me = baton__gettid();
-    baton_acquire_req req;
-    int rc, leased, kept;
 
-    if (!l) return baton_seterr(BATON_EINVAL, 0, "baton_lock_acquire: NULL lock");
+    *reentered = 0;
     if (l->sibling && l->is_write) {
         int upgrade;
         pthread_mutex_lock(&l->sibling->smu);
@@ -179,6 +181,7 @@ int baton__lock_acquire(baton_lock *l, int64_t wait_ms)
         }
         l->depth++;
         pthread_mutex_unlock(&l->smu);
+        *reentered = 1;
         return 0;
     }
     if (l->state == LOCK_LOST && l->opts.reentrant && l->depth > 0) {
@@ -207,53 +210,61 @@ int baton__lock_acquire(baton_lock *l, int64_t wait_ms)
     pthread_mutex_unlock(&l->smu);
     baton__keeper_remove(l->c->keeper,&l->kn);
 
-    memset(&req, 0, sizeof req);
+    memset(req, 0, sizeof *req);
     baton__owner_set_thread(&l->owner);
-    req.owner = &l->owner;
-    req.lease_ms = l->opts.lease_ms;
-    req.fair = l->opts.fair;
-    req.waiter = &l->waiter;
-    req.value = l->value;
-    baton__wait_deadline_ns(wait_ms, &req.deadline_ns);
+    req->owner = &l->owner;
+    req->lease_ms = l->opts.lease_ms;
+    req->fair = l->opts.fair;
+    req->waiter = &l->waiter;
+    req->value = l->value;
+    baton__wait_deadline_ns(wait_ms, &req->deadline_ns);
+    return 0;
+}
 
-    leased = (l->c->be->caps & BATON_CAP_LEASE) != 0;
+/* The engine granted REQ: 0 when the grant can be called held, else it was
+ * given back (owner-checked) and *DEAD says whether the engine's session
+ * ended under it (else the lease was over when the answer came: a paused
+ * process, a slow handoff). */
+int baton__lock_grant_check(baton_lock *l, const baton_acquire_req *req, int *dead)
+{
+    int leased = (l->c->be->caps & BATON_CAP_LEASE) != 0;
+    pthread_mutex_lock(&l->smu);
+    *dead = lost_in_flight(l, req->fence);
+    l->lost_any = 0;
+    l->lost_fence = 0;
+    pthread_mutex_unlock(&l->smu);
+    if (!*dead && (!leased || baton_now_ns() < req->sent_ns + lease_validity_ns(l->opts.lease_ms)))
+        return 0;
+    pthread_mutex_lock(&l->io);
+    l->c->be->lock->release(l->c->eng, l->st, &l->owner);
+    pthread_mutex_unlock(&l->io);
+    return 1;
+}
+
+/* After a grant given back by grant_check: the error that ends the acquire
+ * (its time is over, or it was canceled), or 0 to ask the engine again. */
+int baton__lock_retry_rc(baton_lock *l, const baton_acquire_req *req, int dead)
+{
+    if (req->deadline_ns != INT64_MAX && baton_now_ns() >= req->deadline_ns)
+        return dead ? baton_seterr(BATON_EUNAVAILABLE, 0, "lock '%s': the engine's session ended "
+                                   "as it granted the lock", l->name)
+                    : baton_seterr(req->deadline_ns ? BATON_ETIMEDOUT : BATON_ELOCKED, 0,
+                                   "lock '%s': granted only after its lease of %u ms was over", l->name,
+                                   l->opts.lease_ms);
+    if (baton_waiter_canceled(&l->waiter))
+        return baton_seterr(BATON_ECANCELED, 0, "lock '%s': acquire canceled", l->name);
+    return 0;
+}
+
+/* The acquire's epilogue with the engine's final answer RC (REQ granted when
+ * 0): the handle is held (and kept) or free again. The acquire's result. */
+int baton__lock_acquire_end(baton_lock *l, int rc, const baton_acquire_req *req, int64_t wait_ms)
+{
+    unsigned long me = baton__gettid();
+    int leased = (l->c->be->caps & BATON_CAP_LEASE) != 0;
     /* The keeper watches a grant it renews, and one the engine may declare
      * lost (it reports that on the keeper thread). */
-    kept = leased || (l->c->be->caps & BATON_CAP_SESSION);
-    for (;;) {
-        int dead;
-        pthread_mutex_lock(&l->io);
-        rc = l->c->be->lock->acquire(l->c->eng, l->st, &req);
-        pthread_mutex_unlock(&l->io);
-        if (rc) break;
-        pthread_mutex_lock(&l->smu);
-        dead = lost_in_flight(l, req.fence);
-        l->lost_any = 0;
-        l->lost_fence = 0;
-        pthread_mutex_unlock(&l->smu);
-        if (!dead && (!leased || baton_now_ns() < req.sent_ns + lease_validity_ns(l->opts.lease_ms)))
-            break;
-        /* Granted, but the lease was already over when the answer came (a
-         * paused process, a slow handoff), or the engine said the session
-         * it was granted on died while the answer was on its way: never
-         * report that as held. Give the grant back (owner-checked) and try
-         * again while time is left. */
-        pthread_mutex_lock(&l->io);
-        l->c->be->lock->release(l->c->eng, l->st, &l->owner);
-        pthread_mutex_unlock(&l->io);
-        if (req.deadline_ns != INT64_MAX && baton_now_ns() >= req.deadline_ns) {
-            rc = dead ? baton_seterr(BATON_EUNAVAILABLE, 0, "lock '%s': the engine's session ended "
-                                     "as it granted the lock", l->name)
-                      : baton_seterr(req.deadline_ns ? BATON_ETIMEDOUT : BATON_ELOCKED, 0,
-                                     "lock '%s': granted only after its lease of %u ms was over", l->name,
-                                     l->opts.lease_ms);
-            break;
-        }
-        if (baton_waiter_canceled(&l->waiter)) {
-            rc = baton_seterr(BATON_ECANCELED, 0, "lock '%s': acquire canceled", l->name);
-            break;
-        }
-    }
+    int kept = leased || (l->c->be->caps & BATON_CAP_SESSION);
 
     pthread_mutex_lock(&l->smu);
     l->acquiring = 0;
@@ -263,10 +274,10 @@ int baton__lock_acquire(baton_lock *l, int64_t wait_ms)
         l->state = LOCK_HELD;
         l->holder_tid = me;
         l->depth = 1;
-        l->fence = req.fence;
+        l->fence = req->fence;
         if (leased) {
-            l->lease_deadline = req.sent_ns + lease_validity_ns(l->opts.lease_ms);
-            l->next_renew = l->opts.fixed_lease ? INT64_MAX : req.sent_ns + ms_to_ns(l->opts.renew_ms);
+            l->lease_deadline = req->sent_ns + lease_validity_ns(l->opts.lease_ms);
+            l->next_renew = l->opts.fixed_lease ? INT64_MAX : req->sent_ns + ms_to_ns(l->opts.renew_ms);
         } else {
             /* No lease: only the engine ends this grant (baton_host_lost),
              * and a loss it reported for the previous grant is over. */
@@ -285,6 +296,29 @@ int baton__lock_acquire(baton_lock *l, int64_t wait_ms)
     if (rc == BATON_ELOCKED && wait_ms != 0)
         rc = baton_seterr(BATON_ETIMEDOUT, 0, "lock '%s': wait timed out", l->name);
     return rc;
+}
+
+int baton__lock_acquire(baton_lock *l, int64_t wait_ms)
+{
+    baton_acquire_req req;
+    int rc, reentered;
+
+    if (!l) return baton_seterr(BATON_EINVAL, 0, "baton_lock_acquire: NULL lock");
+    if ((rc = baton__lock_acquire_begin(l, wait_ms, &req, &reentered)) || reentered) return rc;
+    for (;;) {
+        int dead;
+        pthread_mutex_lock(&l->io);
+        rc = l->c->be->lock->acquire(l->c->eng, l->st, &req);
+        pthread_mutex_unlock(&l->io);
+        if (rc) break;
+        /* Granted, but the lease was already over when the answer came, or
+         * the engine said the session it was granted on died while the
+         * answer was on its way: never report that as held. Given back by
+         * grant_check; try again while time is left. */
+        if (!baton__lock_grant_check(l, &req, &dead)) break;
+        if ((rc = baton__lock_retry_rc(l, &req, dead))) break;
+    }
+    return baton__lock_acquire_end(l, rc, &req, wait_ms);
 }
 
 /* Marks the lock lost (smu held by the caller, unlocked here); the keeper
@@ -557,6 +591,8 @@ int baton_lock_deadline(const baton_lock *l, int64_t *mono_ns)
 int baton_lock_cancel(baton_lock *l)
 {
     if (!l) return baton_seterr(BATON_EINVAL, 0, "baton_lock_cancel: NULL lock");
+    /* an async acquire still queued for a worker completes at once */
+    if (baton__async_cancel(l)) return 0;
     baton__waiter_cancel(&l->waiter);
     return 0;
 }
@@ -645,6 +681,7 @@ static void lock_member_free(baton__member *m)
 void baton_lock_free(baton_lock *l)
 {
     if (!l) return;
+    baton__async_forget(l);
     baton__member_free(&l->cm);
 }
 

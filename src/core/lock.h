@@ -33,6 +33,7 @@ struct baton_lock {
     struct baton_lock *sibling; /* the other side of a read-write lock */
     int is_write;               /* the write side of a read-write lock */
     const char *value;          /* an election candidate's value (req.value); NULL for locks */
+    struct baton__aop *aop;     /* the async operation in flight; guarded by the client's async mutex */
 };
 
 /* Creates a lock handle around backend state st (NULL = ask lock_new). */
@@ -41,9 +42,19 @@ int baton__lock_create(baton_lock **out, struct baton_client *c, const char *nam
 /* The public calls minus the client gate (for callers inside one). */
 int baton__lock_acquire(baton_lock *l, int64_t wait_ms);
 int baton__lock_release(baton_lock *l);
+/* baton__lock_acquire in parts, for an acquire the engine completes later
+ * (async.c): the prologue, the check of a grant, the retry decision after
+ * a grant given back, the epilogue (lock.c has the details). */
+int baton__lock_acquire_begin(baton_lock *l, int64_t wait_ms, baton_acquire_req *req, int *reentered);
+int baton__lock_grant_check(baton_lock *l, const baton_acquire_req *req, int *dead);
+int baton__lock_retry_rc(baton_lock *l, const baton_acquire_req *req, int dead);
+int baton__lock_acquire_end(baton_lock *l, int rc, const baton_acquire_req *req, int64_t wait_ms);
 /* Release with FN in place of the engine's release for a held grant (a
  * queue item's done); a lost grant is given back with the release. */
 int baton__lock_release_with(baton_lock *l, int (*fn)(void *eng, void *st, const baton_owner *owner));
+/* The event-loop API's side of a lock and a client (async.c). */
+int baton__async_cancel(baton_lock *l);
+void baton__async_forget(baton_lock *l);
 /* Drops a cancel kept for the next acquire (multilock). */
 void baton__lock_uncancel(baton_lock *l);
 

@@ -89,6 +89,8 @@ int baton__backend_check(const baton_backend *b, const baton_engine_info *e)
     if (b->info != e || !b->open || !b->close || !b->lock || !b->lock->create || !b->lock->destroy ||
         !b->lock->acquire || !b->lock->release || !b->services || ((b->caps & BATON_CAP_LEASE) && !b->lock->renew))
         return baton_seterr(BATON_EINVAL, 0, "engine %s: its backend table lacks a member it must have", e->name);
+    if (b->async && (!b->async->acquire_start || !b->async->acquire_cancel))
+        return baton_seterr(BATON_EINVAL, 0, "engine %s: its async table lacks a member it must have", e->name);
     if (baton__backend_prims(b) != e->primitives)
         return baton_seterr(BATON_EINVAL, 0, "engine %s: its tables provide primitives 0x%x, its description "
                             "says 0x%x", e->name, baton__backend_prims(b), e->primitives);

@@ -194,6 +194,12 @@ static int file_open(void **eng, const baton_uri *u, const baton_opts *opts, con
     e->fmode = shared ? 0660 : 0600;
     e->ino_fd = e->stop_pipe[0] = e->stop_pipe[1] = -1;
     pthread_mutex_init(&e->wmu, NULL);
+    if ((rc = file__async_init(e))) {
+        pthread_mutex_destroy(&e->wmu);
+        close(fd);
+        free(e);
+        return rc;
+    }
     *eng = e;
     return 0;
 }
@@ -284,6 +290,7 @@ int file__sub_open(file_engine *e, int dfd, const char *fname, int flags, const 
 static void file_close(void *eng)
 {
     file_engine *e = eng;
+    file__async_stop(e);   /* first: it has a watch on the inotify watcher */
     if (e->wth_started) {
         char c = 'q';
         if (write(e->stop_pipe[1], &c, 1) < 0) { /* the thread also stops on POLLHUP */ }
@@ -403,4 +410,5 @@ const baton_backend baton__backend_file = {
     .queue = &file__queue_methods,
     .ratelimit = &baton__ratelimit_file,
     .services = &file_services_methods,
+    .async = &file__async_methods,
 };

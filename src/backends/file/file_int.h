@@ -47,6 +47,14 @@ typedef struct {
     pthread_t wth;
     int wth_started;
     watch_reg *regs;
+    /* The async waiter (async.c): one thread for every async acquire of
+     * this client, started by the first. */
+    pthread_mutex_t amu;
+    struct file_aop *aops;       /* waiting async acquires; guarded by amu */
+    baton_waiter aw;             /* woken by inotify, a new op, a cancel, the close */
+    watch_reg areg;
+    pthread_t ath;
+    int ath_started, astop;
 } file_engine;
 
 enum { K_PLAIN, K_READ, K_WRITE, K_MEMBER, K_TAKER };
@@ -125,6 +133,13 @@ int file__replaced_err(file_engine *e, const char *fname);
 /* ---- wait.c: waiting in the kernel ---- */
 int file__take_lock(int fd, file_wait *fw, baton_acquire_req *req, const char *what);
 int file__take_range(int fd, short type, off_t start, off_t len, baton_acquire_req *req, const char *fname);
+
+/* The plain lock's take (lock.c), for the async waiter's tries. */
+int file__plain_take(file_engine *e, file_lock *fl, baton_acquire_req *req);
+/* The async waiter (async.c): its table, set up at open, stopped at close. */
+extern const baton_async_methods file__async_methods;
+int file__async_init(file_engine *e);
+void file__async_stop(file_engine *e);
 
 /* the inotify watcher (wait.c): wake W on events at PATH (a file, or a
  * folder's entry NAME; NULL = any) */

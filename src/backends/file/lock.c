@@ -188,7 +188,7 @@ void file__lock_free(void *eng, void *st)
 
 /* The plain lock (a name, or a path): the whole lock file, waiting in the
  * kernel when the request allows. */
-static int plain_take(file_engine *e, file_lock *fl, baton_acquire_req *req)
+int file__plain_take(file_engine *e, file_lock *fl, baton_acquire_req *req)
 {
     int fd, rc;
 
@@ -219,8 +219,8 @@ int file__acquire(void *eng, void *st, baton_acquire_req *req)
     if (fl->kind == K_WRITE && !fl->path) return file__rw_acquire_write(e, fl, req);
     if (fl->kind == K_READ && !fl->path) return file__rw_acquire_read(e, fl, req);
     /* the core asks for fairness on plain locks only (not read-write locks) */
-    if (req->fair && fl->kind == K_PLAIN) return file__fair_acquire(e, fl, req, plain_take);
-    return plain_take(e, fl, req);
+    if (req->fair && fl->kind == K_PLAIN) return file__fair_acquire(e, fl, req, file__plain_take);
+    return file__plain_take(e, fl, req);
 }
 
 int file__release(void *eng, void *st, const baton_owner *o)

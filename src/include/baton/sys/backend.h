@@ -42,7 +42,7 @@
 extern "C" {
 #endif
 
-#define BATON_BACKEND_VERSION 10
+#define BATON_BACKEND_VERSION 11
 
 /* Behaviour bits (baton_backend.caps); which primitives an engine has is
  * said by its method tables, not by bits. */
@@ -494,6 +494,48 @@ typedef struct {
     const char *quorum_scheme;
 } baton_services;
 
+/* The event-loop API (include/baton.h; docs/async.md): may. An engine that
+ * can wait for a lock without a thread per waiter (the file engine's inotify,
+ * Redis's pub/sub, ZooKeeper's watches, libpq's non-blocking mode) starts
+ * acquires here and completes them later; without this table the core runs
+ * each async operation's blocking call on its bounded worker pool (a thread
+ * per running wait, more waits queued and retried in slices), so every
+ * engine serves the async API either way.
+ *
+ * Completion: the core passes DONE and a TOKEN per acquire; the engine calls
+ * DONE(TOKEN, RC, FENCE, SENT_NS) exactly once per started acquire, from any
+ * of its own threads, never from inside acquire_start, with none of the
+ * core's locks held (it may hold its own: DONE only queues the result and
+ * wakes the client's fd; the core finishes the grant, keeper and lease
+ * check on the caller's thread in baton_client_process). RC as for the
+ * blocking acquire; FENCE and SENT_NS as req->fence and req->sent_ns.
+ *
+ * An engine may be native for some lock states only: acquire_start answers
+ * BATON_ENOTSUP for the others and the core runs those on its pool. Release
+ * and renewal stay the blocking methods (the core runs a release_async on
+ * its pool: one short engine call). */
+typedef void (*baton_async_done)(void *token, int rc, uint64_t fence, int64_t sent_ns);
+typedef struct {
+    /* must: start acquiring ST as REQ says (REQ stays valid until DONE is
+     * called; its waiter is not parked on). 0 when started (DONE follows),
+     * or an error at once (DONE never called). A try (deadline 0) may be
+     * answered at once through DONE too, but still from an engine thread
+     * or queued for the core: never from inside this call. */
+    int (*acquire_start)(void *eng, void *st, baton_acquire_req *req, baton_async_done done, void *token);
+    /* must: the acquire started on ST completes promptly: BATON_ECANCELED,
+     * or its real result when it had already been decided. Any thread,
+     * with none of the core's locks held; a no-op when nothing was started
+     * or DONE was called already, and then ST may even be freed: compare
+     * it with the engine's pending acquires, never dereference it first. */
+    void (*acquire_cancel)(void *eng, void *st);
+    /* may: the engine work that needs the caller's thread (a connection
+     * the loop owns); the core calls it from baton_client_process. NULL =
+     * none: the engine's threads do all of it. */
+    int (*process)(void *eng);
+    /* may: ms until process must run even without fd readiness; -1 none. */
+    int64_t (*timeout_ms)(void *eng);
+} baton_async_methods;
+
 /* Each engine's description, from its spec.c. */
 #define BATON__DECLARE_INFO(n) extern const baton_engine_info baton__info_##n;
 BATON_ENGINES(BATON__DECLARE_INFO)
@@ -522,6 +564,7 @@ typedef struct baton_backend {
     const baton_queue_methods *queue;       /* may */
     const baton_ratelimit_methods *ratelimit; /* may */
     const baton_services *services;         /* must (its members may all be NULL) */
+    const baton_async_methods *async;       /* may: NULL = the core's worker pool (see above) */
 } baton_backend;
 
 /* sem_ctl / permits_ctl / latch_ctl operations. */
