@@ -65,6 +65,13 @@ static int walk_dir(walk *w, const char *rel)
     if (!*abs) strcpy(abs, "/");
     zrc = zk_get_children(w->s, abs, NULL, NULL, &sv, w->end);
     if (zrc == ZNONODE) goto out;  /* gone meanwhile */
+    if (zrc == ZNOAUTH && *rel) {
+        /* another user's locks under an ACL we may not read: the list is of
+         * what this client can see, not a failure of the whole walk (one
+         * client's ACL'd tree would otherwise break `baton list` for all) */
+        baton_log(BATON_LOG_INFO, "zk: list: %s is not readable with this client's credentials; skipped", abs);
+        goto out;
+    }
     if (zrc != ZOK) {
         rc = zk_err(zrc, "list", abs);
         goto out;
