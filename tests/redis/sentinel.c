@@ -2,11 +2,12 @@
  * Redis behind Sentinel, failing over while a lock is held and waited on
  * (tests/servers/redis-sentinel.sh: 1 master + 2 replicas + 3 sentinels).
  *
- *   test_redis_sentinel SCRIPT [tls]
+ *   test_redis_sentinel SCRIPT [tls [CONFORMANCE]]
  *
  * With "tls" the deployment speaks TLS only (REDIS_SENTINEL_TLS=1: sentinels,
  * data nodes and replication) and the client uses rediss-sentinel:// with
- * the test's CA; only the SENTINEL FAILOVER case runs, plus a wrong CA
+ * the test's CA; the conformance suite runs on it (CONFORMANCE, the
+ * test_conformance binary), then the SENTINEL FAILOVER case, a wrong CA
  * (refused with BATON_EAUTH, as on rediss://) and a plain client (refused).
  *
  * Four cases: SENTINEL FAILOVER and a SIGKILLed master, each without and with
@@ -32,6 +33,7 @@
 static const char *script;
 static char dir[1024], sentinels[512];
 static int tls;
+static const char *conformance;
 static char tls_opt[1200]; /* "&cacert=DIR/tls/ca.crt" in TLS mode */
 
 typedef struct {
@@ -201,6 +203,13 @@ static void tls_refused(void) {
     CHECK(tl_now_ms() - t0 < 20000);
 }
 
+static void tls_conformance(void) {
+    char uri[2048];
+    snprintf(uri, sizeof uri, "rediss-sentinel://%s/0?master=mymaster%s", sentinels, tls_opt);
+    CHECK(tl_sh("'%s' '%s' >'%s/conformance.log' 2>&1 || { tail -30 '%s/conformance.log' >&2; exit 1; }", conformance,
+                uri, dir, dir) == 0);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: %s redis-sentinel.sh [tls]\n", argv[0]);
@@ -226,6 +235,8 @@ int main(int argc, char **argv) {
     pclose(p);
     sentinels[strcspn(sentinels, "\n")] = 0;
     if (tls) {
+        conformance = argc > 3 ? argv[3] : NULL;
+        if (conformance) RUN(tls_conformance);
         RUN(failover_plain);
         RUN(tls_refused);
         tl_server_script(script, "stop", dir, NULL, 0);
