@@ -2,7 +2,13 @@
  * Redis behind Sentinel, failing over while a lock is held and waited on
  * (tests/servers/redis-sentinel.sh: 1 master + 2 replicas + 3 sentinels).
  *
- *   test_redis_sentinel SCRIPT
+ *   test_redis_sentinel SCRIPT [tls [CONFORMANCE]]
+ *
+ * With "tls" the deployment speaks TLS only (REDIS_SENTINEL_TLS=1: sentinels,
+ * data nodes and replication) and the client uses rediss-sentinel:// with
+ * the test's CA; the conformance suite runs on it (CONFORMANCE, the
+ * test_conformance binary), then the SENTINEL FAILOVER case, a wrong CA
+ * (refused with BATON_EAUTH, as on rediss://) and a plain client (refused).
  *
  * Four cases: SENTINEL FAILOVER and a SIGKILLed master, each without and with
  * wait_replicas=1. In each a holder A holds a renewed lock, a waiter B (another
@@ -26,6 +32,9 @@
 
 static const char *script;
 static char dir[1024], sentinels[512];
+static int tls;
+static const char *conformance;
+static char tls_opt[1200]; /* "&cacert=DIR/tls/ca.crt" in TLS mode */
 
 typedef struct {
     baton_client *c;
@@ -86,9 +95,9 @@ static void *prober_main(void *p) {
 /* UNREPLICATED: the lock's key is deleted on the replicas before the
  * failover (as if its grant never reached them): A must be told LOST. */
 static void run_case(const char *action, int wait_replicas, int unreplicated) {
-    char uri[1024], name[64], probe[64];
-    snprintf(uri, sizeof uri, "redis-sentinel://%s/0?master=mymaster&prefix=sf-%s-&connect_timeout_ms=1000%s", sentinels,
-             action, wait_replicas ? "&wait_replicas=1" : "");
+    char uri[2048], name[64], probe[64];
+    snprintf(uri, sizeof uri, "redis%s-sentinel://%s/0?master=mymaster&prefix=sf-%s-&connect_timeout_ms=1000%s%s",
+             tls ? "s" : "", sentinels, action, wait_replicas ? "&wait_replicas=1" : "", tls_opt);
     snprintf(name, sizeof name, "L-%d-%d", wait_replicas, unreplicated);
     snprintf(probe, sizeof probe, "probe-%d-%d", wait_replicas, unreplicated);
     fprintf(stderr, "   %s, wait_replicas=%d%s\n", action, wait_replicas, unreplicated ? ", grant not replicated" : "");
@@ -171,14 +180,49 @@ static void kill_plain(void) { run_case("kill", 0, 0); }
 static void kill_wait_replicas(void) { run_case("kill", 1, 0); }
 static void kill_unreplicated(void) { run_case("kill", 0, 1); }
 
+/* TLS mode: a CA that did not sign the servers' certificates is refused
+ * with BATON_EAUTH (the sentinels' certificate is checked first), and so is
+ * a plain redis-sentinel:// client (no answer in plain text), neither hangs. */
+static void tls_refused(void) {
+    char uri[2048];
+    baton_client *c = NULL;
+    snprintf(uri, sizeof uri, "rediss-sentinel://%s/0?master=mymaster&connect_timeout_ms=1000&cacert=%s/tls/wrong.crt",
+             sentinels, dir);
+    int64_t t0 = tl_now_ms();
+    CHECK_RC(baton_client_open(&c, uri, NULL), BATON_EAUTH);
+    fprintf(stderr, "   wrong CA: %s\n", baton_error_last()->message);
+    CHECK(strstr(baton_error_last()->message, "not trusted") != NULL);
+    baton_client_close(c);
+    c = NULL;
+    snprintf(uri, sizeof uri, "redis-sentinel://%s/0?master=mymaster&connect_timeout_ms=1000&io_timeout_ms=1000",
+             sentinels);
+    int rc = baton_client_open(&c, uri, NULL);
+    fprintf(stderr, "   plain client: %s\n", baton_error_last()->message);
+    CHECK(rc == BATON_EUNAVAILABLE || rc == BATON_EPROTO);
+    baton_client_close(c);
+    CHECK(tl_now_ms() - t0 < 20000);
+}
+
+static void tls_conformance(void) {
+    char uri[2048];
+    snprintf(uri, sizeof uri, "rediss-sentinel://%s/0?master=mymaster%s", sentinels, tls_opt);
+    CHECK(tl_sh("'%s' '%s' >'%s/conformance.log' 2>&1 || { tail -30 '%s/conformance.log' >&2; exit 1; }", conformance,
+                uri, dir, dir) == 0);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
-        fprintf(stderr, "usage: %s redis-sentinel.sh\n", argv[0]);
+        fprintf(stderr, "usage: %s redis-sentinel.sh [tls]\n", argv[0]);
         return 2;
     }
     script = argv[1];
+    tls = argc > 2 && strcmp(argv[2], "tls") == 0;
     const char *srv = getenv("BATON_TEST_SRV");
-    snprintf(dir, sizeof dir, "%s/sentinel-faults", srv ? srv : "/tmp");
+    snprintf(dir, sizeof dir, "%s/sentinel-%s", srv ? srv : "/tmp", tls ? "tls" : "faults");
+    if (tls) {
+        setenv("REDIS_SENTINEL_TLS", "1", 1);
+        snprintf(tls_opt, sizeof tls_opt, "&cacert=%s/tls/ca.crt", dir);
+    }
     tl_server_script(script, "stop", dir, NULL, 1);
     tl_server_script(script, "start", dir, NULL, 1);
     char cmd[1200];
@@ -190,6 +234,14 @@ int main(int argc, char **argv) {
     }
     pclose(p);
     sentinels[strcspn(sentinels, "\n")] = 0;
+    if (tls) {
+        conformance = argc > 3 ? argv[3] : NULL;
+        if (conformance) RUN(tls_conformance);
+        RUN(failover_plain);
+        RUN(tls_refused);
+        tl_server_script(script, "stop", dir, NULL, 0);
+        return th_finish();
+    }
     RUN(failover_plain);
     RUN(failover_wait_replicas);
     RUN(kill_plain);

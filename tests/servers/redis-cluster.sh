@@ -13,6 +13,12 @@
 # fixture's "{port}"; redis-cluster://127.0.0.1:{port} finds the rest);
 # DIR/ports lists every node's port; DIR/nN/ is node N (redis.sh layout:
 # pid, log, port). Exits 77 when redis-server or redis-cli is missing.
+#
+# With REDIS_CLUSTER_TLS=1 at start, the nodes speak TLS only (port 0 +
+# tls-port, tls-cluster yes for the bus, tls-replication yes, no client
+# certificate required): DIR/tls/ holds the certificates
+# (tests/servers/redis-tls-certs.sh: ca.crt, server.crt/key, wrong.crt) and
+# tells the other actions to use TLS.
 set -u
 die() { echo "redis-cluster.sh: $*" >&2; exit 1; }
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -40,16 +46,20 @@ for _ in range(2000):
 print("\n".join(map(str, got)))' "$1"
 }
 
+TLS_CLI=()
+tls_load() { [ -s "$1/tls/ca.crt" ] && TLS_CLI=(--tls --cacert "$1/tls/ca.crt"); return 0; }
+rcli() { redis-cli "${TLS_CLI[@]}" "$@"; }
+
 wait_ok() {
     local dir=$1 p i ok
     for i in $(seq 1 300); do
         ok=1
         for p in $(cat "$dir/ports"); do
-            redis-cli -p "$p" PING >/dev/null 2>&1 || continue   # a killed node does not count
-            redis-cli -p "$p" CLUSTER INFO 2>/dev/null | grep -q 'cluster_state:ok' || ok=0
+            rcli -p "$p" PING >/dev/null 2>&1 || continue   # a killed node does not count
+            rcli -p "$p" CLUSTER INFO 2>/dev/null | grep -q 'cluster_state:ok' || ok=0
             # a replica counts once its copy is in sync
-            if redis-cli -p "$p" ROLE 2>/dev/null | head -1 | grep -q slave; then
-                redis-cli -p "$p" INFO replication 2>/dev/null | grep -q 'master_link_status:up' || ok=0
+            if rcli -p "$p" ROLE 2>/dev/null | head -1 | grep -q slave; then
+                rcli -p "$p" INFO replication 2>/dev/null | grep -q 'master_link_status:up' || ok=0
             fi
         done
         [ $ok = 1 ] && return 0
@@ -60,12 +70,23 @@ wait_ok() {
 
 cmd=${1:-} dir=${2:-}
 [ -n "$cmd" ] && [ -n "$dir" ] || { echo "usage: $0 start|stop|wait-ok|failover DIR" >&2; exit 2; }
+[ "$cmd" = start ] || tls_load "$dir"
 case "$cmd" in
 start)
     command -v redis-server >/dev/null && command -v redis-cli >/dev/null || {
         echo "redis-cluster.sh: redis-server/redis-cli are not installed" >&2; exit 77; }
     dir=$(abs_dir "$dir")
     [ -s "$dir/port" ] && die "a cluster already runs in $dir"
+    rm -rf "$dir/tls"
+    tls=()
+    if [ "${REDIS_CLUSTER_TLS:-0}" = 1 ]; then
+        bash "$here/redis-tls-certs.sh" "$dir/tls" || exit $?
+        tls_load "$dir"
+        t=$dir/tls
+        # after redis.sh's --port: port 0, the node on tls-port only
+        tls=(--port 0 --tls-cert-file "$t/server.crt" --tls-key-file "$t/server.key"
+             --tls-ca-cert-file "$t/ca.crt" --tls-auth-clients no --tls-replication yes --tls-cluster yes)
+    fi
     ports=$(bus_ports $N)
     [ "$(echo "$ports" | wc -l)" = $N ] || die "no free ports"
     : >"$dir/ports"
@@ -75,7 +96,8 @@ start)
         rm -rf "$dir/n$i"; mkdir -p "$dir/n$i"
         # redis.sh picks a port; the cluster needs P+10000 free too, so ours
         # goes last on the command line, which redis-server takes.
-        bash "$here/redis.sh" start "$dir/n$i" --port "$p" --cluster-enabled yes \
+        if [ ${#tls[@]} -gt 0 ]; then pa=(--tls-port "$p" "${tls[@]}"); else pa=(--port "$p"); fi
+        bash "$here/redis.sh" start "$dir/n$i" "${pa[@]}" --cluster-enabled yes \
             --cluster-config-file "$dir/n$i/nodes.conf" --cluster-node-timeout 1000 \
             --cluster-replica-validity-factor 0 --repl-diskless-sync-delay 0 >/dev/null || die "node $i did not start"
         # redis-server takes the last --port: ours, not the one redis.sh chose
@@ -83,7 +105,7 @@ start)
         echo "$p" >>"$dir/ports"
         addrs+=("127.0.0.1:$p")
     done
-    redis-cli --cluster create "${addrs[@]}" --cluster-replicas 1 --cluster-yes >"$dir/create.log" 2>&1 || {
+    rcli --cluster create "${addrs[@]}" --cluster-replicas 1 --cluster-yes >"$dir/create.log" 2>&1 || {
         cat "$dir/create.log" >&2; die "cluster create failed"; }
     wait_ok "$dir" || die "the cluster did not reach cluster_state:ok"
     head -1 "$dir/ports" >"$dir/port"
@@ -102,8 +124,8 @@ failover)
     # its copy to catch up (FORCE): grants the replica had not received are
     # gone, as in a master crash; the old masters become replicas
     for p in $(cat "$dir/ports"); do
-        if redis-cli -p "$p" ROLE 2>/dev/null | head -1 | grep -q slave; then
-            redis-cli -p "$p" CLUSTER FAILOVER FORCE >/dev/null 2>&1
+        if rcli -p "$p" ROLE 2>/dev/null | head -1 | grep -q slave; then
+            rcli -p "$p" CLUSTER FAILOVER FORCE >/dev/null 2>&1
         fi
     done
     ;;

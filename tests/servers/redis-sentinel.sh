@@ -22,6 +22,13 @@
 # With REDIS_SENTINEL_PASSWORD=PW in the environment at start, the data nodes
 # and the sentinels require PW (requirepass; masterauth and the sentinels'
 # auth-pass too); DIR/password keeps it for the other actions.
+#
+# With REDIS_SENTINEL_TLS=1 at start, everything speaks TLS only (port 0 +
+# tls-port on the data nodes and the sentinels, tls-replication yes so the
+# replicas and the sentinels reach the master over TLS, no client
+# certificate required): DIR/tls/ holds the certificates
+# (tests/servers/redis-tls-certs.sh: ca.crt, server.crt/key, wrong.crt) and
+# tells the other actions to use TLS.
 set -u
 
 die() { echo "redis-sentinel.sh: $*" >&2; exit 1; }
@@ -31,7 +38,17 @@ REDIS_SERVER=/usr/bin/redis-server
 [ -x "$REDIS_SERVER" ] || REDIS_SERVER=$(command -v redis-server 2>/dev/null || true)
 NAME=mymaster
 
-cli() { redis-cli -h 127.0.0.1 "$@" 2>/dev/null; }
+TLS_CLI=()
+cli() { redis-cli -h 127.0.0.1 "${TLS_CLI[@]}" "$@" 2>/dev/null; }
+tls_load() { # DIR: TLS mode if DIR/tls/ca.crt exists
+    [ -s "$1/tls/ca.crt" ] && TLS_CLI=(--tls --cacert "$1/tls/ca.crt")
+    return 0
+}
+tls_args() { # DIR PORT: the redis-server / sentinel.conf TLS settings
+    local t=$1/tls
+    printf '%s\0' port 0 tls-port "$2" tls-cert-file "$t/server.crt" tls-key-file "$t/server.key" \
+        tls-ca-cert-file "$t/ca.crt" tls-auth-clients no tls-replication yes
+}
 pw_load() { # DIR: the deployment's password, if any, for redis-cli
     if [ -s "$1/password" ]; then REDISCLI_AUTH=$(cat "$1/password"); export REDISCLI_AUTH; fi
 }
@@ -42,13 +59,17 @@ wait_log() { # FILE PATTERN: 10 s
 }
 
 node_start() { # DIR PORT [args...]: a data node (its args kept for revive)
-    local d=$1/$2 port=$2; shift 2
+    local base=$1 d=$1/$2 port=$2; shift 2
     mkdir -p "$d"
     [ $# -eq 0 ] || printf '%s\0' "$@" >"$d/args"
     local args=()
     [ -s "$d/args" ] && mapfile -d '' args <"$d/args"
     : >"$d/log"
     [ -z "${REDISCLI_AUTH:-}" ] || args+=(--requirepass "$REDISCLI_AUTH" --masterauth "$REDISCLI_AUTH")
+    if [ ${#TLS_CLI[@]} -gt 0 ]; then
+        local k v
+        while IFS= read -r -d '' k && IFS= read -r -d '' v; do args+=("--$k" "$v"); done < <(tls_args "$base" "$port")
+    fi
     "$REDIS_SERVER" --bind 127.0.0.1 --port "$port" --dir "$d" --daemonize yes --pidfile "$d/pid" \
         --logfile "$d/log" --protected-mode no --save '' --appendonly no "${args[@]}" >/dev/null 2>&1 || return 1
     wait_log "$d/log" "Ready to accept connections"
@@ -72,6 +93,11 @@ sentinel parallel-syncs $NAME 2
 EOF
     if [ -n "${REDISCLI_AUTH:-}" ]; then
         printf 'requirepass %s\nsentinel auth-pass %s %s\n' "$REDISCLI_AUTH" "$NAME" "$REDISCLI_AUTH" >>"$d/sentinel.conf"
+    fi
+    if [ ${#TLS_CLI[@]} -gt 0 ]; then
+        # the last "port" line wins: port 0, the sentinel on tls-port only
+        local k v
+        while IFS= read -r -d '' k && IFS= read -r -d '' v; do echo "$k $v"; done < <(tls_args "$1" "$2") >>"$d/sentinel.conf"
     fi
     : >"$d/log"
     "$REDIS_SERVER" "$d/sentinel.conf" --sentinel >/dev/null 2>&1 || return 1
@@ -144,7 +170,7 @@ cmd=${1:-}
 dir=${2:-}
 [ -n "$cmd" ] && [ -n "$dir" ] || { echo "usage: $0 start|stop|sentinels|master|failover|kill|revive DIR" >&2; exit 2; }
 shift 2
-[ "$cmd" = start ] || pw_load "$dir"
+[ "$cmd" = start ] || { pw_load "$dir"; tls_load "$dir"; }
 
 case "$cmd" in
 start)
@@ -154,7 +180,11 @@ start)
     fi
     dir=$(abs_dir "$dir")
     do_stop "$dir"
-    rm -rf "${dir:?}"/[0-9]* "$dir/password"
+    rm -rf "${dir:?}"/[0-9]* "$dir/password" "$dir/tls"
+    if [ "${REDIS_SENTINEL_TLS:-0}" = 1 ]; then
+        bash "$(dirname "${BASH_SOURCE[0]}")/redis-tls-certs.sh" "$dir/tls" || exit $?
+        tls_load "$dir"
+    fi
     if [ -n "${REDIS_SENTINEL_PASSWORD:-}" ]; then
         printf '%s' "$REDIS_SENTINEL_PASSWORD" >"$dir/password"
         chmod 600 "$dir/password"

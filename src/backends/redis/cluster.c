@@ -155,6 +155,23 @@ static int apply_slots(rcluster *cl, const redisReply *r, int from) {
     return used ? 0 : -1;
 }
 
+/* Node FROM's CLUSTER SLOTS reply R (freed here) into the map: 0, or the
+ * error that says why not (BATON_EAUTH / BATON_EINVAL end the search). */
+static int slots_reply(rcluster *cl, redisReply *r, int from, const rcfg *nc) {
+    if (r->type == REDIS_REPLY_ERROR) {
+        int code = rreply_error(r, "CLUSTER SLOTS");
+        rreply_free(r);
+        if (code != BATON_EAUTH && strstr(baton_error_last()->message, "cluster support disabled"))
+            return baton_seterr(BATON_EINVAL, 0, "redis: %s:%d is not a cluster node (cluster-enabled no); "
+                                "use redis:// for a single server", nc->host, nc->port);
+        return code == BATON_EAUTH ? code : BATON_EUNAVAILABLE;
+    }
+    int rc = apply_slots(cl, r, from);
+    rreply_free(r);
+    if (rc) return baton_seterr(BATON_EUNAVAILABLE, 0, "redis: %s:%d serves no slot yet", nc->host, nc->port);
+    return 0;
+}
+
 /* Asks the nodes, the URI's first, for the slot map (CLUSTER SLOTS) until one
  * answers, by DEADLINE. FORCE = even if refreshed within RC_REFRESH_GAP_MS. */
 static int refresh(rcluster *cl, int64_t deadline, int force) {
@@ -164,33 +181,31 @@ static int refresh(rcluster *cl, int64_t deadline, int force) {
                 baton_now_ns() - cl->refreshed_ns < (int64_t)RC_REFRESH_GAP_MS * 1000000;
     pthread_mutex_unlock(&cl->mu);
     if (fresh) return 0;
+    char why[300] = ""; /* the last node's reason, for the final error */
     for (int i = 0; i < n && baton_now_ns() < deadline; i++) {
         rconn *c = NULL;
         const rcfg *nc = &cl->node[i]->cfg;
         /* a short connect per node, so one dead seed does not eat the call */
         int64_t dl = rmin64(deadline, rdeadline_ms(nc->connect_timeout_ms < 500 ? nc->connect_timeout_ms : 500));
-        if (rconn_open(nc, &c, dl)) continue;
-        const char *argv[2] = { "CLUSTER", "SLOTS" };
-        size_t lens[2] = { 7, 5 };
-        redisReply *r = NULL;
-        int rc = rconn_command(c, 2, argv, lens, &r, rmin64(deadline, rdeadline_ms(nc->io_timeout_ms)));
-        rconn_free(c);
-        if (rc) continue;
-        if (r->type == REDIS_REPLY_ERROR) {
-            int code = rreply_error(r, "CLUSTER SLOTS");
-            rreply_free(r);
-            if (code == BATON_EAUTH) return code;
-            if (strstr(baton_error_last()->message, "cluster support disabled"))
-                return baton_seterr(BATON_EINVAL, 0, "redis: %s:%d is not a cluster node (cluster-enabled no); "
-                                    "use redis:// for a single server", nc->host, nc->port);
-            continue;
+        int rc = rconn_open(nc, &c, dl);
+        /* an untrusted certificate or refused credentials will not change
+         * on the next node: said as it is (as on redis://), not as "no node
+         * answered" */
+        if (rc == BATON_EAUTH || rc == BATON_ENOMEM) return rc;
+        if (!rc) {
+            const char *argv[2] = { "CLUSTER", "SLOTS" };
+            size_t lens[2] = { 7, 5 };
+            redisReply *r = NULL;
+            rc = rconn_command(c, 2, argv, lens, &r, rmin64(deadline, rdeadline_ms(nc->io_timeout_ms)));
+            rconn_free(c);
+            if (!rc) rc = slots_reply(cl, r, i, nc);
+            if (rc == 0 || rc == BATON_EAUTH || rc == BATON_EINVAL) return rc;
         }
-        rc = apply_slots(cl, r, i);
-        rreply_free(r);
-        if (!rc) return 0;
+        const baton_error *le = baton_error_last();
+        snprintf(why, sizeof why, "%s", le->message ? le->message : "?");
     }
-    return baton_seterr(BATON_EUNAVAILABLE, 0, "redis: no node of the cluster answered CLUSTER SLOTS (%s:%d first)",
-                        cl->node[0]->cfg.host, cl->node[0]->cfg.port);
+    return baton_seterr(BATON_EUNAVAILABLE, 0, "redis: no node of the cluster answered CLUSTER SLOTS (%s:%d first; last: %s)",
+                        cl->node[0]->cfg.host, cl->node[0]->cfg.port, why[0] ? why : "the call's deadline passed");
 }
 
 int rcluster_new(rcluster **out, const rcfg *base, const char *const *hosts, const int *ports, size_t n) {
