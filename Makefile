@@ -1,9 +1,11 @@
 # Common entry points. The build lives in build/ (and build-asan/ for the sanitizer run).
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
-# Tests mostly wait (on leases, sessions, servers): two per core keeps a
+# Tests mostly wait (on leases, sessions, servers): five per two cores keeps a
 # 2-core machine busy without starving them (the suite's CPU time is a
-# fraction of its wall time).
-CTEST_JOBS ?= $(shell echo $$(( $(JOBS) * 2 )))
+# fraction of its wall time: 365 tests, 51 min of test time, 14 min at -j4).
+# Tests a loaded machine slows past their bounds (Sentinel elections) are
+# RUN_SERIAL.
+CTEST_JOBS ?= $(shell echo $$(( $(JOBS) * 5 / 2 )))
 CMAKE_FLAGS ?=
 ifeq ($(CI),true)
 export BATON_REQUIRE_ALL := 1
@@ -47,8 +49,11 @@ test-plain:
 
 test-asan: asan
 	cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-		ctest --output-on-failure -j$(CTEST_JOBS)
+		ctest --output-on-failure -j$(CTEST_JOBS) -E '^redis_sentinel_faults$$'
 
+# (redis_sentinel_faults, 2+ minutes alone, is left to the plain run: its
+# Sentinel code runs under the sanitizers in conformance_redis_sentinel and
+# redis_sentinel_tls.)
 # The parsers fuzzed with libFuzzer (scripts/fuzz.sh: a clang build in
 # build-fuzz/, tests/fuzz's targets from their corpora): FUZZ_SECS per target,
 # a few seconds in `make test`, minutes in `make fuzz`. Without clang and
