@@ -71,7 +71,12 @@ init_db() {
     fi
     # root@localhost authenticates by unix_socket: the script, running as
     # root (or as the server's user), is let in over DIR/sock
-    "$INSTALL_DB" --no-defaults --datadir="$DIR/data" --user="$(run_user)" --auth-root-authentication-method=socket \
+    # a temporary directory of its own: two installs (or servers) sharing /tmp
+    # collided on their temporary tables once ("Error on delete of
+    # '/tmp/#sql-temptable-...MAI'") at ctest -j5
+    mkdir -p "$DIR/tmp"
+    [ "$(id -u)" = 0 ] && chown "$MY_RUN_USER" "$DIR/tmp"
+    "$INSTALL_DB" --no-defaults --datadir="$DIR/data" --tmpdir="$DIR/tmp" --user="$(run_user)" --auth-root-authentication-method=socket \
         --auth-root-socket-user="$(id -un)" --skip-test-db --skip-name-resolve \
         >"$DIR/install.log" 2>&1 || { cat "$DIR/install.log" >&2; die "mariadb-install-db failed in $DIR/data"; }
     echo 1 >"$DIR/needs_user"
@@ -83,7 +88,8 @@ launch() { # PORT
     [ "$(id -u)" = 0 ] && chown -R "$MY_RUN_USER" "$DIR"
     # setsid: a signal to the caller's process group (ctest's timeout, ^C)
     # does not reach the server; stop does.
-    setsid "$MARIADBD" --no-defaults --datadir="$DIR/data" --user="$(run_user)" --port="$port" \
+    mkdir -p "$DIR/tmp"
+    setsid "$MARIADBD" --no-defaults --datadir="$DIR/data" --tmpdir="$DIR/tmp" --user="$(run_user)" --port="$port" \
         --skip-networking=0 --bind-address=127.0.0.1 --socket="$DIR/sock" --pid-file="$DIR/pid" \
         --innodb-flush-log-at-trx-commit=0 --skip-log-bin --innodb-buffer-pool-size=16M \
         --innodb-log-file-size=16M --key-buffer-size=1M --performance-schema=0 --max-connections=300 \
