@@ -153,7 +153,14 @@ static void run_case(const char *action, int wait_replicas, int unreplicated) {
                unreplicated, (long long)(lost_at - t0), (long long)(atomic_load(&w.done) ? w.granted_ms - t0 : -1));
     CHECK(!(held && nlost));           /* LOST means not held */
     CHECK(held || nlost);              /* a lock gone is reported */
-    if (wait_replicas) CHECK(held && !nlost);
+    /* WAIT 1 of 2 replicas: the lock survives when the replica Sentinel
+     * promotes is one that acknowledged it, which is the usual case (it
+     * picks the most advanced one) but not a promise: under load it was once
+     * the other one. Then the holder must be told (checked above), never
+     * overlapped (below). */
+    if (wait_replicas && !held)
+        fprintf(stderr, "   (wait_replicas=%d: the promoted replica had not acknowledged the grant; LOST reported)\n",
+                wait_replicas);
     if (unreplicated) CHECK(!held && nlost);
     if (held) CHECK(!atomic_load(&w.done)); /* no two holders */
     CHECK(pr.ok > 0);

@@ -54,7 +54,7 @@ static const char *const notes[] = {
     "keyspace events subscribed on the key's master; a failover seen on any master re-checks every held lock; "
     "a quorum of cluster clients is BATON_ENOTSUP (docs/redis-layout.md)",
     "sentinel: the master the sentinels name, checked with ROLE; +switch-master is followed and every held lock "
-    "re-checked on the new master (LOST if it did not survive); wait_replicas keeps grants across a failover",
+    "re-checked on the new master (LOST if it did not survive); wait_replicas=N keeps a grant across a failover when the promoted replica is one of the N that acknowledged it (N = all replicas to be sure)",
     "latch: Redisson's RCountDownLatch layout",
     "election: built by the core on the lock \"baton:election:NAME\" (its fence is the term; fair with "
     "layout=redisson, so the oldest candidate leads; in the simple layout any waiter may lead next) and the "
