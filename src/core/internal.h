@@ -14,6 +14,8 @@ struct baton_waiter {
     pthread_cond_t cv;  /* CLOCK_MONOTONIC */
     unsigned gen;
     int canceled;
+    void (*notify)(void *arg);  /* baton_waiter_set_notify: a native async waiter */
+    void *notify_arg;
 };
 
 int baton__waiter_init(baton_waiter *w);

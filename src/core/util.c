@@ -125,11 +125,34 @@ int baton_waiter_park(baton_waiter *w, unsigned seen_gen, int64_t deadline_ns)
     return rc;
 }
 
-void baton_waiter_wake(baton_waiter *w)
+/* The notify hook is read under the mutex and called outside it, so the
+ * engine's callback may take its own locks in any order with ours. */
+static void waiter_bump(baton_waiter *w, int cancel)
 {
+    void (*fn)(void *);
+    void *arg;
     pthread_mutex_lock(&w->mu);
+    if (cancel)
+        w->canceled = 1;
     w->gen++;
     pthread_cond_broadcast(&w->cv);
+    fn = w->notify;
+    arg = w->notify_arg;
+    pthread_mutex_unlock(&w->mu);
+    if (fn)
+        fn(arg);
+}
+
+void baton_waiter_wake(baton_waiter *w)
+{
+    waiter_bump(w, 0);
+}
+
+void baton_waiter_set_notify(baton_waiter *w, void (*fn)(void *arg), void *arg)
+{
+    pthread_mutex_lock(&w->mu);
+    w->notify = fn;
+    w->notify_arg = arg;
     pthread_mutex_unlock(&w->mu);
 }
 
@@ -144,11 +167,7 @@ int baton_waiter_canceled(baton_waiter *w)
 
 void baton__waiter_cancel(baton_waiter *w)
 {
-    pthread_mutex_lock(&w->mu);
-    w->canceled = 1;
-    w->gen++;
-    pthread_cond_broadcast(&w->cv);
-    pthread_mutex_unlock(&w->mu);
+    waiter_bump(w, 1);
 }
 
 void baton__waiter_reset(baton_waiter *w)

@@ -42,7 +42,7 @@
 extern "C" {
 #endif
 
-#define BATON_BACKEND_VERSION 11
+#define BATON_BACKEND_VERSION 12
 
 /* Behaviour bits (baton_backend.caps); which primitives an engine has is
  * said by its method tables, not by bits. */
@@ -101,6 +101,13 @@ unsigned baton_waiter_gen(baton_waiter *w);
 int baton_waiter_park(baton_waiter *w, unsigned seen_gen, int64_t deadline_ns);
 void baton_waiter_wake(baton_waiter *w);
 int baton_waiter_canceled(baton_waiter *w);
+/* For an engine's native async acquire (baton_async_methods), whose waiter
+ * nobody parks on: FN(ARG) is called by every wake and cancel of W after
+ * the generation moved, on the waking thread, with none of W's locks held,
+ * so it must only signal (queue work for the engine's own thread). NULL
+ * removes it; after the call returns no new call of the old FN starts, but
+ * one already running may still finish (the engine's own lock orders that). */
+void baton_waiter_set_notify(baton_waiter *w, void (*fn)(void *arg), void *arg);
 
 /* The core's side of one client, handed to the backend by attach() after
  * open. Every call below may be made from any thread (a subscriber or session
@@ -512,8 +519,8 @@ typedef struct {
  *
  * An engine may be native for some lock states only: acquire_start answers
  * BATON_ENOTSUP for the others and the core runs those on its pool. Release
- * and renewal stay the blocking methods (the core runs a release_async on
- * its pool: one short engine call). */
+ * and renewal are native when release_start / renew_start are set (v12),
+ * else the blocking methods run on the pool / the keeper's workers. */
 typedef void (*baton_async_done)(void *token, int rc, uint64_t fence, int64_t sent_ns);
 typedef struct {
     /* must: start acquiring ST as REQ says (REQ stays valid until DONE is
@@ -534,6 +541,21 @@ typedef struct {
     int (*process)(void *eng);
     /* may: ms until process must run even without fd readiness; -1 none. */
     int64_t (*timeout_ms)(void *eng);
+    /* may (v12): an owner-checked release of ST, completed through DONE
+     * (TOKEN; RC as the blocking release's, FENCE and SENT_NS 0) exactly
+     * once, never from inside this call, within the engine's io timeout.
+     * BATON_ENOTSUP at once sends it to the blocking release on the pool.
+     * OWNER stays valid until DONE. The core never overlaps it with another
+     * call on ST. */
+    int (*release_start)(void *eng, void *st, const baton_owner *owner, baton_async_done done, void *token);
+    /* may (v12): an owner-checked renewal of ST to LEASE_MS, completed
+     * through DONE as release_start, by DEADLINE_NS at the latest (the
+     * engine answers BATON_EUNAVAILABLE past it). The keeper starts every
+     * due renewal this way and collects the answers, so an engine that
+     * pipelines sends a batch of renewals in a few writes. BATON_ENOTSUP
+     * at once: the keeper calls the blocking renew. */
+    int (*renew_start)(void *eng, void *st, const baton_owner *owner, uint32_t lease_ms, int64_t deadline_ns,
+                       baton_async_done done, void *token);
 } baton_async_methods;
 
 /* Each engine's description, from its spec.c. */
