@@ -60,6 +60,7 @@ typedef struct {
     int watching;            /* the subscriber watches for drops (atomic) */
     char ident[200];         /* resolved address, db, layout, prefix */
     rks_state ks;            /* keyspace.c */
+    struct rasync *as;       /* async.c: the mux and its ops, made on first use */
 } reng;
 
 /* Runs script SID on connection C (EVALSHA, falling back to EVAL on NOSCRIPT).
@@ -206,6 +207,14 @@ int baton__redis_lock_info(void *eng, const char *name, baton_lockinfo *out);
 int baton__redis_plain_acquire(reng *e, rlock *l, baton_acquire_req *req);
 int baton__redis_plain_release(reng *e, rlock *l, const baton_owner *owner);
 int baton__redis_plain_renew(reng *e, rlock *l, const baton_owner *owner, uint32_t lease_ms, int64_t deadline_ns);
+
+/* async.c: the native async table (plain locks on one server, via mux.c) */
+extern const baton_async_methods baton__redis_async_methods;
+void baton__redis_async_close(reng *e);
+/* Connections the mux opened (reconnects included) and has open now. */
+void baton__redis_async_stats(reng *e, uint64_t *opened, int *open_now);
+/* The body of script SID as this engine sends it (EVAL after NOSCRIPT). */
+const char *baton__redis_script_body(const reng *e, int sid);
 
 /* admin.c: the operator's list and break (backend.h, version 7) */
 int baton__redis_lock_list(void *eng, const char *prefix, int (*fn)(void *arg, const char *name), void *arg);

@@ -196,6 +196,8 @@ static const char *body_of(const reng *e, int sid) {
     return e->cfg.cluster && cluster_body[sid] ? cluster_body[sid] : script_body[sid];
 }
 
+const char *baton__redis_script_body(const reng *e, int sid) { return body_of(e, sid); }
+
 static void rlock_clear(rlock *l) { baton__redis_lock_clear(l); }
 
 static void sha1_hex(const char *s, char out[41]) {
@@ -692,6 +694,7 @@ void baton__redis_close(void *eng) {
     reng *e = eng;
     if (!e) return;
     rsentinel_stop(e->cfg.sentinel); /* its callback touches the subscriber */
+    baton__redis_async_close(e);     /* the core ended every async op before */
     rsub_destroy(&e->sub);
     rpool_destroy(&e->pool);
     eng_free(e);

@@ -133,6 +133,50 @@ void rconn_set_abort_fd(int fd);
 void rreply_free(void *reply);
 /* Maps a server error reply to a baton code and sets the thread's error. */
 int rreply_error(const redisReply *r, const char *what);
+/* Writes what it can of BUF without blocking: 0 and *WROTE (maybe 0; then
+ * *WANT_READ says TLS waits for the socket to be readable), or an error
+ * (the connection is broken). Used by the mux (mux.c). */
+int rconn_write_nb(rconn *c, const char *buf, size_t len, size_t *wrote, int *want_read);
+
+/* The mux (mux.c): one pipelined connection per client, owned by one I/O
+ * thread. Submitters queue commands from any thread; the thread writes all
+ * that is queued in as few writes as it can (auto-pipelining), matches the
+ * replies in FIFO order and calls each command's CB on the I/O thread. A
+ * command not answered by its DEADLINE (a frozen link) breaks the
+ * connection: every command in flight completes BATON_EUNAVAILABLE, as on
+ * EOF (CLIENT KILL, a restart), and the next submission reconnects. */
+typedef struct rmux rmux;
+typedef struct rmux_cmd rmux_cmd;
+/* RC 0: R is the reply (an error reply included), the callback's to free;
+ * else R is NULL and RC says why (BATON_EUNAVAILABLE; SENT says whether
+ * the command may have reached the server). */
+typedef void (*rmux_cb)(rmux_cmd *cmd, int rc, redisReply *r, int sent);
+struct rmux_cmd {
+    rmux_cmd *next;
+    rmux_cb cb;
+    int64_t deadline;        /* monotonic ns */
+    int64_t sent_ns;         /* set when its batch is handed to the socket */
+};
+typedef struct rmux_timer {
+    int64_t at;              /* monotonic ns */
+    int idx;                 /* heap slot + 1; 0 = not armed */
+    void (*fn)(struct rmux_timer *t);
+} rmux_timer;
+/* ON_KICK(ARG) runs on the I/O thread after rmux_kick. */
+int rmux_new(rmux **out, const rcfg *cfg, void (*on_kick)(void *), void *arg);
+/* Stops the thread; commands still queued complete BATON_ECANCELED. */
+void rmux_free(rmux *m);
+/* Queues a command (any thread; starts the I/O thread on first use). */
+int rmux_submit(rmux *m, rmux_cmd *c, int argc, const char **argv, const size_t *lens);
+/* Makes the I/O thread call on_kick soon (any thread; never blocks). */
+void rmux_kick(rmux *m);
+/* Timers: I/O thread only. */
+int rmux_timer_set(rmux *m, rmux_timer *t, int64_t at);
+void rmux_timer_del(rmux *m, rmux_timer *t);
+/* 1 when called on M's I/O thread. */
+int rmux_on_thread(rmux *m);
+/* Connections this mux opened so far (reconnects included), and open now. */
+void rmux_stats(rmux *m, uint64_t *opened, int *open_now);
 int rtls_ctx_new(SSL_CTX **out, const char *cacert, const char *cert, const char *key, int insecure);
 
 /* The subscriber (sub.c). */
