@@ -590,14 +590,17 @@ def measure_redis(got, svgs):
             got["node_%s_unc" % kind] = run(["node", os.path.join(PEERS, "nodelocks.js"), kind, "uncontended", "10000"],
                                             "node_%s_unc" % kind, nenv)
 
-    log("many (50 locks, one client), alternating with its c=50 bound")
-    manys, c50s = [], []
+    log("many (50 locks, one client) and many --async (1,000 locks, one loop thread), alternating with their c=50 bound")
+    manys, c50s, amanys = [], [], []
     for rep in range(3):
         if c50:
             c50s.append(redis_benchmark(port, c50, 50, "evalsha-acquire c=50 r=50 default", rand=50))
         manys.append(run(bench(uri, "--workload", "many", "--clients", "50", "--seconds", "3"), "baton_many"))
+        amanys.append(run(bench(uri, "--workload", "many", "--async", "--locks", "1000", "--seconds", "3"),
+                          "baton_many_async"))
     got["rb_acq_c50"] = median_run(c50s, "requests_per_s")
     got["baton_many"] = median_run(manys, "pairs_per_s")
+    got["baton_many_async"] = median_run(amanys, "pairs_per_s")
 
     log("herd (server commands per handoff)")
     for fair in (True, False):
@@ -1608,6 +1611,13 @@ def build_rows(got):
     r = div(v and 2 * v, b)
     row("Many: 50 locks on one client, scripts/s (2 × pairs/s)", f(v and 2 * v), "redis-benchmark c=50 acquire EVALSHA " + f(b),
         r, "≥ 0.5", None if r is None else r >= 0.5, short="many ≥ 0.5 × EVALSHA c=50")
+    v = g("baton_many_async", "pairs_per_s")
+    r = div(v and 2 * v, b)
+    sk, cpu, cpub = g("baton_many_async", "sockets"), g("baton_many_async", "cpu_us_per_pair"), g("baton_many", "cpu_us_per_pair")
+    row("Many async: 1,000 locks on one client, scripts/s (2 × pairs/s)",
+        "%s (%s sockets held; CPU %s µs per pair, blocking many %s)" % (f(v and 2 * v), f(sk, "%.0f"), f(cpu, "%.2f"), f(cpub, "%.2f")),
+        "redis-benchmark c=50 acquire EVALSHA " + f(b), r, "≥ 2, ≤ 4 connections",
+        None if r is None else (r >= 2 and (sk is None or sk <= 4)), short="many async ≥ 2 × EVALSHA c=50", nval=f(v and 2 * v))
 
     fair_cmds = []
     for fair in (True, False):
