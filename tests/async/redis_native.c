@@ -1,6 +1,8 @@
 /* Redis's native async path (src/backends/redis/async.c, mux.c;
  * docs/async.md) against a redis-server of its own:
- *   test_async_redis [LAYOUT]     LAYOUT redisson (default) or simple
+ *   test_async_redis [LAYOUT [tls|unix]]   LAYOUT redisson (default) or
+ *                                 simple; over TLS (rediss://) or a unix
+ *                                 socket (redis+unix://) instead of TCP
  * Every test checks each callback comes exactly once; the fault cases
  * (restart, a frozen link, CLIENT KILL of the mux connection) check the
  * pending operations complete within the io timeout (+ slack) and that no
@@ -17,8 +19,9 @@
 
 #define IO_MS 1000
 
-static char g_dir[1024], g_link[1024], g_uri[512], g_layout[16] = "redisson";
+static char g_dir[1024], g_link[1024], g_uri[2048], g_layout[16] = "redisson";
 static int g_port, g_seq;
+static char g_mode[8] = "tcp", g_cli[1200];   /* the transport; redis-cli's way to the server */
 
 typedef struct {
     int calls, rc;
@@ -56,12 +59,18 @@ static void name_new(char *buf, size_t n, const char *what)
 
 static void uri_port(char *out, size_t n, int port, const char *extra)
 {
-    snprintf(out, n, "redis://127.0.0.1:%d/0?prefix=an-&layout=%s%s", port, g_layout, extra ? extra : "");
+    if (!strcmp(g_mode, "tls"))
+        snprintf(out, n, "rediss://127.0.0.1:%d/0?cacert=%s/ca.crt&prefix=an-&layout=%s%s", port, g_dir, g_layout,
+                 extra ? extra : "");
+    else if (!strcmp(g_mode, "unix"))
+        snprintf(out, n, "redis+unix://%s/redis.sock?db=0&prefix=an-&layout=%s%s", g_dir, g_layout, extra ? extra : "");
+    else
+        snprintf(out, n, "redis://127.0.0.1:%d/0?prefix=an-&layout=%s%s", port, g_layout, extra ? extra : "");
 }
 
 static baton_client *client_on(int port)
 {
-    char uri[512];
+    char uri[2048];
     baton_client_options o = BATON_CLIENT_OPTIONS_INIT;
     baton_client *c = NULL;
     o.io_timeout_ms = IO_MS;
@@ -83,8 +92,9 @@ static baton_lock *lock_on(baton_client *c, const char *name, uint32_t lease)
 /* The server's count of mux connections (CLIENT SETNAME baton-mux). */
 static int mux_conns(int port)
 {
-    char cmd[256];
-    snprintf(cmd, sizeof cmd, "redis-cli -p %d CLIENT LIST | grep -c 'name=baton-mux'", port);
+    char cmd[1400];
+    (void)port;
+    snprintf(cmd, sizeof cmd, "%s CLIENT LIST | grep -c 'name=baton-mux'", g_cli);
     FILE *p = popen(cmd, "r");
     int n = -1;
     if (p) {
@@ -220,10 +230,9 @@ static void t_foreign(void)
     int pending = 0;
     name_new(name, sizeof name, "foreign");
     if (!strcmp(g_layout, "simple"))
-        tl_sh("redis-cli -p %d SET 'an-%s' foreign PX 60000 >/dev/null", g_port, name);
+        tl_sh("%s SET 'an-%s' foreign PX 60000 >/dev/null", g_cli, name);
     else
-        tl_sh("redis-cli -p %d HSET 'an-%s' foreign:1 1 >/dev/null && redis-cli -p %d PEXPIRE 'an-%s' 60000 >/dev/null",
-              g_port, name, g_port, name);
+        tl_sh("%s HSET 'an-%s' foreign:1 1 >/dev/null && %s PEXPIRE 'an-%s' 60000 >/dev/null", g_cli, name, g_cli, name);
     baton_lock *l = lock_on(c, name, 0), *t = lock_on(c, name, 0);
     ores r = { .pending = &pending }, x = { .pending = &pending };
     CHECK_RC(baton_lock_acquire_async(t, 0, on_done, &x), 0);
@@ -235,15 +244,15 @@ static void t_foreign(void)
     run_until(c, &pending, 500);
     CHECK(r.calls == 0);
     int64_t t0 = tl_now_ms();
-    tl_sh("redis-cli -p %d DEL 'an-%s' >/dev/null", g_port, name);
+    tl_sh("%s DEL 'an-%s' >/dev/null", g_cli, name);
     run_until(c, &pending, 10000);
     fprintf(stderr, "foreign: granted %lld ms after the foreign DEL\n", (long long)(tl_now_ms() - t0));
     CHECK(r.calls == 1 && r.rc == 0);
     /* and a foreign SET NX now fails: we hold it */
     if (!strcmp(g_layout, "simple"))
-        CHECK(tl_sh("redis-cli -p %d SET 'an-%s' foreign NX PX 60000 | grep -q OK", g_port, name) != 0);
+        CHECK(tl_sh("%s SET 'an-%s' foreign NX PX 60000 | grep -q OK", g_cli, name) != 0);
     else
-        CHECK(tl_sh("redis-cli -p %d EXISTS 'an-%s' | grep -q 1", g_port, name) == 0);
+        CHECK(tl_sh("%s EXISTS 'an-%s' | grep -q 1", g_cli, name) == 0);
     baton_lock_release(l);
     baton_lock_free(t);
     baton_lock_free(l);
@@ -495,8 +504,8 @@ static void t_kill(void)
     run_until(c, &pending, 500);
     CHECK(pending == N);
     CHECK(mux_conns(g_port) == 1);
-    CHECK(tl_sh("for id in $(redis-cli -p %d CLIENT LIST | grep 'name=baton-mux' | sed 's/^id=\\([0-9]*\\).*/\\1/'); do "
-                "redis-cli -p %d CLIENT KILL ID $id | grep -q 1 || exit 1; done", g_port, g_port) == 0);
+    CHECK(tl_sh("for id in $(%s CLIENT LIST | grep 'name=baton-mux' | sed 's/^id=\\([0-9]*\\).*/\\1/'); do "
+                "%s CLIENT KILL ID $id | grep -q 1 || exit 1; done", g_cli, g_cli) == 0);
     /* a try right after: the mux sees the EOF and reconnects, well within the io timeout */
     baton_lock *t = lock_on(c, "kill-probe", 0);
     int probe = 0;
@@ -537,11 +546,26 @@ static void t_kill(void)
 int main(int argc, char **argv)
 {
     const char *tmp = getenv("BATON_TEST_TMP");
+    char args[4096] = "";
     if (argc > 1) snprintf(g_layout, sizeof g_layout, "%s", argv[1]);
-    snprintf(g_dir, sizeof g_dir, "%s/async_redis_native_%s", tmp ? tmp : "/tmp", g_layout);
+    if (argc > 2) snprintf(g_mode, sizeof g_mode, "%s", argv[2]);
+    snprintf(g_dir, sizeof g_dir, "%s/async_redis_native_%s_%s", tmp ? tmp : "/tmp", g_layout, g_mode);
     snprintf(g_link, sizeof g_link, "%s/async_redis_native_link_%s", tmp ? tmp : "/tmp", g_layout);
     tl_mkdirs(g_dir);
-    g_port = tl_server_start("redis", g_dir, NULL);
+    if (!strcmp(g_mode, "tls")) {
+        if (tl_sh("bash '%s/redis-tls-certs.sh' '%s' >/dev/null", TL_SERVERS_DIR, g_dir) != 0)
+            tl_skip("no openssl command for the test certificates", 1);
+        snprintf(args, sizeof args, "--port 0 --tls-port @PORT@ --tls-cert-file '%s/server.crt' "
+                 "--tls-key-file '%s/server.key' --tls-ca-cert-file '%s/ca.crt' --tls-auth-clients no",
+                 g_dir, g_dir, g_dir);
+    } else if (!strcmp(g_mode, "unix")) {
+        snprintf(args, sizeof args, "--unixsocket '%s/redis.sock' --unixsocketperm 700", g_dir);
+    }
+    g_port = tl_server_start("redis", g_dir, args[0] ? args : NULL);
+    if (!strcmp(g_mode, "tls"))
+        snprintf(g_cli, sizeof g_cli, "redis-cli --tls --cacert '%s/ca.crt' -p %d", g_dir, g_port);
+    else
+        snprintf(g_cli, sizeof g_cli, "redis-cli -p %d", g_port);
     uri_port(g_uri, sizeof g_uri, g_port, NULL);
     RUN(t_thousand);
     RUN(t_blocking);
@@ -549,7 +573,7 @@ int main(int argc, char **argv)
     RUN(t_cancel);
     RUN(t_close);
     RUN(t_kill);
-    RUN(t_freeze);
+    if (!strcmp(g_mode, "tcp")) RUN(t_freeze);   /* the link forwards TCP */
     RUN(t_restart);
     tl_server_stop("redis", g_dir);
     return th_finish();

@@ -382,15 +382,20 @@ static void on_timer(rmux_timer *t) {
 /* The mux's kick: every op woken from outside since the last one. */
 static void on_kick(void *arg) {
     struct rasync *as = arg;
+    size_t n = 0;
     pthread_mutex_lock(&g_mu);
-    rop *list = as->kick_head;
-    as->kick_head = NULL;
-    for (rop *o = list; o; o = o->knext) o->kicked = 0;
+    for (rop *o = as->kick_head; o; o = o->knext) n++;
     pthread_mutex_unlock(&g_mu);
-    while (list) {
-        rop *op = list;
-        list = op->knext;
-        if (op->busy || op->phase == PH_DONE) continue; /* its answer decides */
+    /* One at a time off the list, under g_mu: a wake from another thread
+     * may push an op again meanwhile (its links are the list's), and N
+     * bounds the pass so ops kicked again wait for the next one. */
+    while (n--) {
+        pthread_mutex_lock(&g_mu);
+        rop *op = as->kick_head;
+        if (op) kick_unlink(op);
+        pthread_mutex_unlock(&g_mu);
+        if (!op) break;
+        if (op->busy) continue; /* its answer decides (park reads the waiter's generation) */
         if (canceled(op)) finish(op, BATON_ECANCELED, 0, 0);
         else if (op->phase == PH_SUBWAIT && !rsub_ready(&op->e->sub, op->se)) continue;
         else attempt(op);

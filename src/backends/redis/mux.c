@@ -328,12 +328,17 @@ static void *mux_main(void *arg) {
     rconn_set_abort_fd(m->stopfd);
     for (;;) {
         pthread_mutex_lock(&m->mu);
-        int stop = m->stop, kick = m->kicked, queued = m->sq_head != NULL;
+        int stop = m->stop, kick = m->kicked;
         m->kicked = 0;
         pthread_mutex_unlock(&m->mu);
         if (stop) break;
         if (kick) m->on_kick(m->kick_arg);
         run_timers(m);
+        /* read after the kicks and timers: what they submitted from this
+         * thread signalled nothing, and must not wait for the next wake */
+        pthread_mutex_lock(&m->mu);
+        int queued = m->sq_head != NULL;
+        pthread_mutex_unlock(&m->mu);
         if (queued && !m->c) connect_now(m);
         if (m->c) {
             take_batch(m);
@@ -345,6 +350,11 @@ static void *mux_main(void *arg) {
             break_conn(m, BATON_EUNAVAILABLE);
             continue;
         }
+        /* a failed connect's callbacks may have queued again: not to sleep on */
+        pthread_mutex_lock(&m->mu);
+        queued = m->sq_head != NULL;
+        pthread_mutex_unlock(&m->mu);
+        if (queued && !m->c) continue;
         struct epoll_event ev[4];
         int n = epoll_wait(m->ep, ev, 4, next_wait_ms(m));
         for (int i = 0; i < n; i++) {
