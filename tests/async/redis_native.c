@@ -10,6 +10,7 @@
 #include <baton.h>
 #include <baton/adapters/poll.h>
 #include <dirent.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -178,6 +179,19 @@ static void t_thousand(void)
     free(ls), free(a), free(b), free(a2);
 }
 
+typedef struct {
+    baton_lock *l;
+    int rc, done;
+} bwait;
+
+static void *blocking_wait(void *p)
+{
+    bwait *b = p;
+    b->rc = baton_lock_acquire(b->l, 10000);
+    __atomic_store_n(&b->done, 1, __ATOMIC_SEQ_CST);
+    return NULL;
+}
+
 /* An async waiter and a blocking holder on one name: never both, the
  * waiter woken by the release with a higher fence; then the other way. */
 static void t_blocking(void)
@@ -205,12 +219,19 @@ static void t_blocking(void)
     fprintf(stderr, "blocking: the async waiter was granted %lld ms after the release\n", (long long)(tl_now_ms() - t0));
     CHECK(r.calls == 1 && r.rc == 0 && r.fence > hf);
     CHECK_RC(baton_lock_acquire(hl, 0), BATON_ELOCKED);
+    /* a blocking waiter meanwhile, woken by the async release's PUBLISH */
+    bwait bw = { hl, -1, 0 };
+    pthread_t th;
+    MUST(pthread_create(&th, NULL, blocking_wait, &bw));
+    tl_sleep_ms(300);
+    CHECK(!__atomic_load_n(&bw.done, __ATOMIC_SEQ_CST));
     ores y = { .pending = &pending };
     CHECK_RC(baton_lock_release_async(l, on_done, &y), 0);
     pending++;
     run_until(c, &pending, 5000);
     CHECK(y.calls == 1 && y.rc == 0);
-    CHECK_RC(baton_lock_acquire(hl, 0), 0);
+    pthread_join(th, NULL);
+    CHECK_RC(bw.rc, 0);
     CHECK(baton_lock_fence(hl) > r.fence);
     baton_lock_release(hl);
     baton_lock_free(t);
