@@ -1,5 +1,6 @@
-/* baton bench --workload herd: W waiters on one lock, a client each; the
- * latency of a handoff and the engine operations it costs. */
+/* baton bench --workload herd: W waiters on one lock, a client each (or,
+ * with --shared-client, all threads on one client); the latency of a
+ * handoff and the engine operations it costs. */
 #include "bench.h"
 
 #include <errno.h>
@@ -397,6 +398,19 @@ int w_herd(bench_opts *o)
         int orc;
         t[i].h = &h;
         t[i].me = i;
+        if (o->shared_client && i > 0) {
+            /* one client, a lock handle per thread: what one process with
+             * W threads waiting on one name does */
+            baton_lock_options lo = BATON_LOCK_OPTIONS_INIT;
+            lo.fair = o->fair;
+            t[i].c = t[0].c;
+            if ((orc = baton_lock_open(&t[i].l, t[i].c, name, &lo))) {
+                fprintf(stderr, "baton bench: %s\n", baton_error_last()->message);
+                rc = cli_exit_for(orc);
+                goto out;
+            }
+            continue;
+        }
         if ((orc = bench_open_lock(o, name, &t[i].c, &t[i].l))) {
             struct rlimit rl;
             long native = baton_error_last()->native;
@@ -458,9 +472,11 @@ failed:
     else
         opstats_fields(lcmds, sizeof lcmds, NULL, 0, "grant_loop", NULL, "commands_loop");
     snprintf(out, sizeof out, "{\"peer\": \"baton\", \"workload\": \"herd\", \"waiters\": %ld, \"fair\": %s, "
+             "\"shared_client\": %s, "
              "\"rounds\": %ld, \"chains\": %ld, \"samples\": %zu, %s, \"handoff_p50_us\": %.1f, \"handoff_p99_us\": %.1f, "
              "\"loop_samples\": %zu, %s, \"loop_handoff_p50_us\": %.1f, \"loop_handoff_p99_us\": %.1f}",
-             h.W, o->fair ? "true" : "false", h.R, chains, ns, ccmds, pct(samples, ns, 0.5) * 1e6,
+             h.W, o->fair ? "true" : "false", o->shared_client ? "true" : "false", h.R, chains, ns, ccmds,
+             pct(samples, ns, 0.5) * 1e6,
              pct(samples, ns, 0.99) * 1e6, nl, lcmds, pct(lsamples, nl, 0.5) * 1e6, pct(lsamples, nl, 0.99) * 1e6);
     bench_emit(o, out);
     {
@@ -471,11 +487,12 @@ failed:
     if (!rc && !ns) rc = 1;
 out:
     progress_stop(&pr);
-    if (t)
-        for (int i = 0; i < n; i++) {
-            baton_lock_free(t[i].l);
-            baton_client_close(t[i].c);
-        }
+    if (t) {
+        /* every lock before its client (shared: t[0]'s) */
+        for (int i = 0; i < n; i++) baton_lock_free(t[i].l);
+        for (int i = 0; i < n; i++)
+            if (!o->shared_client || i == 0) baton_client_close(t[i].c);
+    }
     baton_client_close(h.stats);
     free(h.before.v);
     free(h.after.v);
