@@ -18,7 +18,7 @@
  * A channel is ready when intended && pending == 0 && server: only then can a
  * waiter's retry rely on seeing the next unlock message.
  *
- * One-wake registrations (RSUB_ONE: the plain lock's waiters; Redisson's
+ * One-wake registrations (rsub_register_one: the plain lock's waiters; Redisson's
  * LockPubSub does the same per JVM): a message wakes the oldest waiter of
  * the channel that holds no wake yet, not all of them, so a handoff among N
  * waiters of one client costs one attempt, not N. A wake is a promise that
@@ -157,13 +157,11 @@ static void wake_msg(rsub *s, rchan *ch, const char *payload, size_t len, unsign
             baton_waiter_wake(e->w); /* no wake channel here (yet): wake this one itself */
         } else if (t->one_serial != serial) {
             t->one_serial = serial;
-            if (t == ch) one = 1;
-            else wake_one(t);
+            wake_one(t);
         }
     }
     if (one) wake_one(ch);
 }
-
 
 /* Forgets every subscription (connection lost); frees idle channels and wakes
  * all waiters so they re-check. Called with s->mu held. */
