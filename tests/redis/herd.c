@@ -23,6 +23,9 @@
  *   sub_killed     the client's subscriber connection is killed while 16
  *                  waiters wait: all are granted in turn, no two holders,
  *                  fences increase (a lost connection wakes every waiter)
+ *   holder_killed  the holder (another process, 1 s lease) is SIGKILLed while
+ *                  8 waiters of one client wait: all granted once the lease
+ *                  is gone, one at a time, fences above the dead holder's
  *
  * Usage: test_redis_herd
  */
@@ -35,6 +38,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -421,6 +425,60 @@ static void test_sub_killed(void) {
     baton_client_close(hc);
 }
 
+/* ---- the holder SIGKILLed ------------------------------------------------ */
+
+/* A child process holds NAME with a 1 s lease and is SIGKILLed while 8
+ * waiters of one client wait: nobody releases and nothing is published; the
+ * waiters' TTL re-check finds the lease gone. All are granted, one at a
+ * time, fences above the dead holder's. */
+static void test_holder_killed(void) {
+    char name[96];
+    snprintf(name, sizeof name, "%sdead", g_tag);
+    int fds[2];
+    if (pipe(fds)) { perror("pipe"); exit(1); }
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(fds[0]);
+        baton_client *c = open_client(g_port_off);
+        baton_lock_options lo = BATON_LOCK_OPTIONS_INIT;
+        lo.lease_ms = 1000;
+        baton_lock *l = NULL;
+        uint64_t f = 0;
+        if (baton_lock_open(&l, c, name, &lo) == 0 && baton_lock_acquire(l, 5000) == 0) f = baton_lock_fence(l);
+        if (write(fds[1], &f, sizeof f) != (ssize_t)sizeof f) _exit(1);
+        for (;;) pause();
+    }
+    close(fds[1]);
+    uint64_t dead_fence = 0;
+    CHECK(read(fds[0], &dead_fence, sizeof dead_fence) == (ssize_t)sizeof dead_fence);
+    close(fds[0]);
+    CHECK(dead_fence > 0);
+    baton_client *c = open_client(g_port_off);
+    herd h;
+    herd_init(&h);
+    waiter ws[8];
+    kill(pid, SIGKILL);
+    int64_t killed = now_ns();
+    waitpid(pid, NULL, 0);
+    __atomic_store_n(&h.released_ns, killed, __ATOMIC_SEQ_CST);
+    queue_up(ws, 8, &h, c, name, 20000);
+    int bad = 0;
+    int64_t first = INT64_MAX;
+    for (int i = 0; i < 8; i++) {
+        waiter_join(&ws[i]);
+        bad += ws[i].rc != 0;
+        if (!ws[i].rc && ws[i].granted_ns < first) first = ws[i].granted_ns;
+    }
+    CHECK(bad == 0);
+    CHECK(h.grants == 8);
+    CHECK(h.max_holders == 1);
+    CHECK(fences_increase(&h));
+    CHECK(h.fences[0] > dead_fence);
+    printf("measure: holder SIGKILLed (1 s lease), 8 waiters on one client: first grant %.0f ms after the kill\n",
+           (first - killed) / 1e6);
+    baton_client_close(c);
+}
+
 int main(void) {
     signal(SIGPIPE, SIG_IGN);
     const char *tt = getenv("BATON_TEST_TMP");
@@ -438,6 +496,7 @@ int main(void) {
     RUN(test_timeout_woken);
     RUN(test_foreign_del);
     RUN(test_sub_killed);
+    RUN(test_holder_killed);
     tl_server_stop("redis", g_dir_off);
     tl_server_stop("redis", g_dir_k);
     return th_finish();
