@@ -37,7 +37,7 @@
 #define HERD_SETTLE_US 100000            /* reads of the counts this far apart must agree */
 #define HERD_SETTLE_MAX_NS 10000000000LL /* then read on regardless */
 #define HERD_CHAIN_BUDGET_S 60.0         /* no new chain starts after this */
-#define HERD_SLOW_W 64                   /* from here, a default-lock chain wakes everyone, W times: */
+#define HERD_SLOW_W 64                   /* from here, a default-lock chain (a client per waiter) wakes W: */
 #define HERD_SLOW_CHAINS 4               /* at most this many of them */
 
 typedef struct herd herd;
@@ -247,7 +247,7 @@ static int herd_chain(herd *h, herd_thread *t0, long k, int counted, opstats *ac
         herd_fail(h, rc, "chain: thread 0 release");
         goto fail;
     }
-    /* down the line; a default lock wakes every waiter at every release */
+    /* down the line; a default lock wakes a waiter in every client at every release */
     dl = now_ns() + (int64_t)(30 + h->W) * 1000000000;
     while (__atomic_load_n(&h->chain_grants, __ATOMIC_SEQ_CST) < h->W && !herd_stopped(h) && now_ns() < dl)
         usleep(1000);
