@@ -361,6 +361,36 @@ static void herd_threads_join(herd *h, herd_thread *t, int from, int n)
     for (int i = from; i < from + n; i++) pthread_join(t[i].th, NULL);
 }
 
+/* T[0..N)'s clients and locks on NAME: a client each, or (--shared-client)
+ * T[0]'s for all, a lock handle per thread: what one process with W threads
+ * waiting on one name does. 0, or the error (said on stderr); what was
+ * opened stays in T for the caller to free. */
+static int herd_open(const bench_opts *o, const char *name, herd_thread *t, int n)
+{
+    baton_lock_options lo = BATON_LOCK_OPTIONS_INIT;
+    int rc;
+    lo.fair = o->fair;
+    for (int i = 0; i < n; i++) {
+        if (o->shared_client && i > 0) {
+            t[i].c = t[0].c;
+            if ((rc = baton_lock_open(&t[i].l, t[i].c, name, &lo))) {
+                fprintf(stderr, "baton bench: %s\n", baton_error_last()->message);
+                return rc;
+            }
+            continue;
+        }
+        if ((rc = bench_open_lock(o, name, &t[i].c, &t[i].l))) {
+            struct rlimit rl;
+            long native = baton_error_last()->native;
+            if ((native == EMFILE || native == ENFILE) && !getrlimit(RLIMIT_NOFILE, &rl))
+                fprintf(stderr, "baton bench: herd: %d clients need more than %lld open files\n", n,
+                        (long long)rl.rlim_cur);
+            return rc;
+        }
+    }
+    return 0;
+}
+
 int w_herd(bench_opts *o)
 {
     herd h;
@@ -395,31 +425,12 @@ int w_herd(bench_opts *o)
         !(lsamples = calloc((size_t)h.R + 1, sizeof *lsamples)))
         goto out;
     for (int i = 0; i < n; i++) {
-        int orc;
         t[i].h = &h;
         t[i].me = i;
-        if (o->shared_client && i > 0) {
-            /* one client, a lock handle per thread: what one process with
-             * W threads waiting on one name does */
-            baton_lock_options lo = BATON_LOCK_OPTIONS_INIT;
-            lo.fair = o->fair;
-            t[i].c = t[0].c;
-            if ((orc = baton_lock_open(&t[i].l, t[i].c, name, &lo))) {
-                fprintf(stderr, "baton bench: %s\n", baton_error_last()->message);
-                rc = cli_exit_for(orc);
-                goto out;
-            }
-            continue;
-        }
-        if ((orc = bench_open_lock(o, name, &t[i].c, &t[i].l))) {
-            struct rlimit rl;
-            long native = baton_error_last()->native;
-            if ((native == EMFILE || native == ENFILE) && !getrlimit(RLIMIT_NOFILE, &rl))
-                fprintf(stderr, "baton bench: herd: %d clients need more than %lld open files\n", n,
-                        (long long)rl.rlim_cur);
-            rc = cli_exit_for(orc);
-            goto out;
-        }
+    }
+    if ((orc = herd_open(o, name, t, n))) {
+        rc = cli_exit_for(orc);
+        goto out;
     }
     /* The engine's counts, through a client of their own: its one connection
      * reads them and does nothing else. Engines that keep none: nulls. */
