@@ -13,7 +13,10 @@
  *
  * Waiting follows the blocking loop's rules (redis.c wait_loop_msg): a
  * first try; when held, register the unlock channel with the subscriber
- * (sub.c, waking req->waiter) and wait for the confirmation (at most
+ * (sub.c's one-wake registration, as the blocking plain acquire: a release
+ * wakes one waiter of the client, told of every attempt, its failure and
+ * the grant; one that leaves without the lock passes the wake on) and wait
+ * for the confirmation (at most
  * SUB_READY_MS) before the retry that relies on the message; then retry on
  * every wake (an unlock message, a reconnect, a cancel: the waiter's notify
  * hook kicks the I/O thread), at the lock's pttl (+1 ms), every
@@ -162,6 +165,7 @@ static int send_acquire(rop *op) {
     snprintf(lease, sizeof lease, "%" PRIu32, req->lease_ms ? req->lease_ms : 30000);
     if (req->waiter) op->gen = baton_waiter_gen(req->waiter);
     op->phase = PH_ATTEMPT;
+    rsub_attempt(&op->e->sub, op->se); /* one-wake (sub.c): this waiter owes an attempt no more */
     if (op->e->layout == RB_LAYOUT_REDISSON) {
         const char *a[6] = { l->key, l->fence, l->holder, lease, os.field, req->owner->desc };
         return send_script(op, S_ACQ_REDISSON, 3, 6, a);
@@ -224,6 +228,7 @@ static void finish(rop *op, int rc, uint64_t fence, int64_t sent) {
         if (!send_release(op, op->req->owner)) return;
     }
     rmux_timer_del(e->as->mux, &op->tm);
+    if (!rc) rsub_granted(&e->sub, op->se);      /* else the unregister passes a wake on */
     if (op->se) rsub_unregister(&e->sub, op->se);
     if (op->req->waiter) baton_waiter_set_notify(op->req->waiter, NULL, NULL);
     pthread_mutex_lock(&g_mu);
@@ -282,7 +287,9 @@ static void park(rop *op, int64_t hint, int err) {
 static void subscribe(rop *op) {
     reng *e = op->e;
     rlock *l = op->st;
-    if (rsub_register(&e->sub, l->channel, 0, op->req->waiter, &op->se) != 0) {
+    /* one-wake, as the blocking plain acquire: a release wakes one waiter
+     * of this client, and one that leaves without the lock passes it on */
+    if (rsub_register_one(&e->sub, l->channel, op->req->waiter, &op->se) != 0) {
         op->se = NULL; /* degrade to the backoff */
         park(op, -1, 0);
         return;
@@ -317,7 +324,10 @@ static void acquire_reply(rop *op, int rc, redisReply *r, int sent) {
     if (op->req->deadline_ns == 0) finish(op, baton_seterr(BATON_ELOCKED, 0, "redis: held by another owner"), 0, 0);
     else if (canceled(op)) finish(op, BATON_ECANCELED, 0, 0);
     else if (!op->se) subscribe(op);
-    else park(op, hint, 0);
+    else {
+        rsub_attempt_failed(&op->e->sub, op->se); /* a message meanwhile woke us again: park attempts at once */
+        park(op, hint, 0);
+    }
 }
 
 /* The owner-checked give-back of an uncertain grant answered. */
