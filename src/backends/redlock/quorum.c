@@ -157,7 +157,7 @@ static void *conn_run(void *arg) {
     pthread_mutex_unlock(&e->cj_mu);
     if (!abandoned) return NULL; /* the round takes the result and frees the job */
     pthread_mutex_lock(&j->nd->mu);
-    j->nd->connecting = 0;
+    j->nd->connecting--;
     pthread_mutex_unlock(&j->nd->mu);
     if (c) pool_put(j->nd, c);
     free(j);
@@ -205,9 +205,13 @@ static void connect_all(rl_eng *e, rl_slot *s, int all_nodes, int64_t hard, int6
                       nd->label);
             continue;
         }
+        /* A node whose last connect failed is probed by one connect at a
+         * time (no thread storm against a black hole); a healthy one gets a
+         * connect per call that finds no idle connection, as many calls at
+         * once as the caller runs (a pool of async workers, 32 threads). */
         pthread_mutex_lock(&nd->mu);
-        int busy = nd->connecting;
-        nd->connecting = 1;
+        int busy = nd->connecting > 0 && nd->fails > 0;
+        if (!busy) nd->connecting++;
         pthread_mutex_unlock(&nd->mu);
         if (busy) {
             slot_fail(&s[i], BATON_EUNAVAILABLE, "%s: not reachable (a connect to it is still in flight)", nd->label);
@@ -232,7 +236,7 @@ static void connect_all(rl_eng *e, rl_slot *s, int all_nodes, int64_t hard, int6
         if (!started) {
             free(j);
             pthread_mutex_lock(&nd->mu);
-            nd->connecting = 0;
+            nd->connecting--;
             pthread_mutex_unlock(&nd->mu);
             slot_fail(&s[i], BATON_ENOMEM, "%s: cannot start a connect thread", nd->label);
             continue;
@@ -279,7 +283,7 @@ static void connect_all(rl_eng *e, rl_slot *s, int all_nodes, int64_t hard, int6
             continue;
         }
         pthread_mutex_lock(&nd->mu);
-        nd->connecting = 0;
+        nd->connecting--;
         pthread_mutex_unlock(&nd->mu);
         if (j->rc) slot_fail(sl, j->rc, "%s: %s", nd->label, j->msg);
         else sl->c = j->c;

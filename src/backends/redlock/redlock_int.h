@@ -29,7 +29,7 @@ typedef struct {
     size_t nidle;
     unsigned fails;          /* consecutive failed connects */
     int64_t down_until;      /* no new connect before this (monotonic ns) */
-    int connecting;          /* a connect to it is in flight (one at a time) */
+    int connecting;          /* connects to it in flight (one at a time once one failed) */
     rsub sub;                /* unlock notifications from this node (started lazily) */
     int sub_init;
 } rl_node;
