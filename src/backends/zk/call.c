@@ -87,7 +87,10 @@ static void unlink_call(zcall *c)
     else if (c->s->calls == c) c->s->calls = c->next;
     if (c->next) c->next->prev = c->prev;
     c->next = c->prev = NULL;
-    pthread_cond_broadcast(&e->cv); /* a closing session may wait for it */
+    /* only a closing session waits for its calls: a broadcast per answer
+     * woke the check thread (and anyone waiting for a session) on every
+     * request, about 10 futex calls per lock cycle */
+    if (c->s->closing) pthread_cond_broadcast(&e->cv);
     pthread_mutex_unlock(&e->mu);
 }
 

@@ -361,6 +361,7 @@ static void timedwait(zeng *e, int64_t deadline);
 static void sess_close(zeng *e, zsess *s)
 {
     pthread_mutex_lock(&e->mu);
+    s->closing = 1;
     for (int64_t until = baton_now_ns() + CLOSE_WAIT_MS * MS;
          (s->probe_sent || s->calls || s->deleting) && baton_now_ns() < until;)
         timedwait(e, until);

@@ -36,6 +36,7 @@ typedef struct zsess {
     int refs;                /* calls using zh now, +1 while it is the engine's current one */
     int state;               /* the last ZOO_*_STATE the watcher saw */
     int dead;                /* expired, auth failed or declared lost: no new work on it */
+    int closing;             /* sess_close waits for the calls in flight (e->mu) */
     int auth_pending;        /* digest auth sent, no answer yet */
     int auth_rc;             /* its answer (ZOK, ZAUTHFAILED) */
     int64_t down_since;      /* monotonic ns the connection dropped; 0 while connected */
