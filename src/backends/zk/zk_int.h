@@ -82,6 +82,9 @@ typedef struct zlock {
     uint64_t gen;            /* the session it lives on */
     uint64_t fence;          /* its czxid */
     int lost;                /* that session died while the node existed */
+    int granted;             /* the node holds (a grant confirmed); 0 while it waits */
+    int dir_fired;           /* the child watch of the acquire's listing fired
+                                before the grant was confirmed (lock.c) */
     int64_t report_until;    /* re-report the loss until then (see zk.c) */
     /* ZK_MEMBER: the member's node name ("<id>__party__"); ZK_TAKER: the
      * queue (dir) and the item this taker holds (its entry's name, bytes) */
@@ -259,9 +262,11 @@ int zk_election_proclaim(void *eng, void *st, const baton_owner *owner, const ch
  * 0 with *out (malloc'd) and *st; ZK_AGAIN when the session died.
  * With LIST (else NULL), DIR's children are asked for right behind the first
  * create, in the same round trip; *LISTED = 1 when *LIST holds them (the
- * caller deallocates it), taken after the node was made. */
+ * caller deallocates it), taken after the node was made; LW (else NULL)
+ * with LCTX is the child watch that listing leaves on DIR. */
 int zk_create_seq(zeng *e, zsess *s, const char *dir, const char *prefix, const char *data, char **out,
-                  struct Stat *st, struct String_vector *list, int *listed, int64_t deadline);
+                  struct Stat *st, struct String_vector *list, int *listed, watcher_fn lw, void *lctx,
+                  int64_t deadline);
 /* Internal lock states (permits' Curator mutex). */
 int zk_lock_init(zeng *e, const char *dir, int kind, zlock **out);
 
