@@ -1,0 +1,180 @@
+/*
+ * ZooKeeper fences and the "last fence granted" of lock_info, where the
+ * fence is noted in the lock directory at the grant (not by the release).
+ *
+ *   test_zk_fences             starts its own server (tests/servers/zk.sh) in
+ *                              $BATON_TEST_TMP/zk_fences and stops it at exit
+ *
+ *   (a) a holder SIGKILLed: once its session is gone, lock_info reports the
+ *       killed holder's fence as the last one granted (the note was made at
+ *       its grant; a note made by the release never came), and the next
+ *       grant's fence is larger;
+ *   (b) the lock directory deleted and made again (an operator, or the
+ *       server removing an empty container): the next grant's fence is
+ *       larger than every earlier one, and lock_info reports it after the
+ *       release;
+ *   (c) a server restart between two holders: the note survives it
+ *       (persistent data), the next grant's fence is larger, lock_info
+ *       reports it after the release.
+ * (A kazoo holder between two baton holders: interop_kazoo.)
+ *
+ * Worker mode (the suite re-executes itself): --worker hold URI NAME WAIT_MS.
+ */
+#include "zkt.h"
+
+#include <zookeeper/zookeeper.h>
+
+#define T_MS 3000
+#define ZKT_MARGIN_MS 6000
+
+static char g_dir[1024];
+static char g_srv[1200];
+static char g_hosts[64];
+
+static const char *uri_t(char *buf, size_t n) { return zkt_uri(buf, n, g_hosts, T_MS); }
+
+/* lock_info's answer for NAME through C (held, fence). */
+static int info_of(baton_client *c, const char *name, baton_lockinfo *out) {
+    baton_lockinfo i = BATON_LOCK_INFO_INIT;
+    int rc = baton_lock_info(c, name, &i);
+    *out = i;
+    return rc;
+}
+
+/* One grant on C: its fence (0 on failure), released. */
+static uint64_t grant_once(baton_client *c, const char *name) {
+    baton_lock *l = zkt_lock(c, name, NULL);
+    uint64_t f = 0;
+    if (baton_lock_acquire(l, 10000) == 0) {
+        f = baton_lock_fence(l);
+        if (baton_lock_release(l) != 0) f = 0;
+    }
+    baton_lock_free(l);
+    return f;
+}
+
+/* (a) a holder killed: the note of its grant is what lock_info reports */
+static void test_killed_holder_noted(void) {
+    char uri[256], name[128];
+    uri_t(uri, sizeof uri);
+    zkt_name(name, sizeof name, "fences", "killed");
+    baton_client *b = tl_client_open(uri);
+    uint64_t f0 = grant_once(b, name); /* an earlier grant, released */
+    CHECK(f0 > 0);
+    tl_worker w;
+    uint64_t fw = zkt_spawn_holder(&w, uri, name, 5000, 20000);
+    CHECK(fw > f0);
+    if (!fw) goto out;
+    CHECK(kill(w.pid, SIGKILL) == 0);
+    tl_worker_reap(&w, 5000);
+    /* the server ends the dead holder's session within its timeout */
+    baton_lockinfo info;
+    int64_t end = tl_now_ms() + T_MS + ZKT_MARGIN_MS;
+    do {
+        CHECK_RC(info_of(b, name, &info), 0);
+        if (!info.held) break;
+        tl_sleep_ms(100);
+    } while (tl_now_ms() < end);
+    CHECK(info.held == 0);
+    fprintf(stderr, "   fences: released %llu, killed holder %llu; lock_info after the kill %llu\n",
+            (unsigned long long)f0, (unsigned long long)fw, (unsigned long long)info.fence);
+    CHECK(info.fence == fw); /* before: f0, the last release's note */
+    uint64_t f1 = grant_once(b, name);
+    CHECK(f1 > fw);
+    CHECK_RC(info_of(b, name, &info), 0);
+    CHECK(info.held == 0 && info.fence == f1);
+out:
+    baton_client_close(b);
+}
+
+static void zw(zhandle_t *zh, int type, int state, const char *path, void *ctx) {
+    (void)zh, (void)type, (void)state, (void)path, (void)ctx;
+}
+
+/* (b) the directory deleted and made again between two grants */
+static void test_dir_recreated(void) {
+    char uri[256], name[128], path[256];
+    uri_t(uri, sizeof uri);
+    zkt_name(name, sizeof name, "fences", "recreated");
+    snprintf(path, sizeof path, "/baton/%s", name);
+    baton_client *b = tl_client_open(uri);
+    uint64_t f1 = grant_once(b, name);
+    CHECK(f1 > 0);
+    zoo_set_debug_level(ZOO_LOG_LEVEL_ERROR);
+    zhandle_t *zh = zookeeper_init(g_hosts, zw, 10000, NULL, NULL, 0);
+    for (int i = 0; zh && i < 200 && zoo_state(zh) != ZOO_CONNECTED_STATE; i++) tl_sleep_ms(50);
+    CHECK(zh && zoo_state(zh) == ZOO_CONNECTED_STATE);
+    if (!zh) goto out;
+    /* the directory is empty once the grant is released: delete it, as an
+     * operator or the server's container sweep would */
+    CHECK(zoo_delete(zh, path, -1) == ZOK);
+    baton_lockinfo info;
+    CHECK_RC(info_of(b, name, &info), 0);
+    CHECK(info.held == 0 && info.fence == 0); /* the note went with the directory */
+    /* made again by someone else, with other data, before the next grant */
+    CHECK(zoo_create(zh, path, "x", 1, &ZOO_OPEN_ACL_UNSAFE, 0, NULL, 0) == ZOK);
+    uint64_t f2 = grant_once(b, name);
+    fprintf(stderr, "   fences: before the delete %llu, after it %llu\n", (unsigned long long)f1,
+            (unsigned long long)f2);
+    CHECK(f2 > f1);
+    CHECK_RC(info_of(b, name, &info), 0);
+    CHECK(info.held == 0 && info.fence == f2);
+    /* and once more from the container baton makes itself */
+    CHECK(zoo_delete(zh, path, -1) == ZOK);
+    uint64_t f3 = grant_once(b, name);
+    CHECK(f3 > f2);
+    CHECK_RC(info_of(b, name, &info), 0);
+    CHECK(info.held == 0 && info.fence == f3);
+    zookeeper_close(zh);
+out:
+    baton_client_close(b);
+}
+
+/* (c) a server restart between two grants */
+static void test_restart(void) {
+    char uri[256], name[128];
+    uri_t(uri, sizeof uri);
+    zkt_name(name, sizeof name, "fences", "restart");
+    baton_client *b = tl_client_open(uri);
+    uint64_t f1 = grant_once(b, name);
+    CHECK(f1 > 0);
+    baton_client_close(b);
+    CHECK(zkt_srv("restart", g_srv) == 0);
+    b = tl_client_open(uri);
+    baton_lockinfo info;
+    int rc = BATON_EUNAVAILABLE;
+    /* the restarted server may take a moment to serve (ZOOKEEPER-5051) */
+    for (int i = 0; i < 50 && (rc = info_of(b, name, &info)) != 0; i++) tl_sleep_ms(200);
+    CHECK_RC(rc, 0);
+    CHECK(info.held == 0 && info.fence == f1);
+    uint64_t f2 = grant_once(b, name);
+    fprintf(stderr, "   fences: before the restart %llu, after it %llu\n", (unsigned long long)f1,
+            (unsigned long long)f2);
+    CHECK(f2 > f1);
+    CHECK_RC(info_of(b, name, &info), 0);
+    CHECK(info.held == 0 && info.fence == f2);
+    baton_client_close(b);
+}
+
+int main(int argc, char **argv) {
+    if (argc >= 2 && !strcmp(argv[1], "--worker")) {
+        if (argc == 6 && !strcmp(argv[2], "hold")) return zkt_worker_hold(argv[3], argv[4], atoll(argv[5]));
+        fprintf(stderr, "bad worker arguments\n");
+        return 2;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    snprintf(g_dir, sizeof g_dir, "%s", zkt_dir("fences"));
+    snprintf(g_srv, sizeof g_srv, "%s/srv", g_dir);
+    zkt_cleanup_at_exit(g_dir);
+    int port = tl_server("zk", "start", g_srv, NULL, 1);
+    snprintf(g_hosts, sizeof g_hosts, "127.0.0.1:%d", port);
+    fprintf(stderr, "zk fences: server on %s\n", g_hosts);
+
+    RUN(test_killed_holder_noted);
+    RUN(test_dir_recreated);
+    RUN(test_restart);
+
+    zkt_srv("stop", g_srv);
+    return th_finish();
+}
