@@ -541,7 +541,7 @@ static void granted(zeng *e, zsess *s, zlock *l, int watched)
     if (l->node) node = strdup(l->node);
     pthread_mutex_unlock(&e->mu);
     if (!node) return;
-    if (l->kind == ZK_LOCK || l->kind == ZK_WRITE) {
+    if (e->fence_note && (l->kind == ZK_LOCK || l->kind == ZK_WRITE)) {
         char fbuf[24];
         int zrc;
         snprintf(fbuf, sizeof fbuf, "%" PRIu64, fence);
@@ -773,6 +773,20 @@ static int get_data(zsess *s, const char *path, char *buf, int cap, struct Stat 
     return zrc;
 }
 
+/* DIR's children, and its stat as of that listing (pzxid: see lock_info). */
+static int list_stat(zsess *s, const char *dir, struct String_vector *sv, struct Stat *st, int64_t deadline)
+{
+    int zrc;
+    zcall *c = zk_start_children2(s, dir, NULL, NULL, &zrc);
+    if (!c) return zrc;
+    if ((zrc = zk_call_wait(c, deadline)) == ZOK) {
+        zk_call_strings(c, sv);
+        *st = *zk_call_stat(c);
+    }
+    zk_call_put(c);
+    return zrc;
+}
+
 int zk_lock_info(void *eng, const char *name, baton_lockinfo *out)
 {
     zeng *e = eng;
@@ -808,7 +822,7 @@ int zk_lock_info(void *eng, const char *name, baton_lockinfo *out)
             goto out;
         }
         last = strtoull(buf, NULL, 10);
-        if ((zrc = zk_get_children(s, dir, NULL, NULL, &sv, end)) == ZNONODE) continue;
+        if ((zrc = list_stat(s, dir, &sv, &st, end)) == ZNONODE) continue;
         if (zrc != ZOK) {
             rc = zk_err(zrc, "list", dir);
             goto out;
@@ -832,7 +846,11 @@ int zk_lock_info(void *eng, const char *name, baton_lockinfo *out)
         }
         if (n == 0) {
             out->held = 0;
-            out->fence = last;
+            /* without notes (fence_note=0): the zxid of the directory's last
+             * child change. Every node ever made in it was made at or before
+             * it, every later one after it: at or above the last fence
+             * granted, below the next one */
+            out->fence = e->fence_note ? last : (last > (uint64_t)st.pzxid ? last : (uint64_t)st.pzxid);
             out->queue_length = 0;
             rc = 0;
             goto out;

@@ -23,6 +23,9 @@ static const baton_engine_option options[] = {
     BATON__CONNECT_TIMEOUT,
     BATON__MS("lost_after_ms", NULL, 1, 86400000, "report the session's locks lost once the connection has been "
               "down this long (default: a third of the negotiated session timeout)"),
+    BATON__BOOL("fence_note", "1", NULL, "0: do not note each grant's fence in the lock directory (one write less per "
+                "lock cycle); lock_info then answers, for a name nobody holds, the zxid of the directory's last "
+                "child change: at or above every fence granted, below every later one, not the last fence itself"),
     BATON__STR("root", "/baton", "the node under which lock names live (below the URI's chroot)"),
     BATON__STR("value_root", "/baton-values", "the node under which value (and counter) names live (below the "
                "chroot): value NAME is the node <value_root>/NAME"),

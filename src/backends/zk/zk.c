@@ -4,7 +4,7 @@
  * backend table. Locks live in lock.c, permits in sem.c.
  *
  * URI: zk://[user:password@]host[:port][,host[:port]...][/chroot][?options]
- * Options: session_timeout_ms, connect_timeout_ms, root, lost_after_ms
+ * Options: session_timeout_ms, connect_timeout_ms, root, lost_after_ms, fence_note
  * (docs/zk-engine.md).
  *
  * Sessions. A client has one zhandle at a time (zsess). The C client
@@ -966,6 +966,7 @@ static int configure(zeng *e, const baton_uri *u, const baton_opts *uo, const ba
     e->session_timeout_ms = (int)baton_opts_int(uo, "session_timeout_ms");
     if (baton_opts_given(uo, "connect_timeout_ms")) e->connect_timeout_ms = (int)baton_opts_int(uo, "connect_timeout_ms");
     e->lost_after_ms = (int)baton_opts_int(uo, "lost_after_ms"); /* 0 = a third of the session timeout */
+    e->fence_note = baton_opts_bool(uo, "fence_note");
     root = baton_opts_str(uo, "root");
     if (!u->nhosts || !u->hosts[0].host || !*u->hosts[0].host)
         return baton_seterr(BATON_EINVAL, 0, "zk: the URI names no server (zk://host:port[,host:port...])");

@@ -107,6 +107,7 @@ typedef struct zeng {
     int connect_timeout_ms;
     int io_timeout_ms;
     int lost_after_ms;       /* a disconnection this long loses the session's grants (0 = derive) */
+    int fence_note;          /* note each grant's fence in the lock directory (lock.c) */
     /* guarded by mu */
     int negotiated_ms;       /* what the server granted (zoo_recv_timeout) */
     int64_t tick;            /* when the check thread last ran (0 = not yet) */
