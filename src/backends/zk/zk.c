@@ -42,6 +42,8 @@
 #define REPORT_AGAIN_MS 2000
 /* How long closing a session waits for its requests in flight (zk_sess_put). */
 #define CLOSE_WAIT_MS 500
+/* How often the C client may resolve the host names again (see sess_new). */
+#define RESOLVE_MS 10000
 
 static const int64_t MS = 1000000LL;
 
@@ -293,6 +295,11 @@ static zsess *sess_start(zeng *e)
         baton_seterr(BATON_EUNAVAILABLE, err, "zk: cannot start a session with %s (do the hosts resolve?)", e->hosts);
         return NULL;
     }
+    /* The C client resolves the host list again each time its I/O thread
+     * wakes (a netlink socket and /dev/urandom: about ten system calls per
+     * request sent or answer read). Once per RESOLVE_MS is enough to follow
+     * DNS changes; a connection loss still resolves at once. */
+    zoo_set_servers_resolution_delay(s->zh, RESOLVE_MS);
     if (e->auth) {
         int zrc;
         s->auth_pending = 1;
