@@ -17,7 +17,10 @@
  *       (persistent data), the next grant's fence is larger, lock_info
  *       reports it after the release;
  *   (d) fence_note=0 (no note): lock_info's answer for a name nobody holds is
- *       at or above every fence granted and below the next grant's.
+ *       at or above every fence granted and below the next grant's;
+ *   (e) a holder's node deleted by another client, for a free lock, a free
+ *       lock another contender joined, and a grant after waiting: the holder
+ *       learns it is lost (on_lost), the next grant's fence is larger.
  * (A kazoo holder between two baton holders: interop_kazoo.)
  *
  * Worker mode (the suite re-executes itself): --worker hold URI NAME WAIT_MS.
@@ -200,6 +203,75 @@ static void test_no_note(void) {
     baton_client_close(b);
 }
 
+/* The first child of ZooKeeper directory PATH whose name contains PART,
+ * as a full path into OUT: 1 found, 0 not. */
+static int child_path(zhandle_t *zh, const char *path, const char *part, char *out, size_t n) {
+    struct String_vector sv = { 0, NULL };
+    int found = 0;
+    if (zoo_get_children(zh, path, 0, &sv) != ZOK) return 0;
+    for (int i = 0; i < sv.count && !found; i++)
+        if (strstr(sv.data[i], part)) {
+            snprintf(out, n, "%s/%s", path, sv.data[i]);
+            found = 1;
+        }
+    deallocate_String_vector(&sv);
+    return found;
+}
+
+/* (e) the holder's watch on its own node, in its three forms: a free lock
+ * granted by the acquire's first listing (that listing's child watch), the
+ * same after another contender joined (the child watch fired: an exists
+ * watch replaced it), and a grant after waiting (the waiter's listing's
+ * child watch). Each holder's node deleted by another client: each learns
+ * it is lost, and a new holder gets a larger fence. */
+static void test_deleted_node_seen(void) {
+    char uri[256], name[128], path[256], node[512];
+    uri_t(uri, sizeof uri);
+    zhandle_t *zh = zookeeper_init(g_hosts, zw, 10000, NULL, NULL, 0);
+    for (int i = 0; zh && i < 200 && zoo_state(zh) != ZOO_CONNECTED_STATE; i++) tl_sleep_ms(50);
+    CHECK(zh && zoo_state(zh) == ZOO_CONNECTED_STATE);
+    if (!zh) return;
+    baton_client *a = tl_client_open(uri), *b = tl_client_open(uri);
+    for (int form = 0; form < 3; form++) {
+        zkt_lost lost;
+        zkt_lost_init(&lost);
+        snprintf(name, sizeof name, "zktest-fences-%ld-deleted-%d", (long)getpid(), form);
+        snprintf(path, sizeof path, "/baton/%s", name);
+        baton_lock *la = zkt_lock(a, name, &lost), *lb = zkt_lock(b, name, NULL);
+        uint64_t fa = 0;
+        if (form < 2) {
+            CHECK_RC(baton_lock_acquire(la, 0), 0);
+            if (form == 1) CHECK_RC(baton_lock_acquire(lb, 300), BATON_ETIMEDOUT); /* joins, leaves */
+        } else {
+            CHECK_RC(baton_lock_acquire(lb, 0), 0);
+            zkt_acq w;
+            zkt_acq_start(&w, la, 20000);
+            tl_sleep_ms(300); /* A queued behind B */
+            CHECK_RC(baton_lock_release(lb), 0);
+            CHECK(zkt_acq_wait(&w, 20000));
+            zkt_acq_join(&w);
+            CHECK_RC(w.rc, 0);
+        }
+        fa = baton_lock_fence(la);
+        CHECK(fa > 0 && baton_lock_held(la));
+        CHECK(child_path(zh, path, "-lock-", node, sizeof node));
+        CHECK(zoo_delete(zh, node, -1) == ZOK);
+        CHECK(zkt_lost_wait(&lost, 10000) == 1);
+        CHECK(!baton_lock_held(la));
+        CHECK_RC(baton_lock_release(la), BATON_ELOST);
+        CHECK_RC(baton_lock_acquire(lb, 5000), 0);
+        CHECK(baton_lock_fence(lb) > fa);
+        fprintf(stderr, "   form %d: deleted node seen (fence %llu, next %llu)\n", form, (unsigned long long)fa,
+                (unsigned long long)baton_lock_fence(lb));
+        CHECK_RC(baton_lock_release(lb), 0);
+        baton_lock_free(la);
+        baton_lock_free(lb);
+    }
+    baton_client_close(a);
+    baton_client_close(b);
+    zookeeper_close(zh);
+}
+
 int main(int argc, char **argv) {
     if (argc >= 2 && !strcmp(argv[1], "--worker")) {
         if (argc == 6 && !strcmp(argv[2], "hold")) return zkt_worker_hold(argv[3], argv[4], atoll(argv[5]));
@@ -219,6 +291,7 @@ int main(int argc, char **argv) {
     RUN(test_dir_recreated);
     RUN(test_restart);
     RUN(test_no_note);
+    RUN(test_deleted_node_seen);
 
     zkt_srv("stop", g_srv);
     return th_finish();

@@ -522,21 +522,21 @@ static int drop_ghosts(zsess *s, zlock *l, zchild *c, int n, const char *uuid, c
  * it) instead of asking again. */
 /* A grant confirmed. The holder learns of its node's deletion by someone
  * else through a watch: the child watch of the listing that confirmed the
- * grant when WATCHED and it has not fired yet (held_dir_watcher), else an
- * exists watch armed now. The fence is noted in the directory's data for
+ * grant while it has not fired (held_dir_watcher), else an exists watch
+ * armed now. The fence is noted in the directory's data for
  * lock_info ("the last fence granted", once nobody holds) here, not by the
  * release: sent and not waited for, it is carried out before the release's
  * delete (one session's requests run in order), so the release is one
  * delete, as in the raw create+delete cycle. A refusal (a foreign ACL on the
  * directory) loses the note only. */
-static void granted(zeng *e, zsess *s, zlock *l, int watched)
+static void granted(zeng *e, zsess *s, zlock *l)
 {
     char *node = NULL;
     int arm;
     uint64_t fence;
     pthread_mutex_lock(&e->mu);
     l->granted = 1;
-    arm = !watched || l->dir_fired;
+    arm = l->dir_fired;
     fence = l->fence;
     if (l->node) node = strdup(l->node);
     pthread_mutex_unlock(&e->mu);
@@ -566,8 +566,6 @@ static int wait_turn(zeng *e, zsess *s, zlock *l, baton_acquire_req *req, struct
         int n = 0, me = -1, pred = -1, zrc;
         char *pred_path = NULL;
         struct Stat st;
-        int watched = first != NULL; /* this listing left a child watch on the directory */
-
         if (w) zk_slot_arm(e, l->slot, w);
         if (first) {
             sv = *first;
@@ -576,7 +574,13 @@ static int wait_turn(zeng *e, zsess *s, zlock *l, baton_acquire_req *req, struct
             first = NULL;
             zrc = ZOK;
         } else {
-            zrc = zk_get_children(s, l->dir, NULL, NULL, &sv, zk_call_deadline(e, req->deadline_ns));
+            /* this listing too leaves the child watch that stands in for a
+             * grant's own (held_dir_watcher); what fired before it is past */
+            pthread_mutex_lock(&e->mu);
+            l->dir_fired = 0;
+            pthread_mutex_unlock(&e->mu);
+            zrc = zk_get_children(s, l->dir, held_dir_watcher, ZK_SLOT_CTX(l->slot), &sv,
+                                  zk_call_deadline(e, req->deadline_ns));
         }
         if (zrc != ZOK) {
             if (zrc == ZNONODE) { rc = ZK_AGAIN; break; } /* our node is gone with its directory */
@@ -623,7 +627,7 @@ static int wait_turn(zeng *e, zsess *s, zlock *l, baton_acquire_req *req, struct
             }
             req->fence = l->fence;
             req->sent_ns = baton_now_ns();
-            granted(e, s, l, watched);
+            granted(e, s, l);
             rc = 0;
             break;
         }
