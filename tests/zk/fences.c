@@ -221,8 +221,8 @@ static int child_path(zhandle_t *zh, const char *path, const char *part, char *o
 /* (e) the holder's watch on its own node, in its three forms: a free lock
  * granted by the acquire's first listing (that listing's child watch), the
  * same after another contender joined (the child watch fired: an exists
- * watch replaced it), and a grant after waiting (the waiter's listing's
- * child watch). Each holder's node deleted by another client: each learns
+ * watch replaced it), and a grant after waiting (an exists watch armed at
+ * the grant). Each holder's node deleted by another client: each learns
  * it is lost, and a new holder gets a larger fence. */
 static void test_deleted_node_seen(void) {
     char uri[256], name[128], path[256], node[512];

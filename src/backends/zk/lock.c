@@ -187,6 +187,7 @@ char *zk_take_node(zeng *e, zlock *l, uint64_t *gen, int *lost)
     l->node = NULL;
     l->lost = 0;
     l->granted = 0;
+    l->armed = 0;
     l->report_until = 0;
     pthread_mutex_unlock(&e->mu);
     return node;
@@ -356,6 +357,7 @@ static int create_node(zeng *e, zsess *s, zlock *l, const baton_owner *o, const 
     l->fence = (uint64_t)st.czxid;
     l->lost = 0;
     l->granted = 0;
+    l->armed = 0;
     /* the session may have been given up while the create was on its way:
      * then this node is already lost */
     if (s->dead) {
@@ -450,8 +452,12 @@ static void held_dir_watcher(zhandle_t *zh, int type, int state, const char *pat
     pthread_mutex_lock(&s->e->mu);
     for (zlock *l = s->e->locks; l; l = l->next)
         if (l->slot == slot && l->node && !l->lost && !strcmp(l->dir, path)) {
-            if (l->granted) node = strdup(l->node);
-            else l->dir_fired = 1;
+            if (!l->granted) {
+                l->dir_fired = 1;
+            } else if (!l->armed) {
+                l->armed = 1; /* one exists watch per grant */
+                node = strdup(l->node);
+            }
             break;
         }
     pthread_mutex_unlock(&s->e->mu);
@@ -522,21 +528,25 @@ static int drop_ghosts(zsess *s, zlock *l, zchild *c, int n, const char *uuid, c
  * it) instead of asking again. */
 /* A grant confirmed. The holder learns of its node's deletion by someone
  * else through a watch: the child watch of the listing that confirmed the
- * grant while it has not fired (held_dir_watcher), else an exists watch
- * armed now. The fence is noted in the directory's data for
+ * grant when WATCHED (the acquire's first listing: a free lock) while it has
+ * not fired (held_dir_watcher), else an exists watch armed now. The fence is noted in the directory's data for
  * lock_info ("the last fence granted", once nobody holds) here, not by the
  * release: sent and not waited for, it is carried out before the release's
  * delete (one session's requests run in order), so the release is one
  * delete, as in the raw create+delete cycle. A refusal (a foreign ACL on the
  * directory) loses the note only. */
-static void granted(zeng *e, zsess *s, zlock *l)
+static void granted(zeng *e, zsess *s, zlock *l, int watched)
 {
     char *node = NULL;
     int arm;
     uint64_t fence;
     pthread_mutex_lock(&e->mu);
     l->granted = 1;
-    arm = l->dir_fired;
+    /* a grant after waiting arms at once, as the waiter's listing that
+     * confirmed it is not watched: a handoff then costs the same requests
+     * whatever happens around it (the herd stays constant) */
+    arm = !watched || l->dir_fired;
+    if (arm) l->armed = 1;
     fence = l->fence;
     if (l->node) node = strdup(l->node);
     pthread_mutex_unlock(&e->mu);
@@ -566,6 +576,8 @@ static int wait_turn(zeng *e, zsess *s, zlock *l, baton_acquire_req *req, struct
         int n = 0, me = -1, pred = -1, zrc;
         char *pred_path = NULL;
         struct Stat st;
+        int watched = first != NULL; /* this listing left a child watch on the directory */
+
         if (w) zk_slot_arm(e, l->slot, w);
         if (first) {
             sv = *first;
@@ -574,13 +586,7 @@ static int wait_turn(zeng *e, zsess *s, zlock *l, baton_acquire_req *req, struct
             first = NULL;
             zrc = ZOK;
         } else {
-            /* this listing too leaves the child watch that stands in for a
-             * grant's own (held_dir_watcher); what fired before it is past */
-            pthread_mutex_lock(&e->mu);
-            l->dir_fired = 0;
-            pthread_mutex_unlock(&e->mu);
-            zrc = zk_get_children(s, l->dir, held_dir_watcher, ZK_SLOT_CTX(l->slot), &sv,
-                                  zk_call_deadline(e, req->deadline_ns));
+            zrc = zk_get_children(s, l->dir, NULL, NULL, &sv, zk_call_deadline(e, req->deadline_ns));
         }
         if (zrc != ZOK) {
             if (zrc == ZNONODE) { rc = ZK_AGAIN; break; } /* our node is gone with its directory */
@@ -627,7 +633,7 @@ static int wait_turn(zeng *e, zsess *s, zlock *l, baton_acquire_req *req, struct
             }
             req->fence = l->fence;
             req->sent_ns = baton_now_ns();
-            granted(e, s, l);
+            granted(e, s, l, watched);
             rc = 0;
             break;
         }

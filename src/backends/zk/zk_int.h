@@ -85,6 +85,7 @@ typedef struct zlock {
     int granted;             /* the node holds (a grant confirmed); 0 while it waits */
     int dir_fired;           /* the child watch of the acquire's listing fired
                                 before the grant was confirmed (lock.c) */
+    int armed;               /* an exists watch was asked for on node (lock.c) */
     int64_t report_until;    /* re-report the loss until then (see zk.c) */
     /* ZK_MEMBER: the member's node name ("<id>__party__"); ZK_TAKER: the
      * queue (dir) and the item this taker holds (its entry's name, bytes) */
