@@ -36,7 +36,9 @@ static const baton_engine_option options[] = {
     BATON__OPT_END,
 };
 static const char *const notes[] = {
-    "lock: Curator's InterProcessMutex layout; a session instead of a lease (fixed_lease: ENOTSUP)",
+    "lock: Curator's InterProcessMutex layout; a session instead of a lease (fixed_lease: ENOTSUP); a free lock's "
+    "acquire + release 4 requests in 2 round trips (create and getChildren back to back, the grant's fence note not "
+    "waited for, delete; 3 with fence_note=0), a handoff 4 whatever the waiters (each watches its predecessor)",
     "permits: a node per permit, freed when its holder's session ends; the lease is ignored",
     "semaphore: the count, decimal, in the persistent node <sem_root>/NAME (kazoo Counter's layout; Curator's "
     "SharedCount writes 4 binary bytes and does not interoperate); every change a compare-and-set on the data version "
