@@ -307,7 +307,7 @@ zcall *zk_start_marked(zsess *s, const char *path, const char *buf, int len, int
         zoo_create_op_init(&ops[0], path, buf, len, acl, ZOO_PERSISTENT, c->mpath, (int)sizeof c->mpath);
     else
         zoo_set_op_init(&ops[0], path, buf, len, version, &c->mst);
-    zoo_create_op_init(&ops[1], mark, NULL, -1, acl, ZOO_EPHEMERAL, c->mpath, (int)sizeof c->mpath);
+    zoo_create_op_init(&ops[1], mark, NULL, -1, acl, ZOO_PERSISTENT, c->mpath, (int)sizeof c->mpath);
     zrc_ = zoo_amulti(s->zh, 2, ops, c->res, on_marked, c);
     return sent(c, zrc_, out);
 }

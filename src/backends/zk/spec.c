@@ -42,7 +42,8 @@ static const char *const notes[] = {
     "permits: a node per permit, freed when its holder's session ends; the lease is ignored",
     "semaphore: the count, decimal, in the persistent node <sem_root>/NAME (kazoo Counter's layout; Curator's "
     "SharedCount writes 4 binary bytes and does not interoperate); every change a compare-and-set on the data version "
-    "made with an ephemeral marker in one transaction, so a write whose answer is lost is settled, never made twice: "
+    "made with a persistent marker in one transaction, so a write whose answer is lost is settled (sent again on any session: "
+    "the version decides, the marker tells), never made twice: "
     "acquire and release 3 requests (2 round trips: get, then the write; the marker's delete is not waited for), "
     "try_set 2, available 1; waiters watch the node and all wake on each change (a herd, as Redisson's)",
     "latch: built by the core on a value",
