@@ -590,22 +590,30 @@ def measure_redis(got, svgs):
             got["node_%s_unc" % kind] = run(["node", os.path.join(PEERS, "nodelocks.js"), kind, "uncontended", "10000"],
                                             "node_%s_unc" % kind, nenv)
 
-    log("many (50 locks, one client), alternating with its c=50 bound")
-    manys, c50s = [], []
+    log("many (50 locks, one client) and many --async (1,000 locks, one loop thread), alternating with their c=50 bound")
+    manys, c50s, amanys = [], [], []
     for rep in range(3):
         if c50:
             c50s.append(redis_benchmark(port, c50, 50, "evalsha-acquire c=50 r=50 default", rand=50))
         manys.append(run(bench(uri, "--workload", "many", "--clients", "50", "--seconds", "3"), "baton_many"))
+        amanys.append(run(bench(uri, "--workload", "many", "--async", "--locks", "1000", "--seconds", "3"),
+                          "baton_many_async"))
     got["rb_acq_c50"] = median_run(c50s, "requests_per_s")
     got["baton_many"] = median_run(manys, "pairs_per_s")
+    got["baton_many_async"] = median_run(amanys, "pairs_per_s")
 
     log("herd (server commands per handoff)")
-    for fair in (True, False):
+    # the default lock in both modes, interleaved at each W: a client per waiter (each client
+    # still tries once per release) and the W waiters as threads of ONE client (one wake per
+    # client: constant); --fair a client per waiter
+    for fair, shared in ((True, False), (False, None)):
         for w in HERD_W:
-            k = "herd_%d_%s" % (w, "fair" if fair else "default")
-            extra = svgarg("herd-64-fair.svg") if (fair and w == 64) else []
-            got[k] = run(bench(uri, "--workload", "herd", "--waiters", str(w), "--rounds", str(HERD_ROUNDS))
-                         + (["--fair"] if fair else []) + extra, k, timeout=300)
+            for sh in ((False, True) if shared is None else (shared,)):
+                k = "herd_%d_%s%s" % (w, "fair" if fair else "default", "_shared" if sh else "")
+                extra = svgarg("herd-64-fair.svg") if (fair and w == 64) else []
+                got[k] = run(bench(uri, "--workload", "herd", "--waiters", str(w), "--rounds", str(HERD_ROUNDS))
+                             + (["--fair"] if fair else []) + (["--shared-client"] if sh else []) + extra, k,
+                             timeout=300)
             if not got[k] and w == 1:
                 log("  (no herd workload in this baton: skipping the other sizes)")
                 break
@@ -1611,6 +1619,13 @@ def build_rows(got):
     r = div(v and 2 * v, b)
     row("Many: 50 locks on one client, scripts/s (2 × pairs/s)", f(v and 2 * v), "redis-benchmark c=50 acquire EVALSHA " + f(b),
         r, "≥ 0.5", None if r is None else r >= 0.5, short="many ≥ 0.5 × EVALSHA c=50")
+    v = g("baton_many_async", "pairs_per_s")
+    r = div(v and 2 * v, b)
+    sk, cpu, cpub = g("baton_many_async", "sockets"), g("baton_many_async", "cpu_us_per_pair"), g("baton_many", "cpu_us_per_pair")
+    row("Many async: 1,000 locks on one client, scripts/s (2 × pairs/s)",
+        "%s (%s sockets held; CPU %s µs per pair, blocking many %s)" % (f(v and 2 * v), f(sk, "%.0f"), f(cpu, "%.2f"), f(cpub, "%.2f")),
+        "redis-benchmark c=50 acquire EVALSHA " + f(b), r, "≥ 2, ≤ 4 connections",
+        None if r is None else (r >= 2 and (sk is None or sk <= 4)), short="many async ≥ 2 × EVALSHA c=50", nval=f(v and 2 * v))
 
     fair_cmds = []
     for fair in (True, False):
@@ -1626,7 +1641,25 @@ def build_rows(got):
                 row("Herd, `--fair`, W = %d: server commands per handoff" % w, cell, "", "—", "≤ 6",
                     None if c is None else c <= 6, short="herd --fair ≤ 6 commands per handoff W=%d" % w, nval=f(c))
             else:
-                row("Herd, default lock, W = %d: server commands per handoff" % w, cell, "", "—", "—", info=True)
+                row("Herd, default lock, a client per waiter, W = %d: server commands per handoff" % w, cell, "", "—", "—",
+                    info=True)
+    shared_cmds = []
+    for w in HERD_W:
+        k = "herd_%d_default_shared" % w
+        c, p50 = g(k, "commands_per_handoff"), g(k, "handoff_p50_us")
+        loop = g(k, "commands_per_grant_loop")
+        if c is not None:
+            shared_cmds.append(c)
+        cell = "n/a" if c is None else "%.1f (handoff p50 %s µs; in an acquire/release loop %s per grant, re-queueing included)" % (
+            c, f(p50), f(loop))
+        row("Herd, default lock, one client, W = %d: server commands per handoff" % w, cell, "", "—", "—", info=True)
+    if len(shared_cmds) == len(HERD_W):
+        spread = max(shared_cmds) - min(shared_cmds)
+        row("Herd, default lock, one client: commands per handoff constant over 1…256 waiters (max − min)",
+            "%.1f" % spread, "", "—", "≤ 2", spread <= 2, short="herd default one client constant")
+    else:
+        row("Herd, default lock, one client: commands per handoff constant over 1…256 waiters (max − min)", "n/a", "",
+            "—", "≤ 2", None, short="herd default one client constant")
     if len(fair_cmds) == len(HERD_W):
         spread = max(fair_cmds) - min(fair_cmds)
         row("Herd, `--fair`: commands per handoff constant over 1…256 waiters (max − min)", "%.1f" % spread, "", "—",

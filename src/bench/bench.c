@@ -119,8 +119,11 @@ static void bench_usage(FILE *f)
         "             handoff      release to the blocked waiter's grant (--rounds R, default 200)\n"
         "             herd         W waiters on one lock, a client each: chains of W handoffs (release to\n"
         "                          the next grant; Redis commands per handoff), then the acquire/release\n"
-        "                          loop (--waiters W, default 16; --rounds R, default 200)\n"
-        "             many         K locks from a thread pool on one client (--clients K, --seconds S)\n"
+        "                          loop (--waiters W, default 16; --rounds R, default 200;\n"
+        "                          --shared-client: all of them threads on ONE client)\n"
+        "             many         K locks from a thread pool on one client (--clients K, --seconds S);\n"
+        "                          --async: N locks (--locks N, default 1000) cycling acquire_async /\n"
+        "                          release_async on one loop thread\n"
         "             memory       client heap per held and per waiting lock (--n K, default 1000;\n"
         "                          at most %d waiting)\n"
         "             ratelimit    C clients take permits of one rate limiter at N per second for S\n"
@@ -133,7 +136,7 @@ static void bench_usage(FILE *f)
         MEM_MAX_WAITING);
 }
 
-enum { OPT_WAITERS = 256, OPT_SVG };
+enum { OPT_WAITERS = 256, OPT_SVG, OPT_SHARED, OPT_ASYNC, OPT_LOCKS };
 
 
 int baton__cli_bench(int argc, char **argv)
@@ -144,7 +147,9 @@ int baton__cli_bench(int argc, char **argv)
         { "rounds", required_argument, NULL, 'r' }, { "fair", no_argument, NULL, 'f' },
         { "layout", required_argument, NULL, 'L' }, { "json", no_argument, NULL, 'j' },
         { "waiters", required_argument, NULL, OPT_WAITERS }, { "svg", required_argument, NULL, OPT_SVG },
+        { "async", no_argument, NULL, OPT_ASYNC }, { "locks", required_argument, NULL, OPT_LOCKS },
         { "worker", required_argument, NULL, 'X' }, { "help", no_argument, NULL, 'h' },
+        { "shared-client", no_argument, NULL, OPT_SHARED },
         { NULL, 0, NULL, 0 },
     };
     bench_opts o;
@@ -164,6 +169,7 @@ int baton__cli_bench(int argc, char **argv)
         case 'c': if (num_arg("--clients", optarg, 1, 4096, &o.clients)) return EX_USAGE; break;
         case 'N': if (num_arg("--n", optarg, 1, 100000000, &o.n)) return EX_USAGE; break;
         case 'r': if (num_arg("--rounds", optarg, 1, 10000000, &o.rounds)) return EX_USAGE; break;
+        case OPT_SHARED: o.shared_client = 1; break;
         case OPT_WAITERS: if (num_arg("--waiters", optarg, 1, HERD_MAX_WAITERS, &o.waiters)) return EX_USAGE; break;
         case 's':
             errno = 0;
@@ -177,6 +183,8 @@ int baton__cli_bench(int argc, char **argv)
         case 'L': layout = optarg; break;
         case 'j': o.json = 1; break;
         case OPT_SVG: svg = optarg; break;
+        case OPT_ASYNC: o.async = 1; break;
+        case OPT_LOCKS: if (num_arg("--locks", optarg, 1, 1000000, &o.locks)) return EX_USAGE; break;
         case 'X': worker = optarg; break;
         case 'h': bench_usage(stdout); return 0;
         default: bench_usage(stderr); return EX_USAGE;

@@ -36,6 +36,8 @@ typedef struct {
     const char *uri;
     const char *workload;
     int clients, n, rounds, waiters, fair, json;  /* 0 = not given: the workload's default */
+    int async, locks;     /* many --async [--locks N] */
+    int shared_client;    /* herd: the W waiters share one client (threads on it), not one each */
     double seconds;
     FILE *svg;            /* --svg, opened (so known writable) before the run */
     char scheme[16];      /* the URI's scheme alone: safe to print, never a password */
@@ -58,6 +60,7 @@ int w_contended(bench_opts *o);
 int w_handoff(bench_opts *o);
 int w_herd(bench_opts *o);
 int w_many(bench_opts *o);
+int w_many_async(bench_opts *o);  /* many_async.c */
 int w_memory(bench_opts *o);
 int w_ratelimit(bench_opts *o);   /* ratelimit.c */
 /* The worker side of the multi-process ones (`--worker KIND DIR INDEX`). */

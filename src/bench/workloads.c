@@ -310,15 +310,21 @@ int w_many(bench_opts *o)
     many_arg *args = calloc((size_t)K, sizeof *args);
     many_count_ctx mc = { args, 0 };
     progress pr;
-    double t0;
+    double t0, u0, s0, u1, s1;
     long total = 0;
-    char out[256];
+    char out[320];
+    if (o->async) {
+        free(th);
+        free(args);
+        return w_many_async(o);
+    }
     if (!th || !args) { rc = EX_SOFTWARE; goto out; }
     if ((rc = baton_client_open(&c, o->uri, NULL))) {
         fprintf(stderr, "baton bench: %s\n", baton_error_last()->message);
         rc = cli_exit_for(rc);
         goto out;
     }
+    cpu_times(&u0, &s0);
     t0 = now_s();
     progress_start(&pr, "many", "pairs", t0, o->seconds, 0, count_many, &mc);
     for (int i = 0; i < K; i++) {
@@ -331,6 +337,7 @@ int w_many(bench_opts *o)
         total += args[i].pairs;
         if (args[i].err && !rc) rc = cli_exit_for(args[i].err);   /* no rate of a run that stopped short */
     }
+    cpu_times(&u1, &s1);
     progress_stop(&pr);
     if (rc) goto out;
     if (started < K) {
@@ -339,7 +346,8 @@ int w_many(bench_opts *o)
         goto out;
     }
     snprintf(out, sizeof out, "{\"peer\": \"baton\", \"workload\": \"many\", \"locks\": %d, \"seconds\": %g, "
-             "\"pairs_per_s\": %.1f}", K, o->seconds, total / (now_s() - t0));
+             "\"pairs_per_s\": %.1f, \"cpu_us_per_pair\": %.2f}", K, o->seconds, total / (now_s() - t0),
+             ((u1 - u0) + (s1 - s0)) / (total ? total : 1) * 1e6);
     bench_emit(o, out);
 out:
     baton_client_close(c);

@@ -44,6 +44,9 @@ struct baton__aop {
     int orphan;                 /* its lock is being freed: finish, do not requeue */
     int canceled;               /* baton_lock_cancel came while it ran */
     int native;                 /* the engine has it (req below) */
+    int native_rel;             /* a release the engine has (release_start) */
+    int raw;                    /* a release whose prologue ran: the pool calls the engine only */
+    int over;                   /* that release's lease had run out */
     int rc;
     int64_t wait_ms;
     baton__async *a;
@@ -88,11 +91,15 @@ static void list_unlink(aop_list *q, baton__aop *op)
 static void finish(baton__async *a, baton__aop *op, int rc)
 {
     uint64_t one = 1;
+    int was_empty = !a->done.head;
     op->rc = rc;
     op->state = AOP_DONE;
     list_push(&a->done, op);
-    /* A full counter (2^64 - 2 wakes unread) still leaves the fd readable. */
-    if (write(a->efd, &one, sizeof one) < 0 && errno != EAGAIN) { /* readable already */ }
+    /* Only the first of a run of completions writes the fd (a syscall per
+     * completion was a third of a pipelined pair's client CPU): process
+     * writes it again when it leaves completions behind. A full counter
+     * (2^64 - 2 wakes unread) still leaves the fd readable. */
+    if (was_empty && write(a->efd, &one, sizeof one) < 0 && errno != EAGAIN) { /* readable already */ }
 }
 
 /* The context of C, made on first use. */
@@ -145,6 +152,16 @@ static int64_t acquire_wait_ms(const baton__aop *op, int others, int *sliced)
     return left;
 }
 
+/* A release's answer as baton__lock_release_with (lock.c) gives it. */
+static int release_rc(baton_lock *l, int rc, int over)
+{
+    if (rc == BATON_ENOTOWNER)
+        return baton_seterr(BATON_ELOST, 0, "lock '%s' was lost: the engine has another owner", l->name);
+    if (!rc && over)
+        return baton_seterr(BATON_ELOST, 0, "lock '%s': the lease ran out before this release", l->name);
+    return rc;
+}
+
 /* A worker runs OP's blocking call. 1 when a sliced acquire should go back
  * to the queue (not granted, time left). */
 static int run_op(baton__aop *op, int others)
@@ -155,7 +172,12 @@ static int run_op(baton__aop *op, int others)
         op->rc = rc;
         return 0;
     }
-    if (op->kind == AOP_RELEASE) {
+    if (op->kind == AOP_RELEASE && op->raw) {
+        pthread_mutex_lock(&l->io);
+        rc = l->c->be->lock->release(l->c->eng, l->st, &l->owner);
+        pthread_mutex_unlock(&l->io);
+        rc = release_rc(l, rc, op->over);
+    } else if (op->kind == AOP_RELEASE) {
         rc = baton__lock_release(l);
     } else {
         rc = baton__lock_acquire(l, acquire_wait_ms(op, others, &sliced));
@@ -298,6 +320,53 @@ static int start_native(baton__async *a, baton__aop *op)
     return rc;
 }
 
+/* A release the engine starts itself (release_start, v12): the blocking
+ * release's prologue (baton__lock_release_with in lock.c: the handle free,
+ * off the keeper), then the engine. Only for the plain case, a held handle
+ * at depth 1; anything else (lost, reentrant, not held) is BATON_ENOTSUP
+ * before anything changed, and the pool runs the whole blocking release.
+ * An engine that refuses after the prologue (BATON_ENOTSUP for this lock
+ * state) leaves OP raw: the pool calls the engine's blocking release. */
+static int release_native(baton__async *a, baton__aop *op)
+{
+    baton_lock *l = op->l;
+    const baton_async_methods *am = l->c->be->async;
+    int rc;
+    if (!am || !am->release_start) return BATON_ENOTSUP;
+    pthread_mutex_lock(&l->smu);
+    if (l->state != LOCK_HELD || l->depth != 1) {
+        pthread_mutex_unlock(&l->smu);
+        return BATON_ENOTSUP;
+    }
+    op->over = l->lease_deadline != INT64_MAX && baton_now_ns() >= l->lease_deadline;
+    l->state = LOCK_FREE;
+    l->depth = 0;
+    l->fence = 0;
+    l->lease_deadline = l->next_renew = INT64_MAX;
+    pthread_mutex_unlock(&l->smu);
+    baton__keeper_remove(l->c->keeper, &l->kn);
+    /* a renewal under way ends before the release goes out */
+    pthread_mutex_lock(&l->io);
+    pthread_mutex_unlock(&l->io);
+    pthread_mutex_lock(&a->mu);
+    op->native_rel = 1;
+    op->state = AOP_RUNNING;
+    list_push(&a->running, op);
+    pthread_mutex_unlock(&a->mu);
+    rc = am->release_start(l->c->eng, l->st, &l->owner, native_done, op);
+    if (rc) {
+        pthread_mutex_lock(&a->mu);
+        list_unlink(&a->running, op);
+        op->native_rel = 0;
+        op->state = AOP_STARTING;
+        pthread_mutex_unlock(&a->mu);
+        op->raw = 1;
+        baton_error_clear();
+        return BATON_ENOTSUP;
+    }
+    return 0;
+}
+
 /* ctx->mu held: OP to the pool's queue (a release first: it is quick and
  * may be what the queued acquires wait for). */
 static int enqueue(baton__async *a, baton__aop *op)
@@ -371,6 +440,7 @@ static int start(baton_lock *l, int kind, int64_t wait_ms, baton_async_cb cb, vo
         baton_error_clear();
         rc = 0;
     }
+    if (kind == AOP_RELEASE && release_native(a, op) == 0) goto out;
     pthread_mutex_lock(&a->mu);
     if (a->closed) {
         rc = baton_seterr(BATON_ECANCELED, 0, "the client is closing");
@@ -454,6 +524,7 @@ static int deliver(baton__async *a, int max, int force_rc)
         n++;
         rc = op->rc;
         if (op->native && native_finish(a, op, force_rc != 0, &rc)) continue;
+        if (op->native_rel) rc = release_rc(op->l, rc, op->over);
         pthread_mutex_lock(&a->mu);
         op->l->aop = NULL;
         pthread_cond_broadcast(&a->stopped);
@@ -479,7 +550,16 @@ int baton_client_process(baton_client *c)
     if (read(a->efd, &v, sizeof v) < 0 && errno != EAGAIN) { /* nothing to read */ }
     for (op = a->done.head; op; op = op->next) n++;
     pthread_mutex_unlock(&a->mu);
-    return deliver(a, n, 0);
+    n = deliver(a, n, 0);
+    /* completions that came after the count found the list non-empty and
+     * wrote nothing: the fd must say they are there */
+    pthread_mutex_lock(&a->mu);
+    if (a->done.head) {
+        uint64_t one = 1;
+        if (write(a->efd, &one, sizeof one) < 0 && errno != EAGAIN) { /* readable already */ }
+    }
+    pthread_mutex_unlock(&a->mu);
+    return n;
 }
 
 /* Calls on C's context from a thread that is not the close's: 0 and the
@@ -588,8 +668,11 @@ void baton__async_close_begin(baton_client *c)
     if (!a) return;
     pthread_mutex_lock(&a->mu);
     a->closed = 1;
-    while (a->queue.head) {
-        baton__aop *op = a->queue.head;
+    for (baton__aop *op = a->queue.head, *nx; op; op = nx) {
+        nx = op->next;
+        /* a raw release's handle is free already: only its run lets go of
+         * the engine's lock, so the workers still run it */
+        if (op->raw) continue;
         list_unlink(&a->queue, op);
         finish(a, op, BATON_ECANCELED);
     }

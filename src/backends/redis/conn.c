@@ -761,3 +761,32 @@ char *baton__redis_prefixed(const char *prefix, const char *key) {
     snprintf(s, n, tagged ? "%s:%s" : "%s:{%s}", prefix, key);
     return s;
 }
+
+/* ---- non-blocking writes (mux.c) ------------------------------------------ */
+
+int rconn_write_nb(rconn *c, const char *buf, size_t len, size_t *wrote, int *want_read) {
+    *wrote = 0;
+    *want_read = 0;
+    if (c->ssl) {
+        /* TLS: a retry after WANT_* must repeat the same buffer and length,
+         * which holds because the caller only moves BUF past what was
+         * written (OpenSSL writes a record all or nothing without
+         * SSL_MODE_ENABLE_PARTIAL_WRITE). */
+        ERR_clear_error();
+        int n = SSL_write(c->ssl, buf, len > INT_MAX ? INT_MAX : (int)len);
+        if (n > 0) { *wrote = (size_t)n; return 0; }
+        int e = SSL_get_error(c->ssl, n);
+        if (e == SSL_ERROR_WANT_READ) { *want_read = 1; return 0; }
+        if (e == SSL_ERROR_WANT_WRITE) return 0;
+        return io_fail(c, BATON_EUNAVAILABLE, errno, "TLS write failed (connection lost)");
+    }
+    for (;;) {
+        ssize_t n = send(c->fd, buf, len, MSG_NOSIGNAL);
+        if (n >= 0) { *wrote = (size_t)n; return 0; }
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
+        char m[160];
+        snprintf(m, sizeof m, "write failed: %s", strerror(errno));
+        return io_fail(c, BATON_EUNAVAILABLE, errno, m);
+    }
+}

@@ -60,6 +60,7 @@ typedef struct {
     int watching;            /* the subscriber watches for drops (atomic) */
     char ident[200];         /* resolved address, db, layout, prefix */
     rks_state ks;            /* keyspace.c */
+    struct rasync *as;       /* async.c: the mux and its ops, made on first use */
 } reng;
 
 /* Runs script SID on connection C (EVALSHA, falling back to EVAL on NOSCRIPT).
@@ -141,6 +142,7 @@ typedef int (*rb_msg_fn)(void *ctx, const char *payload);
 enum {
     RB_WAIT_POLL = 1,    /* re-check with backoff even when subscribed (no unlock messages) */
     RB_WAIT_PATTERN = 2, /* CHANNEL is a PSUBSCRIBE glob */
+    RB_WAIT_ONE = 4,     /* a one-wake registration (rsub_register_one): a release wakes one waiter */
 };
 int baton__redis_wait_loop_msg(reng *e, const char *channel, baton_waiter *w, int64_t deadline,
                                int64_t refresh_ms, int flags, rb_attempt_fn attempt, rb_msg_fn msg,
@@ -160,6 +162,7 @@ typedef struct {
     reng *e;
     const char *key;
     int mode;                /* RKS_* this wait subscribed with */
+    const char *wake;        /* the lock's one-wake channel (ks_enter_for), or NULL */
     rsub_entry *se[2];
 } rb_ks_wait;
 /* Registers W for KEY's release events as the server's configuration allows
@@ -167,6 +170,10 @@ typedef struct {
  * never fails: without them KW registers nothing. Marks KW as this thread's
  * wait until ks_leave. */
 void baton__redis_ks_enter(reng *e, const char *key, baton_waiter *w, int64_t deadline, rb_ks_wait *kw);
+/* The same for a waiter registered one-wake on WAKE (RB_WAIT_ONE): a release
+ * event wakes one of WAKE's waiters (rsub_register_node_for), not all. */
+void baton__redis_ks_enter_for(reng *e, const char *key, const char *wake, baton_waiter *w, int64_t deadline,
+                               rb_ks_wait *kw);
 void baton__redis_ks_leave(rb_ks_wait *kw);
 /* 1 when this thread's wait on E is sure to be woken by a foreign release
  * right now (notifications known to be on and subscribed): the waiting loop
@@ -206,6 +213,14 @@ int baton__redis_lock_info(void *eng, const char *name, baton_lockinfo *out);
 int baton__redis_plain_acquire(reng *e, rlock *l, baton_acquire_req *req);
 int baton__redis_plain_release(reng *e, rlock *l, const baton_owner *owner);
 int baton__redis_plain_renew(reng *e, rlock *l, const baton_owner *owner, uint32_t lease_ms, int64_t deadline_ns);
+
+/* async.c: the native async table (plain locks on one server, via mux.c) */
+extern const baton_async_methods baton__redis_async_methods;
+void baton__redis_async_close(reng *e);
+/* Connections the mux opened (reconnects included) and has open now. */
+void baton__redis_async_stats(reng *e, uint64_t *opened, int *open_now);
+/* The body of script SID as this engine sends it (EVAL after NOSCRIPT). */
+const char *baton__redis_script_body(const reng *e, int sid);
 
 /* admin.c: the operator's list and break (backend.h, version 7) */
 int baton__redis_lock_list(void *eng, const char *prefix, int (*fn)(void *arg, const char *name), void *arg);

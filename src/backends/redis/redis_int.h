@@ -133,6 +133,50 @@ void rconn_set_abort_fd(int fd);
 void rreply_free(void *reply);
 /* Maps a server error reply to a baton code and sets the thread's error. */
 int rreply_error(const redisReply *r, const char *what);
+/* Writes what it can of BUF without blocking: 0 and *WROTE (maybe 0; then
+ * *WANT_READ says TLS waits for the socket to be readable), or an error
+ * (the connection is broken). Used by the mux (mux.c). */
+int rconn_write_nb(rconn *c, const char *buf, size_t len, size_t *wrote, int *want_read);
+
+/* The mux (mux.c): one pipelined connection per client, owned by one I/O
+ * thread. Submitters queue commands from any thread; the thread writes all
+ * that is queued in as few writes as it can (auto-pipelining), matches the
+ * replies in FIFO order and calls each command's CB on the I/O thread. A
+ * command not answered by its DEADLINE (a frozen link) breaks the
+ * connection: every command in flight completes BATON_EUNAVAILABLE, as on
+ * EOF (CLIENT KILL, a restart), and the next submission reconnects. */
+typedef struct rmux rmux;
+typedef struct rmux_cmd rmux_cmd;
+/* RC 0: R is the reply (an error reply included), the callback's to free;
+ * else R is NULL and RC says why (BATON_EUNAVAILABLE; SENT says whether
+ * the command may have reached the server). */
+typedef void (*rmux_cb)(rmux_cmd *cmd, int rc, redisReply *r, int sent);
+struct rmux_cmd {
+    rmux_cmd *next;
+    rmux_cb cb;
+    int64_t deadline;        /* monotonic ns */
+    int64_t sent_ns;         /* set when its batch is handed to the socket */
+};
+typedef struct rmux_timer {
+    int64_t at;              /* monotonic ns */
+    int idx;                 /* heap slot + 1; 0 = not armed */
+    void (*fn)(struct rmux_timer *t);
+} rmux_timer;
+/* ON_KICK(ARG) runs on the I/O thread after rmux_kick. */
+int rmux_new(rmux **out, const rcfg *cfg, void (*on_kick)(void *), void *arg);
+/* Stops the thread; commands still queued complete BATON_ECANCELED. */
+void rmux_free(rmux *m);
+/* Queues a command (any thread; starts the I/O thread on first use). */
+int rmux_submit(rmux *m, rmux_cmd *c, int argc, const char **argv, const size_t *lens);
+/* Makes the I/O thread call on_kick soon (any thread; never blocks). */
+void rmux_kick(rmux *m);
+/* Timers: I/O thread only. */
+int rmux_timer_set(rmux *m, rmux_timer *t, int64_t at);
+void rmux_timer_del(rmux *m, rmux_timer *t);
+/* 1 when called on M's I/O thread. */
+int rmux_on_thread(rmux *m);
+/* Connections this mux opened so far (reconnects included), and open now. */
+void rmux_stats(rmux *m, uint64_t *opened, int *open_now);
 int rtls_ctx_new(SSL_CTX **out, const char *cacert, const char *cert, const char *key, int insecure);
 
 /* The subscriber (sub.c). */
@@ -151,6 +195,7 @@ typedef struct rsub_s {
     void (*on_reconnect)(void *arg);   /* rsub_watch */
     void *on_reconnect_arg;
     int said_noperm;         /* the ACL refusal was reported once */
+    unsigned msg_serial;     /* messages received (one keyspace wake per message) */
     /* Cluster (sub.c): this rsub's own connection goes to any node (classic
      * PUBLISH is broadcast, PSUBSCRIBE patterns); sharded channels
      * (SSUBSCRIBE) and node-local ones (keyspace events) go to a child rsub
@@ -191,6 +236,34 @@ int rsub_register_node(rsub *s, const char *channel, const char *route_key, bato
  * (a failover, a MOVED answer), registers W again there and frees the old
  * entry. 1 when it moved *E. */
 int rsub_reroute(rsub *s, rsub_entry **e, baton_waiter *w);
+/* One-wake registrations (the plain lock's waiters; sub.c's top comment has
+ * the rules). rsub_register_one: like rsub_register (no pattern), but a
+ * message wakes only the oldest waiter of the channel that holds no wake
+ * (or nobody, when a waiter already woken has yet to attempt); a
+ * confirmation or a lost connection still wakes all. rsub_register_ready_one:
+ * the same for rsub_register_ready. A one-wake waiter must tell the
+ * subscriber about its attempts, whoever drives it (a parked thread or an
+ * async callback):
+ *   rsub_attempt         right before each attempt is sent;
+ *   rsub_attempt_failed  the attempt was answered "held" and it waits on
+ *                        (if a message came meanwhile, its waiter was woken
+ *                        again: it must attempt once more, not park);
+ *   rsub_granted         the attempt got the lock (before rsub_unregister).
+ * rsub_unregister without rsub_granted after a wake passes the wake on to
+ * the next waiter (timeout, cancel, error). All three are no-ops on other
+ * entries (and on NULL). */
+int rsub_register_one(rsub *s, const char *channel, baton_waiter *w, rsub_entry **out);
+int rsub_register_ready_one(rsub *s, const char *channel, baton_waiter *w, rsub_entry **out);
+void rsub_attempt(rsub *s, rsub_entry *e);
+void rsub_attempt_failed(rsub *s, rsub_entry *e);
+void rsub_granted(rsub *s, rsub_entry *e);
+/* rsub_register_node, for a keyspace channel whose wanted messages mean
+ * "WAKE may be free": each is delivered as one wake on channel WAKE's
+ * one-wake waiters on the same subscriber (once per message, however many
+ * entries want it), or wakes W itself when WAKE has none there (a cluster
+ * whose key and channel live on different masters). */
+int rsub_register_node_for(rsub *s, const char *channel, const char *route_key, const char *wake, baton_waiter *w,
+                           rsub_want_fn want, void *want_arg, rsub_entry **out);
 /* Keeps the subscriber connected from now on (starting its thread), and calls
  * FN(ARG) on that thread, with no lock held, each time it connects again after
  * losing the connection: the server may have restarted or failed over, so

@@ -45,7 +45,15 @@ static const baton_engine_option options[] = {
 static const char *const notes[] = {
     "lock waiters: woken by baton's PUBLISH and, where the server has notify-keyspace-events K or E with g on, "
     "by the key's del/expired events (a foreign or silent release at once; CONFIG GET every 10 s while waiting); "
-    "else layout=simple polls every 2-200 ms and the default layout re-checks at the TTL and every 2 s",
+    "else layout=simple polls every 2-200 ms and the default layout re-checks at the TTL and every 2 s; "
+    "a release wakes one waiter per client (the oldest without a wake; a woken waiter that leaves passes it on; "
+    "a lost connection wakes all): with the waiters as threads of one client a handoff costs the same at 1 or 256 "
+    "waiters, with a client per waiter each client still tries once per release",
+    "async (event-loop API): the plain lock on one server (redis, rediss, redis+unix) is native: one pipelined "
+    "connection (CLIENT SETNAME baton-mux) and one I/O thread per client carry every lock's EVALSHA, written in "
+    "batches; waiters wake on PUBLISH, re-check at the TTL and every 1 s (simple layout: 2-200 ms backoff); "
+    "a frozen link fails pending commands after the io timeout, EOF at once; fair, rw, cluster, sentinel and "
+    "wait_replicas use the core's worker pool (docs/async.md)",
     "fair: Redisson's RFairLock layout",
     "cluster: redis[s]-cluster://h1:p1,h2:p2,... (seeds): slot map from CLUSTER SLOTS, one connection per master, "
     "MOVED/ASK/TRYAGAIN/CLUSTERDOWN followed within the call's deadline; every key of an operation shares the "

@@ -133,4 +133,5 @@ const baton_backend baton__backend_redis = {
     .queue = &redis_queue_methods,
     .ratelimit = &baton__ratelimit_redis,
     .services = &redis_services_methods,
+    .async = &baton__redis_async_methods,
 };
