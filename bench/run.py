@@ -740,7 +740,10 @@ def measure_zk(got):
         "unc": ("pairs_per_s", [
             ("raw", [raw, "127.0.0.1:%d" % port, str(ZK_N)] if raw else None),
             ("kazoo", [PY, pyl, "kazoo", "uncontended", str(ZK_N)] if kz else None),
-            ("baton", bench("--workload", "uncontended", "--n", str(ZK_N)))]),
+            ("baton", bench("--workload", "uncontended", "--n", str(ZK_N))),
+            # without the grant's fence note (one write less per cycle; docs/zk-engine.md)
+            ("baton_nonote", [BATON, "bench", "-u", uri + "?fence_note=0", "--workload", "uncontended",
+                              "--n", str(ZK_N), "--json"])]),
         "cont": ("handoffs_per_s", [
             ("kazoo", [PY, pyl, "kazoo", "contended", "8", "5"] if kz else None),
             ("baton", bench("--workload", "contended", "--clients", "8", "--seconds", "5"))]),
@@ -756,7 +759,7 @@ def measure_zk(got):
             k = rep % len(sides)
             for who, cmd in sides[k:] + sides[:k]:
                 runs[who].append(run(cmd, "zk_%s_%s" % (who, key), env))
-        for who in ("raw", "kazoo", "baton"):
+        for who in ("raw", "kazoo", "baton", "baton_nonote"):
             got["zk_%s_%s" % (who, key)] = median_run(runs.get(who, []), field)
             got["zk_runs_%s_%s" % (who, key)] = len([x for x in runs.get(who, []) if x])
     loadavg("zk herd")
@@ -1750,6 +1753,9 @@ def zk_rows(got):
     r = div(unc, kz)
     row("ZooKeeper uncontended pairs/s vs kazoo", f(unc), "kazoo " + f(kz), r, "≥ 1.5",
         None if r is None else r >= 1.5, short="zk uncontended ≥ 1.5 × kazoo")
+    nn = g("zk_baton_nonote_unc", "pairs_per_s")
+    row("… baton with `?fence_note=0` (no fence note: 3 requests per cycle) vs the raw bound", f(nn),
+        "raw bound " + f(rawb), div(nn, rawb), "—", info=True)
     b, k = g("zk_baton_unc", "acquire_p50_us"), g("zk_kazoo_unc", "acquire_p50_us")
     row("… acquire p50 µs (ratio = kazoo / baton)", f(b), "kazoo " + f(k), div(k, b), "—", info=True)
     row("… raw bound vs kazoo (pairs/s)", f(rawb), "kazoo " + f(kz), div(rawb, kz), "—", info=True)

@@ -252,6 +252,37 @@ def test_kazoo_first(zk1, zk2):
           children(zk1, path))
 
 
+# ---- fences around a kazoo holder: baton, kazoo, baton ----------------------------
+def status_fence(name):
+    rc, out, err = baton_out("status", "-u", URI, name)
+    m = re.search(r"^fence:\s*(\d+)", out, re.M)
+    return int(m.group(1)) if rc == 0 and m else None
+
+
+def test_fences_around_kazoo(zk1):
+    log("-- fences: baton, then a kazoo holder, then baton again")
+    name = PREFIX + "fences"
+    path = ROOT + "/" + name
+    rc, out, err = baton_out("run", "-u", URI, name, "--", "sh", "-c", 'echo "$BATON_FENCE"')
+    f1 = int(out.strip()) if rc == 0 and out.strip().isdigit() else None
+    check("baton-1 ran with a fence", f1 is not None and f1 > 0, "rc %d %s %s" % (rc, out, err))
+    check("status after baton-1: its fence is the last granted", status_fence(name) == f1, status_fence(name))
+    l = klock(zk1, path, "kazoo")
+    kz = None
+    if check("kazoo acquires", acquire_bounded(l)):
+        kids = [k for k in children(zk1, path) if "__lock__" in k]
+        st = zk1.exists(path + "/" + kids[0]) if kids else None
+        kz = st.czxid if st else None
+        check("status while kazoo holds: its node's czxid", kz is not None and status_fence(name) == kz,
+              "czxid %s status %s" % (kz, status_fence(name)))
+        l.release()
+    rc, out, err = baton_out("run", "-u", URI, name, "--", "sh", "-c", 'echo "$BATON_FENCE"')
+    f2 = int(out.strip()) if rc == 0 and out.strip().isdigit() else None
+    check("baton-2's fence exceeds baton-1's and kazoo's", f1 is not None and kz is not None and f2 is not None
+          and f2 > kz > f1, "fences %s, kazoo %s, %s" % (f1, kz, f2))
+    check("status after baton-2: its fence is the last granted", status_fence(name) == f2, status_fence(name))
+
+
 # ---- baton first: baton, kazoo, baton -------------------------------------------
 def test_baton_first(zk1):
     log("-- baton holds; kazoo and another baton queue")
@@ -513,6 +544,7 @@ def main():
     try:
         test_kazoo_first(zk1, zk2)
         test_baton_first(zk1)
+        test_fences_around_kazoo(zk1)
         test_election(zk1)
         test_elect_cli_seen_by_kazoo(zk1, zk2)
         test_kazoo_election_seen_by_baton(zk1, zk2)

@@ -87,7 +87,10 @@ static void unlink_call(zcall *c)
     else if (c->s->calls == c) c->s->calls = c->next;
     if (c->next) c->next->prev = c->prev;
     c->next = c->prev = NULL;
-    pthread_cond_broadcast(&e->cv); /* a closing session may wait for it */
+    /* only a closing session waits for its calls: a broadcast per answer
+     * woke the check thread (and anyone waiting for a session) on every
+     * request, about 10 futex calls per lock cycle */
+    if (c->s->closing) pthread_cond_broadcast(&e->cv);
     pthread_mutex_unlock(&e->mu);
 }
 
@@ -304,7 +307,7 @@ zcall *zk_start_marked(zsess *s, const char *path, const char *buf, int len, int
         zoo_create_op_init(&ops[0], path, buf, len, acl, ZOO_PERSISTENT, c->mpath, (int)sizeof c->mpath);
     else
         zoo_set_op_init(&ops[0], path, buf, len, version, &c->mst);
-    zoo_create_op_init(&ops[1], mark, NULL, -1, acl, ZOO_EPHEMERAL, c->mpath, (int)sizeof c->mpath);
+    zoo_create_op_init(&ops[1], mark, NULL, -1, acl, ZOO_PERSISTENT, c->mpath, (int)sizeof c->mpath);
     zrc_ = zoo_amulti(s->zh, 2, ops, c->res, on_marked, c);
     return sent(c, zrc_, out);
 }

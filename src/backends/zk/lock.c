@@ -186,6 +186,8 @@ char *zk_take_node(zeng *e, zlock *l, uint64_t *gen, int *lost)
     if (lost) *lost = l->lost;
     l->node = NULL;
     l->lost = 0;
+    l->granted = 0;
+    l->armed = 0;
     l->report_until = 0;
     pthread_mutex_unlock(&e->mu);
     return node;
@@ -239,14 +241,15 @@ static int find_own(zeng *e, zsess *s, const char *dir, const char *prefix, char
  * Into *SV (*listed = 1 when that listing is good). Returns the create's
  * answer (ZOPERATIONTIMEOUT at DEADLINE). */
 static int create_listed(zeng *e, zsess *s, const char *path, const char *dir, const char *data, char *created,
-                         int plen, struct Stat *st, struct String_vector *sv, int *listed, int64_t deadline)
+                         int plen, struct Stat *st, struct String_vector *sv, int *listed, watcher_fn lw,
+                         void *lctx, int64_t deadline)
 {
     zcall *cc, *lc;
     int zrc, lrc;
     *listed = 0;
     cc = zk_start_create(s, path, data, data ? (int)strlen(data) : -1, zk_acl(e), ZOO_EPHEMERAL_SEQUENTIAL, &zrc);
     if (!cc) return zrc;
-    lc = zk_start_children(s, dir, NULL, NULL, &lrc);
+    lc = zk_start_children(s, dir, lw, lctx, &lrc);
     zrc = zk_call_wait(cc, deadline);
     if (zrc == ZOK) {
         snprintf(created, (size_t)plen, "%s", zk_call_value(cc));
@@ -264,7 +267,8 @@ static int create_listed(zeng *e, zsess *s, const char *path, const char *dir, c
 }
 
 int zk_create_seq(zeng *e, zsess *s, const char *dir, const char *prefix, const char *data, char **out,
-                  struct Stat *st, struct String_vector *list, int *listed, int64_t deadline)
+                  struct Stat *st, struct String_vector *list, int *listed, watcher_fn lw, void *lctx,
+                  int64_t deadline)
 {
     char *path = join(dir, prefix), *created;
     int plen, zrc = ZOK, rc = 0;
@@ -278,7 +282,7 @@ int zk_create_seq(zeng *e, zsess *s, const char *dir, const char *prefix, const 
     if (listed) *listed = 0;
     for (int tries = 0; tries < 5; tries++) {
         if (list && tries == 0)
-            zrc = create_listed(e, s, path, dir, data, created, plen, st, list, listed, deadline);
+            zrc = create_listed(e, s, path, dir, data, created, plen, st, list, listed, lw, lctx, deadline);
         else
             zrc = zk_create(s, path, data, data ? (int)strlen(data) : -1, zk_acl(e), ZOO_EPHEMERAL_SEQUENTIAL,
                             created, plen, st, deadline);
@@ -324,8 +328,12 @@ out:
     return rc;
 }
 
+static void held_dir_watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx);
+
 /* Creates our node; *SV gets the directory's children as listed right after
- * it when *LISTED (see create_listed). */
+ * it when *LISTED (see create_listed). That listing leaves a child watch on
+ * the directory: a grant it confirms needs no watch of its own (see
+ * held_dir_watcher). */
 static int create_node(zeng *e, zsess *s, zlock *l, const baton_owner *o, const char *data,
                        struct String_vector *sv, int *listed, int64_t deadline)
 {
@@ -334,7 +342,11 @@ static int create_node(zeng *e, zsess *s, zlock *l, const baton_owner *o, const 
     int rc;
     zk_prefix(prefix, sizeof prefix, o->uuid, l->kind);
     memset(&st, 0, sizeof st);
-    if ((rc = zk_create_seq(e, s, l->dir, prefix, data, &node, &st, sv, listed, deadline))) {
+    pthread_mutex_lock(&e->mu);
+    l->dir_fired = 0;
+    pthread_mutex_unlock(&e->mu);
+    if ((rc = zk_create_seq(e, s, l->dir, prefix, data, &node, &st, sv, listed, held_dir_watcher,
+                            ZK_SLOT_CTX(l->slot), deadline))) {
         if (*listed) deallocate_String_vector(sv);
         *listed = 0;
         return rc;
@@ -344,6 +356,8 @@ static int create_node(zeng *e, zsess *s, zlock *l, const baton_owner *o, const 
     l->gen = s->gen;
     l->fence = (uint64_t)st.czxid;
     l->lost = 0;
+    l->granted = 0;
+    l->armed = 0;
     /* the session may have been given up while the create was on its way:
      * then this node is already lost */
     if (s->dead) {
@@ -418,6 +432,39 @@ void zk_arm_held(zeng *e, zsess *s, zlock *l)
     free(node);
 }
 
+/* The child watch that an acquire's first listing (sent right behind its
+ * create) leaves on the directory. While our node holds, any change of the
+ * directory's children fires it: our own release (the node is forgotten
+ * first: nothing to do), a contender joining or leaving, or someone deleting
+ * our node. It stands in for the exists watch of a grant until the first
+ * such change, and is then replaced by that watch (which answers ZNONODE if
+ * our node went meanwhile). So a free lock costs no request for the watch:
+ * the exists request is made only once a second contender shows up. Before
+ * the grant is confirmed it only notes that it fired (a waiter's first
+ * listing: one event per contender at most, as the watch is one-shot). */
+static void held_dir_watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx)
+{
+    zsess *s = (zsess *)zoo_get_context(zh);
+    uint64_t slot = (uint64_t)(uintptr_t)ctx;
+    char *node = NULL;
+    (void)state;
+    if (!s || !path || type != ZOO_CHILD_EVENT) return;
+    pthread_mutex_lock(&s->e->mu);
+    for (zlock *l = s->e->locks; l; l = l->next)
+        if (l->slot == slot && l->node && !l->lost && !strcmp(l->dir, path)) {
+            if (!l->granted) {
+                l->dir_fired = 1;
+            } else if (!l->armed) {
+                l->armed = 1; /* one exists watch per grant */
+                node = strdup(l->node);
+            }
+            break;
+        }
+    pthread_mutex_unlock(&s->e->mu);
+    if (node) arm_held(s->e, zh, slot, node);
+    free(node);
+}
+
 static void held_watcher(zhandle_t *zh, int type, int state, const char *path, void *ctx)
 {
     zsess *s = (zsess *)zoo_get_context(zh);
@@ -479,6 +526,41 @@ static int drop_ghosts(zsess *s, zlock *l, zchild *c, int n, const char *uuid, c
  * (our node deleted then). FIRST, when not NULL, is a listing of the
  * directory taken after our node was made: the first look uses it (and frees
  * it) instead of asking again. */
+/* A grant confirmed. The holder learns of its node's deletion by someone
+ * else through a watch: the child watch of the listing that confirmed the
+ * grant when WATCHED (the acquire's first listing: a free lock) while it has
+ * not fired (held_dir_watcher), else an exists watch armed now. The fence is noted in the directory's data for
+ * lock_info ("the last fence granted", once nobody holds) here, not by the
+ * release: sent and not waited for, it is carried out before the release's
+ * delete (one session's requests run in order), so the release is one
+ * delete, as in the raw create+delete cycle. A refusal (a foreign ACL on the
+ * directory) loses the note only. */
+static void granted(zeng *e, zsess *s, zlock *l, int watched)
+{
+    char *node = NULL;
+    int arm;
+    uint64_t fence;
+    pthread_mutex_lock(&e->mu);
+    l->granted = 1;
+    /* a grant after waiting arms at once, as the waiter's listing that
+     * confirmed it is not watched: a handoff then costs the same requests
+     * whatever happens around it (the herd stays constant) */
+    arm = !watched || l->dir_fired;
+    if (arm) l->armed = 1;
+    fence = l->fence;
+    if (l->node) node = strdup(l->node);
+    pthread_mutex_unlock(&e->mu);
+    if (!node) return;
+    if (e->fence_note && (l->kind == ZK_LOCK || l->kind == ZK_WRITE)) {
+        char fbuf[24];
+        int zrc;
+        snprintf(fbuf, sizeof fbuf, "%" PRIu64, fence);
+        zk_call_put(zk_start_set(s, l->dir, fbuf, (int)strlen(fbuf), -1, &zrc));
+    }
+    if (arm) arm_held(e, s->zh, l->slot, node);
+    free(node);
+}
+
 static int wait_turn(zeng *e, zsess *s, zlock *l, baton_acquire_req *req, struct String_vector *first)
 {
     baton_waiter *w = req->waiter;
@@ -494,6 +576,7 @@ static int wait_turn(zeng *e, zsess *s, zlock *l, baton_acquire_req *req, struct
         int n = 0, me = -1, pred = -1, zrc;
         char *pred_path = NULL;
         struct Stat st;
+        int watched = first != NULL; /* this listing left a child watch on the directory */
 
         if (w) zk_slot_arm(e, l->slot, w);
         if (first) {
@@ -550,14 +633,7 @@ static int wait_turn(zeng *e, zsess *s, zlock *l, baton_acquire_req *req, struct
             }
             req->fence = l->fence;
             req->sent_ns = baton_now_ns();
-            {
-                char *node = NULL;
-                pthread_mutex_lock(&e->mu);
-                if (l->node) node = strdup(l->node);
-                pthread_mutex_unlock(&e->mu);
-                if (node) arm_held(e, s->zh, l->slot, node);
-                free(node);
-            }
+            granted(e, s, l, watched);
             rc = 0;
             break;
         }
@@ -646,31 +722,12 @@ int zk_lock_acquire(void *eng, void *st, baton_acquire_req *req)
 
 /* ---- release ------------------------------------------------------------ */
 
-/* Sets DIR's data to FENCE and deletes NODE, both sent before either answer
- * comes: one round trip. Not zoo_multi: the C client (3.8) frees an
- * uninitialised pointer in zoo_amulti when its session has just expired
- * (it skips a delete op's path set-up but still frees it), which freed our
- * node's name under a holder stopped past its session. Returns the delete's
- * answer (ZOPERATIONTIMEOUT at DEADLINE). The note is for lock_info only: a
- * directory with a foreign ACL may refuse it, and the release stands. */
-static int note_and_delete(zsess *s, const char *dir, const char *fence, const char *node, int64_t deadline)
-{
-    int nrc, zrc;
-    zcall *n = zk_start_set(s, dir, fence, (int)strlen(fence), -1, &nrc), *d = zk_start_delete(s, node, -1, &zrc);
-    if (d) {
-        zrc = zk_call_wait(d, deadline);
-        zk_call_put(d);
-    }
-    zk_call_put(n); /* answered with the delete (one session, in order) or not waited for */
-    return zrc;
-}
-
 int zk_lock_release(void *eng, void *st, const baton_owner *owner)
 {
     zeng *e = eng;
     zlock *l = st;
     zsess *s = NULL;
-    uint64_t gen, fence;
+    uint64_t gen;
     int lost, zrc, rc = 0;
     char *node;
     int64_t end = zk_deadline_ms(e->io_timeout_ms); /* the whole release's */
@@ -679,7 +736,6 @@ int zk_lock_release(void *eng, void *st, const baton_owner *owner)
     if (l->kind == ZK_MEMBER || l->kind == ZK_TAKER) return zk_owned_release(e, l);
 
     pthread_mutex_lock(&e->mu);
-    fence = l->fence;
     if (e->cur && !e->cur->dead && e->cur->gen == l->gen && l->node && !l->lost) {
         s = e->cur;
         s->refs++;
@@ -695,15 +751,8 @@ int zk_lock_release(void *eng, void *st, const baton_owner *owner)
     }
 
     for (int tries = 0; tries < 2; tries++) {
-        if (l->kind == ZK_LOCK || l->kind == ZK_WRITE) {
-            /* note the fence in the directory and delete, pipelined, so
-             * lock_info can tell the last fence granted once nobody holds it */
-            char fbuf[24];
-            snprintf(fbuf, sizeof fbuf, "%" PRIu64, fence);
-            zrc = note_and_delete(s, l->dir, fbuf, node, end);
-        } else {
-            zrc = zk_delete(s, node, -1, end);
-        }
+        /* one delete: the fence was noted in the directory at the grant */
+        zrc = zk_delete(s, node, -1, end);
         if (zrc == ZNONODE && tries > 0) zrc = ZOK; /* our first try went through */
         /* one more try after a connection loss, within the same deadline */
         if (zrc != ZCONNECTIONLOSS || baton_now_ns() >= end || zk_sess_wait(e, s, end)) break;
@@ -731,6 +780,20 @@ static int get_data(zsess *s, const char *path, char *buf, int cap, struct Stat 
 {
     int len = cap - 1, zrc = zk_get(s, path, NULL, NULL, buf, &len, st, deadline);
     if (zrc == ZOK) buf[len < 0 ? 0 : len] = 0;
+    return zrc;
+}
+
+/* DIR's children, and its stat as of that listing (pzxid: see lock_info). */
+static int list_stat(zsess *s, const char *dir, struct String_vector *sv, struct Stat *st, int64_t deadline)
+{
+    int zrc;
+    zcall *c = zk_start_children2(s, dir, NULL, NULL, &zrc);
+    if (!c) return zrc;
+    if ((zrc = zk_call_wait(c, deadline)) == ZOK) {
+        zk_call_strings(c, sv);
+        *st = *zk_call_stat(c);
+    }
+    zk_call_put(c);
     return zrc;
 }
 
@@ -769,7 +832,7 @@ int zk_lock_info(void *eng, const char *name, baton_lockinfo *out)
             goto out;
         }
         last = strtoull(buf, NULL, 10);
-        if ((zrc = zk_get_children(s, dir, NULL, NULL, &sv, end)) == ZNONODE) continue;
+        if ((zrc = list_stat(s, dir, &sv, &st, end)) == ZNONODE) continue;
         if (zrc != ZOK) {
             rc = zk_err(zrc, "list", dir);
             goto out;
@@ -793,7 +856,11 @@ int zk_lock_info(void *eng, const char *name, baton_lockinfo *out)
         }
         if (n == 0) {
             out->held = 0;
-            out->fence = last;
+            /* without notes (fence_note=0): the zxid of the directory's last
+             * child change. Every node ever made in it was made at or before
+             * it, every later one after it: at or above the last fence
+             * granted, below the next one */
+            out->fence = e->fence_note ? last : (last > (uint64_t)st.pzxid ? last : (uint64_t)st.pzxid);
             out->queue_length = 0;
             rc = 0;
             goto out;

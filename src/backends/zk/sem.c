@@ -198,7 +198,7 @@ static int acquire(zeng *e, zperm *p, int64_t deadline_ns, baton_waiter *w, char
     }
     snprintf(prefix, sizeof prefix, "_c_%s-lease-", o.uuid);
     memset(&nst, 0, sizeof nst);
-    if ((rc = zk_create_seq(e, s, p->leases, prefix, o.desc, &node, &nst, NULL, NULL,
+    if ((rc = zk_create_seq(e, s, p->leases, prefix, o.desc, &node, &nst, NULL, NULL, NULL, NULL,
                             zk_call_deadline(e, deadline_ns)))) {
         if (rc == ZK_AGAIN) rc = baton_seterr(BATON_EUNAVAILABLE, 0, "zk: the session ended during the acquire");
         goto out;

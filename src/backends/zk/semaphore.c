@@ -5,7 +5,7 @@
  *
  *   <sem_root>/NAME              the count, decimal text (kazoo Counter's
  *                                layout: no data reads as 0)
- *   <sem_root>/NAME/op-<hex>     ephemeral, for one write (see below)
+ *   <sem_root>/NAME/op-<ms>-<hex> persistent, for one write (see below)
  *
  * A semaphore never set has no node: 0 permits, and an acquire waits on an
  * exists watch until someone sets or adds some.
@@ -24,15 +24,16 @@
  * io timeout passed) may or may not have been carried out, and a
  * compare-and-set cannot be sent again blindly: had it been carried out, a
  * release would count twice, an acquire take its permits twice. So each
- * write is a transaction with the creation of an ephemeral marker
- * op-<random> below the count; a lost answer is settled by looking for the
- * marker on the same session once it is connected again (requests of one
- * session are carried out in order, so the look comes after the write).
- * The marker is deleted right after, without waiting for the answer (the
- * session's end would remove it anyway). Only when the session itself ends
- * before the look (its markers go with it) is the outcome unknown: the call
- * then answers BATON_EUNAVAILABLE, as a release on any engine can after
- * its request was sent.
+ * write is a transaction with the creation of a persistent marker
+ * op-<ms>-<random> below the count. A lost answer is settled by sending the
+ * same transaction again, from the same session or, when it ended, a new
+ * one: it is conditional on the data version read (or on the node's
+ * absence), so it succeeds only if neither the first one nor anyone else
+ * wrote meanwhile, and the first one, if still on its way, then fails for
+ * ever (the version moved on). When it fails, the marker tells whether the
+ * first one was carried out. The marker is deleted right after, without
+ * waiting for the answer; one whose delete was lost (a connection loss) is
+ * swept later by any writer that finds many of them (see sweep_markers).
  */
 #include "zk_int.h"
 #include "core/internal.h"
@@ -42,6 +43,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* A parked waiter reads again at least this often, watch or not (as lock
  * waiters do): a safety net, not the way it is woken. */
@@ -109,8 +111,9 @@ bad:
  * on its next change (its creation when absent). 0, or a ZooKeeper code as
  * *ZRC with BATON_EUNAVAILABLE-like errors left to the caller.
  */
-static int read_count(zsess *s, zsem *m, uint64_t slot, int64_t *v, int *ver, int *zrc, int64_t dl)
+static int read_count(zsess *s, zsem *m, uint64_t slot, int64_t *v, int *ver, int *zrc, int64_t dl, int *kids)
 {
+    if (kids) *kids = 0;
     char buf[32];
     struct Stat st;
     watcher_fn wf = slot ? zk_node_watcher : NULL;
@@ -120,6 +123,7 @@ static int read_count(zsess *s, zsem *m, uint64_t slot, int64_t *v, int *ver, in
         *zrc = zk_get(s, m->path, wf, ctx, buf, &len, &st, dl);
         if (*zrc == ZOK) {
             *ver = st.version;
+            if (kids) *kids = st.numChildren;
             /* longer than any count: not ours, and not a number */
             if (st.dataLength > (int)sizeof buf - 1) len = (int)sizeof buf;
             return parse_count(m->path, buf, len, v);
@@ -144,6 +148,14 @@ static int read_count(zsess *s, zsem *m, uint64_t slot, int64_t *v, int *ver, in
     return 0;
 }
 
+/* Milliseconds since the epoch (markers' names: see sweep_markers). */
+static long long wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 /* A fresh marker path for one write. */
 static int mark_path(zsem *m, char **out)
 {
@@ -151,9 +163,10 @@ static int mark_path(zsem *m, char **out)
     int rc;
     size_t n;
     if ((rc = baton__owner_init(&o))) return rc;
-    n = strlen(m->path) + sizeof "/op-" + strlen(o.hex);
+    n = strlen(m->path) + sizeof "/op--" + 20 + strlen(o.hex);
     if (!(*out = malloc(n))) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
-    snprintf(*out, n, "%s/op-%s", m->path, o.hex);
+    /* the wall-clock time in its name lets sweep_markers tell a leftover */
+    snprintf(*out, n, "%s/op-%lld-%s", m->path, wall_ms(), o.hex);
     return 0;
 }
 
@@ -171,6 +184,89 @@ static int make_parents(zeng *e, zsess *s, zsem *m, int64_t dl)
     }
     free(p);
     return rc;
+}
+
+/* A live session to settle a write on by DL: *SP itself once connected
+ * again, else a new one. 0 or an error. */
+static int live_session(zeng *e, zsess **sp, zsem *m, int64_t dl)
+{
+    while (baton_now_ns() < dl) {
+        zsess *n = NULL;
+        if (!zk_sess_dead(e, *sp)) {
+            if (zk_sess_wait(e, *sp, dl) == 0) return 0;
+            continue; /* it died meanwhile, or the deadline came */
+        }
+        if (zk_sess_get(e, dl, &n) == 0) {
+            zk_sess_put(e, *sp);
+            *sp = n;
+            return 0;
+        }
+    }
+    return baton_seterr(BATON_EUNAVAILABLE, 0, "zk: semaphore %s: a write's answer was lost and no session came "
+                        "back in time to settle it", m->path);
+}
+
+/* A write (VER, BUF, MARK) whose answer was lost: 1 when it was made (now or
+ * then), 0 when another write came first, else a baton error. Sends it again
+ * on a live session; a refusal is settled by the marker, read after the
+ * refusal on the same session (which the server answered once it had applied
+ * everything before it). */
+static int settle(zeng *e, zsess **sp, zsem *m, int ver, const char *buf, int len, const char *mark, int64_t dl)
+{
+    int rc, zrc;
+    for (;;) {
+        struct Stat st;
+        zcall *c;
+        if ((rc = live_session(e, sp, m, dl))) return rc;
+        if ((c = zk_start_marked(*sp, m->path, buf, len, ver, mark, zk_acl(e), &zrc))) {
+            zrc = zk_call_wait(c, dl);
+            zk_call_put(c);
+        }
+        if (zrc == ZOK) return 1;
+        if (zk_retryable(zrc) || zrc == ZSESSIONEXPIRED) continue;
+        if (zrc != ZBADVERSION && zrc != ZNODEEXISTS && zrc != ZNONODE)
+            return zk_err(zrc, "write the count of", m->path);
+        /* refused: the version moved on (or the node is there, or gone),
+         * so the first send, made or not, can never be carried out now.
+         * The look goes right behind the refusal on its session; if it is
+         * lost too, refuse again first (a new session's server might not
+         * have the first send yet) */
+        {
+            int64_t ldl = baton_now_ns() + ZK_GRACE_MS * 1000000LL;
+            zrc = zk_exists(*sp, mark, NULL, NULL, &st, ldl > dl ? ldl : dl);
+        }
+        if (zrc == ZOK) return 1;
+        if (zrc == ZNONODE) return 0;
+        if (!zk_retryable(zrc) || baton_now_ns() >= dl)
+            return zk_err(zrc, "look for the marker of a write to", m->path);
+    }
+}
+
+/* Markers whose delete was lost stay (they are persistent). A writer that
+ * reads SWEEP_AT or more children deletes those older than SWEEP_AGE_MS by
+ * the time in their names (far past any call's deadline, clocks apart
+ * included); answers are not waited for. */
+#define SWEEP_AT 16
+#define SWEEP_AGE_MS (3600 * 1000LL)
+
+static void sweep_markers(zsess *s, zsem *m, int kids, int64_t dl)
+{
+    struct String_vector sv = { 0, NULL };
+    long long old = wall_ms() - SWEEP_AGE_MS;
+    if (kids < SWEEP_AT || zk_get_children(s, m->path, NULL, NULL, &sv, dl) != ZOK) return;
+    for (int i = 0; i < sv.count; i++) {
+        char *end, *p;
+        long long t;
+        int zrc;
+        if (strncmp(sv.data[i], "op-", 3)) continue;
+        t = strtoll(sv.data[i] + 3, &end, 10);
+        if (end == sv.data[i] + 3 || *end != '-' || t >= old) continue;
+        if (!(p = malloc(strlen(m->path) + strlen(sv.data[i]) + 2))) break;
+        sprintf(p, "%s/%s", m->path, sv.data[i]);
+        zk_call_put(zk_start_delete(s, p, -1, &zrc));
+        free(p);
+    }
+    deallocate_String_vector(&sv);
 }
 
 /*
@@ -204,35 +300,17 @@ static int write_count(zeng *e, zsess **sp, zsem *m, int ver, int64_t newv, int6
             if ((rc = make_parents(e, s, m, dl)) < 0) goto out;
             continue;
         }
-        if (!zk_retryable(zrc)) {
+        if (!zk_retryable(zrc) && zrc != ZSESSIONEXPIRED && zrc != ZINVALIDSTATE) {
             rc = zk_err(zrc, "write the count of", m->path);
             goto out;
         }
-        /* The answer is lost: settle it by the marker, on this session
-         * (its requests are carried out in order: the look comes after the
-         * write; the marker would have gone with a dead session). */
-        for (;;) {
-            struct Stat st;
-            if (zk_sess_wait(e, s, dl)) {
-                rc = baton_seterr(BATON_EUNAVAILABLE, 0, "zk: semaphore %s: a write's answer was lost and the "
-                                  "session did not come back in time to tell whether it was made", m->path);
-                goto out;
-            }
-            /* the look itself gets a moment even at the deadline */
-            int64_t ldl = baton_now_ns() + ZK_GRACE_MS * 1000000LL;
-            zrc = zk_exists(s, mark, NULL, NULL, &st, ldl > dl ? ldl : dl);
-            if (zrc == ZOK) goto written;
-            if (zrc == ZNONODE) break; /* not made: send it again */
-            if (!zk_retryable(zrc) || baton_now_ns() >= dl) {
-                rc = zk_err(zrc, "look for the marker of a write to", m->path);
-                goto out;
-            }
-        }
+        /* The answer is lost: settle it (see the top of this file). */
+        if ((rc = settle(e, &s, m, ver, buf, len, mark, dl)) != 1) goto out;
+        break;
     }
-written:
     {
-        /* the marker is of no use now; its answer is not waited for (it
-         * goes with the session if this delete is lost) */
+        /* the marker is of no use now; its answer is not waited for (a
+         * lost one leaves the marker to sweep_markers) */
         zcall *d = zk_start_delete(s, mark, -1, &zrc);
         zk_call_put(d);
     }
@@ -272,8 +350,9 @@ static int change(zeng *e, zsem *m, int64_t delta, int drain, int64_t *out)
     if ((rc = zk_sess_get(e, end, &s))) return rc;
     for (;;) {
         int64_t v = 0, nv;
+        int kids = 0;
         int ver, zrc;
-        if ((rc = read_count(s, m, 0, &v, &ver, &zrc, end))) break;
+        if ((rc = read_count(s, m, 0, &v, &ver, &zrc, end, &kids))) break;
         if (zrc != ZOK) {
             if ((rc = recover(e, &s, zrc, end, "read the count of", m->path))) break;
             continue;
@@ -293,6 +372,7 @@ static int change(zeng *e, zsem *m, int64_t delta, int drain, int64_t *out)
         }
         rc = write_count(e, &s, m, ver, nv, end);
         if (rc == 1) {
+            sweep_markers(s, m, kids, end);
             rc = 0;
             break;
         }
@@ -321,10 +401,11 @@ int zk_sem_acquire(void *eng, void *st, uint32_t permits, int64_t deadline_ns, b
         unsigned gen = w ? baton_waiter_gen(w) : 0;
         uint64_t slot = deadline_ns && w ? m->slot : 0;
         int64_t dl = zk_call_deadline(e, deadline_ns), v = 0;
+        int kids = 0;
         int ver, zrc;
 
         if (slot) zk_slot_arm(e, slot, w);
-        if ((rc = read_count(s, m, slot, &v, &ver, &zrc, dl))) break;
+        if ((rc = read_count(s, m, slot, &v, &ver, &zrc, dl, &kids))) break;
         if (zrc != ZOK) {
             if ((rc = recover(e, &s, zrc, dl, "read the count of", m->path))) break;
             continue;
@@ -332,6 +413,7 @@ int zk_sem_acquire(void *eng, void *st, uint32_t permits, int64_t deadline_ns, b
         if (v >= (int64_t)permits) {
             rc = write_count(e, &s, m, ver, v - permits, dl);
             if (rc == 1) {
+                sweep_markers(s, m, kids, dl);
                 rc = 0;
                 break;
             }
@@ -378,7 +460,7 @@ int zk_sem_count(zeng *e, zsess *s, const char *name, int64_t *v, int *exists, i
     int rc, ver, zrc;
     *exists = 0;
     if ((rc = zk_path_in(e, e->sbase, name, NULL, &m.path))) return rc;
-    rc = read_count(s, &m, 0, v, &ver, &zrc, dl);
+    rc = read_count(s, &m, 0, v, &ver, &zrc, dl, NULL);
     if (!rc && zrc != ZOK) rc = zk_err(zrc, "read the count of", m.path);
     if (!rc) *exists = ver != ZK_CREATE_VERSION;
     free(m.path);
@@ -417,7 +499,7 @@ int zk_sem_ctl(void *eng, void *st, int op, int64_t arg, int64_t *out)
         int ver, zrc;
         if ((rc = zk_sess_get(e, end, &s))) return rc;
         for (;;) {
-            if ((rc = read_count(s, m, 0, &v, &ver, &zrc, end)) || zrc == ZOK) break;
+            if ((rc = read_count(s, m, 0, &v, &ver, &zrc, end, NULL)) || zrc == ZOK) break;
             if ((rc = recover(e, &s, zrc, end, "read the count of", m->path))) break;
         }
         zk_sess_put(e, s);

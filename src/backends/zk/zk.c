@@ -4,7 +4,7 @@
  * backend table. Locks live in lock.c, permits in sem.c.
  *
  * URI: zk://[user:password@]host[:port][,host[:port]...][/chroot][?options]
- * Options: session_timeout_ms, connect_timeout_ms, root, lost_after_ms
+ * Options: session_timeout_ms, connect_timeout_ms, root, lost_after_ms, fence_note
  * (docs/zk-engine.md).
  *
  * Sessions. A client has one zhandle at a time (zsess). The C client
@@ -42,6 +42,8 @@
 #define REPORT_AGAIN_MS 2000
 /* How long closing a session waits for its requests in flight (zk_sess_put). */
 #define CLOSE_WAIT_MS 500
+/* How often the C client may resolve the host names again (see sess_new). */
+#define RESOLVE_MS 10000
 
 static const int64_t MS = 1000000LL;
 
@@ -293,6 +295,11 @@ static zsess *sess_start(zeng *e)
         baton_seterr(BATON_EUNAVAILABLE, err, "zk: cannot start a session with %s (do the hosts resolve?)", e->hosts);
         return NULL;
     }
+    /* The C client resolves the host list again each time its I/O thread
+     * wakes (a netlink socket and /dev/urandom: about ten system calls per
+     * request sent or answer read). Once per RESOLVE_MS is enough to follow
+     * DNS changes; a connection loss still resolves at once. */
+    zoo_set_servers_resolution_delay(s->zh, RESOLVE_MS);
     if (e->auth) {
         int zrc;
         s->auth_pending = 1;
@@ -361,6 +368,7 @@ static void timedwait(zeng *e, int64_t deadline);
 static void sess_close(zeng *e, zsess *s)
 {
     pthread_mutex_lock(&e->mu);
+    s->closing = 1;
     for (int64_t until = baton_now_ns() + CLOSE_WAIT_MS * MS;
          (s->probe_sent || s->calls || s->deleting) && baton_now_ns() < until;)
         timedwait(e, until);
@@ -965,6 +973,7 @@ static int configure(zeng *e, const baton_uri *u, const baton_opts *uo, const ba
     e->session_timeout_ms = (int)baton_opts_int(uo, "session_timeout_ms");
     if (baton_opts_given(uo, "connect_timeout_ms")) e->connect_timeout_ms = (int)baton_opts_int(uo, "connect_timeout_ms");
     e->lost_after_ms = (int)baton_opts_int(uo, "lost_after_ms"); /* 0 = a third of the session timeout */
+    e->fence_note = baton_opts_bool(uo, "fence_note");
     root = baton_opts_str(uo, "root");
     if (!u->nhosts || !u->hosts[0].host || !*u->hosts[0].host)
         return baton_seterr(BATON_EINVAL, 0, "zk: the URI names no server (zk://host:port[,host:port...])");

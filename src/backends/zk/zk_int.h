@@ -36,6 +36,7 @@ typedef struct zsess {
     int refs;                /* calls using zh now, +1 while it is the engine's current one */
     int state;               /* the last ZOO_*_STATE the watcher saw */
     int dead;                /* expired, auth failed or declared lost: no new work on it */
+    int closing;             /* sess_close waits for the calls in flight (e->mu) */
     int auth_pending;        /* digest auth sent, no answer yet */
     int auth_rc;             /* its answer (ZOK, ZAUTHFAILED) */
     int64_t down_since;      /* monotonic ns the connection dropped; 0 while connected */
@@ -81,6 +82,10 @@ typedef struct zlock {
     uint64_t gen;            /* the session it lives on */
     uint64_t fence;          /* its czxid */
     int lost;                /* that session died while the node existed */
+    int granted;             /* the node holds (a grant confirmed); 0 while it waits */
+    int dir_fired;           /* the child watch of the acquire's listing fired
+                                before the grant was confirmed (lock.c) */
+    int armed;               /* an exists watch was asked for on node (lock.c) */
     int64_t report_until;    /* re-report the loss until then (see zk.c) */
     /* ZK_MEMBER: the member's node name ("<id>__party__"); ZK_TAKER: the
      * queue (dir) and the item this taker holds (its entry's name, bytes) */
@@ -103,6 +108,7 @@ typedef struct zeng {
     int connect_timeout_ms;
     int io_timeout_ms;
     int lost_after_ms;       /* a disconnection this long loses the session's grants (0 = derive) */
+    int fence_note;          /* note each grant's fence in the lock directory (lock.c) */
     /* guarded by mu */
     int negotiated_ms;       /* what the server granted (zoo_recv_timeout) */
     int64_t tick;            /* when the check thread last ran (0 = not yet) */
@@ -258,9 +264,11 @@ int zk_election_proclaim(void *eng, void *st, const baton_owner *owner, const ch
  * 0 with *out (malloc'd) and *st; ZK_AGAIN when the session died.
  * With LIST (else NULL), DIR's children are asked for right behind the first
  * create, in the same round trip; *LISTED = 1 when *LIST holds them (the
- * caller deallocates it), taken after the node was made. */
+ * caller deallocates it), taken after the node was made; LW (else NULL)
+ * with LCTX is the child watch that listing leaves on DIR. */
 int zk_create_seq(zeng *e, zsess *s, const char *dir, const char *prefix, const char *data, char **out,
-                  struct Stat *st, struct String_vector *list, int *listed, int64_t deadline);
+                  struct Stat *st, struct String_vector *list, int *listed, watcher_fn lw, void *lctx,
+                  int64_t deadline);
 /* Internal lock states (permits' Curator mutex). */
 int zk_lock_init(zeng *e, const char *dir, int kind, zlock **out);
 
