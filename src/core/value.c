@@ -296,7 +296,7 @@ static int count_update(sync_obj *o, count_fn fn, void *arg, int64_t *after)
 {
     for (int i = 0; i < CAS_TRIES; i++) {
         uint64_t ver;
-        int64_t cur, next;
+        int64_t cur, next = 0;
         int rc = read_count(o, &cur, &ver);
         if (rc) return rc;
         if ((rc = fn(o, cur, &next, arg)) == 1) {

@@ -318,7 +318,7 @@ static int claim_item(eeng *e, etaker *t, const baton_owner *owner, const char *
                       int64_t id, int timeout_ms)
 {
     char ids[24], irevs[24], *val = NULL, *ck = NULL, *c64 = NULL, *i64 = NULL, *v64 = NULL;
-    size_t cl;
+    size_t cl = 0;
     json_t *req = NULL, *resp = NULL, *kv;
     int rc, resent = 0;
     int64_t rev = 0;
