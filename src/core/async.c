@@ -48,6 +48,8 @@ struct baton__aop {
     int raw;                    /* a release whose prologue ran: the pool calls the engine only */
     int over;                   /* that release's lease had run out */
     int rc;
+    long native_err;            /* with msg: the failure's text as its thread set it */
+    char *msg;                  /* NULL, or the failure's message (malloc'd) for the callback */
     int64_t wait_ms;
     baton__async *a;
     baton_acquire_req req;      /* native: the request the engine fills */
@@ -92,6 +94,14 @@ static void finish(baton__async *a, baton__aop *op, int rc)
 {
     uint64_t one = 1;
     int was_empty = !a->done.head;
+    const baton_error *le = rc ? baton_error_last() : NULL;
+    /* The message was set on this thread (a worker, the engine's, a
+     * canceler); the callback runs on the loop's, so it travels with the op. */
+    if (le && le->code == rc && le->message && *le->message) {
+        free(op->msg);
+        op->msg = strdup(le->message);
+        op->native_err = le->native;
+    }
     op->rc = rc;
     op->state = AOP_DONE;
     list_push(&a->done, op);
@@ -529,7 +539,14 @@ static int deliver(baton__async *a, int max, int force_rc)
         op->l->aop = NULL;
         pthread_cond_broadcast(&a->stopped);
         pthread_mutex_unlock(&a->mu);
-        op->cb(op->l, force_rc ? force_rc : rc, op->arg);
+        rc = force_rc ? force_rc : rc;
+        /* the callback's baton_error_last() tells what happened to its op */
+        if (rc && rc == op->rc && op->msg)
+            baton_seterr(rc, op->native_err, "%s", op->msg);
+        else if (rc && baton_error_last()->code != rc)
+            baton_seterr(rc, 0, "%s", baton_strerror(rc));
+        op->cb(op->l, rc, op->arg);
+        free(op->msg);
         free(op);
     }
     return n;
@@ -648,6 +665,7 @@ void baton__async_forget(baton_lock *l)
          * that, so the free that follows gives a grant back */
         baton__lock_acquire_end(l, gone->rc, &gone->req, gone->wait_ms);
     }
+    if (gone) free(gone->msg);
     free(gone);
     /* the cancel meant for the op must not reach a later acquire */
     baton__waiter_reset(&l->waiter);

@@ -28,6 +28,8 @@ typedef struct {
     uint64_t fence;
     int in_start;          /* set around the starting call */
     int from_start;        /* a callback came from inside it */
+    int err_code;          /* baton_error_last() inside the callback */
+    char err_msg[256];
     volatile int stop;
 } res;
 
@@ -37,6 +39,11 @@ static void on_done(baton_lock *l, int rc, void *arg)
     if (r->in_start) r->from_start = 1;
     r->rc = rc;
     r->fence = rc == 0 ? baton_lock_fence(l) : 0;
+    if (rc) {
+        const baton_error *e = baton_error_last();
+        r->err_code = e->code;
+        snprintf(r->err_msg, sizeof r->err_msg, "%s", e->message ? e->message : "");
+    }
     atomic_fetch_add(&r->calls, 1);
     r->stop = 1;
 }
@@ -170,6 +177,9 @@ static void t_try_deadline_cancel(void)
     CHECK(atomic_load(&t.calls) == 1);
     CHECK_RC(t.rc, BATON_ELOCKED);
     CHECK(!t.from_start);
+    /* the callback's baton_error_last() is its op's failure, with a message */
+    CHECK_RC(t.err_code, BATON_ELOCKED);
+    CHECK(t.err_msg[0] != 0);
 
     res d = { 0 };
     int64_t t0 = tl_now_ms();
@@ -178,6 +188,8 @@ static void t_try_deadline_cancel(void)
     CHECK(atomic_load(&d.calls) == 1);
     CHECK_RC(d.rc, BATON_ETIMEDOUT);
     CHECK(tl_now_ms() - t0 >= 390);
+    CHECK_RC(d.err_code, BATON_ETIMEDOUT);
+    CHECK(d.err_msg[0] != 0);
 
     res k = { 0 };
     CHECK_RC(start_acquire(l, -1, &k), 0);
@@ -187,6 +199,7 @@ static void t_try_deadline_cancel(void)
     loop_until(c, &k, 20000);
     CHECK(atomic_load(&k.calls) == 1);
     CHECK_RC(k.rc, BATON_ECANCELED);
+    CHECK_RC(k.err_code, BATON_ECANCELED);
     /* the cancel was consumed: the next try asks the engine (ELOCKED) */
     res t2 = { 0 };
     CHECK_RC(start_acquire(l, 0, &t2), 0);
