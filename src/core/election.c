@@ -40,10 +40,13 @@ static void hook_cancel(baton_election *e, int on)
 {
     pthread_mutex_lock(&e->l->cm.gate->mu);
     if (on) {
-        e->lock_cancel = e->l->cm.cancel;
-        e->l->cm.cancel = election_member_cancel;
-    } else if (e->lock_cancel) {
-        e->l->cm.cancel = e->lock_cancel;
+        e->lock_ops = e->l->cm.ops;
+        e->lock_cancel = e->lock_ops->cancel;
+        e->hooked_ops = *e->lock_ops;
+        e->hooked_ops.cancel = election_member_cancel;
+        e->l->cm.ops = &e->hooked_ops;
+    } else if (e->lock_ops) {
+        e->l->cm.ops = e->lock_ops;
     }
     pthread_mutex_unlock(&e->l->cm.gate->mu);
 }
@@ -182,9 +185,9 @@ int baton_election_proclaim(baton_election *e, const char *value)
             baton__member_leave(&l->cm);
             return rc;
         }
-        pthread_mutex_lock(&l->io);
+        baton__lock_io_enter(l);
         rc = l->c->be->election->proclaim(l->c->eng, l->st, &l->owner, value);
-        pthread_mutex_unlock(&l->io);
+        baton__lock_io_leave(l);
         baton__member_leave(&l->cm);
     }
     if (rc == 0) {

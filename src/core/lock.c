@@ -1,5 +1,6 @@
 /* The lock front-end: reentrancy, leases, renewal and loss on top of any backend. */
 #include "lock.h"
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,12 +43,61 @@ static int64_t lease_validity_ns(uint32_t lease_ms)
 /* What the keeper and the client call back (below). */
 static int lock_poll(baton__kept *n, int64_t now, int renewing, int64_t *next);
 static int lock_keep(baton__kept *n, int64_t now);
+static int lock_start(baton__kept *n, int64_t now);
 static void lock_report(baton__kept *n);
+static int renewal_answer(baton_lock *l, int rc, int64_t sent, uint64_t fence);
+static const baton__kept_ops lock_kept_ops = { lock_poll, lock_keep, lock_start, lock_report };
 static int lock_recheck(baton__member *m, int64_t now);
 static int lock_lost(baton__member *m, void *st, uint64_t fence);
 static void lock_member_destroy(baton__member *m);
 static void lock_member_free(baton__member *m);
 static void lock_member_cancel(baton__member *m);
+static const baton__member_ops lock_member_ops = { lock_member_destroy, lock_member_free, lock_member_cancel,
+                                                   lock_recheck, lock_lost };
+
+/* The io gate's shared pairs (lock.h): a pair is held only to flip or wait
+ * on io_busy, never across I/O. */
+#define GATE_PAIRS 64
+static struct gate_pair {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+} g_gate[GATE_PAIRS];
+static pthread_once_t g_gate_once = PTHREAD_ONCE_INIT;
+
+static void gate_init(void)
+{
+    for (int i = 0; i < GATE_PAIRS; i++) {
+        pthread_mutex_init(&g_gate[i].mu, NULL);
+        pthread_cond_init(&g_gate[i].cv, NULL);
+    }
+}
+
+static struct gate_pair *gate_of(const baton_lock *l)
+{
+    uint64_t a = (uint64_t)(uintptr_t)l * UINT64_C(0x9E3779B97F4A7C15);
+    pthread_once(&g_gate_once, gate_init);
+    return &g_gate[a >> (64 - 6)];
+}
+
+void baton__lock_io_enter(baton_lock *l)
+{
+    struct gate_pair *g = gate_of(l);
+    pthread_mutex_lock(&g->mu);
+    while (l->io_busy)
+        pthread_cond_wait(&g->cv, &g->mu);
+    l->io_busy = 1;
+    pthread_mutex_unlock(&g->mu);
+}
+
+void baton__lock_io_leave(baton_lock *l)
+{
+    struct gate_pair *g = gate_of(l);
+    pthread_mutex_lock(&g->mu);
+    l->io_busy = 0;
+    /* the pair is shared: wake them all, the one of this lock goes on */
+    pthread_cond_broadcast(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+}
 
 int baton_lock_open(baton_lock **out, baton_client *c, const char *name, const baton_lock_options *opts)
 {
@@ -78,26 +128,21 @@ int baton__lock_create(baton_lock **out, baton_client *c, const char *name,
     if (def.fair && !(c->be->caps & BATON_CAP_FAIR))
         return baton_seterr(BATON_ENOTSUP, 0, "the %s backend has no fair lock", c->be->info->name);
 
-    l = calloc(1, sizeof *l);
+    /* the name in the handle's own allocation: one malloc header less per lock */
+    l = calloc(1, sizeof *l + strlen(name) + 1);
     if (!l) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
     l->c = c;
     l->opts = def;
     l->lease_deadline = l->next_renew = INT64_MAX;
-    if (!(l->name = strdup(name))) { free(l); return baton_seterr(BATON_ENOMEM, 0, "out of memory"); }
+    l->name = (char *)(l + 1);
+    memcpy(l->name, name, strlen(name) + 1);
     if ((rc = baton__owner_init(&l->owner))) goto fail_name;
     if ((rc = baton__waiter_init(&l->waiter))) goto fail_name;
-    pthread_mutex_init(&l->io, NULL);
     pthread_mutex_init(&l->smu, NULL);
     if (st) l->st = st;
     else if ((rc = c->be->lock->create(c->eng, l->name, &l->opts, &l->st))) goto fail_sync;
-    l->kn.poll = lock_poll;
-    l->kn.keep = lock_keep;
-    l->kn.report = lock_report;
-    l->cm.destroy = lock_member_destroy;
-    l->cm.free_handle = lock_member_free;
-    l->cm.cancel = lock_member_cancel;
-    l->cm.recheck = lock_recheck;
-    l->cm.lost = lock_lost;
+    l->kn.ops = &lock_kept_ops;
+    l->cm.ops = &lock_member_ops;
     if ((rc = baton__client_link(c, &l->cm))) {
         c->be->lock->destroy(c->eng, l->st);
         goto fail_sync;
@@ -105,11 +150,9 @@ int baton__lock_create(baton_lock **out, baton_client *c, const char *name,
     *out = l;
     return 0;
 fail_sync:
-    pthread_mutex_destroy(&l->io);
     pthread_mutex_destroy(&l->smu);
     baton__waiter_destroy(&l->waiter);
 fail_name:
-    free(l->name);
     free(l);
     return rc;
 }
@@ -235,9 +278,9 @@ int baton__lock_grant_check(baton_lock *l, const baton_acquire_req *req, int *de
     pthread_mutex_unlock(&l->smu);
     if (!*dead && (!leased || baton_now_ns() < req->sent_ns + lease_validity_ns(l->opts.lease_ms)))
         return 0;
-    pthread_mutex_lock(&l->io);
+    baton__lock_io_enter(l);
     l->c->be->lock->release(l->c->eng, l->st, &l->owner);
-    pthread_mutex_unlock(&l->io);
+    baton__lock_io_leave(l);
     return 1;
 }
 
@@ -307,9 +350,9 @@ int baton__lock_acquire(baton_lock *l, int64_t wait_ms)
     if ((rc = baton__lock_acquire_begin(l, wait_ms, &req, &reentered)) || reentered) return rc;
     for (;;) {
         int dead;
-        pthread_mutex_lock(&l->io);
+        baton__lock_io_enter(l);
         rc = l->c->be->lock->acquire(l->c->eng, l->st, &req);
-        pthread_mutex_unlock(&l->io);
+        baton__lock_io_leave(l);
         if (rc) break;
         /* Granted, but the lease was already over when the answer came, or
          * the engine said the session it was granted on died while the
@@ -354,12 +397,19 @@ static int lock_poll(baton__kept *n, int64_t now, int renewing, int64_t *next)
         return lose(l) ? KEPT_LOST : KEPT_IDLE;
     }
     *next = l->lease_deadline;
-    if (!renewing) {
-        if (now >= l->next_renew) {
+    if (!renewing && l->next_renew != INT64_MAX) {
+        /* Due a little early (an eighth of the renewal period, at most a
+         * second): renewals due close together leave in one keeper pass,
+         * and a client with many locks wakes its keeper once per batch
+         * instead of once per lock. Renewing early is always safe. */
+        int64_t slack = ms_to_ns(l->opts.renew_ms) / 8, due;
+        if (slack > ms_to_ns(1000)) slack = ms_to_ns(1000);
+        due = l->next_renew - slack;
+        if (now >= due) {
             pthread_mutex_unlock(&l->smu);
             return KEPT_RENEW;
         }
-        if (l->next_renew < *next) *next = l->next_renew;
+        if (due < *next) *next = due;
     }
     pthread_mutex_unlock(&l->smu);
     return KEPT_IDLE;
@@ -382,11 +432,77 @@ static int lock_keep(baton__kept *n, int64_t now)
     fence = l->fence;
     pthread_mutex_unlock(&l->smu);
 
-    pthread_mutex_lock(&l->io);
+    baton__lock_io_enter(l);
     sent = baton_now_ns();
     rc = l->c->be->lock->renew(l->c->eng, l->st, &l->owner, l->opts.lease_ms, deadline);
-    pthread_mutex_unlock(&l->io);
+    baton__lock_io_leave(l);
+    return renewal_answer(l, rc, sent, fence);
+}
 
+/* A native renewal in flight (lock_start): what its answer needs. */
+typedef struct {
+    baton_lock *l;
+    baton__keeper *k;
+    int64_t sent;
+    uint64_t fence;
+} renewal;
+
+/* The engine's answer to lock_start's renewal, on an engine thread with
+ * none of our locks held: handled as the blocking renewal's. */
+static void lock_renewed(void *token, int rc, uint64_t fence, int64_t sent_ns)
+{
+    renewal *r = token;
+    baton_lock *l = r->l;
+    baton__keeper *k = r->k;
+    int lost;
+    (void)fence;
+    (void)sent_ns;
+    lost = renewal_answer(l, rc, r->sent, r->fence);
+    free(r);
+    baton__lock_io_leave(l);
+    baton__keeper_renewed(k, &l->kn, lost);
+}
+
+/* The keeper's start() on a worker: lock_keep's renewal started natively
+ * (backend.h v12, renew_start), so one worker sends a batch of them; any
+ * refusal sends this one to lock_keep. */
+static int lock_start(baton__kept *n, int64_t now)
+{
+    baton_lock *l = BATON__CONTAINER(n, baton_lock, kn);
+    const baton_async_methods *am = l->c->be->async;
+    renewal *r;
+    int64_t deadline;
+    int rc;
+
+    (void)now;
+    if (!am || !am->renew_start) return BATON_ENOTSUP;
+    if (!(r = malloc(sizeof *r))) return BATON_ENOMEM;
+    pthread_mutex_lock(&l->smu);
+    if (l->state != LOCK_HELD) {
+        /* nothing to renew: lock_keep says so at once */
+        pthread_mutex_unlock(&l->smu);
+        free(r);
+        return BATON_ENOTHELD;
+    }
+    deadline = l->lease_deadline;
+    r->fence = l->fence;
+    pthread_mutex_unlock(&l->smu);
+    r->l = l;
+    r->k = l->c->keeper;
+    baton__lock_io_enter(l);
+    r->sent = baton_now_ns();
+    rc = am->renew_start(l->c->eng, l->st, &l->owner, l->opts.lease_ms, deadline, lock_renewed, r);
+    if (rc) {
+        baton__lock_io_leave(l);
+        free(r);
+    }
+    return rc;
+}
+
+/* The answer RC to a renewal sent at SENT of the grant FENCE: the lease
+ * extended, or the lock lost (1), or a retry planned. */
+static int renewal_answer(baton_lock *l, int rc, int64_t sent, uint64_t fence)
+{
     pthread_mutex_lock(&l->smu);
     /* Lost meanwhile (the timing thread, or the engine's report): a late
      * success must not revive it. */
@@ -434,7 +550,7 @@ static int lock_extend(baton_lock *l, uint32_t lease_ms)
     fence = l->fence;
     pthread_mutex_unlock(&l->smu);
 
-    pthread_mutex_lock(&l->io);
+    baton__lock_io_enter(l);
     sent = baton_now_ns();
     rc = l->c->be->lock->renew(l->c->eng, l->st, &l->owner, lease_ms, deadline);
     pthread_mutex_lock(&l->smu);
@@ -449,7 +565,7 @@ static int lock_extend(baton_lock *l, uint32_t lease_ms)
         rc = baton_seterr(BATON_ELOST, 0, "lock '%s' was lost before this extend", l->name);
     }
     pthread_mutex_unlock(&l->smu);
-    pthread_mutex_unlock(&l->io);
+    baton__lock_io_leave(l);
     if (rc == BATON_ELOST) baton__keeper_kick(l->c->keeper);
     return rc;
 }
@@ -504,9 +620,9 @@ int baton__lock_release_with(baton_lock *l, int (*fn)(void *eng, void *st, const
          * go now, after the application stopped using it (baton run: after
          * the command's tree exited), is what keeps the next holder from
          * overlapping it. Owner-checked, so it never touches a new holder. */
-        pthread_mutex_lock(&l->io);
+        baton__lock_io_enter(l);
         l->c->be->lock->release(l->c->eng, l->st, &l->owner);
-        pthread_mutex_unlock(&l->io);
+        baton__lock_io_leave(l);
         return baton_seterr(BATON_ELOST, 0, "lock '%s' was lost before this release", l->name);
     }
     if (l->depth > 1) {
@@ -524,9 +640,9 @@ int baton__lock_release_with(baton_lock *l, int (*fn)(void *eng, void *st, const
     pthread_mutex_unlock(&l->smu);
     baton__keeper_remove(l->c->keeper,&l->kn);
 
-    pthread_mutex_lock(&l->io);
+    baton__lock_io_enter(l);
     rc = (fn ? fn : l->c->be->lock->release)(l->c->eng, l->st, &l->owner);
-    pthread_mutex_unlock(&l->io);
+    baton__lock_io_leave(l);
     if (rc == BATON_ENOTOWNER)
         rc = baton_seterr(BATON_ELOST, 0, "lock '%s' was lost: the engine has another owner", l->name);
     if (!rc && over && !fn)
@@ -671,10 +787,8 @@ static void lock_member_free(baton__member *m)
 {
     baton_lock *l = BATON__CONTAINER(m, baton_lock, cm);
     baton__kept_gone(&l->kn);
-    pthread_mutex_destroy(&l->io);
     pthread_mutex_destroy(&l->smu);
     baton__waiter_destroy(&l->waiter);
-    free(l->name);
     free(l);
 }
 

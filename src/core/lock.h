@@ -15,8 +15,9 @@ struct baton_lock {
     void *st;                   /* backend state */
     baton_owner owner;
     baton_waiter waiter;
-    pthread_mutex_t io;         /* serializes backend calls on st */
     pthread_mutex_t smu;        /* guards the fields below; never held across I/O */
+    int io_busy;                /* the io gate (baton__lock_io_enter): a backend call on st is made;
+                                 * guarded by the gate's shared mutex, not smu */
     int state;
     int acquiring;
     unsigned long holder_tid;
@@ -35,6 +36,14 @@ struct baton_lock {
     const char *value;          /* an election candidate's value (req.value); NULL for locks */
     struct baton__aop *aop;     /* the async operation in flight; guarded by the client's async mutex */
 };
+
+/* The io gate serializes the backend calls on a lock's state, as a mutex
+ * would, but may be left on another thread than the one that entered it: a
+ * renewal started natively (backend.h, renew_start) holds it from its start
+ * on a keeper worker until its answer on an engine thread. Its mutex and
+ * condition variable are shared by all locks (a handle per lock). */
+void baton__lock_io_enter(baton_lock *l);
+void baton__lock_io_leave(baton_lock *l);
 
 /* Creates a lock handle around backend state st (NULL = ask lock_new). */
 int baton__lock_create(baton_lock **out, struct baton_client *c, const char *name,
