@@ -291,9 +291,9 @@ static int start_native(baton__async *a, baton__aop *op)
     if ((rc = engine_start(a, op))) {
         /* undone by hand, not by acquire_end: a cancel meant for this op
          * stays for the pool's run of it */
-        pthread_mutex_lock(&l->smu);
+        pthread_mutex_lock(l->smu);
         l->acquiring = 0;
-        pthread_mutex_unlock(&l->smu);
+        pthread_mutex_unlock(l->smu);
     }
     return rc;
 }
@@ -326,9 +326,9 @@ static int start(baton_lock *l, int kind, int64_t wait_ms, baton_async_cb cb, vo
     if ((rc = baton__member_enter(&l->cm))) return rc;
     if ((rc = async_get(l->c, &a))) goto out;
     if (kind == AOP_ACQUIRE) {
-        pthread_mutex_lock(&l->smu);
+        pthread_mutex_lock(l->smu);
         held = l->state == LOCK_HELD;
-        pthread_mutex_unlock(&l->smu);
+        pthread_mutex_unlock(l->smu);
         if (held) {
             rc = baton_seterr(BATON_EINVAL, 0, "lock '%s' is held: release it first "
                               "(async acquires are not reentrant)", l->name);

@@ -63,6 +63,11 @@ static struct gate_pair {
     pthread_cond_t cv;
 } g_gate[GATE_PAIRS];
 static pthread_once_t g_gate_once = PTHREAD_ONCE_INIT;
+/* The handles' state mutexes (lock.h, smu): leaf locks, held for a few
+ * field reads and writes, so sharing them costs no waiting to speak of. */
+#define SMU_SHARED 64
+static pthread_mutex_t g_smu[SMU_SHARED];
+
 
 static void gate_init(void)
 {
@@ -70,6 +75,8 @@ static void gate_init(void)
         pthread_mutex_init(&g_gate[i].mu, NULL);
         pthread_cond_init(&g_gate[i].cv, NULL);
     }
+    for (int i = 0; i < SMU_SHARED; i++)
+        pthread_mutex_init(&g_smu[i], NULL);
 }
 
 static struct gate_pair *gate_of(const baton_lock *l)
@@ -77,6 +84,15 @@ static struct gate_pair *gate_of(const baton_lock *l)
     uint64_t a = (uint64_t)(uintptr_t)l * UINT64_C(0x9E3779B97F4A7C15);
     pthread_once(&g_gate_once, gate_init);
     return &g_gate[a >> (64 - 6)];
+}
+
+static pthread_mutex_t *smu_of(const baton_lock *l)
+{
+    /* another multiplier than the gate's: two handles that share a gate
+     * pair need not share a state mutex too */
+    uint64_t a = (uint64_t)(uintptr_t)l * UINT64_C(0xC2B2AE3D27D4EB4F);
+    pthread_once(&g_gate_once, gate_init);
+    return &g_smu[a >> (64 - 6)];
 }
 
 void baton__lock_io_enter(baton_lock *l)
@@ -138,7 +154,7 @@ int baton__lock_create(baton_lock **out, baton_client *c, const char *name,
     memcpy(l->name, name, strlen(name) + 1);
     if ((rc = baton__owner_init(&l->owner))) goto fail_name;
     if ((rc = baton__waiter_init(&l->waiter))) goto fail_name;
-    pthread_mutex_init(&l->smu, NULL);
+    l->smu = smu_of(l);
     if (st) l->st = st;
     else if ((rc = c->be->lock->create(c->eng, l->name, &l->opts, &l->st))) goto fail_sync;
     l->kn.ops = &lock_kept_ops;
@@ -150,7 +166,6 @@ int baton__lock_create(baton_lock **out, baton_client *c, const char *name,
     *out = l;
     return 0;
 fail_sync:
-    pthread_mutex_destroy(&l->smu);
     baton__waiter_destroy(&l->waiter);
 fail_name:
     free(l);
@@ -196,50 +211,50 @@ int baton__lock_acquire_begin(baton_lock *l, int64_t wait_ms, baton_acquire_req 
     *reentered = 0;
     if (l->sibling && l->is_write) {
         int upgrade;
-        pthread_mutex_lock(&l->sibling->smu);
+        pthread_mutex_lock(l->sibling->smu);
         upgrade = l->sibling->state == LOCK_HELD && l->sibling->holder_tid == me;
-        pthread_mutex_unlock(&l->sibling->smu);
+        pthread_mutex_unlock(l->sibling->smu);
         if (upgrade)
             return baton_seterr(BATON_EDEADLK, 0, "lock '%s': this thread holds the read side; "
                                 "a read lock cannot be upgraded", l->name);
     }
-    pthread_mutex_lock(&l->smu);
+    pthread_mutex_lock(l->smu);
     if (l->state == LOCK_HELD) {
         if (l->holder_tid != me) {
-            pthread_mutex_unlock(&l->smu);
+            pthread_mutex_unlock(l->smu);
             return baton_seterr(BATON_EINVAL, 0, "lock '%s': this handle is held by another thread; "
                                 "open one handle per thread", l->name);
         }
         if (!l->opts.reentrant) {
-            pthread_mutex_unlock(&l->smu);
+            pthread_mutex_unlock(l->smu);
             return baton_seterr(BATON_EDEADLK, 0, "lock '%s' is already held by this thread "
                                 "and is not reentrant", l->name);
         }
         if (baton_now_ns() >= l->lease_deadline) {
             /* The keeper has not said so yet, but the outer section has lost
              * exclusion: a nested grant must not hide that. */
-            pthread_mutex_unlock(&l->smu);
+            pthread_mutex_unlock(l->smu);
             return baton_seterr(BATON_ELOST, 0, "lock '%s': the lease ran out while held; "
                                 "release it to its outermost level first", l->name);
         }
         l->depth++;
-        pthread_mutex_unlock(&l->smu);
+        pthread_mutex_unlock(l->smu);
         *reentered = 1;
         return 0;
     }
     if (l->state == LOCK_LOST && l->opts.reentrant && l->depth > 0) {
         /* A nested acquire on a lost lock would take a new grant and leave
          * the outer sections believing they never lost exclusion. */
-        pthread_mutex_unlock(&l->smu);
+        pthread_mutex_unlock(l->smu);
         return baton_seterr(BATON_ELOST, 0, "lock '%s' was lost while held; release it to its "
                             "outermost level before acquiring again", l->name);
     }
     if (l->acquiring) {
-        pthread_mutex_unlock(&l->smu);
+        pthread_mutex_unlock(l->smu);
         return baton_seterr(BATON_EINVAL, 0, "lock '%s': another thread is acquiring this handle", l->name);
     }
     if (take_cancel(l)) {
-        pthread_mutex_unlock(&l->smu);
+        pthread_mutex_unlock(l->smu);
         return baton_seterr(BATON_ECANCELED, 0, "lock '%s': acquire canceled (before it started)", l->name);
     }
     l->acquiring = 1;
@@ -250,7 +265,7 @@ int baton__lock_acquire_begin(baton_lock *l, int64_t wait_ms, baton_acquire_req 
         l->state = LOCK_FREE;
         l->depth = 0;
     }
-    pthread_mutex_unlock(&l->smu);
+    pthread_mutex_unlock(l->smu);
     baton__keeper_remove(l->c->keeper,&l->kn);
 
     memset(req, 0, sizeof *req);
@@ -271,11 +286,11 @@ int baton__lock_acquire_begin(baton_lock *l, int64_t wait_ms, baton_acquire_req 
 int baton__lock_grant_check(baton_lock *l, const baton_acquire_req *req, int *dead)
 {
     int leased = (l->c->be->caps & BATON_CAP_LEASE) != 0;
-    pthread_mutex_lock(&l->smu);
+    pthread_mutex_lock(l->smu);
     *dead = lost_in_flight(l, req->fence);
     l->lost_any = 0;
     l->lost_fence = 0;
-    pthread_mutex_unlock(&l->smu);
+    pthread_mutex_unlock(l->smu);
     if (!*dead && (!leased || baton_now_ns() < req->sent_ns + lease_validity_ns(l->opts.lease_ms)))
         return 0;
     baton__lock_io_enter(l);
@@ -309,7 +324,7 @@ int baton__lock_acquire_end(baton_lock *l, int rc, const baton_acquire_req *req,
      * lost (it reports that on the keeper thread). */
     int kept = leased || (l->c->be->caps & BATON_CAP_SESSION);
 
-    pthread_mutex_lock(&l->smu);
+    pthread_mutex_lock(l->smu);
     l->acquiring = 0;
     /* This acquire consumed any cancel that came while it ran. */
     baton__waiter_reset(&l->waiter);
@@ -327,7 +342,7 @@ int baton__lock_acquire_end(baton_lock *l, int rc, const baton_acquire_req *req,
             l->lease_deadline = l->next_renew = INT64_MAX;
         }
     }
-    pthread_mutex_unlock(&l->smu);
+    pthread_mutex_unlock(l->smu);
     if (rc == 0 && kept && baton__keeper_add(l->c->keeper,&l->kn) != 0) {
         /* nobody could renew it or report it lost: give it back */
         int e = baton_error_last()->code;
@@ -370,7 +385,7 @@ int baton__lock_acquire(baton_lock *l, int64_t wait_ms)
 static int lose(baton_lock *l)
 {
     l->state = LOCK_LOST;
-    pthread_mutex_unlock(&l->smu);
+    pthread_mutex_unlock(l->smu);
     return 1;
 }
 
@@ -386,9 +401,9 @@ static void lock_report(baton__kept *n)
 static int lock_poll(baton__kept *n, int64_t now, int renewing, int64_t *next)
 {
     baton_lock *l = BATON__CONTAINER(n, baton_lock, kn);
-    pthread_mutex_lock(&l->smu);
+    pthread_mutex_lock(l->smu);
     if (l->state != LOCK_HELD) {
-        pthread_mutex_unlock(&l->smu);
+        pthread_mutex_unlock(l->smu);
         *next = INT64_MAX;
         return KEPT_IDLE;
     }
@@ -406,12 +421,12 @@ static int lock_poll(baton__kept *n, int64_t now, int renewing, int64_t *next)
         if (slack > ms_to_ns(1000)) slack = ms_to_ns(1000);
         due = l->next_renew - slack;
         if (now >= due) {
-            pthread_mutex_unlock(&l->smu);
+            pthread_mutex_unlock(l->smu);
             return KEPT_RENEW;
         }
         if (due < *next) *next = due;
     }
-    pthread_mutex_unlock(&l->smu);
+    pthread_mutex_unlock(l->smu);
     return KEPT_IDLE;
 }
 
@@ -426,11 +441,11 @@ static int lock_keep(baton__kept *n, int64_t now)
     int rc;
 
     (void)now;
-    pthread_mutex_lock(&l->smu);
-    if (l->state != LOCK_HELD) { pthread_mutex_unlock(&l->smu); return 0; }
+    pthread_mutex_lock(l->smu);
+    if (l->state != LOCK_HELD) { pthread_mutex_unlock(l->smu); return 0; }
     deadline = l->lease_deadline;
     fence = l->fence;
-    pthread_mutex_unlock(&l->smu);
+    pthread_mutex_unlock(l->smu);
 
     baton__lock_io_enter(l);
     sent = baton_now_ns();
@@ -477,16 +492,16 @@ static int lock_start(baton__kept *n, int64_t now)
     (void)now;
     if (!am || !am->renew_start) return BATON_ENOTSUP;
     if (!(r = malloc(sizeof *r))) return BATON_ENOMEM;
-    pthread_mutex_lock(&l->smu);
+    pthread_mutex_lock(l->smu);
     if (l->state != LOCK_HELD) {
         /* nothing to renew: lock_keep says so at once */
-        pthread_mutex_unlock(&l->smu);
+        pthread_mutex_unlock(l->smu);
         free(r);
         return BATON_ENOTHELD;
     }
     deadline = l->lease_deadline;
     r->fence = l->fence;
-    pthread_mutex_unlock(&l->smu);
+    pthread_mutex_unlock(l->smu);
     r->l = l;
     r->k = l->c->keeper;
     baton__lock_io_enter(l);
@@ -503,10 +518,10 @@ static int lock_start(baton__kept *n, int64_t now)
  * extended, or the lock lost (1), or a retry planned. */
 static int renewal_answer(baton_lock *l, int rc, int64_t sent, uint64_t fence)
 {
-    pthread_mutex_lock(&l->smu);
+    pthread_mutex_lock(l->smu);
     /* Lost meanwhile (the timing thread, or the engine's report): a late
      * success must not revive it. */
-    if (l->state != LOCK_HELD || l->fence != fence) { pthread_mutex_unlock(&l->smu); return 0; }
+    if (l->state != LOCK_HELD || l->fence != fence) { pthread_mutex_unlock(l->smu); return 0; }
     if (rc == 0 && l->lease_deadline != INT64_MIN) {
         int64_t d = sent + lease_validity_ns(l->opts.lease_ms);
         if (d > l->lease_deadline) l->lease_deadline = d;
@@ -520,7 +535,7 @@ static int renewal_answer(baton_lock *l, int rc, int64_t sent, uint64_t fence)
         if (retry > ms_to_ns(1000)) retry = ms_to_ns(1000);
         l->next_renew = baton_now_ns() + retry;
     }
-    pthread_mutex_unlock(&l->smu);
+    pthread_mutex_unlock(l->smu);
     return 0;
 }
 
@@ -534,26 +549,26 @@ static int lock_extend(baton_lock *l, uint32_t lease_ms)
     int64_t sent, deadline;
     uint64_t fence;
     int rc;
-    pthread_mutex_lock(&l->smu);
+    pthread_mutex_lock(l->smu);
     if (l->state != LOCK_HELD || baton_now_ns() >= l->lease_deadline) {
         rc = l->state == LOCK_FREE ? baton_seterr(BATON_ENOTHELD, 0, "lock '%s' is not held", l->name)
                                    : baton_seterr(BATON_ELOST, 0, "lock '%s' was lost", l->name);
-        pthread_mutex_unlock(&l->smu);
+        pthread_mutex_unlock(l->smu);
         return rc;
     }
     if (l->lease_deadline == INT64_MAX) {
         /* no lease of its own: nothing to extend */
-        pthread_mutex_unlock(&l->smu);
+        pthread_mutex_unlock(l->smu);
         return 0;
     }
     deadline = l->lease_deadline;
     fence = l->fence;
-    pthread_mutex_unlock(&l->smu);
+    pthread_mutex_unlock(l->smu);
 
     baton__lock_io_enter(l);
     sent = baton_now_ns();
     rc = l->c->be->lock->renew(l->c->eng, l->st, &l->owner, lease_ms, deadline);
-    pthread_mutex_lock(&l->smu);
+    pthread_mutex_lock(l->smu);
     if (rc == 0 && l->state == LOCK_HELD && l->fence == fence && l->lease_deadline != INT64_MIN) {
         l->opts.lease_ms = lease_ms;
         l->opts.renew_ms = lease_ms / 3 ? lease_ms / 3 : 1;
@@ -564,7 +579,7 @@ static int lock_extend(baton_lock *l, uint32_t lease_ms)
         if (rc) l->lease_deadline = INT64_MIN;
         rc = baton_seterr(BATON_ELOST, 0, "lock '%s' was lost before this extend", l->name);
     }
-    pthread_mutex_unlock(&l->smu);
+    pthread_mutex_unlock(l->smu);
     baton__lock_io_leave(l);
     if (rc == BATON_ELOST) baton__keeper_kick(l->c->keeper);
     return rc;
@@ -596,23 +611,23 @@ int baton__lock_release(baton_lock *l) { return baton__lock_release_with(l, NULL
 int baton__lock_release_with(baton_lock *l, int (*fn)(void *eng, void *st, const baton_owner *owner))
 {
     int rc;
-    pthread_mutex_lock(&l->smu);
+    pthread_mutex_lock(l->smu);
     if (l->state == LOCK_FREE) {
-        pthread_mutex_unlock(&l->smu);
+        pthread_mutex_unlock(l->smu);
         return baton_seterr(BATON_ENOTHELD, 0, "lock '%s' is not held", l->name);
     }
     if (l->state == LOCK_LOST) {
         if (l->depth > 1) {
             /* Every level of a reentrant hold learns of the loss. */
             l->depth--;
-            pthread_mutex_unlock(&l->smu);
+            pthread_mutex_unlock(l->smu);
             return baton_seterr(BATON_ELOST, 0, "lock '%s' was lost while held", l->name);
         }
         l->state = LOCK_FREE;
         l->depth = 0;
         l->fence = 0;
         l->lease_deadline = l->next_renew = INT64_MAX;
-        pthread_mutex_unlock(&l->smu);
+        pthread_mutex_unlock(l->smu);
         baton__keeper_remove(l->c->keeper,&l->kn);
         /* Lost on our side does not mean gone on the engine's: a session
          * lock whose connection we could not confirm (a stopped process, a
@@ -628,7 +643,7 @@ int baton__lock_release_with(baton_lock *l, int (*fn)(void *eng, void *st, const
     if (l->depth > 1) {
         int over = baton_now_ns() >= l->lease_deadline;
         l->depth--;
-        pthread_mutex_unlock(&l->smu);
+        pthread_mutex_unlock(l->smu);
         if (over) return baton_seterr(BATON_ELOST, 0, "lock '%s': the lease ran out while held", l->name);
         return 0;
     }
@@ -637,7 +652,7 @@ int baton__lock_release_with(baton_lock *l, int (*fn)(void *eng, void *st, const
     l->depth = 0;
     l->fence = 0;
     l->lease_deadline = l->next_renew = INT64_MAX;
-    pthread_mutex_unlock(&l->smu);
+    pthread_mutex_unlock(l->smu);
     baton__keeper_remove(l->c->keeper,&l->kn);
 
     baton__lock_io_enter(l);
@@ -655,9 +670,9 @@ uint64_t baton_lock_fence(const baton_lock *l)
     baton_lock *m = (baton_lock *)l;
     uint64_t f;
     if (!l || baton__member_enter(&m->cm)) return 0;
-    pthread_mutex_lock(&m->smu);
+    pthread_mutex_lock(m->smu);
     f = l->state == LOCK_HELD ? l->fence : 0;
-    pthread_mutex_unlock(&m->smu);
+    pthread_mutex_unlock(m->smu);
     baton__member_leave(&m->cm);
     return f;
 }
@@ -667,10 +682,10 @@ int baton_lock_held(const baton_lock *l)
     baton_lock *m = (baton_lock *)l;
     int h, session;
     if (!l || baton__member_enter(&m->cm)) return 0;
-    pthread_mutex_lock(&m->smu);
+    pthread_mutex_lock(m->smu);
     h = l->state == LOCK_HELD && baton_now_ns() < l->lease_deadline;
     session = l->lease_deadline == INT64_MAX;
-    pthread_mutex_unlock(&m->smu);
+    pthread_mutex_unlock(m->smu);
     /* A grant on a session (no lease of its own) lives as long as the
      * session: past the engine's bound on it, the grant may be gone already,
      * whatever the engine's threads have had time to report. Asked with smu
@@ -689,10 +704,10 @@ int baton_lock_deadline(const baton_lock *l, int64_t *mono_ns)
     int held, rc;
     if (!l || !mono_ns) return baton_seterr(BATON_EINVAL, 0, "baton_lock_deadline: NULL argument");
     if ((rc = baton__member_enter(&m->cm))) return rc;
-    pthread_mutex_lock(&m->smu);
+    pthread_mutex_lock(m->smu);
     held = l->state == LOCK_HELD;
     d = l->lease_deadline;
-    pthread_mutex_unlock(&m->smu);
+    pthread_mutex_unlock(m->smu);
     /* As in held(): a grant without a lease of its own lives as long as the
      * engine's session, asked with smu released. */
     if (held && d == INT64_MAX && l->c->be->services->session_deadline)
@@ -725,12 +740,12 @@ static int lock_recheck(baton__member *m, int64_t now)
 {
     baton_lock *l = BATON__CONTAINER(m, baton_lock, cm);
     int any = 0;
-    pthread_mutex_lock(&l->smu);
+    pthread_mutex_lock(l->smu);
     if (l->state == LOCK_HELD && l->next_renew != INT64_MAX) {
         l->next_renew = now;
         any = 1;
     }
-    pthread_mutex_unlock(&l->smu);
+    pthread_mutex_unlock(l->smu);
     return any;
 }
 
@@ -744,7 +759,7 @@ static int lock_lost(baton__member *m, void *st, uint64_t fence)
     baton_lock *l = BATON__CONTAINER(m, baton_lock, cm);
     int hit = 0;
     if (st && st != l->st) return 0;
-    pthread_mutex_lock(&l->smu);
+    pthread_mutex_lock(l->smu);
     if (l->state == LOCK_HELD && (fence == 0 || fence == l->fence)) {
         l->lease_deadline = INT64_MIN;
         hit = 1;
@@ -757,7 +772,7 @@ static int lock_lost(baton__member *m, void *st, uint64_t fence)
         if (fence == 0) l->lost_any = 1;
         else l->lost_fence = fence;
     }
-    pthread_mutex_unlock(&l->smu);
+    pthread_mutex_unlock(l->smu);
     return hit;
 }
 
@@ -772,10 +787,10 @@ static void lock_member_destroy(baton__member *m)
 {
     baton_lock *l = BATON__CONTAINER(m, baton_lock, cm);
     int held;
-    pthread_mutex_lock(&l->smu);
+    pthread_mutex_lock(l->smu);
     held = l->state != LOCK_FREE;
     if (l->depth > 1) l->depth = 1;   /* freeing releases every reentrant hold */
-    pthread_mutex_unlock(&l->smu);
+    pthread_mutex_unlock(l->smu);
     if (held)
         baton__lock_release(l);
     baton__keeper_forget(l->c->keeper, &l->kn);
@@ -787,7 +802,6 @@ static void lock_member_free(baton__member *m)
 {
     baton_lock *l = BATON__CONTAINER(m, baton_lock, cm);
     baton__kept_gone(&l->kn);
-    pthread_mutex_destroy(&l->smu);
     baton__waiter_destroy(&l->waiter);
     free(l);
 }

@@ -10,18 +10,22 @@ enum { LOCK_FREE, LOCK_HELD, LOCK_LOST };
 
 struct baton_lock {
     struct baton_client *c;
-    char *name;
+    char *name;                 /* in the handle's own allocation */
     baton_lock_options opts;
     void *st;                   /* backend state */
     baton_owner owner;
     baton_waiter waiter;
-    pthread_mutex_t smu;        /* guards the fields below; never held across I/O */
+    /* Guards the fields below; never held across I/O. One of a set of
+     * mutexes shared by all handles (lock.c), so: a leaf lock. Take no
+     * other mutex while holding it (another handle's smu may be the same
+     * one, and a thread holding that other mutex may want it). */
+    pthread_mutex_t *smu;
     int io_busy;                /* the io gate (baton__lock_io_enter): a backend call on st is made;
                                  * guarded by the gate's shared mutex, not smu */
     int state;
     int acquiring;
-    unsigned long holder_tid;
     unsigned depth;
+    unsigned long holder_tid;
     uint64_t fence;
     int64_t lease_deadline;     /* monotonic ns; INT64_MAX when the engine has no lease */
     int64_t next_renew;         /* monotonic ns; INT64_MAX when not renewed */
@@ -29,10 +33,10 @@ struct baton_lock {
      * with this fence (or, with lost_any, whatever it grants) is lost. */
     uint64_t lost_fence;
     int lost_any;
+    int is_write;               /* the write side of a read-write lock */
     baton__kept kn;             /* the keeper's node */
     baton__member cm;           /* the client's member node */
     struct baton_lock *sibling; /* the other side of a read-write lock */
-    int is_write;               /* the write side of a read-write lock */
     const char *value;          /* an election candidate's value (req.value); NULL for locks */
     struct baton__aop *aop;     /* the async operation in flight; guarded by the client's async mutex */
 };
