@@ -36,6 +36,7 @@ typedef struct {
     const char *uri;
     const char *workload;
     int clients, n, rounds, waiters, fair, json;  /* 0 = not given: the workload's default */
+    int lease_ms;         /* --lease (memory-async); 0 = the lock default */
     double seconds;
     FILE *svg;            /* --svg, opened (so known writable) before the run */
     char scheme[16];      /* the URI's scheme alone: safe to print, never a password */
@@ -59,6 +60,7 @@ int w_handoff(bench_opts *o);
 int w_herd(bench_opts *o);
 int w_many(bench_opts *o);
 int w_memory(bench_opts *o);
+int w_memory_async(bench_opts *o);   /* memory.c */
 int w_ratelimit(bench_opts *o);   /* ratelimit.c */
 /* The worker side of the multi-process ones (`--worker KIND DIR INDEX`). */
 int worker_contended(const bench_opts *o, const char *dir, int idx);
