@@ -600,12 +600,17 @@ def measure_redis(got, svgs):
     got["baton_many"] = median_run(manys, "pairs_per_s")
 
     log("herd (server commands per handoff)")
-    for fair in (True, False):
+    # the default lock in both modes, interleaved at each W: a client per waiter (each client
+    # still tries once per release) and the W waiters as threads of ONE client (one wake per
+    # client: constant); --fair a client per waiter
+    for fair, shared in ((True, False), (False, None)):
         for w in HERD_W:
-            k = "herd_%d_%s" % (w, "fair" if fair else "default")
-            extra = svgarg("herd-64-fair.svg") if (fair and w == 64) else []
-            got[k] = run(bench(uri, "--workload", "herd", "--waiters", str(w), "--rounds", str(HERD_ROUNDS))
-                         + (["--fair"] if fair else []) + extra, k, timeout=300)
+            for sh in ((False, True) if shared is None else (shared,)):
+                k = "herd_%d_%s%s" % (w, "fair" if fair else "default", "_shared" if sh else "")
+                extra = svgarg("herd-64-fair.svg") if (fair and w == 64) else []
+                got[k] = run(bench(uri, "--workload", "herd", "--waiters", str(w), "--rounds", str(HERD_ROUNDS))
+                             + (["--fair"] if fair else []) + (["--shared-client"] if sh else []) + extra, k,
+                             timeout=300)
             if not got[k] and w == 1:
                 log("  (no herd workload in this baton: skipping the other sizes)")
                 break
@@ -1623,7 +1628,25 @@ def build_rows(got):
                 row("Herd, `--fair`, W = %d: server commands per handoff" % w, cell, "", "—", "≤ 6",
                     None if c is None else c <= 6, short="herd --fair ≤ 6 commands per handoff W=%d" % w, nval=f(c))
             else:
-                row("Herd, default lock, W = %d: server commands per handoff" % w, cell, "", "—", "—", info=True)
+                row("Herd, default lock, a client per waiter, W = %d: server commands per handoff" % w, cell, "", "—", "—",
+                    info=True)
+    shared_cmds = []
+    for w in HERD_W:
+        k = "herd_%d_default_shared" % w
+        c, p50 = g(k, "commands_per_handoff"), g(k, "handoff_p50_us")
+        loop = g(k, "commands_per_grant_loop")
+        if c is not None:
+            shared_cmds.append(c)
+        cell = "n/a" if c is None else "%.1f (handoff p50 %s µs; in an acquire/release loop %s per grant, re-queueing included)" % (
+            c, f(p50), f(loop))
+        row("Herd, default lock, one client, W = %d: server commands per handoff" % w, cell, "", "—", "—", info=True)
+    if len(shared_cmds) == len(HERD_W):
+        spread = max(shared_cmds) - min(shared_cmds)
+        row("Herd, default lock, one client: commands per handoff constant over 1…256 waiters (max − min)",
+            "%.1f" % spread, "", "—", "≤ 2", spread <= 2, short="herd default one client constant")
+    else:
+        row("Herd, default lock, one client: commands per handoff constant over 1…256 waiters (max − min)", "n/a", "",
+            "—", "≤ 2", None, short="herd default one client constant")
     if len(fair_cmds) == len(HERD_W):
         spread = max(fair_cmds) - min(fair_cmds)
         row("Herd, `--fair`: commands per handoff constant over 1…256 waiters (max − min)", "%.1f" % spread, "", "—",

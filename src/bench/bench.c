@@ -120,7 +120,8 @@ static void bench_usage(FILE *f)
         "             handoff      release to the blocked waiter's grant (--rounds R, default 200)\n"
         "             herd         W waiters on one lock, a client each: chains of W handoffs (release to\n"
         "                          the next grant; Redis commands per handoff), then the acquire/release\n"
-        "                          loop (--waiters W, default 16; --rounds R, default 200)\n"
+        "                          loop (--waiters W, default 16; --rounds R, default 200;\n"
+        "                          --shared-client: all of them threads on ONE client)\n"
         "             many         K locks from a thread pool on one client (--clients K, --seconds S)\n"
         "             memory       client heap per held and per waiting lock (--n K, default 1000;\n"
         "                          at most %d waiting)\n"
@@ -137,7 +138,7 @@ static void bench_usage(FILE *f)
         MEM_MAX_WAITING);
 }
 
-enum { OPT_WAITERS = 256, OPT_SVG, OPT_LEASE };
+enum { OPT_WAITERS = 256, OPT_SVG, OPT_SHARED, OPT_LEASE };
 
 
 int baton__cli_bench(int argc, char **argv)
@@ -150,6 +151,7 @@ int baton__cli_bench(int argc, char **argv)
         { "waiters", required_argument, NULL, OPT_WAITERS }, { "svg", required_argument, NULL, OPT_SVG },
         { "worker", required_argument, NULL, 'X' }, { "help", no_argument, NULL, 'h' },
         { "lease", required_argument, NULL, OPT_LEASE },
+        { "shared-client", no_argument, NULL, OPT_SHARED },
         { NULL, 0, NULL, 0 },
     };
     bench_opts o;
@@ -169,6 +171,7 @@ int baton__cli_bench(int argc, char **argv)
         case 'c': if (num_arg("--clients", optarg, 1, 4096, &o.clients)) return EX_USAGE; break;
         case 'N': if (num_arg("--n", optarg, 1, 100000000, &o.n)) return EX_USAGE; break;
         case 'r': if (num_arg("--rounds", optarg, 1, 10000000, &o.rounds)) return EX_USAGE; break;
+        case OPT_SHARED: o.shared_client = 1; break;
         case OPT_WAITERS: if (num_arg("--waiters", optarg, 1, HERD_MAX_WAITERS, &o.waiters)) return EX_USAGE; break;
         case 's':
             errno = 0;

@@ -37,6 +37,7 @@ typedef struct {
     const char *workload;
     int clients, n, rounds, waiters, fair, json;  /* 0 = not given: the workload's default */
     int lease_ms;         /* --lease (memory-async); 0 = the lock default */
+    int shared_client;    /* herd: the W waiters share one client (threads on it), not one each */
     double seconds;
     FILE *svg;            /* --svg, opened (so known writable) before the run */
     char scheme[16];      /* the URI's scheme alone: safe to print, never a password */

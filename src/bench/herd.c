@@ -1,5 +1,6 @@
-/* baton bench --workload herd: W waiters on one lock, a client each; the
- * latency of a handoff and the engine operations it costs. */
+/* baton bench --workload herd: W waiters on one lock, a client each (or,
+ * with --shared-client, all threads on one client); the latency of a
+ * handoff and the engine operations it costs. */
 #include "bench.h"
 
 #include <errno.h>
@@ -36,7 +37,7 @@
 #define HERD_SETTLE_US 100000            /* reads of the counts this far apart must agree */
 #define HERD_SETTLE_MAX_NS 10000000000LL /* then read on regardless */
 #define HERD_CHAIN_BUDGET_S 60.0         /* no new chain starts after this */
-#define HERD_SLOW_W 64                   /* from here, a default-lock chain wakes everyone, W times: */
+#define HERD_SLOW_W 64                   /* from here, a default-lock chain (a client per waiter) wakes W: */
 #define HERD_SLOW_CHAINS 4               /* at most this many of them */
 
 typedef struct herd herd;
@@ -246,7 +247,7 @@ static int herd_chain(herd *h, herd_thread *t0, long k, int counted, opstats *ac
         herd_fail(h, rc, "chain: thread 0 release");
         goto fail;
     }
-    /* down the line; a default lock wakes every waiter at every release */
+    /* down the line; a default lock wakes a waiter in every client at every release */
     dl = now_ns() + (int64_t)(30 + h->W) * 1000000000;
     while (__atomic_load_n(&h->chain_grants, __ATOMIC_SEQ_CST) < h->W && !herd_stopped(h) && now_ns() < dl)
         usleep(1000);
@@ -360,6 +361,36 @@ static void herd_threads_join(herd *h, herd_thread *t, int from, int n)
     for (int i = from; i < from + n; i++) pthread_join(t[i].th, NULL);
 }
 
+/* T[0..N)'s clients and locks on NAME: a client each, or (--shared-client)
+ * T[0]'s for all, a lock handle per thread: what one process with W threads
+ * waiting on one name does. 0, or the error (said on stderr); what was
+ * opened stays in T for the caller to free. */
+static int herd_open(const bench_opts *o, const char *name, herd_thread *t, int n)
+{
+    baton_lock_options lo = BATON_LOCK_OPTIONS_INIT;
+    int rc;
+    lo.fair = o->fair;
+    for (int i = 0; i < n; i++) {
+        if (o->shared_client && i > 0) {
+            t[i].c = t[0].c;
+            if ((rc = baton_lock_open(&t[i].l, t[i].c, name, &lo))) {
+                fprintf(stderr, "baton bench: %s\n", baton_error_last()->message);
+                return rc;
+            }
+            continue;
+        }
+        if ((rc = bench_open_lock(o, name, &t[i].c, &t[i].l))) {
+            struct rlimit rl;
+            long native = baton_error_last()->native;
+            if ((native == EMFILE || native == ENFILE) && !getrlimit(RLIMIT_NOFILE, &rl))
+                fprintf(stderr, "baton bench: herd: %d clients need more than %lld open files\n", n,
+                        (long long)rl.rlim_cur);
+            return rc;
+        }
+    }
+    return 0;
+}
+
 int w_herd(bench_opts *o)
 {
     herd h;
@@ -394,18 +425,12 @@ int w_herd(bench_opts *o)
         !(lsamples = calloc((size_t)h.R + 1, sizeof *lsamples)))
         goto out;
     for (int i = 0; i < n; i++) {
-        int orc;
         t[i].h = &h;
         t[i].me = i;
-        if ((orc = bench_open_lock(o, name, &t[i].c, &t[i].l))) {
-            struct rlimit rl;
-            long native = baton_error_last()->native;
-            if ((native == EMFILE || native == ENFILE) && !getrlimit(RLIMIT_NOFILE, &rl))
-                fprintf(stderr, "baton bench: herd: %d clients need more than %lld open files\n", n,
-                        (long long)rl.rlim_cur);
-            rc = cli_exit_for(orc);
-            goto out;
-        }
+    }
+    if ((orc = herd_open(o, name, t, n))) {
+        rc = cli_exit_for(orc);
+        goto out;
     }
     /* The engine's counts, through a client of their own: its one connection
      * reads them and does nothing else. Engines that keep none: nulls. */
@@ -458,9 +483,11 @@ failed:
     else
         opstats_fields(lcmds, sizeof lcmds, NULL, 0, "grant_loop", NULL, "commands_loop");
     snprintf(out, sizeof out, "{\"peer\": \"baton\", \"workload\": \"herd\", \"waiters\": %ld, \"fair\": %s, "
+             "\"shared_client\": %s, "
              "\"rounds\": %ld, \"chains\": %ld, \"samples\": %zu, %s, \"handoff_p50_us\": %.1f, \"handoff_p99_us\": %.1f, "
              "\"loop_samples\": %zu, %s, \"loop_handoff_p50_us\": %.1f, \"loop_handoff_p99_us\": %.1f}",
-             h.W, o->fair ? "true" : "false", h.R, chains, ns, ccmds, pct(samples, ns, 0.5) * 1e6,
+             h.W, o->fair ? "true" : "false", o->shared_client ? "true" : "false", h.R, chains, ns, ccmds,
+             pct(samples, ns, 0.5) * 1e6,
              pct(samples, ns, 0.99) * 1e6, nl, lcmds, pct(lsamples, nl, 0.5) * 1e6, pct(lsamples, nl, 0.99) * 1e6);
     bench_emit(o, out);
     {
@@ -471,11 +498,12 @@ failed:
     if (!rc && !ns) rc = 1;
 out:
     progress_stop(&pr);
-    if (t)
-        for (int i = 0; i < n; i++) {
-            baton_lock_free(t[i].l);
-            baton_client_close(t[i].c);
-        }
+    if (t) {
+        /* every lock before its client (shared: t[0]'s) */
+        for (int i = 0; i < n; i++) baton_lock_free(t[i].l);
+        for (int i = 0; i < n; i++)
+            if (!o->shared_client || i == 0) baton_client_close(t[i].c);
+    }
     baton_client_close(h.stats);
     free(h.before.v);
     free(h.after.v);

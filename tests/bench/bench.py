@@ -27,13 +27,18 @@ FIELDS = {
     "contended": ["peer", "workload", "clients", "seconds", "handoffs_per_s", "counter_ok", "wait_p50_ms",
                   "wait_p99_ms", "min_per_client", "max_per_client", "fair"],
     "handoff": ["peer", "workload", "rounds", "samples", "handoff_p50_us", "handoff_p99_us", "fair"],
-    "herd": ["peer", "workload", "waiters", "fair", "rounds", "chains", "samples", "commands_per_handoff",
+    "herd": ["peer", "workload", "waiters", "fair", "shared_client", "rounds", "chains", "samples", "commands_per_handoff",
              "requests_per_handoff", "pings", "commands", "handoff_p50_us", "handoff_p99_us", "loop_samples",
              "commands_per_grant_loop", "requests_per_grant_loop", "commands_loop", "loop_handoff_p50_us",
              "loop_handoff_p99_us"],
     "many": ["peer", "workload", "locks", "seconds", "pairs_per_s"],
     "memory": ["peer", "workload", "locks", "fair", "held_bytes_per_lock", "waiting_locks", "waiting_bytes_per_lock",
                "thread_heap_bytes", "thread_stack_bytes", "waiting_rss_bytes_per_lock", "thread_cache"],
+    "memory-async": ["peer", "workload", "locks", "fair", "held_bytes_per_lock", "held_rss_bytes_per_lock", "rss_bytes",
+                     "lease_ms", "hold_seconds", "commands_per_second", "requests_per_second", "top_per_second",
+                     "commands_per_lock_renewal", "requests_per_lock_renewal", "top_per_lock_renewal",
+                     "client_cpu_per_second", "waiting_locks", "waiting_bytes_per_lock", "waiting_op_bytes",
+                     "waiting_rss_bytes_per_lock", "threads_before", "threads_waiting"],
     "ratelimit": ["peer", "workload", "clients", "rate_per_s", "burst", "seconds", "admitted", "paced", "configured",
                   "error_pct", "commands_per_admission", "requests_per_admission", "commands"],
 }
@@ -44,6 +49,7 @@ SMALL = {
     "herd": ["--waiters", "3", "--rounds", "6"],
     "many": ["--clients", "3", "--seconds", "0.3"],
     "memory": ["--n", "10"],
+    "memory-async": ["--n", "10", "--waiters", "5", "--seconds", "0.5"],
     "ratelimit": ["--clients", "3", "--seconds", "0.5"],
 }
 COUNTS = ["commands_per_handoff", "requests_per_handoff", "pings", "commands", "commands_per_grant_loop",
@@ -139,6 +145,19 @@ try:
     check("table: exit 0", rc == 0, err.strip())
     check("table: the workload, then one row per field", out.splitlines()[:1] == ["handoff"]
           and rows == FIELDS["handoff"], repr(out))
+
+    # herd --shared-client: the waiters are threads of one client
+    rc, out, err = bench("--workload", "herd", "--json", "--shared-client", *SMALL["herd"])
+    try:
+        d = json.loads(out.splitlines()[0]) if out.splitlines() else {}
+    except ValueError:
+        d = {}
+    check("herd --shared-client: exit 0", rc == 0, "exit %d: %s" % (rc, err.strip()))
+    check("herd --shared-client: shared_client true, every handoff made",
+          d.get("shared_client") is True and d.get("samples", 0) > 0, repr(d))
+    if COUNTING:
+        check("herd --shared-client: the engine's counts per handoff",
+              d.get("commands_per_handoff") is not None and d["commands_per_handoff"] > 0, repr(d))
 
     # --svg: the latency CDF
     svg = os.path.join(tmp, "u.svg")

@@ -167,11 +167,18 @@ int eh2_call(eh2 *h, size_t member, const char *path, const char *token, const u
 
 /* A lock state of one name held locally: two states of one client on one
  * name would share a key (the key is per lease), so they queue here first. */
+typedef struct ename_wait {
+    baton_waiter *w;
+    struct ename_wait *next;
+} ename_wait;
 typedef struct ename {
     char *name;
     void *holder;            /* the state that goes to etcd for this name now */
     int refs;                /* states of this name that exist */
-    baton_waiter *waiters[8];/* states waiting for holder to go (woken on release) */
+    /* states waiting for holder to go, oldest first: the head is woken on
+     * release and takes it, so one client's states of a name are served in
+     * arrival order, as etcd serves clients (a fair lock stays fair) */
+    ename_wait *head, *tail;
     struct ename *next;
 } ename;
 

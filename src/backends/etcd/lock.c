@@ -46,39 +46,61 @@ typedef struct elock {
 
 /* ---- local queue of one client's states per name -------------------------- */
 
+static void queue_drop(ename *n, ename_wait *q)
+{
+    ename_wait **pp = &n->head, *prev = NULL;
+    while (*pp && *pp != q) prev = *pp, pp = &(*pp)->next;
+    if (!*pp) return;
+    *pp = q->next;
+    if (n->tail == q) n->tail = prev;
+}
+
+/* Takes NAME for L when nobody of this client holds it and no older local
+ * waiter is in line; else waits in line (a try answers ELOCKED). */
 static int claim(eeng *e, elock *l, int64_t deadline, baton_waiter *w)
 {
+    ename *n = l->n;
+    ename_wait q = { w, NULL };
+    int queued = 0, rc = 0;
+    pthread_mutex_lock(&e->mu);
     for (;;) {
+        if (n->holder == l) break;
+        if (!n->holder && (queued ? n->head == &q : !n->head)) {
+            n->holder = l;
+            break;
+        }
+        if (deadline == 0) {
+            rc = baton_seterr(BATON_ELOCKED, 0, "etcd: '%s' is held by this client", n->name);
+            break;
+        }
+        if (!queued) {
+            if (n->tail) n->tail->next = &q;
+            else n->head = &q;
+            n->tail = &q;
+            queued = 1;
+        }
         unsigned seen = baton_waiter_gen(w);
-        int slot = -1;
-        pthread_mutex_lock(&e->mu);
-        if (!l->n->holder || l->n->holder == l) {
-            l->n->holder = l;
-            pthread_mutex_unlock(&e->mu);
-            return 0;
-        }
-        if (deadline != 0)
-            for (int i = 0; i < 8 && slot < 0; i++)
-                if (!l->n->waiters[i]) l->n->waiters[slot = i] = w;
         pthread_mutex_unlock(&e->mu);
-        if (deadline == 0) return baton_seterr(BATON_ELOCKED, 0, "etcd: '%s' is held by this client", l->n->name);
-        /* more than 8 local waiters on one name: they look every 50 ms */
-        int64_t until = deadline;
-        if (slot < 0) {
-            int64_t t = baton_now_ns() + 50000000LL;
-            if (t < until) until = t;
+        int prc = baton_waiter_park(w, seen, deadline);
+        pthread_mutex_lock(&e->mu);
+        if (n->holder == l || (!n->holder && n->head == &q)) continue; /* ours now: take it first */
+        if (prc == BATON_ECANCELED || baton_waiter_canceled(w)) {
+            rc = baton_seterr(BATON_ECANCELED, 0, "etcd: acquire of '%s' canceled", n->name);
+            break;
         }
-        int rc = baton_waiter_park(w, seen, until);
-        if (slot >= 0) {
-            pthread_mutex_lock(&e->mu);
-            if (l->n->waiters[slot] == w) l->n->waiters[slot] = NULL;
-            pthread_mutex_unlock(&e->mu);
+        if (deadline != INT64_MAX && baton_now_ns() >= deadline) {
+            rc = baton_seterr(BATON_ETIMEDOUT, 0, "etcd: '%s' still held by this client", n->name);
+            break;
         }
-        if (rc == BATON_ECANCELED || baton_waiter_canceled(w))
-            return baton_seterr(BATON_ECANCELED, 0, "etcd: acquire of '%s' canceled", l->n->name);
-        if (deadline != INT64_MAX && baton_now_ns() >= deadline)
-            return baton_seterr(BATON_ETIMEDOUT, 0, "etcd: '%s' still held by this client", l->n->name);
     }
+    if (queued) {
+        int was_head = n->head == &q;
+        queue_drop(n, &q);
+        /* leaving the head of the line with nobody holding: the next one's turn */
+        if (rc && was_head && !n->holder && n->head) baton_waiter_wake(n->head->w);
+    }
+    pthread_mutex_unlock(&e->mu);
+    return rc;
 }
 
 static void unclaim(eeng *e, elock *l)
@@ -86,8 +108,7 @@ static void unclaim(eeng *e, elock *l)
     pthread_mutex_lock(&e->mu);
     if (l->n->holder == l) {
         l->n->holder = NULL;
-        for (int i = 0; i < 8; i++)
-            if (l->n->waiters[i]) baton_waiter_wake(l->n->waiters[i]);
+        if (l->n->head) baton_waiter_wake(l->n->head->w);
     }
     pthread_mutex_unlock(&e->mu);
 }

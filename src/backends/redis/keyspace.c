@@ -119,14 +119,20 @@ static void reg(reng *e, rb_ks_wait *kw, int i, const char *fmt, const char *tai
     if (!chan) return; /* degrade: no wake-up, the loop's re-checks remain */
     snprintf(chan, n, fmt, e->cfg.db, tail);
     /* node-local events: on a cluster, on the master of the key's slot */
-    if (rsub_register_node(&e->sub, chan, kw->key, w, want, kw, &kw->se[i]) != 0) kw->se[i] = NULL;
+    if (rsub_register_node_for(&e->sub, chan, kw->key, kw->wake, w, want, kw, &kw->se[i]) != 0) kw->se[i] = NULL;
     free(chan);
 }
 
 void baton__redis_ks_enter(reng *e, const char *key, baton_waiter *w, int64_t deadline, rb_ks_wait *kw) {
+    baton__redis_ks_enter_for(e, key, NULL, w, deadline, kw);
+}
+
+void baton__redis_ks_enter_for(reng *e, const char *key, const char *wake, baton_waiter *w, int64_t deadline,
+                               rb_ks_wait *kw) {
     memset(kw, 0, sizeof *kw);
     kw->e = e;
     kw->key = key;
+    kw->wake = wake;
     if (!w) return;
     kw->mode = current_mode(e, deadline);
     switch (kw->mode) {

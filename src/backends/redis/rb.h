@@ -141,6 +141,7 @@ typedef int (*rb_msg_fn)(void *ctx, const char *payload);
 enum {
     RB_WAIT_POLL = 1,    /* re-check with backoff even when subscribed (no unlock messages) */
     RB_WAIT_PATTERN = 2, /* CHANNEL is a PSUBSCRIBE glob */
+    RB_WAIT_ONE = 4,     /* a one-wake registration (rsub_register_one): a release wakes one waiter */
 };
 int baton__redis_wait_loop_msg(reng *e, const char *channel, baton_waiter *w, int64_t deadline,
                                int64_t refresh_ms, int flags, rb_attempt_fn attempt, rb_msg_fn msg,
@@ -160,6 +161,7 @@ typedef struct {
     reng *e;
     const char *key;
     int mode;                /* RKS_* this wait subscribed with */
+    const char *wake;        /* the lock's one-wake channel (ks_enter_for), or NULL */
     rsub_entry *se[2];
 } rb_ks_wait;
 /* Registers W for KEY's release events as the server's configuration allows
@@ -167,6 +169,10 @@ typedef struct {
  * never fails: without them KW registers nothing. Marks KW as this thread's
  * wait until ks_leave. */
 void baton__redis_ks_enter(reng *e, const char *key, baton_waiter *w, int64_t deadline, rb_ks_wait *kw);
+/* The same for a waiter registered one-wake on WAKE (RB_WAIT_ONE): a release
+ * event wakes one of WAKE's waiters (rsub_register_node_for), not all. */
+void baton__redis_ks_enter_for(reng *e, const char *key, const char *wake, baton_waiter *w, int64_t deadline,
+                               rb_ks_wait *kw);
 void baton__redis_ks_leave(rb_ks_wait *kw);
 /* 1 when this thread's wait on E is sure to be woken by a foreign release
  * right now (notifications known to be on and subscribed): the waiting loop

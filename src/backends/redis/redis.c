@@ -455,7 +455,8 @@ int baton__redis_wait_loop_msg(reng *e, const char *channel, baton_waiter *w, in
     /* Subscribe to the wake-up channel, and wait for the confirmation before
      * the next attempt, so a wake-up in between cannot be missed. */
     rsub_entry *se = pre;
-    if (!se && rsub_register(&e->sub, channel, (flags & RB_WAIT_PATTERN) != 0, w, &se) != 0)
+    if (!se && ((flags & RB_WAIT_ONE) ? rsub_register_one(&e->sub, channel, w, &se)
+                                      : rsub_register(&e->sub, channel, (flags & RB_WAIT_PATTERN) != 0, w, &se)) != 0)
         se = NULL; /* degrade to backoff */
     /* The confirmation normally takes one round trip; if it is late (server
      * down, no pub/sub permission) the loop below re-checks with backoff. */
@@ -506,8 +507,11 @@ int baton__redis_wait_loop_msg(reng *e, const char *channel, baton_waiter *w, in
             break;
         } else {
             int64_t ab = baton__redis_attempt_enter(e);
+            rsub_attempt(&e->sub, se); /* one-wake entries (sub.c): who owes an attempt */
             rc = attempt(ctx, &done, &hint);
             baton__redis_bound_leave(ab);
+            if (done && !rc) rsub_granted(&e->sub, se);
+            else if (!done && !rc) rsub_attempt_failed(&e->sub, se);
         }
         if (done) break;
         if (rc && rc != BATON_EUNAVAILABLE) break; /* auth, protocol, memory: give up */
@@ -841,7 +845,8 @@ int baton__redis_plain_acquire(reng *e, rlock *l, baton_acquire_req *req) {
     int granted = 0;
     int64_t ttl = -1;
     plain_ctx x = { e, l, req, 0 };
-    rsub_entry *pre = req->deadline_ns != 0 ? baton__redis_presub(e, l->channel, 0, req->waiter) : NULL;
+    rsub_entry *pre = NULL; /* one-wake: a release wakes one waiter of this client (sub.c) */
+    if (req->deadline_ns != 0 && req->waiter) rsub_register_ready_one(&e->sub, l->channel, req->waiter, &pre);
     unsigned gen = pre ? baton_waiter_gen(req->waiter) : 0;
     int64_t ab = baton__redis_attempt_enter(e);
     int rc = try_once(e, l, req, &granted, &ttl, &x.uncertain);
@@ -858,9 +863,9 @@ int baton__redis_plain_acquire(reng *e, rlock *l, baton_acquire_req *req) {
     char what[64];
     snprintf(what, sizeof what, "acquire of '%.40s'", l->key);
     rb_ks_wait kw; /* foreign releases wake us too, where the server notifies them */
-    baton__redis_ks_enter(e, l->key, req->waiter, req->deadline_ns, &kw);
+    baton__redis_ks_enter_for(e, l->key, l->channel, req->waiter, req->deadline_ns, &kw);
     rc = baton__redis_wait_loop_msg(e, l->channel, req->waiter, req->deadline_ns, 0,
-                                    e->layout == LAYOUT_SIMPLE ? RB_WAIT_POLL : 0,
+                                    RB_WAIT_ONE | (e->layout == LAYOUT_SIMPLE ? RB_WAIT_POLL : 0),
                                     plain_attempt, NULL, &x, what, pre, ttl, gen);
     baton__redis_ks_leave(&kw);
     if (rc) drop_uncertain(&x);

@@ -151,6 +151,7 @@ typedef struct rsub_s {
     void (*on_reconnect)(void *arg);   /* rsub_watch */
     void *on_reconnect_arg;
     int said_noperm;         /* the ACL refusal was reported once */
+    unsigned msg_serial;     /* messages received (one keyspace wake per message) */
     /* Cluster (sub.c): this rsub's own connection goes to any node (classic
      * PUBLISH is broadcast, PSUBSCRIBE patterns); sharded channels
      * (SSUBSCRIBE) and node-local ones (keyspace events) go to a child rsub
@@ -191,6 +192,34 @@ int rsub_register_node(rsub *s, const char *channel, const char *route_key, bato
  * (a failover, a MOVED answer), registers W again there and frees the old
  * entry. 1 when it moved *E. */
 int rsub_reroute(rsub *s, rsub_entry **e, baton_waiter *w);
+/* One-wake registrations (the plain lock's waiters; sub.c's top comment has
+ * the rules). rsub_register_one: like rsub_register (no pattern), but a
+ * message wakes only the oldest waiter of the channel that holds no wake
+ * (or nobody, when a waiter already woken has yet to attempt); a
+ * confirmation or a lost connection still wakes all. rsub_register_ready_one:
+ * the same for rsub_register_ready. A one-wake waiter must tell the
+ * subscriber about its attempts, whoever drives it (a parked thread or an
+ * async callback):
+ *   rsub_attempt         right before each attempt is sent;
+ *   rsub_attempt_failed  the attempt was answered "held" and it waits on
+ *                        (if a message came meanwhile, its waiter was woken
+ *                        again: it must attempt once more, not park);
+ *   rsub_granted         the attempt got the lock (before rsub_unregister).
+ * rsub_unregister without rsub_granted after a wake passes the wake on to
+ * the next waiter (timeout, cancel, error). All three are no-ops on other
+ * entries (and on NULL). */
+int rsub_register_one(rsub *s, const char *channel, baton_waiter *w, rsub_entry **out);
+int rsub_register_ready_one(rsub *s, const char *channel, baton_waiter *w, rsub_entry **out);
+void rsub_attempt(rsub *s, rsub_entry *e);
+void rsub_attempt_failed(rsub *s, rsub_entry *e);
+void rsub_granted(rsub *s, rsub_entry *e);
+/* rsub_register_node, for a keyspace channel whose wanted messages mean
+ * "WAKE may be free": each is delivered as one wake on channel WAKE's
+ * one-wake waiters on the same subscriber (once per message, however many
+ * entries want it), or wakes W itself when WAKE has none there (a cluster
+ * whose key and channel live on different masters). */
+int rsub_register_node_for(rsub *s, const char *channel, const char *route_key, const char *wake, baton_waiter *w,
+                           rsub_want_fn want, void *want_arg, rsub_entry **out);
 /* Keeps the subscriber connected from now on (starting its thread), and calls
  * FN(ARG) on that thread, with no lock held, each time it connects again after
  * losing the connection: the server may have restarted or failed over, so

@@ -17,6 +17,28 @@
  *   server    the last confirmation said "subscribed"
  * A channel is ready when intended && pending == 0 && server: only then can a
  * waiter's retry rely on seeing the next unlock message.
+ *
+ * One-wake registrations (rsub_register_one: the plain lock's waiters; Redisson's
+ * LockPubSub does the same per JVM): a message wakes the oldest waiter of
+ * the channel that holds no wake yet, not all of them, so a handoff among N
+ * waiters of one client costs one attempt, not N. A wake is a promise that
+ * someone attempts after the message; it is kept by the entry's state:
+ *   IDLE    parked, owes nothing
+ *   WOKEN   woken, its attempt has not started: it will see the release
+ *   TRYING  its attempt is under way (rsub_attempt) and may have read the
+ *           key before the release; AGAIN: a message came meanwhile
+ * A message while some entry is WOKEN (or TRYING with AGAIN) is covered by
+ * that entry's coming attempt and wakes nobody (a baton release sends both
+ * its publish and, with notifications on, a keyspace "del": one wake); else
+ * the oldest IDLE entry is woken; else the oldest TRYING one is woken again
+ * (AGAIN: it attempts once more when this one fails). A waiter that leaves
+ * without the lock after a wake (timeout, cancel, error; rsub_unregister
+ * without rsub_granted) passes a wake on the same way. A confirmation, a
+ * lost connection or a MOVED answer still wakes every waiter: those are
+ * re-checks, not releases, and each must see the key itself. Keyspace
+ * entries registered for a wake channel (rsub_register_node_for) hold no
+ * wake of their own: their wanted messages are delivered as one wake on the
+ * wake channel of the same subscriber (once per message).
  */
 #include "redis_int.h"
 
@@ -38,7 +60,14 @@ struct rsub_entry {
     void *want_arg;
     rsub *owner;             /* the rsub (the client's, or a cluster node's) it is on */
     char *route;             /* cluster: the key whose master it must be on (NULL: parent) */
+    char *wake;              /* a keyspace entry's wake channel (one wake there), or NULL */
+    unsigned char one;       /* RSUB_ONE: messages wake one waiter of the channel */
+    unsigned char state;     /* ONE_IDLE, ONE_WOKEN, ONE_TRYING */
+    unsigned char again;     /* TRYING: a message came during the attempt */
+    unsigned char owes;      /* woken since its last grant: leaving passes a wake on */
 };
+
+enum { ONE_IDLE, ONE_WOKEN, ONE_TRYING };
 
 struct rchan {
     rchan *next;
@@ -50,6 +79,7 @@ struct rchan {
     int intended, pending, server;
     int64_t idle_since;      /* when the last waiter left (lingering) */
     unsigned msg_seq;        /* messages received */
+    unsigned one_serial;     /* the rsub's msg_serial of the last keyspace wake delivered here */
     char msg[RSUB_MSG_MAX];  /* its payload (truncated) */
 };
 
@@ -64,20 +94,73 @@ static void signal_thread(rsub *s) {
     do n = write(s->evfd, &one, sizeof one); while (n < 0 && errno == EINTR);
 }
 
-static void wake_chan(rchan *ch) {
-    for (rsub_entry *e = ch->waiters; e; e = e->next) baton_waiter_wake(e->w);
-}
-
-/* A message wakes the waiters that want it (all, unless they filter). */
-static void wake_msg(rchan *ch, const char *payload, size_t len) {
-    for (rsub_entry *e = ch->waiters; e; e = e->next)
-        if (!e->want || e->want(e->want_arg, payload, len)) baton_waiter_wake(e->w);
-}
-
 static rchan *find_chan(rsub *s, const char *name, size_t len, int pattern) {
     for (rchan *c = s->chans; c; c = c->next)
         if (c->pattern == pattern && strlen(c->name) == len && !memcmp(c->name, name, len)) return c;
     return NULL;
+}
+
+/* Wakes one entry, keeping its one-wake state: a woken waiter attempts
+ * again (TRYING: after the attempt under way). */
+static void wake_entry(rsub_entry *e, int release) {
+    if (e->one) {
+        if (e->state == ONE_TRYING) e->again = 1;
+        else e->state = ONE_WOKEN;
+        if (release) e->owes = 1; /* a re-check's wake is nobody else's */
+    }
+    baton_waiter_wake(e->w);
+}
+
+/* Every waiter re-checks (confirmation, lost connection, MOVED). */
+static void wake_chan(rchan *ch) {
+    for (rsub_entry *e = ch->waiters; e; e = e->next) wake_entry(e, 0);
+}
+
+static int has_one(const rchan *ch) {
+    for (const rsub_entry *e = ch->waiters; e; e = e->next)
+        if (e->one) return 1;
+    return 0;
+}
+
+/* One wake on CH's one-wake entries (see the top): nobody when a coming
+ * attempt already covers it, else the oldest IDLE, else the oldest TRYING.
+ * Entries are kept newest first, so the oldest is the last. */
+static void wake_one(rchan *ch) {
+    rsub_entry *last = NULL, *idle = NULL, *trying = NULL;
+    for (rsub_entry *e = ch->waiters; e; e = e->next) {
+        last = e;
+        if (!e->one) continue;
+        if (e->state == ONE_WOKEN || (e->state == ONE_TRYING && e->again)) return;
+    }
+    for (rsub_entry *e = last; e; e = e->prev) {
+        if (!e->one) continue;
+        if (e->state == ONE_IDLE && !idle) idle = e;
+        if (e->state == ONE_TRYING && !trying) trying = e;
+    }
+    if (idle) wake_entry(idle, 1);
+    else if (trying) wake_entry(trying, 1);
+}
+
+/* A message wakes the waiters that want it (all, unless they filter), and
+ * one of the one-wake entries. A keyspace entry with a wake channel on this
+ * subscriber wakes one there instead (once per message, SERIAL). */
+static void wake_msg(rsub *s, rchan *ch, const char *payload, size_t len, unsigned serial) {
+    int one = 0;
+    for (rsub_entry *e = ch->waiters; e; e = e->next) {
+        if (e->one) {
+            one = 1;
+            continue;
+        }
+        if (e->want && !e->want(e->want_arg, payload, len)) continue;
+        rchan *t = e->wake ? find_chan(s, e->wake, strlen(e->wake), 0) : NULL;
+        if (!t || !has_one(t)) {
+            baton_waiter_wake(e->w); /* no wake channel here (yet): wake this one itself */
+        } else if (t->one_serial != serial) {
+            t->one_serial = serial;
+            wake_one(t);
+        }
+    }
+    if (one) wake_one(ch);
 }
 
 /* Forgets every subscription (connection lost); frees idle channels and wakes
@@ -210,8 +293,9 @@ static int handle_reply(rsub *s, redisReply *r, int *pong) {
                 c->msg[0] = 0;
             }
             c->msg_seq++;
-            if (payload && is_str(payload)) wake_msg(c, payload->str, payload->len);
-            else wake_msg(c, "", 0);
+            unsigned serial = ++s->msg_serial;
+            if (payload && is_str(payload)) wake_msg(s, c, payload->str, payload->len, serial);
+            else wake_msg(s, c, "", 0, serial);
         } else if (!strcasecmp(kind, "subscribe") || !strcasecmp(kind, "unsubscribe") ||
                    !strcasecmp(kind, "psubscribe") || !strcasecmp(kind, "punsubscribe") || shard) {
             int unasked = shard && !c->pending && c->intended && !strcasecmp(kind, "sunsubscribe");
@@ -402,6 +486,7 @@ void rsub_destroy(rsub *s) {
             rsub_entry *e = c->waiters;
             c->waiters = e->next;
             free(e->route);
+            free(e->wake);
             free(e);
         }
         free(c->name);
@@ -481,23 +566,38 @@ static void route_of(const rsub *s, const char *channel, int pattern, const char
 }
 
 /* Registers on S itself (no routing). */
-static int register_here(rsub *s, const char *channel, int pattern, int shard, const char *route, baton_waiter *w,
-                         rsub_want_fn want, void *want_arg, rsub_entry **out) {
-    *out = NULL;
+/* A new entry for W (ROUTE, WAKE copied); NULL when out of memory. */
+static rsub_entry *entry_new(baton_waiter *w, const char *route, int one, const char *wake) {
     rsub_entry *e = calloc(1, sizeof *e);
-    if (!e || (route && !(e->route = strdup(route)))) {
+    if (!e) return NULL;
+    if ((route && !(e->route = strdup(route))) || (wake && !(e->wake = strdup(wake)))) {
+        free(e->route);
         free(e);
-        return baton_seterr(BATON_ENOMEM, 0, "redis: out of memory");
+        return NULL;
     }
     e->w = w;
+    e->one = one != 0;
+    return e;
+}
+
+static void entry_free(rsub_entry *e) {
+    free(e->route);
+    free(e->wake);
+    free(e);
+}
+
+static int register_here(rsub *s, const char *channel, int pattern, int shard, const char *route, baton_waiter *w,
+                         rsub_want_fn want, void *want_arg, int one, const char *wake, rsub_entry **out) {
+    *out = NULL;
+    rsub_entry *e = entry_new(w, route, one, wake);
+    if (!e) return baton_seterr(BATON_ENOMEM, 0, "redis: out of memory");
     e->want = want;
     e->want_arg = want_arg;
     e->owner = s;
     pthread_mutex_lock(&s->mu);
     if (start_locked(s) != 0) {
         pthread_mutex_unlock(&s->mu);
-        free(e->route);
-        free(e);
+        entry_free(e);
         return BATON_ENOMEM;
     }
     rchan *c = find_chan(s, channel, strlen(channel), pattern);
@@ -512,8 +612,7 @@ static int register_here(rsub *s, const char *channel, int pattern, int shard, c
         if (!c || !c->name) {
             pthread_mutex_unlock(&s->mu);
             if (c) free(c);
-            free(e->route);
-            free(e);
+            entry_free(e);
             return baton_seterr(BATON_ENOMEM, 0, "redis: out of memory");
         }
         c->next = s->chans;
@@ -541,13 +640,14 @@ static rsub *route_sub(rsub *s, const char *route, int64_t deadline) {
 }
 
 static int register_routed(rsub *s, const char *channel, int pattern, int shard, const char *route,
-                           baton_waiter *w, rsub_want_fn want, void *want_arg, rsub_entry **out) {
+                           baton_waiter *w, rsub_want_fn want, void *want_arg, int one, const char *wake,
+                           rsub_entry **out) {
     *out = NULL;
     rsub *t = route_sub(s, route, rdeadline_ms(s->cfg->io_timeout_ms));
     /* no master known for the slot: no wake-ups, the caller's waiting loop
      * re-checks on its own (as without pub/sub) */
     if (!t) return baton_seterr(BATON_EUNAVAILABLE, 0, "redis: cluster: no master known for '%.80s'", route);
-    return register_here(t, channel, pattern, shard, route, w, want, want_arg, out);
+    return register_here(t, channel, pattern, shard, route, w, want, want_arg, one, wake, out);
 }
 
 int rsub_register(rsub *s, const char *channel, int pattern, baton_waiter *w, rsub_entry **out) {
@@ -559,13 +659,25 @@ int rsub_register_want(rsub *s, const char *channel, int pattern, baton_waiter *
     const char *route;
     int shard;
     route_of(s, channel, pattern, &route, &shard);
-    return register_routed(s, channel, pattern, shard, route, w, want, want_arg, out);
+    return register_routed(s, channel, pattern, shard, route, w, want, want_arg, 0, NULL, out);
+}
+
+int rsub_register_one(rsub *s, const char *channel, baton_waiter *w, rsub_entry **out) {
+    const char *route;
+    int shard;
+    route_of(s, channel, 0, &route, &shard);
+    return register_routed(s, channel, 0, shard, route, w, NULL, NULL, 1, NULL, out);
+}
+
+int rsub_register_node_for(rsub *s, const char *channel, const char *route_key, const char *wake, baton_waiter *w,
+                           rsub_want_fn want, void *want_arg, rsub_entry **out) {
+    if (!s->cfg->cluster) return register_here(s, channel, 0, 0, NULL, w, want, want_arg, 0, wake, out);
+    return register_routed(s, channel, 0, 0, route_key, w, want, want_arg, 0, wake, out);
 }
 
 int rsub_register_node(rsub *s, const char *channel, const char *route_key, baton_waiter *w, rsub_want_fn want,
                        void *want_arg, rsub_entry **out) {
-    if (!s->cfg->cluster) return register_here(s, channel, 0, 0, NULL, w, want, want_arg, out);
-    return register_routed(s, channel, 0, 0, route_key, w, want, want_arg, out);
+    return rsub_register_node_for(s, channel, route_key, NULL, w, want, want_arg, out);
 }
 
 int rsub_reroute(rsub *s, rsub_entry **ep, baton_waiter *w) {
@@ -578,6 +690,7 @@ int rsub_reroute(rsub *s, rsub_entry **ep, baton_waiter *w) {
     int moved = e->ch->moved;
     char *name = strdup(e->ch->name);
     int pattern = e->ch->pattern, shard = e->ch->shard;
+    int state = e->state, again = e->again, owes = e->owes;
     pthread_mutex_unlock(&o->mu);
     if (!name) return 0;
     rsub_entry *n = NULL;
@@ -585,7 +698,15 @@ int rsub_reroute(rsub *s, rsub_entry **ep, baton_waiter *w) {
     /* the map names another master (a MOVED answer to a command updated it),
      * or this one said MOVED to the subscription itself */
     if ((idx >= 0 && idx != o->node_idx) || moved) {
-        if (register_routed(s, name, pattern, shard, e->route, w, e->want, e->want_arg, &n) == 0) {
+        if (register_routed(s, name, pattern, shard, e->route, w, e->want, e->want_arg, e->one, e->wake, &n) == 0) {
+            /* the wake it holds moves with it: the old channel's waiters
+             * are not owed one */
+            pthread_mutex_lock(&n->owner->mu);
+            n->state = (unsigned char)state, n->again = (unsigned char)again, n->owes = (unsigned char)owes;
+            pthread_mutex_unlock(&n->owner->mu);
+            pthread_mutex_lock(&o->mu);
+            e->state = ONE_IDLE, e->again = 0, e->owes = 0;
+            pthread_mutex_unlock(&o->mu);
             rsub_unregister(s, e);
             *ep = n;
             r = 1;
@@ -616,9 +737,11 @@ void rsub_unregister(rsub *s, rsub_entry *e) {
     else c->waiters = e->next;
     if (e->next) e->next->prev = e->prev;
     if (!c->waiters) c->idle_since = baton_now_ns();
+    /* woken and leaving without the lock: a release may be waiting for an
+     * attempt that this waiter will not make */
+    if (e->one && (e->owes || e->state != ONE_IDLE || e->again)) wake_one(c);
     pthread_mutex_unlock(&o->mu);
-    free(e->route);
-    free(e);
+    entry_free(e);
     /* No signal: the channel lingers; the thread's periodic pass drops it. */
 }
 
@@ -637,7 +760,7 @@ int rsub_message(rsub *s, rsub_entry *e, char *buf, size_t n) {
     return got;
 }
 
-int rsub_register_ready(rsub *s, const char *channel, int pattern, baton_waiter *w, rsub_entry **out) {
+static int register_ready(rsub *s, const char *channel, int pattern, int one, baton_waiter *w, rsub_entry **out) {
     *out = NULL;
     const char *route;
     int shard;
@@ -652,9 +775,8 @@ int rsub_register_ready(rsub *s, const char *channel, int pattern, baton_waiter 
     pthread_mutex_lock(&t->mu);
     rchan *c = find_chan(t, channel, strlen(channel), pattern);
     int ready = c && c->intended && c->pending == 0 && c->server;
-    rsub_entry *e = ready ? calloc(1, sizeof *e) : NULL;
+    rsub_entry *e = ready ? entry_new(w, NULL, one, NULL) : NULL;
     if (e) {
-        e->w = w;
         e->ch = c;
         e->owner = t;
         e->route = rcopy;
@@ -668,4 +790,44 @@ int rsub_register_ready(rsub *s, const char *channel, int pattern, baton_waiter 
     free(rcopy);
     *out = e;
     return e != NULL;
+}
+
+int rsub_register_ready(rsub *s, const char *channel, int pattern, baton_waiter *w, rsub_entry **out) {
+    return register_ready(s, channel, pattern, 0, w, out);
+}
+
+int rsub_register_ready_one(rsub *s, const char *channel, baton_waiter *w, rsub_entry **out) {
+    return register_ready(s, channel, 0, 1, w, out);
+}
+
+/* ---- one-wake attempts (see the top) --------------------------------------- */
+
+void rsub_attempt(rsub *s, rsub_entry *e) {
+    (void)s;
+    if (!e || !e->one) return;
+    pthread_mutex_lock(&e->owner->mu);
+    e->state = ONE_TRYING; /* this attempt sees every release before it */
+    e->again = 0;
+    pthread_mutex_unlock(&e->owner->mu);
+}
+
+void rsub_attempt_failed(rsub *s, rsub_entry *e) {
+    (void)s;
+    if (!e || !e->one) return;
+    pthread_mutex_lock(&e->owner->mu);
+    /* a message during the attempt: it is owed another (its waiter was
+     * woken, so it does not park) */
+    e->state = e->again ? ONE_WOKEN : ONE_IDLE;
+    e->again = 0;
+    pthread_mutex_unlock(&e->owner->mu);
+}
+
+void rsub_granted(rsub *s, rsub_entry *e) {
+    (void)s;
+    if (!e || !e->one) return;
+    pthread_mutex_lock(&e->owner->mu);
+    e->state = ONE_IDLE;
+    e->again = 0;
+    e->owes = 0;
+    pthread_mutex_unlock(&e->owner->mu);
 }
