@@ -11,6 +11,11 @@
  *            it, is reported lost (on_lost once), the others stay held
  *            through two more leases
  *   release  every other lock released: no key is left
+ *   faults   on a server of its own, 2,000 locks: every connection of the
+ *            client killed (CLIENT KILL): no lock lost, every key renewed
+ *            after; the server restarted (its keys gone): every lock
+ *            reported lost exactly once and none says held, and another
+ *            client then takes every one of them (no two holders)
  *
  * Prints the server's renewal commands per second while holding and the
  * client's CPU per second ("measure:" lines).
@@ -212,6 +217,104 @@ static void t_many(void)
     free(g_slots);
 }
 
+/* Grants g_n locks g_prefix<i> on C through the async API into g_locks /
+ * g_slots (fresh); the number granted. */
+static int grant_all(baton_client *c)
+{
+    int granted = 0;
+    g_slots = calloc((size_t)g_n, sizeof *g_slots);
+    g_locks = calloc((size_t)g_n, sizeof *g_locks);
+    for (int i = 0; i < g_n; i++) {
+        baton_lock_options lo = BATON_LOCK_OPTIONS_INIT;
+        char name[64];
+        lo.lease_ms = LEASE_MS;
+        lo.on_lost = on_lost;
+        lo.on_lost_payload = &g_slots[i];
+        snprintf(name, sizeof name, "%d", i);
+        MUST(baton_lock_open(&g_locks[i], c, name, &lo));
+        CHECK_RC(baton_lock_acquire_async(g_locks[i], 30000, on_done, &g_slots[i]), 0);
+    }
+    int64_t end = tl_now_ms() + 120000;
+    while (granted < g_n && tl_now_ms() < end) {
+        drive(c, 200);
+        granted = 0;
+        for (int i = 0; i < g_n; i++) granted += atomic_load(&g_slots[i].granted);
+    }
+    return granted;
+}
+
+static void t_faults(void)
+{
+    char dir[1024];
+    const char *tmp = getenv("BATON_TEST_TMP");
+    baton_client_options co = BATON_CLIENT_OPTIONS_INIT;
+    baton_client *c = NULL, *c2 = NULL;
+    long long min_ttl;
+
+    snprintf(dir, sizeof dir, "%s/async_renew_many_srv", tmp ? tmp : "/tmp");
+    tl_mkdirs(dir);
+    g_port = tl_server_start("redis", dir, NULL);
+    g_n = 2000;
+    atomic_store(&g_lost_total, 0);
+    snprintf(g_prefix, sizeof g_prefix, "rf%d-", (int)getpid());
+    snprintf(g_uri, sizeof g_uri, "redis://127.0.0.1:%d/0?prefix=%s&layout=simple", g_port, g_prefix);
+    co.io_timeout_ms = 1000;
+    co.connect_timeout_ms = 1000;
+    MUST(baton_client_open(&c, g_uri, &co));
+    CHECK(grant_all(c) == g_n);
+
+    /* connections killed: the renewals reconnect, nothing is lost */
+    redisReply *r = tl_redis_cmd(g_port, 5, "CLIENT KILL TYPE normal");
+    fprintf(stderr, "faults: CLIENT KILL closed %lld connections\n", r && r->type == REDIS_REPLY_INTEGER ? r->integer : -1);
+    CHECK(r && r->type == REDIS_REPLY_INTEGER && r->integer >= 1);
+    if (r) freeReplyObject(r);
+    drive(c, 2 * LEASE_MS);
+    CHECK(atomic_load(&g_lost_total) == 0);
+    int with_ttl = keys_with_ttl(-1, &min_ttl);
+    fprintf(stderr, "faults: after the kill %d of %d keys with a TTL (least %lld ms), %d lost\n", with_ttl, g_n,
+            min_ttl, atomic_load(&g_lost_total));
+    CHECK(with_ttl == g_n);
+
+    /* the server restarted empty: each lock reported lost once */
+    tl_server_restart("redis", dir);
+    int64_t end = tl_now_ms() + 6 * LEASE_MS;
+    while (atomic_load(&g_lost_total) < g_n && tl_now_ms() < end) drive(c, 100);
+    drive(c, 500);   /* a second report would come now */
+    int once = 0, held = 0;
+    for (int i = 0; i < g_n; i++) {
+        once += atomic_load(&g_slots[i].lost) == 1;
+        held += baton_lock_held(g_locks[i]) != 0;
+    }
+    fprintf(stderr, "faults: after the restart %d lost (%d exactly once), %d still say held\n",
+            atomic_load(&g_lost_total), once, held);
+    CHECK(atomic_load(&g_lost_total) == g_n);
+    CHECK(once == g_n);
+    CHECK(held == 0);
+
+    /* another client takes them all: nobody else claims them */
+    MUST(baton_client_open(&c2, g_uri, &co));
+    int taken = 0;
+    for (int i = 0; i < g_n; i++) {
+        baton_lock *l = NULL;
+        char name[64];
+        snprintf(name, sizeof name, "%d", i);
+        MUST(baton_lock_open(&l, c2, name, NULL));
+        if (baton_lock_acquire(l, 0) == 0) {
+            taken++;
+            CHECK(!baton_lock_held(g_locks[i]));
+            baton_lock_release(l);
+        }
+        baton_lock_free(l);
+    }
+    CHECK(taken == g_n);
+    for (int i = 0; i < g_n; i++) baton_lock_free(g_locks[i]);
+    baton_client_close(c2);
+    baton_client_close(c);
+    free(g_locks);
+    free(g_slots);
+    tl_server_stop("redis", dir);
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -234,5 +337,6 @@ int main(int argc, char **argv)
                  g_prefix);
     }
     RUN(t_many);
+    RUN(t_faults);
     return th_finish();
 }
