@@ -72,6 +72,7 @@ static const workload workloads[] = {
     { "herd", w_herd, NULL, 1 },
     { "many", w_many, NULL, 0 },
     { "memory", w_memory, NULL, 0 },
+    { "memory-async", w_memory_async, NULL, 0 },
     { "ratelimit", w_ratelimit, NULL, 0 },
 };
 
@@ -126,6 +127,9 @@ static void bench_usage(FILE *f)
         "                          release_async on one loop thread\n"
         "             memory       client heap per held and per waiting lock (--n K, default 1000;\n"
         "                          at most %d waiting)\n"
+        "             memory-async the same through the event-loop API, no thread per waiter (--n K;\n"
+        "                          --waiters W, default min(K, 10000)): and, holding, the renewals the\n"
+        "                          server sees per second and the client's CPU over --seconds S (--lease MS)\n"
         "             ratelimit    C clients take permits of one rate limiter at N per second for S\n"
         "                          seconds (--clients C, default 8; --n N, default 100; --seconds S):\n"
         "                          admitted against the rate, engine requests per admission\n"
@@ -136,7 +140,7 @@ static void bench_usage(FILE *f)
         MEM_MAX_WAITING);
 }
 
-enum { OPT_WAITERS = 256, OPT_SVG, OPT_SHARED, OPT_ASYNC, OPT_LOCKS };
+enum { OPT_WAITERS = 256, OPT_SVG, OPT_SHARED, OPT_ASYNC, OPT_LOCKS, OPT_LEASE };
 
 
 int baton__cli_bench(int argc, char **argv)
@@ -149,6 +153,7 @@ int baton__cli_bench(int argc, char **argv)
         { "waiters", required_argument, NULL, OPT_WAITERS }, { "svg", required_argument, NULL, OPT_SVG },
         { "async", no_argument, NULL, OPT_ASYNC }, { "locks", required_argument, NULL, OPT_LOCKS },
         { "worker", required_argument, NULL, 'X' }, { "help", no_argument, NULL, 'h' },
+        { "lease", required_argument, NULL, OPT_LEASE },
         { "shared-client", no_argument, NULL, OPT_SHARED },
         { NULL, 0, NULL, 0 },
     };
@@ -185,6 +190,7 @@ int baton__cli_bench(int argc, char **argv)
         case OPT_SVG: svg = optarg; break;
         case OPT_ASYNC: o.async = 1; break;
         case OPT_LOCKS: if (num_arg("--locks", optarg, 1, 1000000, &o.locks)) return EX_USAGE; break;
+        case OPT_LEASE: if (num_arg("--lease", optarg, 10, 3600000, &o.lease_ms)) return EX_USAGE; break;
         case 'X': worker = optarg; break;
         case 'h': bench_usage(stdout); return 0;
         default: bench_usage(stderr); return EX_USAGE;

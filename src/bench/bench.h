@@ -37,6 +37,7 @@ typedef struct {
     const char *workload;
     int clients, n, rounds, waiters, fair, json;  /* 0 = not given: the workload's default */
     int async, locks;     /* many --async [--locks N] */
+    int lease_ms;         /* --lease (memory-async); 0 = the lock default */
     int shared_client;    /* herd: the W waiters share one client (threads on it), not one each */
     double seconds;
     FILE *svg;            /* --svg, opened (so known writable) before the run */
@@ -62,6 +63,7 @@ int w_herd(bench_opts *o);
 int w_many(bench_opts *o);
 int w_many_async(bench_opts *o);  /* many_async.c */
 int w_memory(bench_opts *o);
+int w_memory_async(bench_opts *o);   /* memory.c */
 int w_ratelimit(bench_opts *o);   /* ratelimit.c */
 /* The worker side of the multi-process ones (`--worker KIND DIR INDEX`). */
 int worker_contended(const bench_opts *o, const char *dir, int idx);

@@ -2,6 +2,8 @@
  * lock (glibc's mallinfo2, its per-thread cache off: see bench.c). */
 #include "bench.h"
 
+#include <poll.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -260,5 +262,208 @@ out:
     pthread_attr_destroy(&attr);
     pthread_cond_destroy(&m.cv);
     pthread_mutex_destroy(&m.mu);
+    return rc;
+}
+
+/* ---- memory-async: the same through the event-loop API ---- */
+
+/* Counts the completions of async acquires (the callback runs inside
+ * baton_client_process on the driving thread). */
+typedef struct {
+    long done, granted, canceled, failed;
+    int first_err;
+} amem_count;
+
+static void amem_cb(baton_lock *l, int rc, void *arg)
+{
+    amem_count *n = arg;
+    (void)l;
+    n->done++;
+    if (rc == 0) n->granted++;
+    else if (rc == BATON_ECANCELED) n->canceled++;
+    else {
+        n->failed++;
+        if (!n->first_err) n->first_err = rc;
+    }
+}
+
+/* Drives C's loop until *DONE reaches WANT or MS pass. */
+static void amem_drive(baton_client *c, const long *done, long want, int64_t ms)
+{
+    int64_t end = now_ns() + ms * 1000000LL;
+    while ((!done || *done < want) && now_ns() < end) {
+        struct pollfd p = { baton_client_fd(c), POLLIN, 0 };
+        int64_t t = baton_client_timeout_ms(c);
+        poll(&p, 1, t >= 0 && t < 50 ? (int)t : 50);
+        baton_client_process(c);
+    }
+}
+
+static int count_threads_now(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    int n = -1;
+    if (!f) return -1;
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, "Threads:", 8)) n = atoi(line + 8);
+    fclose(f);
+    return n;
+}
+
+/* Opens N locks PREFIX-TAG<i> on C into LS and starts an async acquire of
+ * each (WAIT_MS); 0 or the exit code (message printed). */
+static int amem_start(baton_client *c, const char *prefix, const char *tag, baton_lock **ls, int n,
+                      const baton_lock_options *lo, int64_t wait_ms, amem_count *cnt)
+{
+    char name[96];
+    for (int i = 0; i < n; i++) {
+        int lrc;
+        snprintf(name, sizeof name, "%s-%s%d", prefix, tag, i);
+        if ((lrc = baton_lock_open(&ls[i], c, name, lo)) ||
+            (lrc = baton_lock_acquire_async(ls[i], wait_ms, amem_cb, cnt))) {
+            fprintf(stderr, "baton bench: memory-async: lock %d: %s\n", i, baton_error_last()->message);
+            return cli_exit_for(lrc);
+        }
+    }
+    return 0;
+}
+
+/* Holding: the server's requests per second and per lock per renewal
+ * period, and the client's CPU per second, over O's --seconds. */
+static void amem_hold(bench_opts *o, baton_client *c, int K, uint32_t lease_ms, char *out, size_t n)
+{
+    baton_client *sc = NULL;
+    opstats before = { 0 }, after = { 0 }, acc = { 0 };
+    char err[256], per_s[512], per_r[512];
+    double u0, s0, u1, s1, t0, secs;
+    int ok = !baton_client_open(&sc, o->uri, NULL) && !opstats_read(sc, &before, err, sizeof err);
+    /* the same fields, null, where the engine counts nothing (file) */
+    opstats_fields(per_s, sizeof per_s, NULL, 0, "second", NULL, "top_per_second");
+    opstats_fields(per_r, sizeof per_r, NULL, 0, "lock_renewal", NULL, "top_per_lock_renewal");
+    cpu_times(&u0, &s0);
+    t0 = wall_s();
+    amem_drive(c, NULL, 0, (int64_t)(o->seconds * 1000));
+    secs = wall_s() - t0;
+    cpu_times(&u1, &s1);
+    if (ok && !opstats_read(sc, &after, err, sizeof err) && !opstats_accum(&acc, &before, &after)) {
+        /* per second: the window is whole seconds long (rounded) */
+        long whole = (long)(secs + 0.5), renewals = (long)((double)K * secs * 1000.0 / (lease_ms / 3));
+        opstats_fields(per_s, sizeof per_s, &acc, whole, "second", NULL, "top_per_second");
+        opstats_fields(per_r, sizeof per_r, &acc, renewals, "lock_renewal", NULL, "top_per_lock_renewal");
+    }
+    snprintf(out, n, "\"lease_ms\": %u, \"hold_seconds\": %.1f, %s, %s, \"client_cpu_per_second\": %.3f",
+             lease_ms, secs, per_s, per_r, (u1 + s1 - u0 - s0) / secs);
+    opstats_free(&before);
+    opstats_free(&after);
+    opstats_free(&acc);
+    baton_client_close(sc);
+}
+
+/* The waiting half: the holder takes KW locks, C starts an async acquire of
+ * each; bytes per waiting lock (handle included, and the op alone),
+ * threads while waiting. 0 or the exit code. */
+static int amem_waiting(baton_client *c, baton_client *holder, const char *prefix, int Kw,
+                        const baton_lock_options *lo, char *out, size_t n)
+{
+    baton_lock **hw = calloc((size_t)Kw, sizeof *hw), **ws = calloc((size_t)Kw, sizeof *ws);
+    amem_count cnt = { 0 };
+    long long w0, w1, w2, r0, r1;
+    int rc = EX_SOFTWARE, t0, t1;
+    char name[96];
+    if (!hw || !ws) goto out;
+    if ((rc = lock_all(holder, prefix, "w", hw, Kw, lo, NULL))) goto out;
+    rc = EX_SOFTWARE;
+    t0 = count_threads_now();
+    w0 = heap_bytes();
+    r0 = rss_bytes();
+    for (int i = 0; i < Kw; i++) {
+        snprintf(name, sizeof name, "%s-w%d", prefix, i);
+        if (baton_lock_open(&ws[i], c, name, lo)) goto fail;
+    }
+    w1 = heap_bytes();
+    for (int i = 0; i < Kw; i++)
+        if (baton_lock_acquire_async(ws[i], -1, amem_cb, &cnt)) goto fail;
+    /* until the heap stops moving (subscriptions confirmed) */
+    for (long long prev = -2, cur; (cur = heap_bytes()) != prev;) {
+        prev = cur;
+        amem_drive(c, NULL, 0, 300);
+    }
+    w2 = heap_bytes();
+    r1 = rss_bytes();
+    t1 = count_threads_now();
+    if (cnt.done) {
+        fprintf(stderr, "baton bench: memory-async: %ld of %d waiters completed while the locks were held\n",
+                cnt.done, Kw);
+        goto out;
+    }
+    snprintf(out, n, "\"waiting_locks\": %d, \"waiting_bytes_per_lock\": %.1f, \"waiting_op_bytes\": %.1f, "
+             "\"waiting_rss_bytes_per_lock\": %.1f, \"threads_before\": %d, \"threads_waiting\": %d",
+             Kw, (double)(w2 - w0) / Kw, (double)(w2 - w1) / Kw, (double)(r1 - r0) / Kw, t0, t1);
+    for (int i = 0; i < Kw; i++) baton_lock_cancel(ws[i]);
+    amem_drive(c, &cnt.done, Kw, 60000);
+    rc = cnt.done == Kw && cnt.granted == 0 ? 0 : EX_SOFTWARE;
+    if (rc) fprintf(stderr, "baton bench: memory-async: cancel: %ld of %d done, %ld granted\n", cnt.done, Kw, cnt.granted);
+    goto out;
+fail:
+    fprintf(stderr, "baton bench: memory-async: %s\n", baton_error_last()->message);
+    rc = EX_SOFTWARE;
+out:
+    for (int i = 0; ws && i < Kw; i++) baton_lock_free(ws[i]);
+    for (int i = 0; hw && i < Kw; i++) baton_lock_free(hw[i]);
+    free(ws);
+    free(hw);
+    return rc;
+}
+
+int w_memory_async(bench_opts *o)
+{
+    int K = o->n > 0 ? o->n : 1000, Kw = o->waiters > 0 ? o->waiters : (K < 10000 ? K : 10000);
+    int rc = EX_SOFTWARE, measurable = heap_measurable();
+    baton_client *c = NULL, *holder = NULL;
+    baton_lock **held = NULL;
+    baton_lock_options lo = BATON_LOCK_OPTIONS_INIT;
+    amem_count cnt = { 0 };
+    char prefix[64], hold[1400] = "", wait[512] = "", json[2560];
+    long long h0, h1, r0, r1;
+
+    snprintf(prefix, sizeof prefix, "bench-amem-%ld", (long)getpid());
+    lo.fair = o->fair;
+    if (o->lease_ms) lo.lease_ms = (uint32_t)o->lease_ms;
+    bench_raise_nofile();
+    if (!measurable)
+        fprintf(stderr, "baton bench: memory-async: the allocator does not report to mallinfo2; bytes are wrong\n");
+    if (!(held = calloc((size_t)K, sizeof *held))) goto out;
+    if ((rc = baton_client_open(&c, o->uri, NULL)) || (rc = baton_client_open(&holder, o->uri, NULL))) {
+        fprintf(stderr, "baton bench: %s\n", baton_error_last()->message);
+        rc = cli_exit_for(rc);
+        goto out;
+    }
+    /* held: K handles on one client, each granted through the async API */
+    h0 = heap_bytes();
+    r0 = rss_bytes();
+    if ((rc = amem_start(c, prefix, "h", held, K, &lo, 30000, &cnt))) goto out;
+    amem_drive(c, &cnt.done, K, 600000);
+    h1 = heap_bytes();
+    r1 = rss_bytes();
+    if (cnt.granted != K) {
+        fprintf(stderr, "baton bench: memory-async: %ld of %d granted (%s)\n", cnt.granted, K,
+                cnt.first_err ? baton_strerror(cnt.first_err) : "timed out");
+        rc = EX_SOFTWARE;
+        goto out;
+    }
+    amem_hold(o, c, K, lo.lease_ms ? lo.lease_ms : 30000, hold, sizeof hold);
+    for (int i = 0; i < K; i++) { baton_lock_free(held[i]); held[i] = NULL; }
+    if ((rc = amem_waiting(c, holder, prefix, Kw, &lo, wait, sizeof wait))) goto out;
+    snprintf(json, sizeof json, "{\"peer\": \"baton\", \"workload\": \"memory-async\", \"locks\": %d, \"fair\": %s, "
+             "\"held_bytes_per_lock\": %.1f, \"held_rss_bytes_per_lock\": %.1f, \"rss_bytes\": %lld, %s, %s}",
+             K, o->fair ? "true" : "false", (double)(h1 - h0) / K, (double)(r1 - r0) / K, r1, hold, wait);
+    bench_emit(o, json);
+    rc = 0;
+out:
+    for (int i = 0; held && i < K; i++) baton_lock_free(held[i]);
+    baton_client_close(holder);
+    baton_client_close(c);
+    free(held);
     return rc;
 }

@@ -183,9 +183,9 @@ static int run_op(baton__aop *op, int others)
         return 0;
     }
     if (op->kind == AOP_RELEASE && op->raw) {
-        pthread_mutex_lock(&l->io);
+        baton__lock_io_enter(l);
         rc = l->c->be->lock->release(l->c->eng, l->st, &l->owner);
-        pthread_mutex_unlock(&l->io);
+        baton__lock_io_leave(l);
         rc = release_rc(l, rc, op->over);
     } else if (op->kind == AOP_RELEASE) {
         rc = baton__lock_release(l);
@@ -323,9 +323,9 @@ static int start_native(baton__async *a, baton__aop *op)
     if ((rc = engine_start(a, op))) {
         /* undone by hand, not by acquire_end: a cancel meant for this op
          * stays for the pool's run of it */
-        pthread_mutex_lock(&l->smu);
+        pthread_mutex_lock(l->smu);
         l->acquiring = 0;
-        pthread_mutex_unlock(&l->smu);
+        pthread_mutex_unlock(l->smu);
     }
     return rc;
 }
@@ -343,9 +343,9 @@ static int release_native(baton__async *a, baton__aop *op)
     const baton_async_methods *am = l->c->be->async;
     int rc;
     if (!am || !am->release_start) return BATON_ENOTSUP;
-    pthread_mutex_lock(&l->smu);
+    pthread_mutex_lock(l->smu);
     if (l->state != LOCK_HELD || l->depth != 1) {
-        pthread_mutex_unlock(&l->smu);
+        pthread_mutex_unlock(l->smu);
         return BATON_ENOTSUP;
     }
     op->over = l->lease_deadline != INT64_MAX && baton_now_ns() >= l->lease_deadline;
@@ -353,11 +353,12 @@ static int release_native(baton__async *a, baton__aop *op)
     l->depth = 0;
     l->fence = 0;
     l->lease_deadline = l->next_renew = INT64_MAX;
-    pthread_mutex_unlock(&l->smu);
+    pthread_mutex_unlock(l->smu);
     baton__keeper_remove(l->c->keeper, &l->kn);
-    /* a renewal under way ends before the release goes out */
-    pthread_mutex_lock(&l->io);
-    pthread_mutex_unlock(&l->io);
+    /* a renewal under way (a native one too: the gate stays closed until
+     * its answer) ends before the release goes out */
+    baton__lock_io_enter(l);
+    baton__lock_io_leave(l);
     pthread_mutex_lock(&a->mu);
     op->native_rel = 1;
     op->state = AOP_RUNNING;
@@ -405,9 +406,9 @@ static int start(baton_lock *l, int kind, int64_t wait_ms, baton_async_cb cb, vo
     if ((rc = baton__member_enter(&l->cm))) return rc;
     if ((rc = async_get(l->c, &a))) goto out;
     if (kind == AOP_ACQUIRE) {
-        pthread_mutex_lock(&l->smu);
+        pthread_mutex_lock(l->smu);
         held = l->state == LOCK_HELD;
-        pthread_mutex_unlock(&l->smu);
+        pthread_mutex_unlock(l->smu);
         if (held) {
             rc = baton_seterr(BATON_EINVAL, 0, "lock '%s' is held: release it first "
                               "(async acquires are not reentrant)", l->name);

@@ -133,7 +133,7 @@ void baton__member_free(baton__member *m)
         m->mstate = MEMBER_DEAD;
         g->active++;
         pthread_mutex_unlock(&g->mu);
-        m->destroy(m);
+        m->ops->destroy(m);
         pthread_mutex_lock(&g->mu);
         if (--g->active == 0) pthread_cond_broadcast(&g->cv);
     } else if (m->mstate != MEMBER_DEAD) {
@@ -144,7 +144,7 @@ void baton__member_free(baton__member *m)
         return;
     }
     pthread_mutex_unlock(&g->mu);
-    m->free_handle(m);
+    m->ops->free_handle(m);
     gate_unref(g);
 }
 
@@ -167,7 +167,7 @@ void baton_client_close(baton_client *c)
     g->closing = 1;
     for (m = g->members; m; m = m->cnext) {
         m->mstate = MEMBER_CLOSING;
-        if (m->cancel) m->cancel(m);
+        if (m->ops->cancel) m->ops->cancel(m);
     }
     while (g->active > 0)
         pthread_cond_wait(&g->cv, &g->mu);
@@ -190,13 +190,13 @@ void baton_client_close(baton_client *c)
         int pending;
         list = m->cnext;
         m->cnext = m->cprev = NULL;
-        m->destroy(m);
+        m->ops->destroy(m);
         pthread_mutex_lock(&g->mu);
         m->mstate = MEMBER_DEAD;
         pending = m->free_pending;
         pthread_mutex_unlock(&g->mu);
         if (pending) {
-            m->free_handle(m);
+            m->ops->free_handle(m);
             gate_unref(g);
         }
     }
@@ -271,7 +271,7 @@ static void host_each(baton_host *h, int (*fn)(baton__member *m, void *arg), voi
 
 static int member_recheck(baton__member *m, void *arg)
 {
-    return m->recheck && m->recheck(m, *(int64_t *)arg);
+    return m->ops->recheck && m->ops->recheck(m, *(int64_t *)arg);
 }
 
 /* Every held, renewed lock is due for its owner-checked renewal now: the
@@ -290,7 +290,7 @@ typedef struct {
 static int member_lost(baton__member *m, void *arg)
 {
     lost_arg *a = arg;
-    return m->lost && m->lost(m, a->st, a->fence);
+    return m->ops->lost && m->ops->lost(m, a->st, a->fence);
 }
 
 /* The engine says grants are gone (see backend.h): the keeper reports them. */

@@ -15,7 +15,7 @@ typedef struct baton__aop baton__aop;
 /* Where a member stands with its client. */
 enum { MEMBER_LIVE, MEMBER_CLOSING, MEMBER_DEAD };
 
-struct baton__member {
+typedef struct {
     /* Release what it holds on the engine and free its engine state (the
      * handle itself stays for its owner to free). Called once, with no
      * call through the member in flight. */
@@ -31,6 +31,11 @@ struct baton__member {
      * ST (NULL = every state): mark it lost. 1 when it did (the keeper is
      * then kicked to report it). May be NULL. */
     int (*lost)(baton__member *m, void *st, uint64_t fence);
+} baton__member_ops;
+
+/* One per handle (100,000 locks, 100,000 members): the functions are shared. */
+struct baton__member {
+    const baton__member_ops *ops;   /* swapped under gate->mu (an election hooks cancel) */
     baton__gate *gate;              /* outlives the client while handles remain */
     int mstate;                     /* MEMBER_*; guarded by gate->mu */
     int free_pending;               /* freed by its owner while its client closed */

@@ -40,10 +40,13 @@ static void hook_cancel(baton_election *e, int on)
 {
     pthread_mutex_lock(&e->l->cm.gate->mu);
     if (on) {
-        e->lock_cancel = e->l->cm.cancel;
-        e->l->cm.cancel = election_member_cancel;
-    } else if (e->lock_cancel) {
-        e->l->cm.cancel = e->lock_cancel;
+        e->lock_ops = e->l->cm.ops;
+        e->lock_cancel = e->lock_ops->cancel;
+        e->hooked_ops = *e->lock_ops;
+        e->hooked_ops.cancel = election_member_cancel;
+        e->l->cm.ops = &e->hooked_ops;
+    } else if (e->lock_ops) {
+        e->l->cm.ops = e->lock_ops;
     }
     pthread_mutex_unlock(&e->l->cm.gate->mu);
 }
@@ -130,13 +133,13 @@ int baton_election_campaign(baton_election *e, const char *value, int64_t wait_m
     if (baton_lock_held(e->l))
         return baton_seterr(BATON_EDEADLK, 0, "election '%s': this candidate already leads", e->name);
     /* Not while acquiring: the backend reads the value during the campaign. */
-    pthread_mutex_lock(&e->l->smu);
+    pthread_mutex_lock(e->l->smu);
     if (e->l->acquiring) {
-        pthread_mutex_unlock(&e->l->smu);
+        pthread_mutex_unlock(e->l->smu);
         return baton_seterr(BATON_EINVAL, 0, "election '%s': another thread is campaigning", e->name);
     }
     snprintf(e->value, sizeof e->value, "%s", value);
-    pthread_mutex_unlock(&e->l->smu);
+    pthread_mutex_unlock(e->l->smu);
     rc = baton_lock_acquire(e->l, wait_ms);
     if (rc == 0 && e->generic) rc = baton__gelect_granted(e);
     return rc;
@@ -167,9 +170,9 @@ int baton_election_proclaim(baton_election *e, const char *value)
     if (!e) return baton_seterr(BATON_EINVAL, 0, "baton_election_proclaim: NULL election");
     if ((rc = value_check(value))) return rc;
     l = e->l;
-    pthread_mutex_lock(&l->smu);
+    pthread_mutex_lock(l->smu);
     lost = l->state == LOCK_LOST;
-    pthread_mutex_unlock(&l->smu);
+    pthread_mutex_unlock(l->smu);
     if (lost) return baton_seterr(BATON_ELOST, 0, "election '%s': this candidate lost its leadership", e->name);
     if (!baton_lock_held(l))
         return baton_seterr(BATON_ENOTHELD, 0, "election '%s': this candidate does not lead", e->name);
@@ -182,15 +185,15 @@ int baton_election_proclaim(baton_election *e, const char *value)
             baton__member_leave(&l->cm);
             return rc;
         }
-        pthread_mutex_lock(&l->io);
+        baton__lock_io_enter(l);
         rc = l->c->be->election->proclaim(l->c->eng, l->st, &l->owner, value);
-        pthread_mutex_unlock(&l->io);
+        baton__lock_io_leave(l);
         baton__member_leave(&l->cm);
     }
     if (rc == 0) {
-        pthread_mutex_lock(&l->smu);
+        pthread_mutex_lock(l->smu);
         snprintf(e->value, sizeof e->value, "%s", value);
-        pthread_mutex_unlock(&l->smu);
+        pthread_mutex_unlock(l->smu);
     }
     return rc;
 }
@@ -276,9 +279,9 @@ int baton_election_cancel(baton_election *e)
     /* The call in flight is cancelled; with none, both kinds keep the
      * cancel for their next call. */
     observing = __atomic_load_n(&e->observing, __ATOMIC_SEQ_CST);
-    pthread_mutex_lock(&e->l->smu);
+    pthread_mutex_lock(e->l->smu);
     campaigning = e->l->acquiring;
-    pthread_mutex_unlock(&e->l->smu);
+    pthread_mutex_unlock(e->l->smu);
     if (observing || !campaigning) baton__waiter_cancel(&e->ow);
     if (campaigning || !observing) baton_lock_cancel(e->l);
     return 0;

@@ -28,6 +28,9 @@ struct baton_election {
     baton_value *rec;
     /* the lock's own member cancel, which ours wraps (close wakes observers) */
     void (*lock_cancel)(baton__member *m);
+    /* the lock's member functions with ours for cancel, while hooked */
+    const baton__member_ops *lock_ops;
+    baton__member_ops hooked_ops;
     /* the listener */
     pthread_mutex_t lmu;
     pthread_t lthread;

@@ -73,7 +73,7 @@ static int rec_read(baton_election *e, baton_value *rv, record *r)
 static int rec_write(baton_election *e, uint64_t fence, const char *value)
 {
     sync_obj *o = baton__value_obj(e->rec);
-    char buf[32 + sizeof e->l->owner.desc + BATON_ELECTION_VALUE_MAX];
+    char buf[32 + BATON_OWNER_DESC_MAX + BATON_ELECTION_VALUE_MAX];
     int len = snprintf(buf, sizeof buf, "%" PRIu64 "\n%s\n%s", fence, e->l->owner.desc, value);
     for (int i = 0; i < CAS_TRIES; i++) {
         record r;

@@ -40,6 +40,7 @@ struct baton__keeper {
     pthread_t wth[WORKERS_MAX];
     int wused[WORKERS_MAX];
     int self_free;            /* stopped from a worker's job: the last worker frees k */
+    long inflight;            /* renewals started (ops->start) and not yet answered */
 };
 
 /* This worker's slot in wth. */
@@ -89,6 +90,19 @@ static void q_unlink(baton__keeper *k, baton__kept *n)
 }
 
 static void *worker_main(void *arg);
+
+/* k->mu held. A renewal of N ended: its due time moved, usually later. The
+ * timing thread is woken only when N is now due before it would look
+ * anyway: each wake-up walks every node, and a client with 100,000 locks
+ * renewing them must not pay a walk per renewal. */
+static void wake_if_sooner(baton__keeper *k, baton__kept *n)
+{
+    int64_t next = INT64_MAX;
+    if (!n->kept) return;
+    n->ops->poll(n, INT64_MIN, 0, &next);
+    if (next < k->sleeping_until)
+        pthread_cond_broadcast(&k->cv);
+}
 
 /* k->mu held. Starts a thread with every signal blocked: signals belong to
  * the application. */
@@ -155,8 +169,18 @@ static void *worker_main(void *arg)
         tls_node = n;
         tls_job = j;
         tls_gone = 0;
+        if (j == KJOB_KEEP && n->ops->start && n->ops->start(n, baton_now_ns()) == 0) {
+            /* In flight: KJOB_KEEP stays in jobs_run until
+             * baton__keeper_renewed, so the node is neither renewed twice
+             * nor freed under the engine's answer. */
+            pthread_mutex_lock(&k->mu);
+            k->inflight++;
+            tls_node = NULL;
+            tls_job = 0;
+            continue;
+        }
         if (j == KJOB_KEEP) {
-            int lost = n->keep(n, baton_now_ns());
+            int lost = n->ops->keep(n, baton_now_ns());
             if (lost) {
                 /* Report on this worker at once: the renewal has just said
                  * so, and a second queue round trip would only add delay. */
@@ -165,17 +189,18 @@ static void *worker_main(void *arg)
                 n->jobs_run &= ~KJOB_KEEP;
                 pthread_mutex_unlock(&k->mu);
                 tls_job = j = KJOB_REPORT;
-                n->report(n);
+                n->ops->report(n);
             }
         } else {
-            n->report(n);
+            n->ops->report(n);
         }
         pthread_mutex_lock(&k->mu);
         if (!tls_gone) n->jobs_run &= ~j;
         tls_node = NULL;
         tls_job = 0;
         pthread_cond_broadcast(&k->idle);
-        pthread_cond_broadcast(&k->cv);   /* the node's due time may have moved */
+        if (j == KJOB_REPORT || tls_gone) pthread_cond_broadcast(&k->cv);
+        else wake_if_sooner(k, n);
     }
 out:
     k->workers--;
@@ -204,7 +229,7 @@ static void *keeper_main(void *arg)
         for (baton__kept *n = k->head; n; n = n->knext) {
             int64_t next = INT64_MAX;
             int renewing = ((n->jobs_q | n->jobs_run) & KJOB_KEEP) != 0;
-            int what = n->poll(n, now, renewing, &next);
+            int what = n->ops->poll(n, now, renewing, &next);
             if (what == KEPT_LOST) enqueue(k, n, KJOB_REPORT);
             else if (what == KEPT_RENEW) enqueue(k, n, KJOB_KEEP);
             if (next < due) due = next;
@@ -286,6 +311,10 @@ void baton__keeper_stop(baton__keeper *k)
         pthread_join(th, NULL);
         pthread_mutex_lock(&k->mu);
     }
+    /* Renewals started natively are answered by their deadlines: their
+     * answers reach this keeper, so it outlives them. */
+    while (k->inflight > 0)
+        pthread_cond_wait(&k->idle, &k->mu);
     if (mine) {
         k->self_free = 1;
         pthread_mutex_unlock(&k->mu);
@@ -307,6 +336,8 @@ int baton__keeper_add(baton__keeper *k, baton__kept *n)
     }
     if (!n->kept) {
         n->knext = k->head;
+        n->kprev = NULL;
+        if (k->head) k->head->kprev = n;
         k->head = n;
         n->kept = 1;
     }
@@ -314,7 +345,7 @@ int baton__keeper_add(baton__keeper *k, baton__kept *n)
      * most locks are released long before their first renewal, and a wake-up
      * per acquire would cost a context switch on the hot path. The poll here
      * only reads the due time: it runs again on the timing thread. */
-    n->poll(n, INT64_MIN, 0, &next);
+    n->ops->poll(n, INT64_MIN, 0, &next);
     if (next < k->sleeping_until)
         pthread_cond_broadcast(&k->cv);
     pthread_mutex_unlock(&k->mu);
@@ -339,17 +370,33 @@ static void keeper_unlink(baton__keeper *k, baton__kept *n, int freeing)
         if (own && freeing) tls_gone = 1;
     }
     if (n->kept) {
-        baton__kept **pp = &k->head;
-        while (*pp && *pp != n) pp = &(*pp)->knext;
-        if (*pp) *pp = n->knext;
+        if (n->kprev) n->kprev->knext = n->knext;
+        else k->head = n->knext;
+        if (n->knext) n->knext->kprev = n->kprev;
         n->kept = 0;
-        n->knext = NULL;
+        n->knext = n->kprev = NULL;
     }
     pthread_mutex_unlock(&k->mu);
 }
 
 void baton__keeper_remove(baton__keeper *k, baton__kept *n) { keeper_unlink(k, n, 0); }
 void baton__keeper_forget(baton__keeper *k, baton__kept *n) { keeper_unlink(k, n, 1); }
+
+void baton__keeper_renewed(baton__keeper *k, baton__kept *n, int lost)
+{
+    pthread_mutex_lock(&k->mu);
+    n->jobs_run &= ~KJOB_KEEP;
+    k->inflight--;
+    if (k->stop) {
+        /* the client is closing: no worker is left to report on */
+    } else if (lost) {
+        enqueue(k, n, KJOB_REPORT);
+    } else {
+        wake_if_sooner(k, n);
+    }
+    pthread_cond_broadcast(&k->idle);
+    pthread_mutex_unlock(&k->mu);
+}
 
 void baton__keeper_kick(baton__keeper *k)
 {

@@ -17,7 +17,7 @@ typedef struct baton__kept baton__kept;
 
 enum { KEPT_IDLE = 0, KEPT_RENEW, KEPT_LOST };
 
-struct baton__kept {
+typedef struct {
     /* On the timing thread, under the keeper's mutex; never blocks on I/O
      * (it may take the node's own mutex). What the node needs at NOW:
      * KEPT_LOST when it has just become lost (its deadline passed: the
@@ -28,13 +28,25 @@ struct baton__kept {
     /* On a worker: the renewal (may block up to the node's own deadline).
      * Returns 1 when the node was just lost (report() follows). */
     int (*keep)(baton__kept *n, int64_t now);
+    /* May be NULL. On a worker, in place of keep(): starts the renewal
+     * and returns at once, 0 when started (the node then calls
+     * baton__keeper_renewed exactly once, from any thread, with no keeper
+     * mutex held), else nonzero and keep() runs. The worker goes on to the
+     * next due node, so a batch of renewals leaves together. */
+    int (*start)(baton__kept *n, int64_t now);
     /* On a worker, with no keeper mutex held: tells the application
      * (on_lost). It may remove or forget its own node, or stop the keeper. */
     void (*report)(baton__kept *n);
+} baton__kept_ops;
+
+/* One per kept handle (100,000 locks, 100,000 nodes): the functions are
+ * shared, the list is doubly linked so that a node leaves in O(1). */
+struct baton__kept {
+    const baton__kept_ops *ops;
     /* the keeper's bookkeeping, guarded by its mutex */
-    baton__kept *knext, *qnext;
-    int kept, inq;
-    int jobs_q, jobs_run;   /* KJOB_* bits queued / running on workers */
+    baton__kept *knext, *kprev, *qnext;
+    unsigned char kept, inq;
+    unsigned char jobs_q, jobs_run;   /* KJOB_* bits queued / running (or, started, in flight) */
 };
 
 int baton__keeper_start(baton__keeper **out);
@@ -53,6 +65,9 @@ void baton__keeper_forget(baton__keeper *k, baton__kept *n);
  * freeing its own handle), the worker must not touch N afterwards. Needs no
  * keeper (it may be stopped already). */
 void baton__kept_gone(baton__kept *n);
+/* The answer to a renewal START began: the node is no longer renewing;
+ * LOST = it was just lost (report() follows on a worker). */
+void baton__keeper_renewed(baton__keeper *k, baton__kept *n, int lost);
 /* Makes the keeper look at its nodes again now (their due times changed). */
 void baton__keeper_kick(baton__keeper *k);
 

@@ -1,5 +1,6 @@
 /* The lock front-end: reentrancy, leases, renewal and loss on top of any backend. */
 #include "lock.h"
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,12 +43,77 @@ static int64_t lease_validity_ns(uint32_t lease_ms)
 /* What the keeper and the client call back (below). */
 static int lock_poll(baton__kept *n, int64_t now, int renewing, int64_t *next);
 static int lock_keep(baton__kept *n, int64_t now);
+static int lock_start(baton__kept *n, int64_t now);
 static void lock_report(baton__kept *n);
+static int renewal_answer(baton_lock *l, int rc, int64_t sent, uint64_t fence);
+static const baton__kept_ops lock_kept_ops = { lock_poll, lock_keep, lock_start, lock_report };
 static int lock_recheck(baton__member *m, int64_t now);
 static int lock_lost(baton__member *m, void *st, uint64_t fence);
 static void lock_member_destroy(baton__member *m);
 static void lock_member_free(baton__member *m);
 static void lock_member_cancel(baton__member *m);
+static const baton__member_ops lock_member_ops = { lock_member_destroy, lock_member_free, lock_member_cancel,
+                                                   lock_recheck, lock_lost };
+
+/* The io gate's shared pairs (lock.h): a pair is held only to flip or wait
+ * on io_busy, never across I/O. */
+#define GATE_PAIRS 64
+static struct gate_pair {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+} g_gate[GATE_PAIRS];
+static pthread_once_t g_gate_once = PTHREAD_ONCE_INIT;
+/* The handles' state mutexes (lock.h, smu): leaf locks, held for a few
+ * field reads and writes, so sharing them costs no waiting to speak of. */
+#define SMU_SHARED 64
+static pthread_mutex_t g_smu[SMU_SHARED];
+
+
+static void gate_init(void)
+{
+    for (int i = 0; i < GATE_PAIRS; i++) {
+        pthread_mutex_init(&g_gate[i].mu, NULL);
+        pthread_cond_init(&g_gate[i].cv, NULL);
+    }
+    for (int i = 0; i < SMU_SHARED; i++)
+        pthread_mutex_init(&g_smu[i], NULL);
+}
+
+static struct gate_pair *gate_of(const baton_lock *l)
+{
+    uint64_t a = (uint64_t)(uintptr_t)l * UINT64_C(0x9E3779B97F4A7C15);
+    pthread_once(&g_gate_once, gate_init);
+    return &g_gate[a >> (64 - 6)];
+}
+
+static pthread_mutex_t *smu_of(const baton_lock *l)
+{
+    /* another multiplier than the gate's: two handles that share a gate
+     * pair need not share a state mutex too */
+    uint64_t a = (uint64_t)(uintptr_t)l * UINT64_C(0xC2B2AE3D27D4EB4F);
+    pthread_once(&g_gate_once, gate_init);
+    return &g_smu[a >> (64 - 6)];
+}
+
+void baton__lock_io_enter(baton_lock *l)
+{
+    struct gate_pair *g = gate_of(l);
+    pthread_mutex_lock(&g->mu);
+    while (l->io_busy)
+        pthread_cond_wait(&g->cv, &g->mu);
+    l->io_busy = 1;
+    pthread_mutex_unlock(&g->mu);
+}
+
+void baton__lock_io_leave(baton_lock *l)
+{
+    struct gate_pair *g = gate_of(l);
+    pthread_mutex_lock(&g->mu);
+    l->io_busy = 0;
+    /* the pair is shared: wake them all, the one of this lock goes on */
+    pthread_cond_broadcast(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+}
 
 int baton_lock_open(baton_lock **out, baton_client *c, const char *name, const baton_lock_options *opts)
 {
@@ -78,26 +144,21 @@ int baton__lock_create(baton_lock **out, baton_client *c, const char *name,
     if (def.fair && !(c->be->caps & BATON_CAP_FAIR))
         return baton_seterr(BATON_ENOTSUP, 0, "the %s backend has no fair lock", c->be->info->name);
 
-    l = calloc(1, sizeof *l);
+    /* the name in the handle's own allocation: one malloc header less per lock */
+    l = calloc(1, sizeof *l + strlen(name) + 1);
     if (!l) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
     l->c = c;
     l->opts = def;
     l->lease_deadline = l->next_renew = INT64_MAX;
-    if (!(l->name = strdup(name))) { free(l); return baton_seterr(BATON_ENOMEM, 0, "out of memory"); }
+    l->name = (char *)(l + 1);
+    memcpy(l->name, name, strlen(name) + 1);
     if ((rc = baton__owner_init(&l->owner))) goto fail_name;
     if ((rc = baton__waiter_init(&l->waiter))) goto fail_name;
-    pthread_mutex_init(&l->io, NULL);
-    pthread_mutex_init(&l->smu, NULL);
+    l->smu = smu_of(l);
     if (st) l->st = st;
     else if ((rc = c->be->lock->create(c->eng, l->name, &l->opts, &l->st))) goto fail_sync;
-    l->kn.poll = lock_poll;
-    l->kn.keep = lock_keep;
-    l->kn.report = lock_report;
-    l->cm.destroy = lock_member_destroy;
-    l->cm.free_handle = lock_member_free;
-    l->cm.cancel = lock_member_cancel;
-    l->cm.recheck = lock_recheck;
-    l->cm.lost = lock_lost;
+    l->kn.ops = &lock_kept_ops;
+    l->cm.ops = &lock_member_ops;
     if ((rc = baton__client_link(c, &l->cm))) {
         c->be->lock->destroy(c->eng, l->st);
         goto fail_sync;
@@ -105,11 +166,8 @@ int baton__lock_create(baton_lock **out, baton_client *c, const char *name,
     *out = l;
     return 0;
 fail_sync:
-    pthread_mutex_destroy(&l->io);
-    pthread_mutex_destroy(&l->smu);
     baton__waiter_destroy(&l->waiter);
 fail_name:
-    free(l->name);
     free(l);
     return rc;
 }
@@ -153,50 +211,50 @@ int baton__lock_acquire_begin(baton_lock *l, int64_t wait_ms, baton_acquire_req 
     *reentered = 0;
     if (l->sibling && l->is_write) {
         int upgrade;
-        pthread_mutex_lock(&l->sibling->smu);
+        pthread_mutex_lock(l->sibling->smu);
         upgrade = l->sibling->state == LOCK_HELD && l->sibling->holder_tid == me;
-        pthread_mutex_unlock(&l->sibling->smu);
+        pthread_mutex_unlock(l->sibling->smu);
         if (upgrade)
             return baton_seterr(BATON_EDEADLK, 0, "lock '%s': this thread holds the read side; "
                                 "a read lock cannot be upgraded", l->name);
     }
-    pthread_mutex_lock(&l->smu);
+    pthread_mutex_lock(l->smu);
     if (l->state == LOCK_HELD) {
         if (l->holder_tid != me) {
-            pthread_mutex_unlock(&l->smu);
+            pthread_mutex_unlock(l->smu);
             return baton_seterr(BATON_EINVAL, 0, "lock '%s': this handle is held by another thread; "
                                 "open one handle per thread", l->name);
         }
         if (!l->opts.reentrant) {
-            pthread_mutex_unlock(&l->smu);
+            pthread_mutex_unlock(l->smu);
             return baton_seterr(BATON_EDEADLK, 0, "lock '%s' is already held by this thread "
                                 "and is not reentrant", l->name);
         }
         if (baton_now_ns() >= l->lease_deadline) {
             /* The keeper has not said so yet, but the outer section has lost
              * exclusion: a nested grant must not hide that. */
-            pthread_mutex_unlock(&l->smu);
+            pthread_mutex_unlock(l->smu);
             return baton_seterr(BATON_ELOST, 0, "lock '%s': the lease ran out while held; "
                                 "release it to its outermost level first", l->name);
         }
         l->depth++;
-        pthread_mutex_unlock(&l->smu);
+        pthread_mutex_unlock(l->smu);
         *reentered = 1;
         return 0;
     }
     if (l->state == LOCK_LOST && l->opts.reentrant && l->depth > 0) {
         /* A nested acquire on a lost lock would take a new grant and leave
          * the outer sections believing they never lost exclusion. */
-        pthread_mutex_unlock(&l->smu);
+        pthread_mutex_unlock(l->smu);
         return baton_seterr(BATON_ELOST, 0, "lock '%s' was lost while held; release it to its "
                             "outermost level before acquiring again", l->name);
     }
     if (l->acquiring) {
-        pthread_mutex_unlock(&l->smu);
+        pthread_mutex_unlock(l->smu);
         return baton_seterr(BATON_EINVAL, 0, "lock '%s': another thread is acquiring this handle", l->name);
     }
     if (take_cancel(l)) {
-        pthread_mutex_unlock(&l->smu);
+        pthread_mutex_unlock(l->smu);
         return baton_seterr(BATON_ECANCELED, 0, "lock '%s': acquire canceled (before it started)", l->name);
     }
     l->acquiring = 1;
@@ -207,7 +265,7 @@ int baton__lock_acquire_begin(baton_lock *l, int64_t wait_ms, baton_acquire_req 
         l->state = LOCK_FREE;
         l->depth = 0;
     }
-    pthread_mutex_unlock(&l->smu);
+    pthread_mutex_unlock(l->smu);
     baton__keeper_remove(l->c->keeper,&l->kn);
 
     memset(req, 0, sizeof *req);
@@ -228,16 +286,16 @@ int baton__lock_acquire_begin(baton_lock *l, int64_t wait_ms, baton_acquire_req 
 int baton__lock_grant_check(baton_lock *l, const baton_acquire_req *req, int *dead)
 {
     int leased = (l->c->be->caps & BATON_CAP_LEASE) != 0;
-    pthread_mutex_lock(&l->smu);
+    pthread_mutex_lock(l->smu);
     *dead = lost_in_flight(l, req->fence);
     l->lost_any = 0;
     l->lost_fence = 0;
-    pthread_mutex_unlock(&l->smu);
+    pthread_mutex_unlock(l->smu);
     if (!*dead && (!leased || baton_now_ns() < req->sent_ns + lease_validity_ns(l->opts.lease_ms)))
         return 0;
-    pthread_mutex_lock(&l->io);
+    baton__lock_io_enter(l);
     l->c->be->lock->release(l->c->eng, l->st, &l->owner);
-    pthread_mutex_unlock(&l->io);
+    baton__lock_io_leave(l);
     return 1;
 }
 
@@ -266,7 +324,7 @@ int baton__lock_acquire_end(baton_lock *l, int rc, const baton_acquire_req *req,
      * lost (it reports that on the keeper thread). */
     int kept = leased || (l->c->be->caps & BATON_CAP_SESSION);
 
-    pthread_mutex_lock(&l->smu);
+    pthread_mutex_lock(l->smu);
     l->acquiring = 0;
     /* This acquire consumed any cancel that came while it ran. */
     baton__waiter_reset(&l->waiter);
@@ -284,7 +342,7 @@ int baton__lock_acquire_end(baton_lock *l, int rc, const baton_acquire_req *req,
             l->lease_deadline = l->next_renew = INT64_MAX;
         }
     }
-    pthread_mutex_unlock(&l->smu);
+    pthread_mutex_unlock(l->smu);
     if (rc == 0 && kept && baton__keeper_add(l->c->keeper,&l->kn) != 0) {
         /* nobody could renew it or report it lost: give it back */
         int e = baton_error_last()->code;
@@ -307,9 +365,9 @@ int baton__lock_acquire(baton_lock *l, int64_t wait_ms)
     if ((rc = baton__lock_acquire_begin(l, wait_ms, &req, &reentered)) || reentered) return rc;
     for (;;) {
         int dead;
-        pthread_mutex_lock(&l->io);
+        baton__lock_io_enter(l);
         rc = l->c->be->lock->acquire(l->c->eng, l->st, &req);
-        pthread_mutex_unlock(&l->io);
+        baton__lock_io_leave(l);
         if (rc) break;
         /* Granted, but the lease was already over when the answer came, or
          * the engine said the session it was granted on died while the
@@ -327,7 +385,7 @@ int baton__lock_acquire(baton_lock *l, int64_t wait_ms)
 static int lose(baton_lock *l)
 {
     l->state = LOCK_LOST;
-    pthread_mutex_unlock(&l->smu);
+    pthread_mutex_unlock(l->smu);
     return 1;
 }
 
@@ -343,9 +401,9 @@ static void lock_report(baton__kept *n)
 static int lock_poll(baton__kept *n, int64_t now, int renewing, int64_t *next)
 {
     baton_lock *l = BATON__CONTAINER(n, baton_lock, kn);
-    pthread_mutex_lock(&l->smu);
+    pthread_mutex_lock(l->smu);
     if (l->state != LOCK_HELD) {
-        pthread_mutex_unlock(&l->smu);
+        pthread_mutex_unlock(l->smu);
         *next = INT64_MAX;
         return KEPT_IDLE;
     }
@@ -354,14 +412,21 @@ static int lock_poll(baton__kept *n, int64_t now, int renewing, int64_t *next)
         return lose(l) ? KEPT_LOST : KEPT_IDLE;
     }
     *next = l->lease_deadline;
-    if (!renewing) {
-        if (now >= l->next_renew) {
-            pthread_mutex_unlock(&l->smu);
+    if (!renewing && l->next_renew != INT64_MAX) {
+        /* Due a little early (an eighth of the renewal period, at most a
+         * second): renewals due close together leave in one keeper pass,
+         * and a client with many locks wakes its keeper once per batch
+         * instead of once per lock. Renewing early is always safe. */
+        int64_t slack = ms_to_ns(l->opts.renew_ms) / 8, due;
+        if (slack > ms_to_ns(1000)) slack = ms_to_ns(1000);
+        due = l->next_renew - slack;
+        if (now >= due) {
+            pthread_mutex_unlock(l->smu);
             return KEPT_RENEW;
         }
-        if (l->next_renew < *next) *next = l->next_renew;
+        if (due < *next) *next = due;
     }
-    pthread_mutex_unlock(&l->smu);
+    pthread_mutex_unlock(l->smu);
     return KEPT_IDLE;
 }
 
@@ -376,21 +441,87 @@ static int lock_keep(baton__kept *n, int64_t now)
     int rc;
 
     (void)now;
-    pthread_mutex_lock(&l->smu);
-    if (l->state != LOCK_HELD) { pthread_mutex_unlock(&l->smu); return 0; }
+    pthread_mutex_lock(l->smu);
+    if (l->state != LOCK_HELD) { pthread_mutex_unlock(l->smu); return 0; }
     deadline = l->lease_deadline;
     fence = l->fence;
-    pthread_mutex_unlock(&l->smu);
+    pthread_mutex_unlock(l->smu);
 
-    pthread_mutex_lock(&l->io);
+    baton__lock_io_enter(l);
     sent = baton_now_ns();
     rc = l->c->be->lock->renew(l->c->eng, l->st, &l->owner, l->opts.lease_ms, deadline);
-    pthread_mutex_unlock(&l->io);
+    baton__lock_io_leave(l);
+    return renewal_answer(l, rc, sent, fence);
+}
 
-    pthread_mutex_lock(&l->smu);
+/* A native renewal in flight (lock_start): what its answer needs. */
+typedef struct {
+    baton_lock *l;
+    baton__keeper *k;
+    int64_t sent;
+    uint64_t fence;
+} renewal;
+
+/* The engine's answer to lock_start's renewal, on an engine thread with
+ * none of our locks held: handled as the blocking renewal's. */
+static void lock_renewed(void *token, int rc, uint64_t fence, int64_t sent_ns)
+{
+    renewal *r = token;
+    baton_lock *l = r->l;
+    baton__keeper *k = r->k;
+    int lost;
+    (void)fence;
+    (void)sent_ns;
+    lost = renewal_answer(l, rc, r->sent, r->fence);
+    free(r);
+    baton__lock_io_leave(l);
+    baton__keeper_renewed(k, &l->kn, lost);
+}
+
+/* The keeper's start() on a worker: lock_keep's renewal started natively
+ * (backend.h v12, renew_start), so one worker sends a batch of them; any
+ * refusal sends this one to lock_keep. */
+static int lock_start(baton__kept *n, int64_t now)
+{
+    baton_lock *l = BATON__CONTAINER(n, baton_lock, kn);
+    const baton_async_methods *am = l->c->be->async;
+    renewal *r;
+    int64_t deadline;
+    int rc;
+
+    (void)now;
+    if (!am || !am->renew_start) return BATON_ENOTSUP;
+    if (!(r = malloc(sizeof *r))) return BATON_ENOMEM;
+    pthread_mutex_lock(l->smu);
+    if (l->state != LOCK_HELD) {
+        /* nothing to renew: lock_keep says so at once */
+        pthread_mutex_unlock(l->smu);
+        free(r);
+        return BATON_ENOTHELD;
+    }
+    deadline = l->lease_deadline;
+    r->fence = l->fence;
+    pthread_mutex_unlock(l->smu);
+    r->l = l;
+    r->k = l->c->keeper;
+    baton__lock_io_enter(l);
+    r->sent = baton_now_ns();
+    rc = am->renew_start(l->c->eng, l->st, &l->owner, l->opts.lease_ms, deadline, lock_renewed, r);
+    if (rc) {
+        baton__lock_io_leave(l);
+        free(r);
+    }
+    return rc;
+}
+
+/* The answer RC to a renewal sent at SENT of the grant FENCE: the lease
+ * extended, or the lock lost (1), or a retry planned. */
+static int renewal_answer(baton_lock *l, int rc, int64_t sent, uint64_t fence)
+{
+    pthread_mutex_lock(l->smu);
     /* Lost meanwhile (the timing thread, or the engine's report): a late
      * success must not revive it. */
-    if (l->state != LOCK_HELD || l->fence != fence) { pthread_mutex_unlock(&l->smu); return 0; }
+    if (l->state != LOCK_HELD || l->fence != fence) { pthread_mutex_unlock(l->smu); return 0; }
     if (rc == 0 && l->lease_deadline != INT64_MIN) {
         int64_t d = sent + lease_validity_ns(l->opts.lease_ms);
         if (d > l->lease_deadline) l->lease_deadline = d;
@@ -404,7 +535,7 @@ static int lock_keep(baton__kept *n, int64_t now)
         if (retry > ms_to_ns(1000)) retry = ms_to_ns(1000);
         l->next_renew = baton_now_ns() + retry;
     }
-    pthread_mutex_unlock(&l->smu);
+    pthread_mutex_unlock(l->smu);
     return 0;
 }
 
@@ -418,26 +549,26 @@ static int lock_extend(baton_lock *l, uint32_t lease_ms)
     int64_t sent, deadline;
     uint64_t fence;
     int rc;
-    pthread_mutex_lock(&l->smu);
+    pthread_mutex_lock(l->smu);
     if (l->state != LOCK_HELD || baton_now_ns() >= l->lease_deadline) {
         rc = l->state == LOCK_FREE ? baton_seterr(BATON_ENOTHELD, 0, "lock '%s' is not held", l->name)
                                    : baton_seterr(BATON_ELOST, 0, "lock '%s' was lost", l->name);
-        pthread_mutex_unlock(&l->smu);
+        pthread_mutex_unlock(l->smu);
         return rc;
     }
     if (l->lease_deadline == INT64_MAX) {
         /* no lease of its own: nothing to extend */
-        pthread_mutex_unlock(&l->smu);
+        pthread_mutex_unlock(l->smu);
         return 0;
     }
     deadline = l->lease_deadline;
     fence = l->fence;
-    pthread_mutex_unlock(&l->smu);
+    pthread_mutex_unlock(l->smu);
 
-    pthread_mutex_lock(&l->io);
+    baton__lock_io_enter(l);
     sent = baton_now_ns();
     rc = l->c->be->lock->renew(l->c->eng, l->st, &l->owner, lease_ms, deadline);
-    pthread_mutex_lock(&l->smu);
+    pthread_mutex_lock(l->smu);
     if (rc == 0 && l->state == LOCK_HELD && l->fence == fence && l->lease_deadline != INT64_MIN) {
         l->opts.lease_ms = lease_ms;
         l->opts.renew_ms = lease_ms / 3 ? lease_ms / 3 : 1;
@@ -448,8 +579,8 @@ static int lock_extend(baton_lock *l, uint32_t lease_ms)
         if (rc) l->lease_deadline = INT64_MIN;
         rc = baton_seterr(BATON_ELOST, 0, "lock '%s' was lost before this extend", l->name);
     }
-    pthread_mutex_unlock(&l->smu);
-    pthread_mutex_unlock(&l->io);
+    pthread_mutex_unlock(l->smu);
+    baton__lock_io_leave(l);
     if (rc == BATON_ELOST) baton__keeper_kick(l->c->keeper);
     return rc;
 }
@@ -480,23 +611,23 @@ int baton__lock_release(baton_lock *l) { return baton__lock_release_with(l, NULL
 int baton__lock_release_with(baton_lock *l, int (*fn)(void *eng, void *st, const baton_owner *owner))
 {
     int rc;
-    pthread_mutex_lock(&l->smu);
+    pthread_mutex_lock(l->smu);
     if (l->state == LOCK_FREE) {
-        pthread_mutex_unlock(&l->smu);
+        pthread_mutex_unlock(l->smu);
         return baton_seterr(BATON_ENOTHELD, 0, "lock '%s' is not held", l->name);
     }
     if (l->state == LOCK_LOST) {
         if (l->depth > 1) {
             /* Every level of a reentrant hold learns of the loss. */
             l->depth--;
-            pthread_mutex_unlock(&l->smu);
+            pthread_mutex_unlock(l->smu);
             return baton_seterr(BATON_ELOST, 0, "lock '%s' was lost while held", l->name);
         }
         l->state = LOCK_FREE;
         l->depth = 0;
         l->fence = 0;
         l->lease_deadline = l->next_renew = INT64_MAX;
-        pthread_mutex_unlock(&l->smu);
+        pthread_mutex_unlock(l->smu);
         baton__keeper_remove(l->c->keeper,&l->kn);
         /* Lost on our side does not mean gone on the engine's: a session
          * lock whose connection we could not confirm (a stopped process, a
@@ -504,15 +635,15 @@ int baton__lock_release_with(baton_lock *l, int (*fn)(void *eng, void *st, const
          * go now, after the application stopped using it (baton run: after
          * the command's tree exited), is what keeps the next holder from
          * overlapping it. Owner-checked, so it never touches a new holder. */
-        pthread_mutex_lock(&l->io);
+        baton__lock_io_enter(l);
         l->c->be->lock->release(l->c->eng, l->st, &l->owner);
-        pthread_mutex_unlock(&l->io);
+        baton__lock_io_leave(l);
         return baton_seterr(BATON_ELOST, 0, "lock '%s' was lost before this release", l->name);
     }
     if (l->depth > 1) {
         int over = baton_now_ns() >= l->lease_deadline;
         l->depth--;
-        pthread_mutex_unlock(&l->smu);
+        pthread_mutex_unlock(l->smu);
         if (over) return baton_seterr(BATON_ELOST, 0, "lock '%s': the lease ran out while held", l->name);
         return 0;
     }
@@ -521,12 +652,12 @@ int baton__lock_release_with(baton_lock *l, int (*fn)(void *eng, void *st, const
     l->depth = 0;
     l->fence = 0;
     l->lease_deadline = l->next_renew = INT64_MAX;
-    pthread_mutex_unlock(&l->smu);
+    pthread_mutex_unlock(l->smu);
     baton__keeper_remove(l->c->keeper,&l->kn);
 
-    pthread_mutex_lock(&l->io);
+    baton__lock_io_enter(l);
     rc = (fn ? fn : l->c->be->lock->release)(l->c->eng, l->st, &l->owner);
-    pthread_mutex_unlock(&l->io);
+    baton__lock_io_leave(l);
     if (rc == BATON_ENOTOWNER)
         rc = baton_seterr(BATON_ELOST, 0, "lock '%s' was lost: the engine has another owner", l->name);
     if (!rc && over && !fn)
@@ -539,9 +670,9 @@ uint64_t baton_lock_fence(const baton_lock *l)
     baton_lock *m = (baton_lock *)l;
     uint64_t f;
     if (!l || baton__member_enter(&m->cm)) return 0;
-    pthread_mutex_lock(&m->smu);
+    pthread_mutex_lock(m->smu);
     f = l->state == LOCK_HELD ? l->fence : 0;
-    pthread_mutex_unlock(&m->smu);
+    pthread_mutex_unlock(m->smu);
     baton__member_leave(&m->cm);
     return f;
 }
@@ -551,10 +682,10 @@ int baton_lock_held(const baton_lock *l)
     baton_lock *m = (baton_lock *)l;
     int h, session;
     if (!l || baton__member_enter(&m->cm)) return 0;
-    pthread_mutex_lock(&m->smu);
+    pthread_mutex_lock(m->smu);
     h = l->state == LOCK_HELD && baton_now_ns() < l->lease_deadline;
     session = l->lease_deadline == INT64_MAX;
-    pthread_mutex_unlock(&m->smu);
+    pthread_mutex_unlock(m->smu);
     /* A grant on a session (no lease of its own) lives as long as the
      * session: past the engine's bound on it, the grant may be gone already,
      * whatever the engine's threads have had time to report. Asked with smu
@@ -573,10 +704,10 @@ int baton_lock_deadline(const baton_lock *l, int64_t *mono_ns)
     int held, rc;
     if (!l || !mono_ns) return baton_seterr(BATON_EINVAL, 0, "baton_lock_deadline: NULL argument");
     if ((rc = baton__member_enter(&m->cm))) return rc;
-    pthread_mutex_lock(&m->smu);
+    pthread_mutex_lock(m->smu);
     held = l->state == LOCK_HELD;
     d = l->lease_deadline;
-    pthread_mutex_unlock(&m->smu);
+    pthread_mutex_unlock(m->smu);
     /* As in held(): a grant without a lease of its own lives as long as the
      * engine's session, asked with smu released. */
     if (held && d == INT64_MAX && l->c->be->services->session_deadline)
@@ -609,12 +740,12 @@ static int lock_recheck(baton__member *m, int64_t now)
 {
     baton_lock *l = BATON__CONTAINER(m, baton_lock, cm);
     int any = 0;
-    pthread_mutex_lock(&l->smu);
+    pthread_mutex_lock(l->smu);
     if (l->state == LOCK_HELD && l->next_renew != INT64_MAX) {
         l->next_renew = now;
         any = 1;
     }
-    pthread_mutex_unlock(&l->smu);
+    pthread_mutex_unlock(l->smu);
     return any;
 }
 
@@ -628,7 +759,7 @@ static int lock_lost(baton__member *m, void *st, uint64_t fence)
     baton_lock *l = BATON__CONTAINER(m, baton_lock, cm);
     int hit = 0;
     if (st && st != l->st) return 0;
-    pthread_mutex_lock(&l->smu);
+    pthread_mutex_lock(l->smu);
     if (l->state == LOCK_HELD && (fence == 0 || fence == l->fence)) {
         l->lease_deadline = INT64_MIN;
         hit = 1;
@@ -641,7 +772,7 @@ static int lock_lost(baton__member *m, void *st, uint64_t fence)
         if (fence == 0) l->lost_any = 1;
         else l->lost_fence = fence;
     }
-    pthread_mutex_unlock(&l->smu);
+    pthread_mutex_unlock(l->smu);
     return hit;
 }
 
@@ -656,10 +787,10 @@ static void lock_member_destroy(baton__member *m)
 {
     baton_lock *l = BATON__CONTAINER(m, baton_lock, cm);
     int held;
-    pthread_mutex_lock(&l->smu);
+    pthread_mutex_lock(l->smu);
     held = l->state != LOCK_FREE;
     if (l->depth > 1) l->depth = 1;   /* freeing releases every reentrant hold */
-    pthread_mutex_unlock(&l->smu);
+    pthread_mutex_unlock(l->smu);
     if (held)
         baton__lock_release(l);
     baton__keeper_forget(l->c->keeper, &l->kn);
@@ -671,10 +802,7 @@ static void lock_member_free(baton__member *m)
 {
     baton_lock *l = BATON__CONTAINER(m, baton_lock, cm);
     baton__kept_gone(&l->kn);
-    pthread_mutex_destroy(&l->io);
-    pthread_mutex_destroy(&l->smu);
     baton__waiter_destroy(&l->waiter);
-    free(l->name);
     free(l);
 }
 

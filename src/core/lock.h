@@ -10,17 +10,22 @@ enum { LOCK_FREE, LOCK_HELD, LOCK_LOST };
 
 struct baton_lock {
     struct baton_client *c;
-    char *name;
+    char *name;                 /* in the handle's own allocation */
     baton_lock_options opts;
     void *st;                   /* backend state */
     baton_owner owner;
     baton_waiter waiter;
-    pthread_mutex_t io;         /* serializes backend calls on st */
-    pthread_mutex_t smu;        /* guards the fields below; never held across I/O */
+    /* Guards the fields below; never held across I/O. One of a set of
+     * mutexes shared by all handles (lock.c), so: a leaf lock. Take no
+     * other mutex while holding it (another handle's smu may be the same
+     * one, and a thread holding that other mutex may want it). */
+    pthread_mutex_t *smu;
+    int io_busy;                /* the io gate (baton__lock_io_enter): a backend call on st is made;
+                                 * guarded by the gate's shared mutex, not smu */
     int state;
     int acquiring;
-    unsigned long holder_tid;
     unsigned depth;
+    unsigned long holder_tid;
     uint64_t fence;
     int64_t lease_deadline;     /* monotonic ns; INT64_MAX when the engine has no lease */
     int64_t next_renew;         /* monotonic ns; INT64_MAX when not renewed */
@@ -28,13 +33,21 @@ struct baton_lock {
      * with this fence (or, with lost_any, whatever it grants) is lost. */
     uint64_t lost_fence;
     int lost_any;
+    int is_write;               /* the write side of a read-write lock */
     baton__kept kn;             /* the keeper's node */
     baton__member cm;           /* the client's member node */
     struct baton_lock *sibling; /* the other side of a read-write lock */
-    int is_write;               /* the write side of a read-write lock */
     const char *value;          /* an election candidate's value (req.value); NULL for locks */
     struct baton__aop *aop;     /* the async operation in flight; guarded by the client's async mutex */
 };
+
+/* The io gate serializes the backend calls on a lock's state, as a mutex
+ * would, but may be left on another thread than the one that entered it: a
+ * renewal started natively (backend.h, renew_start) holds it from its start
+ * on a keeper worker until its answer on an engine thread. Its mutex and
+ * condition variable are shared by all locks (a handle per lock). */
+void baton__lock_io_enter(baton_lock *l);
+void baton__lock_io_leave(baton_lock *l);
 
 /* Creates a lock handle around backend state st (NULL = ask lock_new). */
 int baton__lock_create(baton_lock **out, struct baton_client *c, const char *name,

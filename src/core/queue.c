@@ -78,7 +78,7 @@ static int item_copy(baton_queue_item *it)
     const char *d = NULL;
     size_t n = 0;
     int rc;
-    pthread_mutex_lock(&it->l->io);
+    baton__lock_io_enter(it->l);
     rc = it->qm->item(it->l->c->eng, it->l->st, &d, &n);
     if (!rc && !(it->data = malloc(n + 1))) rc = baton_seterr(BATON_ENOMEM, 0, "out of memory");
     if (!rc) {
@@ -86,7 +86,7 @@ static int item_copy(baton_queue_item *it)
         it->data[n] = 0;
         it->len = n;
     }
-    pthread_mutex_unlock(&it->l->io);
+    baton__lock_io_leave(it->l);
     return rc;
 }
 

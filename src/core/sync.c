@@ -29,6 +29,9 @@ static void sync_free_handle(baton__member *m)
     free(o);
 }
 
+static void sync_cancel(baton__member *m);
+static const baton__member_ops sync_member_ops = { sync_destroy, sync_free_handle, sync_cancel, NULL, NULL };
+
 static void sync_cancel(baton__member *m)
 {
     sync_obj *o = BATON__CONTAINER(m, sync_obj, cm);
@@ -56,9 +59,7 @@ int baton__sync_open(sync_obj *o, baton_client *c, const char *name, const void 
     }
     o->c = c;
     o->st_free = st_free;
-    o->cm.destroy = sync_destroy;
-    o->cm.free_handle = sync_free_handle;
-    o->cm.cancel = sync_cancel;
+    o->cm.ops = &sync_member_ops;
     if ((rc = baton__client_link(c, &o->cm))) {
         st_free(c->eng, o->st);
         baton__waiter_destroy(&o->w);

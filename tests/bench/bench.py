@@ -34,6 +34,11 @@ FIELDS = {
     "many": ["peer", "workload", "locks", "seconds", "pairs_per_s", "cpu_us_per_pair"],
     "memory": ["peer", "workload", "locks", "fair", "held_bytes_per_lock", "waiting_locks", "waiting_bytes_per_lock",
                "thread_heap_bytes", "thread_stack_bytes", "waiting_rss_bytes_per_lock", "thread_cache"],
+    "memory-async": ["peer", "workload", "locks", "fair", "held_bytes_per_lock", "held_rss_bytes_per_lock", "rss_bytes",
+                     "lease_ms", "hold_seconds", "commands_per_second", "requests_per_second", "top_per_second",
+                     "commands_per_lock_renewal", "requests_per_lock_renewal", "top_per_lock_renewal",
+                     "client_cpu_per_second", "waiting_locks", "waiting_bytes_per_lock", "waiting_op_bytes",
+                     "waiting_rss_bytes_per_lock", "threads_before", "threads_waiting"],
     "ratelimit": ["peer", "workload", "clients", "rate_per_s", "burst", "seconds", "admitted", "paced", "configured",
                   "error_pct", "commands_per_admission", "requests_per_admission", "commands"],
 }
@@ -44,6 +49,7 @@ SMALL = {
     "herd": ["--waiters", "3", "--rounds", "6"],
     "many": ["--clients", "3", "--seconds", "0.3"],
     "memory": ["--n", "10"],
+    "memory-async": ["--n", "10", "--waiters", "5", "--seconds", "0.5"],
     "ratelimit": ["--clients", "3", "--seconds", "0.5"],
 }
 COUNTS = ["commands_per_handoff", "requests_per_handoff", "pings", "commands", "commands_per_grant_loop",

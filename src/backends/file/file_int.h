@@ -72,13 +72,14 @@ typedef struct {
 } file_rw;
 
 typedef struct file_lock {
-    char fname[256];
     int fd;          /* open and locked while held, else -1 */
     int kind;
     file_rw *rw;
     char *path;      /* a name that is an absolute path: that very file, locked with flock(2); else NULL */
     int gfd;         /* path locks: the fence file in the lock dir, kept while the write side holds
                       * (its gate byte holds new readers back), else -1 */
+    char *fname;     /* the lock file's name; a plain lock's is malloc'd with the state, exactly as
+                      * long as it is (a state per lock: 100,000 of them add up) */
 } file_lock;
 
 /* Byte ranges: a plain lock covers the whole file; a read-write lock uses a

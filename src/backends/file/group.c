@@ -54,7 +54,7 @@ static int member_new(void *eng, const char *name, const char *id, const baton_l
     m->base.fd = m->base.gfd = -1;
     group_rel(name, m->rel, sizeof m->rel);
     snprintf(m->mname, sizeof m->mname, "m.%s", id);
-    snprintf(m->base.fname, sizeof m->base.fname, "%s", m->mname);
+    m->base.fname = m->mname;
     *st = m;
     return 0;
 }

@@ -147,10 +147,13 @@ void file__mark_released(int fd)
 
 int file__lock_new(void *eng, const char *name, const baton_lock_options *o, void **st)
 {
-    file_lock *fl = calloc(1, sizeof *fl);
+    char fname[256];
+    file_lock *fl;
     (void)eng; (void)o;
-    if (!fl) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
-    baton__file_name(name, fl->fname, sizeof fl->fname);
+    baton__file_name(name, fname, sizeof fname);
+    if (!(fl = calloc(1, sizeof *fl + strlen(fname) + 1))) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
+    fl->fname = (char *)(fl + 1);
+    memcpy(fl->fname, fname, strlen(fname) + 1);
     fl->fd = fl->gfd = -1;
     if (name[0] == '/' && !(fl->path = strdup(name))) {
         free(fl);

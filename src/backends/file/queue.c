@@ -176,6 +176,7 @@ static int queue_taker(void *eng, void *st, const baton_lock_options *opts, void
     if (!t) return baton_seterr(BATON_ENOMEM, 0, "out of memory");
     t->base.kind = K_TAKER;
     t->base.fd = t->base.gfd = -1;
+    t->base.fname = t->iname;
     snprintf(t->rel, sizeof t->rel, "%s", q->rel);
     *tst = t;
     return 0;

@@ -99,58 +99,89 @@ char *baton__redis_suffixed(const char *key, const char *suffix) {
 
 #define derived baton__redis_prefixed
 
+/* Every key string of a lock lives in one allocation that starts with
+ * l->key (a handle per lock is what a client with 100,000 locks pays for:
+ * one malloc header instead of seven); the simple layout's holder is its
+ * fence key, so the two pointers share one string. */
 void baton__redis_lock_clear(rlock *l) {
     free(l->key);
-    free(l->fence);
-    free(l->holder);
-    free(l->channel);
-    free(l->queue);
-    free(l->timeouts);
-    free(l->tprefix);
     memset(l, 0, sizeof *l);
+}
+
+/* Packs the strings of *SRC[0..N) (NULL kept NULL) into one block, pointed
+ * to from *DST[i]; frees the originals. 0 or -1 (out of memory: none kept). */
+static int pack_strings(char **src[], size_t n) {
+    size_t len = 0, o = 0;
+    char *block, *tmp[8];
+    for (size_t i = 0; i < n; i++) {
+        tmp[i] = *src[i];
+        if (tmp[i] && (i == 0 || tmp[i] != tmp[i - 1])) len += strlen(tmp[i]) + 1;
+    }
+    block = len ? malloc(len) : NULL;
+    for (size_t i = 0; i < n; i++) {
+        if (!block || !tmp[i]) { *src[i] = NULL; continue; }
+        if (i > 0 && tmp[i] == tmp[i - 1]) { *src[i] = *src[i - 1]; continue; }
+        size_t k = strlen(tmp[i]) + 1;
+        memcpy(block + o, tmp[i], k);
+        *src[i] = block + o;
+        o += k;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (tmp[i] && (i == 0 || tmp[i] != tmp[i - 1])) free(tmp[i]);
+    return block ? 0 : -1;
 }
 
 int baton__redis_lock_init(reng *e, const char *name, int kind, rlock *l) {
     memset(l, 0, sizeof *l);
     l->kind = kind;
     size_t n = strlen(e->prefix) + strlen(name) + 1;
-    l->key = malloc(n);
-    int ok = l->key != NULL;
+    char *key = malloc(n), *fence = NULL, *holder = NULL, *channel = NULL, *queue = NULL, *timeouts = NULL,
+         *tprefix = NULL;
+    int ok = key != NULL;
     if (ok) {
-        snprintf(l->key, n, "%s%s", e->prefix, name);
+        snprintf(key, n, "%s%s", e->prefix, name);
         if (kind != RK_PLAIN || e->layout == LAYOUT_REDISSON) {
-            l->fence = derived("redisson_lock_token", l->key);
-            l->holder = derived("baton_holder", l->key);
+            fence = derived("redisson_lock_token", key);
+            holder = derived("baton_holder", key);
+            ok = fence && holder;
         } else {
-            l->fence = derived("baton_fence", l->key);
-            l->holder = derived("baton_fence", l->key);
+            holder = fence = derived("baton_fence", key);
+            ok = fence != NULL;
         }
-        ok = l->fence && l->holder;
     }
     if (ok) {
         switch (kind) {
         case RK_PLAIN:
-            l->channel = derived(e->layout == LAYOUT_REDISSON ? "redisson_lock__channel" : "baton_lock__channel", l->key);
-            ok = l->channel != NULL;
+            channel = derived(e->layout == LAYOUT_REDISSON ? "redisson_lock__channel" : "baton_lock__channel", key);
+            ok = channel != NULL;
             break;
         case RK_FAIR:
-            l->channel = derived("redisson_lock__channel", l->key);
-            l->queue = derived("redisson_lock_queue", l->key);
-            l->timeouts = derived("redisson_lock_timeout", l->key);
-            ok = l->channel && l->queue && l->timeouts;
+            channel = derived("redisson_lock__channel", key);
+            queue = derived("redisson_lock_queue", key);
+            timeouts = derived("redisson_lock_timeout", key);
+            ok = channel && queue && timeouts;
             break;
         default: /* RK_READ, RK_WRITE */
-            l->channel = derived("redisson_rwlock", l->key);
-            l->timeouts = derived("baton_rwlock_writers", l->key);
-            l->tprefix = baton__redis_suffixed(l->key, NULL);
-            ok = l->channel && l->timeouts && l->tprefix;
+            channel = derived("redisson_rwlock", key);
+            timeouts = derived("baton_rwlock_writers", key);
+            tprefix = baton__redis_suffixed(key, NULL);
+            ok = channel && timeouts && tprefix;
             break;
         }
     }
-    if (!ok) {
-        baton__redis_lock_clear(l);
+    /* key first: baton__redis_lock_clear frees the block through it */
+    char **all[] = { &key, &fence, &holder, &channel, &queue, &timeouts, &tprefix };
+    if (pack_strings(all, sizeof all / sizeof all[0]) || !ok) {
+        free(key);
         return baton_seterr(BATON_ENOMEM, 0, "redis: out of memory");
     }
+    l->key = key;
+    l->fence = fence;
+    l->holder = holder;
+    l->channel = channel;
+    l->queue = queue;
+    l->timeouts = timeouts;
+    l->tprefix = tprefix;
     return 0;
 }
 

@@ -88,8 +88,13 @@ typedef struct {
     char hex[33];            /* id as 32 lowercase hex digits */
     char uuid[37];           /* id as 8-4-4-4-12 */
     unsigned long tid;       /* the acquiring thread (gettid) */
-    char desc[96];           /* "host pid tid" (host names are at most 64 bytes) */
+    /* "host pid tid" (host names are at most 64 bytes; at most
+     * BATON_OWNER_DESC_MAX bytes with its NUL), "" until the first acquire.
+     * One immutable string per thread, shared by every owner of that thread
+     * and never freed (a lock handle per lock: 100,000 of them add up). */
+    const char *desc;
 } baton_owner;
+#define BATON_OWNER_DESC_MAX 96
 
 /* A parking spot for one blocked call. Notifications bump a generation so a
  * wake-up between "check" and "park" is never missed: read the generation
