@@ -26,6 +26,11 @@
  *   holder_killed  the holder (another process, 1 s lease) is SIGKILLed while
  *                  8 waiters of one client wait: all granted once the lease
  *                  is gone, one at a time, fences above the dead holder's
+ *   idle_holder    a client that holds a lock and waits for nothing keeps
+ *                  its subscriber connection past the 10 s keepalive (its
+ *                  PING is answered +PONG outside subscribe mode) and so
+ *                  renews nothing early: a dropped subscriber re-checks,
+ *                  i.e. renews, every held lock on its reconnect
  *
  * Usage: test_redis_herd
  */
@@ -479,6 +484,45 @@ static void test_holder_killed(void) {
     baton_client_close(c);
 }
 
+/* total_connections_received and EVALSHA calls, from one INFO (its own
+ * connection counted: each read opens one). */
+static void conns_scripts(int port, long long *conns, long long *evals) {
+    redisReply *r = tl_redis_cmd(port, 5, "INFO all");
+    *conns = *evals = -1;
+    if (r && r->type == REDIS_REPLY_STRING) {
+        const char *p = strstr(r->str, "total_connections_received:");
+        if (p) *conns = atoll(p + strlen("total_connections_received:"));
+        p = strstr(r->str, "cmdstat_evalsha:calls=");
+        *evals = p ? atoll(p + strlen("cmdstat_evalsha:calls=")) : 0;
+    }
+    if (r) freeReplyObject(r);
+}
+
+static void test_idle_holder(void) {
+    char name[128];
+    snprintf(name, sizeof name, "%sidle", g_tag);
+    baton_client *c = open_client(g_port_k);
+    baton_lock_options lo = BATON_LOCK_OPTIONS_INIT;
+    lo.lease_ms = 60000; /* renewed at 20 s: after this test's window */
+    baton_lock *l = NULL;
+    CHECK_RC(baton_lock_open(&l, c, name, &lo), 0);
+    CHECK_RC(baton_lock_acquire(l, 5000), 0);
+    tl_sleep_ms(500); /* the subscriber (started by the grant) connects */
+    long long conns, evals, conns2, evals2;
+    conns_scripts(g_port_k, &conns, &evals);
+    tl_sleep_ms(12500); /* past the subscriber's 10 s keepalive PING */
+    conns_scripts(g_port_k, &conns2, &evals2);
+    /* one new connection: the second INFO's own */
+    printf("measure: idle holder over 12.5 s: %lld new connections besides the test's, %lld scripts\n",
+           conns2 - conns - 1, evals2 - evals);
+    CHECK(conns > 0 && conns2 - conns == 1);
+    CHECK(evals2 == evals);
+    CHECK(baton_lock_held(l) == 1);
+    CHECK_RC(baton_lock_release(l), 0);
+    baton_lock_free(l);
+    baton_client_close(c);
+}
+
 int main(void) {
     signal(SIGPIPE, SIG_IGN);
     const char *tt = getenv("BATON_TEST_TMP");
@@ -497,6 +541,7 @@ int main(void) {
     RUN(test_foreign_del);
     RUN(test_sub_killed);
     RUN(test_holder_killed);
+    RUN(test_idle_holder);
     tl_server_stop("redis", g_dir_off);
     tl_server_stop("redis", g_dir_k);
     return th_finish();

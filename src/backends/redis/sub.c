@@ -264,6 +264,14 @@ static int handle_reply(rsub *s, redisReply *r, int *pong) {
         return 0;
     }
     if (r->type == REDIS_REPLY_ERROR) return rreply_error(r, "subscriber");
+    /* A connection subscribed to nothing (its last channel gone, or never
+     * any: a holder's watch alone) answers the keepalive PING as any
+     * connection does, +PONG; taking that for a broken link dropped it every
+     * 10 s and re-checked (renewed) every held lock on the reconnect. */
+    if (r->type == REDIS_REPLY_STATUS && r->str && !strcasecmp(r->str, "PONG")) {
+        *pong = 1;
+        return 0;
+    }
     if (r->type != REDIS_REPLY_ARRAY || r->elements < 2 || !is_str(r->element[0]))
         return baton_seterr(BATON_EPROTO, 0, "redis: unexpected reply on the subscriber connection");
     const char *kind = r->element[0]->str;
