@@ -250,10 +250,19 @@ static int connect_now(rmux *m) {
     return 0;
 }
 
+#define BUF_KEEP (64 * 1024)
+
 /* Moves the submit queue into the batch when the last batch is written. */
 static void take_batch(rmux *m) {
     if (m->woff < m->wlen) return;
     m->wlen = m->woff = 0;
+    /* A burst (100,000 renewals due together) grows a batch to megabytes:
+     * give that back once written instead of keeping it for the next. */
+    if (m->wcap > BUF_KEEP) {
+        free(m->wbuf);
+        m->wbuf = NULL;
+        m->wcap = 0;
+    }
     int64_t now = baton_now_ns();
     pthread_mutex_lock(&m->mu);
     if (!m->sq_head) {
