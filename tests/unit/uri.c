@@ -225,6 +225,20 @@ static void test_redis_malformed(void) {
         if (rc != 0) CHECK(strstr(baton_error_last()->message ? baton_error_last()->message : "", "s3cret") == NULL);
         if (c) baton_client_close(c);
     }
+    /* a prefix is bounded (1,024 bytes, as a name) so that every key name
+     * derived from prefix + name has a known size */
+    char uri[1200] = "redis://127.0.0.1:1/0?prefix=";
+    size_t n = strlen(uri);
+    memset(uri + n, 'p', 1025);
+    uri[n + 1025] = 0;
+    baton_client *c = NULL;
+    CHECK_RC(baton_client_open(&c, uri, NULL), BATON_EINVAL);
+    CHECK(strstr(baton_error_last()->message, "prefix") != NULL);
+    if (c) baton_client_close(c), c = NULL;
+    uri[n + 1024] = 0;
+    int rc = baton_client_open(&c, uri, NULL);
+    CHECK(rc != BATON_EINVAL);
+    if (c) baton_client_close(c);
 }
 
 /* Well-formed URIs to a closed port: parsing succeeds, so the result is 0

@@ -286,9 +286,9 @@ int baton__redis_lock_break(void *eng, const char *name, uint64_t *fence) {
         goto out;
     }
     const char *argv[12] = {
-        fair.key, fair.fence, simple_fence, fair.holder, fair.queue, fair.timeouts,
-        e->layout == RB_LAYOUT_SIMPLE ? "simple" : "redisson", rw.tprefix,
-        plain_chan, simple_chan, rw.channel, fair.channel,
+        fair.key, RL_FENCE(&fair), simple_fence, RL_HOLDER(&fair), RL_QUEUE(&fair), RL_TIMEOUTS(&fair),
+        e->layout == RB_LAYOUT_SIMPLE ? "simple" : "redisson", RL_TPREFIX(&rw),
+        plain_chan, simple_chan, RL_CHANNEL(&rw), RL_CHANNEL(&fair),
     };
     if ((rc = baton__redis_script(e, S_BREAK, 6, 12, argv, NULL, baton__redis_io_deadline(e), &r, NULL))) goto out;
     if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 || r->element[0]->type != REDIS_REPLY_INTEGER) {

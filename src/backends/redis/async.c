@@ -167,10 +167,10 @@ static int send_acquire(rop *op) {
     op->phase = PH_ATTEMPT;
     rsub_attempt(&op->e->sub, op->se); /* one-wake (sub.c): this waiter owes an attempt no more */
     if (op->e->layout == RB_LAYOUT_REDISSON) {
-        const char *a[6] = { l->key, l->fence, l->holder, lease, os.field, req->owner->desc };
+        const char *a[6] = { l->key, RL_FENCE(l), RL_HOLDER(l), lease, os.field, req->owner->desc };
         return send_script(op, S_ACQ_REDISSON, 3, 6, a);
     }
-    const char *a[4] = { l->key, l->fence, os.value, lease };
+    const char *a[4] = { l->key, RL_FENCE(l), os.value, lease };
     return send_script(op, S_ACQ_SIMPLE, 2, 4, a);
 }
 
@@ -179,10 +179,10 @@ static int send_release(rop *op, const baton_owner *owner) {
     rb_owner os;
     baton__redis_owner(owner, &os);
     if (op->e->layout == RB_LAYOUT_REDISSON) {
-        const char *a[4] = { l->key, l->channel, l->holder, os.field };
+        const char *a[4] = { l->key, RL_CHANNEL(l), RL_HOLDER(l), os.field };
         return send_script(op, S_REL_REDISSON, 3, 4, a);
     }
-    const char *a[3] = { l->key, l->channel, os.value };
+    const char *a[3] = { l->key, RL_CHANNEL(l), os.value };
     return send_script(op, S_REL_SIMPLE, 2, 3, a);
 }
 
@@ -193,7 +193,7 @@ static int send_renew(rop *op) {
     baton__redis_owner(op->owner, &os);
     snprintf(lease, sizeof lease, "%" PRIu32, op->lease_ms ? op->lease_ms : 30000);
     if (op->e->layout == RB_LAYOUT_REDISSON) {
-        const char *a[4] = { l->key, l->holder, lease, os.field };
+        const char *a[4] = { l->key, RL_HOLDER(l), lease, os.field };
         return send_script(op, S_RENEW_REDISSON, 2, 4, a);
     }
     const char *a[3] = { l->key, os.value, lease };
@@ -289,7 +289,7 @@ static void subscribe(rop *op) {
     rlock *l = op->st;
     /* one-wake, as the blocking plain acquire: a release wakes one waiter
      * of this client, and one that leaves without the lock passes it on */
-    if (rsub_register_one(&e->sub, l->channel, op->req->waiter, &op->se) != 0) {
+    if (rsub_register_one(&e->sub, RL_CHANNEL(l), op->req->waiter, &op->se) != 0) {
         op->se = NULL; /* degrade to the backoff */
         park(op, -1, 0);
         return;

@@ -137,7 +137,7 @@ int baton__redis_fair_release(reng *e, rlock *l, const baton_owner *owner) {
     rb_owner os;
     baton__redis_owner(owner, &os);
     /* the timeout zset too: dead waiters are purged before the handoff */
-    const char *argv[5] = { l->key, l->queue, l->timeouts, os.field, l->channel };
+    const char *argv[5] = { l->key, RL_QUEUE(l), RL_TIMEOUTS(l), os.field, RL_CHANNEL(l) };
     long long v = 0;
     int rc = int_script(e, S_FAIR_REL, 3, 5, argv, baton__redis_io_deadline(e), &v, "the fair release script");
     if (rc) return rc;
@@ -149,8 +149,8 @@ static int fair_undo(reng *e, rlock *l, const baton_owner *owner) { return baton
 
 static int fair_once(fair_ctx *x, int wait, int *granted, int64_t *hint) {
     const char *argv[11] = {
-        x->l->key, x->l->queue, x->l->timeouts, x->l->fence,
-        x->lease, x->os.field, x->req->owner->desc, x->qlease, x->l->channel, wait ? "wait" : "try", x->ticket,
+        x->l->key, RL_QUEUE(x->l), RL_TIMEOUTS(x->l), RL_FENCE(x->l),
+        x->lease, x->os.field, x->req->owner->desc, x->qlease, RL_CHANNEL(x->l), wait ? "wait" : "try", x->ticket,
     };
     long long third = LLONG_MIN; /* stays so for a two-element reply */
     int64_t t = baton_now_ns();
@@ -199,8 +199,8 @@ static int fair_msg(void *p, const char *payload) {
 static void fair_leave(fair_ctx *x) {
     /* "0": our entry is not known for sure (an attempt failed after it was
      * sent): the script removes every entry of our field */
-    const char *argv[8] = { x->l->key, x->l->queue, x->l->timeouts, x->os.field, x->uncertain ? "0" : x->ticket,
-                            x->lease, x->req->owner->desc, x->l->channel };
+    const char *argv[8] = { x->l->key, RL_QUEUE(x->l), RL_TIMEOUTS(x->l), x->os.field, x->uncertain ? "0" : x->ticket,
+                            x->lease, x->req->owner->desc, RL_CHANNEL(x->l) };
     long long v;
     int64_t dl = baton__redis_io_deadline(x->e);
     if (int_script(x->e, S_FAIR_LEAVE, 3, 8, argv, dl, &v, "the fair leave script") == BATON_EUNAVAILABLE)
@@ -236,10 +236,11 @@ int baton__redis_fair_acquire(reng *e, rlock *l, baton_acquire_req *req) {
      * ticket, new for each wait, so we listen on the glob of all our entries
      * ("<prefix>:<field>|*", glob characters escaped): one subscription per
      * thread and lock, which lingers between waits. */
-    size_t n = 2 * (strlen(l->channel) + strlen(x.os.field)) + 4;
+    const char *lchan = RL_CHANNEL(l);
+    size_t n = 2 * (strlen(lchan) + strlen(x.os.field)) + 4;
     char *chan = malloc(n);
     if (!chan) return baton_seterr(BATON_ENOMEM, 0, "redis: out of memory");
-    glob_escape(chan, l->channel);
+    glob_escape(chan, lchan);
     strcat(chan, ":");
     glob_escape(chan + strlen(chan), x.os.field);
     strcat(chan, "|*");
@@ -292,10 +293,10 @@ int baton__redis_rw_release(reng *e, rlock *l, const baton_owner *owner) {
     long long v = 0;
     int rc;
     if (l->kind == RK_READ) {
-        const char *argv[4] = { l->key, l->tprefix, os.field, l->channel };
+        const char *argv[4] = { l->key, RL_TPREFIX(l), os.field, RL_CHANNEL(l) };
         rc = int_script(e, S_RW_READ_REL, 2, 4, argv, baton__redis_io_deadline(e), &v, "the read release script");
     } else {
-        const char *argv[4] = { l->key, l->holder, os.field, l->channel };
+        const char *argv[4] = { l->key, RL_HOLDER(l), os.field, RL_CHANNEL(l) };
         rc = int_script(e, S_RW_WRITE_REL, 2, 4, argv, baton__redis_io_deadline(e), &v, "the write release script");
     }
     if (rc) return rc;
@@ -316,10 +317,10 @@ int baton__redis_rw_renew(reng *e, rlock *l, const baton_owner *owner, uint32_t 
         return baton_seterr(BATON_EUNAVAILABLE, ETIMEDOUT, "redis: renewal of '%s' is past its deadline", l->key);
     int rc, renewed = 0;
     if (l->kind == RK_READ) {
-        const char *argv[4] = { l->key, l->tprefix, lease, os.field };
+        const char *argv[4] = { l->key, RL_TPREFIX(l), lease, os.field };
         rc = baton__redis_renew_script(e, S_RW_READ_RENEW, 2, 4, argv, dl, &renewed, "the read renewal script");
     } else {
-        const char *argv[4] = { l->key, l->holder, lease, os.field };
+        const char *argv[4] = { l->key, RL_HOLDER(l), lease, os.field };
         rc = baton__redis_renew_script(e, S_RW_WRITE_RENEW, 2, 4, argv, dl, &renewed, "the write renewal script");
     }
     if (rc) return rc;
@@ -346,11 +347,11 @@ static int rw_once(rw_ctx *x, int wait, int *granted, int64_t *hint) {
     int rc;
     rw_drop_uncertain(x);
     if (l->kind == RK_READ) {
-        const char *argv[6] = { l->key, l->tprefix, l->fence, l->timeouts, x->lease, x->os.field };
+        const char *argv[6] = { l->key, RL_TPREFIX(l), RL_FENCE(l), RL_TIMEOUTS(l), x->lease, x->os.field };
         rc = grant_script(x->e, l, S_RW_READ_ACQ, 4, 6, argv, x->req, rw_undo, granted, hint);
     } else {
         const char *argv[10] = {
-            l->key, l->tprefix, l->fence, l->timeouts, l->holder,
+            l->key, RL_TPREFIX(l), RL_FENCE(l), RL_TIMEOUTS(l), RL_HOLDER(l),
             x->lease, x->os.field, x->req->owner->desc, wait ? "wait" : "try", x->qlease,
         };
         rc = grant_script(x->e, l, S_RW_WRITE_ACQ, 5, 10, argv, x->req, rw_undo, granted, hint);
@@ -368,7 +369,7 @@ static int rw_attempt(void *p, int *done, int64_t *hint) {
 
 /* A waiting writer that gives up withdraws its intent (else it expires). */
 static void rw_leave(rw_ctx *x) {
-    const char *argv[3] = { x->l->timeouts, x->os.field, x->l->channel };
+    const char *argv[3] = { RL_TIMEOUTS(x->l), x->os.field, RL_CHANNEL(x->l) };
     long long v;
     int_script(x->e, S_RW_LEAVE, 1, 3, argv, baton__redis_io_deadline(x->e), &v, "the writer leave script");
 }
@@ -401,7 +402,7 @@ int baton__redis_rw_acquire(reng *e, rlock *l, baton_acquire_req *req) {
     if (!rc && !granted) {
         char what[80];
         snprintf(what, sizeof what, "%s acquire of '%.40s'", writer ? "write" : "read", l->key);
-        rc = baton__redis_wait_loop(e, l->channel, req->waiter, req->deadline_ns,
+        rc = baton__redis_wait_loop(e, RL_CHANNEL(l), req->waiter, req->deadline_ns,
                                     writer ? refresh_of(req->lease_ms) : 0, 0, rw_attempt, &x, what);
     }
     if (rc) rw_drop_uncertain(&x);

@@ -185,18 +185,44 @@ int baton__redis_ks_covered(reng *e);
  * kind, so table.c can dispatch on it. */
 enum { RK_PLAIN, RK_FAIR, RK_READ, RK_WRITE, RK_MEMBER, RK_TAKER };
 
+/* A lock state keeps only its key; the other names are derived where they are
+ * used (issue 27: seven packed names cost ~200 B a held lock), each
+ * byte-identical to what Redisson and redis-py use:
+ *   RN_FENCE    redisson_lock_token:{key} | plain simple: baton_fence:{key}
+ *   RN_HOLDER   baton_holder:{key} | plain simple: baton_fence:{key} (as fence)
+ *   RN_CHANNEL  plain redisson_lock__channel:{key} | simple baton_lock__channel:{key};
+ *               fair: the per-waiter prefix redisson_lock__channel:{key};
+ *               read/write: redisson_rwlock:{key}
+ *   RN_QUEUE    fair: redisson_lock_queue:{key} (else none)
+ *   RN_TIMEOUTS fair: redisson_lock_timeout:{key}; rw: baton_rwlock_writers:{key} (else none)
+ *   RN_TPREFIX  rw: "{key}" (reader timeout keys are tprefix:<field>:rwlock_timeout:<n>) (else none)
+ * ("prefix:key" when the key has a '{' already.) baton__redis_lname formats
+ * one into BUF (RL_NAME_MAX bytes; lock_init refuses longer keys) and returns
+ * BUF, or NULL for a name the kind has not. The RL_* macros give each a
+ * compound literal buffer, alive until the end of the enclosing block: never
+ * keep the pointer past it (the subscriber copies the channels it keeps). */
+enum { RN_FENCE, RN_HOLDER, RN_CHANNEL, RN_QUEUE, RN_TIMEOUTS, RN_TPREFIX };
+/* The URI's prefix is bounded at open and a name by the core (1,024 bytes
+ * each), so every derived name fits its buffer: the longest kind prefix,
+ * "redisson_lock_timeout:{}", adds 24 bytes to the key. */
+#define RB_PREFIX_MAX 1024
+#define RL_KEY_MAX (RB_PREFIX_MAX + 1024 + 1)
+#define RL_NAME_MAX (RL_KEY_MAX + 32)
+
 typedef struct {
     int kind;
+    int layout;      /* the engine's layout (RB_LAYOUT_*), at init */
     char *key;       /* prefix + name */
-    char *fence;     /* redisson_lock_token:{key} | baton_fence:{key} */
-    char *holder;    /* baton_holder:{key} (redisson layout) */
-    char *channel;   /* unlock channel: plain redisson_lock__channel:{key} | baton_lock__channel:{key};
-                        fair: the per-waiter prefix redisson_lock__channel:{key};
-                        read/write: redisson_rwlock:{key} */
-    char *queue;     /* fair: redisson_lock_queue:{key} */
-    char *timeouts;  /* fair: redisson_lock_timeout:{key}; rw: baton_rwlock_writers:{key} */
-    char *tprefix;   /* rw: "{key}" (reader timeout keys are tprefix:<field>:rwlock_timeout:<n>) */
 } rlock;
+
+const char *baton__redis_lname(const rlock *l, int which, char *buf);
+#define RL_NAME(l, which) baton__redis_lname((l), (which), (char[RL_NAME_MAX]){ 0 })
+#define RL_FENCE(l) RL_NAME(l, RN_FENCE)
+#define RL_HOLDER(l) RL_NAME(l, RN_HOLDER)
+#define RL_CHANNEL(l) RL_NAME(l, RN_CHANNEL)
+#define RL_QUEUE(l) RL_NAME(l, RN_QUEUE)
+#define RL_TIMEOUTS(l) RL_NAME(l, RN_TIMEOUTS)
+#define RL_TPREFIX(l) RL_NAME(l, RN_TPREFIX)
 
 int baton__redis_lock_init(reng *e, const char *name, int kind, rlock *l);
 void baton__redis_lock_clear(rlock *l);

@@ -97,91 +97,50 @@ char *baton__redis_suffixed(const char *key, const char *suffix) {
     return s;
 }
 
-#define derived baton__redis_prefixed
-
-/* Every key string of a lock lives in one allocation that starts with
- * l->key (a handle per lock is what a client with 100,000 locks pays for:
- * one malloc header instead of seven); the simple layout's holder is its
- * fence key, so the two pointers share one string. */
+/* A lock state owns its key alone: the other names are derived where they
+ * are used (baton__redis_lname), not kept (issue 27: ~200 B a held lock). */
 void baton__redis_lock_clear(rlock *l) {
     free(l->key);
     memset(l, 0, sizeof *l);
 }
 
-/* Packs the strings of *SRC[0..N) (NULL kept NULL) into one block, pointed
- * to from *DST[i]; frees the originals. 0 or -1 (out of memory: none kept). */
-static int pack_strings(char **src[], size_t n) {
-    size_t len = 0, o = 0;
-    char *block, *tmp[8];
-    for (size_t i = 0; i < n; i++) {
-        tmp[i] = *src[i];
-        if (tmp[i] && (i == 0 || tmp[i] != tmp[i - 1])) len += strlen(tmp[i]) + 1;
+/* The derived names of a lock state (rb.h: RN_*). */
+const char *baton__redis_lname(const rlock *l, int which, char *buf) {
+    const char *p = NULL;
+    int simple = l->kind == RK_PLAIN && l->layout == LAYOUT_SIMPLE, rw = l->kind == RK_READ || l->kind == RK_WRITE;
+    switch (which) {
+    case RN_FENCE: p = simple ? "baton_fence" : "redisson_lock_token"; break;
+    case RN_HOLDER: p = simple ? "baton_fence" : "baton_holder"; break;
+    case RN_CHANNEL:
+        p = rw ? "redisson_rwlock" : simple ? "baton_lock__channel" : "redisson_lock__channel";
+        break;
+    case RN_QUEUE: p = l->kind == RK_FAIR ? "redisson_lock_queue" : NULL; break;
+    case RN_TIMEOUTS: p = l->kind == RK_FAIR ? "redisson_lock_timeout" : rw ? "baton_rwlock_writers" : NULL; break;
+    case RN_TPREFIX:
+        if (!rw) return NULL;
+        snprintf(buf, RL_NAME_MAX, strchr(l->key, '{') ? "%s" : "{%s}", l->key);
+        return buf;
+    default: break;
     }
-    block = len ? malloc(len) : NULL;
-    for (size_t i = 0; i < n; i++) {
-        if (!block || !tmp[i]) { *src[i] = NULL; continue; }
-        if (i > 0 && tmp[i] == tmp[i - 1]) { *src[i] = *src[i - 1]; continue; }
-        size_t k = strlen(tmp[i]) + 1;
-        memcpy(block + o, tmp[i], k);
-        *src[i] = block + o;
-        o += k;
-    }
-    for (size_t i = 0; i < n; i++)
-        if (tmp[i] && (i == 0 || tmp[i] != tmp[i - 1])) free(tmp[i]);
-    return block ? 0 : -1;
+    if (!p) return NULL;
+    /* fits: lock_init refuses a key over RL_KEY_MAX (rb.h) */
+    snprintf(buf, RL_NAME_MAX, strchr(l->key, '{') ? "%s:%s" : "%s:{%s}", p, l->key);
+    return buf;
 }
 
 int baton__redis_lock_init(reng *e, const char *name, int kind, rlock *l) {
     memset(l, 0, sizeof *l);
+    size_t pn = strlen(e->prefix), nn = strlen(name), n = pn + nn + 1;
+    if (n > RL_KEY_MAX)
+        return baton_seterr(BATON_EINVAL, 0, "redis: the key of '%s' is %zu bytes; the limit is %d", name, n - 1,
+                            RL_KEY_MAX - 1);
+    char *key = malloc(n);
+    if (!key) return baton_seterr(BATON_ENOMEM, 0, "redis: out of memory");
+    memcpy(key, e->prefix, pn);
+    memcpy(key + pn, name, nn + 1);
     l->kind = kind;
-    size_t n = strlen(e->prefix) + strlen(name) + 1;
-    char *key = malloc(n), *fence = NULL, *holder = NULL, *channel = NULL, *queue = NULL, *timeouts = NULL,
-         *tprefix = NULL;
-    int ok = key != NULL;
-    if (ok) {
-        snprintf(key, n, "%s%s", e->prefix, name);
-        if (kind != RK_PLAIN || e->layout == LAYOUT_REDISSON) {
-            fence = derived("redisson_lock_token", key);
-            holder = derived("baton_holder", key);
-            ok = fence && holder;
-        } else {
-            holder = fence = derived("baton_fence", key);
-            ok = fence != NULL;
-        }
-    }
-    if (ok) {
-        switch (kind) {
-        case RK_PLAIN:
-            channel = derived(e->layout == LAYOUT_REDISSON ? "redisson_lock__channel" : "baton_lock__channel", key);
-            ok = channel != NULL;
-            break;
-        case RK_FAIR:
-            channel = derived("redisson_lock__channel", key);
-            queue = derived("redisson_lock_queue", key);
-            timeouts = derived("redisson_lock_timeout", key);
-            ok = channel && queue && timeouts;
-            break;
-        default: /* RK_READ, RK_WRITE */
-            channel = derived("redisson_rwlock", key);
-            timeouts = derived("baton_rwlock_writers", key);
-            tprefix = baton__redis_suffixed(key, NULL);
-            ok = channel && timeouts && tprefix;
-            break;
-        }
-    }
-    /* key first: baton__redis_lock_clear frees the block through it */
-    char **all[] = { &key, &fence, &holder, &channel, &queue, &timeouts, &tprefix };
-    if (pack_strings(all, sizeof all / sizeof all[0]) || !ok) {
-        free(key);
-        return baton_seterr(BATON_ENOMEM, 0, "redis: out of memory");
-    }
+    l->layout = e->layout;
     l->key = key;
-    l->fence = fence;
-    l->holder = holder;
-    l->channel = channel;
-    l->queue = queue;
-    l->timeouts = timeouts;
-    l->tprefix = tprefix;
     return 0;
 }
 
@@ -612,6 +571,9 @@ static int parse_config(reng *e, const baton_uri *u, const baton_opts *uo, const
     if (baton_opts_given(uo, "io_timeout_ms")) cfg->io_timeout_ms = (int)baton_opts_int(uo, "io_timeout_ms");
     if (key && !cert) return einval("redis: option 'key' needs 'cert'%s%s", "", "");
     if (!e->wait_ms) e->wait_ms = 1000;
+    if (prefix && strlen(prefix) > RB_PREFIX_MAX)
+        return baton_seterr(BATON_EINVAL, 0, "redis: option 'prefix' is %zu bytes; the limit is %d", strlen(prefix),
+                            RB_PREFIX_MAX);
     e->prefix = xstrdup(prefix);
     if (!cfg->host || !e->prefix || (pw && !cfg->password) || (u->user && *u->user && !cfg->user))
         return baton_seterr(BATON_ENOMEM, 0, "redis: out of memory");
@@ -781,10 +743,10 @@ static int try_once(reng *e, rlock *l, baton_acquire_req *req, int *granted, int
     int rc = rpool_get(&e->pool, &c, dl);
     if (rc) return rc;
     if (e->layout == LAYOUT_REDISSON) {
-        const char *argv[6] = { l->key, l->fence, l->holder, lease, os.field, req->owner->desc };
+        const char *argv[6] = { l->key, RL_FENCE(l), RL_HOLDER(l), lease, os.field, req->owner->desc };
         rc = baton__redis_script_on(e, c, S_ACQ_REDISSON, 3, 6, argv, NULL, dl, &r, &sent);
     } else {
-        const char *argv[4] = { l->key, l->fence, os.value, lease };
+        const char *argv[4] = { l->key, RL_FENCE(l), os.value, lease };
         rc = baton__redis_script_on(e, c, S_ACQ_SIMPLE, 2, 4, argv, NULL, dl, &r, &sent);
     }
     /* No answer after sending: the server may have granted it anyway. */
@@ -849,7 +811,9 @@ int baton__redis_plain_acquire(reng *e, rlock *l, baton_acquire_req *req) {
     int64_t ttl = -1;
     plain_ctx x = { e, l, req, 0 };
     rsub_entry *pre = NULL; /* one-wake: a release wakes one waiter of this client (sub.c) */
-    if (req->deadline_ns != 0 && req->waiter) rsub_register_ready_one(&e->sub, l->channel, req->waiter, &pre);
+    char chan[RL_NAME_MAX]; /* the wait below (kw, the loop) uses it to its end */
+    baton__redis_lname(l, RN_CHANNEL, chan);
+    if (req->deadline_ns != 0 && req->waiter) rsub_register_ready_one(&e->sub, chan, req->waiter, &pre);
     unsigned gen = pre ? baton_waiter_gen(req->waiter) : 0;
     int64_t ab = baton__redis_attempt_enter(e);
     int rc = try_once(e, l, req, &granted, &ttl, &x.uncertain);
@@ -866,8 +830,8 @@ int baton__redis_plain_acquire(reng *e, rlock *l, baton_acquire_req *req) {
     char what[64];
     snprintf(what, sizeof what, "acquire of '%.40s'", l->key);
     rb_ks_wait kw; /* foreign releases wake us too, where the server notifies them */
-    baton__redis_ks_enter_for(e, l->key, l->channel, req->waiter, req->deadline_ns, &kw);
-    rc = baton__redis_wait_loop_msg(e, l->channel, req->waiter, req->deadline_ns, 0,
+    baton__redis_ks_enter_for(e, l->key, chan, req->waiter, req->deadline_ns, &kw);
+    rc = baton__redis_wait_loop_msg(e, chan, req->waiter, req->deadline_ns, 0,
                                     RB_WAIT_ONE | (e->layout == LAYOUT_SIMPLE ? RB_WAIT_POLL : 0),
                                     plain_attempt, NULL, &x, what, pre, ttl, gen);
     baton__redis_ks_leave(&kw);
@@ -881,11 +845,11 @@ int baton__redis_plain_release(reng *e, rlock *l, const baton_owner *owner) {
     redisReply *r = NULL;
     int rc;
     if (e->layout == LAYOUT_REDISSON) {
-        const char *keys[3] = { l->key, l->channel, l->holder };
+        const char *keys[3] = { l->key, RL_CHANNEL(l), RL_HOLDER(l) };
         const char *args[1] = { os.field };
         rc = run_script(e, S_REL_REDISSON, 3, keys, 1, args, baton__redis_io_deadline(e), &r, NULL);
     } else {
-        const char *keys[2] = { l->key, l->channel };
+        const char *keys[2] = { l->key, RL_CHANNEL(l) };
         const char *args[1] = { os.value };
         rc = run_script(e, S_REL_SIMPLE, 2, keys, 1, args, baton__redis_io_deadline(e), &r, NULL);
     }
@@ -908,7 +872,7 @@ int baton__redis_plain_renew(reng *e, rlock *l, const baton_owner *owner, uint32
         return baton_seterr(BATON_EUNAVAILABLE, ETIMEDOUT, "redis: renewal of '%s' is past its deadline", l->key);
     int rc, renewed = 0;
     if (e->layout == LAYOUT_REDISSON || l->kind == RK_FAIR) {
-        const char *argv[4] = { l->key, l->holder, lease, os.field };
+        const char *argv[4] = { l->key, RL_HOLDER(l), lease, os.field };
         rc = baton__redis_renew_script(e, S_RENEW_REDISSON, 2, 4, argv, dl, &renewed, "the renewal script");
     } else {
         const char *argv[3] = { l->key, os.value, lease };
@@ -927,7 +891,8 @@ int baton__redis_lock_info(void *eng, const char *name, baton_lockinfo *out) {
     int rc = baton__redis_lock_init(e, name, e->layout == LAYOUT_REDISSON ? RK_FAIR : RK_PLAIN, &l);
     if (rc) return rc;
     if ((rc = baton__redis_lock_init(e, name, RK_READ, &rw))) { rlock_clear(&l); return rc; }
-    const char *keys[5] = { l.key, l.fence, l.holder, l.queue ? l.queue : l.fence, rw.timeouts };
+    const char *queue = RL_QUEUE(&l);
+    const char *keys[5] = { l.key, RL_FENCE(&l), RL_HOLDER(&l), queue ? queue : RL_FENCE(&l), RL_TIMEOUTS(&rw) };
     redisReply *r = NULL;
     rc = run_script(e, S_INFO, 5, keys, 0, NULL, rdeadline_ms(e->cfg.io_timeout_ms), &r, NULL);
     rlock_clear(&l);

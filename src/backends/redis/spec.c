@@ -20,7 +20,7 @@ static const char *const schemes[] = { "redis", "rediss", "redis-cluster", "redi
                                        "rediss-sentinel", "redis+unix", NULL };
 static const char *const layouts[] = { "redisson", "simple", NULL };
 static const baton_engine_option options[] = {
-    BATON__STR("prefix", "", "a string put before every key baton makes"),
+    BATON__STR("prefix", "", "a string put before every key baton makes (at most 1,024 bytes)"),
     BATON__ENUM("layout", "redisson", layouts,
                 "redisson: Redisson's hashes and channels; simple: SET NX PX keys (redis-py, node-redlock, redsync)"),
     BATON__PATH("cacert", "rediss rediss-cluster rediss-sentinel", "CA certificates (PEM) to verify the server with"),
