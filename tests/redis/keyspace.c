@@ -24,6 +24,14 @@
  *                   still wakes it
  *   acl_no_config   a user without CONFIG: the waiter listens anyway and is
  *                   woken by the DEL
+ *   async_silent_del / async_no_polling
+ *                   the same through the event-loop API (the Redis engine's
+ *                   native waits, which ask CONFIG through the pipelined
+ *                   connection, never blocking its I/O thread): the waiter
+ *                   subscribes to the key's events (Kgx: its keyspace
+ *                   channel; Egx: the del event channel) and is woken by a
+ *                   silent DEL; layout=simple does not poll (few EVALSHA);
+ *                   notifications off: no subscription, the polling stays
  *
  * KS_ROUNDS=N (default 10) sets the rounds of redispy_rounds (50 for the
  * numbers in the docs). Usage: test_redis_keyspace
@@ -40,6 +48,8 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <baton/adapters/poll.h>
 
 #include "../harness.h"
 #include "../common/testlib.h"
@@ -411,6 +421,117 @@ static void test_acl_no_config(void) {
     printf("measure: CONFIG refused (ACL), Kgx: silent DEL woke the waiter after %.2f ms\n", lat / 1000.0);
 }
 
+/* ---- the event-loop API's waits ------------------------------------------ */
+
+typedef struct {
+    int calls, rc;
+    int64_t at_ns;
+} ares;
+
+static void ares_cb(baton_lock *l, int rc, void *arg) {
+    ares *a = arg;
+    (void)l;
+    a->calls++;
+    a->rc = rc;
+    a->at_ns = now_ns();
+}
+
+/* Runs C's loop for MS, or until A completed (A NULL: the whole time). */
+static void drive(baton_client *c, const ares *a, int64_t ms) {
+    int64_t end = now_ns() + ms * 1000000;
+    while ((!a || !a->calls) && now_ns() < end) {
+        struct pollfd pfd;
+        int t = -1;
+        if (baton_poll_prepare(c, &pfd, &t)) break;
+        poll(&pfd, 1, t < 0 || t > 20 ? 20 : t);
+        baton_poll_handle(c, &pfd);
+    }
+}
+
+/* A foreign holder (HOLD: "hash" Redisson-shaped, "string" SET NX) of
+ * NAME, an async waiter parked behind it for 1.5 s (its first park asks
+ * the configuration; the answer makes it listen), then a silent DEL:
+ * *SUBS = the subscribers of CHAN just before the DEL, *POLLS = the
+ * EVALSHA while parked; the grant's latency in *LAT_US. The wait's rc. */
+static int async_wait_del(int port, const char *uri_fmt, const char *name, const char *hold, const char *chan,
+                          long long *subs, long long *polls, int64_t *lat_us) {
+    baton_client *c = open_uri(uri_fmt, port);
+    baton_lock *l = NULL;
+    CHECK_RC(baton_lock_open(&l, c, name, NULL), 0);
+    if (!strcmp(hold, "hash")) {
+        rcmd(port, "HSET %s 8f0e3b3c-0000-0000-0000-000000000003:1 1", name);
+        rcmd(port, "PEXPIRE %s 60000", name);
+    } else {
+        rcmd(port, "SET %s foreign PX 60000", name);
+    }
+    ares a = { 0 };
+    CHECK_RC(baton_lock_acquire_async(l, 10000, ares_cb, &a), 0);
+    drive(c, NULL, 500);
+    long long before = evalsha_calls(port);
+    drive(c, NULL, 1000);
+    *polls = evalsha_calls(port) - before;
+    *subs = numsub(port, chan);
+    int64_t t = now_ns();
+    CHECK(rcmd_int(port, "DEL %s", name) == 1);
+    drive(c, &a, 10000);
+    CHECK(a.calls == 1);
+    *lat_us = a.calls ? (a.at_ns - t) / 1000 : -1;
+    int rc = a.calls ? a.rc : BATON_ETIMEDOUT;
+    if (a.calls && a.rc == 0) CHECK_RC(baton_lock_release(l), 0);
+    baton_lock_free(l);
+    baton_client_close(c);
+    return rc;
+}
+
+static void test_async_silent_del(void) {
+    char name[64], chan[128];
+    long long subs = 0, polls = 0;
+    int64_t lat = 0;
+    snprintf(name, sizeof name, "%sadel-k", g_tag);
+    snprintf(chan, sizeof chan, "__keyspace@0__:%s", name);
+    CHECK_RC(async_wait_del(g_port_k, "redis://127.0.0.1:%d/0", name, "hash", chan, &subs, &polls, &lat), 0);
+    printf("measure: async, silent DEL, default layout: woken after %.2f ms (Kgx), %lld keyspace subscriber(s)\n",
+           lat / 1000.0, subs);
+    CHECK(subs == 1);
+    snprintf(name, sizeof name, "%sadel-e", g_tag);
+    CHECK_RC(async_wait_del(g_port_e, "redis://127.0.0.1:%d/0", name, "hash", "__keyevent@0__:del", &subs, &polls,
+                            &lat), 0);
+    printf("measure: async, silent DEL, default layout: woken after %.2f ms (Egx), %lld del-event subscriber(s)\n",
+           lat / 1000.0, subs);
+    CHECK(subs >= 1);
+    if (g_port_off > 0) {
+        snprintf(name, sizeof name, "%sadel-off", g_tag);
+        snprintf(chan, sizeof chan, "__keyspace@0__:%s", name);
+        CHECK_RC(async_wait_del(g_port_off, "redis://127.0.0.1:%d/0", name, "hash", chan, &subs, &polls, &lat), 0);
+        printf("measure: async, silent DEL, default layout, notifications off: woken after %.0f ms\n", lat / 1000.0);
+        CHECK(subs == 0);
+    }
+}
+
+static void test_async_no_polling(void) {
+    char name[64], chan[128];
+    long long subs = 0, polls = 0;
+    int64_t lat = 0;
+    snprintf(name, sizeof name, "%sasimple-k", g_tag);
+    snprintf(chan, sizeof chan, "__keyspace@0__:%s", name);
+    CHECK_RC(async_wait_del(g_port_k, "redis://127.0.0.1:%d/0?layout=simple", name, "string", chan, &subs, &polls,
+                            &lat), 0);
+    fprintf(stderr, "   async Kgx: %lld EVALSHA in 1 s of waiting, %lld keyspace subscriber(s)\n", polls, subs);
+    CHECK(subs == 1);
+    /* the 1 s re-check, maybe one more as the window falls; the backoff
+     * (2 ms doubling to 200 ms) makes about 5 a second */
+    CHECK(polls <= 3);
+    if (g_port_off > 0) {
+        snprintf(name, sizeof name, "%sasimple-off", g_tag);
+        snprintf(chan, sizeof chan, "__keyspace@0__:%s", name);
+        CHECK_RC(async_wait_del(g_port_off, "redis://127.0.0.1:%d/0?layout=simple", name, "string", chan, &subs,
+                                &polls, &lat), 0);
+        fprintf(stderr, "   async off: %lld EVALSHA in 1 s of waiting, %lld keyspace subscriber(s)\n", polls, subs);
+        CHECK(subs == 0);
+        CHECK(polls >= 4); /* the old re-check bound still holds */
+    }
+}
+
 int main(void) {
     signal(SIGPIPE, SIG_IGN);
     const char *tt = getenv("BATON_TEST_TMP");
@@ -439,6 +560,8 @@ int main(void) {
     RUN(test_no_polling);
     RUN(test_sub_killed);
     RUN(test_acl_no_config);
+    RUN(test_async_silent_del);
+    RUN(test_async_no_polling);
     tl_server_stop("redis", g_dir_k);
     tl_server_stop("redis", g_dir_e);
     return th_finish();

@@ -21,8 +21,9 @@
  * every wake (an unlock message, a reconnect, a cancel: the waiter's notify
  * hook kicks the I/O thread), at the lock's pttl (+1 ms), every
  * RECHECK_MS, and, in the simple layout (foreign clients release without
- * publishing) or while unsubscribed or failing, with a backoff of 2 ms
- * doubling to 200 ms. An attempt whose answer was lost after it was sent
+ * publishing, unless their keyspace events are sure to wake the waiter:
+ * keyspace.c, asked through the mux by ks_listen) or while unsubscribed or
+ * failing, with a backoff of 2 ms doubling to 200 ms. An attempt whose answer was lost after it was sent
  * may have been granted: it is given back (owner-checked) before the next
  * attempt or the failure.
  *
@@ -55,7 +56,10 @@ enum { PH_ATTEMPT, PH_DROP, PH_SUBWAIT, PH_PARK, PH_DONE };
 
 struct rasync {
     rmux *mux;
+    reng *e;
     struct rop *kick_head;   /* ops kicked from outside; g_mu */
+    rmux_cmd ks_cmd;         /* CONFIG GET notify-keyspace-events (I/O thread) */
+    int ks_asking;           /* ks_cmd is in flight (I/O thread) */
 };
 
 typedef struct rop {
@@ -70,6 +74,7 @@ typedef struct rop {
     baton_async_done done;
     void *token;
     rsub_entry *se;
+    rb_ks_wait *ks;          /* OP_ACQ waiting: the key's release events, where the server sends them */
     int64_t until;           /* OP_ACQ: the end of the confirmation wait; OP_RENEW: its deadline */
     int pending_rc;          /* PH_DROP: then finish with this (0: attempt again) */
     uint32_t lease_ms;
@@ -230,6 +235,11 @@ static void finish(rop *op, int rc, uint64_t fence, int64_t sent) {
     rmux_timer_del(e->as->mux, &op->tm);
     if (!rc) rsub_granted(&e->sub, op->se);      /* else the unregister passes a wake on */
     if (op->se) rsub_unregister(&e->sub, op->se);
+    if (op->ks) {
+        baton__redis_ks_leave(op->ks);
+        free(op->ks);
+        op->ks = NULL;
+    }
     if (op->req->waiter) baton_waiter_set_notify(op->req->waiter, NULL, NULL);
     pthread_mutex_lock(&g_mu);
     tab_remove(op);
@@ -257,6 +267,56 @@ static unsigned jitter(void) {
     return x;
 }
 
+static void ks_listen(rop *op);
+
+/* The configuration's answer: the waits parked before it listen now (they
+ * are the first of this engine, or the first in 10 s). Ops are freed on
+ * this thread alone, so the pointers taken under g_mu stay good. */
+static void ks_answer(rmux_cmd *c, int rc, redisReply *r, int sent) {
+    struct rasync *as = (struct rasync *)((char *)c - offsetof(struct rasync, ks_cmd));
+    reng *e = as->e;
+    (void)sent;
+    as->ks_asking = 0;
+    baton__redis_ks_config_answer(e, rc ? NULL : r);
+    if (r) rreply_free(r);
+    int ask = 0, mode = baton__redis_ks_mode_cached(e, &ask);
+    if (mode != RKS_K && mode != RKS_E && mode != RKS_UNKNOWN) return;
+    for (size_t i = 0; i < TAB_SIZE; i++) {
+        rop *ops[16];
+        size_t n = 0;
+        pthread_mutex_lock(&g_mu);
+        for (rop *o = g_tab[i]; o && n < 16; o = o->hnext) /* more: at their next park */
+            if (o->e == e && o->phase == PH_PARK && o->se && !o->ks) ops[n++] = o;
+        pthread_mutex_unlock(&g_mu);
+        for (size_t k = 0; k < n; k++) ks_listen(ops[k]);
+    }
+}
+
+/* A waiter listens for its key's release events too (keyspace.c), as the
+ * blocking wait does: redis-py, a DEL by hand or an expiry release without
+ * publishing. The server's configuration is asked through the mux, never
+ * waited for: until its answer, waits rely on their re-checks, and each
+ * wait registers at its next park after it. */
+static void ks_listen(rop *op) {
+    reng *e = op->e;
+    struct rasync *as = e->as;
+    int ask = 0, mode = baton__redis_ks_mode_cached(e, &ask);
+    if (ask && !as->ks_asking) {
+        static const char *const argv[3] = { "CONFIG", "GET", "notify-keyspace-events" };
+        static const size_t lens[3] = { 6, 3, 22 };
+        as->ks_cmd.cb = ks_answer;
+        as->ks_cmd.deadline = baton_now_ns() + (int64_t)e->cfg.io_timeout_ms * 1000000;
+        as->ks_asking = rmux_submit(as->mux, &as->ks_cmd, 3, (const char **)argv, lens) == 0;
+    }
+    if (mode != RKS_K && mode != RKS_E && mode != RKS_UNKNOWN) return;
+    rb_ks_wait *kw = malloc(sizeof *kw);
+    if (!kw) return; /* the re-checks remain */
+    rlock *l = op->st;
+    baton__redis_ks_enter_mode(e, l->key, RL_CHANNEL(l), op->req->waiter, mode, kw);
+    if (kw->se[0] || kw->se[1]) op->ks = kw;
+    else free(kw);
+}
+
 /* Held (HINT: the key's pttl, -1 none) or failed (ERR): when to try again. */
 static void park(rop *op, int64_t hint, int err) {
     reng *e = op->e;
@@ -266,9 +326,12 @@ static void park(rop *op, int64_t hint, int err) {
         return;
     }
     int ready = op->se && rsub_ready(&e->sub, op->se);
+    if (op->se && !op->ks) ks_listen(op);
     if (!err && hint >= 0 && hint < 86400000) until = rmin64(until, now + hint * 1000000 + 1000000);
     until = rmin64(until, now + (int64_t)RECHECK_MS * 1000000);
-    if (err || !ready || e->layout == RB_LAYOUT_SIMPLE) {
+    /* the simple layout's backoff is there for silent foreign releases:
+     * not needed while their keyspace events are sure to wake us */
+    if (err || !ready || (e->layout == RB_LAYOUT_SIMPLE && !baton__redis_ks_covered_by(op->ks))) {
         int64_t ns = (int64_t)op->backoff_ms * 1000000;
         until = rmin64(until, now + ns / 2 + (int64_t)(jitter() % (unsigned)(ns / 2 + 1)));
         op->backoff_ms = op->backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : op->backoff_ms * 2;
@@ -421,7 +484,7 @@ static int get_async(reng *e, struct rasync **out) {
         struct rasync *as = calloc(1, sizeof *as);
         if (!as) rc = baton_seterr(BATON_ENOMEM, 0, "redis: out of memory");
         else if ((rc = rmux_new(&as->mux, &e->cfg, on_kick, as))) free(as);
-        else e->as = as;
+        else as->e = e, e->as = as;
     }
     *out = e->as;
     pthread_mutex_unlock(&g_mu);

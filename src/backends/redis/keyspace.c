@@ -64,6 +64,16 @@ static int want_keyevent(void *arg, const char *payload, size_t len) {
     return strlen(kw->key) == len && !memcmp(kw->key, payload, len);
 }
 
+/* The answer to CONFIG GET notify-keyspace-events: 0 and the flags in BUF,
+ * 1 when the server refused (an error reply, or not the pair asked for). */
+static int config_parse(const redisReply *r, char *buf, size_t n) {
+    if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 && r->element[1]->type == REDIS_REPLY_STRING) {
+        snprintf(buf, n, "%s", r->element[1]->str);
+        return 0;
+    }
+    return 1;
+}
+
 /* Reads notify-keyspace-events. 0 and the flags in BUF, 1 when the server
  * refused (an error reply), -1 when it could not be asked now. */
 static int config_get(reng *e, char *buf, size_t n, int64_t deadline) {
@@ -77,25 +87,14 @@ static int config_get(reng *e, char *buf, size_t n, int64_t deadline) {
     int rc = rconn_command(c, 3, argv, lens, &r, dl);
     rpool_put(&e->pool, c);
     if (rc) return -1;
-    int out = 1;
-    if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 && r->element[1]->type == REDIS_REPLY_STRING) {
-        snprintf(buf, n, "%s", r->element[1]->str);
-        out = 0;
-    }
+    int out = config_parse(r, buf, n);
     rreply_free(r);
     return out;
 }
 
-/* The mode to wait with, asking the server when the last answer is old. */
-static int current_mode(reng *e, int64_t deadline) {
-    int64_t now = baton_now_ns();
-    int mode = __atomic_load_n(&e->ks.mode, __ATOMIC_RELAXED);
-    int64_t at = __atomic_load_n(&e->ks.checked_ns, __ATOMIC_RELAXED);
-    int64_t every = mode == RKS_UNKNOWN ? REFUSED_RECHECK_NS : RECHECK_NS;
-    if (mode != RKS_UNASKED && now - at < every) return mode;
-    char flags[64] = "";
-    int g = config_get(e, flags, sizeof flags, deadline);
-    if (g < 0) return mode == RKS_UNASKED ? RKS_UNKNOWN : mode; /* keep the last answer; not cached */
+/* Caches the server's answer (G as config_get's, 0 or 1) as the mode. */
+static int mode_store(reng *e, int g, const char *flags, int64_t now) {
+    int mode;
     if (g > 0) {
         mode = RKS_UNKNOWN;
     } else {
@@ -110,6 +109,30 @@ static int current_mode(reng *e, int64_t deadline) {
     __atomic_store_n(&e->ks.mode, mode, __ATOMIC_RELAXED);
     __atomic_store_n(&e->ks.checked_ns, now, __ATOMIC_RELAXED);
     return mode;
+}
+
+int baton__redis_ks_mode_cached(reng *e, int *ask) {
+    int mode = __atomic_load_n(&e->ks.mode, __ATOMIC_RELAXED);
+    int64_t at = __atomic_load_n(&e->ks.checked_ns, __ATOMIC_RELAXED);
+    int64_t every = mode == RKS_UNKNOWN ? REFUSED_RECHECK_NS : RECHECK_NS;
+    *ask = mode == RKS_UNASKED || baton_now_ns() - at >= every;
+    return mode;
+}
+
+void baton__redis_ks_config_answer(reng *e, const redisReply *r) {
+    char flags[64] = "";
+    if (r) mode_store(e, config_parse(r, flags, sizeof flags), flags, baton_now_ns());
+}
+
+/* The mode to wait with, asking the server when the last answer is old. */
+static int current_mode(reng *e, int64_t deadline) {
+    int ask = 0, mode = baton__redis_ks_mode_cached(e, &ask);
+    if (!ask) return mode;
+    char flags[64] = "";
+    int64_t now = baton_now_ns();
+    int g = config_get(e, flags, sizeof flags, deadline);
+    if (g < 0) return mode == RKS_UNASKED ? RKS_UNKNOWN : mode; /* keep the last answer; not cached */
+    return mode_store(e, g, flags, now);
 }
 
 static void reg(reng *e, rb_ks_wait *kw, int i, const char *fmt, const char *tail, baton_waiter *w,
@@ -127,15 +150,15 @@ void baton__redis_ks_enter(reng *e, const char *key, baton_waiter *w, int64_t de
     baton__redis_ks_enter_for(e, key, NULL, w, deadline, kw);
 }
 
-void baton__redis_ks_enter_for(reng *e, const char *key, const char *wake, baton_waiter *w, int64_t deadline,
-                               rb_ks_wait *kw) {
+void baton__redis_ks_enter_mode(reng *e, const char *key, const char *wake, baton_waiter *w, int mode,
+                                rb_ks_wait *kw) {
     memset(kw, 0, sizeof *kw);
     kw->e = e;
     kw->key = key;
     kw->wake = wake;
+    kw->mode = mode;
     if (!w) return;
-    kw->mode = current_mode(e, deadline);
-    switch (kw->mode) {
+    switch (mode) {
     case RKS_K:
     case RKS_UNKNOWN:
         reg(e, kw, 0, "__keyspace@%d__:%s", key, w, want_keyspace);
@@ -146,9 +169,15 @@ void baton__redis_ks_enter_for(reng *e, const char *key, const char *wake, baton
             reg(e, kw, 1, "__keyevent@%d__:%s", "expired", w, want_keyevent);
         break;
     default:
-        return;
+        break;
     }
-    tl_wait = kw;
+    kw->wake = NULL; /* the subscriber copied it; the caller's buffer may go */
+}
+
+void baton__redis_ks_enter_for(reng *e, const char *key, const char *wake, baton_waiter *w, int64_t deadline,
+                               rb_ks_wait *kw) {
+    baton__redis_ks_enter_mode(e, key, wake, w, w ? current_mode(e, deadline) : RKS_UNASKED, kw);
+    if (kw->se[0]) tl_wait = kw;
 }
 
 void baton__redis_ks_leave(rb_ks_wait *kw) {
@@ -158,11 +187,15 @@ void baton__redis_ks_leave(rb_ks_wait *kw) {
     memset(kw->se, 0, sizeof kw->se);
 }
 
-int baton__redis_ks_covered(reng *e) {
-    rb_ks_wait *kw = tl_wait;
-    if (!kw || kw->e != e || !kw->se[0]) return 0;
-    if (kw->mode == RKS_UNKNOWN && !__atomic_load_n(&e->ks.seen, __ATOMIC_RELAXED)) return 0;
+int baton__redis_ks_covered_by(const rb_ks_wait *kw) {
+    if (!kw || !kw->se[0]) return 0;
+    if (kw->mode == RKS_UNKNOWN && !__atomic_load_n(&kw->e->ks.seen, __ATOMIC_RELAXED)) return 0;
     /* the del channel is what a silent release comes by; expired is a bonus
      * (the attempt's TTL hint wakes the waiter at expiry anyway) */
-    return rsub_ready(&e->sub, kw->se[0]);
+    return rsub_ready(&kw->e->sub, kw->se[0]);
+}
+
+int baton__redis_ks_covered(reng *e) {
+    rb_ks_wait *kw = tl_wait;
+    return kw && kw->e == e && baton__redis_ks_covered_by(kw);
 }

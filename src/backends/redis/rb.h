@@ -174,7 +174,19 @@ void baton__redis_ks_enter(reng *e, const char *key, baton_waiter *w, int64_t de
  * event wakes one of WAKE's waiters (rsub_register_node_for), not all. */
 void baton__redis_ks_enter_for(reng *e, const char *key, const char *wake, baton_waiter *w, int64_t deadline,
                                rb_ks_wait *kw);
+/* The same with MODE given (registers nothing for RKS_OFF or RKS_UNASKED),
+ * not marked as this thread's wait: for the async path, which must not
+ * block on CONFIG GET. WAKE is copied. */
+void baton__redis_ks_enter_mode(reng *e, const char *key, const char *wake, baton_waiter *w, int mode,
+                                rb_ks_wait *kw);
+/* The last known mode, without asking; *ASK = 1 when it is stale and the
+ * caller should send CONFIG GET notify-keyspace-events, handing the reply
+ * (NULL: none came) to ks_config_answer. */
+int baton__redis_ks_mode_cached(reng *e, int *ask);
+void baton__redis_ks_config_answer(reng *e, const redisReply *r);
 void baton__redis_ks_leave(rb_ks_wait *kw);
+/* 1 when KW is sure to be woken by a foreign release now (below). */
+int baton__redis_ks_covered_by(const rb_ks_wait *kw);
 /* 1 when this thread's wait on E is sure to be woken by a foreign release
  * right now (notifications known to be on and subscribed): the waiting loop
  * then needs no re-check backoff for foreign releasers. */
