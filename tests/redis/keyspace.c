@@ -448,14 +448,20 @@ static void drive(baton_client *c, const ares *a, int64_t ms) {
     }
 }
 
-/* A foreign holder (HOLD: "hash" Redisson-shaped, "string" SET NX) of
- * NAME, an async waiter parked behind it for 1.5 s (its first park asks
- * the configuration; the answer makes it listen), then a silent DEL:
- * *SUBS = the subscribers of CHAN just before the DEL, *POLLS = the
- * EVALSHA while parked; the grant's latency in *LAT_US. The wait's rc. */
-static int async_wait_del(int port, const char *uri_fmt, const char *name, const char *hold, const char *chan,
-                          long long *subs, long long *polls, int64_t *lat_us) {
-    baton_client *c = open_uri(uri_fmt, port);
+/* A foreign holder (HOLD: "hash" Redisson-shaped, "string" SET NX) of the
+ * name g_tag + TAG, an async waiter (URI query Q) parked behind it for
+ * 1.5 s (its first park asks the configuration; the answer makes it
+ * listen), then a silent DEL: *SUBS = the subscribers of the key's
+ * keyspace channel (EVENTS: of the del event channel) just before the DEL,
+ * *POLLS = the EVALSHA while parked; the grant's latency in *LAT_US. The
+ * wait's rc. */
+static int async_wait_del(int port, const char *q, const char *hold, const char *tag, int events, long long *subs,
+                          long long *polls, int64_t *lat_us) {
+    char name[64], chan[128], uri[128];
+    snprintf(name, sizeof name, "%s%s", g_tag, tag);
+    snprintf(chan, sizeof chan, events ? "__keyevent@0__:del" : "__keyspace@0__:%s", name);
+    snprintf(uri, sizeof uri, "redis://127.0.0.1:%%d/0%s", q);
+    baton_client *c = open_uri(uri, port);
     baton_lock *l = NULL;
     CHECK_RC(baton_lock_open(&l, c, name, NULL), 0);
     if (!strcmp(hold, "hash")) {
@@ -484,48 +490,34 @@ static int async_wait_del(int port, const char *uri_fmt, const char *name, const
 }
 
 static void test_async_silent_del(void) {
-    char name[64], chan[128];
     long long subs = 0, polls = 0;
     int64_t lat = 0;
-    snprintf(name, sizeof name, "%sadel-k", g_tag);
-    snprintf(chan, sizeof chan, "__keyspace@0__:%s", name);
-    CHECK_RC(async_wait_del(g_port_k, "redis://127.0.0.1:%d/0", name, "hash", chan, &subs, &polls, &lat), 0);
+    CHECK_RC(async_wait_del(g_port_k, "", "hash", "adel-k", 0, &subs, &polls, &lat), 0);
     printf("measure: async, silent DEL, default layout: woken after %.2f ms (Kgx), %lld keyspace subscriber(s)\n",
            lat / 1000.0, subs);
     CHECK(subs == 1);
-    snprintf(name, sizeof name, "%sadel-e", g_tag);
-    CHECK_RC(async_wait_del(g_port_e, "redis://127.0.0.1:%d/0", name, "hash", "__keyevent@0__:del", &subs, &polls,
-                            &lat), 0);
+    CHECK_RC(async_wait_del(g_port_e, "", "hash", "adel-e", 1, &subs, &polls, &lat), 0);
     printf("measure: async, silent DEL, default layout: woken after %.2f ms (Egx), %lld del-event subscriber(s)\n",
            lat / 1000.0, subs);
     CHECK(subs >= 1);
     if (g_port_off > 0) {
-        snprintf(name, sizeof name, "%sadel-off", g_tag);
-        snprintf(chan, sizeof chan, "__keyspace@0__:%s", name);
-        CHECK_RC(async_wait_del(g_port_off, "redis://127.0.0.1:%d/0", name, "hash", chan, &subs, &polls, &lat), 0);
+        CHECK_RC(async_wait_del(g_port_off, "", "hash", "adel-off", 0, &subs, &polls, &lat), 0);
         printf("measure: async, silent DEL, default layout, notifications off: woken after %.0f ms\n", lat / 1000.0);
         CHECK(subs == 0);
     }
 }
 
 static void test_async_no_polling(void) {
-    char name[64], chan[128];
     long long subs = 0, polls = 0;
     int64_t lat = 0;
-    snprintf(name, sizeof name, "%sasimple-k", g_tag);
-    snprintf(chan, sizeof chan, "__keyspace@0__:%s", name);
-    CHECK_RC(async_wait_del(g_port_k, "redis://127.0.0.1:%d/0?layout=simple", name, "string", chan, &subs, &polls,
-                            &lat), 0);
+    CHECK_RC(async_wait_del(g_port_k, "?layout=simple", "string", "asimple-k", 0, &subs, &polls, &lat), 0);
     fprintf(stderr, "   async Kgx: %lld EVALSHA in 1 s of waiting, %lld keyspace subscriber(s)\n", polls, subs);
     CHECK(subs == 1);
     /* the 1 s re-check, maybe one more as the window falls; the backoff
      * (2 ms doubling to 200 ms) makes about 5 a second */
     CHECK(polls <= 3);
     if (g_port_off > 0) {
-        snprintf(name, sizeof name, "%sasimple-off", g_tag);
-        snprintf(chan, sizeof chan, "__keyspace@0__:%s", name);
-        CHECK_RC(async_wait_del(g_port_off, "redis://127.0.0.1:%d/0?layout=simple", name, "string", chan, &subs,
-                                &polls, &lat), 0);
+        CHECK_RC(async_wait_del(g_port_off, "?layout=simple", "string", "asimple-off", 0, &subs, &polls, &lat), 0);
         fprintf(stderr, "   async off: %lld EVALSHA in 1 s of waiting, %lld keyspace subscriber(s)\n", polls, subs);
         CHECK(subs == 0);
         CHECK(polls >= 4); /* the old re-check bound still holds */
