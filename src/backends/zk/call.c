@@ -300,6 +300,16 @@ zcall *zk_start_marked(zsess *s, const char *path, const char *buf, int len, int
                        const struct ACL_vector *acl, int *out)
 {
     zoo_op_t ops[2];
+    /* The C client's zoo_amulti (3.8) frees an uninitialised pointer when
+     * its handle is unrecoverable (expired, auth failed: state < 0): the
+     * second op's request is never made, yet its path is freed. The
+     * watcher learns of an expiry on the completion thread, after the I/O
+     * thread set the state, so it is asked here; what is left is the
+     * instant between this read and zoo_amulti's own. */
+    if (zoo_state(s->zh) < 0) {
+        *out = ZINVALIDSTATE;
+        return NULL;
+    }
     START(s, C_MARKED, out);
     /* zoo_amulti serializes the ops at once; only the answers' buffers
      * (mst, mpath, res) are written later */

@@ -223,7 +223,7 @@ static int settle(zeng *e, zsess **sp, zsem *m, int ver, const char *buf, int le
             zk_call_put(c);
         }
         if (zrc == ZOK) return 1;
-        if (zk_retryable(zrc) || zrc == ZSESSIONEXPIRED) continue;
+        if (zk_retryable(zrc) || zrc == ZSESSIONEXPIRED || zrc == ZINVALIDSTATE) continue;
         if (zrc != ZBADVERSION && zrc != ZNODEEXISTS && zrc != ZNONODE)
             return zk_err(zrc, "write the count of", m->path);
         /* refused: the version moved on (or the node is there, or gone),
