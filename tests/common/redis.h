@@ -8,6 +8,7 @@
 
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <sys/time.h>
 
 /* A connection to 127.0.0.1:PORT with TIMEOUT_S for connect and replies;
@@ -39,6 +40,29 @@ static inline redisReply *tl_redis_cmd(int port, int timeout_s, const char *fmt,
     redisReply *r = tl_redis_vcmd(port, timeout_s, fmt, ap);
     va_end(ap);
     return r;
+}
+
+/* An integer reply's value, -1 for anything else (an error, no server). */
+static inline long long tl_redis_int(int port, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    redisReply *r = tl_redis_vcmd(port, 5, fmt, ap);
+    va_end(ap);
+    long long v = -1;
+    if (r && r->type == REDIS_REPLY_INTEGER) v = r->integer;
+    if (r) freeReplyObject(r);
+    return v;
+}
+
+/* A command whose reply does not matter, but whose failure is said. */
+static inline void tl_redis_do(int port, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    redisReply *r = tl_redis_vcmd(port, 5, fmt, ap);
+    va_end(ap);
+    if (!r || r->type == REDIS_REPLY_ERROR)
+        fprintf(stderr, "   (command %s: %s)\n", fmt, r && r->str ? r->str : "no reply");
+    if (r) freeReplyObject(r);
 }
 
 #endif

@@ -64,27 +64,6 @@ static int64_t now_ns(void) {
     return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
-static long long rcmd_int(int port, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    redisReply *r = tl_redis_vcmd(port, 5, fmt, ap);
-    va_end(ap);
-    long long v = -1;
-    if (r && r->type == REDIS_REPLY_INTEGER) v = r->integer;
-    if (r) freeReplyObject(r);
-    return v;
-}
-
-static void rcmd(int port, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    redisReply *r = tl_redis_vcmd(port, 5, fmt, ap);
-    va_end(ap);
-    if (!r || r->type == REDIS_REPLY_ERROR)
-        fprintf(stderr, "   (command %s: %s)\n", fmt, r && r->str ? r->str : "no reply");
-    if (r) freeReplyObject(r);
-}
-
 /* Every command the server ran (scripts' inner calls included), less the
  * test's own INFO / CONFIG / PUBSUB / CLIENT. */
 static long long server_calls(int port) {
@@ -220,7 +199,7 @@ static long long chain(int port, int n, const char *what) {
     herd_init(&h);
     waiter ws[MAXW];
     queue_up(ws, n, &h, c, name, 60000);
-    rcmd(port, "CONFIG RESETSTAT");
+    tl_redis_do(port, "CONFIG RESETSTAT");
     __atomic_store_n(&h.released_ns, now_ns(), __ATOMIC_SEQ_CST);
     CHECK_RC(baton_lock_release(hl), 0);
     int bad = 0;
@@ -286,7 +265,7 @@ static void test_lost_to_other(void) {
      * takes it between the release and the woken waiter's attempt): the
      * woken waiter tries, fails, and waits on; so does everyone */
     for (int i = 0; i < 6; i++) { /* more than the waiters: every one woken and failed */
-        rcmd(g_port_off, "PUBLISH %s 0", chan);
+        tl_redis_do(g_port_off, "PUBLISH %s 0", chan);
         tl_sleep_ms(50);
     }
     tl_sleep_ms(100);
@@ -370,15 +349,15 @@ static void test_foreign_del(void) {
     baton_client *c = open_client(g_port_k);
     /* a foreign (Redisson-shaped) holder with a long lease, released by DEL
      * alone: no unlock message, only the keyspace event */
-    rcmd(g_port_k, "HSET %s 8f0e3b3c-0000-0000-0000-0000000000aa:1 1", name);
-    rcmd(g_port_k, "PEXPIRE %s 60000", name);
+    tl_redis_do(g_port_k, "HSET %s 8f0e3b3c-0000-0000-0000-0000000000aa:1 1", name);
+    tl_redis_do(g_port_k, "PEXPIRE %s 60000", name);
     herd h;
     herd_init(&h);
     waiter ws[8];
     queue_up(ws, 8, &h, c, name, 20000);
     CHECK(h.grants == 0);
     __atomic_store_n(&h.released_ns, now_ns(), __ATOMIC_SEQ_CST);
-    CHECK(rcmd_int(g_port_k, "DEL %s", name) == 1);
+    CHECK(tl_redis_int(g_port_k, "DEL %s", name) == 1);
     int bad = 0;
     for (int i = 0; i < 8; i++) {
         waiter_join(&ws[i]);
@@ -408,7 +387,7 @@ static void test_sub_killed(void) {
     herd_init(&h);
     waiter ws[16];
     queue_up(ws, 16, &h, c, name, 20000);
-    CHECK(rcmd_int(g_port_off, "CLIENT KILL TYPE pubsub") >= 1);
+    CHECK(tl_redis_int(g_port_off, "CLIENT KILL TYPE pubsub") >= 1);
     tl_sleep_ms(20);
     CHECK(h.grants == 0); /* woken to re-check, all find it held */
     __atomic_store_n(&h.released_ns, now_ns(), __ATOMIC_SEQ_CST);

@@ -76,27 +76,6 @@ static int64_t median(int64_t *v, int n) {
     return v[n / 2];
 }
 
-static long long rcmd_int(int port, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    redisReply *r = tl_redis_vcmd(port, 5, fmt, ap);
-    va_end(ap);
-    long long v = -1;
-    if (r && r->type == REDIS_REPLY_INTEGER) v = r->integer;
-    if (r) freeReplyObject(r);
-    return v;
-}
-
-static void rcmd(int port, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    redisReply *r = tl_redis_vcmd(port, 5, fmt, ap);
-    va_end(ap);
-    if (!r || r->type == REDIS_REPLY_ERROR)
-        fprintf(stderr, "   (command %s: %s)\n", fmt, r && r->str ? r->str : "no reply");
-    if (r) freeReplyObject(r);
-}
-
 /* "calls=N" of cmdstat_evalsha, 0 when none yet. */
 static long long evalsha_calls(int port) {
     redisReply *r = tl_redis_cmd(port, 5, "INFO commandstats");
@@ -260,17 +239,17 @@ static int silent_del(int port, const char *uri_fmt, const char *name, int64_t w
     baton_client *c = open_uri(uri_fmt, port);
     baton_lock *l = NULL;
     CHECK_RC(baton_lock_open(&l, c, name, NULL), 0);
-    rcmd(port, "HSET %s 8f0e3b3c-0000-0000-0000-000000000001:1 1", name);
-    rcmd(port, "PEXPIRE %s 60000", name);
+    tl_redis_do(port, "HSET %s 8f0e3b3c-0000-0000-0000-000000000001:1 1", name);
+    tl_redis_do(port, "PEXPIRE %s 60000", name);
     waiter w;
     waiter_start(&w, l, wait_ms);
     tl_sleep_ms(150);
     int64_t t = now_ns();
-    CHECK(rcmd_int(port, "DEL %s", name) == 1);
+    CHECK(tl_redis_int(port, "DEL %s", name) == 1);
     waiter_join(&w);
     *lat_us = (w.granted_ns - t) / 1000;
     if (w.rc == 0) CHECK_RC(baton_lock_release(l), 0);
-    else rcmd(port, "DEL %s", name);
+    else tl_redis_do(port, "DEL %s", name);
     baton_lock_free(l);
     baton_client_close(c);
     return w.rc;
@@ -305,8 +284,8 @@ static void expiring(int port, const char *label) {
     baton_client *c = open_uri("redis://127.0.0.1:%d/0", port);
     baton_lock *l = NULL;
     CHECK_RC(baton_lock_open(&l, c, name, NULL), 0);
-    rcmd(port, "HSET %s 8f0e3b3c-0000-0000-0000-000000000002:1 1", name);
-    rcmd(port, "PEXPIRE %s 400", name);
+    tl_redis_do(port, "HSET %s 8f0e3b3c-0000-0000-0000-000000000002:1 1", name);
+    tl_redis_do(port, "PEXPIRE %s 400", name);
     int64_t t0 = now_ns();
     waiter w;
     waiter_start(&w, l, 5000);
@@ -338,14 +317,14 @@ static long long simple_hold(int port, const char *uri_fmt, long long *subs) {
     baton_client *c = open_uri(uri_fmt, port);
     baton_lock *l = NULL;
     CHECK_RC(baton_lock_open(&l, c, name, NULL), 0);
-    rcmd(port, "SET %s foreign PX 30000", name);
+    tl_redis_do(port, "SET %s foreign PX 30000", name);
     long long before = evalsha_calls(port);
     waiter w;
     waiter_start(&w, l, 5000);
     tl_sleep_ms(1000);
     long long during = evalsha_calls(port) - before;
     *subs = numsub(port, chan);
-    CHECK(rcmd_int(port, "DEL %s", name) == 1);
+    CHECK(tl_redis_int(port, "DEL %s", name) == 1);
     waiter_join(&w);
     CHECK_RC(w.rc, 0);
     if (!w.rc) CHECK_RC(baton_lock_release(l), 0);
@@ -384,13 +363,13 @@ static void test_sub_killed(void) {
     baton_client *c = open_uri("redis://127.0.0.1:%d/0", g_port_k);
     baton_lock *l = NULL;
     CHECK_RC(baton_lock_open(&l, c, name, NULL), 0);
-    rcmd(g_port_k, "HSET %s 8f0e3b3c-0000-0000-0000-000000000003:1 1", name);
-    rcmd(g_port_k, "PEXPIRE %s 60000", name);
+    tl_redis_do(g_port_k, "HSET %s 8f0e3b3c-0000-0000-0000-000000000003:1 1", name);
+    tl_redis_do(g_port_k, "PEXPIRE %s 60000", name);
     waiter w;
     waiter_start(&w, l, 8000);
     tl_sleep_ms(150);
     CHECK(numsub(g_port_k, chan) == 1);
-    CHECK(rcmd_int(g_port_k, "CLIENT KILL TYPE pubsub") >= 1);
+    CHECK(tl_redis_int(g_port_k, "CLIENT KILL TYPE pubsub") >= 1);
     long long subs = 0;
     for (int i = 0; i < 100 && subs != 1; i++) { /* reconnect: 50 ms backoff */
         tl_sleep_ms(20);
@@ -399,7 +378,7 @@ static void test_sub_killed(void) {
     CHECK(subs == 1);
     tl_sleep_ms(50);
     int64_t t = now_ns();
-    CHECK(rcmd_int(g_port_k, "DEL %s", name) == 1);
+    CHECK(tl_redis_int(g_port_k, "DEL %s", name) == 1);
     waiter_join(&w);
     CHECK_RC(w.rc, 0);
     CHECK(w.granted_ns >= t);
@@ -413,7 +392,7 @@ static void test_sub_killed(void) {
 /* ---- CONFIG refused by the ACL -------------------------------------------- */
 
 static void test_acl_no_config(void) {
-    rcmd(g_port_k, "ACL SETUSER ksuser on >kspass ~* &* +@all -config");
+    tl_redis_do(g_port_k, "ACL SETUSER ksuser on >kspass ~* &* +@all -config");
     char name[64];
     int64_t lat = 0;
     snprintf(name, sizeof name, "%sacl", g_tag);
@@ -465,10 +444,10 @@ static int async_wait_del(int port, const char *q, const char *hold, const char 
     baton_lock *l = NULL;
     CHECK_RC(baton_lock_open(&l, c, name, NULL), 0);
     if (!strcmp(hold, "hash")) {
-        rcmd(port, "HSET %s 8f0e3b3c-0000-0000-0000-000000000003:1 1", name);
-        rcmd(port, "PEXPIRE %s 60000", name);
+        tl_redis_do(port, "HSET %s 8f0e3b3c-0000-0000-0000-000000000003:1 1", name);
+        tl_redis_do(port, "PEXPIRE %s 60000", name);
     } else {
-        rcmd(port, "SET %s foreign PX 60000", name);
+        tl_redis_do(port, "SET %s foreign PX 60000", name);
     }
     ares a = { 0 };
     CHECK_RC(baton_lock_acquire_async(l, 10000, ares_cb, &a), 0);
@@ -478,7 +457,7 @@ static int async_wait_del(int port, const char *q, const char *hold, const char 
     *polls = evalsha_calls(port) - before;
     *subs = numsub(port, chan);
     int64_t t = now_ns();
-    CHECK(rcmd_int(port, "DEL %s", name) == 1);
+    CHECK(tl_redis_int(port, "DEL %s", name) == 1);
     drive(c, &a, 10000);
     CHECK(a.calls == 1);
     *lat_us = a.calls ? (a.at_ns - t) / 1000 : -1;
