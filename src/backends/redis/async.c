@@ -50,6 +50,7 @@
 #define BACKOFF_START_MS 2
 #define BACKOFF_MAX_MS 200
 #define TAB_SIZE 1024
+#define KS_RETRY_NS (1000LL * 1000000) /* a CONFIG GET that got no answer is asked again after */
 
 enum { OP_ACQ, OP_REL, OP_RENEW };
 enum { PH_ATTEMPT, PH_DROP, PH_SUBWAIT, PH_PARK, PH_DONE };
@@ -60,6 +61,7 @@ struct rasync {
     struct rop *kick_head;   /* ops kicked from outside; g_mu */
     rmux_cmd ks_cmd;         /* CONFIG GET notify-keyspace-events (I/O thread) */
     int ks_asking;           /* ks_cmd is in flight (I/O thread) */
+    int64_t ks_next_ask;     /* after a failed one, not before (I/O thread) */
 };
 
 typedef struct rop {
@@ -155,9 +157,14 @@ static int send_script(rop *op, int sid, int nkeys, int argc, const char *const 
     for (int i = 0; i < argc + 3; i++) lens[i] = strlen(argv[i]);
     op->cmd.cb = on_reply;
     op->cmd.deadline = baton_now_ns() + (int64_t)e->cfg.io_timeout_ms * 1000000;
-    op->busy = 1;
+    /* busy is the I/O thread's: an acquire's first send, on the caller's
+     * thread, finds it set already (a_acquire_start), and on a failure the
+     * caller frees the op, which a kick may hold meanwhile (on_kick reads
+     * busy under g_mu and leaves a busy op alone) */
+    int mine = rmux_on_thread(e->as->mux);
+    if (mine) op->busy = 1;
     int rc = rmux_submit(e->as->mux, &op->cmd, argc + 3, argv, lens);
-    if (rc) op->busy = 0;
+    if (rc && mine) op->busy = 0;
     return rc;
 }
 
@@ -277,6 +284,7 @@ static void ks_answer(rmux_cmd *c, int rc, redisReply *r, int sent) {
     reng *e = as->e;
     (void)sent;
     as->ks_asking = 0;
+    if (rc) as->ks_next_ask = baton_now_ns() + KS_RETRY_NS; /* a broken link: not at every park */
     baton__redis_ks_config_answer(e, rc ? NULL : r);
     if (r) rreply_free(r);
     int ask = 0, mode = baton__redis_ks_mode_cached(e, &ask);
@@ -285,8 +293,11 @@ static void ks_answer(rmux_cmd *c, int rc, redisReply *r, int sent) {
         rop *ops[16];
         size_t n = 0;
         pthread_mutex_lock(&g_mu);
+        /* se and ks are this thread's; phase is read only once se is set,
+         * i.e. after the first answer (the caller's send_acquire wrote it
+         * before the command was queued) */
         for (rop *o = g_tab[i]; o && n < 16; o = o->hnext) /* more: at their next park */
-            if (o->e == e && o->phase == PH_PARK && o->se && !o->ks) ops[n++] = o;
+            if (o->e == e && o->se && !o->ks && o->phase == PH_PARK) ops[n++] = o;
         pthread_mutex_unlock(&g_mu);
         for (size_t k = 0; k < n; k++) ks_listen(ops[k]);
     }
@@ -301,7 +312,7 @@ static void ks_listen(rop *op) {
     reng *e = op->e;
     struct rasync *as = e->as;
     int ask = 0, mode = baton__redis_ks_mode_cached(e, &ask);
-    if (ask && !as->ks_asking) {
+    if (ask && !as->ks_asking && baton_now_ns() >= as->ks_next_ask) {
         static const char *const argv[3] = { "CONFIG", "GET", "notify-keyspace-events" };
         static const size_t lens[3] = { 6, 3, 22 };
         as->ks_cmd.cb = ks_answer;
@@ -465,10 +476,15 @@ static void on_kick(void *arg) {
     while (n--) {
         pthread_mutex_lock(&g_mu);
         rop *op = as->kick_head;
-        if (op) kick_unlink(op);
+        int busy = 0;
+        if (op) kick_unlink(op), busy = op->busy;
         pthread_mutex_unlock(&g_mu);
         if (!op) break;
-        if (op->busy) continue; /* its answer decides (park reads the waiter's generation) */
+        /* its answer decides (park reads the waiter's generation); and an
+         * op busy with its first send may be freed by a_acquire_start's
+         * failure path as soon as g_mu is free: not to be touched. (Not
+         * busy: its first send was answered, so only this thread frees it.) */
+        if (busy) continue;
         if (canceled(op)) finish(op, BATON_ECANCELED, 0, 0);
         else if (op->phase == PH_SUBWAIT && !rsub_ready(&op->e->sub, op->se)) continue;
         else attempt(op);

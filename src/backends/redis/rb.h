@@ -216,7 +216,7 @@ enum { RK_PLAIN, RK_FAIR, RK_READ, RK_WRITE, RK_MEMBER, RK_TAKER };
 enum { RN_FENCE, RN_HOLDER, RN_CHANNEL, RN_QUEUE, RN_TIMEOUTS, RN_TPREFIX };
 /* The URI's prefix is bounded at open and a name by the core (1,024 bytes
  * each), so every derived name fits its buffer: the longest kind prefix,
- * "redisson_lock_timeout:{}", adds 24 bytes to the key. */
+ * "redisson_lock__channel:{}", adds 25 bytes to the key. */
 #define RB_PREFIX_MAX 1024
 #define RL_KEY_MAX (RB_PREFIX_MAX + 1024 + 1)
 #define RL_NAME_MAX (RL_KEY_MAX + 32)

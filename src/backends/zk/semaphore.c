@@ -196,11 +196,13 @@ static int live_session(zeng *e, zsess **sp, zsem *m, int64_t dl)
             if (zk_sess_wait(e, *sp, dl) == 0) return 0;
             continue; /* it died meanwhile, or the deadline came */
         }
-        if (zk_sess_get(e, dl, &n) == 0) {
+        int rc = zk_sess_get(e, dl, &n);
+        if (rc == 0) {
             zk_sess_put(e, *sp);
             *sp = n;
             return 0;
         }
+        if (rc != BATON_EUNAVAILABLE) return rc; /* say why (bad credentials), not "no session" */
     }
     return baton_seterr(BATON_EUNAVAILABLE, 0, "zk: semaphore %s: a write's answer was lost and no session came "
                         "back in time to settle it", m->path);

@@ -430,6 +430,13 @@ int zk_sess_dead(zeng *e, zsess *s)
 {
     int d;
     pthread_mutex_lock(&e->mu);
+    /* the client's I/O thread finds an expiry before our watcher hears of
+     * it (on the completion thread): a caller retrying on this session
+     * meanwhile would spin on ZINVALIDSTATE (call.c, zk_start_marked) */
+    if (!s->dead && s->zh && zoo_state(s->zh) == ZOO_EXPIRED_SESSION_STATE) {
+        baton_log(BATON_LOG_INFO, "zk: session %" PRIu64 " expired", s->gen);
+        s->dead = 1;
+    }
     d = s->dead;
     pthread_mutex_unlock(&e->mu);
     return d;
