@@ -169,6 +169,7 @@ static int send_script(rop *op, int sid, int nkeys, int argc, const char *const 
 }
 
 static int send_acquire(rop *op) {
+    char nb[2][RL_NAME_MAX]; /* uninitialised: the RL_* literals zero 2 KiB each, a hot path's cost */
     rlock *l = op->st;
     const baton_acquire_req *req = op->req;
     rb_owner os;
@@ -179,33 +180,36 @@ static int send_acquire(rop *op) {
     op->phase = PH_ATTEMPT;
     rsub_attempt(&op->e->sub, op->se); /* one-wake (sub.c): this waiter owes an attempt no more */
     if (op->e->layout == RB_LAYOUT_REDISSON) {
-        const char *a[6] = { l->key, RL_FENCE(l), RL_HOLDER(l), lease, os.field, req->owner->desc };
+        const char *a[6] = { l->key, RL_IN(l, RN_FENCE, nb[0]), RL_IN(l, RN_HOLDER, nb[1]), lease, os.field,
+                             req->owner->desc };
         return send_script(op, S_ACQ_REDISSON, 3, 6, a);
     }
-    const char *a[4] = { l->key, RL_FENCE(l), os.value, lease };
+    const char *a[4] = { l->key, RL_IN(l, RN_FENCE, nb[0]), os.value, lease };
     return send_script(op, S_ACQ_SIMPLE, 2, 4, a);
 }
 
 static int send_release(rop *op, const baton_owner *owner) {
+    char nb[2][RL_NAME_MAX]; /* uninitialised: the RL_* literals zero 2 KiB each, a hot path's cost */
     rlock *l = op->st;
     rb_owner os;
     baton__redis_owner(owner, &os);
     if (op->e->layout == RB_LAYOUT_REDISSON) {
-        const char *a[4] = { l->key, RL_CHANNEL(l), RL_HOLDER(l), os.field };
+        const char *a[4] = { l->key, RL_IN(l, RN_CHANNEL, nb[0]), RL_IN(l, RN_HOLDER, nb[1]), os.field };
         return send_script(op, S_REL_REDISSON, 3, 4, a);
     }
-    const char *a[3] = { l->key, RL_CHANNEL(l), os.value };
+    const char *a[3] = { l->key, RL_IN(l, RN_CHANNEL, nb[0]), os.value };
     return send_script(op, S_REL_SIMPLE, 2, 3, a);
 }
 
 static int send_renew(rop *op) {
+    char nb[2][RL_NAME_MAX]; /* uninitialised: the RL_* literals zero 2 KiB each, a hot path's cost */
     rlock *l = op->st;
     rb_owner os;
     char lease[24];
     baton__redis_owner(op->owner, &os);
     snprintf(lease, sizeof lease, "%" PRIu32, op->lease_ms ? op->lease_ms : 30000);
     if (op->e->layout == RB_LAYOUT_REDISSON) {
-        const char *a[4] = { l->key, RL_HOLDER(l), lease, os.field };
+        const char *a[4] = { l->key, RL_IN(l, RN_HOLDER, nb[0]), lease, os.field };
         return send_script(op, S_RENEW_REDISSON, 2, 4, a);
     }
     const char *a[3] = { l->key, os.value, lease };

@@ -164,6 +164,10 @@ static void fail_queued(rmux *m, int rc) {
     fail_list(list, rc, 0);
 }
 
+/* The mux whose I/O thread this is (set as it starts): asked per command,
+ * so no mutex. */
+static _Thread_local rmux *tl_mux;
+
 static void break_conn(rmux *m, int rc) {
     if (m->c) {
         epoll_ctl(m->ep, EPOLL_CTL_DEL, m->c->fd, NULL);
@@ -335,6 +339,7 @@ static int next_wait_ms(rmux *m) {
 static void *mux_main(void *arg) {
     rmux *m = arg;
     rconn_set_abort_fd(m->stopfd);
+    tl_mux = m;
     for (;;) {
         pthread_mutex_lock(&m->mu);
         int stop = m->stop, kick = m->kicked;
@@ -425,12 +430,7 @@ void rmux_kick(rmux *m) {
     if (wake) signal_fd(m->evfd);
 }
 
-int rmux_on_thread(rmux *m) {
-    pthread_mutex_lock(&m->mu);
-    int on = m->started && pthread_equal(m->thr, pthread_self());
-    pthread_mutex_unlock(&m->mu);
-    return on;
-}
+int rmux_on_thread(rmux *m) { return tl_mux == m; }
 
 void rmux_stats(rmux *m, uint64_t *opened, int *open_now) {
     pthread_mutex_lock(&m->mu);

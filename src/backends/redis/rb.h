@@ -235,6 +235,9 @@ const char *baton__redis_lname(const rlock *l, int which, char *buf);
 #define RL_QUEUE(l) RL_NAME(l, RN_QUEUE)
 #define RL_TIMEOUTS(l) RL_NAME(l, RN_TIMEOUTS)
 #define RL_TPREFIX(l) RL_NAME(l, RN_TPREFIX)
+/* Into a buffer of the caller's (RL_NAME_MAX bytes), left uninitialised:
+ * for the per-call paths, where the literals' zeroing shows. */
+#define RL_IN(l, which, buf) baton__redis_lname((l), (which), (buf))
 
 int baton__redis_lock_init(reng *e, const char *name, int kind, rlock *l);
 void baton__redis_lock_clear(rlock *l);

@@ -118,13 +118,24 @@ const char *baton__redis_lname(const rlock *l, int which, char *buf) {
     case RN_TIMEOUTS: p = l->kind == RK_FAIR ? "redisson_lock_timeout" : rw ? "baton_rwlock_writers" : NULL; break;
     case RN_TPREFIX:
         if (!rw) return NULL;
-        snprintf(buf, RL_NAME_MAX, strchr(l->key, '{') ? "%s" : "{%s}", l->key);
-        return buf;
+        p = "";
+        break;
     default: break;
     }
     if (!p) return NULL;
-    /* fits: lock_init refuses a key over RL_KEY_MAX (rb.h) */
-    snprintf(buf, RL_NAME_MAX, strchr(l->key, '{') ? "%s:%s" : "%s:{%s}", p, l->key);
+    /* "p:{key}" ("{key}" for the prefix; the key bare when it has a '{'
+     * already), by hand: this runs for every command a lock sends, where
+     * snprintf's cost showed. Fits: lock_init refuses a key over
+     * RL_KEY_MAX (rb.h). */
+    size_t pn = strlen(p), kn = strlen(l->key);
+    int braced = memchr(l->key, '{', kn) != NULL;
+    char *o = buf;
+    memcpy(o, p, pn), o += pn;
+    if (pn) *o++ = ':';
+    if (!braced) *o++ = '{';
+    memcpy(o, l->key, kn), o += kn;
+    if (!braced) *o++ = '}';
+    *o = 0;
     return buf;
 }
 
@@ -731,6 +742,7 @@ void baton__redis_owner(const baton_owner *o, rb_owner *s) {
  * RB_EFINAL (message set) when the grant was undone because too few
  * replicas acknowledged it. */
 static int try_once(reng *e, rlock *l, baton_acquire_req *req, int *granted, int64_t *ttl_ms, int *uncertain) {
+    char nb[2][RL_NAME_MAX]; /* uninitialised: the RL_* literals zero 2 KiB each, a hot path's cost */
     rb_owner os;
     baton__redis_owner(req->owner, &os);
     char lease[24];
@@ -743,10 +755,11 @@ static int try_once(reng *e, rlock *l, baton_acquire_req *req, int *granted, int
     int rc = rpool_get(&e->pool, &c, dl);
     if (rc) return rc;
     if (e->layout == LAYOUT_REDISSON) {
-        const char *argv[6] = { l->key, RL_FENCE(l), RL_HOLDER(l), lease, os.field, req->owner->desc };
+        const char *argv[6] = { l->key, RL_IN(l, RN_FENCE, nb[0]), RL_IN(l, RN_HOLDER, nb[1]), lease, os.field,
+                                req->owner->desc };
         rc = baton__redis_script_on(e, c, S_ACQ_REDISSON, 3, 6, argv, NULL, dl, &r, &sent);
     } else {
-        const char *argv[4] = { l->key, RL_FENCE(l), os.value, lease };
+        const char *argv[4] = { l->key, RL_IN(l, RN_FENCE, nb[0]), os.value, lease };
         rc = baton__redis_script_on(e, c, S_ACQ_SIMPLE, 2, 4, argv, NULL, dl, &r, &sent);
     }
     /* No answer after sending: the server may have granted it anyway. */
@@ -840,16 +853,17 @@ int baton__redis_plain_acquire(reng *e, rlock *l, baton_acquire_req *req) {
 }
 
 int baton__redis_plain_release(reng *e, rlock *l, const baton_owner *owner) {
+    char nb[2][RL_NAME_MAX]; /* uninitialised: the RL_* literals zero 2 KiB each, a hot path's cost */
     rb_owner os;
     baton__redis_owner(owner, &os);
     redisReply *r = NULL;
     int rc;
     if (e->layout == LAYOUT_REDISSON) {
-        const char *keys[3] = { l->key, RL_CHANNEL(l), RL_HOLDER(l) };
+        const char *keys[3] = { l->key, RL_IN(l, RN_CHANNEL, nb[0]), RL_IN(l, RN_HOLDER, nb[1]) };
         const char *args[1] = { os.field };
         rc = run_script(e, S_REL_REDISSON, 3, keys, 1, args, baton__redis_io_deadline(e), &r, NULL);
     } else {
-        const char *keys[2] = { l->key, RL_CHANNEL(l) };
+        const char *keys[2] = { l->key, RL_IN(l, RN_CHANNEL, nb[0]) };
         const char *args[1] = { os.value };
         rc = run_script(e, S_REL_SIMPLE, 2, keys, 1, args, baton__redis_io_deadline(e), &r, NULL);
     }
@@ -862,6 +876,7 @@ int baton__redis_plain_release(reng *e, rlock *l, const baton_owner *owner) {
 }
 
 int baton__redis_plain_renew(reng *e, rlock *l, const baton_owner *owner, uint32_t lease_ms, int64_t deadline_ns) {
+    char nb[2][RL_NAME_MAX]; /* uninitialised: the RL_* literals zero 2 KiB each, a hot path's cost */
     rb_owner os;
     baton__redis_owner(owner, &os);
     char lease[24];
@@ -872,7 +887,7 @@ int baton__redis_plain_renew(reng *e, rlock *l, const baton_owner *owner, uint32
         return baton_seterr(BATON_EUNAVAILABLE, ETIMEDOUT, "redis: renewal of '%s' is past its deadline", l->key);
     int rc, renewed = 0;
     if (e->layout == LAYOUT_REDISSON || l->kind == RK_FAIR) {
-        const char *argv[4] = { l->key, RL_HOLDER(l), lease, os.field };
+        const char *argv[4] = { l->key, RL_IN(l, RN_HOLDER, nb[0]), lease, os.field };
         rc = baton__redis_renew_script(e, S_RENEW_REDISSON, 2, 4, argv, dl, &renewed, "the renewal script");
     } else {
         const char *argv[3] = { l->key, os.value, lease };
