@@ -25,12 +25,20 @@ die() { echo "redis-cluster.sh: $*" >&2; exit 1; }
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 N=6
 
-# N ports P where both P and P+10000 (the cluster bus) are free.
+# N ports P where both P and P+10000 (the cluster bus) are free. Both below
+# the kernel's ephemeral range: there, any test's outgoing connection (or
+# free_port, which binds port 0) could take the bus port between this check
+# and the node's bind, and the node could not start (seen in CI).
 bus_ports() {
     /usr/bin/python3 -c 'import socket, sys, random
+try:
+    low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+except (OSError, ValueError, IndexError):
+    low = 32768
+hi = max(low - 10001, 12000)
 got = []
 for _ in range(2000):
-    p = random.randint(20000, 45000)
+    p = random.randint(10000, hi)
     ok = True
     for q in (p, p + 10000):
         s = socket.socket()
@@ -93,13 +101,20 @@ start)
     i=0 addrs=()
     for p in $ports; do
         i=$((i + 1))
-        rm -rf "$dir/n$i"; mkdir -p "$dir/n$i"
-        # redis.sh picks a port; the cluster needs P+10000 free too, so ours
-        # goes last on the command line, which redis-server takes.
-        if [ ${#tls[@]} -gt 0 ]; then pa=(--tls-port "$p" "${tls[@]}"); else pa=(--port "$p"); fi
-        bash "$here/redis.sh" start "$dir/n$i" "${pa[@]}" --cluster-enabled yes \
-            --cluster-config-file "$dir/n$i/nodes.conf" --cluster-node-timeout 1000 \
-            --cluster-replica-validity-factor 0 --repl-diskless-sync-delay 0 >/dev/null || die "node $i did not start"
+        # a port taken meanwhile (another test's server): a new pair, up to 5 times
+        for try in 1 2 3 4 5; do
+            rm -rf "$dir/n$i"; mkdir -p "$dir/n$i"
+            # redis.sh picks a port; the cluster needs P+10000 free too, so ours
+            # goes last on the command line, which redis-server takes.
+            if [ ${#tls[@]} -gt 0 ]; then pa=(--tls-port "$p" "${tls[@]}"); else pa=(--port "$p"); fi
+            bash "$here/redis.sh" start "$dir/n$i" "${pa[@]}" --cluster-enabled yes \
+                --cluster-config-file "$dir/n$i/nodes.conf" --cluster-node-timeout 1000 \
+                --cluster-replica-validity-factor 0 --repl-diskless-sync-delay 0 >/dev/null && break
+            bash "$here/redis.sh" stop "$dir/n$i" >/dev/null 2>&1
+            [ "$try" = 5 ] && die "node $i did not start"
+            p=$(bus_ports 1)
+            [ -n "$p" ] || die "no free ports"
+        done
         # redis-server takes the last --port: ours, not the one redis.sh chose
         echo "$p" >"$dir/n$i/port"
         echo "$p" >>"$dir/ports"

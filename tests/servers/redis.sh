@@ -56,6 +56,8 @@ launch() { # DIR PORT args...
             echo "$port" >"$dir/last_port"
             return 0
         fi
+        # a port taken meanwhile: the server aborts at once, no need to wait 10 s
+        grep -qE "aborting|Failed listening" "$dir/log" 2>/dev/null && break
         sleep 0.025
     done
     echo "redis.sh: redis-server did not become ready on port $port" >&2
